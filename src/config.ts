@@ -1,0 +1,300 @@
+/**
+ * Environment → one typed, validated Config (DESIGN.md "Operator contract").
+ *
+ * Every variable is checked at once so an operator sees every mistake in one message, not one per
+ * restart. Requirements depend on the role: polling needs the legacy URL, key and groups; the receiver
+ * does not; `webhooks` commands need the management URL and token.
+ */
+import { z } from 'zod';
+import { SUBSCRIBER_TYPES, type SubscriberType } from './db/schema.js';
+
+export const ROLES = ['all', 'worker', 'receiver'] as const;
+export type Role = (typeof ROLES)[number];
+
+/** What the caller is about to do, which decides which variables are required. */
+export type ConfigNeed = 'poll' | 'receive' | 'manage-webhooks' | 'database';
+
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+
+export interface Config {
+  databaseUrl: string;
+  redisUrl: string;
+  legacy: {
+    url: string | undefined;
+    apiKey: string | undefined;
+    apiKeyHeader: string;
+    sourceTimezone: string;
+  };
+  webhooksApi: { url: string | undefined; token: string | undefined };
+  sync: {
+    groups: string[];
+    types: SubscriberType[];
+    everyMs: number;
+    lookbackMs: number;
+    reconcileEveryMs: number;
+    pageSize: number;
+  };
+  apiRateLimit: number;
+  webhookSecrets: string[];
+  webhookMaxBodyBytes: number;
+  port: number;
+  webhookPath: string;
+  adminToken: string | undefined;
+  logLevel: (typeof LOG_LEVELS)[number];
+  shutdownTimeoutMs: number;
+}
+
+/** Thrown for bad configuration; the CLI prints `message` and exits with code 2. */
+export class ConfigError extends Error {
+  constructor(readonly problems: string[]) {
+    super(`invalid configuration:\n${problems.map((p) => `  - ${p}`).join('\n')}`);
+    this.name = 'ConfigError';
+  }
+}
+
+const DURATION_UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+
+/** Parses `250ms`, `30s`, `5m`, `24h`, `1d` into milliseconds; anything else is rejected. */
+export function parseDuration(text: string): number {
+  const match = /^(\d+)(ms|s|m|h|d)$/.exec(text.trim());
+  if (!match) throw new Error(`"${text}" is not a duration (use e.g. 30s, 5m, 24h, 1d)`);
+  const value = Number(match[1]) * (DURATION_UNITS[match[2] as string] as number);
+  if (!Number.isSafeInteger(value)) throw new Error(`"${text}" is too large`);
+  return value;
+}
+
+export function formatDuration(ms: number): string {
+  for (const [unit, size] of [['d', 86_400_000], ['h', 3_600_000], ['m', 60_000], ['s', 1000]] as const) {
+    if (ms >= size && ms % size === 0) return `${ms / size}${unit}`;
+  }
+  return `${ms}ms`;
+}
+
+function isValidTimezone(tz: string): boolean {
+  try {
+    new Intl.DateTimeFormat('en-US', { timeZone: tz });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+const emptyToUndefined = (v: unknown) => (typeof v === 'string' && v.trim() === '' ? undefined : v);
+const optionalString = z.preprocess(emptyToUndefined, z.string().optional());
+
+const httpUrl = (what: string) =>
+  z.preprocess(
+    emptyToUndefined,
+    z
+      .string()
+      .refine((v) => /^https?:\/\/[^\s/]+/.test(v) && URL.canParse(v), `must be an http(s) URL (${what})`)
+      .transform((v) => v.replace(/\/+$/, ''))
+      .optional(),
+  );
+
+const dbUrl = (scheme: RegExp, example: string) =>
+  z
+    .string()
+    .refine((v) => scheme.test(v) && URL.canParse(v), `must be a URL like ${example}`);
+
+const duration = (fallback: string, min: number) =>
+  z
+    .string()
+    .default(fallback)
+    .transform((v, ctx) => {
+      try {
+        const ms = parseDuration(v);
+        if (ms < min) {
+          ctx.addIssue({ code: 'custom', message: `"${v}" is shorter than ${formatDuration(min)}` });
+          return z.NEVER;
+        }
+        return ms;
+      } catch (error) {
+        ctx.addIssue({ code: 'custom', message: (error as Error).message });
+        return z.NEVER;
+      }
+    });
+
+const intInRange = (fallback: number, min: number, max: number) =>
+  z
+    .string()
+    .default(String(fallback))
+    .transform((v, ctx) => {
+      if (!/^\d+$/.test(v.trim())) {
+        ctx.addIssue({ code: 'custom', message: `"${v}" is not a whole number` });
+        return z.NEVER;
+      }
+      const n = Number(v);
+      if (n < min || n > max) {
+        ctx.addIssue({ code: 'custom', message: `${n} is outside ${min}..${max}` });
+        return z.NEVER;
+      }
+      return n;
+    });
+
+const commaList = (v: string | undefined) =>
+  (v ?? '')
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s.length > 0);
+
+const groupIds = z
+  .string()
+  .optional()
+  .transform((v, ctx) => {
+    const ids = commaList(v);
+    const bad = ids.filter((id) => !/^\d{1,30}$/.test(id));
+    if (bad.length > 0) {
+      ctx.addIssue({ code: 'custom', message: `group ids must be numeric, got ${bad.map((b) => `"${b}"`).join(', ')}` });
+      return z.NEVER;
+    }
+    return [...new Set(ids)];
+  });
+
+const subscriberTypes = z
+  .string()
+  .optional()
+  .transform((v, ctx) => {
+    const list = commaList(v);
+    if (list.length === 0) return [...SUBSCRIBER_TYPES];
+    const bad = list.filter((t) => !(SUBSCRIBER_TYPES as readonly string[]).includes(t));
+    if (bad.length > 0) {
+      ctx.addIssue({
+        code: 'custom',
+        message: `unknown type ${bad.map((b) => `"${b}"`).join(', ')} (allowed: ${SUBSCRIBER_TYPES.join(', ')})`,
+      });
+      return z.NEVER;
+    }
+    return [...new Set(list)] as SubscriberType[];
+  });
+
+const envSchema = z.object({
+  DATABASE_URL: z.preprocess(
+    emptyToUndefined,
+    dbUrl(/^postgres(ql)?:\/\//, 'postgres://user@host:5432/db').default('postgres://postgres@127.0.0.1:5432/postgres'),
+  ),
+  REDIS_URL: z.preprocess(
+    emptyToUndefined,
+    dbUrl(/^rediss?:\/\//, 'redis://host:6379').default('redis://127.0.0.1:6379'),
+  ),
+  MAILER_LEGACY_URL: httpUrl('the legacy host, without /api/v2'),
+  MAILER_API_KEY: optionalString,
+  MAILER_API_KEY_HEADER: z.preprocess(
+    emptyToUndefined,
+    z
+      .string()
+      .regex(/^[A-Za-z0-9-]+$/, 'must be an HTTP header name')
+      .default('X-Service-ApiKey'),
+  ),
+  MAILER_SOURCE_TZ: z.preprocess(
+    emptyToUndefined,
+    z.string().default('UTC').refine(isValidTimezone, 'must be an IANA timezone such as UTC or Europe/Vilnius'),
+  ),
+  MAILER_WEBHOOKS_URL: httpUrl('the webhook-management host, without /api/webhooks'),
+  MAILER_WEBHOOKS_TOKEN: optionalString,
+  SYNC_GROUPS: groupIds,
+  SYNC_TYPES: subscriberTypes,
+  SYNC_EVERY: z.preprocess(emptyToUndefined, duration('5m', 1000)),
+  SYNC_LOOKBACK: z.preprocess(emptyToUndefined, duration('1d', 0)),
+  RECONCILE_EVERY: z.preprocess(emptyToUndefined, duration('24h', 1000)),
+  SYNC_PAGE_SIZE: z.preprocess(emptyToUndefined, intInRange(1000, 1, 10_000)),
+  API_RATE_LIMIT: z.preprocess(emptyToUndefined, intInRange(60, 1, 100_000)),
+  WEBHOOK_SECRETS: z
+    .string()
+    .optional()
+    .transform((v) => commaList(v)),
+  WEBHOOK_MAX_BODY: z.preprocess(emptyToUndefined, intInRange(10 * 1024 * 1024, 1024, 1024 * 1024 * 1024)),
+  PORT: z.preprocess(emptyToUndefined, intInRange(8080, 0, 65_535)),
+  WEBHOOK_PATH: z.preprocess(
+    emptyToUndefined,
+    z
+      .string()
+      .regex(/^\/[A-Za-z0-9/_.-]*$/, 'must be a path starting with /')
+      .default('/webhooks'),
+  ),
+  ADMIN_TOKEN: z.preprocess(
+    emptyToUndefined,
+    z.string().min(16, 'must be at least 16 characters (it guards the admin API)').optional(),
+  ),
+  LOG_LEVEL: z.preprocess(emptyToUndefined, z.enum(LOG_LEVELS).default('info')),
+  SHUTDOWN_TIMEOUT: z.preprocess(emptyToUndefined, duration('30s', 0)),
+});
+
+/** Which variables each need requires, beyond the always-validated ones. */
+const REQUIRED_BY_NEED: Record<ConfigNeed, Array<keyof z.infer<typeof envSchema>>> = {
+  poll: ['MAILER_LEGACY_URL', 'MAILER_API_KEY', 'SYNC_GROUPS'],
+  receive: [],
+  'manage-webhooks': ['MAILER_WEBHOOKS_URL', 'MAILER_WEBHOOKS_TOKEN'],
+  database: [],
+};
+
+const REQUIRED_REASON: Record<ConfigNeed, string> = {
+  poll: 'polling',
+  receive: 'the webhook receiver',
+  'manage-webhooks': 'webhooks commands',
+  database: 'database commands',
+};
+
+export function needsForRole(role: Role): ConfigNeed[] {
+  if (role === 'worker') return ['poll'];
+  if (role === 'receiver') return ['receive'];
+  return ['poll', 'receive'];
+}
+
+/**
+ * Parses the environment. Throws one ConfigError listing every bad or missing variable; values of
+ * variables are never echoed for secrets (keys, tokens), only their names.
+ */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env, needs: ConfigNeed[] = []): Config {
+  const result = envSchema.safeParse(env);
+  const problems: string[] = [];
+  if (!result.success) {
+    for (const issue of result.error.issues) {
+      const name = String(issue.path[0] ?? 'environment');
+      problems.push(`${name}: ${issue.message}`);
+    }
+  }
+  for (const need of needs) {
+    for (const name of REQUIRED_BY_NEED[need]) {
+      const raw = env[name];
+      const present = raw !== undefined && raw.trim() !== '';
+      if (!present) problems.push(`${name}: required for ${REQUIRED_REASON[need]}`);
+    }
+  }
+  if (problems.length > 0 || !result.success) throw new ConfigError([...new Set(problems)]);
+  const e = result.data;
+  return {
+    databaseUrl: e.DATABASE_URL,
+    redisUrl: e.REDIS_URL,
+    legacy: {
+      url: e.MAILER_LEGACY_URL,
+      apiKey: e.MAILER_API_KEY,
+      apiKeyHeader: e.MAILER_API_KEY_HEADER,
+      sourceTimezone: e.MAILER_SOURCE_TZ,
+    },
+    webhooksApi: { url: e.MAILER_WEBHOOKS_URL, token: e.MAILER_WEBHOOKS_TOKEN },
+    sync: {
+      groups: e.SYNC_GROUPS,
+      types: e.SYNC_TYPES,
+      everyMs: e.SYNC_EVERY,
+      lookbackMs: e.SYNC_LOOKBACK,
+      reconcileEveryMs: e.RECONCILE_EVERY,
+      pageSize: e.SYNC_PAGE_SIZE,
+    },
+    apiRateLimit: e.API_RATE_LIMIT,
+    webhookSecrets: e.WEBHOOK_SECRETS,
+    webhookMaxBodyBytes: e.WEBHOOK_MAX_BODY,
+    port: e.PORT,
+    webhookPath: e.WEBHOOK_PATH,
+    adminToken: e.ADMIN_TOKEN,
+    logLevel: e.LOG_LEVEL,
+    shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT,
+  };
+}
+
+/** Values that must never be printed; `log.ts` also redacts them wherever they appear in text. */
+export function secretsOf(config: Config): string[] {
+  return [config.legacy.apiKey, config.webhooksApi.token, config.adminToken, ...config.webhookSecrets].filter(
+    (s): s is string => typeof s === 'string' && s.length > 0,
+  );
+}

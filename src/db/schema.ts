@@ -1,0 +1,209 @@
+/**
+ * The SQL contract (DESIGN.md "SQL contract"). Table and column names here are part of the product:
+ * users query them directly, so renaming one is a breaking change that needs a migration and a note.
+ *
+ * Ids are `text` everywhere (invariant 6: legacy ids exceed 2^53). Timestamps are `timestamptz`
+ * with microseconds. Only `src/mirror/store.ts` writes the mirrored tables.
+ */
+import { sql } from 'drizzle-orm';
+import {
+  bigint,
+  bigserial,
+  boolean,
+  doublePrecision,
+  index,
+  integer,
+  jsonb,
+  pgTable,
+  primaryKey,
+  text,
+  timestamp,
+  unique,
+} from 'drizzle-orm/pg-core';
+
+// Strings, not Date: JS Dates drop the microseconds that order webhook versions (invariant 2).
+const tstz = (name: string) => timestamp(name, { withTimezone: true, precision: 6, mode: 'string' });
+
+export const SUBSCRIBER_TYPES = ['active', 'unsubscribed', 'bounced', 'junk', 'unconfirmed'] as const;
+export type SubscriberType = (typeof SUBSCRIBER_TYPES)[number];
+
+export const MIRROR_SOURCES = ['poll', 'webhook'] as const;
+export type MirrorSource = (typeof MIRROR_SOURCES)[number];
+
+export const subscribers = pgTable(
+  'subscribers',
+  {
+    id: text('id').primaryKey(),
+    email: text('email'),
+    name: text('name'),
+    status: text('status'),
+    source: text('source'),
+    sent: integer('sent'),
+    opensCount: integer('opens_count'),
+    clicksCount: integer('clicks_count'),
+    openRate: doublePrecision('open_rate'),
+    clickRate: doublePrecision('click_rate'),
+    ipAddress: text('ip_address'),
+    subscribedAt: tstz('subscribed_at'),
+    unsubscribedAt: tstz('unsubscribed_at'),
+    createdAt: tstz('created_at'),
+    /** Upstream `updated_at` / `date_updated`: the only clock that orders versions (invariant 2). */
+    updatedAt: tstz('updated_at'),
+    deletedAt: tstz('deleted_at'),
+    forgetAt: tstz('forget_at'),
+    optedInAt: tstz('opted_in_at'),
+    optinIp: text('optin_ip'),
+    fields: jsonb('fields').$type<Record<string, string | null>>().notNull().default(sql`'{}'::jsonb`),
+    /** Upstream keys we do not map to a column, kept so nothing the service sends is lost. */
+    extra: jsonb('extra').$type<Record<string, unknown>>().notNull().default(sql`'{}'::jsonb`),
+    mirroredAt: tstz('mirrored_at').notNull().defaultNow(),
+    mirroredVia: text('mirrored_via').$type<MirrorSource>().notNull(),
+  },
+  (t) => [
+    index('subscribers_email_idx').on(sql`lower(${t.email})`),
+    index('subscribers_status_idx').on(t.status),
+    index('subscribers_updated_at_idx').on(t.updatedAt),
+  ],
+);
+
+export const groups = pgTable('groups', {
+  id: text('id').primaryKey(),
+  name: text('name'),
+  mirroredAt: tstz('mirrored_at').notNull().defaultNow(),
+});
+
+export const groupMembers = pgTable(
+  'group_members',
+  {
+    groupId: text('group_id').notNull(),
+    subscriberId: text('subscriber_id').notNull(),
+    /** The subscriber type the member was listed under (poll) or its status (webhook). */
+    type: text('type'),
+    addedAt: tstz('added_at'),
+    /** Null while a member. Set by a removal event or by a complete full pass that no longer lists it. */
+    removedAt: tstz('removed_at'),
+    /** Upstream time of the newest membership fact applied; orders add/remove events (invariant 2). */
+    sourceUpdatedAt: tstz('source_updated_at'),
+    /** When a full pass last listed this member; members not seen by a complete full pass are removed. */
+    lastSeenAt: tstz('last_seen_at'),
+    mirroredAt: tstz('mirrored_at').notNull().defaultNow(),
+    mirroredVia: text('mirrored_via').$type<MirrorSource>().notNull(),
+  },
+  (t) => [
+    primaryKey({ columns: [t.groupId, t.subscriberId] }),
+    index('group_members_subscriber_idx').on(t.subscriberId),
+    index('group_members_current_idx').on(t.groupId, t.type).where(sql`${t.removedAt} is null`),
+  ],
+);
+
+export const campaigns = pgTable('campaigns', {
+  id: text('id').primaryKey(),
+  name: text('name'),
+  totalRecipients: integer('total_recipients'),
+  previewUrl: text('preview_url'),
+  /** The campaign `date` from payloads. */
+  date: tstz('date'),
+  sentAt: tstz('sent_at'),
+  mirroredAt: tstz('mirrored_at').notNull().defaultNow(),
+});
+
+export const automations = pgTable('automations', {
+  id: text('id').primaryKey(),
+  name: text('name'),
+  mirroredAt: tstz('mirrored_at').notNull().defaultNow(),
+});
+
+export const subscriberActivity = pgTable(
+  'subscriber_activity',
+  {
+    id: bigserial('id', { mode: 'bigint' }).primaryKey(),
+    kind: text('kind').notNull(),
+    subscriberId: text('subscriber_id'),
+    groupId: text('group_id'),
+    automationId: text('automation_id'),
+    campaignId: text('campaign_id'),
+    linkUrl: text('link_url'),
+    /** Upstream time of the event: deliveries carry no event time, so the subscriber's `updated_at`. */
+    occurredAt: tstz('occurred_at'),
+    deliveryId: bigint('delivery_id', { mode: 'bigint' }),
+    mirroredAt: tstz('mirrored_at').notNull().defaultNow(),
+  },
+  (t) => [
+    // Deliveries carry no event id (invariant 5): the natural key makes a duplicate collapse.
+    unique('subscriber_activity_natural_key')
+      .on(t.kind, t.subscriberId, t.groupId, t.automationId, t.campaignId, t.linkUrl, t.occurredAt)
+      .nullsNotDistinct(),
+    index('subscriber_activity_subscriber_idx').on(t.subscriberId, t.occurredAt),
+    index('subscriber_activity_campaign_idx').on(t.campaignId, t.kind),
+  ],
+);
+
+export const SYNC_RUN_STATUSES = ['running', 'succeeded', 'failed'] as const;
+export type SyncRunStatus = (typeof SYNC_RUN_STATUSES)[number];
+
+export const syncState = pgTable(
+  'sync_state',
+  {
+    groupId: text('group_id').notNull(),
+    type: text('type').notNull(),
+    /** Max upstream `date_updated` committed by an incremental or full pass (invariant 3). */
+    cursor: tstz('cursor'),
+    lastMode: text('last_mode').$type<'incremental' | 'full'>(),
+    lastStatus: text('last_status').$type<SyncRunStatus>(),
+    lastRunStartedAt: tstz('last_run_started_at'),
+    lastRunFinishedAt: tstz('last_run_finished_at'),
+    lastSuccessAt: tstz('last_success_at'),
+    lastError: text('last_error'),
+    /** Rows written (inserted + updated) by the last run. */
+    rowsLastRun: integer('rows_last_run'),
+    rowsSeenLastRun: integer('rows_seen_last_run'),
+    requestsLastRun: integer('requests_last_run'),
+    /** Full pass checkpoint: the offset of the next page to read, null when no full pass is open. */
+    fullOffset: integer('full_offset'),
+    fullStartedAt: tstz('full_started_at'),
+    lastFullCompletedAt: tstz('last_full_completed_at'),
+    /** A page size the service silently caps `limit` to, once detected (DESIGN.md "Facts"). */
+    effectiveLimit: integer('effective_limit'),
+    upstreamCount: integer('upstream_count'),
+    upstreamCountAt: tstz('upstream_count_at'),
+    updatedAt: tstz('updated_at').notNull().defaultNow(),
+  },
+  (t) => [primaryKey({ columns: [t.groupId, t.type] })],
+);
+
+export const DELIVERY_STATUSES = ['pending', 'applied', 'failed', 'ignored'] as const;
+export type DeliveryStatus = (typeof DELIVERY_STATUSES)[number];
+
+export const webhookDeliveries = pgTable(
+  'webhook_deliveries',
+  {
+    id: bigserial('id', { mode: 'bigint' }).primaryKey(),
+    /** SHA-256 (hex) of the raw body: deliveries carry no id, so the body is the dedupe key. */
+    bodySha256: text('body_sha256').notNull().unique('webhook_deliveries_body_sha256_key'),
+    body: jsonb('body').notNull(),
+    kinds: text('kinds').array().notNull().default(sql`'{}'::text[]`),
+    eventCount: integer('event_count').notNull().default(0),
+    endpointId: text('endpoint_id'),
+    status: text('status').$type<DeliveryStatus>().notNull().default('pending'),
+    attempts: integer('attempts').notNull().default(0),
+    error: text('error'),
+    receivedAt: tstz('received_at').notNull().defaultNow(),
+    appliedAt: tstz('applied_at'),
+    updatedAt: tstz('updated_at').notNull().defaultNow(),
+  },
+  (t) => [index('webhook_deliveries_status_idx').on(t.status, t.receivedAt)],
+);
+
+export const webhookEndpoints = pgTable('webhook_endpoints', {
+  /** The service-side webhook id (spec §2.1). */
+  id: text('id').primaryKey(),
+  name: text('name'),
+  url: text('url').notNull(),
+  events: text('events').array().notNull(),
+  enabled: boolean('enabled').notNull().default(true),
+  batchable: boolean('batchable').notNull().default(false),
+  /** Signs deliveries (spec §6.4). Never logged. */
+  secret: text('secret').notNull(),
+  createdAt: tstz('created_at').notNull().defaultNow(),
+  updatedAt: tstz('updated_at').notNull().defaultNow(),
+});

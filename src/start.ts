@@ -1,0 +1,89 @@
+/**
+ * `subscriber-mirror start`: migrate, then run the chosen role until SIGTERM/SIGINT.
+ *
+ * This is (with cli.ts) the only place that reads config and starts things; everything it wires
+ * takes its dependencies as arguments.
+ */
+import { Redis } from 'ioredis';
+import type { Config, Role } from './config.js';
+import { secretsOf } from './config.js';
+import { openDatabase } from './db/client.js';
+import { migrationsPending, runMigrations } from './db/migrate.js';
+import { buildServer, type ReadinessCheck } from './http/server.js';
+import { createLogger, type Logger } from './log.js';
+
+export interface RunningService {
+  logger: Logger;
+  /** Stops everything in order; resolves when closed. */
+  stop(reason: string): Promise<void>;
+  /** The bound HTTP port (useful with PORT=0 in tests). */
+  port: number;
+}
+
+export class StartupError extends Error {
+  override name = 'StartupError';
+}
+
+export async function startService(config: Config, role: Role): Promise<RunningService> {
+  const { logger } = createLogger({ level: config.logLevel, secrets: secretsOf(config) });
+  const log = logger.child({ role });
+
+  try {
+    const { applied } = await runMigrations(config.databaseUrl);
+    log.info({ applied }, 'migrations up to date');
+  } catch (error) {
+    throw new StartupError(`cannot migrate the database: ${describeConnectionError(error)}`);
+  }
+
+  const database = openDatabase(config.databaseUrl, { applicationName: `subscriber-mirror-${role}` });
+  // The HTTP path must fail fast when Redis is down (readiness), unlike BullMQ's blocking connections.
+  const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1, enableOfflineQueue: false, lazyConnect: true });
+  redis.on('error', () => {});
+  redis.connect().catch(() => {});
+
+  const readiness: ReadinessCheck[] = [
+    {
+      name: 'postgres',
+      check: async () => {
+        await database.pool.query('select 1');
+        const pending = await migrationsPending(database.pool);
+        if (pending > 0) throw new Error(`${pending} migration(s) not applied`);
+      },
+    },
+    {
+      name: 'redis',
+      check: async () => {
+        if (redis.status !== 'ready') throw new Error(`redis is ${redis.status}`);
+        await redis.ping();
+      },
+    },
+  ];
+
+  const server = buildServer({ logger: log, readiness });
+  await server.listen({ port: config.port, host: '0.0.0.0' });
+  const address = server.server.address();
+  const port = typeof address === 'object' && address ? address.port : config.port;
+  log.info({ port }, 'service started');
+
+  let stopping: Promise<void> | undefined;
+  const stop = (reason: string) => {
+    stopping ??= (async () => {
+      log.info({ reason }, 'shutting down');
+      await server.close();
+      redis.disconnect();
+      await database.close();
+      log.info('stopped');
+    })();
+    return stopping;
+  };
+
+  return { logger: log, stop, port };
+}
+
+/** Turns pg/network errors into one line without stack, host credentials or internals. */
+export function describeConnectionError(error: unknown): string {
+  const e = error as { message?: string; code?: string; errors?: Array<{ message?: string }> };
+  // AggregateError (both IPv4 and IPv6 refused) has an empty message; its children say why.
+  const message = e.message || e.errors?.map((x) => x.message).join('; ') || String(error);
+  return e.code && !message.includes(e.code) ? `${message} (${e.code})` : message;
+}

@@ -1,0 +1,132 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { inject } from 'vitest';
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+import { runCli } from '../helpers/cli.js';
+
+describe('subscriber-mirror CLI', () => {
+  let database: TestDatabase;
+
+  beforeAll(async () => {
+    database = await createTestDatabase({ migrated: false });
+  });
+
+  afterAll(async () => {
+    await database.drop();
+  });
+
+  it('exits 2 with usage on an unknown command', async () => {
+    const result = await runCli(['frobnicate'], {});
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain('unknown command "frobnicate"');
+    expect(result.stderr).toContain('usage: subscriber-mirror');
+  });
+
+  it('exits 2 with usage on a bad flag', async () => {
+    const result = await runCli(['migrate', '--nope'], {});
+    expect(result.code).toBe(2);
+    expect(result.stderr).toMatch(/Unknown option '--nope'/);
+  });
+
+  it('exits 2 on a bad role', async () => {
+    const result = await runCli(['start', '--role', 'janitor'], {});
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain('--role must be one of all, worker, receiver');
+  });
+
+  it('exits 2 naming every bad variable, without echoing secrets', async () => {
+    const result = await runCli(['start', '--role', 'worker'], {
+      MAILER_API_KEY: 'secret-key-0001',
+      SYNC_EVERY: 'often',
+      PORT: 'eighty',
+    });
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain('SYNC_EVERY: "often" is not a duration');
+    expect(result.stderr).toContain('PORT: "eighty" is not a whole number');
+    expect(result.stderr).toContain('MAILER_LEGACY_URL: required for polling');
+    expect(result.stderr).toContain('SYNC_GROUPS: required for polling');
+    expect(result.stderr).not.toContain('secret-key-0001');
+  });
+
+  it('start with an unreachable DATABASE_URL exits non-zero with one clear line and no stack trace', async () => {
+    const result = await runCli(['start', '--role', 'receiver'], {
+      DATABASE_URL: 'postgres://postgres:pw-not-to-print@127.0.0.1:1/nowhere',
+      PORT: '0',
+    });
+    expect(result.code).toBe(1);
+    const lines = result.stderr.trim().split('\n');
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(/^subscriber-mirror: cannot migrate the database: .*ECONNREFUSED/);
+    expect(result.stderr).not.toMatch(/\n\s+at /);
+    expect(result.stderr + result.stdout).not.toContain('pw-not-to-print');
+  });
+
+  it('start with a missing database exits non-zero with one clear line', async () => {
+    const url = new URL(inject('databaseUrl'));
+    url.pathname = '/sm_no_such_database';
+    const result = await runCli(['start', '--role', 'receiver'], { DATABASE_URL: url.toString(), PORT: '0' });
+    expect(result.code).toBe(1);
+    expect(result.stderr.trim()).toBe(
+      'subscriber-mirror: cannot migrate the database: database "sm_no_such_database" does not exist (3D000)',
+    );
+  });
+
+  it('migrate applies the migrations, then reports the database up to date', async () => {
+    const first = await runCli(['migrate'], { DATABASE_URL: database.url });
+    expect(first.stderr).toBe('');
+    expect(first.code).toBe(0);
+    expect(first.stdout).toMatch(/^applied \d+ migration\(s\)\n$/);
+    const second = await runCli(['migrate'], { DATABASE_URL: database.url });
+    expect(second.code).toBe(0);
+    expect(second.stdout).toBe('database is up to date\n');
+  });
+
+  it('says "not implemented yet" for commands later work adds, instead of pretending', async () => {
+    const result = await runCli(['status'], { DATABASE_URL: database.url });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain('not implemented yet');
+  });
+});
+
+describe('subscriber-mirror start', () => {
+  let database: TestDatabase;
+
+  beforeAll(async () => {
+    database = await createTestDatabase({ migrated: false });
+  });
+
+  afterAll(async () => {
+    await database.drop();
+  });
+
+  it('migrates first, serves /healthz and /readyz, and exits 0 on SIGTERM', async () => {
+    const { spawnCli } = await import('../helpers/cli.js');
+    const child = spawnCli(['start', '--role', 'receiver'], {
+      DATABASE_URL: database.url,
+      REDIS_URL: inject('redisUrl'),
+      PORT: '0',
+    });
+    let stdout = '';
+    const port = await new Promise<number>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`no start line in ${stdout}`)), 30_000);
+      child.stdout?.on('data', (d: Buffer) => {
+        stdout += d.toString();
+        const match = /"port":(\d+).*"msg":"service started"/.exec(stdout);
+        if (match) {
+          clearTimeout(timer);
+          resolve(Number(match[1]));
+        }
+      });
+    });
+    const health = await fetch(`http://127.0.0.1:${port}/healthz`);
+    expect(health.status).toBe(200);
+    const ready = await fetch(`http://127.0.0.1:${port}/readyz`);
+    expect(ready.status).toBe(200);
+    expect(await ready.json()).toMatchObject({ status: 'ready' });
+    const { rows } = await database.pool.query(`select to_regclass('public.subscribers') is not null as present`);
+    expect(rows[0]).toEqual({ present: true });
+
+    const exit = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));
+    child.kill('SIGTERM');
+    expect(await exit).toBe(0);
+  });
+});

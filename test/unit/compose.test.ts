@@ -1,0 +1,63 @@
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { parse } from 'yaml';
+import { ROOT } from '../helpers/cli.js';
+
+interface Service {
+  image?: string;
+  build?: unknown;
+  command?: string[];
+  depends_on?: Record<string, { condition: string }>;
+  healthcheck?: { test: string[] };
+  restart?: string;
+  env_file?: Array<{ path: string }>;
+  environment?: Record<string, string>;
+  volumes?: string[];
+}
+
+// No Docker engine runs here, so the compose file is checked structurally: it must parse and
+// describe the production topology DESIGN.md and the README promise.
+describe('docker-compose.yml', () => {
+  const compose = parse(readFileSync(path.join(ROOT, 'docker-compose.yml'), 'utf8'), { merge: true }) as {
+    services: Record<string, Service>;
+    volumes: Record<string, unknown>;
+  };
+
+  it('runs Postgres 16+ with a volume and a healthcheck', () => {
+    const pg = compose.services.postgres!;
+    expect(Number(/postgres:(\d+)/.exec(pg.image ?? '')?.[1])).toBeGreaterThanOrEqual(16);
+    expect(pg.volumes?.some((v) => v.endsWith(':/var/lib/postgresql/data'))).toBe(true);
+    expect(pg.healthcheck?.test.join(' ')).toContain('pg_isready');
+  });
+
+  it('runs Redis 7+ with a healthcheck', () => {
+    const redis = compose.services.redis!;
+    expect(Number(/redis:(\d+)/.exec(redis.image ?? '')?.[1])).toBeGreaterThanOrEqual(7);
+    expect(redis.healthcheck?.test.join(' ')).toContain('ping');
+  });
+
+  it('builds the worker from this repo, after healthy dependencies, with a restart policy and .env', () => {
+    const worker = compose.services.worker!;
+    expect(worker.build).toBe('.');
+    expect(worker.depends_on).toEqual({
+      postgres: { condition: 'service_healthy' },
+      redis: { condition: 'service_healthy' },
+    });
+    expect(worker.restart).toBe('unless-stopped');
+    expect(worker.env_file?.[0]?.path).toBe('.env');
+    expect(worker.environment?.DATABASE_URL).toMatch(/^postgres:\/\/.*@postgres:5432\//);
+    expect(worker.environment?.REDIS_URL).toBe('redis://redis:6379');
+    expect(worker.command?.[0]).toBe('start');
+  });
+
+  it('declares the volumes it uses', () => {
+    expect(Object.keys(compose.volumes).sort()).toEqual(['pgdata', 'redisdata']);
+  });
+
+  it('has a Dockerfile whose entrypoint is the CLI', () => {
+    const dockerfile = readFileSync(path.join(ROOT, 'Dockerfile'), 'utf8');
+    expect(dockerfile).toMatch(/ENTRYPOINT \["node", "--enable-source-maps", "dist\/cli\.js"\]/);
+    expect(dockerfile).toMatch(/COPY drizzle \.\/drizzle/);
+  });
+});

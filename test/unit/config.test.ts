@@ -1,0 +1,165 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig, needsForRole, parseDuration, secretsOf } from '../../src/config.js';
+
+const POLL_ENV = {
+  MAILER_LEGACY_URL: 'https://legacy.example.com/',
+  MAILER_API_KEY: 'k-123456789',
+  SYNC_GROUPS: '111, 222,111',
+};
+
+function problemsOf(env: Record<string, string>, needs: Parameters<typeof loadConfig>[1] = []): string[] {
+  try {
+    loadConfig(env, needs);
+  } catch (error) {
+    expect(error).toBeInstanceOf(ConfigError);
+    return (error as ConfigError).problems;
+  }
+  throw new Error('expected a ConfigError');
+}
+
+describe('parseDuration', () => {
+  it.each([
+    ['250ms', 250],
+    ['30s', 30_000],
+    ['5m', 300_000],
+    ['24h', 86_400_000],
+    ['1d', 86_400_000],
+  ])('parses %s', (text, ms) => {
+    expect(parseDuration(text)).toBe(ms);
+  });
+
+  it.each(['5', '5 minutes', '-5m', '1.5h', 'm', '', '5M'])('rejects %j', (text) => {
+    expect(() => parseDuration(text)).toThrow(/not a duration/);
+  });
+});
+
+describe('loadConfig', () => {
+  it('applies the documented defaults', () => {
+    const config = loadConfig({});
+    expect(config.databaseUrl).toBe('postgres://postgres@127.0.0.1:5432/postgres');
+    expect(config.redisUrl).toBe('redis://127.0.0.1:6379');
+    expect(config.legacy.apiKeyHeader).toBe('X-Service-ApiKey');
+    expect(config.legacy.sourceTimezone).toBe('UTC');
+    expect(config.sync).toEqual({
+      groups: [],
+      types: ['active', 'unsubscribed', 'bounced', 'junk', 'unconfirmed'],
+      everyMs: 300_000,
+      lookbackMs: 86_400_000,
+      reconcileEveryMs: 86_400_000,
+      pageSize: 1000,
+    });
+    expect(config.apiRateLimit).toBe(60);
+    expect(config.webhookSecrets).toEqual([]);
+    expect(config.port).toBe(8080);
+    expect(config.webhookPath).toBe('/webhooks');
+    expect(config.adminToken).toBeUndefined();
+    expect(config.logLevel).toBe('info');
+  });
+
+  it('parses every documented form', () => {
+    const config = loadConfig(
+      {
+        ...POLL_ENV,
+        DATABASE_URL: 'postgresql://u:p@db:5432/mirror',
+        REDIS_URL: 'rediss://cache:6380',
+        MAILER_API_KEY_HEADER: 'X-MailerLite-ApiKey',
+        MAILER_SOURCE_TZ: 'Europe/Vilnius',
+        MAILER_WEBHOOKS_URL: 'https://connect.example.com',
+        MAILER_WEBHOOKS_TOKEN: 'tok-abcdef',
+        SYNC_TYPES: 'active,bounced',
+        SYNC_EVERY: '30s',
+        SYNC_LOOKBACK: '2d',
+        RECONCILE_EVERY: '12h',
+        SYNC_PAGE_SIZE: '500',
+        API_RATE_LIMIT: '120',
+        WEBHOOK_SECRETS: 'old-secret, new-secret',
+        PORT: '9090',
+        WEBHOOK_PATH: '/hooks/mailer',
+        ADMIN_TOKEN: 'a'.repeat(32),
+        LOG_LEVEL: 'debug',
+      },
+      ['poll', 'receive', 'manage-webhooks'],
+    );
+    expect(config.legacy.url).toBe('https://legacy.example.com');
+    expect(config.sync.groups).toEqual(['111', '222']);
+    expect(config.sync.types).toEqual(['active', 'bounced']);
+    expect(config.sync.everyMs).toBe(30_000);
+    expect(config.sync.lookbackMs).toBe(2 * 86_400_000);
+    expect(config.sync.reconcileEveryMs).toBe(12 * 3_600_000);
+    expect(config.sync.pageSize).toBe(500);
+    expect(config.apiRateLimit).toBe(120);
+    expect(config.webhookSecrets).toEqual(['old-secret', 'new-secret']);
+    expect(config.port).toBe(9090);
+    expect(config.webhookPath).toBe('/hooks/mailer');
+    expect(config.legacy.sourceTimezone).toBe('Europe/Vilnius');
+    expect(config.webhooksApi).toEqual({ url: 'https://connect.example.com', token: 'tok-abcdef' });
+    expect(config.logLevel).toBe('debug');
+  });
+
+  it.each([
+    ['DATABASE_URL', 'mysql://x', /DATABASE_URL: must be a URL like postgres/],
+    ['REDIS_URL', 'localhost:6379', /REDIS_URL: must be a URL like redis/],
+    ['MAILER_LEGACY_URL', 'ftp://x', /MAILER_LEGACY_URL: must be an http\(s\) URL/],
+    ['MAILER_API_KEY_HEADER', 'X Bad Header', /MAILER_API_KEY_HEADER: must be an HTTP header name/],
+    ['MAILER_SOURCE_TZ', 'Mars/Olympus', /MAILER_SOURCE_TZ: must be an IANA timezone/],
+    ['MAILER_WEBHOOKS_URL', 'not a url', /MAILER_WEBHOOKS_URL: must be an http\(s\) URL/],
+    ['SYNC_GROUPS', '12,abc', /SYNC_GROUPS: group ids must be numeric, got "abc"/],
+    ['SYNC_TYPES', 'active,spam', /SYNC_TYPES: unknown type "spam"/],
+    ['SYNC_EVERY', '5', /SYNC_EVERY: "5" is not a duration/],
+    ['SYNC_EVERY', '10ms', /SYNC_EVERY: "10ms" is shorter than 1s/],
+    ['SYNC_LOOKBACK', 'yesterday', /SYNC_LOOKBACK: "yesterday" is not a duration/],
+    ['RECONCILE_EVERY', '1w', /RECONCILE_EVERY: "1w" is not a duration/],
+    ['SYNC_PAGE_SIZE', '0', /SYNC_PAGE_SIZE: 0 is outside 1\.\.10000/],
+    ['SYNC_PAGE_SIZE', 'lots', /SYNC_PAGE_SIZE: "lots" is not a whole number/],
+    ['API_RATE_LIMIT', '-1', /API_RATE_LIMIT: "-1" is not a whole number/],
+    ['PORT', '70000', /PORT: 70000 is outside 0\.\.65535/],
+    ['WEBHOOK_PATH', 'webhooks', /WEBHOOK_PATH: must be a path starting with \//],
+    ['ADMIN_TOKEN', 'short', /ADMIN_TOKEN: must be at least 16 characters/],
+    ['LOG_LEVEL', 'verbose', /LOG_LEVEL: /],
+  ])('rejects a bad %s (%s) with a message naming it', (name, value, pattern) => {
+    const problems = problemsOf({ [name]: value });
+    expect(problems).toHaveLength(1);
+    expect(problems[0]).toMatch(pattern);
+  });
+
+  it('names every bad variable in one error', () => {
+    const problems = problemsOf({ SYNC_EVERY: 'soon', PORT: 'x', SYNC_TYPES: 'nope' });
+    expect(problems.map((p) => p.split(':')[0]).sort()).toEqual(['PORT', 'SYNC_EVERY', 'SYNC_TYPES']);
+  });
+
+  it('requires the legacy URL, key and groups for polling only', () => {
+    const problems = problemsOf({}, needsForRole('worker'));
+    expect(problems).toEqual([
+      'MAILER_LEGACY_URL: required for polling',
+      'MAILER_API_KEY: required for polling',
+      'SYNC_GROUPS: required for polling',
+    ]);
+    expect(() => loadConfig({}, needsForRole('receiver'))).not.toThrow();
+    expect(() => loadConfig(POLL_ENV, needsForRole('all'))).not.toThrow();
+  });
+
+  it('requires the management URL and token for webhooks commands', () => {
+    expect(problemsOf({}, ['manage-webhooks'])).toEqual([
+      'MAILER_WEBHOOKS_URL: required for webhooks commands',
+      'MAILER_WEBHOOKS_TOKEN: required for webhooks commands',
+    ]);
+  });
+
+  it('never echoes secret values in its messages', () => {
+    const error = (() => {
+      try {
+        loadConfig({ MAILER_API_KEY: 'supersecretkey', ADMIN_TOKEN: 'tiny-secret', SYNC_EVERY: 'x' });
+      } catch (e) {
+        return e as Error;
+      }
+      throw new Error('expected failure');
+    })();
+    expect(error.message).not.toContain('supersecretkey');
+    expect(error.message).not.toContain('tiny-secret');
+  });
+
+  it('lists secrets for redaction', () => {
+    const config = loadConfig({ ...POLL_ENV, WEBHOOK_SECRETS: 'whsec-1', MAILER_WEBHOOKS_TOKEN: 'tok-2' });
+    expect(secretsOf(config).sort()).toEqual(['k-123456789', 'tok-2', 'whsec-1']);
+  });
+});

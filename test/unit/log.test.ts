@@ -1,0 +1,48 @@
+import { Writable } from 'node:stream';
+import { describe, expect, it } from 'vitest';
+import { createLogger, createScrubber, REDACTED } from '../../src/log.js';
+
+function capture() {
+  const lines: string[] = [];
+  const destination = new Writable({
+    write(chunk: Buffer, _encoding, callback) {
+      lines.push(...chunk.toString('utf8').split('\n').filter(Boolean));
+      callback();
+    },
+  });
+  return { lines, destination };
+}
+
+describe('logger redaction', () => {
+  const apiKey = 'live-api-key-9f8e7d';
+  const token = 'bearer-token-123456';
+  const secret = 'whsec-abcdef123456';
+
+  it('redacts secret fields, secret values inside strings and errors, and URL passwords', () => {
+    const { lines, destination } = capture();
+    const { logger } = createLogger({ secrets: [apiKey, token, secret], destination, level: 'debug' });
+    logger.info({ apiKey, headers: { authorization: `Bearer ${token}`, signature: 'abc123', 'x-service-apikey': apiKey } }, 'request');
+    logger.info({ webhook: { id: '1', secret } }, 'registered');
+    logger.warn(`upstream said: key ${apiKey} is invalid`);
+    logger.error({ err: new Error(`failed with token ${token}`) }, 'boom');
+    logger.info({ url: 'postgres://mirror:hunter2pass@db:5432/x' }, 'connecting');
+    logger.info({ nested: { deeper: { note: `secret is ${secret}` } } }, 'nested');
+
+    const output = lines.join('\n');
+    for (const value of [apiKey, token, secret, 'hunter2pass', 'abc123']) {
+      expect(output).not.toContain(value);
+    }
+    expect(output).toContain(REDACTED);
+    expect(lines).toHaveLength(6);
+    const parsed = lines.map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(parsed[2]?.msg).toBe(`upstream said: key ${REDACTED} is invalid`);
+    expect(JSON.stringify(parsed[3])).toContain('failed with token');
+    expect(parsed[4]?.url).toBe(`postgres://mirror:${REDACTED}@db:5432/x`);
+  });
+
+  it('scrubs secrets added after creation', () => {
+    const scrub = createScrubber();
+    scrub.add('later-secret');
+    expect(scrub('a later-secret b later-secret')).toBe(`a ${REDACTED} b ${REDACTED}`);
+  });
+});

@@ -1,0 +1,15 @@
+import { defineConfig } from 'vitest/config';
+
+export default defineConfig({
+  test: {
+    include: ['test/unit/**/*.test.ts', 'test/integration/**/*.test.ts'],
+    globalSetup: ['test/helpers/global-setup.ts'],
+    // Integration files each get their own database and BullMQ prefix, so files run in parallel.
+    fileParallelism: true,
+    maxWorkers: 4,
+    testTimeout: 60_000,
+    hookTimeout: 120_000,
+    teardownTimeout: 30_000,
+    reporters: ['default'],
+  },
+});
