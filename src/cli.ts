@@ -96,7 +96,12 @@ const COMMANDS: Record<string, Handler> = {
   backfill: notImplemented('backfill'),
   status: notImplemented('status'),
   webhooks: notImplemented('webhooks'),
-  simulator: notImplemented('simulator'),
+  simulator: async (args) => {
+    // Loaded on demand: the service itself never needs the simulator's code.
+    const { runSimulatorCli } = await import('./simulator/cli.js');
+    await runSimulatorCli(args);
+    return 0;
+  },
   help: async () => {
     process.stdout.write(`${USAGE}\n`);
     return 0;
@@ -115,8 +120,13 @@ export async function main(argv: string[]): Promise<number> {
     if (!handler) throw new UsageError(`unknown command "${command}"`);
     return await handler(rest);
   } catch (error) {
-    if (error instanceof UsageError || (error as Error).name === 'UsageError') {
-      process.stderr.write(`subscriber-mirror: ${(error as Error).message}\n\n${USAGE}\n`);
+    if (error instanceof UsageError) {
+      process.stderr.write(`subscriber-mirror: ${error.message}\n\n${USAGE}\n`);
+      return 2;
+    }
+    if ((error as Error).name === 'UsageError') {
+      // A subcommand's own usage error already explains its options.
+      process.stderr.write(`subscriber-mirror: ${(error as Error).message}\n`);
       return 2;
     }
     if (error instanceof ConfigError) {

@@ -1,0 +1,144 @@
+/**
+ * Random mutations, applied continuously at a rate (demos, soak tests) or on demand (`step`).
+ * The mix leans on field updates and status changes, the things a mirror most often has to follow.
+ */
+import { mulberry32, pickWeighted } from './prng.js';
+import type { Rng } from './prng.js';
+import { FIELD_KEYS } from './kinds.js';
+import type { World } from './world.js';
+
+export type MutationName =
+  | 'create'
+  | 'updateFields'
+  | 'unsubscribe'
+  | 'bounce'
+  | 'markJunk'
+  | 'markUnconfirmed'
+  | 'activate'
+  | 'addToGroup'
+  | 'removeFromGroup'
+  | 'delete'
+  | 'forget'
+  | 'triggerAutomation'
+  | 'completeAutomation'
+  | 'sendCampaign'
+  | 'open'
+  | 'click';
+
+interface MutationSpec {
+  readonly name: MutationName;
+  readonly weight: number;
+  /** Applies the mutation to a random live subscriber `id`. */
+  readonly apply: (world: World, id: string, rng: Rng) => void;
+}
+
+const MUTATIONS: readonly MutationSpec[] = [
+  { name: 'create', weight: 10, apply: (w, _id, rng) => void w.createSubscriber({ groups: [w.randomGroupId(rng) ?? ''].filter(Boolean) }) },
+  { name: 'updateFields', weight: 28, apply: (w, id, rng) => void w.updateFields(id, randomFieldPatch(rng)) },
+  { name: 'unsubscribe', weight: 8, apply: (w, id) => void w.unsubscribe(id) },
+  { name: 'bounce', weight: 3, apply: (w, id) => void w.bounce(id) },
+  { name: 'markJunk', weight: 2, apply: (w, id) => void w.markJunk(id) },
+  { name: 'markUnconfirmed', weight: 2, apply: (w, id) => void w.markUnconfirmed(id) },
+  { name: 'activate', weight: 8, apply: (w, id) => void w.activate(id) },
+  { name: 'addToGroup', weight: 8, apply: (w, id, rng) => void w.addToGroup(id, w.randomGroupId(rng) ?? '') },
+  { name: 'removeFromGroup', weight: 5, apply: (w, id, rng) => void w.removeFromGroup(id, w.randomGroupId(rng) ?? '') },
+  { name: 'delete', weight: 2, apply: (w, id) => void w.deleteSubscriber(id) },
+  { name: 'forget', weight: 1, apply: (w, id) => void w.forget(id) },
+  { name: 'triggerAutomation', weight: 6, apply: (w, id, rng) => void w.triggerAutomation(id, randomAutomation(w, rng)) },
+  { name: 'completeAutomation', weight: 4, apply: (w, id, rng) => void w.completeAutomation(id, randomAutomation(w, rng)) },
+  { name: 'sendCampaign', weight: 0.5, apply: (w, _id, rng) => void w.sendCampaign({ groupIds: [w.randomGroupId(rng) ?? ''] }) },
+  { name: 'open', weight: 5, apply: (w, id) => void w.open(id) },
+  { name: 'click', weight: 4, apply: (w, id, rng) => void w.click(id, { url: `https://example.com/p/${Math.floor(rng() * 20)}` }) },
+];
+const WEIGHTS = MUTATIONS.map((m) => m.weight);
+
+function randomFieldPatch(rng: Rng): Record<string, string> {
+  const key = FIELD_KEYS[Math.floor(rng() * FIELD_KEYS.length)] ?? 'name';
+  return { [key]: `${key}-${Math.floor(rng() * 1_000_000)}` };
+}
+
+function randomAutomation(world: World, rng: Rng): string | undefined {
+  const list = world.automations();
+  return list[Math.floor(rng() * list.length)]?.id;
+}
+
+/** Applies one random mutation and returns its name. */
+export function randomMutation(world: World, rng: Rng): MutationName {
+  const spec = MUTATIONS[pickWeighted(rng, WEIGHTS)] ?? MUTATIONS[0];
+  const id = world.randomLiveId(rng);
+  if (!spec || (id === undefined && spec.name !== 'create')) {
+    world.createSubscriber({ groups: world.groupIds().slice(0, 1) });
+    return 'create';
+  }
+  try {
+    spec.apply(world, id ?? '', rng);
+  } catch (error) {
+    // Only a world without groups, automations or campaigns ends up here: skip that mutation.
+    if (!(error instanceof RangeError)) throw error;
+  }
+  return spec.name;
+}
+
+const TICK_MS = 50;
+
+export class Churn {
+  private readonly rng: Rng;
+  private timer: NodeJS.Timeout | undefined;
+  private perSecond = 0;
+  private due = 0;
+  private lastTick = 0;
+  private count = 0;
+
+  constructor(
+    private readonly world: World,
+    seed: number,
+  ) {
+    this.rng = mulberry32(seed ^ 0xc4a2);
+  }
+
+  /** Mutations applied so far (by the timer and by step). */
+  get applied(): number {
+    return this.count;
+  }
+
+  get rate(): number {
+    return this.perSecond;
+  }
+
+  /** Mutations per second of wall time; 0 stops. */
+  setRate(perSecond: number): void {
+    if (!(perSecond >= 0)) throw new RangeError(`churn must be >= 0 mutations per second, got ${perSecond}`);
+    this.perSecond = perSecond;
+    if (perSecond === 0) {
+      this.stop();
+      return;
+    }
+    if (this.timer) return;
+    this.lastTick = performance.now();
+    this.timer = setInterval(() => this.tick(), TICK_MS);
+    this.timer.unref();
+  }
+
+  /** Applies `n` random mutations now; returns their names. */
+  step(n = 1): MutationName[] {
+    const names: MutationName[] = [];
+    for (let i = 0; i < n; i++) names.push(randomMutation(this.world, this.rng));
+    this.count += n;
+    return names;
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
+    this.due = 0;
+  }
+
+  private tick(): void {
+    const now = performance.now();
+    this.due += ((now - this.lastTick) / 1000) * this.perSecond;
+    this.lastTick = now;
+    const n = Math.floor(this.due);
+    this.due -= n;
+    if (n > 0) this.step(n);
+  }
+}

@@ -1,0 +1,223 @@
+/**
+ * The mailing-service simulator (issue #3): a faithful fake of the legacy group-subscriber API, the
+ * webhook management API and webhook delivery, over an in-memory world tests can seed and mutate.
+ *
+ *   const sim = await startSimulator({ subscribers: 10_000, groups: 3, largeIds: true, timeScale: 0.001 });
+ *   // legacy: `${sim.url}/api/v2/groups/:id/subscribers` with header `X-Service-ApiKey: sim-key`
+ *   // management: `${sim.url}/api/webhooks` with `Authorization: Bearer sim-token`
+ *   sim.world.unsubscribe(id); await sim.deliveries.settle(5_000); await sim.close();
+ */
+import { Churn } from './churn.js';
+import { Deliveries } from './deliveries.js';
+import { Faults } from './faults.js';
+import type { FaultSettings } from './faults.js';
+import { isBoundary } from './filters.js';
+import type { Boundary } from './filters.js';
+import { RateLimiter } from './rate-limit.js';
+import type { RateLimitMode } from './rate-limit.js';
+import { RequestLog } from './requests.js';
+import type { RequestFilter, RequestRecord } from './requests.js';
+import { buildServer } from './server.js';
+import type { RateLimitScope } from './server.js';
+import { WebhookRegistry } from './webhooks.js';
+import type { WebhookInput } from './webhooks.js';
+import { World, defaultClock } from './world.js';
+import type { WorldOptions } from './world.js';
+
+export interface SimulatorOptions extends WorldOptions {
+  /** Listening port (default 0: a free port). */
+  port?: number;
+  /** Listening address (default 127.0.0.1). */
+  host?: string;
+  /** Legacy API key (default `sim-key`). */
+  apiKey?: string;
+  /** Header carrying it (default `X-Service-ApiKey`). */
+  apiKeyHeader?: string;
+  /** Bearer token of the webhook management API (default `sim-token`). */
+  webhooksToken?: string;
+  /** How `filters[...][$gt]=D` meets stored times (default midnight). */
+  boundary?: Boundary;
+  /** Silently cap legacy pages at this many rows whatever `limit` asks (default none). */
+  pageCap?: number | null;
+  /** Order legacy lists by updated_at so updated rows move between pages (default false: hash order). */
+  shiftingOrder?: boolean;
+  /** Legacy requests per window per endpoint (default 60), or false for no limit. */
+  rateLimit?: number | false;
+  /** fixed (default) or sliding window. */
+  rateLimitMode?: RateLimitMode;
+  /** `endpoint` (default: one budget per route) or `global` (one budget for all legacy routes). */
+  rateLimitScope?: RateLimitScope;
+  /** Rate-limit window in real ms (default 60 000 × timeScale). */
+  rateLimitWindowMs?: number;
+  /** Multiplies every service-side delay: batch interval, retry delays, rate-limit window (default 1). */
+  timeScale?: number;
+  /** Batch flush interval in real ms (default 60 000 × timeScale). */
+  batchIntervalMs?: number;
+  /** Most items in one batched body (default 100). */
+  batchMaxEvents?: number;
+  /** Per-attempt delivery timeout in real ms (default 3 000, not scaled). */
+  deliveryTimeoutMs?: number;
+  /** Retry delays in real ms (default 10 000, 100 000, 1 000 000 × timeScale). */
+  retryDelaysMs?: readonly number[];
+  /** Delivery requests in flight at once (default 8). */
+  deliveryConcurrency?: number;
+  /** Delivery attempts kept in `deliveries.attempts` (default 50 000). */
+  deliveryLogLimit?: number;
+  /** Random mutations per second of wall time (default 0). */
+  churn?: number;
+  /** Faults active from the start (default none). */
+  faults?: FaultSettings;
+  /** Webhooks registered before the server starts. */
+  webhooks?: readonly WebhookInput[];
+  /** Fastify request logging (default false). */
+  logger?: boolean;
+}
+
+export interface Simulator {
+  /** Base URL, e.g. http://127.0.0.1:40123 (legacy under /api/v2, management under /api/webhooks). */
+  readonly url: string;
+  readonly port: number;
+  readonly apiKey: string;
+  readonly apiKeyHeader: string;
+  readonly webhooksToken: string;
+  readonly accountId: number;
+  readonly world: World;
+  readonly webhooks: WebhookRegistry;
+  readonly deliveries: Deliveries;
+  /** Every request received, in arrival order (live array). */
+  readonly requests: readonly RequestRecord[];
+  /** Most requests (legacy ones unless a filter is given) in any window of windowMs. */
+  maxRequestsInAnyWindow(windowMs: number, filter?: RequestFilter): number;
+  clearRequests(): void;
+  readonly faults: Faults;
+  readonly churn: Churn;
+  /** The effective rate limit, or null when disabled. */
+  readonly rateLimit: { limit: number; windowMs: number; mode: RateLimitMode; scope: RateLimitScope } | null;
+  /** Stops churn, timers and the server; waits for deliveries in flight. */
+  close(): Promise<void>;
+}
+
+const MINUTE_MS = 60_000;
+const RETRY_DELAYS_S = [10, 100, 1000];
+
+export async function startSimulator(options: SimulatorOptions = {}): Promise<Simulator> {
+  const timeScale = positive(options.timeScale ?? 1, 'timeScale');
+  const boundary = options.boundary ?? 'midnight';
+  if (!isBoundary(boundary)) throw new RangeError(`boundary must be midnight or whole-day, got ${String(boundary)}`);
+  const clock = options.clock ?? defaultClock;
+  const seed = options.seed ?? 1;
+  const world = new World({ ...options, clock, seed });
+  const registry = new WebhookRegistry({ clock });
+  for (const input of options.webhooks ?? []) registry.register(input);
+  const deliveries = new Deliveries(registry, {
+    accountId: world.accountId,
+    timeoutMs: positive(options.deliveryTimeoutMs ?? 3000, 'deliveryTimeoutMs'),
+    retryDelaysMs: options.retryDelaysMs ?? RETRY_DELAYS_S.map((s) => s * 1000 * timeScale),
+    batchIntervalMs: positive(options.batchIntervalMs ?? MINUTE_MS * timeScale, 'batchIntervalMs'),
+    batchMaxEvents: positive(options.batchMaxEvents ?? 100, 'batchMaxEvents'),
+    concurrency: positive(options.deliveryConcurrency ?? 8, 'deliveryConcurrency'),
+    logLimit: options.deliveryLogLimit ?? 50_000,
+  });
+  const stopListening = world.onEvent((event) => deliveries.handle(event));
+  const limiter =
+    options.rateLimit === false
+      ? null
+      : new RateLimiter(
+          options.rateLimit ?? 60,
+          options.rateLimitWindowMs ?? MINUTE_MS * timeScale,
+          options.rateLimitMode ?? 'fixed',
+        );
+  const rateLimitScope = options.rateLimitScope ?? 'endpoint';
+  const requests = new RequestLog();
+  const faults = new Faults(seed, options.faults);
+  const apiKeyHeader = options.apiKeyHeader ?? 'X-Service-ApiKey';
+  const apiKey = options.apiKey ?? 'sim-key';
+  const webhooksToken = options.webhooksToken ?? 'sim-token';
+  const app = buildServer({
+    world,
+    registry,
+    requests,
+    faults,
+    limiter,
+    rateLimitScope,
+    apiKey,
+    apiKeyHeader,
+    webhooksToken,
+    boundary,
+    pageCap: options.pageCap ?? null,
+    shiftingOrder: options.shiftingOrder ?? false,
+    logger: options.logger ?? false,
+  });
+  const host = options.host ?? '127.0.0.1';
+  await app.listen({ port: options.port ?? 0, host });
+  const address = app.server.address();
+  const port = typeof address === 'object' && address !== null ? address.port : (options.port ?? 0);
+  deliveries.start();
+  const churn = new Churn(world, seed);
+  if (options.churn) churn.setRate(options.churn);
+
+  let closing: Promise<void> | undefined;
+  return {
+    url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
+    port,
+    apiKey,
+    apiKeyHeader,
+    webhooksToken,
+    accountId: world.accountId,
+    world,
+    webhooks: registry,
+    deliveries,
+    requests: requests.records,
+    maxRequestsInAnyWindow: (windowMs, filter) => requests.maxInAnyWindow(windowMs, filter),
+    clearRequests: () => requests.clear(),
+    faults,
+    churn,
+    rateLimit: limiter ? { limit: limiter.limit, windowMs: limiter.windowMs, mode: limiter.mode, scope: rateLimitScope } : null,
+    close(): Promise<void> {
+      closing ??= (async () => {
+        churn.stop();
+        stopListening();
+        await deliveries.close();
+        await app.close();
+      })();
+      return closing;
+    },
+  };
+}
+
+function positive(value: number, name: string): number {
+  if (!(typeof value === 'number' && value > 0 && Number.isFinite(value))) {
+    throw new RangeError(`${name} must be a positive number, got ${String(value)}`);
+  }
+  return value;
+}
+
+export { World } from './world.js';
+export type { WorldOptions, SubscriberView, CreateSubscriberInput, SendCampaignInput, Membership } from './world.js';
+export { sign } from './deliveries.js';
+export type { Deliveries, DeliveryAttempt, PendingCounts } from './deliveries.js';
+export type { Faults, FaultSettings } from './faults.js';
+export type { Churn, MutationName } from './churn.js';
+export type { RequestRecord, RequestFilter } from './requests.js';
+export type { WebhookRegistry, Webhook, WebhookInput, PageEnvelope } from './webhooks.js';
+export type { Boundary } from './filters.js';
+export {
+  ALL_EVENT_KINDS,
+  BATCH_ONLY_KINDS,
+  EVENT_KINDS,
+  FIELD_KEYS,
+  SUBSCRIBER_TYPES,
+} from './kinds.js';
+export type {
+  EventKind,
+  SubscriberType,
+  WebhookSubscriber,
+  LegacySubscriber,
+  LegacyField,
+  SubscriberFields,
+  GroupInfo,
+  AutomationInfo,
+  CampaignInfo,
+  WorldEvent,
+} from './kinds.js';
+export { isoMicros, parseIsoMicros, formatLocalDateTime, parseZone } from './time.js';

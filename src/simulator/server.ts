@@ -1,0 +1,310 @@
+/**
+ * HTTP face of the simulator: the legacy `/api/v2` group-subscriber reads and the `/api/webhooks`
+ * management endpoints, with the service's auth, rate limit, CORS preflight and error shapes, plus
+ * injected faults. Every request is logged before anything else happens to it.
+ */
+import { STATUS_CODES } from 'node:http';
+import type { IncomingMessage } from 'node:http';
+import Fastify from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { QueryError, compileFilters, parseListQuery } from './filters.js';
+import type { Boundary } from './filters.js';
+import { HTML_ERROR_PAGE } from './faults.js';
+import type { FaultDecision, Faults } from './faults.js';
+import { SUBSCRIBER_TYPES, isSubscriberType } from './kinds.js';
+import type { SubscriberType } from './kinds.js';
+import { rateLimitHeaders } from './rate-limit.js';
+import type { RateLimiter } from './rate-limit.js';
+import { legacyArrayJson } from './render.js';
+import type { RequestApi, RequestLog, RequestRecord } from './requests.js';
+import { VALIDATION_MESSAGE, pageEnvelope } from './webhooks.js';
+import type { WebhookRegistry, WebhookResult } from './webhooks.js';
+import type { World } from './world.js';
+
+export type RateLimitScope = 'endpoint' | 'global';
+
+export interface ServerConfig {
+  world: World;
+  registry: WebhookRegistry;
+  requests: RequestLog;
+  faults: Faults;
+  /** null disables the rate limit. */
+  limiter: RateLimiter | null;
+  rateLimitScope: RateLimitScope;
+  apiKey: string;
+  apiKeyHeader: string;
+  webhooksToken: string;
+  boundary: Boundary;
+  pageCap: number | null;
+  shiftingOrder: boolean;
+  logger: boolean;
+}
+
+export const LEGACY_PREFIX = '/api/v2';
+export const WEBHOOKS_PREFIX = '/api/webhooks';
+
+const ROUTES = {
+  list: `${LEGACY_PREFIX}/groups/:groupId/subscribers`,
+  count: `${LEGACY_PREFIX}/groups/:groupId/subscribers/count`,
+  typed: `${LEGACY_PREFIX}/groups/:groupId/subscribers/:type`,
+  typedCount: `${LEGACY_PREFIX}/groups/:groupId/subscribers/:type/count`,
+  webhooks: WEBHOOKS_PREFIX,
+  webhook: `${WEBHOOKS_PREFIX}/:webhookId`,
+} as const;
+
+/** Spec §5.2: the preflight answers, but without the key header, so browsers cannot send it. */
+const PREFLIGHT_HEADERS = {
+  'Access-Control-Allow-Origin': '*',
+  'Access-Control-Allow-Methods': 'GET, POST, PUT, DELETE, OPTIONS',
+  'Access-Control-Allow-Headers': 'Accept, Authorization, Content-Type, X-Requested-With',
+  'Access-Control-Max-Age': '86400',
+};
+
+const JSON_TYPE = 'application/json; charset=utf-8';
+
+type GroupParams = { groupId: string };
+type TypedParams = { groupId: string; type: string };
+type WebhookParams = { webhookId: string };
+
+export function buildServer(config: ServerConfig): FastifyInstance {
+  const app = Fastify({ logger: config.logger });
+  const records = new WeakMap<IncomingMessage, RequestRecord>();
+  installLenientJsonParser(app);
+
+  app.addHook('onRequest', async (request, reply) => {
+    const record = config.requests.add({
+      at: performance.timeOrigin + performance.now(),
+      method: request.method,
+      url: request.url,
+      route: request.routeOptions.url ?? null,
+      api: classify(request),
+      status: 0,
+      durationMs: 0,
+      fault: null,
+    });
+    records.set(request.raw, record);
+    if (record.api === 'legacy') return legacyGate(config, request, reply, record);
+    if (record.api === 'webhooks') return webhooksGate(config, request, reply, record);
+    return undefined;
+  });
+  app.addHook('onResponse', async (request, reply) => {
+    const record = records.get(request.raw);
+    if (!record) return;
+    record.status = reply.statusCode;
+    record.durationMs = performance.timeOrigin + performance.now() - record.at;
+  });
+
+  app.options(`${LEGACY_PREFIX}/*`, preflight);
+  app.options(`${WEBHOOKS_PREFIX}`, preflight);
+  app.options(`${WEBHOOKS_PREFIX}/*`, preflight);
+  registerLegacyRoutes(app, config);
+  registerWebhookRoutes(app, config);
+  return app;
+}
+
+function classify(request: FastifyRequest): RequestApi {
+  const path = request.url.split('?', 1)[0] ?? '';
+  if (request.method === 'OPTIONS') return 'preflight';
+  if (path === LEGACY_PREFIX || path.startsWith(`${LEGACY_PREFIX}/`)) return 'legacy';
+  if (path === WEBHOOKS_PREFIX || path.startsWith(`${WEBHOOKS_PREFIX}/`)) return 'webhooks';
+  return 'other';
+}
+
+async function preflight(_request: FastifyRequest, reply: FastifyReply): Promise<void> {
+  await reply.code(204).headers(PREFLIGHT_HEADERS).send();
+}
+
+/**
+ * Real Laravel reads an empty or malformed JSON body as "no input" (then answers 422), and clients
+ * send `Content-Type: application/json` even on DELETE; Fastify's stock parser would answer 400.
+ */
+function installLenientJsonParser(app: FastifyInstance): void {
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (_request, body, done) => {
+    const text = typeof body === 'string' ? body : body.toString('utf8');
+    if (text.trim() === '') {
+      done(null, undefined);
+      return;
+    }
+    try {
+      done(null, JSON.parse(text) as unknown);
+    } catch {
+      done(null, undefined);
+    }
+  });
+}
+
+// ------------------------------------------------------------------ gates (auth, limits, faults)
+
+function legacyError(code: number, message: string): string {
+  return JSON.stringify({ error: { code, message } });
+}
+
+async function legacyGate(
+  config: ServerConfig,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  record: RequestRecord,
+): Promise<FastifyReply | undefined> {
+  const decision = config.limiter?.consume(rateLimitKey(config, request));
+  if (decision) reply.headers(rateLimitHeaders(decision));
+  const fault = config.faults.decide('legacy');
+  if (await applyFault(fault, request, reply, record, legacyError)) return reply;
+  if (decision && !decision.allowed) return reply.code(429).type(JSON_TYPE).send(legacyError(429, 'Too many requests'));
+  const key = headerValue(request, config.apiKeyHeader);
+  if (key === undefined || key === '') return reply.code(401).type(JSON_TYPE).send(legacyError(1, 'Unauthorized'));
+  if (key !== config.apiKey) return reply.code(401).type(JSON_TYPE).send(legacyError(302, 'API-Key Unauthorized'));
+  return undefined;
+}
+
+async function webhooksGate(
+  config: ServerConfig,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  record: RequestRecord,
+): Promise<FastifyReply | undefined> {
+  const fault = config.faults.decide('webhooks');
+  const laravelError = (_code: number, message: string): string => JSON.stringify({ message });
+  if (await applyFault(fault, request, reply, record, laravelError)) return reply;
+  const authorization = headerValue(request, 'authorization') ?? '';
+  const match = /^Bearer\s+(.+)$/i.exec(authorization);
+  if (!match || match[1] !== config.webhooksToken) {
+    return reply.code(401).type(JSON_TYPE).send(JSON.stringify({ message: 'Unauthenticated.' }));
+  }
+  return undefined;
+}
+
+function rateLimitKey(config: ServerConfig, request: FastifyRequest): string {
+  return config.rateLimitScope === 'global' ? 'global' : `${request.method} ${request.routeOptions.url ?? 'unmatched'}`;
+}
+
+/** Applies an injected fault; true when it answered (or dropped) the request. */
+async function applyFault(
+  fault: FaultDecision,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  record: RequestRecord,
+  errorBody: (code: number, message: string) => string,
+): Promise<boolean> {
+  if (fault.delayMs > 0) {
+    record.fault = 'delay';
+    await new Promise((resolve) => setTimeout(resolve, fault.delayMs));
+  }
+  switch (fault.action.kind) {
+    case 'none':
+      return false;
+    case 'reset':
+      record.fault = 'reset';
+      reply.hijack();
+      request.raw.socket.destroy();
+      return true;
+    case 'html':
+      record.fault = 'html';
+      await reply.code(200).type('text/html; charset=utf-8').send(HTML_ERROR_PAGE);
+      return true;
+    case 'status': {
+      record.fault = 'status';
+      const status = fault.action.status;
+      await reply.code(status).type(JSON_TYPE).send(errorBody(status, STATUS_CODES[status] ?? 'Error'));
+      return true;
+    }
+  }
+}
+
+function headerValue(request: FastifyRequest, name: string): string | undefined {
+  const value = request.headers[name.toLowerCase()];
+  return Array.isArray(value) ? value[0] : value;
+}
+
+// ------------------------------------------------------------------ legacy routes
+
+function registerLegacyRoutes(app: FastifyInstance, config: ServerConfig): void {
+  app.get<{ Params: GroupParams }>(ROUTES.list, async (request, reply) =>
+    sendList(config, request, reply, request.params.groupId, null),
+  );
+  app.get<{ Params: GroupParams }>(ROUTES.count, async (request, reply) =>
+    sendCount(config, reply, request.params.groupId, null),
+  );
+  app.get<{ Params: TypedParams }>(ROUTES.typed, async (request, reply) => {
+    const type = checkType(request.params.type, reply);
+    return type ? sendList(config, request, reply, request.params.groupId, type) : reply;
+  });
+  app.get<{ Params: TypedParams }>(ROUTES.typedCount, async (request, reply) => {
+    const type = checkType(request.params.type, reply);
+    return type ? sendCount(config, reply, request.params.groupId, type) : reply;
+  });
+}
+
+function checkType(type: string, reply: FastifyReply): SubscriberType | undefined {
+  if (isSubscriberType(type)) return type;
+  void reply
+    .code(400)
+    .type(JSON_TYPE)
+    .send(legacyError(400, `Invalid subscriber type: ${type} (allowed: ${SUBSCRIBER_TYPES.join(', ')})`));
+  return undefined;
+}
+
+function sendList(
+  config: ServerConfig,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  groupId: string,
+  type: SubscriberType | null,
+): FastifyReply {
+  const rawQuery = request.url.includes('?') ? request.url.slice(request.url.indexOf('?') + 1) : '';
+  let query;
+  try {
+    query = parseListQuery(rawQuery);
+  } catch (error) {
+    if (error instanceof QueryError) return reply.code(400).type(JSON_TYPE).send(legacyError(400, error.message));
+    throw error;
+  }
+  const groupIndex = config.world.groupIndexOf(groupId);
+  if (groupIndex === undefined) return reply.type(JSON_TYPE).send('[]');
+  const ranges = compileFilters(query.filters, config.boundary, config.world.zone);
+  const slots = config.world.listSlots(groupIndex, type, ranges, config.shiftingOrder);
+  // The cap is silent, as upstream: the client asked for `limit` and simply gets fewer rows.
+  const limit = config.pageCap === null ? query.limit : Math.min(query.limit, config.pageCap);
+  const page = slots.subarray(query.offset, query.offset + limit);
+  return reply.type(JSON_TYPE).send(legacyArrayJson(Array.from(page, (slot) => config.world.legacyJsonAt(slot))));
+}
+
+function sendCount(config: ServerConfig, reply: FastifyReply, groupId: string, type: SubscriberType | null): FastifyReply {
+  return reply.type(JSON_TYPE).send(JSON.stringify({ count: config.world.memberCount(groupId, type ?? undefined) }));
+}
+
+// ------------------------------------------------------------------ webhook management routes
+
+function registerWebhookRoutes(app: FastifyInstance, config: ServerConfig): void {
+  const { registry } = config;
+  app.get(ROUTES.webhooks, async (request, reply) => {
+    const params = new URLSearchParams(request.url.includes('?') ? request.url.slice(request.url.indexOf('?') + 1) : '');
+    const page = parsePage(params.get('page'));
+    const path = `${request.protocol}://${request.host}${WEBHOOKS_PREFIX}`;
+    return reply.type(JSON_TYPE).send(JSON.stringify(pageEnvelope(registry.list(), page, path)));
+  });
+  app.get<{ Params: WebhookParams }>(ROUTES.webhook, async (request, reply) => {
+    const hook = registry.get(request.params.webhookId);
+    return hook ? reply.type(JSON_TYPE).send(JSON.stringify({ data: hook })) : reply.code(404).send();
+  });
+  app.post(ROUTES.webhooks, async (request, reply) => sendResult(reply, registry.create(request.body)));
+  app.put<{ Params: WebhookParams }>(ROUTES.webhook, async (request, reply) => {
+    const result = registry.update(request.params.webhookId, request.body);
+    return result ? sendResult(reply, result) : reply.code(404).send();
+  });
+  app.delete<{ Params: WebhookParams }>(ROUTES.webhook, async (request, reply) =>
+    reply.code(registry.delete(request.params.webhookId) ? 204 : 404).send(),
+  );
+}
+
+function parsePage(value: string | null): number {
+  const page = Number(value);
+  return Number.isInteger(page) && page >= 1 ? page : 1;
+}
+
+function sendResult(reply: FastifyReply, result: WebhookResult): FastifyReply {
+  if (!result.ok) {
+    return reply.code(422).type(JSON_TYPE).send(JSON.stringify({ message: VALIDATION_MESSAGE, errors: result.errors }));
+  }
+  return reply.code(200).type(JSON_TYPE).send(JSON.stringify({ data: result.webhook }));
+}
