@@ -1,12 +1,11 @@
 /**
- * Runs the real CLI in a child process (tsx, so no build step is needed) and captures its output.
+ * Runs the real CLI in a child process (from source through tsx's loader, so no build step is needed).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-const TSX = path.join(ROOT, 'node_modules/.bin/tsx');
 const CLI = path.join(ROOT, 'src/cli.ts');
 
 export interface CliResult {
@@ -22,7 +21,13 @@ export function childEnv(env: Record<string, string | undefined>): NodeJS.Proces
 }
 
 export function spawnCli(args: string[], env: Record<string, string | undefined>): ChildProcess {
-  return spawn(TSX, [CLI, ...args], { cwd: ROOT, env: childEnv(env), stdio: ['ignore', 'pipe', 'pipe'] });
+  // One process (node with tsx's loader), not the tsx wrapper: signals such as SIGKILL must reach
+  // the process that does the work.
+  return spawn(process.execPath, ['--import', 'tsx', CLI, ...args], {
+    cwd: ROOT,
+    env: childEnv(env),
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
 }
 
 export function runCli(

@@ -1,0 +1,110 @@
+/**
+ * Prometheus metrics (prom-client). One registry per process, created at start and passed to the
+ * modules that record into it; modules take an optional `Metrics` so the library core runs without.
+ */
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+export interface Metrics {
+  registry: Registry;
+  httpRequests: Counter<'method' | 'route' | 'status'>;
+  httpDuration: Histogram<'method' | 'route'>;
+  deliveries: Counter<'outcome'>;
+  queueDepth: Gauge<'queue' | 'state'>;
+  passDuration: Histogram<'mode' | 'outcome'>;
+  rowsWritten: Counter<'via' | 'result'>;
+  upstreamRequests: Counter<'api' | 'outcome'>;
+  syncErrors: Counter<'mode' | 'error'>;
+  limiterWait: Histogram;
+  cursorAge: Gauge<'group' | 'type'>;
+  drift: Gauge<'group' | 'type'>;
+  authPaused: Gauge;
+  deliveryLag: Histogram;
+}
+
+export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metrics {
+  const registry = new Registry();
+  if (options.defaultMetrics !== false) collectDefaultMetrics({ register: registry, prefix: 'subscriber_mirror_process_' });
+  const registers = [registry];
+  return {
+    registry,
+    httpRequests: new Counter({
+      name: 'subscriber_mirror_http_requests_total',
+      help: 'HTTP requests served, by route and status',
+      labelNames: ['method', 'route', 'status'],
+      registers,
+    }),
+    httpDuration: new Histogram({
+      name: 'subscriber_mirror_http_request_duration_seconds',
+      help: 'HTTP request latency',
+      labelNames: ['method', 'route'],
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 3],
+      registers,
+    }),
+    deliveries: new Counter({
+      name: 'subscriber_mirror_webhook_deliveries_total',
+      help: 'Webhook deliveries by outcome: received, rejected, duplicate, applied, failed, ignored',
+      labelNames: ['outcome'],
+      registers,
+    }),
+    queueDepth: new Gauge({
+      name: 'subscriber_mirror_queue_depth',
+      help: 'Jobs per BullMQ queue and state',
+      labelNames: ['queue', 'state'],
+      registers,
+    }),
+    passDuration: new Histogram({
+      name: 'subscriber_mirror_sync_pass_duration_seconds',
+      help: 'Duration of poll passes',
+      labelNames: ['mode', 'outcome'],
+      buckets: [0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 14400],
+      registers,
+    }),
+    rowsWritten: new Counter({
+      name: 'subscriber_mirror_rows_total',
+      help: 'Subscriber rows handed to the store, by path and result (inserted, updated, unchanged, skipped)',
+      labelNames: ['via', 'result'],
+      registers,
+    }),
+    upstreamRequests: new Counter({
+      name: 'subscriber_mirror_upstream_requests_total',
+      help: 'Requests made to the mailing service, by API and outcome',
+      labelNames: ['api', 'outcome'],
+      registers,
+    }),
+    syncErrors: new Counter({
+      name: 'subscriber_mirror_sync_errors_total',
+      help: 'Failed poll passes by error class',
+      labelNames: ['mode', 'error'],
+      registers,
+    }),
+    limiterWait: new Histogram({
+      name: 'subscriber_mirror_limiter_wait_seconds',
+      help: 'Time a request waited for the shared rate limiter',
+      buckets: [0.001, 0.01, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120],
+      registers,
+    }),
+    cursorAge: new Gauge({
+      name: 'subscriber_mirror_sync_cursor_age_seconds',
+      help: 'Age of the newest upstream change mirrored, per group and type',
+      labelNames: ['group', 'type'],
+      registers,
+    }),
+    drift: new Gauge({
+      name: 'subscriber_mirror_sync_drift',
+      help: 'Upstream /count minus current mirrored members, per group and type',
+      labelNames: ['group', 'type'],
+      registers,
+    }),
+    authPaused: new Gauge({
+      name: 'subscriber_mirror_upstream_auth_paused',
+      help: '1 while polling is paused because the service rejected the API key',
+      registers,
+    }),
+    deliveryLag: new Histogram({
+      name: 'subscriber_mirror_webhook_apply_lag_seconds',
+      help: 'Time from a delivery being stored to its events being applied',
+      buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 30, 120],
+      registers,
+    }),
+  };
+}

@@ -1,0 +1,195 @@
+/**
+ * `sync_state`: per (group, type) cursor, full-pass checkpoint and run bookkeeping.
+ *
+ * Not a mirrored table (the mirror store owns those); this is the poller's own ledger. Every function
+ * takes a `Queryable` so the poller can write a page and its checkpoint in one transaction
+ * (invariant 3: a cursor or checkpoint never moves ahead of the rows it covers).
+ */
+import type { SubscriberType } from '../db/schema.js';
+
+export interface Queryable {
+  query<R extends Record<string, unknown> = Record<string, unknown>>(
+    text: string,
+    values?: unknown[],
+  ): Promise<{ rows: R[]; rowCount: number | null }>;
+}
+
+export type PassMode = 'incremental' | 'full';
+
+export interface SyncStateRow {
+  groupId: string;
+  type: SubscriberType;
+  cursor: string | null;
+  lastMode: PassMode | null;
+  lastStatus: 'running' | 'succeeded' | 'failed' | null;
+  lastRunStartedAt: string | null;
+  lastRunFinishedAt: string | null;
+  lastSuccessAt: string | null;
+  lastError: string | null;
+  rowsLastRun: number | null;
+  rowsSeenLastRun: number | null;
+  requestsLastRun: number | null;
+  fullOffset: number | null;
+  fullStartedAt: string | null;
+  lastFullCompletedAt: string | null;
+  effectiveLimit: number | null;
+  upstreamCount: number | null;
+  upstreamCountAt: string | null;
+}
+
+// Timestamps are rendered by Postgres as ISO strings with microseconds (UTC), never through JS Date.
+const SELECT = `
+  select group_id as "groupId", type, ${iso('cursor')} as cursor, last_mode as "lastMode",
+         last_status as "lastStatus", ${iso('last_run_started_at')} as "lastRunStartedAt",
+         ${iso('last_run_finished_at')} as "lastRunFinishedAt", ${iso('last_success_at')} as "lastSuccessAt",
+         last_error as "lastError", rows_last_run as "rowsLastRun", rows_seen_last_run as "rowsSeenLastRun",
+         requests_last_run as "requestsLastRun", full_offset as "fullOffset",
+         ${iso('full_started_at')} as "fullStartedAt", ${iso('last_full_completed_at')} as "lastFullCompletedAt",
+         effective_limit as "effectiveLimit", upstream_count as "upstreamCount",
+         ${iso('upstream_count_at')} as "upstreamCountAt"
+    from sync_state`;
+
+function iso(column: string): string {
+  return `to_char(${column} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
+}
+
+export async function readSyncState(db: Queryable, groupId: string, type: string): Promise<SyncStateRow | null> {
+  const { rows } = await db.query<Record<string, unknown>>(`${SELECT} where group_id = $1 and type = $2`, [groupId, type]);
+  return (rows[0] as unknown as SyncStateRow | undefined) ?? null;
+}
+
+export async function listSyncStates(db: Queryable): Promise<SyncStateRow[]> {
+  const { rows } = await db.query<Record<string, unknown>>(`${SELECT} order by group_id, type`);
+  return rows as unknown as SyncStateRow[];
+}
+
+export async function markRunStarted(db: Queryable, groupId: string, type: string, mode: PassMode): Promise<void> {
+  await db.query(
+    `insert into sync_state (group_id, type, last_mode, last_status, last_run_started_at, last_error, updated_at)
+     values ($1, $2, $3, 'running', now(), null, now())
+     on conflict (group_id, type) do update
+       set last_mode = excluded.last_mode, last_status = 'running',
+           last_run_started_at = now(), updated_at = now()`,
+    [groupId, type, mode],
+  );
+}
+
+/** Opens a full pass (or keeps the open one): returns its start time and the offset to resume from. */
+export async function openFullPass(
+  db: Queryable,
+  groupId: string,
+  type: string,
+): Promise<{ startedAt: string; offset: number; resumed: boolean }> {
+  const { rows } = await db.query<{ startedAt: string; offset: number; resumed: boolean }>(
+    `update sync_state
+        set full_started_at = case when full_offset is null then now() else full_started_at end,
+            full_offset = coalesce(full_offset, 0), updated_at = now()
+      where group_id = $1 and type = $2
+      returning ${iso('full_started_at')} as "startedAt", full_offset as "offset",
+                (last_full_completed_at is null or full_started_at > last_full_completed_at) and full_offset > 0 as resumed`,
+    [groupId, type],
+  );
+  const row = rows[0];
+  if (!row) throw new Error(`sync_state row missing for group ${groupId} type ${type}`);
+  return row;
+}
+
+/** Called inside the page's transaction: the checkpoint commits with the rows it covers. */
+export async function saveFullCheckpoint(db: Queryable, groupId: string, type: string, nextOffset: number): Promise<void> {
+  await db.query(`update sync_state set full_offset = $3, updated_at = now() where group_id = $1 and type = $2`, [
+    groupId,
+    type,
+    nextOffset,
+  ]);
+}
+
+export interface RunSuccess {
+  mode: PassMode;
+  /** Max upstream `date_updated` seen by the pass; the cursor never moves backwards. */
+  maxUpdatedAt: string | null;
+  rowsWritten: number;
+  rowsSeen: number;
+  requests: number;
+  fullCompleted: boolean;
+  effectiveLimit?: number | null;
+  upstreamCount?: number | null;
+}
+
+export async function markRunSucceeded(db: Queryable, groupId: string, type: string, run: RunSuccess): Promise<void> {
+  await db.query(
+    `update sync_state
+        set cursor = case when $3::timestamptz is null then cursor
+                          when cursor is null then $3::timestamptz
+                          else greatest(cursor, $3::timestamptz) end,
+            last_mode = $4, last_status = 'succeeded', last_run_finished_at = now(), last_success_at = now(),
+            last_error = null, rows_last_run = $5, rows_seen_last_run = $6, requests_last_run = $7,
+            full_offset = case when $8 then null else full_offset end,
+            last_full_completed_at = case when $8 then now() else last_full_completed_at end,
+            effective_limit = coalesce($9, effective_limit),
+            upstream_count = coalesce($10, upstream_count),
+            upstream_count_at = case when $10::int is null then upstream_count_at else now() end,
+            updated_at = now()
+      where group_id = $1 and type = $2`,
+    [
+      groupId,
+      type,
+      run.maxUpdatedAt,
+      run.mode,
+      run.rowsWritten,
+      run.rowsSeen,
+      run.requests,
+      run.fullCompleted,
+      run.effectiveLimit ?? null,
+      run.upstreamCount ?? null,
+    ],
+  );
+}
+
+export interface RunFailure {
+  mode: PassMode;
+  error: string;
+  rowsWritten: number;
+  rowsSeen: number;
+  requests: number;
+}
+
+/** A failed pass is recorded as failed, never as a success; cursor and checkpoint stay where they are. */
+export async function markRunFailed(db: Queryable, groupId: string, type: string, run: RunFailure): Promise<void> {
+  await db.query(
+    `insert into sync_state (group_id, type, last_mode, last_status, last_run_finished_at, last_error,
+                             rows_last_run, rows_seen_last_run, requests_last_run, updated_at)
+     values ($1, $2, $3, 'failed', now(), $4, $5, $6, $7, now())
+     on conflict (group_id, type) do update
+       set last_mode = excluded.last_mode, last_status = 'failed', last_run_finished_at = now(),
+           last_error = excluded.last_error, rows_last_run = excluded.rows_last_run,
+           rows_seen_last_run = excluded.rows_seen_last_run, requests_last_run = excluded.requests_last_run,
+           updated_at = now()`,
+    [groupId, type, run.mode, run.error.slice(0, 2000), run.rowsWritten, run.rowsSeen, run.requests],
+  );
+}
+
+export async function saveUpstreamCount(db: Queryable, groupId: string, type: string, count: number): Promise<void> {
+  await db.query(
+    `update sync_state set upstream_count = $3, upstream_count_at = now(), updated_at = now()
+      where group_id = $1 and type = $2`,
+    [groupId, type, count],
+  );
+}
+
+/**
+ * The removal cutoff for a group: the earliest start among the latest completed full passes of all
+ * the given types, or null when any type has no completed full pass (then nobody may be removed).
+ */
+export async function completedFullPassCutoff(db: Queryable, groupId: string, types: readonly string[]): Promise<string | null> {
+  const { rows } = await db.query<{ cutoff: string | null; complete: number }>(
+    `select ${iso('min(full_started_at)')} as cutoff, count(*)::int as complete
+       from sync_state
+      where group_id = $1 and type = any($2::text[])
+        and full_offset is null and last_full_completed_at is not null
+        and full_started_at is not null and last_full_completed_at >= full_started_at`,
+    [groupId, types],
+  );
+  const row = rows[0];
+  if (!row || row.complete < types.length) return null;
+  return row.cutoff;
+}

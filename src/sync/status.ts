@@ -1,0 +1,83 @@
+/**
+ * What `subscriber-mirror status` (and the admin API) shows: per group × type the cursor, last run,
+ * last error, rows mirrored, upstream count and drift. Reads only our own tables: the upstream count
+ * is the one the last full pass fetched, so `status` never spends the shared rate limit.
+ */
+import type { Queryable, SyncStateRow } from './state.js';
+import { listSyncStates } from './state.js';
+
+export interface StatusRow {
+  groupId: string;
+  type: string;
+  cursor: string | null;
+  lastStatus: SyncStateRow['lastStatus'];
+  lastMode: SyncStateRow['lastMode'];
+  lastRunFinishedAt: string | null;
+  lastSuccessAt: string | null;
+  lastError: string | null;
+  fullPassOpenAt: number | null;
+  mirrored: number;
+  upstreamCount: number | null;
+  upstreamCountAt: string | null;
+  /** upstreamCount − mirrored; null when the upstream count is unknown. */
+  drift: number | null;
+}
+
+export async function collectStatus(
+  db: Queryable,
+  configured: { groups: readonly string[]; types: readonly string[] },
+): Promise<StatusRow[]> {
+  const states = new Map((await listSyncStates(db)).map((s) => [`${s.groupId}:${s.type}`, s]));
+  const { rows: counts } = await db.query<{ groupId: string; type: string; n: number }>(
+    `select group_id as "groupId", type, count(*)::int as n
+       from group_members where removed_at is null group by group_id, type`,
+  );
+  const mirrored = new Map(counts.map((c) => [`${c.groupId}:${c.type}`, c.n]));
+  const keys = new Set<string>();
+  for (const g of configured.groups) for (const t of configured.types) keys.add(`${g}:${t}`);
+  for (const key of states.keys()) keys.add(key);
+  return [...keys].sort().map((key) => {
+    const [groupId = '', type = ''] = key.split(':');
+    const s = states.get(key);
+    const n = mirrored.get(key) ?? 0;
+    const upstream = s?.upstreamCount ?? null;
+    return {
+      groupId,
+      type,
+      cursor: s?.cursor ?? null,
+      lastStatus: s?.lastStatus ?? null,
+      lastMode: s?.lastMode ?? null,
+      lastRunFinishedAt: s?.lastRunFinishedAt ?? null,
+      lastSuccessAt: s?.lastSuccessAt ?? null,
+      lastError: s?.lastError ?? null,
+      fullPassOpenAt: s?.fullOffset ?? null,
+      mirrored: n,
+      upstreamCount: upstream,
+      upstreamCountAt: s?.upstreamCountAt ?? null,
+      drift: upstream === null ? null : upstream - n,
+    };
+  });
+}
+
+function short(ts: string | null): string {
+  return ts ? ts.replace('T', ' ').replace(/\.\d+Z$/, 'Z') : '-';
+}
+
+/** A fixed-width table for terminals. */
+export function formatStatusTable(rows: readonly StatusRow[]): string {
+  const header = ['group', 'type', 'cursor', 'last run', 'last success', 'mirrored', 'upstream', 'drift', 'last error'];
+  const body = rows.map((r) => [
+    r.groupId,
+    r.type,
+    short(r.cursor),
+    r.lastStatus ? `${r.lastStatus} ${r.lastMode ?? ''}${r.fullPassOpenAt !== null ? ` @${r.fullPassOpenAt}` : ''}`.trim() : 'never',
+    short(r.lastSuccessAt),
+    String(r.mirrored),
+    r.upstreamCount === null ? '-' : String(r.upstreamCount),
+    r.drift === null ? '-' : String(r.drift),
+    r.lastError ? r.lastError.slice(0, 80) : '',
+  ]);
+  const widths = header.map((h, i) => Math.max(h.length, ...body.map((b) => (b[i] ?? '').length)));
+  const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i] ?? 0)).join('  ').trimEnd();
+  return [line(header), ...body.map(line)].join('\n');
+}

@@ -1,0 +1,195 @@
+/**
+ * The BullMQ worker of queue "sync": turns pass jobs into `runPass` calls, one (group, type) at a
+ * time across all replicas, honouring the auth pause (invariant 9), and resuming full passes that a
+ * crash or shutdown left open.
+ */
+import { DelayedError, UnrecoverableError, Worker, type ConnectionOptions, type Job, type Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
+import type pg from 'pg';
+import { SUBSCRIBER_TYPES, type SubscriberType } from '../db/schema.js';
+import type { Metrics } from '../http/metrics.js';
+import type { Logger } from '../log.js';
+import { UpstreamAuthError } from '../upstream/http.js';
+import type { LegacyClient } from '../upstream/legacy.js';
+import { authPauseKey, clearAuthPause, isPaused, readAuthPause, recordAuthFailure } from './auth-pause.js';
+import { tryAcquirePassLock, type HeldLock } from './lock.js';
+import { PassInterruptedError, runPass, type PassProgress } from './poll.js';
+import { SYNC_QUEUE, enqueueBackfill, type PassJobData, type PassJobResult } from './schedule.js';
+import { listSyncStates } from './state.js';
+
+export interface SyncWorkerDeps {
+  pool: pg.Pool;
+  /** Fails fast; used for locks and the auth pause. */
+  redis: Redis;
+  /** For BullMQ's blocking connection (needs `maxRetriesPerRequest: null`). */
+  connection: ConnectionOptions;
+  prefix: string;
+  /** A fresh client per pass, so the per-pass request count is exact; all share one limiter. */
+  legacyFactory: () => LegacyClient;
+  apiKey: string;
+  logger: Logger;
+  sourceTimezone: string;
+  lookbackMs: number;
+  pageSize: number;
+  /** Configured types per group (for membership removal). */
+  types: readonly SubscriberType[];
+  concurrency?: number;
+  metrics?: Metrics;
+  /** How long a backfill waits before trying again when its (group, type) is busy. */
+  busyRetryMs?: number;
+  authPauseLimits?: { minMs?: number; maxMs?: number };
+}
+
+export interface SyncWorker {
+  worker: Worker<PassJobData, PassJobResult>;
+  /** Stops taking jobs, lets running passes stop at their next checkpoint, waits at most `timeoutMs`. */
+  close(timeoutMs: number): Promise<void>;
+}
+
+export function passLockKey(prefix: string, groupId: string, type: string): string {
+  return `${prefix}:pass-lock:g${groupId}:${type}`;
+}
+
+function skipped(reason: string): PassJobResult {
+  return { status: 'skipped', reason, rowsSeen: 0, rowsWritten: 0, requests: 0 };
+}
+
+function assertJobData(data: unknown): asserts data is PassJobData {
+  const d = data as Partial<PassJobData> | null;
+  if (
+    !d ||
+    typeof d.groupId !== 'string' ||
+    !/^\d+$/.test(d.groupId) ||
+    !(SUBSCRIBER_TYPES as readonly string[]).includes(d.type ?? '') ||
+    (d.mode !== 'full' && d.mode !== 'incremental')
+  ) {
+    throw new UnrecoverableError(`malformed sync job data: ${JSON.stringify(data)}`);
+  }
+}
+
+export function createSyncWorker(deps: SyncWorkerDeps): SyncWorker {
+  let closing = false;
+  const log = deps.logger.child({ component: 'sync-worker' });
+  const pauseKey = authPauseKey(deps.prefix, deps.apiKey);
+
+  const process = async (job: Job<PassJobData, PassJobResult>, token?: string): Promise<PassJobResult> => {
+    assertJobData(job.data);
+    const { groupId, type, mode, trigger } = job.data;
+
+    const pause = await readAuthPause(deps.redis, pauseKey);
+    deps.metrics?.authPaused.set(isPaused(pause) ? 1 : 0);
+    if (isPaused(pause)) {
+      const until = new Date(pause.until).toISOString();
+      // A manual backfill must not report success; a scheduled tick just waits for the next one.
+      if (trigger === 'backfill') throw new UnrecoverableError(`polling is paused until ${until}: ${pause.message}`);
+      return skipped(`auth paused until ${until}`);
+    }
+
+    const lock = await tryAcquirePassLock(deps.redis, passLockKey(deps.prefix, groupId, type));
+    if (!lock) {
+      if (trigger === 'backfill' && token) {
+        // Someone else is running this (group, type): try again shortly instead of dropping the request.
+        await job.moveToDelayed(Date.now() + (deps.busyRetryMs ?? 5_000), token);
+        throw new DelayedError();
+      }
+      return skipped('another pass of this group and type is running');
+    }
+    return runLocked(job, lock);
+  };
+
+  const runLocked = async (job: Job<PassJobData, PassJobResult>, lock: HeldLock): Promise<PassJobResult> => {
+    const { groupId, type, mode } = job.data;
+    const startedAt = Date.now();
+    try {
+      const result = await runPass(
+        {
+          pool: deps.pool,
+          legacy: deps.legacyFactory(),
+          logger: log,
+          sourceTimezone: deps.sourceTimezone,
+          lookbackMs: deps.lookbackMs,
+          pageSize: deps.pageSize,
+          groupTypes: deps.types,
+          onProgress: (p: PassProgress) => job.updateProgress({ ...p }),
+          shouldStop: () => closing || lock.lost,
+        },
+        groupId,
+        type,
+        mode,
+      );
+      await clearAuthPause(deps.redis, pauseKey).catch(() => {});
+      deps.metrics?.authPaused.set(0);
+      deps.metrics?.passDuration.observe({ mode: result.mode, outcome: 'succeeded' }, (Date.now() - startedAt) / 1000);
+      deps.metrics?.rowsWritten.inc({ via: 'poll', result: 'inserted' }, result.counts.inserted);
+      deps.metrics?.rowsWritten.inc({ via: 'poll', result: 'updated' }, result.counts.updated);
+      deps.metrics?.rowsWritten.inc({ via: 'poll', result: 'unchanged' }, result.counts.unchanged);
+      deps.metrics?.rowsWritten.inc({ via: 'poll', result: 'skipped' }, result.counts.skipped);
+      return {
+        status: 'succeeded',
+        rowsSeen: result.rowsSeen,
+        rowsWritten: result.rowsWritten,
+        requests: result.requests,
+      };
+    } catch (error) {
+      deps.metrics?.passDuration.observe({ mode, outcome: 'failed' }, (Date.now() - startedAt) / 1000);
+      deps.metrics?.syncErrors.inc({ mode, error: (error as Error).name ?? 'Error' });
+      if (error instanceof UpstreamAuthError) {
+        const pause = await recordAuthFailure(deps.redis, pauseKey, error.message, Date.now(), deps.authPauseLimits);
+        deps.metrics?.authPaused.set(1);
+        log.error(
+          { groupId, type, failures: pause.failures, pausedUntil: new Date(pause.until).toISOString() },
+          `${error.message}; polling paused`,
+        );
+        throw new UnrecoverableError(error.message);
+      }
+      if (error instanceof PassInterruptedError) log.info({ groupId, type }, error.message);
+      else log.error({ groupId, type, err: error }, 'pass failed');
+      throw error;
+    } finally {
+      await lock.release();
+    }
+  };
+
+  const worker = new Worker<PassJobData, PassJobResult>(SYNC_QUEUE, process, {
+    connection: deps.connection,
+    prefix: deps.prefix,
+    concurrency: deps.concurrency ?? 2,
+    // A killed replica's job counts as stalled after this long and is picked up again.
+    lockDuration: 30_000,
+    autorun: true,
+  });
+  worker.on('error', (error) => log.warn({ err: error }, 'sync worker error'));
+
+  return {
+    worker,
+    async close(timeoutMs: number) {
+      closing = true;
+      // worker.close() waits for active jobs forever (DESIGN.md "Traps"): race it.
+      const closed = worker.close();
+      const timer = new Promise<'timeout'>((resolve) => setTimeout(() => resolve('timeout'), timeoutMs).unref());
+      if ((await Promise.race([closed.then(() => 'closed' as const), timer])) === 'timeout') {
+        log.warn({ timeoutMs }, 'sync worker did not stop in time; closing forcefully');
+        await worker.close(true);
+      }
+    },
+  };
+}
+
+/**
+ * After a crash or shutdown, full passes with an open checkpoint resume now rather than at the
+ * next RECONCILE_EVERY tick. Returns the ids of the jobs enqueued (deduplicated per group × type).
+ */
+export async function resumeOpenFullPasses(
+  queue: Queue<PassJobData, PassJobResult>,
+  pool: pg.Pool,
+  groups: readonly string[],
+  types: readonly SubscriberType[],
+): Promise<string[]> {
+  const states = await listSyncStates(pool);
+  const ids: string[] = [];
+  for (const s of states) {
+    if (s.fullOffset === null || !groups.includes(s.groupId) || !types.includes(s.type)) continue;
+    ids.push(await enqueueBackfill(queue, s.groupId, s.type));
+  }
+  return ids;
+}

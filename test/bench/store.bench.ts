@@ -1,0 +1,341 @@
+/**
+ * Throughput of `upsertSubscribers` (DESIGN.md "Traps": the drizzle row builder managed ~6k rows/s;
+ * the goal is ≥ 40k rows/s and ≥ 0.5× raw COPY) against the fastest ways to put the same rows in
+ * the same table:
+ *
+ * - `COPY … FROM STDIN` of all rows in one stream (baseline for the ratios), and per 1000-row page;
+ *   done with a minimal node-postgres submittable (lib/copy.ts) since pg-copy-streams is not installed;
+ * - a plain `INSERT … SELECT FROM unnest` without ON CONFLICT, per page.
+ *
+ * Upsert scenarios, in pages of 1000 on one connection, each page its own transaction: fresh insert,
+ * identical re-upsert (nothing written), update (every row newer), older (every row skipped).
+ * Timings include building parameters in JS; row objects are built before timing.
+ *
+ * Run alone: `npx tsx test/bench/store.bench.ts [--rows 100000] [--repeats 3] [--json path]` (uses DATABASE_URL,
+ * default postgres://postgres@127.0.0.1:5432/postgres; creates and drops its own database).
+ */
+import os from 'node:os';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import type pg from 'pg';
+import {
+  normalizeLegacySubscriber,
+  normalizeWebhookSubscriber,
+  SUBSCRIBER_FIELDS,
+  type SubscriberRow,
+  type SubscriberValues,
+} from '../../src/mirror/normalize.js';
+import { SUBSCRIBER_COLUMN_OF, upsertSubscribers } from '../../src/mirror/store.js';
+import { copyFromStdin, copyRows } from './lib/copy.js';
+import { arrayLiteral, jsonbArrayFromParam } from './lib/encode.js';
+import { figure, printTable, timed, writeJson, type BenchFigure, type BenchResult } from './lib/report.js';
+import { createScratchDatabase } from './lib/scratch-db.js';
+
+export type { BenchFigure, BenchResult } from './lib/report.js';
+
+export interface StoreBenchOptions {
+  rows: number;
+  /** A server URL; the bench creates (and drops) its own database there. */
+  databaseUrl: string;
+  pageSize?: number;
+  /** Each scenario runs this many times (interleaved); figures are best-of. Default 3. */
+  repeats?: number;
+  log?: (line: string) => void;
+}
+
+const BASE_TIME = Date.UTC(2024, 0, 1);
+
+function stamp(seconds: number, micros: number): string {
+  return `${new Date(BASE_TIME + seconds * 1000).toISOString().slice(0, 19)}.${String(micros).padStart(6, '0')}Z`;
+}
+
+/** A webhook-shaped row (every column provided) with realistic sizes. */
+function makeRow(i: number, version: number): SubscriberRow {
+  const values: SubscriberValues = {
+    id: String(1_261_159_647_788_771_324n + BigInt(i)),
+    email: `subscriber.${i}@example.com`,
+    name: `Name ${i}`,
+    status: i % 10 === 0 ? 'unsubscribed' : 'active',
+    source: 'api',
+    sent: 10 + version,
+    opensCount: i % 7,
+    clicksCount: i % 3,
+    openRate: (i % 7) / 10,
+    clickRate: (i % 3) / 10,
+    ipAddress: `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`,
+    subscribedAt: stamp(i, 0),
+    unsubscribedAt: i % 10 === 0 ? stamp(i + 60, 0) : null,
+    createdAt: stamp(i, 0),
+    updatedAt: stamp(i + version * 86_400, (i * 7919) % 1_000_000),
+    deletedAt: null,
+    forgetAt: null,
+    optedInAt: stamp(i + 5, 0),
+    optinIp: null,
+    fields: { name: `Name ${i}`, last_name: `Last ${i}`, company: 'ACME', country: 'LT', city: 'Vilnius', phone: '', state: '', zip: '01100' },
+    extra: { country_id: 49 },
+  };
+  return { via: 'webhook', values, provided: SUBSCRIBER_FIELDS };
+}
+
+function pages<T>(items: readonly T[], size: number): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < items.length; i += size) out.push(items.slice(i, i + size));
+  return out;
+}
+
+const COPY_COLUMNS = ['id', ...SUBSCRIBER_FIELDS.map((f) => SUBSCRIBER_COLUMN_OF[f]), 'mirrored_at', 'mirrored_via'];
+
+function copyTuple(row: SubscriberRow, now: string): unknown[] {
+  return [row.values.id, ...SUBSCRIBER_FIELDS.map((f) => row.values[f]), now, row.via];
+}
+
+const UNNEST_TYPES: Record<string, string> = {
+  sent: 'int4',
+  opens_count: 'int4',
+  clicks_count: 'int4',
+  open_rate: 'float8',
+  click_rate: 'float8',
+  fields: 'jsonb',
+  extra: 'jsonb',
+};
+
+function unnestType(column: string): string {
+  return UNNEST_TYPES[column] ?? (column.endsWith('_at') ? 'timestamptz' : 'text');
+}
+
+/** The plain INSERT … SELECT FROM unnest (no ON CONFLICT, no guard), per page, encoded like the store. */
+async function insertUnnest(client: pg.ClientBase, rows: readonly SubscriberRow[]): Promise<void> {
+  const cols = COPY_COLUMNS.filter((c) => c !== 'mirrored_at');
+  const args = cols.map((c, i) => (unnestType(c) === 'jsonb' ? jsonbArrayFromParam(`$${i + 1}`) : `$${i + 1}::${unnestType(c)}[]`));
+  const text = `insert into subscribers (${cols.join(', ')}, mirrored_at) select *, now() from unnest(${args.join(', ')})`;
+  const params = cols.map((c) => {
+    if (c === 'id') return arrayLiteral(rows.map((r) => r.values.id));
+    if (c === 'mirrored_via') return arrayLiteral(rows.map((r) => r.via));
+    const field = SUBSCRIBER_FIELDS.find((f) => SUBSCRIBER_COLUMN_OF[f] === c)!;
+    const column = rows.map((r) => r.values[field]);
+    return unnestType(c) === 'jsonb' ? JSON.stringify(column) : arrayLiteral(column);
+  });
+  await client.query({ name: 'bench_insert_unnest', text, values: params });
+}
+
+async function countRows(client: pg.ClientBase): Promise<number> {
+  const { rows } = await client.query<{ n: number }>('select count(*)::int as n from subscribers');
+  return rows[0]?.n ?? 0;
+}
+
+async function truncate(client: pg.ClientBase): Promise<void> {
+  await client.query('truncate subscribers');
+  await client.query('checkpoint');
+}
+
+/**
+ * Measures store throughput on a scratch database and returns the figures (rows/s; ratios against
+ * one-stream COPY). Throws if a scenario does not write what it should (a broken store must not
+ * produce a flattering number).
+ */
+export async function benchStore(opts: StoreBenchOptions): Promise<BenchResult> {
+  const n = opts.rows;
+  const pageSize = opts.pageSize ?? 1000;
+  const repeats = Math.max(1, opts.repeats ?? 3);
+  const log = opts.log ?? (() => {});
+  const startedAt = new Date();
+  const scratch = await createScratchDatabase(opts.databaseUrl, 'store');
+  const client = await scratch.pool.connect();
+  try {
+    const version = await client.query<{ v: string }>('show server_version');
+    const fresh = Array.from({ length: n }, (_, i) => makeRow(i, 0));
+    const newer = Array.from({ length: n }, (_, i) => makeRow(i, 1));
+    const figures: BenchFigure[] = [];
+    const rate = (ms: number) => (n / ms) * 1000;
+
+
+    // Warm up: plan caches, prepared statements, table files.
+    await upsertSubscribers(client, fresh.slice(0, Math.min(2000, n)));
+    await truncate(client);
+
+    const now = new Date().toISOString();
+    const copyText = `copy subscribers (${COPY_COLUMNS.join(', ')}) from stdin`;
+    const totals = { inserted: 0, updated: 0, unchanged: 0, skipped: 0 };
+    const upsertAll = async (rows: SubscriberRow[], expect: keyof typeof totals) => {
+      for (const k of Object.keys(totals) as Array<keyof typeof totals>) totals[k] = 0;
+      for (const page of pages(rows, pageSize)) {
+        const c = await upsertSubscribers(client, page);
+        for (const k of Object.keys(totals) as Array<keyof typeof totals>) totals[k] += c[k];
+      }
+      if (totals[expect] !== n) throw new Error(`upsert expected ${n} ${expect}, got ${JSON.stringify(totals)}`);
+    };
+
+    // Scenarios are interleaved per repeat so that load from other processes spreads over all of them.
+    const times: Record<string, number[]> = {};
+    const record = (name: string, ms: number) => (times[name] ??= []).push(ms);
+    for (let r = 0; r < repeats; r++) {
+      log(`repeat ${r + 1}/${repeats}: COPY (one stream)…`);
+      const encoded = pages(fresh, pageSize).map((p) => copyRows(p.map((row) => copyTuple(row, now))));
+      record(
+        'copy_stream',
+        await timed(async () => {
+          const copied = await copyFromStdin(client, copyText, encoded);
+          if (copied !== n) throw new Error(`COPY wrote ${copied} rows, expected ${n}`);
+        }),
+      );
+      await truncate(client);
+
+      log(`repeat ${r + 1}/${repeats}: COPY (per page)…`);
+      record(
+        'copy_per_page',
+        await timed(async () => {
+          for (const page of pages(fresh, pageSize)) await copyFromStdin(client, copyText, [copyRows(page.map((row) => copyTuple(row, now)))]);
+        }),
+      );
+      if ((await countRows(client)) !== n) throw new Error('per-page COPY lost rows');
+      await truncate(client);
+
+      log(`repeat ${r + 1}/${repeats}: INSERT … SELECT unnest…`);
+      record(
+        'insert_unnest_plain',
+        await timed(async () => {
+          for (const page of pages(fresh, pageSize)) await insertUnnest(client, page);
+        }),
+      );
+      if ((await countRows(client)) !== n) throw new Error('plain insert lost rows');
+      await truncate(client);
+
+      log(`repeat ${r + 1}/${repeats}: upsertSubscribers insert / identical / update / older…`);
+      record('upsert_insert', await timed(() => upsertAll(fresh, 'inserted')));
+      record('upsert_identical', await timed(() => upsertAll(fresh, 'unchanged')));
+      record('upsert_update', await timed(() => upsertAll(newer, 'updated')));
+      record('upsert_older', await timed(() => upsertAll(fresh, 'skipped')));
+      await truncate(client);
+    }
+    /** Best-of-N rows/s (least disturbed run) with the median in the note. */
+    const best = (name: string) => rate(Math.min(...(times[name] ?? [Infinity])));
+    const median = (name: string) => {
+      const sorted = [...(times[name] ?? [])].sort((a, b) => a - b);
+      return rate(sorted[Math.floor(sorted.length / 2)] ?? Infinity);
+    };
+    const copyRate = best('copy_stream');
+    const scenario = (name: string, note: string, baseline: number | null = copyRate) =>
+      figure(name, best(name), 'rows/s', baseline, `${note}; best of ${repeats}, median ${Math.round(median(name)).toLocaleString('en-US')} rows/s`);
+
+    log('normalize…');
+    const webhookRaw = fresh.slice(0, Math.min(n, 20_000)).map((r, i) => webhookPayload(r, i));
+    const legacyRaw = fresh.slice(0, Math.min(n, 20_000)).map((r, i) => legacyPayload(r, i));
+    const normWebMs = await timed(async () => {
+      for (const raw of webhookRaw) normalizeWebhookSubscriber(raw);
+    });
+    const normUtcMs = await timed(async () => {
+      for (const raw of legacyRaw) normalizeLegacySubscriber(raw, { sourceTimezone: 'UTC' });
+    });
+    const normZoneMs = await timed(async () => {
+      for (const raw of legacyRaw) normalizeLegacySubscriber(raw, { sourceTimezone: 'Europe/Berlin' });
+    });
+
+    figures.push(
+      scenario('copy_stream', 'COPY FROM STDIN, all rows in one statement (the baseline)', null),
+      scenario('copy_per_page', 'COPY FROM STDIN, one statement per page'),
+      scenario('insert_unnest_plain', 'INSERT … SELECT unnest per page, no ON CONFLICT, no guard'),
+      scenario('upsert_insert', 'upsertSubscribers, fresh rows'),
+      scenario('upsert_identical', 'same rows again: nothing written'),
+      scenario('upsert_update', 'every row newer: all updated'),
+      scenario('upsert_older', 'every row older: all skipped'),
+      figure('normalize_webhook', (webhookRaw.length / normWebMs) * 1000, 'rows/s'),
+      figure('normalize_legacy_utc', (legacyRaw.length / normUtcMs) * 1000, 'rows/s'),
+      figure('normalize_legacy_berlin', (legacyRaw.length / normZoneMs) * 1000, 'rows/s', null, 'zone offsets cached per local day; exact Intl path near transitions'),
+    );
+    return {
+      bench: 'store',
+      rows: n,
+      startedAt: startedAt.toISOString(),
+      durationMs: Date.now() - startedAt.getTime(),
+      environment: {
+        node: process.version,
+        postgres: version.rows[0]?.v ?? '?',
+        pageSize: String(pageSize),
+        repeats: String(repeats),
+        cpus: String(os.cpus().length),
+        loadavg: os.loadavg().map((l) => l.toFixed(2)).join(' '),
+      },
+      figures,
+    };
+  } finally {
+    client.release();
+    await scratch.drop();
+  }
+}
+
+function webhookPayload(row: SubscriberRow, i: number): Record<string, unknown> {
+  const v = row.values;
+  return {
+    id: v.id,
+    email: v.email,
+    status: v.status,
+    source: v.source,
+    sent: v.sent,
+    opens_count: v.opensCount,
+    clicks_count: v.clicksCount,
+    open_rate: v.openRate,
+    click_rate: v.clickRate,
+    ip_address: v.ipAddress,
+    subscribed_at: v.subscribedAt,
+    unsubscribed_at: v.unsubscribedAt,
+    created_at: v.createdAt,
+    updated_at: v.updatedAt,
+    deleted_at: null,
+    forget_at: null,
+    fields: v.fields,
+    opted_in_at: v.optedInAt,
+    optin_ip: null,
+    ...(i % 2 ? { event: 'subscriber.updated', account_id: 1 } : {}),
+  };
+}
+
+function legacyPayload(row: SubscriberRow, i: number): Record<string, unknown> {
+  const v = row.values;
+  const legacyTime = (t: string | null) => (t === null ? null : `${t.slice(0, 10)} ${t.slice(11, 19)}`);
+  return {
+    id: v.id,
+    name: v.name,
+    email: v.email,
+    sent: v.sent,
+    opened: v.opensCount,
+    opened_rate: v.openRate,
+    clicked: v.clicksCount,
+    clicked_rate: v.clickRate,
+    type: v.status,
+    country_id: 49,
+    signup_ip: v.ipAddress,
+    signup_timestamp: legacyTime(v.subscribedAt),
+    confirmation_ip: null,
+    confirmation_timestamp: legacyTime(v.optedInAt),
+    fields: Object.entries(v.fields).map(([key, value]) => ({ key, value, type: 'TEXT' })),
+    webform_subscribe_date: null,
+    date_subscribe: i % 2 ? null : v.subscribedAt?.slice(0, 10),
+    date_unsubscribe: legacyTime(v.unsubscribedAt),
+    date_created: legacyTime(v.createdAt),
+    date_updated: legacyTime(v.updatedAt),
+    user_agent: null,
+  };
+}
+
+function argValue(flag: string): string | undefined {
+  const i = process.argv.indexOf(flag);
+  return i >= 0 ? process.argv[i + 1] : undefined;
+}
+
+async function main(): Promise<void> {
+  const rows = Number(argValue('--rows') ?? process.env.BENCH_ROWS ?? 100_000);
+  const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+  const jsonPath = argValue('--json') ?? path.join(os.tmpdir(), 'subscriber-mirror-bench', 'store.json');
+  const repeats = Number(argValue('--repeats') ?? 3);
+  const result = await benchStore({ rows, databaseUrl, repeats, log: (l) => console.error(l) });
+  printTable(result);
+  writeJson(jsonPath, result);
+  console.log(`JSON: ${jsonPath}`);
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(path.resolve(process.argv[1])).href) {
+  main().catch((err: unknown) => {
+    console.error(err);
+    process.exitCode = 1;
+  });
+}

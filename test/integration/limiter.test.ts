@@ -1,0 +1,256 @@
+/**
+ * The shared limiter on a real Redis (invariant 7), including the Bottleneck 2.19.5 / Redis 7 trap
+ * from DESIGN.md: state lost in Redis must not stop scheduling.
+ */
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import Bottleneck from 'bottleneck';
+import { Redis } from 'ioredis';
+import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
+import { createLimiter, LimiterClosedError, LimiterUnavailableError, maxInAnyWindow, type Limiter, type LimiterOptions } from '../../src/upstream/limiter.js';
+import { createLegacyClient } from '../../src/upstream/legacy.js';
+
+const PER_WINDOW = 20;
+const WINDOW_MS = 2000;
+
+const open: Limiter[] = [];
+const prefixes: string[] = [];
+
+function limiter(prefix: string, extra: Partial<LimiterOptions> = {}): Limiter {
+  const created = createLimiter({ redisUrl: redisUrl(), prefix, perMinute: PER_WINDOW, windowMs: WINDOW_MS, ...extra });
+  open.push(created);
+  return created;
+}
+
+function newPrefix(label: string): string {
+  const prefix = uniquePrefix(label);
+  prefixes.push(prefix);
+  return prefix;
+}
+
+/** Every key of one install's limiter: Bottleneck names them `b_<id>_…`. */
+async function limiterKeys(prefix: string): Promise<string[]> {
+  const redis = new Redis(redisUrl());
+  try {
+    const keys: string[] = [];
+    let cursor = '0';
+    do {
+      const [next, batch] = await redis.scan(cursor, 'MATCH', `b_${prefix}:*`, 'COUNT', 500);
+      cursor = next;
+      keys.push(...batch);
+    } while (cursor !== '0');
+    return keys;
+  } finally {
+    redis.disconnect();
+  }
+}
+
+afterEach(async () => {
+  await Promise.all(open.splice(0).map((l) => l.close()));
+});
+
+afterAll(async () => {
+  for (const prefix of prefixes) {
+    await deletePrefix(`b_${prefix}`);
+    await deletePrefix(prefix);
+  }
+});
+
+/** A stub legacy service that records when each request arrives. */
+async function recordingServer(): Promise<{ url: string; arrivals: number[]; close: () => Promise<void> }> {
+  const arrivals: number[] = [];
+  const server: Server = createServer((req, res) => {
+    arrivals.push(performance.now());
+    res.setHeader('content-type', 'application/json');
+    res.end(req.url?.endsWith('/count') ? '{"count":1}' : '[]');
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    arrivals,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+describe('limiter shared through Redis', () => {
+  it('two replicas together never exceed the limit in any window, measured where requests arrive', async () => {
+    const prefix = newPrefix('two-replicas');
+    const server = await recordingServer();
+    try {
+      const replicas = [limiter(prefix), limiter(prefix)].map((l) =>
+        createLegacyClient({ baseUrl: server.url, apiKey: 'key-for-limiter-test', limiter: l, http: { retry: { retries: 0 } } }),
+      );
+      const perReplica = 25;
+      await Promise.all(replicas.flatMap((client) => Array.from({ length: perReplica }, () => client.count('1'))));
+      expect(server.arrivals).toHaveLength(2 * perReplica);
+      // The bound: no window of WINDOW_MS (closed at both ends, anywhere) holds more than PER_WINDOW.
+      expect(maxInAnyWindow(server.arrivals, WINDOW_MS)).toBeLessThanOrEqual(PER_WINDOW);
+      // And the budget is used, not starved: some window holds as many as the spacing allows.
+      const spacing = (open[0] as Limiter).stats().minTimeMs;
+      expect(maxInAnyWindow(server.arrivals, WINDOW_MS)).toBeGreaterThanOrEqual(Math.floor(WINDOW_MS / spacing));
+      for (const client of replicas) expect(client.stats().requests).toBe(perReplica);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('the window check itself catches a burst (a reservoir refill straddling a window would fail it)', () => {
+    // 20 just before a refill and 20 just after: 40 within 2 s.
+    const burst = [...Array.from({ length: 20 }, (_, i) => 1000 + i), ...Array.from({ length: 20 }, (_, i) => 2100 + i)];
+    expect(maxInAnyWindow(burst, WINDOW_MS)).toBe(40);
+  });
+
+  it('a pause from one replica (a 429) holds back the other', async () => {
+    const prefix = newPrefix('pause');
+    const a = limiter(prefix);
+    const b = limiter(prefix);
+    await b.schedule(async () => undefined); // b is up and has used a slot
+    const pausedAt = performance.now();
+    await a.pauseFor(800);
+    expect(await b.pausedForMs()).toBeGreaterThan(600);
+    let startedAt = 0;
+    await b.schedule(async () => {
+      startedAt = performance.now();
+    });
+    expect(startedAt - pausedAt).toBeGreaterThanOrEqual(800 - 20);
+    // A shorter pause never shortens a longer one.
+    await a.pauseFor(5000);
+    await a.pauseFor(100);
+    expect(await b.pausedForMs()).toBeGreaterThan(4000);
+    expect(a.stats().pauses).toBe(3);
+  });
+
+  it('jobs carry an expiration, so a job stuck in a dead replica does not hold capacity forever', async () => {
+    const prefix = newPrefix('expiration');
+    const options = { maxConcurrent: 1, jobExpirationMs: 300 };
+    const stuck = limiter(prefix, options);
+    const healthy = limiter(prefix, options);
+    const stuckJob = stuck.schedule(() => new Promise<never>(() => {})).catch((e: unknown) => e);
+    await new Promise((r) => setTimeout(r, 100));
+    let ran = false;
+    await healthy.schedule(async () => {
+      ran = true;
+    });
+    expect(ran).toBe(true);
+    expect(String(await stuckJob)).toMatch(/timed out/);
+  });
+});
+
+describe('Bottleneck state lost in Redis (DESIGN.md trap)', () => {
+  it('is real: a bare Bottleneck 2.19.5 on Redis 7 stays broken after its keys vanish', async () => {
+    const prefix = newPrefix('bare');
+    const id = `${prefix}:bare`;
+    const bare = new Bottleneck({ id, datastore: 'ioredis', clientOptions: { ...parseRedis(redisUrl()) }, minTime: 10 });
+    bare.on('error', () => {});
+    try {
+      await bare.schedule(async () => 1);
+      await deletePrefix(`b_${id}`);
+      await expect(bare.schedule(async () => 2)).rejects.toThrow(/SETTINGS_KEY_NOT_FOUND/);
+      await expect(bare.schedule(async () => 3)).rejects.toThrow(/SETTINGS_KEY_NOT_FOUND/);
+    } finally {
+      await bare.disconnect(false);
+    }
+  });
+
+  it('keeps scheduling after its keys are deleted mid-run, and still keeps the limit', async () => {
+    const prefix = newPrefix('wipe');
+    const a = limiter(prefix);
+    const b = limiter(prefix);
+    const starts: number[] = [];
+    let wiped = false;
+    const job = async (): Promise<void> => {
+      starts.push(performance.now());
+      if (starts.length === 10 && !wiped) {
+        wiped = true;
+        expect((await limiterKeys(prefix)).length).toBeGreaterThan(0);
+        await deletePrefix(`b_${prefix}`); // only this test's keys; never a flush
+        expect(await limiterKeys(prefix)).toEqual([]);
+      }
+    };
+    const results = await Promise.allSettled(Array.from({ length: 30 }, (_, i) => (i % 2 === 0 ? a : b).schedule(job)));
+    expect(results.filter((r) => r.status === 'rejected')).toEqual([]);
+    expect(starts).toHaveLength(30);
+    expect(wiped).toBe(true);
+    expect(a.stats().rebuilds + b.stats().rebuilds).toBeGreaterThanOrEqual(1);
+    expect(maxInAnyWindow(starts, WINDOW_MS)).toBeLessThanOrEqual(PER_WINDOW);
+    // Rebuilt state lives in Redis again.
+    expect((await limiterKeys(prefix)).length).toBeGreaterThan(0);
+  });
+
+  it('recovers when only its client registration expired (ERR UNKNOWN_CLIENT)', async () => {
+    const prefix = newPrefix('client');
+    const a = limiter(prefix);
+    await a.schedule(async () => undefined);
+    const redis = new Redis(redisUrl());
+    try {
+      await redis.del(`b_${prefix}:legacy_client_last_seen`);
+    } finally {
+      redis.disconnect();
+    }
+    await expect(a.schedule(async () => 'after')).resolves.toBe('after');
+    expect(a.stats().rebuilds).toBe(1);
+  });
+
+  it('never runs a job twice across a rebuild', async () => {
+    const prefix = newPrefix('once');
+    const a = limiter(prefix);
+    const runs = new Map<number, number>();
+    const job = (n: number) => async (): Promise<number> => {
+      runs.set(n, (runs.get(n) ?? 0) + 1);
+      if (n === 3) await deletePrefix(`b_${prefix}`);
+      return n;
+    };
+    const values = await Promise.all(Array.from({ length: 12 }, (_, n) => a.schedule(job(n))));
+    expect(values).toEqual(Array.from({ length: 12 }, (_, n) => n));
+    expect([...runs.values()].every((count) => count === 1)).toBe(true);
+    expect(a.stats().rebuilds).toBeGreaterThanOrEqual(1);
+  });
+});
+
+describe('limiter lifecycle', () => {
+  it('rejects work after close', async () => {
+    const a = limiter(newPrefix('closed'));
+    await a.schedule(async () => undefined);
+    await a.close();
+    await expect(a.schedule(async () => undefined)).rejects.toBeInstanceOf(LimiterClosedError);
+  });
+
+  it('fails fast when Redis is unreachable instead of hanging', async () => {
+    const a = createLimiter({
+      redisUrl: 'redis://127.0.0.1:1',
+      prefix: newPrefix('down'),
+      perMinute: 60,
+      readyTimeoutMs: 300,
+      redisOptions: { retryStrategy: () => 200, maxRetriesPerRequest: 1 },
+    });
+    try {
+      const error = await a.schedule(async () => 'never').catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(Error);
+      expect(error).not.toBe('never');
+      expect([LimiterUnavailableError.name, 'MaxRetriesPerRequestError']).toContain((error as Error).name);
+    } finally {
+      await a.close();
+    }
+  });
+
+  it('tracks scheduled, started and total wait', async () => {
+    const a = limiter(newPrefix('stats'));
+    await Promise.all(Array.from({ length: 5 }, () => a.schedule(async () => undefined)));
+    const stats = a.stats();
+    expect(stats).toMatchObject({ mode: 'redis', scheduled: 5, started: 5, waiting: 0, perWindow: PER_WINDOW, windowMs: WINDOW_MS });
+    expect(stats.minTimeMs).toBeGreaterThanOrEqual(WINDOW_MS / PER_WINDOW);
+    // Five starts spaced by minTime: at least 4 gaps were waited out by someone.
+    expect(stats.waitMsTotal).toBeGreaterThanOrEqual(4 * (WINDOW_MS / PER_WINDOW));
+  });
+});
+
+function parseRedis(url: string): { host: string; port: number } {
+  const u = new URL(url);
+  return { host: u.hostname, port: Number(u.port || 6379) };
+}

@@ -1,0 +1,241 @@
+/**
+ * The poll path against the simulator, real Postgres and an in-process limiter (DESIGN.md "Poll",
+ * invariants 2, 3, 4, 6, 8, 9).
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { SUBSCRIBER_FIELDS } from '../../src/mirror/normalize.js';
+import { startSimulator, type Simulator, type SimulatorOptions } from '../../src/simulator/index.js';
+import { runPass, incrementalFilterDay, type PassDeps } from '../../src/sync/poll.js';
+import { readSyncState } from '../../src/sync/state.js';
+import { UpstreamAuthError } from '../../src/upstream/http.js';
+import { createLegacyClient } from '../../src/upstream/legacy.js';
+import { createLogger } from '../../src/log.js';
+import type { SubscriberType } from '../../src/db/schema.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+import { diffSubscribers, expectedFromWorld, readMembers, readMirroredSubscribers } from '../helpers/mirror.js';
+
+const { logger } = createLogger({ level: 'silent' });
+const ALL_TYPES: SubscriberType[] = ['active', 'unsubscribed', 'bounced', 'junk', 'unconfirmed'];
+
+function deps(database: TestDatabase, sim: Simulator, overrides: Partial<PassDeps> = {}): PassDeps {
+  return {
+    pool: database.pool,
+    legacy: createLegacyClient({
+      baseUrl: sim.url,
+      apiKey: sim.apiKey,
+      http: { retry: { retries: 4, minDelayMs: 5, maxDelayMs: 50 }, timeoutMs: 5_000 },
+    }),
+    logger,
+    sourceTimezone: 'UTC',
+    lookbackMs: 86_400_000,
+    pageSize: 1000,
+    groupTypes: ALL_TYPES,
+    ...overrides,
+  };
+}
+
+async function passAllTypes(d: PassDeps, groupId: string, mode: 'full' | 'incremental') {
+  const results = [];
+  for (const type of ALL_TYPES) results.push(await runPass(d, groupId, type, mode));
+  return results;
+}
+
+async function assertMirrorEqualsWorld(database: TestDatabase, sim: Simulator, groupId: string, timezone = 'UTC') {
+  const memberIds = sim.world.members(groupId);
+  const expected = expectedFromWorld(sim.world, memberIds, timezone);
+  const actual = await readMirroredSubscribers(database.pool);
+  expect(diffSubscribers(expected, actual, SUBSCRIBER_FIELDS.filter((f) => f !== 'source' && f !== 'deletedAt' && f !== 'forgetAt'))).toEqual([]);
+  const members = (await readMembers(database.pool, groupId)).filter((m) => m.removedAt === null);
+  const want = [...sim.world.memberships()]
+    .filter((m) => m.groupId === groupId)
+    .map((m) => `${m.subscriberId}:${m.type}`)
+    .sort();
+  expect(members.map((m) => `${m.subscriberId}:${m.type}`).sort()).toEqual(want);
+}
+
+describe('incrementalFilterDay', () => {
+  it('covers the cursor day under both boundary semantics and ±14 h', () => {
+    expect(incrementalFilterDay('2024-05-10T12:00:00.000000Z', 86_400_000, 'UTC')).toBe('2024-05-08');
+    expect(incrementalFilterDay('2024-05-10T20:00:00.000000Z', 0, 'UTC')).toBe('2024-05-09');
+    expect(incrementalFilterDay('2024-05-10T01:00:00.000000Z', 0, 'Pacific/Kiritimati')).toBe('2024-05-09');
+  });
+});
+
+describe('full pass', () => {
+  let database: TestDatabase;
+  let sim: Simulator | undefined;
+
+  beforeAll(async () => {
+    database = await createTestDatabase();
+  });
+  afterEach(async () => {
+    await sim?.close();
+    sim = undefined;
+    await database.pool.query('truncate subscribers, group_members, sync_state');
+  });
+  afterAll(async () => {
+    await database.drop();
+  });
+
+  it.each([
+    ['uncapped pages', {}],
+    ['pages silently capped at 300', { pageCap: 300 }],
+  ] as Array<[string, SimulatorOptions]>)(
+    'mirrors 10,000 subscribers with ids above 2^53 exactly (%s)',
+    async (_label, options) => {
+      sim = await startSimulator({ subscribers: 10_000, groups: 1, largeIds: true, rateLimit: false, ...options });
+      const groupId = sim.world.groupIds()[0]!;
+      const d = deps(database, sim);
+      const results = await passAllTypes(d, groupId, 'full');
+      expect(results.reduce((n, r) => n + r.rowsSeen, 0)).toBe(sim.world.memberCount(groupId));
+      const { rows } = await database.pool.query<{ n: number; big: number }>(
+        `select count(*)::int as n, count(*) filter (where id::numeric > 9007199254740992)::int as big from subscribers`,
+      );
+      expect(rows[0]).toEqual({ n: sim.world.memberCount(groupId), big: sim.world.memberCount(groupId) });
+      await assertMirrorEqualsWorld(database, sim, groupId);
+      if (options.pageCap) {
+        const state = await readSyncState(database.pool, groupId, 'active');
+        expect(state?.effectiveLimit).toBe(300);
+      }
+      // Re-running a pass changes nothing (invariant 3).
+      const again = await runPass(d, groupId, 'active', 'full');
+      expect(again.rowsWritten).toBe(0);
+    },
+  );
+
+  it('marks a member removed upstream as removed only after a complete full pass', async () => {
+    sim = await startSimulator({ subscribers: 300, groups: 1, rateLimit: false });
+    const groupId = sim.world.groupIds()[0]!;
+    const d = deps(database, sim, { pageSize: 50 });
+    await passAllTypes(d, groupId, 'full');
+    const leaver = sim.world.members(groupId, 'active')[0]!;
+    sim.world.removeFromGroup(leaver, groupId);
+
+    // A full pass of one type that fails halfway removes nobody.
+    sim.faults.failNext(0);
+    const before = sim.requests.length;
+    const failing = runPass(deps(database, sim, { pageSize: 50, legacy: createLegacyClient({ baseUrl: sim.url, apiKey: sim.apiKey, http: { retry: { retries: 0 } } }) }), groupId, 'active', 'full');
+    await new Promise((r) => setTimeout(r, 0));
+    sim.faults.set({ errorRate: 1, errorStatus: 500 });
+    await expect(failing).rejects.toThrow();
+    sim.faults.clear();
+    expect(sim.requests.length).toBeGreaterThan(before);
+    let leaverRow = (await readMembers(database.pool, groupId)).find((m) => m.subscriberId === leaver);
+    expect(leaverRow?.removedAt).toBeNull();
+    expect((await readSyncState(database.pool, groupId, 'active'))?.lastStatus).toBe('failed');
+
+    // Completing the passes of every type concludes the membership ended.
+    await passAllTypes(d, groupId, 'full');
+    leaverRow = (await readMembers(database.pool, groupId)).find((m) => m.subscriberId === leaver);
+    expect(leaverRow?.removedAt).not.toBeNull();
+    await assertMirrorEqualsWorld(database, sim, groupId);
+  });
+
+  it('resumes a crashed full pass from its checkpoint', async () => {
+    sim = await startSimulator({ subscribers: 2_000, groups: 1, rateLimit: false });
+    const groupId = sim.world.groupIds()[0]!;
+    const active = sim.world.memberCount(groupId, 'active');
+    let pages = 0;
+    const stopping = deps(database, sim, { pageSize: 100, shouldStop: () => ++pages >= 3 });
+    await expect(runPass(stopping, groupId, 'active', 'full')).rejects.toThrow(/interrupted/);
+    const state = await readSyncState(database.pool, groupId, 'active');
+    expect(state?.fullOffset).toBe(300);
+    expect(state?.lastStatus).toBe('failed');
+    sim.clearRequests();
+    const resumed = await runPass(deps(database, sim, { pageSize: 100 }), groupId, 'active', 'full');
+    expect(resumed.rowsSeen).toBe(active - 300);
+    const firstList = sim.requests.find((r) => r.route?.includes(':type') && !r.url.includes('/count'));
+    expect(firstList?.url).toContain('offset=300');
+    const { rows } = await database.pool.query<{ n: number }>(`select count(*)::int as n from subscribers`);
+    expect(rows[0]?.n).toBe(active);
+  });
+});
+
+describe('incremental passes', () => {
+  let database: TestDatabase;
+  let sim: Simulator | undefined;
+
+  beforeAll(async () => {
+    database = await createTestDatabase();
+  });
+  afterEach(async () => {
+    await sim?.close();
+    sim = undefined;
+    await database.pool.query('truncate subscribers, group_members, sync_state');
+  });
+  afterAll(async () => {
+    await database.drop();
+  });
+
+  const HOUR = 3_600_000;
+  it.each([
+    ['midnight', '+14:00'],
+    ['midnight', '-12:00'],
+    ['whole-day', '+14:00'],
+    ['whole-day', '-12:00'],
+    ['whole-day', 'UTC'],
+  ] as const)('pick up every change between passes (%s boundary, service timezone %s)', async (boundary, timezone) => {
+    let now = Date.parse('2024-05-10T23:30:00Z');
+    sim = await startSimulator({ subscribers: 500, groups: 1, rateLimit: false, boundary, timezone, clock: () => now });
+    const groupId = sim.world.groupIds()[0]!;
+    // MAILER_SOURCE_TZ stays UTC: the service's zone is "14 h ahead / 12 h behind ours".
+    const d = deps(database, sim, { pageSize: 100 });
+    await passAllTypes(d, groupId, 'full');
+
+    for (const step of [1, 5, 13, 26]) {
+      now += step * HOUR;
+      const ids = sim.world.members(groupId).slice(step, step + 7);
+      sim.world.updateFields(ids[0]!, { city: `city-${step}` });
+      sim.world.unsubscribe(ids[1]!);
+      sim.world.bounce(ids[2]!);
+      sim.world.markJunk(ids[3]!);
+      sim.world.markUnconfirmed(ids[4]!);
+      sim.world.activate(ids[4]!);
+      sim.world.createSubscriber({ groups: [groupId] });
+      now += 60_000;
+      await passAllTypes(d, groupId, 'incremental');
+      const actual = await readMirroredSubscribers(database.pool);
+      const expected = expectedFromWorld(sim.world, sim.world.members(groupId), 'UTC');
+      expect(diffSubscribers(expected, actual, ['updatedAt', 'status', 'fields', 'email'])).toEqual([]);
+    }
+    const members = (await readMembers(database.pool, groupId)).filter((m) => m.removedAt === null);
+    const want = [...sim.world.memberships()].filter((m) => m.groupId === groupId).map((m) => `${m.subscriberId}:${m.type}`);
+    expect(members.map((m) => `${m.subscriberId}:${m.type}`).sort()).toEqual(want.sort());
+
+    // An unchanged group writes nothing.
+    const quiet = await passAllTypes(d, groupId, 'incremental');
+    expect(quiet.reduce((n, r) => n + r.rowsWritten, 0)).toBe(0);
+  });
+
+  it('fails at once on a wrong API key: 1 request, code 302 named, cursor unchanged', async () => {
+    sim = await startSimulator({ subscribers: 50, groups: 1, rateLimit: false });
+    const groupId = sim.world.groupIds()[0]!;
+    await runPass(deps(database, sim), groupId, 'active', 'full');
+    const cursor = (await readSyncState(database.pool, groupId, 'active'))?.cursor;
+    expect(cursor).toBeTruthy();
+    sim.clearRequests();
+    const wrongKey = 'wrong-key-123456';
+    const bad = deps(database, sim, { legacy: createLegacyClient({ baseUrl: sim.url, apiKey: wrongKey, http: { retry: { retries: 5, minDelayMs: 5 } } }) });
+    const error = await runPass(bad, groupId, 'active', 'incremental').catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(UpstreamAuthError);
+    expect((error as Error).message).toMatch(/code 302/);
+    expect((error as Error).message).not.toContain(wrongKey);
+    expect(sim.requests.filter((r) => r.api === 'legacy')).toHaveLength(1);
+    const state = await readSyncState(database.pool, groupId, 'active');
+    expect(state?.cursor).toBe(cursor);
+    expect(state?.lastStatus).toBe('failed');
+    expect(state?.lastError).toMatch(/code 302/);
+  });
+
+  it('retries 5xx bursts and connection resets and still completes', async () => {
+    sim = await startSimulator({ subscribers: 1_000, groups: 1, rateLimit: false, seed: 7 });
+    const groupId = sim.world.groupIds()[0]!;
+    sim.faults.set({ errorRate: 0.2, errorStatus: 503, resetRate: 0.1 });
+    const d = deps(database, sim, { pageSize: 50 });
+    await passAllTypes(d, groupId, 'full');
+    sim.faults.clear();
+    expect(sim.requests.some((r) => r.status === 503)).toBe(true);
+    expect(sim.requests.some((r) => r.status === 0)).toBe(true);
+    await assertMirrorEqualsWorld(database, sim, groupId);
+  });
+});

@@ -1,0 +1,110 @@
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { tryAcquirePassLock } from '../../src/sync/lock.js';
+import { createSyncQueue, enqueueBackfill, syncSchedules } from '../../src/sync/schedule.js';
+import {
+  authPauseKey,
+  clearAuthPause,
+  isPaused,
+  readAuthPause,
+  recordAuthFailure,
+} from '../../src/sync/auth-pause.js';
+import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
+
+describe('poll scheduling', () => {
+  const prefix = uniquePrefix('schedule');
+  const connection = { url: redisUrl() };
+  const queue = createSyncQueue(connection, prefix);
+  let redis: Redis;
+
+  beforeAll(() => {
+    redis = new Redis(redisUrl());
+  });
+
+  afterAll(async () => {
+    await queue.close();
+    redis.disconnect();
+    await deletePrefix(prefix);
+  });
+
+  it('creates one incremental and one full scheduler per group × type, idempotently', async () => {
+    const config = { groups: ['1', '2'], types: ['active', 'bounced'] as const, everyMs: 60_000, reconcileEveryMs: 3_600_000 };
+    const first = await syncSchedules(queue, { ...config, types: [...config.types] });
+    expect(first.upserted.sort()).toEqual([
+      'full-g1-active',
+      'full-g1-bounced',
+      'full-g2-active',
+      'full-g2-bounced',
+      'incremental-g1-active',
+      'incremental-g1-bounced',
+      'incremental-g2-active',
+      'incremental-g2-bounced',
+    ]);
+    await syncSchedules(queue, { ...config, types: [...config.types] });
+    const schedulers = await queue.getJobSchedulers(0, -1);
+    expect(schedulers).toHaveLength(8);
+    const incremental = schedulers.find((s) => s.key === 'incremental-g1-active');
+    expect(Number(incremental?.every)).toBe(60_000);
+  });
+
+  it('removes schedulers of groups and types no longer configured', async () => {
+    const changes = await syncSchedules(queue, { groups: ['2'], types: ['active'], everyMs: 30_000, reconcileEveryMs: 3_600_000 });
+    expect(changes.removed.sort()).toEqual([
+      'full-g1-active',
+      'full-g1-bounced',
+      'full-g2-bounced',
+      'incremental-g1-active',
+      'incremental-g1-bounced',
+      'incremental-g2-bounced',
+    ]);
+    const keys = (await queue.getJobSchedulers(0, -1)).map((s) => s.key).sort();
+    expect(keys).toEqual(['full-g2-active', 'incremental-g2-active']);
+    await syncSchedules(queue, { groups: [], types: ['active'], everyMs: 30_000, reconcileEveryMs: 3_600_000 });
+    expect(await queue.getJobSchedulers(0, -1)).toHaveLength(0);
+  });
+
+  it('collapses piled-up backfill requests for the same group and type', async () => {
+    const a = await enqueueBackfill(queue, '77', 'active');
+    const b = await enqueueBackfill(queue, '77', 'active');
+    const c = await enqueueBackfill(queue, '77', 'junk');
+    expect(b).toBe(a);
+    expect(c).not.toBe(a);
+    expect(a).not.toMatch(/:/);
+  });
+
+  it('lets one holder at a time take a pass lock, and frees it on release or expiry', async () => {
+    const key = `${prefix}:lock:g1:active`;
+    const first = await tryAcquirePassLock(redis, key, { ttlMs: 500, renewEveryMs: 100 });
+    expect(first).not.toBeNull();
+    expect(await tryAcquirePassLock(redis, key)).toBeNull();
+    await new Promise((r) => setTimeout(r, 700)); // renewed past its TTL while held
+    expect(await tryAcquirePassLock(redis, key)).toBeNull();
+    await first!.release();
+    const second = await tryAcquirePassLock(redis, key, { ttlMs: 200, renewEveryMs: 10_000 });
+    expect(second).not.toBeNull();
+    await new Promise((r) => setTimeout(r, 300)); // a dead holder (no renewal) frees it by TTL
+    const third = await tryAcquirePassLock(redis, key, { ttlMs: 1000 });
+    expect(third).not.toBeNull();
+    // The expired holder's release must not free the lock someone else now holds.
+    await second!.release();
+    expect(await tryAcquirePassLock(redis, key)).toBeNull();
+    await third!.release();
+  });
+
+  it('pauses polling after an auth failure with a doubling back-off, and clears on success', async () => {
+    const key = authPauseKey(prefix, 'some-api-key');
+    expect(key).not.toContain('some-api-key');
+    const now = 1_000_000;
+    const p1 = await recordAuthFailure(redis, key, 'code 302', now);
+    expect(p1.until - now).toBe(60_000);
+    const p2 = await recordAuthFailure(redis, key, 'code 302', now);
+    expect(p2.until - now).toBe(120_000);
+    for (let i = 0; i < 10; i++) await recordAuthFailure(redis, key, 'code 302', now);
+    const capped = await readAuthPause(redis, key);
+    expect(capped!.until - now).toBe(3_600_000);
+    expect(isPaused(capped, now + 1000)).toBe(true);
+    expect(isPaused(capped, now + 3_600_001)).toBe(false);
+    await clearAuthPause(redis, key);
+    expect(await readAuthPause(redis, key)).toBeNull();
+  });
+});
