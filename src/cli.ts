@@ -9,8 +9,14 @@ import { fileURLToPath } from 'node:url';
 import dotenv from 'dotenv';
 import { ConfigError, loadConfig, needsForRole, ROLES, secretsOf, type Role } from './config.js';
 import { runMigrations } from './db/migrate.js';
+import { SUBSCRIBER_TYPES, type SubscriberType } from './db/schema.js';
+import { openDatabase } from './db/client.js';
 import { createScrubber } from './log.js';
 import { describeConnectionError, startService } from './start.js';
+import { enqueueBackfills, waitForPass, type BackfillTarget } from './sync/backfill.js';
+import { createSyncQueue } from './sync/schedule.js';
+import { collectStatus, formatStatusTable } from './sync/status.js';
+import { authPauseKey, isPaused, readAuthPause } from './sync/auth-pause.js';
 
 export class UsageError extends Error {
   override name = 'UsageError';
@@ -21,9 +27,9 @@ const USAGE = `usage: subscriber-mirror <command> [options]
 commands:
   start [--role all|worker|receiver]   migrate, then run the service (default role: all)
   migrate                              apply database migrations and exit
-  backfill --group ID [--type T] [--wait]
-                                       enqueue a full pass for a group
-  status                               per group × type: cursor, last run, rows, drift
+  backfill (--group ID | --all) [--type T] [--wait]
+                                       enqueue full passes (all configured types unless --type)
+  status [--json]                      per group × type: cursor, last run, rows, drift
   webhooks list|get|register|update|delete
                                        manage the service-side webhooks
   simulator [options]                  run the mailing-service simulator
@@ -83,19 +89,113 @@ const migrate: Handler = async (args) => {
   }
 };
 
-const notImplemented =
-  (name: string): Handler =>
-  async () => {
-    process.stderr.write(`subscriber-mirror: "${name}" is not implemented yet\n`);
-    return 1;
-  };
+function backfillTargets(values: { group?: string; type?: string; all?: boolean }, config: ReturnType<typeof loadConfig>): BackfillTarget[] {
+  if (values.all && values.group) throw new UsageError('use either --group ID or --all, not both');
+  if (!values.all && !values.group) throw new UsageError('backfill needs --group ID (or --all for every SYNC_GROUPS group)');
+  if (values.group !== undefined && !/^\d{1,30}$/.test(values.group)) {
+    throw new UsageError(`--group must be a numeric group id, got "${values.group}"`);
+  }
+  if (values.type !== undefined && !(SUBSCRIBER_TYPES as readonly string[]).includes(values.type)) {
+    throw new UsageError(`--type must be one of ${SUBSCRIBER_TYPES.join(', ')}, got "${values.type}"`);
+  }
+  const groups = values.all ? config.sync.groups : [values.group as string];
+  if (groups.length === 0) throw new UsageError('--all needs SYNC_GROUPS to name at least one group');
+  const types: SubscriberType[] = values.type ? [values.type as SubscriberType] : [...config.sync.types];
+  return groups.flatMap((groupId) => types.map((type) => ({ groupId, type })));
+}
+
+const backfill: Handler = async (args) => {
+  const { values } = parse(args, {
+    group: { type: 'string' },
+    type: { type: 'string' },
+    all: { type: 'boolean', default: false },
+    wait: { type: 'boolean', default: false },
+  });
+  const config = loadConfig(process.env, ['database']);
+  const targets = backfillTargets(values, config);
+  const queue = createSyncQueue({ url: config.redisUrl, maxRetriesPerRequest: 1 }, config.redisPrefix);
+  try {
+    const jobs = await enqueueBackfills(queue, targets);
+    for (const j of jobs) process.stdout.write(`queued full pass of group ${j.groupId} ${j.type} (job ${j.jobId})\n`);
+    if (!values.wait) return 0;
+    const { default: cliProgress } = await import('cli-progress');
+    let failed = 0;
+    for (const j of jobs) {
+      const bar = new cliProgress.SingleBar(
+        { format: `group ${j.groupId} ${j.type.padEnd(12)} [{bar}] {value}/{total} {state}`, hideCursor: true, noTTYOutput: true, notTTYSchedule: 5_000 },
+        cliProgress.Presets.shades_classic,
+      );
+      bar.start(1, 0, { state: 'waiting' });
+      const outcome = await waitForPass(queue, j.jobId, {
+        onProgress: (p, state) => {
+          const total = p?.total ?? Math.max(1, p?.rowsSeen ?? 0);
+          bar.setTotal(Math.max(total, p?.rowsSeen ?? 0, 1));
+          bar.update(p?.rowsSeen ?? 0, { state: state === 'waiting' || state === 'delayed' ? 'waiting for a worker' : state });
+        },
+      });
+      bar.stop();
+      if (outcome.state === 'completed') {
+        process.stdout.write(`group ${j.groupId} ${j.type}: done, ${outcome.result.rowsSeen} rows read, ${outcome.result.rowsWritten} written\n`);
+      } else {
+        failed += 1;
+        process.stderr.write(`subscriber-mirror: group ${j.groupId} ${j.type}: pass failed: ${outcome.error}\n`);
+      }
+    }
+    return failed > 0 ? 1 : 0;
+  } finally {
+    await queue.close();
+  }
+};
+
+const status: Handler = async (args) => {
+  const { values } = parse(args, { json: { type: 'boolean', default: false } });
+  const config = loadConfig(process.env, ['database']);
+  const database = openDatabase(config.databaseUrl, { max: 1 });
+  try {
+    const rows = await collectStatus(database.pool, { groups: config.sync.groups, types: config.sync.types });
+    let pause = null;
+    if (config.legacy.apiKey) {
+      const { Redis } = await import('ioredis');
+      const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1, lazyConnect: true });
+      try {
+        await redis.connect();
+        const p = await readAuthPause(redis, authPauseKey(config.redisPrefix, config.legacy.apiKey));
+        pause = isPaused(p) ? p : null;
+      } finally {
+        redis.disconnect();
+      }
+    }
+    if (values.json) {
+      process.stdout.write(`${JSON.stringify({ authPause: pause, passes: rows }, null, 2)}\n`);
+    } else {
+      if (pause) {
+        process.stdout.write(`POLLING PAUSED until ${new Date(pause.until).toISOString()} after ${pause.failures} auth failure(s): ${pause.message}\n\n`);
+      }
+      process.stdout.write(rows.length > 0 ? `${formatStatusTable(rows)}\n` : 'no groups configured and no passes recorded yet\n');
+    }
+    return 0;
+  } catch (error) {
+    throw new Error(`cannot read status: ${describeConnectionError(error)}`);
+  } finally {
+    await database.close();
+  }
+};
 
 const COMMANDS: Record<string, Handler> = {
   start,
   migrate,
-  backfill: notImplemented('backfill'),
-  status: notImplemented('status'),
-  webhooks: notImplemented('webhooks'),
+  backfill,
+  status,
+  webhooks: async (args) => {
+    const config = loadConfig(process.env, ['manage-webhooks']);
+    const { runWebhooksCli } = await import('./webhooks/cli.js');
+    const database = openDatabase(config.databaseUrl, { max: 2 });
+    try {
+      return await runWebhooksCli(args, { config, pool: database.pool });
+    } finally {
+      await database.close();
+    }
+  },
   simulator: async (args) => {
     // Loaded on demand: the service itself never needs the simulator's code.
     const { runSimulatorCli } = await import('./simulator/cli.js');

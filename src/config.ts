@@ -19,6 +19,8 @@ export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', '
 export interface Config {
   databaseUrl: string;
   redisUrl: string;
+  /** Namespace of every Redis key (BullMQ queues, limiter, locks); one per install. */
+  redisPrefix: string;
   legacy: {
     url: string | undefined;
     apiKey: string | undefined;
@@ -177,6 +179,13 @@ const envSchema = z.object({
     emptyToUndefined,
     dbUrl(/^rediss?:\/\//, 'redis://host:6379').default('redis://127.0.0.1:6379'),
   ),
+  REDIS_PREFIX: z.preprocess(
+    emptyToUndefined,
+    z
+      .string()
+      .regex(/^[A-Za-z0-9_-]{1,64}$/, 'must be 1-64 letters, digits, "-" or "_"')
+      .default('subscriber-mirror'),
+  ),
   MAILER_LEGACY_URL: httpUrl('the legacy host, without /api/v2'),
   MAILER_API_KEY: optionalString,
   MAILER_API_KEY_HEADER: z.preprocess(
@@ -266,6 +275,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, needs: ConfigNe
   return {
     databaseUrl: e.DATABASE_URL,
     redisUrl: e.REDIS_URL,
+    redisPrefix: e.REDIS_PREFIX,
     legacy: {
       url: e.MAILER_LEGACY_URL,
       apiKey: e.MAILER_API_KEY,

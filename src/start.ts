@@ -9,8 +9,14 @@ import type { Config, Role } from './config.js';
 import { secretsOf } from './config.js';
 import { openDatabase } from './db/client.js';
 import { migrationsPending, runMigrations } from './db/migrate.js';
+import { createMetrics } from './http/metrics.js';
 import { buildServer, type ReadinessCheck } from './http/server.js';
 import { createLogger, type Logger } from './log.js';
+import { authPauseKey, isPaused, readAuthPause } from './sync/auth-pause.js';
+import { createSyncQueue, syncSchedules } from './sync/schedule.js';
+import { createSyncWorker, resumeOpenFullPasses, type SyncWorker } from './sync/worker.js';
+import { createLegacyClient } from './upstream/legacy.js';
+import { createLimiter, type Limiter } from './upstream/limiter.js';
 
 export interface RunningService {
   logger: Logger;
@@ -41,6 +47,9 @@ export async function startService(config: Config, role: Role): Promise<RunningS
   redis.on('error', () => {});
   redis.connect().catch(() => {});
 
+  const metrics = createMetrics();
+  const polling = role === 'all' || role === 'worker' ? await startPolling(config, database.pool, redis, log, metrics) : null;
+
   const readiness: ReadinessCheck[] = [
     {
       name: 'postgres',
@@ -58,8 +67,19 @@ export async function startService(config: Config, role: Role): Promise<RunningS
       },
     },
   ];
+  if (polling) {
+    readiness.push({
+      name: 'upstream-auth',
+      check: async () => {
+        const pause = await readAuthPause(redis, polling.pauseKey);
+        if (isPaused(pause)) {
+          throw new Error(`polling paused until ${new Date(pause.until).toISOString()}: ${pause.message}`);
+        }
+      },
+    });
+  }
 
-  const server = buildServer({ logger: log, readiness });
+  const server = buildServer({ logger: log, readiness, metrics });
   await server.listen({ port: config.port, host: '0.0.0.0' });
   const address = server.server.address();
   const port = typeof address === 'object' && address ? address.port : config.port;
@@ -70,6 +90,7 @@ export async function startService(config: Config, role: Role): Promise<RunningS
     stopping ??= (async () => {
       log.info({ reason }, 'shutting down');
       await server.close();
+      if (polling) await polling.stop(config.shutdownTimeoutMs);
       redis.disconnect();
       await database.close();
       log.info('stopped');
@@ -78,6 +99,76 @@ export async function startService(config: Config, role: Role): Promise<RunningS
   };
 
   return { logger: log, stop, port };
+}
+
+interface Polling {
+  pauseKey: string;
+  stop(timeoutMs: number): Promise<void>;
+}
+
+/** Schedules passes for the configured groups, resumes open full passes, and runs the sync worker. */
+async function startPolling(
+  config: Config,
+  pool: import('pg').Pool,
+  redis: Redis,
+  log: Logger,
+  metrics: ReturnType<typeof createMetrics>,
+): Promise<Polling> {
+  const legacyUrl = config.legacy.url as string;
+  const apiKey = config.legacy.apiKey as string;
+  // BullMQ's blocking connections must retry forever (maxRetriesPerRequest: null, DESIGN.md "Traps").
+  const connection = { url: config.redisUrl, maxRetriesPerRequest: null };
+  const limiter: Limiter = createLimiter({
+    mode: 'redis',
+    redisUrl: config.redisUrl,
+    prefix: config.redisPrefix,
+    perMinute: config.apiRateLimit,
+    logger: log,
+  });
+  const queue = createSyncQueue(connection, config.redisPrefix);
+  const changes = await syncSchedules(queue, {
+    groups: config.sync.groups,
+    types: config.sync.types,
+    everyMs: config.sync.everyMs,
+    reconcileEveryMs: config.sync.reconcileEveryMs,
+  });
+  const resumed = await resumeOpenFullPasses(queue, pool, config.sync.groups, config.sync.types);
+  log.info({ schedulers: changes.upserted.length, removed: changes.removed, resumed: resumed.length }, 'poll schedules in place');
+
+  const worker: SyncWorker = createSyncWorker({
+    pool,
+    redis,
+    connection,
+    prefix: config.redisPrefix,
+    apiKey,
+    legacyFactory: () =>
+      createLegacyClient({
+        baseUrl: legacyUrl,
+        apiKey,
+        apiKeyHeader: config.legacy.apiKeyHeader,
+        limiter,
+        logger: log,
+        http: {
+          hooks: {
+            onResponse: (info) => metrics.upstreamRequests.inc({ api: 'legacy', outcome: String(info.status) }),
+          },
+        },
+      }),
+    logger: log,
+    sourceTimezone: config.legacy.sourceTimezone,
+    lookbackMs: config.sync.lookbackMs,
+    pageSize: config.sync.pageSize,
+    types: config.sync.types,
+    metrics,
+  });
+  return {
+    pauseKey: authPauseKey(config.redisPrefix, apiKey),
+    async stop(timeoutMs: number) {
+      await worker.close(timeoutMs);
+      await queue.close();
+      await limiter.close();
+    },
+  };
 }
 
 /** Turns pg/network errors into one line without stack, host credentials or internals. */

@@ -5,6 +5,7 @@
  */
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { Logger } from '../log.js';
+import type { Metrics } from './metrics.js';
 
 export interface ReadinessCheck {
   name: string;
@@ -17,6 +18,7 @@ export interface ServerOptions {
   readiness: ReadinessCheck[];
   /** Per-check time limit so /readyz answers even when a dependency hangs. */
   readinessTimeoutMs?: number;
+  metrics?: Metrics;
 }
 
 export function buildServer(options: ServerOptions): FastifyInstance {
@@ -47,6 +49,19 @@ export function buildServer(options: ServerOptions): FastifyInstance {
     }
     return { status: 'ready', checks: results };
   });
+
+  const metrics = options.metrics;
+  if (metrics) {
+    app.addHook('onResponse', async (request, reply) => {
+      const route = request.routeOptions.url ?? 'unmatched';
+      metrics.httpRequests.inc({ method: request.method, route, status: String(reply.statusCode) });
+      metrics.httpDuration.observe({ method: request.method, route }, reply.elapsedTime / 1000);
+    });
+    app.get('/metrics', async (_request, reply) => {
+      reply.header('content-type', metrics.registry.contentType);
+      return metrics.registry.metrics();
+    });
+  }
 
   return app;
 }

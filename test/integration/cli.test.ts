@@ -80,10 +80,11 @@ describe('subscriber-mirror CLI', () => {
     expect(second.stdout).toBe('database is up to date\n');
   });
 
-  it('says "not implemented yet" for commands later work adds, instead of pretending', async () => {
-    const result = await runCli(['status'], { DATABASE_URL: database.url });
-    expect(result.code).toBe(1);
-    expect(result.stderr).toContain('not implemented yet');
+  it('webhooks commands name the missing management settings and exit 2', async () => {
+    const result = await runCli(['webhooks', 'list'], { DATABASE_URL: database.url });
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain('MAILER_WEBHOOKS_URL: required for webhooks commands');
+    expect(result.stderr).toContain('MAILER_WEBHOOKS_TOKEN: required for webhooks commands');
   });
 });
 

@@ -1,0 +1,412 @@
+/**
+ * `subscriber-mirror webhooks list|get|register|update|delete` (DESIGN.md "Management").
+ *
+ * `src/cli.ts` loads the config (need `manage-webhooks`), opens the pool and calls
+ * `runWebhooksCli`. Bad arguments throw `UsageError` (exit 2, message printed as is, so it carries
+ * its own usage text); failures throw an Error with one clear line (exit 1).
+ *
+ * Secrets never reach the output (invariant 10): nothing here formats a secret, `--json` is built
+ * from an explicit list of fields, and every line still passes a scrubber holding the token and every
+ * secret seen, in case a future message carries one.
+ */
+import { parseArgs, type ParseArgsConfig } from 'node:util';
+import type pg from 'pg';
+import { ConfigError, type Config } from '../config.js';
+import { createScrubber, type Logger, type SecretScrubber } from '../log.js';
+import {
+  createWebhooksApi,
+  isWebhookId,
+  WebhookAuthError,
+  WebhookNotFoundError,
+  type Webhook,
+  type WebhooksApi,
+  type WebhooksApiOptions,
+  type WebhookUpdateBody,
+} from '../upstream/webhooks-api.js';
+import { EVENT_KINDS, isEventKind } from './payloads.js';
+import {
+  batchableViolations,
+  deleteWebhook,
+  getWebhook,
+  listWebhooks,
+  readEndpoint,
+  registerWebhooks,
+  ROLE_SPECS,
+  updateWebhook,
+  type ListResult,
+  type RegisterAction,
+} from './manage.js';
+
+/** Bad arguments; `src/cli.ts` maps the name to exit code 2 and prints the message as is. */
+export class UsageError extends Error {
+  override name = 'UsageError';
+}
+
+export const WEBHOOKS_USAGE = `usage: subscriber-mirror webhooks <subcommand> [options]
+
+  list [--json]                      every webhook of the account; MANAGED = this install's (in webhook_endpoints)
+  get ID [--json]                    one webhook (secrets are never shown)
+  register --url URL [--name NAME]   create or update this install's two webhooks (real-time and batched)
+  update ID [--url URL] [--name NAME] [--events KIND,KIND...] [--enable | --disable] [--batchable true|false]
+  delete ID                          delete a webhook upstream and forget its secret
+
+needs MAILER_WEBHOOKS_URL and MAILER_WEBHOOKS_TOKEN.`;
+
+function usage(problem: string): UsageError {
+  return new UsageError(`${problem}\n\n${WEBHOOKS_USAGE}`);
+}
+
+export interface WebhooksCliDeps {
+  config: Config;
+  pool: pg.Pool;
+  /** One line of output (no newline); default stdout. */
+  out?: (line: string) => void;
+  /** Timeouts, retries, fetch (tests). */
+  http?: WebhooksApiOptions['http'];
+  logger?: Logger;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Argument parsing (pure)
+// ---------------------------------------------------------------------------------------------
+
+type Options = NonNullable<ParseArgsConfig['options']>;
+
+function parse<T extends Options>(args: string[], options: T, positionals: number, what: string) {
+  const parsed = (() => {
+    try {
+      return parseArgs({ args, options, strict: true, allowPositionals: positionals > 0 });
+    } catch (error) {
+      throw usage(`webhooks ${what}: ${(error as Error).message}`);
+    }
+  })();
+  if (parsed.positionals.length > positionals) {
+    throw usage(`webhooks ${what}: unexpected argument "${parsed.positionals[positionals] ?? ''}"`);
+  }
+  return parsed;
+}
+
+function webhookIdArg(positionals: string[], what: string): string {
+  const id = positionals[0];
+  if (id === undefined) throw usage(`webhooks ${what} needs a webhook ID`);
+  if (!isWebhookId(id)) throw usage(`webhooks ${what}: "${id}" is not a webhook id (digits, as \`webhooks list\` shows them)`);
+  return id;
+}
+
+function urlArg(value: string, what: string): string {
+  const ok = URL.canParse(value) && ['http:', 'https:'].includes(new URL(value).protocol);
+  if (!ok) throw usage(`webhooks ${what}: --url must be an http(s) URL, got "${value}"`);
+  return value;
+}
+
+/** `a,b` → known, deduplicated kinds; an unknown kind is named. */
+export function parseEventsArg(value: string, what = 'update'): string[] {
+  const kinds = [...new Set(value.split(',').map((k) => k.trim()).filter((k) => k !== ''))];
+  if (kinds.length === 0) throw usage(`webhooks ${what}: --events needs at least one event kind`);
+  const unknown = kinds.filter((k) => !isEventKind(k));
+  if (unknown.length > 0) {
+    const names = unknown.map((k) => `"${k}"`).join(', ');
+    throw usage(`webhooks ${what}: unknown event kind ${names} (known: ${EVENT_KINDS.join(', ')})`);
+  }
+  return kinds;
+}
+
+export interface RegisterArgs {
+  url: string;
+  name?: string;
+}
+
+export function parseRegisterArgs(args: string[]): RegisterArgs {
+  const { values } = parse(args, { url: { type: 'string' }, name: { type: 'string' } }, 0, 'register');
+  if (values.url === undefined) throw usage('webhooks register needs --url URL (where the service should deliver: this install\'s receiver)');
+  const result: RegisterArgs = { url: urlArg(values.url, 'register') };
+  if (values.name !== undefined) {
+    if (values.name.trim() === '') throw usage('webhooks register: --name must not be empty');
+    result.name = values.name;
+  }
+  return result;
+}
+
+export interface UpdateArgs {
+  id: string;
+  patch: WebhookUpdateBody;
+}
+
+/**
+ * Checks everything decidable from the arguments alone before any request: known kinds and the
+ * batchable rule of spec §6.1 when both --events and --batchable false are given. (With only one of
+ * them, the rule depends on the webhook's current state; the service's 422 then says it.)
+ */
+export function parseUpdateArgs(args: string[]): UpdateArgs {
+  const { values, positionals } = parse(
+    args,
+    {
+      url: { type: 'string' },
+      name: { type: 'string' },
+      events: { type: 'string' },
+      enable: { type: 'boolean' },
+      disable: { type: 'boolean' },
+      batchable: { type: 'string' },
+    },
+    1,
+    'update',
+  );
+  const id = webhookIdArg(positionals, 'update');
+  const patch: WebhookUpdateBody = {};
+  if (values.name !== undefined) patch.name = values.name;
+  if (values.url !== undefined) patch.url = urlArg(values.url, 'update');
+  if (values.events !== undefined) patch.events = parseEventsArg(values.events);
+  if (values.enable && values.disable) throw usage('webhooks update: use either --enable or --disable, not both');
+  if (values.enable) patch.enabled = true;
+  if (values.disable) patch.enabled = false;
+  if (values.batchable !== undefined) {
+    if (values.batchable !== 'true' && values.batchable !== 'false') {
+      throw usage(`webhooks update: --batchable must be true or false, got "${values.batchable}"`);
+    }
+    patch.batchable = values.batchable === 'true';
+  }
+  if (patch.events !== undefined && patch.batchable === false) {
+    const violations = batchableViolations(patch.events, false);
+    if (violations.length > 0) {
+      throw usage(`webhooks update: ${violations.join(', ')} can only be delivered to a batchable webhook (spec §6.1); use --batchable true or drop them from --events`);
+    }
+  }
+  if (Object.keys(patch).length === 0) {
+    throw usage('webhooks update: nothing to change; give at least one of --url, --name, --events, --enable/--disable, --batchable');
+  }
+  return { id, patch };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output (pure)
+// ---------------------------------------------------------------------------------------------
+
+const yesNo = (value: boolean): string => (value ? 'yes' : 'no');
+
+/** Up to three kinds by name, more as a count (`get` and `--json` show them all). */
+export function describeEvents(events: readonly string[]): string {
+  if (events.length === 0) return '(none)';
+  return events.length <= 3 ? events.join(', ') : `${events.length} kinds`;
+}
+
+/** The public fields of a webhook: an allow-list, so a secret can never slip into `--json`. */
+export function publicWebhook(webhook: Webhook): Omit<Webhook, 'secret'> {
+  return {
+    id: webhook.id,
+    name: webhook.name,
+    url: webhook.url,
+    events: [...webhook.events],
+    enabled: webhook.enabled,
+    batchable: webhook.batchable,
+    created_at: webhook.created_at,
+    updated_at: webhook.updated_at,
+  };
+}
+
+function table(header: string[], rows: string[][]): string[] {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
+  const line = (cells: string[]): string =>
+    cells
+      .map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i] ?? 0)))
+      .join('  ')
+      .trimEnd();
+  return [line(header), ...rows.map(line)];
+}
+
+export function formatWebhookList(result: ListResult): string[] {
+  const lines: string[] = [];
+  if (result.webhooks.length === 0) lines.push('no webhooks are registered with the service');
+  else {
+    const rows = result.webhooks.map(({ webhook, managed }) => [
+      webhook.id,
+      webhook.name,
+      webhook.url,
+      describeEvents(webhook.events),
+      yesNo(webhook.enabled),
+      yesNo(webhook.batchable),
+      yesNo(managed),
+    ]);
+    lines.push(...table(['ID', 'NAME', 'URL', 'EVENTS', 'ENABLED', 'BATCHABLE', 'MANAGED'], rows));
+    const managed = result.webhooks.filter((w) => w.managed).length;
+    lines.push('', `${result.webhooks.length} webhook(s), ${managed} managed by this install`);
+  }
+  for (const row of result.missingUpstream) {
+    lines.push(
+      `note: webhook ${row.id} is in webhook_endpoints but no longer exists upstream; ` +
+        `\`webhooks register\` recreates it, \`webhooks delete ${row.id}\` forgets it`,
+    );
+  }
+  return lines;
+}
+
+export function formatWebhook(webhook: Webhook, managed: boolean, secretStored: boolean): string[] {
+  return [
+    `id:        ${webhook.id}`,
+    `name:      ${webhook.name}`,
+    `url:       ${webhook.url}`,
+    `events:    ${webhook.events.join(', ') || '(none)'}`,
+    `enabled:   ${yesNo(webhook.enabled)}`,
+    `batchable: ${yesNo(webhook.batchable)}`,
+    `created:   ${webhook.created_at ?? '-'}`,
+    `updated:   ${webhook.updated_at ?? '-'}`,
+    `managed:   ${managed ? 'yes (in webhook_endpoints)' : 'no'}`,
+    `secret:    ${secretStored ? 'stored' : 'not stored'}`,
+  ];
+}
+
+export function formatRegisterAction(action: RegisterAction): string {
+  const label = ROLE_SPECS[action.webhook].label;
+  const replaced = action.replaces !== undefined ? ` (replacing ${action.replaces}, which was deleted upstream)` : '';
+  return `${action.action} ${label} webhook ${action.id}${replaced} for ${action.events.join(', ')} → ${action.url}`;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Commands
+// ---------------------------------------------------------------------------------------------
+
+interface Context {
+  api: WebhooksApi;
+  pool: pg.Pool;
+  print: (line: string) => void;
+  /** Remembers a secret so that no output line can carry it. */
+  hide: (webhook: { secret?: string | undefined }) => void;
+}
+
+async function list(ctx: Context, args: string[]): Promise<number> {
+  const { values } = parse(args, { json: { type: 'boolean', default: false } }, 0, 'list');
+  const result = await listWebhooks(ctx.api, ctx.pool);
+  for (const { webhook } of result.webhooks) ctx.hide(webhook);
+  for (const row of result.missingUpstream) ctx.hide(row);
+  if (values.json) {
+    const json = {
+      webhooks: result.webhooks.map(({ webhook, managed }) => ({ ...publicWebhook(webhook), managed })),
+      missingUpstream: result.missingUpstream.map((row) => row.id),
+    };
+    ctx.print(JSON.stringify(json, null, 2));
+  } else {
+    for (const line of formatWebhookList(result)) ctx.print(line);
+  }
+  return 0;
+}
+
+/** A 404 for one of ours deserves the way out, not just the fact. */
+async function notFoundHint(ctx: Context, error: unknown, id: string): Promise<unknown> {
+  if (!(error instanceof WebhookNotFoundError)) return error;
+  const row = await readEndpoint(ctx.pool, id);
+  if (!row) return error;
+  ctx.hide(row);
+  return new Error(
+    `${error.message} upstream, but it is still in webhook_endpoints: \`webhooks register\` recreates it, \`webhooks delete ${id}\` forgets it`,
+  );
+}
+
+async function get(ctx: Context, args: string[]): Promise<number> {
+  const { values, positionals } = parse(args, { json: { type: 'boolean', default: false } }, 1, 'get');
+  const id = webhookIdArg(positionals, 'get');
+  let result;
+  try {
+    result = await getWebhook(ctx.api, ctx.pool, id);
+  } catch (error) {
+    throw await notFoundHint(ctx, error, id);
+  }
+  ctx.hide(result.webhook);
+  if (values.json) {
+    ctx.print(JSON.stringify({ ...publicWebhook(result.webhook), managed: result.managed, secretStored: result.secretStored }, null, 2));
+  } else {
+    for (const line of formatWebhook(result.webhook, result.managed, result.secretStored)) ctx.print(line);
+  }
+  return 0;
+}
+
+async function register(ctx: Context, args: string[]): Promise<number> {
+  const options = parseRegisterArgs(args);
+  const result = await registerWebhooks(ctx.api, ctx.pool, options);
+  for (const action of result.actions) ctx.print(formatRegisterAction(action));
+  if (result.actions.some((a) => a.action === 'created')) {
+    // DESIGN.md "Management": register first, then catch up; overlap is safe, a gap is not.
+    ctx.print('next: run `subscriber-mirror backfill --all` to catch up on changes made before the webhooks existed');
+  }
+  return 0;
+}
+
+async function update(ctx: Context, args: string[]): Promise<number> {
+  const { id, patch } = parseUpdateArgs(args);
+  let result;
+  try {
+    result = await updateWebhook(ctx.api, ctx.pool, id, patch);
+  } catch (error) {
+    throw await notFoundHint(ctx, error, id);
+  }
+  const w = result.webhook;
+  ctx.hide(w);
+  const stored = result.managed ? '; stored in webhook_endpoints' : '';
+  ctx.print(
+    `updated webhook ${w.id}: name "${w.name}", url ${w.url}, events ${w.events.join(', ')}, ` +
+      `enabled ${yesNo(w.enabled)}, batchable ${yesNo(w.batchable)}${stored}`,
+  );
+  return 0;
+}
+
+async function remove(ctx: Context, args: string[]): Promise<number> {
+  const { positionals } = parse(args, {}, 1, 'delete');
+  const id = webhookIdArg(positionals, 'delete');
+  const result = await deleteWebhook(ctx.api, ctx.pool, id);
+  if (!result.deletedUpstream) {
+    ctx.print(`webhook ${id} was already gone upstream; removed it from webhook_endpoints`);
+  } else {
+    ctx.print(`deleted webhook ${id}${result.removedRow ? ' and removed it from webhook_endpoints' : ''}`);
+  }
+  return 0;
+}
+
+const SUBCOMMANDS: Record<string, (ctx: Context, args: string[]) => Promise<number>> = {
+  list,
+  get,
+  register,
+  update,
+  delete: remove,
+};
+
+function apiFor(deps: WebhooksCliDeps): WebhooksApi {
+  const { url, token } = deps.config.webhooksApi;
+  const missing = [
+    url ? undefined : 'MAILER_WEBHOOKS_URL: required for webhooks commands',
+    token ? undefined : 'MAILER_WEBHOOKS_TOKEN: required for webhooks commands',
+  ].filter((p): p is string => p !== undefined);
+  if (missing.length > 0 || !url || !token) throw new ConfigError(missing);
+  return createWebhooksApi({ baseUrl: url, token, http: deps.http, logger: deps.logger });
+}
+
+function scrubbed(error: unknown, scrub: SecretScrubber): unknown {
+  if (!(error instanceof Error) || error.name === 'UsageError' || error instanceof ConfigError) return error;
+  const message = scrub(error.message);
+  if (error instanceof WebhookAuthError) return new Error(`${message}; check MAILER_WEBHOOKS_TOKEN`);
+  if (message === error.message) return error;
+  return new Error(message);
+}
+
+export async function runWebhooksCli(argv: string[], deps: WebhooksCliDeps): Promise<number> {
+  const [sub, ...rest] = argv;
+  const out = deps.out ?? ((line: string) => process.stdout.write(`${line}\n`));
+  if (sub === 'help' || sub === '--help' || sub === '-h') {
+    out(WEBHOOKS_USAGE);
+    return 0;
+  }
+  if (sub === undefined) throw usage('webhooks needs a subcommand');
+  const handler = SUBCOMMANDS[sub];
+  if (!handler) throw usage(`unknown webhooks subcommand "${sub}"`);
+  const scrub = createScrubber(deps.config.webhooksApi.token ? [deps.config.webhooksApi.token] : []);
+  const ctx: Context = {
+    api: apiFor(deps),
+    pool: deps.pool,
+    print: (line) => out(scrub(line)),
+    hide: (webhook) => {
+      if (webhook.secret) scrub.add(webhook.secret);
+    },
+  };
+  try {
+    return await handler(ctx, rest);
+  } catch (error) {
+    throw scrubbed(error, scrub);
+  }
+}

@@ -1,0 +1,389 @@
+/**
+ * The service-side webhooks this install manages (DESIGN.md "Management"), kept in step with the
+ * `webhook_endpoints` table whose secrets the receiver verifies deliveries with (spec §6.4).
+ *
+ * `registerWebhooks` converges on two webhooks: a non-batchable one for the kinds that may be
+ * delivered one by one, and a batchable one for the kinds the service only sends batched. The split
+ * follows spec §6.1, which requires `batchable` for subscriber.deleted as well as campaign.open and
+ * campaign.click (stricter than the parameter tables of §4.2), read from EVENT_REGISTRY.
+ *
+ * "Ours" means: has a row in `webhook_endpoints`. Running register again with the same URL sends no
+ * write to the service and rewrites no row; a changed URL (or name) is one PUT; a webhook deleted
+ * upstream is created again. The table is not a mirrored table, so plain parameterized SQL is used.
+ */
+import type pg from 'pg';
+import { EVENT_KINDS, EVENT_REGISTRY, type EventKind } from './payloads.js';
+import {
+  WebhookNotFoundError,
+  type Webhook,
+  type WebhookCreateBody,
+  type WebhooksApi,
+  type WebhookUpdateBody,
+} from '../upstream/webhooks-api.js';
+
+// ---------------------------------------------------------------------------------------------
+// The kinds split (spec §6.1)
+// ---------------------------------------------------------------------------------------------
+
+/** Kinds the service delivers to a non-batchable webhook (campaign.sent included: it needs no batching). */
+export const REALTIME_KINDS: readonly EventKind[] = EVENT_KINDS.filter((kind) => !EVENT_REGISTRY[kind].requiresBatchable);
+
+/** Kinds that need `batchable: true` (spec §6.1): subscriber.deleted, campaign.click, campaign.open. */
+export const BATCHED_KINDS: readonly EventKind[] = EVENT_KINDS.filter((kind) => EVENT_REGISTRY[kind].requiresBatchable);
+
+export type ManagedRole = 'realtime' | 'batched';
+export const MANAGED_ROLES: readonly ManagedRole[] = ['realtime', 'batched'];
+
+export const ROLE_SPECS: Readonly<Record<ManagedRole, { events: readonly EventKind[]; batchable: boolean; label: string }>> = {
+  realtime: { events: REALTIME_KINDS, batchable: false, label: 'real-time' },
+  batched: { events: BATCHED_KINDS, batchable: true, label: 'batched' },
+};
+
+export const DEFAULT_WEBHOOK_NAME = 'subscriber-mirror';
+
+/** Name given to the webhook of a role: `<name> (real-time)`, `<name> (batched)`. */
+export function roleWebhookName(role: ManagedRole, name: string = DEFAULT_WEBHOOK_NAME): string {
+  return `${name} (${ROLE_SPECS[role].label})`;
+}
+
+/**
+ * Kinds among `events` that a webhook with this `batchable` flag may not subscribe to (spec §6.1).
+ * Empty when the combination is allowed.
+ */
+export function batchableViolations(events: readonly string[], batchable: boolean): EventKind[] {
+  if (batchable) return [];
+  return BATCHED_KINDS.filter((kind) => events.includes(kind));
+}
+
+function sameKinds(a: readonly string[], b: readonly string[]): boolean {
+  const left = new Set(a);
+  const right = new Set(b);
+  return left.size === right.size && [...left].every((k) => right.has(k));
+}
+
+function isHttpUrl(value: string): boolean {
+  if (!URL.canParse(value)) return false;
+  const { protocol } = new URL(value);
+  return protocol === 'http:' || protocol === 'https:';
+}
+
+// ---------------------------------------------------------------------------------------------
+// webhook_endpoints
+// ---------------------------------------------------------------------------------------------
+
+/** A pool, or one checked-out connection (register runs every statement on the one holding its lock). */
+export type Queryable = pg.Pool | pg.PoolClient;
+
+export interface StoredEndpoint {
+  id: string;
+  name: string | null;
+  url: string;
+  events: string[];
+  enabled: boolean;
+  batchable: boolean;
+  /** Never print it. */
+  secret: string;
+  createdAt: string;
+  updatedAt: string;
+}
+
+interface EndpointRow {
+  id: string;
+  name: string | null;
+  url: string;
+  events: string[];
+  enabled: boolean;
+  batchable: boolean;
+  secret: string;
+  created_at: string;
+  updated_at: string;
+}
+
+const SELECT_ENDPOINTS = `select id, name, url, events, enabled, batchable, secret,
+                                 created_at::text as created_at, updated_at::text as updated_at
+                            from webhook_endpoints`;
+
+export async function readEndpoints(pool: Queryable): Promise<StoredEndpoint[]> {
+  const { rows } = await pool.query<EndpointRow>(`${SELECT_ENDPOINTS} order by created_at, id`);
+  return rows.map(toEndpoint);
+}
+
+export async function readEndpoint(pool: Queryable, id: string): Promise<StoredEndpoint | undefined> {
+  const { rows } = await pool.query<EndpointRow>(`${SELECT_ENDPOINTS} where id = $1`, [id]);
+  return rows[0] ? toEndpoint(rows[0]) : undefined;
+}
+
+function toEndpoint(r: EndpointRow): StoredEndpoint {
+  return {
+    id: r.id,
+    name: r.name,
+    url: r.url,
+    events: r.events,
+    enabled: r.enabled,
+    batchable: r.batchable,
+    secret: r.secret,
+    createdAt: r.created_at,
+    updatedAt: r.updated_at,
+  };
+}
+
+export type StoreOutcome = 'inserted' | 'updated' | 'unchanged';
+
+/**
+ * Upserts the row of a webhook by id. An identical row is not rewritten (its updated_at stays), so a
+ * second register or list changes nothing.
+ */
+export async function storeEndpoint(pool: Queryable, webhook: Webhook, secret: string): Promise<StoreOutcome> {
+  if (secret === '') throw new TypeError(`webhook ${webhook.id}: refusing to store an empty secret`);
+  const { rows } = await pool.query<{ inserted: boolean }>(
+    `insert into webhook_endpoints as e (id, name, url, events, enabled, batchable, secret)
+     values ($1, $2, $3, $4::text[], $5, $6, $7)
+     on conflict (id) do update
+        set name = excluded.name, url = excluded.url, events = excluded.events, enabled = excluded.enabled,
+            batchable = excluded.batchable, secret = excluded.secret, updated_at = now()
+      where (e.name, e.url, e.events, e.enabled, e.batchable, e.secret)
+            is distinct from (excluded.name, excluded.url, excluded.events, excluded.enabled, excluded.batchable, excluded.secret)
+     returning (xmax = 0) as inserted`,
+    [webhook.id, webhook.name === '' ? null : webhook.name, webhook.url, webhook.events, webhook.enabled, webhook.batchable, secret],
+  );
+  const row = rows[0];
+  if (!row) return 'unchanged';
+  return row.inserted ? 'inserted' : 'updated';
+}
+
+export async function removeEndpoint(pool: Queryable, id: string): Promise<boolean> {
+  const { rowCount } = await pool.query('delete from webhook_endpoints where id = $1', [id]);
+  return (rowCount ?? 0) > 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// register
+// ---------------------------------------------------------------------------------------------
+
+export interface RegisterOptions {
+  /** Where the service should deliver: this install's receiver (public URL + WEBHOOK_PATH). */
+  url: string;
+  /** Base of the webhook names (default `subscriber-mirror`); when given, a different name is updated too. */
+  name?: string;
+}
+
+export type RegisterActionKind = 'created' | 'updated' | 'unchanged';
+
+export interface RegisterAction {
+  webhook: ManagedRole;
+  action: RegisterActionKind;
+  id: string;
+  name: string;
+  url: string;
+  events: string[];
+  /** Id of the stored webhook this one replaces because it was deleted upstream. */
+  replaces?: string;
+}
+
+export interface RegisterResult {
+  actions: RegisterAction[];
+}
+
+/** Session advisory lock: two concurrent registers would both create (migrate.ts uses 727_110_001). */
+const REGISTER_LOCK_KEY = 727_110_005;
+
+/**
+ * Runs `fn` on one connection holding the lock; every statement of `fn` must use that connection,
+ * since the CLI may open a pool of a single connection.
+ */
+async function withRegisterLock<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  const client = await pool.connect();
+  let broken: Error | undefined;
+  try {
+    const { rows } = await client.query<{ locked: boolean }>('select pg_try_advisory_lock($1) as locked', [REGISTER_LOCK_KEY]);
+    if (!rows[0]?.locked) {
+      throw new Error('another `webhooks register` is running against this database; run it again once that one has finished');
+    }
+    try {
+      return await fn(client);
+    } finally {
+      await client.query('select pg_advisory_unlock($1)', [REGISTER_LOCK_KEY]).catch((error: unknown) => {
+        // Closing the connection frees a session lock too; do not hide the original outcome.
+        broken = error instanceof Error ? error : new Error(String(error));
+      });
+    }
+  } finally {
+    client.release(broken);
+  }
+}
+
+/** Stored rows that may be the webhook of `role`, best match first. */
+function candidatesFor(role: ManagedRole, stored: readonly StoredEndpoint[], url: string): StoredEndpoint[] {
+  const spec = ROLE_SPECS[role];
+  const score = (row: StoredEndpoint): number => (row.url === url ? 2 : 0) + (sameKinds(row.events, spec.events) ? 1 : 0);
+  return stored.filter((row) => row.batchable === spec.batchable).sort((a, b) => score(b) - score(a));
+}
+
+function needsUpdate(current: Webhook, role: ManagedRole, url: string, name: string | undefined): boolean {
+  const spec = ROLE_SPECS[role];
+  return (
+    current.url !== url ||
+    !sameKinds(current.events, spec.events) ||
+    !current.enabled ||
+    current.batchable !== spec.batchable ||
+    (name !== undefined && current.name !== roleWebhookName(role, name))
+  );
+}
+
+async function storeCreated(pool: Queryable, webhook: Webhook, secret: string, role: ManagedRole): Promise<void> {
+  try {
+    await storeEndpoint(pool, webhook, secret);
+  } catch (error) {
+    // The webhook exists upstream but its secret is lost: deliveries to it would all fail to verify.
+    throw new Error(
+      `created the ${ROLE_SPECS[role].label} webhook ${webhook.id} but could not store it in webhook_endpoints ` +
+        `(${(error as Error).message}); delete it with \`subscriber-mirror webhooks delete ${webhook.id}\` and register again`,
+    );
+  }
+}
+
+async function registerRole(
+  api: WebhooksApi,
+  pool: Queryable,
+  role: ManagedRole,
+  stored: readonly StoredEndpoint[],
+  options: RegisterOptions,
+): Promise<RegisterAction> {
+  const spec = ROLE_SPECS[role];
+  let replaces: string | undefined;
+  for (const row of candidatesFor(role, stored, options.url)) {
+    const current = await api.find(row.id);
+    if (current === null) {
+      // Deleted upstream: its secret signs nothing any more.
+      await removeEndpoint(pool, row.id);
+      replaces ??= row.id;
+      continue;
+    }
+    if (!needsUpdate(current, role, options.url, options.name)) {
+      // Keeps the row true to the service (a secret it rotated, a name changed elsewhere) without a PUT.
+      await storeEndpoint(pool, current, current.secret ?? row.secret);
+      return { webhook: role, action: 'unchanged', id: current.id, name: current.name, url: current.url, events: current.events };
+    }
+    const body: WebhookUpdateBody = { url: options.url, events: [...spec.events], enabled: true, batchable: spec.batchable };
+    if (options.name !== undefined) body.name = roleWebhookName(role, options.name);
+    const updated = await api.update(current.id, body);
+    // A secret in the answer may be new; otherwise the one we know still holds.
+    await storeEndpoint(pool, updated, updated.secret ?? current.secret ?? row.secret);
+    return { webhook: role, action: 'updated', id: updated.id, name: updated.name, url: updated.url, events: updated.events };
+  }
+  const body: WebhookCreateBody = {
+    name: roleWebhookName(role, options.name),
+    url: options.url,
+    events: [...spec.events],
+    enabled: true,
+    batchable: spec.batchable,
+  };
+  const created = await api.create(body);
+  await storeCreated(pool, created, created.secret, role);
+  const action: RegisterAction = { webhook: role, action: 'created', id: created.id, name: created.name, url: created.url, events: created.events };
+  if (replaces !== undefined) action.replaces = replaces;
+  return action;
+}
+
+/**
+ * Creates or updates this install's two webhooks so that both are enabled, point at `url` and carry
+ * the kinds of their role; stores them with their secrets. Idempotent.
+ */
+export async function registerWebhooks(api: WebhooksApi, pool: pg.Pool, options: RegisterOptions): Promise<RegisterResult> {
+  if (!isHttpUrl(options.url)) throw new TypeError(`webhook URL must be an http(s) URL, got ${JSON.stringify(options.url)}`);
+  return withRegisterLock(pool, async (client) => {
+    const stored = await readEndpoints(client);
+    const actions: RegisterAction[] = [];
+    const claimed = new Set<string>();
+    for (const role of MANAGED_ROLES) {
+      const action = await registerRole(api, client, role, stored.filter((row) => !claimed.has(row.id)), options);
+      claimed.add(action.id);
+      actions.push(action);
+    }
+    return { actions };
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// list / get / update / delete
+// ---------------------------------------------------------------------------------------------
+
+export interface ListedWebhook {
+  webhook: Webhook;
+  /** Has a row in webhook_endpoints. */
+  managed: boolean;
+}
+
+export interface ListResult {
+  webhooks: ListedWebhook[];
+  /** Rows of webhook_endpoints whose webhook no longer exists upstream (left alone; `delete` or `register` fixes them). */
+  missingUpstream: StoredEndpoint[];
+}
+
+/** Every upstream webhook, marked when it is ours; our rows are refreshed from what the service says. */
+export async function listWebhooks(api: WebhooksApi, pool: Queryable): Promise<ListResult> {
+  const [upstream, stored] = await Promise.all([api.list(), readEndpoints(pool)]);
+  const storedById = new Map(stored.map((row) => [row.id, row]));
+  for (const hook of upstream) {
+    const row = storedById.get(hook.id);
+    if (row) await storeEndpoint(pool, hook, hook.secret ?? row.secret);
+  }
+  const upstreamIds = new Set(upstream.map((hook) => hook.id));
+  return {
+    webhooks: upstream.map((webhook) => ({ webhook, managed: storedById.has(webhook.id) })),
+    missingUpstream: stored.filter((row) => !upstreamIds.has(row.id)),
+  };
+}
+
+export interface GetResult {
+  webhook: Webhook;
+  managed: boolean;
+  /** A secret for it is in webhook_endpoints (the receiver can verify its deliveries). */
+  secretStored: boolean;
+}
+
+/** Throws WebhookNotFoundError when it does not exist upstream (its row, if any, is left alone). */
+export async function getWebhook(api: WebhooksApi, pool: Queryable, id: string): Promise<GetResult> {
+  const webhook = await api.get(id);
+  const row = await readEndpoint(pool, id);
+  if (row) await storeEndpoint(pool, webhook, webhook.secret ?? row.secret);
+  return { webhook, managed: row !== undefined, secretStored: row !== undefined && (webhook.secret ?? row.secret) !== '' };
+}
+
+export interface UpdateResult {
+  webhook: Webhook;
+  managed: boolean;
+}
+
+/** PUT, then store the new state when the webhook is ours (a new secret in the answer included). */
+export async function updateWebhook(api: WebhooksApi, pool: Queryable, id: string, patch: WebhookUpdateBody): Promise<UpdateResult> {
+  const webhook = await api.update(id, patch);
+  const row = await readEndpoint(pool, id);
+  if (row) await storeEndpoint(pool, webhook, webhook.secret ?? row.secret);
+  return { webhook, managed: row !== undefined };
+}
+
+export interface DeleteResult {
+  id: string;
+  /** False when it was already gone upstream (only possible for one of ours). */
+  deletedUpstream: boolean;
+  /** Its webhook_endpoints row was removed. */
+  removedRow: boolean;
+}
+
+/**
+ * Deletes upstream and forgets the row. A webhook of ours already gone upstream is still forgotten
+ * (the goal is reached); an id unknown to both throws WebhookNotFoundError.
+ */
+export async function deleteWebhook(api: WebhooksApi, pool: Queryable, id: string): Promise<DeleteResult> {
+  const row = await readEndpoint(pool, id);
+  let deletedUpstream = true;
+  try {
+    await api.delete(id);
+  } catch (error) {
+    if (!(error instanceof WebhookNotFoundError) || row === undefined) throw error;
+    deletedUpstream = false;
+  }
+  const removedRow = row !== undefined && (await removeEndpoint(pool, id));
+  return { id, deletedUpstream, removedRow };
+}

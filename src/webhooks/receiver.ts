@@ -1,0 +1,380 @@
+/**
+ * The webhook route: raw bytes → verify `Signature` → safe JSON parse → `parseDelivery` → durable
+ * inbox row → 2xx. Nothing is stored before the signature verifies, and nothing is answered 2xx before
+ * its row has committed (invariant 1).
+ *
+ * Answers (invariant 9): missing/forged signature 401, malformed JSON or a non-object body 400,
+ * oversized 413, inbox unavailable 503. Everything signed and well-formed gets 200, including a
+ * delivery we cannot apply (stored `failed` with the reason) or do not know (stored `ignored`): a
+ * 4xx/5xx for a business reason would only make the service redeliver it (spec §6.3).
+ */
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { Logger } from '../log.js';
+import {
+  createInboxWriter,
+  loadSecrets,
+  type DeliveryRecord,
+  type EndpointSecret,
+  type InboxWriter,
+  type InboxWriterOptions,
+  type Queryable,
+  type StoredDelivery,
+} from './inbox.js';
+import { deliveryKinds, parseDelivery, PayloadError, peekKinds } from './payloads.js';
+import { verifySignature } from './signature.js';
+
+export type ReceiverOutcome =
+  | 'stored'
+  | 'duplicate'
+  | 'ignored'
+  | 'failed'
+  | 'unauthorized'
+  | 'bad_request'
+  | 'too_large'
+  | 'unavailable';
+
+export interface ReceiverDeps {
+  /** Route path (WEBHOOK_PATH). */
+  path: string;
+  /** Largest accepted body (WEBHOOK_MAX_BODY); larger → 413 before it is read. */
+  maxBodyBytes: number;
+  /** Static secrets (WEBHOOK_SECRETS), read per request; `webhook_endpoints` secrets are added. */
+  secrets: () => string[];
+  pool: Queryable;
+  logger: Logger;
+  /**
+   * Called after a new `pending` row committed, and again when a duplicate arrives while the row is
+   * still pending (the first call may have been lost with a timeout or a crash): enqueue idempotently.
+   */
+  onStored?: (id: string) => void | Promise<void>;
+  /** Optional metrics hook, called once per request. */
+  onOutcome?: (outcome: ReceiverOutcome, durationMs: number) => void;
+  /** Inbox batching (see `createInboxWriter`). */
+  inbox?: InboxWriterOptions;
+  /** The service gives up after 3 s (spec §6.3): answer 503 before that rather than time out. */
+  storeTimeoutMs?: number;
+  /** How long loaded endpoint secrets are trusted before a background reload. */
+  secretsTtlMs?: number;
+  /** Least time between two reloads caused by a signature that matched no secret. */
+  secretsMissRefreshMs?: number;
+  /** Longest wait for loading endpoint secrets. */
+  secretsLoadTimeoutMs?: number;
+}
+
+export interface WebhookRoute {
+  writer: InboxWriter;
+  secrets: SecretCache;
+}
+
+/**
+ * Registers the route in its own encapsulated context, so its catch-all raw-body parser and error
+ * handler apply to this route only (DESIGN.md "Traps": take the body as a Buffer, verify, then parse
+ * with Fastify's safe JSON parser). Call before `listen()`/`ready()`.
+ */
+export function registerWebhookRoute(app: FastifyInstance, deps: ReceiverDeps): WebhookRoute {
+  const writer = createInboxWriter(deps.pool, deps.inbox);
+  const secrets = createSecretCache({
+    // Bounded: an unreachable database must not hold a delivery past the service's 3 s timeout.
+    load: () => withDeadline(loadSecrets(deps.pool), deps.secretsLoadTimeoutMs ?? 1_000),
+    ttlMs: deps.secretsTtlMs ?? 5_000,
+    missRefreshMs: deps.secretsMissRefreshMs ?? 1_000,
+  });
+  const log = deps.logger.child({ component: 'webhook-receiver' });
+  // Rejects `__proto__` / `constructor.prototype` keys instead of silently dropping them.
+  const jsonParser = app.getDefaultJsonParser('error', 'error');
+  const ctx: HandlerContext = { deps, writer, secrets, log, parseJson: (req, text) => runParser(jsonParser, req, text) };
+
+  void app.register(async (scope) => {
+    scope.removeAllContentTypeParsers();
+    scope.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: deps.maxBodyBytes }, (_req, body, done) =>
+      done(null, body),
+    );
+    scope.setErrorHandler((error: FastifyError, request, reply) => onRouteError(ctx, error, request, reply));
+    scope.post(deps.path, { bodyLimit: deps.maxBodyBytes }, (request, reply) => handleDelivery(ctx, request, reply));
+    // Load endpoint secrets at start rather than on the first delivery (never blocks startup).
+    scope.addHook('onReady', async () => void secrets.current());
+    scope.addHook('onClose', async () => writer.close());
+  });
+
+  return { writer, secrets };
+}
+
+// ---------------------------------------------------------------------------------------------
+// The handler
+
+interface HandlerContext {
+  deps: ReceiverDeps;
+  writer: InboxWriter;
+  secrets: SecretCache;
+  log: Logger;
+  parseJson(request: FastifyRequest, text: string): { ok: true; value: unknown } | { ok: false };
+}
+
+const EMPTY = Buffer.alloc(0);
+
+async function handleDelivery(ctx: HandlerContext, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
+  const started = performance.now();
+  const raw = Buffer.isBuffer(request.body) ? request.body : EMPTY;
+  // A repeated header is joined with ", " by Node, which then fails as malformed.
+  const header = request.headers.signature;
+  const verified = await verify(ctx, raw, Array.isArray(header) ? header.join(', ') : header);
+  if (!verified.ok) {
+    const status = verified.reason === 'unavailable' ? 503 : 401;
+    return reject(ctx, request, reply, started, status, SIGNATURE_PROBLEMS[verified.reason]);
+  }
+
+  const text = raw.toString('utf8');
+  const parsed = ctx.parseJson(request, text);
+  if (!parsed.ok) return reject(ctx, request, reply, started, 400, 'malformed JSON');
+  const body = parsed.value;
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+    return reject(ctx, request, reply, started, 400, 'body is not a JSON object');
+  }
+
+  const record = toRecord(raw, body, verified.endpointId);
+  let stored: StoredDelivery;
+  try {
+    const budget = (ctx.deps.storeTimeoutMs ?? 2_500) - (performance.now() - started);
+    stored = await withDeadline(ctx.writer.store(record), Math.max(0, budget));
+  } catch (error) {
+    return reject(ctx, request, reply, started, 503, 'inbox unavailable', error);
+  }
+
+  if (stored.status === 'pending') notifyStored(ctx, stored.id);
+  const outcome: ReceiverOutcome = stored.duplicate ? 'duplicate' : record.status === 'pending' ? 'stored' : record.status;
+  if (record.error && !stored.duplicate) {
+    // Reported once, when first stored (invariant 9); the row keeps the reason.
+    ctx.log.warn(
+      { deliveryId: stored.id, status: record.status, kinds: record.kinds, error: record.error },
+      STORED_WITH_PROBLEM[record.status],
+    );
+  }
+  ctx.deps.onOutcome?.(outcome, performance.now() - started);
+  return reply.code(200).send({ status: outcome, id: stored.id });
+}
+
+const STORED_WITH_PROBLEM: Record<DeliveryRecord['status'], string> = {
+  pending: 'webhook delivery has unknown event kinds; stored, the known events will be applied',
+  ignored: 'webhook delivery has no known event kind; stored, not applied',
+  failed: 'webhook delivery cannot be applied; stored as failed',
+};
+
+function toRecord(raw: Buffer, body: object, endpointId: string | null): DeliveryRecord {
+  try {
+    const parsed = parseDelivery(body);
+    const eventCount = parsed.events.length;
+    return {
+      raw,
+      body,
+      kinds: deliveryKinds(parsed),
+      eventCount,
+      endpointId,
+      // Unknown kinds are stored and reported, never applied (invariant 9); the known events of a
+      // mixed batch still are.
+      status: eventCount > 0 ? 'pending' : 'ignored',
+      error: parsed.unknownKinds.length > 0 ? `unknown event kind(s): ${parsed.unknownKinds.join(', ')}` : null,
+    };
+  } catch (error) {
+    if (!(error instanceof PayloadError)) throw error;
+    return { raw, body, kinds: peekKinds(body), eventCount: 0, endpointId, status: 'failed', error: error.message };
+  }
+}
+
+function notifyStored(ctx: HandlerContext, id: string): void {
+  // The row is durable whatever happens here; the consumer must also sweep pending rows it was not told about.
+  const failed = (error: unknown) =>
+    ctx.log.error({ err: error, deliveryId: id }, 'could not hand a stored delivery to the consumer');
+  try {
+    const result = ctx.deps.onStored?.(id);
+    if (result) result.catch(failed);
+  } catch (error) {
+    failed(error);
+  }
+}
+
+const SIGNATURE_PROBLEMS = {
+  missing: 'no Signature header',
+  malformed: 'Signature is not a hex digest',
+  mismatch: 'Signature matches no known secret',
+  unavailable: 'Signature matches no cached secret and webhook endpoints cannot be loaded',
+} as const;
+
+type VerifyResult =
+  | { ok: true; endpointId: string | null }
+  | { ok: false; reason: 'missing' | 'malformed' | 'mismatch' | 'unavailable' };
+
+/**
+ * Static secrets first, then the cached endpoint secrets; on a mismatch the endpoint secrets are
+ * reloaded once (rate-limited) so a webhook registered a moment ago verifies at once. When they cannot
+ * be loaded, a mismatch is answered 503, not 401: the signature may be good.
+ */
+async function verify(ctx: HandlerContext, raw: Buffer, header: string | undefined): Promise<VerifyResult> {
+  const staticSecrets = ctx.deps.secrets();
+  let endpoints = await ctx.secrets.current();
+  let check = verifyAgainst(raw, header, staticSecrets, endpoints);
+  if (check.ok || check.reason !== 'mismatch') return check;
+  const refresh = await ctx.secrets.refreshAfterMiss();
+  if (refresh === 'reloaded') {
+    endpoints = await ctx.secrets.current();
+    check = verifyAgainst(raw, header, staticSecrets, endpoints);
+    if (check.ok) return check;
+  }
+  return ctx.secrets.healthy() ? check : { ok: false, reason: 'unavailable' };
+}
+
+function verifyAgainst(
+  raw: Buffer,
+  header: string | undefined,
+  staticSecrets: string[],
+  endpoints: readonly EndpointSecret[],
+): VerifyResult {
+  const all = endpoints.length === 0 ? staticSecrets : [...staticSecrets, ...endpoints.map((e) => e.secret)];
+  const result = verifySignature(raw, header, all);
+  if (!result.ok) return result;
+  const endpoint = endpoints[result.secretIndex - staticSecrets.length];
+  return { ok: true, endpointId: result.secretIndex < staticSecrets.length ? null : (endpoint?.endpointId ?? null) };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rejections (one log line each, invariant 10: never the signature nor a secret)
+
+function reject(
+  ctx: HandlerContext,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  started: number,
+  status: 400 | 401 | 413 | 503,
+  reason: string,
+  error?: unknown,
+): FastifyReply {
+  const outcome: ReceiverOutcome =
+    status === 401 ? 'unauthorized' : status === 400 ? 'bad_request' : status === 413 ? 'too_large' : 'unavailable';
+  const line = {
+    status,
+    reason,
+    ip: request.ip,
+    bytes: Buffer.isBuffer(request.body) ? request.body.length : Number(request.headers['content-length'] ?? 0),
+    contentType: request.headers['content-type'],
+    // The message only: at a high rate of failures (database down) stacks would drown the log.
+    ...(error ? { error: error instanceof Error ? `${error.name}: ${error.message}` : String(error) } : {}),
+  };
+  if (status === 503) ctx.log.error(line, 'webhook delivery not stored');
+  else ctx.log.warn(line, 'webhook delivery rejected');
+  ctx.deps.onOutcome?.(outcome, performance.now() - started);
+  return reply.code(status).send({ error: PUBLIC_REASONS[status] });
+}
+
+const PUBLIC_REASONS = {
+  400: 'malformed payload',
+  401: 'invalid signature',
+  413: 'payload too large',
+  503: 'temporarily unavailable, retry later',
+} as const;
+
+/** Errors raised before the handler runs: the body parser (size, aborted upload, bad length). */
+function onRouteError(
+  ctx: HandlerContext,
+  error: FastifyError,
+  request: FastifyRequest,
+  reply: FastifyReply,
+): FastifyReply {
+  const started = performance.now();
+  if (error.statusCode === 413 || error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
+    return reject(ctx, request, reply, started, 413, 'body larger than the limit');
+  }
+  if (error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500) {
+    return reject(ctx, request, reply, started, 400, error.code ?? 'bad request');
+  }
+  return reject(ctx, request, reply, started, 503, 'unexpected error', error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Endpoint secrets cache
+
+export interface SecretCache {
+  /** The cached secrets; the first call waits for a load, later ones reload in the background. */
+  current(): Promise<readonly EndpointSecret[]>;
+  /** Reloads after a signature matched nothing, at most once per `missRefreshMs`. */
+  refreshAfterMiss(): Promise<'reloaded' | 'skipped' | 'failed'>;
+  /** False while the last load attempt failed (the cached list may be incomplete). */
+  healthy(): boolean;
+}
+
+export interface SecretCacheOptions {
+  load: () => Promise<EndpointSecret[]>;
+  ttlMs: number;
+  missRefreshMs: number;
+  now?: () => number;
+}
+
+/**
+ * Verification must not query the database per request, yet a newly registered endpoint must verify
+ * within seconds: serve the cached list, reload it in the background after `ttlMs`, and reload at
+ * once when a signature matches nothing, rate-limited so forged requests cannot hammer Postgres.
+ */
+export function createSecretCache(options: SecretCacheOptions): SecretCache {
+  const now = options.now ?? Date.now;
+  let secrets: readonly EndpointSecret[] = [];
+  let loadedAt = -Infinity;
+  let attemptedAt = -Infinity;
+  let lastFailed = false;
+  let inFlight: Promise<boolean> | undefined;
+
+  function reload(): Promise<boolean> {
+    inFlight ??= (async () => {
+      attemptedAt = now();
+      try {
+        secrets = await options.load();
+        loadedAt = now();
+        lastFailed = false;
+        return true;
+      } catch {
+        lastFailed = true;
+        return false;
+      } finally {
+        inFlight = undefined;
+      }
+    })();
+    return inFlight;
+  }
+
+  return {
+    async current() {
+      if (loadedAt === -Infinity && attemptedAt === -Infinity) await reload();
+      else if (now() - attemptedAt >= options.ttlMs && now() - loadedAt >= options.ttlMs) void reload();
+      return secrets;
+    },
+    async refreshAfterMiss() {
+      if (inFlight) return (await inFlight) ? 'reloaded' : 'failed';
+      if (now() - attemptedAt < options.missRefreshMs) return lastFailed ? 'failed' : 'skipped';
+      return (await reload()) ? 'reloaded' : 'failed';
+    },
+    healthy: () => !lastFailed,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+type BodyParser = ReturnType<FastifyInstance['getDefaultJsonParser']>;
+
+/** Fastify's default JSON parser is callback-shaped but synchronous; run it as a function. */
+function runParser(parser: BodyParser, request: FastifyRequest, text: string): { ok: true; value: unknown } | { ok: false } {
+  let result: { ok: true; value: unknown } | { ok: false } = { ok: false };
+  void parser(request, text, (error: Error | null, value?: unknown) => {
+    result = error ? { ok: false } : { ok: true, value };
+  });
+  return result;
+}
+
+class DeadlineError extends Error {
+  override name = 'DeadlineError';
+}
+
+function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, rejectDeadline) => {
+    timer = setTimeout(() => rejectDeadline(new DeadlineError(`no answer from the database within ${Math.round(ms)} ms`)), ms);
+  });
+  return Promise.race([promise, deadline]).finally(() => clearTimeout(timer));
+}

@@ -1,0 +1,381 @@
+/**
+ * Webhook management against the simulator's management API and a real Postgres: paging, register
+ * (create, no-op, update, recreate), secrets stored and never printed, and the service's 401 / 404 /
+ * 422 answers as one clear line each.
+ */
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { startSimulator, type Simulator } from '../../src/simulator/index.js';
+import { loadConfig, type Config } from '../../src/config.js';
+import { createWebhooksApi, WebhookAuthError, WebhookNotFoundError, WebhookValidationError, type WebhooksApi } from '../../src/upstream/webhooks-api.js';
+import {
+  BATCHED_KINDS,
+  readEndpoints,
+  REALTIME_KINDS,
+  registerWebhooks,
+  updateWebhook,
+  type StoredEndpoint,
+} from '../../src/webhooks/manage.js';
+import { runWebhooksCli } from '../../src/webhooks/cli.js';
+import { openDatabase } from '../../src/db/client.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+
+const TOKEN = 'tok-integration-8d41c0f2e9';
+const RECEIVER = 'https://mirror.example.test/webhooks';
+const FAST = { retry: { retries: 1, minDelayMs: 5, maxDelayMs: 20, jitter: false }, timeoutMs: 5000 };
+
+let database: TestDatabase;
+let sim: Simulator;
+
+beforeAll(async () => {
+  database = await createTestDatabase();
+});
+
+afterAll(async () => {
+  await database.drop();
+});
+
+beforeEach(async () => {
+  await database.pool.query('truncate webhook_endpoints');
+  sim = await startSimulator({ subscribers: 5, groups: 1, rateLimit: false, webhooksToken: TOKEN, seed: 11 });
+});
+
+afterEach(async () => {
+  await sim.close();
+});
+
+function api(token = TOKEN): WebhooksApi {
+  return createWebhooksApi({ baseUrl: sim.url, token, http: FAST });
+}
+
+function config(token = TOKEN): Config {
+  return loadConfig({ MAILER_WEBHOOKS_URL: sim.url, MAILER_WEBHOOKS_TOKEN: token }, ['manage-webhooks']);
+}
+
+interface CliRun {
+  code: number;
+  lines: string[];
+  error: Error | undefined;
+}
+
+/** Runs the subcommand and maps errors the way src/cli.ts does (UsageError → 2, others → 1). */
+async function cli(argv: string[], token = TOKEN): Promise<CliRun> {
+  const lines: string[] = [];
+  try {
+    const code = await runWebhooksCli(argv, { config: config(token), pool: database.pool, out: (line) => lines.push(line), http: FAST });
+    return { code, lines, error: undefined };
+  } catch (error) {
+    const e = error as Error;
+    return { code: e.name === 'UsageError' || e.name === 'ConfigError' ? 2 : 1, lines, error: e };
+  }
+}
+
+/** Every secret that exists anywhere: upstream and stored. */
+async function allSecrets(): Promise<string[]> {
+  const stored = await readEndpoints(database.pool);
+  return [...new Set([...sim.webhooks.list().map((w) => w.secret), ...stored.map((r) => r.secret), TOKEN])];
+}
+
+async function expectNoSecretIn(runs: CliRun[]): Promise<void> {
+  const text = runs.map((r) => [...r.lines, r.error?.message ?? ''].join('\n')).join('\n');
+  for (const secret of await allSecrets()) expect(text).not.toContain(secret);
+}
+
+function writes(): string[] {
+  return sim.requests.filter((r) => r.api === 'webhooks' && r.method !== 'GET').map((r) => `${r.method} ${r.url}`);
+}
+
+function byBatchable(rows: StoredEndpoint[]): { realtime: StoredEndpoint; batched: StoredEndpoint } {
+  const realtime = rows.find((r) => !r.batchable);
+  const batched = rows.find((r) => r.batchable);
+  if (!realtime || !batched) throw new Error(`expected one realtime and one batched row, got ${rows.length}`);
+  return { realtime, batched };
+}
+
+describe('webhooks API client', () => {
+  it('list follows every page of the envelope (120 webhooks, 50 per page)', async () => {
+    const created = Array.from({ length: 120 }, (_, i) =>
+      sim.webhooks.register({ url: `https://elsewhere.test/${i}`, events: ['subscriber.created'], name: `other ${i}` }),
+    );
+    sim.clearRequests();
+    const listed = await api().list();
+    expect(listed).toHaveLength(120);
+    expect(listed.map((w) => w.id)).toEqual(created.map((w) => w.id));
+    expect(listed[119]).toMatchObject({ url: 'https://elsewhere.test/119', name: 'other 119', enabled: true, batchable: false });
+    const pages = sim.requests.filter((r) => r.api === 'webhooks').map((r) => r.url);
+    expect(pages).toEqual(['/api/webhooks', '/api/webhooks?page=2', '/api/webhooks?page=3']);
+  });
+
+  it('a wrong token: one clear line, without the token', async () => {
+    const wrong = 'wrong-token-3a9b7c11';
+    const error = await api(wrong).list().catch((e: unknown) => e as Error);
+    expect(error).toBeInstanceOf(WebhookAuthError);
+    expect((error as Error).message).toBe('webhook API rejected the token (401 Unauthenticated.)');
+    expect((error as Error).message).not.toContain(wrong);
+  });
+
+  it('404 on get, update and delete of an unknown id', async () => {
+    const client = api();
+    await expect(client.get('999')).rejects.toThrow(WebhookNotFoundError);
+    await expect(client.get('999')).rejects.toThrow('webhook 999 does not exist');
+    await expect(client.update('999', { enabled: false })).rejects.toThrow('webhook 999 does not exist');
+    await expect(client.delete('999')).rejects.toThrow('webhook 999 does not exist');
+    expect(await client.find('999')).toBeNull();
+  });
+
+  it('422 is surfaced with its field errors (batchable false for campaign.open, bypassing local checks)', async () => {
+    const { actions } = await registerWebhooks(api(), database.pool, { url: RECEIVER });
+    const batched = actions.find((a) => a.webhook === 'batched');
+    const before = await readEndpoints(database.pool);
+    const error = await updateWebhook(api(), database.pool, batched?.id ?? '', { events: ['campaign.open'], batchable: false }).catch((e: unknown) => e as Error);
+    expect(error).toBeInstanceOf(WebhookValidationError);
+    expect((error as Error).message).toBe(
+      'webhook API refused the request: batchable: The batchable field must be true when events contains campaign.open.',
+    );
+    expect(await readEndpoints(database.pool)).toEqual(before);
+    const unknownKind = await api().create({ url: RECEIVER, events: ['subscriber.teleported'] }).catch((e: unknown) => e as Error);
+    expect((unknownKind as Error).message).toBe('webhook API refused the request: events.0: The selected events.0 is invalid.');
+  });
+});
+
+describe('registerWebhooks', () => {
+  it('creates a real-time and a batched webhook and stores them with their secrets', async () => {
+    const { actions } = await registerWebhooks(api(), database.pool, { url: RECEIVER });
+    expect(actions.map((a) => [a.webhook, a.action])).toEqual([
+      ['realtime', 'created'],
+      ['batched', 'created'],
+    ]);
+    const upstream = sim.webhooks.list();
+    expect(upstream).toHaveLength(2);
+    const realtime = upstream.find((w) => !w.batchable);
+    const batched = upstream.find((w) => w.batchable);
+    expect(realtime).toMatchObject({ url: RECEIVER, enabled: true, batchable: false, name: 'subscriber-mirror (real-time)' });
+    expect(batched).toMatchObject({ url: RECEIVER, enabled: true, batchable: true, name: 'subscriber-mirror (batched)' });
+    expect([...(realtime?.events ?? [])].sort()).toEqual([...REALTIME_KINDS].sort());
+    expect([...(batched?.events ?? [])].sort()).toEqual([...BATCHED_KINDS].sort());
+
+    const rows = byBatchable(await readEndpoints(database.pool));
+    expect(rows.realtime).toMatchObject({ id: realtime?.id, secret: realtime?.secret, url: RECEIVER, enabled: true, name: 'subscriber-mirror (real-time)' });
+    expect(rows.batched).toMatchObject({ id: batched?.id, secret: batched?.secret, url: RECEIVER, enabled: true });
+    expect([...rows.batched.events].sort()).toEqual([...BATCHED_KINDS].sort());
+    expect(rows.realtime.secret.length).toBeGreaterThan(0);
+  });
+
+  it('a second run with the same URL changes nothing: no POST/PUT/DELETE, no row rewritten', async () => {
+    const first = await registerWebhooks(api(), database.pool, { url: RECEIVER });
+    const rowsBefore = await readEndpoints(database.pool);
+    sim.clearRequests();
+    const second = await registerWebhooks(api(), database.pool, { url: RECEIVER });
+    expect(second.actions.map((a) => a.action)).toEqual(['unchanged', 'unchanged']);
+    expect(second.actions.map((a) => a.id)).toEqual(first.actions.map((a) => a.id));
+    expect(writes()).toEqual([]);
+    expect(sim.requests.filter((r) => r.api === 'webhooks').length).toBe(2); // one GET per webhook
+    expect(await readEndpoints(database.pool)).toEqual(rowsBefore);
+    expect(sim.webhooks.list()).toHaveLength(2);
+  });
+
+  it('a changed URL updates both webhooks in place (one PUT each), keeping ids and secrets', async () => {
+    const first = await registerWebhooks(api(), database.pool, { url: RECEIVER });
+    const secretsBefore = byBatchable(await readEndpoints(database.pool));
+    sim.clearRequests();
+    const moved = 'https://mirror2.example.test/hooks';
+    const second = await registerWebhooks(api(), database.pool, { url: moved });
+    expect(second.actions.map((a) => [a.webhook, a.action, a.id])).toEqual(first.actions.map((a) => [a.webhook, 'updated', a.id]));
+    expect(writes()).toEqual(first.actions.map((a) => `PUT /api/webhooks/${a.id}`));
+    expect(sim.webhooks.list().map((w) => w.url)).toEqual([moved, moved]);
+    const rows = byBatchable(await readEndpoints(database.pool));
+    expect(rows.realtime).toMatchObject({ url: moved, secret: secretsBefore.realtime.secret });
+    expect(rows.batched).toMatchObject({ url: moved, secret: secretsBefore.batched.secret });
+  });
+
+  it('a webhook changed elsewhere (disabled, events trimmed) is put back', async () => {
+    const first = await registerWebhooks(api(), database.pool, { url: RECEIVER });
+    const realtimeId = first.actions[0]?.id ?? '';
+    sim.webhooks.update(realtimeId, { enabled: false, events: ['subscriber.created'] });
+    const second = await registerWebhooks(api(), database.pool, { url: RECEIVER });
+    expect(second.actions.map((a) => a.action)).toEqual(['updated', 'unchanged']);
+    const hook = sim.webhooks.get(realtimeId);
+    expect(hook?.enabled).toBe(true);
+    expect([...(hook?.events ?? [])].sort()).toEqual([...REALTIME_KINDS].sort());
+  });
+
+  it('a new secret returned by an update is stored', async () => {
+    await registerWebhooks(api(), database.pool, { url: RECEIVER });
+    const registry = sim.webhooks;
+    const original = registry.update.bind(registry);
+    registry.update = (id, body) => {
+      const result = original(id, body);
+      if (result?.ok) result.webhook.secret = `rotated-${id}`;
+      return result;
+    };
+    const { actions } = await registerWebhooks(api(), database.pool, { url: 'https://mirror3.example.test/webhooks' });
+    const rows = await readEndpoints(database.pool);
+    expect(rows.map((r) => r.secret).sort()).toEqual(actions.map((a) => `rotated-${a.id}`).sort());
+  });
+
+  it('a webhook deleted upstream is created again and its stale row forgotten', async () => {
+    const first = await registerWebhooks(api(), database.pool, { url: RECEIVER });
+    const [realtime, batched] = first.actions;
+    expect(sim.webhooks.delete(batched?.id ?? '')).toBe(true);
+    sim.clearRequests();
+    const second = await registerWebhooks(api(), database.pool, { url: RECEIVER });
+    expect(second.actions[0]).toMatchObject({ webhook: 'realtime', action: 'unchanged', id: realtime?.id });
+    expect(second.actions[1]).toMatchObject({ webhook: 'batched', action: 'created', replaces: batched?.id });
+    const recreated = second.actions[1]?.id ?? '';
+    expect(recreated).not.toBe(batched?.id);
+    expect(writes()).toEqual(['POST /api/webhooks']);
+    const rows = await readEndpoints(database.pool);
+    expect(rows.map((r) => r.id).sort()).toEqual([realtime?.id, recreated].sort());
+    expect(rows.find((r) => r.id === recreated)?.secret).toBe(sim.webhooks.get(recreated)?.secret);
+    expect(sim.webhooks.get(recreated)?.batchable).toBe(true);
+  });
+
+  it('works on a pool of one connection (the lock holder runs every statement)', async () => {
+    const single = openDatabase(database.url, { max: 1, connectionTimeoutMillis: 2000 });
+    try {
+      const { actions } = await registerWebhooks(api(), single.pool, { url: RECEIVER });
+      expect(actions.map((a) => a.action)).toEqual(['created', 'created']);
+      const again = await registerWebhooks(api(), single.pool, { url: 'https://moved.example.test/webhooks' });
+      expect(again.actions.map((a) => a.action)).toEqual(['updated', 'updated']);
+      expect(await readEndpoints(single.pool)).toHaveLength(2);
+    } finally {
+      await single.close();
+    }
+  });
+
+  it('two registers at once never create four webhooks', async () => {
+    const results = await Promise.allSettled([
+      registerWebhooks(api(), database.pool, { url: RECEIVER }),
+      registerWebhooks(api(), database.pool, { url: RECEIVER }),
+    ]);
+    for (const r of results) if (r.status === 'rejected') expect(String(r.reason)).toContain('another `webhooks register` is running');
+    expect(sim.webhooks.list()).toHaveLength(2);
+    expect(await readEndpoints(database.pool)).toHaveLength(2);
+  });
+});
+
+describe('subscriber-mirror webhooks (runWebhooksCli)', () => {
+  it('register, list, get, update, delete: expected lines, exit 0, no secret printed', async () => {
+    const runs: CliRun[] = [];
+    const run = async (argv: string[]): Promise<CliRun> => {
+      const r = await cli(argv);
+      runs.push(r);
+      return r;
+    };
+    const other = sim.webhooks.register({ url: 'https://elsewhere.test/x', events: ['campaign.sent'], name: 'someone else' });
+
+    const reg = await run(['register', '--url', RECEIVER]);
+    expect(reg.error).toBeUndefined();
+    expect(reg.code).toBe(0);
+    const ids = (await readEndpoints(database.pool)).map((r) => r.id);
+    const { realtime, batched } = byBatchable(await readEndpoints(database.pool));
+    expect(reg.lines).toEqual([
+      `created real-time webhook ${realtime.id} for ${REALTIME_KINDS.join(', ')} → ${RECEIVER}`,
+      `created batched webhook ${batched.id} for subscriber.deleted, campaign.click, campaign.open → ${RECEIVER}`,
+      'next: run `subscriber-mirror backfill --all` to catch up on changes made before the webhooks existed',
+    ]);
+    const again = await run(['register', '--url', RECEIVER]);
+    expect(again.lines).toEqual([
+      `unchanged real-time webhook ${realtime.id} for ${REALTIME_KINDS.join(', ')} → ${RECEIVER}`,
+      `unchanged batched webhook ${batched.id} for subscriber.deleted, campaign.click, campaign.open → ${RECEIVER}`,
+    ]);
+
+    const list = await run(['list']);
+    expect(list.code).toBe(0);
+    expect(list.lines[0]).toMatch(/^ID\s+NAME\s+URL\s+EVENTS\s+ENABLED\s+BATCHABLE\s+MANAGED$/);
+    const rowOf = (id: string) => list.lines.find((l) => l.startsWith(`${id} `)) ?? '';
+    expect(rowOf(other.id)).toMatch(/someone else\s+https:\/\/elsewhere\.test\/x\s+campaign\.sent\s+yes\s+no\s+no$/);
+    expect(rowOf(realtime.id)).toMatch(/subscriber-mirror \(real-time\)\s+\S+\s+11 kinds\s+yes\s+no\s+yes$/);
+    expect(rowOf(batched.id)).toMatch(/subscriber-mirror \(batched\)\s+\S+\s+subscriber\.deleted, campaign\.click, campaign\.open\s+yes\s+yes\s+yes$/);
+    expect(list.lines.at(-1)).toBe('3 webhook(s), 2 managed by this install');
+
+    const json = await run(['list', '--json']);
+    const parsed = JSON.parse(json.lines.join('\n')) as { webhooks: Array<Record<string, unknown>>; missingUpstream: string[] };
+    expect(parsed.webhooks.map((w) => [w.id, w.managed])).toEqual([
+      [other.id, false],
+      [realtime.id, true],
+      [batched.id, true],
+    ]);
+    expect(parsed.webhooks.every((w) => !('secret' in w))).toBe(true);
+
+    const get = await run(['get', batched.id]);
+    expect(get.lines).toContain(`id:        ${batched.id}`);
+    expect(get.lines).toContain('batchable: yes');
+    expect(get.lines).toContain('secret:    stored');
+    expect(get.lines).toContain('managed:   yes (in webhook_endpoints)');
+    const getOther = await run(['get', other.id, '--json']);
+    expect(JSON.parse(getOther.lines.join('\n'))).toMatchObject({ id: other.id, managed: false, secretStored: false });
+    expect(JSON.parse(getOther.lines.join('\n'))).not.toHaveProperty('secret');
+
+    const upd = await run(['update', realtime.id, '--disable', '--name', 'paused']);
+    expect(upd.code).toBe(0);
+    expect(upd.lines).toHaveLength(1);
+    expect(upd.lines[0]).toMatch(new RegExp(`^updated webhook ${realtime.id}: name "paused", url ${RECEIVER}, events .*enabled no, batchable no; stored in webhook_endpoints$`));
+    const afterUpdate = (await readEndpoints(database.pool)).find((r) => r.id === realtime.id);
+    expect(afterUpdate).toMatchObject({ enabled: false, name: 'paused' });
+
+    const del = await run(['delete', batched.id]);
+    expect(del.lines).toEqual([`deleted webhook ${batched.id} and removed it from webhook_endpoints`]);
+    expect(sim.webhooks.get(batched.id)).toBeUndefined();
+    expect((await readEndpoints(database.pool)).map((r) => r.id)).toEqual(ids.filter((id) => id !== batched.id));
+
+    for (const r of runs) expect([r.code, r.error?.message]).toEqual([0, undefined]);
+    // Secrets of the deleted webhook too: they were printable while it existed.
+    const text = runs.map((r) => r.lines.join('\n')).join('\n');
+    expect(text).not.toContain(batched.secret);
+    await expectNoSecretIn(runs);
+  });
+
+  it('errors: wrong token, unknown id, gone-upstream id, usage; one line each, no secret', async () => {
+    await cli(['register', '--url', RECEIVER]);
+    const { batched } = byBatchable(await readEndpoints(database.pool));
+    const runs: CliRun[] = [];
+
+    const wrong = 'wrong-token-77e0b1d5';
+    const unauthorized = await cli(['list'], wrong);
+    runs.push(unauthorized);
+    expect(unauthorized.code).toBe(1);
+    expect(unauthorized.error?.message).toBe('webhook API rejected the token (401 Unauthenticated.); check MAILER_WEBHOOKS_TOKEN');
+    expect(unauthorized.error?.message).not.toContain(wrong);
+
+    const missing = await cli(['get', '999']);
+    const missingDelete = await cli(['delete', '999']);
+    runs.push(missing, missingDelete);
+    expect([missing.code, missing.error?.message]).toEqual([1, 'webhook 999 does not exist']);
+    expect([missingDelete.code, missingDelete.error?.message]).toEqual([1, 'webhook 999 does not exist']);
+
+    sim.webhooks.delete(batched.id);
+    const gone = await cli(['get', batched.id]);
+    runs.push(gone);
+    expect(gone.code).toBe(1);
+    expect(gone.error?.message).toBe(
+      `webhook ${batched.id} does not exist upstream, but it is still in webhook_endpoints: \`webhooks register\` recreates it, \`webhooks delete ${batched.id}\` forgets it`,
+    );
+    const listGone = await cli(['list']);
+    runs.push(listGone);
+    expect(listGone.lines.at(-1)).toContain(`note: webhook ${batched.id} is in webhook_endpoints but no longer exists upstream`);
+    const forget = await cli(['delete', batched.id]);
+    runs.push(forget);
+    expect([forget.code, forget.lines]).toEqual([0, [`webhook ${batched.id} was already gone upstream; removed it from webhook_endpoints`]]);
+    expect((await readEndpoints(database.pool)).map((r) => r.id)).not.toContain(batched.id);
+
+    sim.clearRequests();
+    const rule = await cli(['update', '1', '--events', 'campaign.open', '--batchable', 'false']);
+    const unknownKind = await cli(['update', '1', '--events', 'subscriber.vanished']);
+    const noSub = await cli([]);
+    const badSub = await cli(['frobnicate']);
+    runs.push(rule, unknownKind, noSub, badSub);
+    for (const r of [rule, unknownKind, noSub, badSub]) {
+      expect(r.code).toBe(2);
+      expect(r.error?.message).toContain('usage: subscriber-mirror webhooks');
+    }
+    expect(unknownKind.error?.message).toContain('unknown event kind "subscriber.vanished"');
+    expect(badSub.error?.message).toContain('unknown webhooks subcommand "frobnicate"');
+    expect(sim.requests).toEqual([]); // refused before any request
+
+    const help = await cli(['help']);
+    expect(help.code).toBe(0);
+    expect(help.lines.join('\n')).toContain('register --url URL');
+
+    await expectNoSecretIn(runs);
+  });
+});

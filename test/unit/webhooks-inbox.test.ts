@@ -1,0 +1,222 @@
+/**
+ * The batching inbox writer and the secret cache against in-memory fakes (no I/O). The real
+ * statements run against Postgres in test/integration/receiver.test.ts.
+ */
+import { describe, expect, test } from 'vitest';
+import { bodySha256, createInboxWriter, type DeliveryRecord, type Queryable } from '../../src/webhooks/inbox.js';
+import { createSecretCache } from '../../src/webhooks/receiver.js';
+
+interface Call {
+  sql: string;
+  values: unknown[];
+  settle: { resolve(): void; reject(error: unknown): void };
+}
+
+/**
+ * A fake pool with an in-memory `webhook_deliveries`: each INSERT stays open until the test settles
+ * it, like a statement waiting for its COMMIT.
+ */
+function fakePool(options: { autoSettle?: boolean; refuse?: (bodyText: string) => boolean } = {}) {
+  const table = new Map<string, { id: string; status: string; body: string }>();
+  const calls: Call[] = [];
+  let nextId = 1;
+  const pool: Queryable = {
+    query(sql, values = []) {
+      return new Promise((resolve, reject) => {
+        const run = () => {
+          if (sql.includes('insert into webhook_deliveries')) {
+            const [shas, bodies, , , , statuses] = values as string[][];
+            if (bodies!.some((b) => options.refuse?.(b))) {
+              reject(Object.assign(new Error('unsupported Unicode escape sequence'), { code: '22P05' }));
+              return;
+            }
+            const rows = [];
+            for (const [i, sha] of shas!.entries()) {
+              if (table.has(sha)) continue;
+              const row = { id: String(nextId++), status: statuses![i]!, body: bodies![i]! };
+              table.set(sha, row);
+              rows.push({ id: row.id, sha, status: row.status });
+            }
+            resolve({ rows });
+          } else if (sql.includes('where body_sha256 = any')) {
+            const [shas] = values as string[][];
+            resolve({ rows: shas!.filter((s) => table.has(s)).map((sha) => ({ sha, ...table.get(sha)! })) });
+          } else {
+            reject(new Error(`unexpected SQL ${sql}`));
+          }
+        };
+        const call: Call = { sql, values, settle: { resolve: run, reject } };
+        calls.push(call);
+        if (options.autoSettle) run();
+      });
+    },
+  };
+  const inserts = () => calls.filter((c) => c.sql.includes('insert into'));
+  return { pool, table, calls, inserts };
+}
+
+function delivery(n: number, overrides: Partial<DeliveryRecord> = {}): DeliveryRecord {
+  const body = { event: 'subscriber.created', id: String(n) };
+  return { raw: Buffer.from(JSON.stringify(body)), body, kinds: ['subscriber.created'], eventCount: 1, endpointId: null, status: 'pending', ...overrides };
+}
+
+const tick = (ms = 0) => new Promise((r) => setTimeout(r, ms));
+
+describe('createInboxWriter', () => {
+  test('concurrent stores share one statement, and none resolves before it commits', async () => {
+    const { pool, inserts } = fakePool();
+    const writer = createInboxWriter(pool, { maxBatch: 100, maxWaitMs: 5, maxConcurrent: 2 });
+    const settled: string[] = [];
+    const promises = [1, 2, 3].map((n) => writer.store(delivery(n)).then((r) => settled.push(r.id)));
+    await tick(20);
+    expect(inserts()).toHaveLength(1);
+    expect((inserts()[0]!.values[0] as string[]).length).toBe(3);
+    expect(settled).toEqual([]); // the statement has not committed yet
+    inserts()[0]!.settle.resolve();
+    await Promise.all(promises);
+    expect(settled.sort()).toEqual(['1', '2', '3']);
+  });
+
+  test('a failed statement rejects every request in it (durability first)', async () => {
+    const { pool, inserts } = fakePool();
+    const writer = createInboxWriter(pool, { maxBatch: 100, maxWaitMs: 1 });
+    const results = Promise.allSettled([1, 2, 3].map((n) => writer.store(delivery(n))));
+    await tick(10);
+    inserts()[0]!.settle.reject(Object.assign(new Error('connection terminated'), { code: '57P01' }));
+    const outcome = await results;
+    expect(outcome.map((o) => o.status)).toEqual(['rejected', 'rejected', 'rejected']);
+    expect(writer.stats().failedBatches).toBe(1);
+  });
+
+  test('batches hold at most maxBatch rows; rows queue while all statements are busy', async () => {
+    const { pool, inserts } = fakePool();
+    const writer = createInboxWriter(pool, { maxBatch: 4, maxWaitMs: 1, maxConcurrent: 1 });
+    const all = Promise.all(Array.from({ length: 10 }, (_, i) => writer.store(delivery(i))));
+    await tick(10);
+    expect(inserts()).toHaveLength(1); // one in flight, the rest waits
+    for (let i = 0; i < 3; i++) {
+      inserts()[i]!.settle.resolve();
+      await tick(5);
+    }
+    await all;
+    expect(inserts().map((c) => (c.values[0] as string[]).length)).toEqual([4, 4, 2]);
+  });
+
+  test('the same body twice: one row, the second is a duplicate with the same id', async () => {
+    const { pool, table, inserts } = fakePool({ autoSettle: true });
+    const writer = createInboxWriter(pool, { maxWaitMs: 1 });
+    const [a, b] = await Promise.all([writer.store(delivery(1)), writer.store(delivery(1))]);
+    expect(inserts()).toHaveLength(1);
+    expect((inserts()[0]!.values[0] as string[]).length).toBe(1); // merged before sending
+    expect(a).toEqual({ id: '1', duplicate: false, status: 'pending' });
+    expect(b).toEqual({ id: '1', duplicate: true, status: 'pending' });
+    const c = await writer.store(delivery(1));
+    expect(c).toEqual({ id: '1', duplicate: true, status: 'pending' });
+    expect(table.size).toBe(1);
+  });
+
+  test('a row Postgres refuses as jsonb is retried alone, sanitized; the others are unaffected', async () => {
+    const { pool, table } = fakePool({ autoSettle: true, refuse: (text) => text.includes('\\u0000') });
+    const writer = createInboxWriter(pool, { maxWaitMs: 2 });
+    const badBody = { event: 'subscriber.created', id: '9', email: 'a\u0000b' };
+    const bad = delivery(9, { raw: Buffer.from(JSON.stringify(badBody)), body: badBody });
+    const results = await Promise.all([writer.store(delivery(1)), writer.store(bad), writer.store(delivery(2))]);
+    expect(results.map((r) => r.duplicate)).toEqual([false, false, false]);
+    expect(table.size).toBe(3);
+    const stored = table.get(bodySha256(bad.raw))!;
+    expect(JSON.parse(stored.body)).toEqual({ ...badBody, email: 'a\ufffdb' });
+  });
+
+  test('beyond maxQueued waiting rows, store fails at once instead of growing', async () => {
+    const { pool, inserts } = fakePool();
+    const writer = createInboxWriter(pool, { maxBatch: 2, maxWaitMs: 0, maxConcurrent: 1, maxQueued: 3 });
+    const first = writer.store(delivery(1)); // in flight, never settles in this test
+    const queued = [2, 3, 4].map((n) => writer.store(delivery(n)));
+    await expect(writer.store(delivery(5))).rejects.toThrow(/3 deliveries are already waiting/);
+    expect(inserts()).toHaveLength(1);
+    void first;
+    void queued;
+  });
+
+  test('close() writes what is queued; later stores reject', async () => {
+    const { pool, table } = fakePool({ autoSettle: true });
+    const writer = createInboxWriter(pool, { maxWaitMs: 1_000 });
+    const pending = writer.store(delivery(1));
+    await writer.close();
+    await expect(pending).resolves.toMatchObject({ duplicate: false });
+    expect(table.size).toBe(1);
+    await expect(writer.store(delivery(2))).rejects.toThrow(/closed/);
+  });
+});
+
+describe('createSecretCache', () => {
+  function setup(loads: Array<() => Promise<Array<{ endpointId: string; secret: string }>>>) {
+    let clock = 0;
+    let count = 0;
+    const cache = createSecretCache({
+      load: () => {
+        const next = loads[Math.min(count, loads.length - 1)]!;
+        count++;
+        return next();
+      },
+      ttlMs: 5_000,
+      missRefreshMs: 1_000,
+      now: () => clock,
+    });
+    return { cache, advance: (ms: number) => (clock += ms), loads: () => count };
+  }
+  const v1 = [{ endpointId: 'a', secret: 's1' }];
+  const v2 = [...v1, { endpointId: 'b', secret: 's2' }];
+
+  test('loads once, then serves from memory until the TTL, then reloads in the background', async () => {
+    const { cache, advance, loads } = setup([async () => v1, async () => v2]);
+    expect(await cache.current()).toEqual(v1);
+    expect(await cache.current()).toEqual(v1);
+    expect(loads()).toBe(1);
+    advance(5_000);
+    expect(await cache.current()).toEqual(v1); // stale answer, reload started
+    await tick();
+    expect(await cache.current()).toEqual(v2);
+    expect(loads()).toBe(2);
+  });
+
+  test('a miss reloads at once, but at most once per missRefreshMs', async () => {
+    const { cache, advance, loads } = setup([async () => v1, async () => v2]);
+    await cache.current();
+    advance(1_000);
+    expect(await cache.refreshAfterMiss()).toBe('reloaded');
+    expect(await cache.current()).toEqual(v2);
+    expect(await cache.refreshAfterMiss()).toBe('skipped');
+    expect(await cache.refreshAfterMiss()).toBe('skipped');
+    expect(loads()).toBe(2);
+    advance(1_000);
+    expect(await cache.refreshAfterMiss()).toBe('reloaded');
+    expect(loads()).toBe(3);
+  });
+
+  test('a failed load keeps the last list and reports unhealthy until a load succeeds', async () => {
+    const { cache, advance } = setup([async () => v1, async () => Promise.reject(new Error('down')), async () => v2]);
+    await cache.current();
+    expect(cache.healthy()).toBe(true);
+    advance(1_000);
+    expect(await cache.refreshAfterMiss()).toBe('failed');
+    expect(cache.healthy()).toBe(false);
+    expect(await cache.current()).toEqual(v1);
+    expect(await cache.refreshAfterMiss()).toBe('failed'); // rate-limited, still unhealthy
+    advance(1_000);
+    expect(await cache.refreshAfterMiss()).toBe('reloaded');
+    expect(cache.healthy()).toBe(true);
+  });
+
+  test('concurrent misses share one load', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const { cache, advance, loads } = setup([async () => v1, async () => (await gate, v2)]);
+    await cache.current();
+    advance(1_000);
+    const misses = Promise.all([cache.refreshAfterMiss(), cache.refreshAfterMiss(), cache.refreshAfterMiss()]);
+    release();
+    expect(await misses).toEqual(['reloaded', 'reloaded', 'reloaded']);
+    expect(loads()).toBe(2);
+  });
+});
