@@ -120,7 +120,12 @@ describe('subscriber-mirror start', () => {
     });
     const health = await fetch(`http://127.0.0.1:${port}/healthz`);
     expect(health.status).toBe(200);
-    const ready = await fetch(`http://127.0.0.1:${port}/readyz`);
+    // Readiness may take a moment (Redis connects in the background), but must come.
+    let ready = await fetch(`http://127.0.0.1:${port}/readyz`);
+    for (let i = 0; i < 50 && ready.status !== 200; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      ready = await fetch(`http://127.0.0.1:${port}/readyz`);
+    }
     expect(ready.status).toBe(200);
     expect(await ready.json()).toMatchObject({ status: 'ready' });
     const { rows } = await database.pool.query(`select to_regclass('public.subscribers') is not null as present`);

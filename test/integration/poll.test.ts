@@ -9,6 +9,8 @@ import { runPass, incrementalFilterDay, type PassDeps } from '../../src/sync/pol
 import { readSyncState } from '../../src/sync/state.js';
 import { UpstreamAuthError } from '../../src/upstream/http.js';
 import { createLegacyClient } from '../../src/upstream/legacy.js';
+import { createLimiter } from '../../src/upstream/limiter.js';
+import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { createLogger } from '../../src/log.js';
 import type { SubscriberType } from '../../src/db/schema.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
@@ -129,6 +131,31 @@ describe('full pass', () => {
     leaverRow = (await readMembers(database.pool, groupId)).find((m) => m.subscriberId === leaver);
     expect(leaverRow?.removedAt).not.toBeNull();
     await assertMirrorEqualsWorld(database, sim, groupId);
+  });
+
+  it('completes a pass when the shared limiter loses its Redis state mid-pass', async () => {
+    sim = await startSimulator({ subscribers: 2_000, groups: 1, rateLimit: false });
+    const groupId = sim.world.groupIds()[0]!;
+    const prefix = uniquePrefix('poll-limiter');
+    const limiter = createLimiter({ mode: 'redis', redisUrl: redisUrl(), prefix, perMinute: 6_000, logger });
+    try {
+      let pages = 0;
+      const d = deps(database, sim, {
+        pageSize: 100,
+        legacy: createLegacyClient({ baseUrl: sim.url, apiKey: sim.apiKey, limiter }),
+        // Bottleneck 2.19.5 cannot heal on Redis 7 by itself (DESIGN.md "Traps"): wipe its keys halfway.
+        onProgress: async () => {
+          if (++pages === 5) await deletePrefix(`b_${prefix}`);
+        },
+      });
+      const result = await runPass(d, groupId, 'active', 'full');
+      expect(pages).toBeGreaterThan(5);
+      expect(result.rowsSeen).toBe(sim.world.memberCount(groupId, 'active'));
+      expect(limiter.stats().rebuilds).toBeGreaterThanOrEqual(1);
+    } finally {
+      await limiter.close();
+      await deletePrefix(`b_${prefix}`);
+    }
   });
 
   it('resumes a crashed full pass from its checkpoint', async () => {
