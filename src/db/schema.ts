@@ -15,6 +15,7 @@ import {
   integer,
   jsonb,
   pgTable,
+  pgView,
   primaryKey,
   text,
   timestamp,
@@ -207,3 +208,88 @@ export const webhookEndpoints = pgTable('webhook_endpoints', {
   createdAt: tstz('created_at').notNull().defaultNow(),
   updatedAt: tstz('updated_at').notNull().defaultNow(),
 });
+
+// ---------------------------------------------------------------------------------------------
+// Views: the common questions, answered once (issue #6 part 6). Their names and columns are part of
+// the SQL contract like the tables' (README "Querying the mirror"). Each is a plain view over the
+// mirrored tables, so it is always current and costs nothing to keep; the definitions are written as
+// SQL, not built from the table objects, because users read them back with `\d+ <view>`.
+
+/**
+ * Who is in each group right now: memberships not ended (`removed_at` null) of subscribers not
+ * deleted upstream. `status` is the subscriber's own status; `type` is the type the group listed the
+ * member under (poll) or its status when added (webhook). Left joins: a group whose name never came
+ * in a payload (poll-only groups) still lists its members, with a null `group_name`.
+ */
+export const currentGroupMembers = pgView('current_group_members', {
+  groupId: text('group_id'),
+  groupName: text('group_name'),
+  subscriberId: text('subscriber_id'),
+  email: text('email'),
+  name: text('name'),
+  status: text('status'),
+  type: text('type'),
+  addedAt: tstz('added_at'),
+}).as(sql`
+select gm.group_id, g.name as group_name, gm.subscriber_id, s.email, s.name, s.status, gm.type, gm.added_at
+from group_members gm
+left join groups g on g.id = gm.group_id
+left join subscribers s on s.id = gm.subscriber_id
+where gm.removed_at is null
+  and s.deleted_at is null`);
+
+/**
+ * One row per campaign in `campaigns`, with its recorded opens and clicks (`subscriber_activity`
+ * rows of kind `campaign.open` / `campaign.click`; duplicates already collapsed, invariant 5).
+ * Rates are percentages with two decimals, the scale the service uses for `subscribers.open_rate`,
+ * of unique openers / clickers over `total_recipients`; null when that is unknown or zero.
+ * `sent_at` falls back to the campaign `date` of open/click payloads when no `campaign.sent` was seen.
+ */
+export const campaignEngagement = pgView('campaign_engagement', {
+  campaignId: text('campaign_id'),
+  campaignName: text('campaign_name'),
+  sentAt: tstz('sent_at'),
+  totalRecipients: integer('total_recipients'),
+  uniqueOpeners: integer('unique_openers'),
+  uniqueClickers: integer('unique_clickers'),
+  openEvents: integer('open_events'),
+  clickEvents: integer('click_events'),
+  openRate: doublePrecision('open_rate'),
+  clickRate: doublePrecision('click_rate'),
+}).as(sql`
+select c.id as campaign_id,
+       c.name as campaign_name,
+       coalesce(c.sent_at, c.date) as sent_at,
+       c.total_recipients,
+       coalesce(a.unique_openers, 0) as unique_openers,
+       coalesce(a.unique_clickers, 0) as unique_clickers,
+       coalesce(a.open_events, 0) as open_events,
+       coalesce(a.click_events, 0) as click_events,
+       round(100.0 * coalesce(a.unique_openers, 0) / nullif(c.total_recipients, 0), 2)::float8 as open_rate,
+       round(100.0 * coalesce(a.unique_clickers, 0) / nullif(c.total_recipients, 0), 2)::float8 as click_rate
+from campaigns c
+left join (
+  select campaign_id,
+         (count(distinct subscriber_id) filter (where kind = 'campaign.open'))::int as unique_openers,
+         (count(distinct subscriber_id) filter (where kind = 'campaign.click'))::int as unique_clickers,
+         (count(*) filter (where kind = 'campaign.open'))::int as open_events,
+         (count(*) filter (where kind = 'campaign.click'))::int as click_events
+  from subscriber_activity
+  where campaign_id is not null and kind in ('campaign.open', 'campaign.click')
+  group by campaign_id
+) a on a.campaign_id = c.id`);
+
+/**
+ * Subscribers whose upstream `updated_at` (the service's clock, never ours: invariant 2) is within
+ * the last 24 hours of the query's `now()`, deleted ones included (a deletion is a change).
+ */
+export const recentlyChangedSubscribers = pgView('recently_changed_subscribers', {
+  id: text('id'),
+  email: text('email'),
+  status: text('status'),
+  updatedAt: tstz('updated_at'),
+  mirroredVia: text('mirrored_via').$type<MirrorSource>(),
+}).as(sql`
+select id, email, status, updated_at, mirrored_via
+from subscribers
+where updated_at >= now() - interval '1 day'`);

@@ -127,7 +127,7 @@ describe('migrations', () => {
     try {
       const results = await Promise.all(Array.from({ length: 5 }, () => runMigrations(fresh.url)));
       expect(results.filter((r) => r.applied > 0)).toHaveLength(1);
-      const { rows } = await fresh.pool.query(`select count(*)::int as n from information_schema.tables where table_schema = 'public'`);
+      const { rows } = await fresh.pool.query(`select count(*)::int as n from information_schema.tables where table_schema = 'public' and table_type = 'BASE TABLE'`);
       expect((rows[0] as { n: number }).n).toBe(Object.keys(CONTRACT).length);
     } finally {
       await fresh.drop();

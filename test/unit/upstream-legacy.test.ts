@@ -293,6 +293,20 @@ describe('legacy page iterator', () => {
     expect(service.urls).toHaveLength(2);
   });
 
+  it('accepts the same single row at two consecutive offsets (a set changing under the pass)', async () => {
+    let calls = 0;
+    const service = fakeService(0, {
+      body: () => {
+        calls += 1;
+        // 2 rows, then the last row again one offset later (a row moved), then the end.
+        const bodies = ['[{"id":1},{"id":2}]', '[{"id":3}]', '[{"id":3}]', '[]'];
+        return { status: 200, body: bodies[Math.min(calls, bodies.length) - 1]! };
+      },
+    });
+    const pages = await collect(legacy(service).pages('1', { limit: 2, mode: 'full' }));
+    expect(pages.map((p) => p.rows.length)).toEqual([2, 1, 1]);
+  });
+
   it('fetches one page at a time: nothing is requested until the consumer asks', async () => {
     const service = fakeService(100, { cap: 10 });
     const iterator = legacy(service).pages('1', { limit: 10, mode: 'full' });
