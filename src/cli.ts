@@ -33,6 +33,7 @@ commands:
   webhooks list|get|register|update|delete
                                        manage the service-side webhooks
   simulator [options]                  run the mailing-service simulator
+  demo [--subscribers N] [--churn N]   simulator + service + webhooks on this machine
   help                                 show this text
 
 configuration comes from the environment (and .env); see README.md.`;
@@ -200,6 +201,11 @@ const COMMANDS: Record<string, Handler> = {
     // Loaded on demand: the service itself never needs the simulator's code.
     const { runSimulatorCli } = await import('./simulator/cli.js');
     await runSimulatorCli(args);
+    return 0;
+  },
+  demo: async (args) => {
+    const { runDemo } = await import('./demo.js');
+    await runDemo(args);
     return 0;
   },
   help: async () => {

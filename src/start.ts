@@ -3,20 +3,29 @@
  *
  * This is (with cli.ts) the only place that reads config and starts things; everything it wires
  * takes its dependencies as arguments.
+ *
+ * Roles: `receiver` serves the webhook route and stores deliveries (enqueueing them); `worker` runs
+ * the poll passes and applies stored deliveries; `all` does both. Every role serves /healthz,
+ * /readyz, /metrics and, with ADMIN_TOKEN, the admin API.
  */
 import { Redis } from 'ioredis';
+import type pg from 'pg';
 import type { Config, Role } from './config.js';
 import { secretsOf } from './config.js';
 import { openDatabase } from './db/client.js';
 import { migrationsPending, runMigrations } from './db/migrate.js';
-import { createMetrics } from './http/metrics.js';
+import { registerAdminRoutes } from './http/admin.js';
+import { createMetrics, type Metrics } from './http/metrics.js';
 import { buildServer, type ReadinessCheck } from './http/server.js';
 import { createLogger, type Logger } from './log.js';
 import { authPauseKey, isPaused, readAuthPause } from './sync/auth-pause.js';
 import { createSyncQueue, syncSchedules } from './sync/schedule.js';
+import { collectStatus } from './sync/status.js';
 import { createSyncWorker, resumeOpenFullPasses, type SyncWorker } from './sync/worker.js';
 import { createLegacyClient } from './upstream/legacy.js';
 import { createLimiter, type Limiter } from './upstream/limiter.js';
+import { createDeliveryConsumer, type DeliveryConsumer } from './webhooks/consumer.js';
+import { registerWebhookRoute, type ReceiverOutcome } from './webhooks/receiver.js';
 
 export interface RunningService {
   logger: Logger;
@@ -30,6 +39,18 @@ export class StartupError extends Error {
   override name = 'StartupError';
 }
 
+/** Receiver outcomes as the deliveries metric names them. */
+const OUTCOME_LABEL: Record<ReceiverOutcome, string> = {
+  stored: 'received',
+  duplicate: 'duplicate',
+  ignored: 'ignored',
+  failed: 'received_invalid',
+  unauthorized: 'rejected',
+  bad_request: 'rejected',
+  too_large: 'rejected',
+  unavailable: 'unavailable',
+};
+
 export async function startService(config: Config, role: Role): Promise<RunningService> {
   const { logger } = createLogger({ level: config.logLevel, secrets: secretsOf(config) });
   const log = logger.child({ role });
@@ -41,21 +62,98 @@ export async function startService(config: Config, role: Role): Promise<RunningS
     throw new StartupError(`cannot migrate the database: ${describeConnectionError(error)}`);
   }
 
-  const database = openDatabase(config.databaseUrl, { applicationName: `subscriber-mirror-${role}` });
+  const polls = role === 'all' || role === 'worker';
+  const receives = role === 'all' || role === 'receiver';
+  const database = openDatabase(config.databaseUrl, { applicationName: `subscriber-mirror-${role}`, max: 20 });
   // The HTTP path must fail fast when Redis is down (readiness), unlike BullMQ's blocking connections.
   const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1, enableOfflineQueue: false, lazyConnect: true });
   redis.on('error', () => {});
   redis.connect().catch(() => {});
-
   const metrics = createMetrics();
-  const polling = role === 'all' || role === 'worker' ? await startPolling(config, database.pool, redis, log, metrics) : null;
+  // BullMQ's blocking connections must retry forever (maxRetriesPerRequest: null, DESIGN.md "Traps");
+  // the queues that the HTTP path adds to fail fast instead.
+  const workerConnection = { url: config.redisUrl, maxRetriesPerRequest: null };
+  const queueConnection = { url: config.redisUrl, maxRetriesPerRequest: 1 };
 
-  const readiness: ReadinessCheck[] = [
+  const consumer: DeliveryConsumer = createDeliveryConsumer({
+    pool: database.pool,
+    connection: workerConnection,
+    queueConnection,
+    prefix: config.redisPrefix,
+    logger: log,
+    metrics,
+    work: polls,
+  });
+  const polling = polls ? await startPolling(config, database.pool, redis, log, metrics) : null;
+  const syncQueue = polling?.queue ?? createSyncQueue(queueConnection, config.redisPrefix);
+
+  const refreshGauges = async () => {
+    await recordQueueDepths(metrics, [syncQueue, consumer.queue]);
+    if (polls) await recordSyncGauges(metrics, database.pool, config);
+  };
+  const server = buildServer({
+    logger: log,
+    readiness: readinessChecks(database.pool, redis, polling),
+    metrics,
+    beforeScrape: refreshGauges,
+  });
+  const route = receives
+    ? registerWebhookRoute(server, {
+        path: config.webhookPath,
+        maxBodyBytes: config.webhookMaxBodyBytes,
+        secrets: () => config.webhookSecrets,
+        pool: database.pool,
+        logger: log,
+        onStored: (id) => consumer.enqueue(id),
+        onOutcome: (outcome) => metrics.deliveries.inc({ outcome: OUTCOME_LABEL[outcome] }),
+      })
+    : null;
+  if (config.adminToken) {
+    const apiKey = config.legacy.apiKey;
+    await registerAdminRoutes(server, {
+      token: config.adminToken,
+      pool: database.pool,
+      syncQueue,
+      extraQueues: [consumer.queue],
+      configured: { groups: config.sync.groups, types: config.sync.types },
+      statusExtras: async () => ({
+        authPause: apiKey ? await readAuthPause(redis, authPauseKey(config.redisPrefix, apiKey)).catch(() => null) : null,
+      }),
+    });
+  }
+
+  await server.listen({ port: config.port, host: '0.0.0.0' });
+  const address = server.server.address();
+  const port = typeof address === 'object' && address ? address.port : config.port;
+  log.info({ port, receives, polls, admin: Boolean(config.adminToken) }, 'service started');
+
+  let stopping: Promise<void> | undefined;
+  const stop = (reason: string) => {
+    stopping ??= (async () => {
+      log.info({ reason }, 'shutting down');
+      // 1. No new HTTP requests (503 while closing); in-flight deliveries finish their inbox write.
+      await server.close();
+      await route?.writer.close();
+      // 2. A running pass stops at its next checkpoint; running applies finish.
+      await Promise.all([polling?.stop(config.shutdownTimeoutMs), consumer.close(config.shutdownTimeoutMs)]);
+      if (!polling) await syncQueue.close();
+      redis.disconnect();
+      await database.close();
+      log.info('stopped');
+    })();
+    return stopping;
+  };
+
+  return { logger: log, stop, port };
+}
+
+function readinessChecks(pool: pg.Pool, redis: Redis, polling: Polling | null): ReadinessCheck[] {
+  const checks: ReadinessCheck[] = [
     {
       name: 'postgres',
       check: async () => {
-        await database.pool.query('select 1');
-        const pending = await migrationsPending(database.pool);
+        await pool.query('select 1');
+        const pending = await migrationsPending(pool);
         if (pending > 0) throw new Error(`${pending} migration(s) not applied`);
       },
     },
@@ -68,7 +166,7 @@ export async function startService(config: Config, role: Role): Promise<RunningS
     },
   ];
   if (polling) {
-    readiness.push({
+    checks.push({
       name: 'upstream-auth',
       check: async () => {
         const pause = await readAuthPause(redis, polling.pauseKey);
@@ -78,45 +176,45 @@ export async function startService(config: Config, role: Role): Promise<RunningS
       },
     });
   }
+  return checks;
+}
 
-  const server = buildServer({ logger: log, readiness, metrics });
-  await server.listen({ port: config.port, host: '0.0.0.0' });
-  const address = server.server.address();
-  const port = typeof address === 'object' && address ? address.port : config.port;
-  log.info({ port }, 'service started');
+async function recordQueueDepths(metrics: Metrics, queues: Array<{ name: string; getJobCounts(...types: string[]): Promise<Record<string, number>> }>): Promise<void> {
+  for (const queue of queues) {
+    try {
+      const counts = await queue.getJobCounts('waiting', 'active', 'delayed', 'failed', 'prioritized');
+      for (const [state, n] of Object.entries(counts)) metrics.queueDepth.set({ queue: queue.name, state }, n);
+    } catch {
+      // Redis unavailable: readiness reports it; the gauge keeps its last value.
+    }
+  }
+}
 
-  let stopping: Promise<void> | undefined;
-  const stop = (reason: string) => {
-    stopping ??= (async () => {
-      log.info({ reason }, 'shutting down');
-      await server.close();
-      if (polling) await polling.stop(config.shutdownTimeoutMs);
-      redis.disconnect();
-      await database.close();
-      log.info('stopped');
-    })();
-    return stopping;
-  };
-
-  return { logger: log, stop, port };
+/** Cursor age and drift per group × type, from our own tables (no upstream requests). */
+async function recordSyncGauges(metrics: Metrics, pool: pg.Pool, config: Config): Promise<void> {
+  try {
+    const rows = await collectStatus(pool, { groups: config.sync.groups, types: config.sync.types });
+    const now = Date.now();
+    for (const r of rows) {
+      const labels = { group: r.groupId, type: r.type };
+      if (r.cursor) metrics.cursorAge.set(labels, Math.max(0, (now - Date.parse(r.cursor)) / 1000));
+      if (r.drift !== null) metrics.drift.set(labels, r.drift);
+    }
+  } catch {
+    // Postgres unavailable: readiness reports it.
+  }
 }
 
 interface Polling {
   pauseKey: string;
+  queue: ReturnType<typeof createSyncQueue>;
   stop(timeoutMs: number): Promise<void>;
 }
 
 /** Schedules passes for the configured groups, resumes open full passes, and runs the sync worker. */
-async function startPolling(
-  config: Config,
-  pool: import('pg').Pool,
-  redis: Redis,
-  log: Logger,
-  metrics: ReturnType<typeof createMetrics>,
-): Promise<Polling> {
+async function startPolling(config: Config, pool: pg.Pool, redis: Redis, log: Logger, metrics: Metrics): Promise<Polling> {
   const legacyUrl = config.legacy.url as string;
   const apiKey = config.legacy.apiKey as string;
-  // BullMQ's blocking connections must retry forever (maxRetriesPerRequest: null, DESIGN.md "Traps").
   const connection = { url: config.redisUrl, maxRetriesPerRequest: null };
   const limiter: Limiter = createLimiter({
     mode: 'redis',
@@ -135,6 +233,7 @@ async function startPolling(
   const resumed = await resumeOpenFullPasses(queue, pool, config.sync.groups, config.sync.types);
   log.info({ schedulers: changes.upserted.length, removed: changes.removed, resumed: resumed.length }, 'poll schedules in place');
 
+  let lastWaitMsTotal = 0;
   const worker: SyncWorker = createSyncWorker({
     pool,
     redis,
@@ -150,7 +249,13 @@ async function startPolling(
         logger: log,
         http: {
           hooks: {
-            onResponse: (info) => metrics.upstreamRequests.inc({ api: 'legacy', outcome: String(info.status) }),
+            onResponse: (info) => {
+              metrics.upstreamRequests.inc({ api: 'legacy', outcome: String(info.status) });
+              // The limiter reports a running total of wait time; record what accrued since.
+              const total = limiter.stats().waitMsTotal;
+              if (total > lastWaitMsTotal) metrics.limiterWait.observe((total - lastWaitMsTotal) / 1000);
+              lastWaitMsTotal = total;
+            },
           },
         },
       }),
@@ -163,6 +268,7 @@ async function startPolling(
   });
   return {
     pauseKey: authPauseKey(config.redisPrefix, apiKey),
+    queue,
     async stop(timeoutMs: number) {
       await worker.close(timeoutMs);
       await queue.close();

@@ -23,7 +23,7 @@ export interface Metrics {
 
 export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metrics {
   const registry = new Registry();
-  if (options.defaultMetrics !== false) collectDefaultMetrics({ register: registry, prefix: 'subscriber_mirror_process_' });
+  if (options.defaultMetrics !== false) collectDefaultMetrics({ register: registry, prefix: 'subscriber_mirror_' });
   const registers = [registry];
   return {
     registry,

@@ -19,6 +19,8 @@ export interface ServerOptions {
   /** Per-check time limit so /readyz answers even when a dependency hangs. */
   readinessTimeoutMs?: number;
   metrics?: Metrics;
+  /** Refreshes gauges that are read from Postgres/Redis (queue depths, cursor age) before a scrape. */
+  beforeScrape?: () => Promise<void>;
 }
 
 export function buildServer(options: ServerOptions): FastifyInstance {
@@ -58,6 +60,7 @@ export function buildServer(options: ServerOptions): FastifyInstance {
       metrics.httpDuration.observe({ method: request.method, route }, reply.elapsedTime / 1000);
     });
     app.get('/metrics', async (_request, reply) => {
+      if (options.beforeScrape) await withTimeout(options.beforeScrape(), 2_000, 'gauge refresh timed out').catch(() => {});
       reply.header('content-type', metrics.registry.contentType);
       return metrics.registry.metrics();
     });

@@ -162,6 +162,7 @@ export async function runPass(
   // Without a cursor there is nothing to be incremental from: the first pass is a full one.
   const mode: PassMode = requestedMode === 'incremental' && !state?.cursor ? 'full' : requestedMode;
   await markRunStarted(deps.pool, groupId, type, mode);
+  log.info({ mode }, 'pass started');
   const requestsBefore = deps.legacy.stats().requests;
   const counts: UpsertCounts = { inserted: 0, updated: 0, unchanged: 0, skipped: 0 };
   let rowsSeen = 0;

@@ -37,18 +37,36 @@ describe('docker-compose.yml', () => {
     expect(redis.healthcheck?.test.join(' ')).toContain('ping');
   });
 
-  it('builds the worker from this repo, after healthy dependencies, with a restart policy and .env', () => {
-    const worker = compose.services.worker!;
-    expect(worker.build).toBe('.');
-    expect(worker.depends_on).toEqual({
+  it.each(['worker', 'receiver'])('builds the %s from this repo, after healthy dependencies, with a restart policy and .env', (name) => {
+    const service = compose.services[name]!;
+    expect(service.build).toBe('.');
+    expect(service.depends_on).toEqual({
       postgres: { condition: 'service_healthy' },
       redis: { condition: 'service_healthy' },
     });
-    expect(worker.restart).toBe('unless-stopped');
-    expect(worker.env_file?.[0]?.path).toBe('.env');
-    expect(worker.environment?.DATABASE_URL).toMatch(/^postgres:\/\/.*@postgres:5432\//);
-    expect(worker.environment?.REDIS_URL).toBe('redis://redis:6379');
-    expect(worker.command?.[0]).toBe('start');
+    expect(service.restart).toBe('unless-stopped');
+    expect(service.env_file?.[0]?.path).toBe('.env');
+    expect(service.environment?.DATABASE_URL).toMatch(/^postgres:\/\/.*@postgres:5432\//);
+    expect(service.environment?.REDIS_URL).toBe('redis://redis:6379');
+    expect(service.command).toEqual(['start', '--role', name]);
+    expect(service.healthcheck?.test.join(' ')).toContain('/readyz');
+  });
+
+  it('lets workers scale: no fixed host port or container name on the worker', () => {
+    const worker = compose.services.worker as Service & { ports?: unknown; container_name?: unknown };
+    expect(worker.ports).toBeUndefined();
+    expect(worker.container_name).toBeUndefined();
+  });
+
+  it('has a demo profile: simulator with churn and a service preconfigured against it', () => {
+    const sim = compose.services.simulator as Service & { profiles?: string[] };
+    const demo = compose.services.demo as Service & { profiles?: string[]; command?: string[] };
+    expect(sim.profiles).toEqual(['demo']);
+    expect(sim.command).toContain('--churn');
+    expect(demo.profiles).toEqual(['demo']);
+    expect(demo.environment?.MAILER_LEGACY_URL).toBe('http://simulator:4010');
+    expect(demo.depends_on?.simulator).toEqual({ condition: 'service_healthy' });
+    expect(demo.command?.join(' ')).toMatch(/migrate && .*webhooks register --url http:\/\/demo:8080\/webhooks.*start --role all/);
   });
 
   it('declares the volumes it uses', () => {

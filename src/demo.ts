@@ -1,0 +1,120 @@
+/**
+ * `subscriber-mirror demo` (`npm run demo`): the whole product on one machine without Docker.
+ *
+ * Starts the simulator with churn, the service (role all) against it with the real rate limit,
+ * registers the two webhooks exactly as an operator would, and prints SQL to try. Subscribers appear
+ * in Postgres within a minute and keep changing through both paths.
+ */
+import { parseArgs } from 'node:util';
+import pg from 'pg';
+import { loadConfig } from './config.js';
+import { openDatabase } from './db/client.js';
+import { startSimulator } from './simulator/index.js';
+import { startService } from './start.js';
+import { createWebhooksApi } from './upstream/webhooks-api.js';
+import { registerWebhooks } from './webhooks/manage.js';
+
+export class DemoUsageError extends Error {
+  override name = 'UsageError';
+}
+
+const DEMO_DATABASE = 'subscriber_mirror_demo';
+
+function positiveInt(name: string, value: string | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (!/^\d+$/.test(value)) throw new DemoUsageError(`--${name} must be a whole number, got "${value}"`);
+  return Number(value);
+}
+
+/** Without an explicit DATABASE_URL the demo uses its own database on the local server. */
+async function demoDatabaseUrl(): Promise<string> {
+  if (process.env.DATABASE_URL) return process.env.DATABASE_URL;
+  const server = 'postgres://postgres@127.0.0.1:5432/postgres';
+  const client = new pg.Client({ connectionString: server });
+  await client.connect();
+  try {
+    const { rowCount } = await client.query('select 1 from pg_database where datname = $1', [DEMO_DATABASE]);
+    if (!rowCount) await client.query(`create database ${DEMO_DATABASE}`);
+  } finally {
+    await client.end();
+  }
+  return server.replace(/\/postgres$/, `/${DEMO_DATABASE}`);
+}
+
+export async function runDemo(argv: string[]): Promise<void> {
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args: argv,
+      options: {
+        subscribers: { type: 'string' },
+        churn: { type: 'string' },
+        port: { type: 'string' },
+      },
+      strict: true,
+      allowPositionals: false,
+    }));
+  } catch (error) {
+    throw new DemoUsageError(`${(error as Error).message}\nusage: subscriber-mirror demo [--subscribers N] [--churn N] [--port N]`);
+  }
+  const subscribers = positiveInt('subscribers', values.subscribers, 5_000);
+  const churn = positiveInt('churn', values.churn, 5);
+  const port = positiveInt('port', values.port, 8080);
+
+  // Service-side delays (batch interval, delivery retries) run 20x faster so changes show quickly;
+  // the legacy rate limit stays the real 60 per minute.
+  const sim = await startSimulator({ subscribers, groups: 2, churn, timeScale: 0.05, rateLimitWindowMs: 60_000 });
+  const databaseUrl = await demoDatabaseUrl();
+  const config = loadConfig(
+    {
+      ...process.env,
+      DATABASE_URL: databaseUrl,
+      MAILER_LEGACY_URL: sim.url,
+      MAILER_API_KEY: sim.apiKey,
+      MAILER_WEBHOOKS_URL: sim.url,
+      MAILER_WEBHOOKS_TOKEN: sim.webhooksToken,
+      SYNC_GROUPS: sim.world.groupIds().join(','),
+      SYNC_EVERY: process.env.SYNC_EVERY ?? '30s',
+      RECONCILE_EVERY: process.env.RECONCILE_EVERY ?? '15m',
+      REDIS_PREFIX: process.env.REDIS_PREFIX ?? 'subscriber-mirror-demo',
+      PORT: String(port),
+      LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn',
+    },
+    ['poll', 'receive', 'manage-webhooks'],
+  );
+  const service = await startService(config, 'all');
+  const database = openDatabase(config.databaseUrl, { max: 2 });
+  try {
+    const api = createWebhooksApi({ baseUrl: sim.url, token: sim.webhooksToken });
+    await registerWebhooks(api, database.pool, { url: `http://127.0.0.1:${service.port}${config.webhookPath}`, name: 'demo' });
+  } finally {
+    await database.close();
+  }
+
+  const psql = `psql '${databaseUrl}'`;
+  process.stdout.write(
+    [
+      '',
+      `subscriber-mirror demo is running (Ctrl-C to stop)`,
+      `  simulator: ${sim.url}  (${subscribers} subscribers, groups ${sim.world.groupIds().join(', ')}, ${churn} changes/s)`,
+      `  service:   http://127.0.0.1:${service.port}  (/readyz, /metrics; webhooks at ${config.webhookPath})`,
+      `  database:  ${databaseUrl}`,
+      '',
+      'Subscribers appear within a minute. Try:',
+      `  ${psql} -c "select status, count(*) from subscribers group by status"`,
+      `  ${psql} -c "select group_id, type, count(*) from group_members where removed_at is null group by 1, 2 order by 1, 2"`,
+      `  ${psql} -c "select id, email, status, updated_at, mirrored_via from subscribers order by mirrored_at desc limit 10"`,
+      `  ${psql} -c "select kind, count(*) from subscriber_activity group by kind order by 2 desc"`,
+      `  DATABASE_URL='${databaseUrl}' SYNC_GROUPS=${sim.world.groupIds().join(',')} npm run cli -- status`,
+      '',
+    ].join('\n'),
+  );
+
+  await new Promise<void>((resolve) => {
+    const stop = () => resolve();
+    process.once('SIGINT', stop);
+    process.once('SIGTERM', stop);
+  });
+  await service.stop('demo stopped');
+  await sim.close();
+}

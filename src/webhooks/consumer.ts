@@ -1,0 +1,473 @@
+/**
+ * The consumer (issue #5 part 3): applies stored deliveries (`webhook_deliveries` rows in status
+ * `pending`) to the mirror, one transaction per delivery, through BullMQ queue "events".
+ *
+ *   receiver ─onStored(id)─► enqueue ─► queue "events" (job `delivery-<id>`) ─► worker ─► applyDelivery
+ *                                         ▲
+ *   sweeper (at start, then every 30 s) ──┘ pending rows older than a few seconds (crash between
+ *                                           store and enqueue, Redis down, a job given up on)
+ *
+ * Contract of one apply (`applyDelivery`), all in ONE transaction:
+ * - `select … for update` the row; anything but `pending` is skipped, so applying one delivery twice
+ *   concurrently (a duplicate notification, the sweeper, a replica) is harmless: the second waits for
+ *   the first's commit, then sees `applied`.
+ * - parse the stored body (`parseDelivery`), plan every event's effects (`apply.ts`), hand them to
+ *   the store, mark the row `applied` (`applied_at`, `attempts + 1`), commit.
+ * A failure rolls all of it back, then the row records the attempt and the error. Transient errors
+ * (database, deadlock, anything unexpected) leave it `pending` and BullMQ retries with exponential
+ * backoff; a permanent one (the body cannot be mirrored) or the last attempt marks it `failed`.
+ * Failed rows stay failed until `replayDeliveries` (invariant 9: nothing is applied behind the
+ * operator's back), and the sweeper never re-enqueues them. Rows `ignored` (no known kind) are not
+ * applied either. Unknown kinds inside a mixed batch are skipped; their note stays in `error`.
+ *
+ * Throughput: the queue holds ids only; an apply is one round trip per statement (begin, lock,
+ * one statement per kind of row, mark, commit), whatever the batch size.
+ */
+import { Queue, Worker, type ConnectionOptions, type Job, type JobsOptions } from 'bullmq';
+import type pg from 'pg';
+import type { DeliveryStatus } from '../db/schema.js';
+import type { Metrics } from '../http/metrics.js';
+import type { Logger } from '../log.js';
+import { NormalizeError } from '../mirror/normalize.js';
+import { withTransaction } from '../mirror/store.js';
+import { applyPlan, planDelivery, type ApplyCounts } from './apply.js';
+import { deliveryKinds, parseDelivery, PayloadError } from './payloads.js';
+
+export const EVENTS_QUEUE = 'events';
+
+export interface DeliveryJobData {
+  /** `webhook_deliveries.id`. */
+  deliveryId: string;
+}
+
+const DIGITS = /^\d+$/;
+
+/** BullMQ job ids must not be all digits nor contain ':' (DESIGN.md "Traps"). */
+export function deliveryJobId(id: string): string {
+  assertDeliveryId(id);
+  return `delivery-${id}`;
+}
+
+function assertDeliveryId(id: string): void {
+  if (typeof id !== 'string' || !DIGITS.test(id)) throw new TypeError(`delivery id must be a string of digits, got ${String(id)}`);
+}
+
+export interface RetryPolicy {
+  /** Tries per job, first one included (default 8). */
+  attempts: number;
+  /** First backoff delay; doubles per retry (default 1 s: 1, 2, 4 … 64 s, about two minutes in all). */
+  backoffMs: number;
+}
+
+export const DEFAULT_RETRY: RetryPolicy = { attempts: 8, backoffMs: 1_000 };
+
+export function deliveryJobOptions(retry: RetryPolicy = DEFAULT_RETRY): JobsOptions {
+  return {
+    attempts: retry.attempts,
+    backoff: { type: 'exponential', delay: retry.backoffMs },
+    // Nothing to keep: the row holds status, attempts and error. A removed job also lets the
+    // sweeper re-add a row whose job gave up while the database was down (a jobId blocks re-adding
+    // only while the old job exists).
+    removeOnComplete: true,
+    removeOnFail: true,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// One delivery
+
+export type ApplyResult =
+  | { outcome: 'applied'; events: number; counts: ApplyCounts; /** applied_at − received_at */ lagMs: number }
+  /** Not applied: the row is missing or no longer pending (applied, failed, ignored). */
+  | { outcome: 'skipped'; status: DeliveryStatus | 'missing' }
+  /** No known kind after re-parsing (a replayed row whose kinds are still unknown): back to `ignored`. */
+  | { outcome: 'ignored' }
+  /** Rolled back and marked `failed` (permanent error, or the last attempt). */
+  | { outcome: 'failed'; error: string; attempts: number }
+  /** Rolled back; still `pending`: try again later. */
+  | { outcome: 'retry'; error: string; attempts: number };
+
+export interface ApplyOptions {
+  /** This is the last try: a transient error marks the row `failed` too. */
+  finalAttempt?: boolean;
+}
+
+/*
+ * The apply commits without waiting for its WAL flush (~5 ms per commit on this kind of disk, the
+ * largest cost of an apply). Safe: the delivery is already durable in the inbox (invariant 1), and
+ * the `applied` mark commits atomically with the effects, so a crash that loses the last few hundred
+ * ms of applies leaves those rows `pending`, and the sweeper applies them again (idempotent,
+ * invariant 5). The inbox write itself stays synchronous.
+ */
+const ASYNC_COMMIT_SQL = 'set local synchronous_commit = off';
+
+const LOCK_SQL = `select status, body from webhook_deliveries where id = $1 for update`;
+
+const DONE_SQL = `
+update webhook_deliveries
+   set status = $2, applied_at = case when $2 = 'applied' then clock_timestamp() else applied_at end,
+       updated_at = clock_timestamp(), attempts = attempts + 1, error = $3, kinds = $4::text[], event_count = $5
+ where id = $1
+returning (extract(epoch from (coalesce(applied_at, clock_timestamp()) - received_at)) * 1000)::float8 as "lagMs"`;
+
+const FAILED_SQL = `
+update webhook_deliveries
+   set attempts = attempts + 1, error = $2, updated_at = clock_timestamp(),
+       status = case when $3 then 'failed' else status end
+ where id = $1 and status = 'pending'
+returning attempts, status`;
+
+class NotPending extends Error {
+  constructor(readonly status: DeliveryStatus | 'missing') {
+    super(`delivery is ${status}`);
+  }
+}
+
+const MAX_ERROR_CHARS = 2_000;
+
+/**
+ * Applies one stored delivery in one transaction (see the module note). Throws only when even the
+ * failure could not be recorded (database unreachable): the row is then still `pending` and the
+ * caller (BullMQ, the sweeper) tries again.
+ */
+export async function applyDelivery(pool: pg.Pool, id: string, options: ApplyOptions = {}): Promise<ApplyResult> {
+  assertDeliveryId(id);
+  try {
+    return await withTransaction(pool, async (client) => {
+      await client.query(ASYNC_COMMIT_SQL);
+      const { rows } = await client.query<{ status: DeliveryStatus; body: unknown }>({
+        name: 'sm_consumer_lock',
+        text: LOCK_SQL,
+        values: [id],
+      });
+      const row = rows[0];
+      if (!row) throw new NotPending('missing');
+      if (row.status !== 'pending') throw new NotPending(row.status);
+
+      const parsed = parseDelivery(row.body);
+      const kinds = deliveryKinds(parsed);
+      const note = parsed.unknownKinds.length > 0 ? `unknown event kind(s): ${parsed.unknownKinds.join(', ')}` : null;
+      if (parsed.events.length === 0) {
+        await markDone(client, id, 'ignored', note, kinds, 0);
+        return { outcome: 'ignored' } as const;
+      }
+      const counts = await applyPlan(client, planDelivery(parsed.events, id));
+      const lagMs = await markDone(client, id, 'applied', note, kinds, parsed.events.length);
+      return { outcome: 'applied', events: parsed.events.length, counts, lagMs } as const;
+    });
+  } catch (error) {
+    // Thrown from inside the transaction only to roll back a read-only look at the row.
+    if (error instanceof NotPending) return { outcome: 'skipped', status: error.status };
+    const permanent = isPermanent(error);
+    const message = describeError(error).slice(0, MAX_ERROR_CHARS);
+    const { rows } = await pool.query<{ attempts: number; status: DeliveryStatus }>({
+      name: 'sm_consumer_failed',
+      text: FAILED_SQL,
+      values: [id, message, permanent || options.finalAttempt === true],
+    });
+    const marked = rows[0];
+    // No longer pending: another apply finished it while ours failed before taking the lock.
+    if (!marked) return { outcome: 'skipped', status: await currentStatus(pool, id) };
+    return marked.status === 'failed'
+      ? { outcome: 'failed', error: message, attempts: marked.attempts }
+      : { outcome: 'retry', error: message, attempts: marked.attempts };
+  }
+}
+
+async function currentStatus(pool: pg.Pool, id: string): Promise<DeliveryStatus | 'missing'> {
+  const { rows } = await pool.query<{ status: DeliveryStatus }>('select status from webhook_deliveries where id = $1', [id]);
+  return rows[0]?.status ?? 'missing';
+}
+
+async function markDone(
+  client: pg.ClientBase,
+  id: string,
+  status: 'applied' | 'ignored',
+  error: string | null,
+  kinds: string[],
+  eventCount: number,
+): Promise<number> {
+  const { rows } = await client.query<{ lagMs: number }>({
+    name: 'sm_consumer_done',
+    text: DONE_SQL,
+    values: [id, status, error, kinds, eventCount],
+  });
+  return rows[0]?.lagMs ?? 0;
+}
+
+/**
+ * Errors that a retry cannot fix: the stored body does not parse or normalize (the receiver accepted
+ * it under an older registry, or the row was written by hand), or a value Postgres refuses (class 22
+ * data exception, 23 integrity violation). Everything else (connection, deadlock, serialization,
+ * timeouts, bugs) is retried, then marked failed at the last attempt.
+ */
+export function isPermanent(error: unknown): boolean {
+  if (error instanceof PayloadError || error instanceof NormalizeError) return true;
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && (code.startsWith('22') || code.startsWith('23'));
+}
+
+/** One line; PayloadError and NormalizeError messages never quote personal values. */
+function describeError(error: unknown): string {
+  if (!(error instanceof Error)) return String(error);
+  const code = (error as { code?: unknown }).code;
+  return `${error.name}: ${error.message}${typeof code === 'string' && !error.message.includes(code) ? ` (${code})` : ''}`;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Replay
+
+export interface ReplayOptions {
+  /** Which rows (default `failed`). `ignored` rows are re-parsed: only those with a now-known kind come back. */
+  status?: 'failed' | 'ignored';
+  /** Only rows received at or after this instant (ISO 8601). */
+  since?: string;
+  /** Only these ids. */
+  ids?: readonly string[];
+}
+
+const REPLAY_FAILED_SQL = `
+update webhook_deliveries set status = 'pending', updated_at = clock_timestamp()
+ where status = 'failed'
+   and ($1::timestamptz is null or received_at >= $1::timestamptz)
+   and ($2::bigint[] is null or id = any($2::bigint[]))
+returning id::text as id`;
+
+const IGNORED_SQL = `
+select id::text as id, body from webhook_deliveries
+ where status = 'ignored'
+   and ($1::timestamptz is null or received_at >= $1::timestamptz)
+   and ($2::bigint[] is null or id = any($2::bigint[]))
+ order by id`;
+
+const REPLAY_IGNORED_SQL = `
+update webhook_deliveries set status = 'pending', updated_at = clock_timestamp()
+ where status = 'ignored' and id = any($1::bigint[])
+returning id::text as id`;
+
+/**
+ * Sets matching `failed` (or `ignored`) rows back to `pending` and returns their ids, in id order; the
+ * caller enqueues them (`DeliveryConsumer.enqueueDeliveries`; the sweeper would find them too).
+ * An `ignored` row comes back only when its body now has a known kind (the registry grew); the
+ * others stay ignored. Attempts are kept (they count every try), the error is replaced at the next.
+ */
+export async function replayDeliveries(pool: pg.Pool, options: ReplayOptions = {}): Promise<string[]> {
+  const since = options.since ?? null;
+  if (since !== null && Number.isNaN(Date.parse(since))) throw new TypeError(`since must be an ISO 8601 instant, got ${since}`);
+  options.ids?.forEach(assertDeliveryId);
+  const ids = options.ids ? [...options.ids] : null;
+  let rows: Array<{ id: string }>;
+  if ((options.status ?? 'failed') === 'failed') {
+    rows = (await pool.query<{ id: string }>(REPLAY_FAILED_SQL, [since, ids])).rows;
+  } else {
+    const candidates = (await pool.query<{ id: string; body: unknown }>(IGNORED_SQL, [since, ids])).rows;
+    const known = candidates.filter((r) => hasKnownEvents(r.body)).map((r) => r.id);
+    rows = known.length === 0 ? [] : (await pool.query<{ id: string }>(REPLAY_IGNORED_SQL, [known])).rows;
+  }
+  return rows.map((r) => r.id).sort((a, b) => (BigInt(a) < BigInt(b) ? -1 : 1));
+}
+
+function hasKnownEvents(body: unknown): boolean {
+  try {
+    return parseDelivery(body).events.length > 0;
+  } catch (error) {
+    // Now a known kind with a bad shape: replaying lets the apply record why it fails.
+    if (error instanceof PayloadError) return true;
+    throw error;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Queue, worker, sweeper
+
+export interface DeliveryConsumerDeps {
+  pool: pg.Pool;
+  /** BullMQ connection of the worker (blocking: `maxRetriesPerRequest: null`, DESIGN.md "Traps"). */
+  connection: ConnectionOptions;
+  /**
+   * Connection of the queue that `enqueue` adds to. The receiver calls `enqueue` on the HTTP path,
+   * whose Redis use should fail fast (`maxRetriesPerRequest: 1`): a lost enqueue is picked up by the
+   * sweeper. Defaults to `connection`.
+   */
+  queueConnection?: ConnectionOptions;
+  prefix: string;
+  logger: Logger;
+  metrics?: Metrics;
+  /** Run the worker and the sweeper (default true). False: an enqueue-only handle (receiver role). */
+  work?: boolean;
+  /** Deliveries applied at once (default 4; each holds one pooled connection while it runs). */
+  concurrency?: number;
+  /** Sweep interval (default 30 s; 0 disables the timer: call `sweep()` yourself). */
+  sweepEveryMs?: number;
+  /** Pending rows younger than this are left to their own enqueue (default 5 s). */
+  pendingGraceMs?: number;
+  /** Rows one sweep reads at most (default 5 000); a full sweep schedules the next one at once. */
+  sweepBatch?: number;
+  /** The sweeper adds nothing while this many jobs are already waiting or delayed (default 20 000). */
+  maxQueued?: number;
+  retry?: Partial<RetryPolicy>;
+}
+
+export interface DeliveryConsumer {
+  /** Enqueues one stored delivery; idempotent while its job exists. Use as the receiver's `onStored`. */
+  enqueue(id: string): Promise<void>;
+  /** Enqueues several (after `replayDeliveries`), in one round trip per 500. */
+  enqueueDeliveries(ids: readonly string[]): Promise<void>;
+  /** Enqueues pending rows older than the grace period; returns how many were handed to the queue. */
+  sweep(): Promise<number>;
+  /** Stops the sweeper and the worker (waiting at most `timeoutMs` for running applies), closes the queue. */
+  close(timeoutMs: number): Promise<void>;
+  readonly queue: Queue<DeliveryJobData>;
+  readonly worker: Worker<DeliveryJobData> | null;
+}
+
+const SWEEP_SQL = `
+select id::text as id, received_at::text as "receivedAt" from webhook_deliveries
+ where status = 'pending' and received_at < now() - make_interval(secs => $1::float8 / 1000)
+   and ($2::timestamptz is null or (received_at, id) > ($2::timestamptz, $3::bigint))
+ order by received_at, id
+ limit $4`;
+
+const ADD_CHUNK = 500;
+
+export function createDeliveryConsumer(deps: DeliveryConsumerDeps): DeliveryConsumer {
+  const log = deps.logger.child({ component: 'webhook-consumer' });
+  const retry: RetryPolicy = { ...DEFAULT_RETRY, ...deps.retry };
+  const jobOptions = deliveryJobOptions(retry);
+  const sweepEveryMs = deps.sweepEveryMs ?? 30_000;
+  const graceMs = deps.pendingGraceMs ?? 5_000;
+  const sweepBatch = Math.max(1, deps.sweepBatch ?? 5_000);
+  const maxQueued = Math.max(1, deps.maxQueued ?? 20_000);
+
+  const queue = new Queue<DeliveryJobData>(EVENTS_QUEUE, {
+    connection: deps.queueConnection ?? deps.connection,
+    prefix: deps.prefix,
+    defaultJobOptions: jobOptions,
+  });
+  queue.on('error', (error) => log.warn({ err: error }, 'events queue error'));
+
+  const addAll = async (ids: readonly string[]) => {
+    for (let i = 0; i < ids.length; i += ADD_CHUNK) {
+      await queue.addBulk(
+        ids.slice(i, i + ADD_CHUNK).map((id) => ({
+          name: 'apply',
+          data: { deliveryId: id },
+          opts: { ...jobOptions, jobId: deliveryJobId(id) },
+        })),
+      );
+    }
+  };
+
+  const processJob = async (job: Job<DeliveryJobData>): Promise<ApplyResult> => {
+    const id = job.data.deliveryId;
+    const finalAttempt = job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
+    const result = await applyDelivery(deps.pool, id, { finalAttempt });
+    switch (result.outcome) {
+      case 'applied':
+        deps.metrics?.deliveries.inc({ outcome: 'applied' });
+        deps.metrics?.deliveryLag.observe(result.lagMs / 1000);
+        deps.metrics?.rowsWritten.inc({ via: 'webhook', result: 'inserted' }, result.counts.subscribers.inserted);
+        deps.metrics?.rowsWritten.inc({ via: 'webhook', result: 'updated' }, result.counts.subscribers.updated);
+        deps.metrics?.rowsWritten.inc({ via: 'webhook', result: 'unchanged' }, result.counts.subscribers.unchanged);
+        deps.metrics?.rowsWritten.inc({ via: 'webhook', result: 'skipped' }, result.counts.subscribers.skipped);
+        return result;
+      case 'retry':
+        log.warn({ deliveryId: id, attempts: result.attempts, error: result.error }, 'applying a delivery failed; will retry');
+        throw new Error(result.error);
+      case 'failed':
+        deps.metrics?.deliveries.inc({ outcome: 'failed' });
+        log.error({ deliveryId: id, attempts: result.attempts, error: result.error }, 'delivery marked failed; replay it once fixed');
+        return result;
+      case 'ignored':
+        deps.metrics?.deliveries.inc({ outcome: 'ignored' });
+        return result;
+      case 'skipped':
+        return result;
+    }
+  };
+
+  let worker: Worker<DeliveryJobData> | null = null;
+  if (deps.work !== false) {
+    worker = new Worker<DeliveryJobData>(EVENTS_QUEUE, processJob, {
+      connection: deps.connection,
+      prefix: deps.prefix,
+      concurrency: deps.concurrency ?? 4,
+      autorun: true,
+    });
+    worker.on('error', (error) => log.warn({ err: error }, 'events worker error'));
+  }
+
+  // Sweeper: a keyset cursor walks the pending rows across sweeps, so rows waiting in backoff (their
+  // jobs exist; re-adding is a no-op) cannot hide the ones behind them.
+  let cursor: { receivedAt: string; id: string } | null = null;
+  let sweeping: Promise<number> | null = null;
+  let timer: NodeJS.Timeout | undefined;
+  let closed = false;
+
+  const sweepOnce = async (): Promise<number> => {
+    const counts = await queue.getJobCounts('wait', 'delayed', 'prioritized', 'active');
+    for (const [state, n] of Object.entries(counts)) deps.metrics?.queueDepth.set({ queue: EVENTS_QUEUE, state }, n);
+    const room = maxQueued - ((counts.wait ?? 0) + (counts.delayed ?? 0) + (counts.prioritized ?? 0));
+    if (room <= 0) return 0;
+    const limit = Math.min(room, sweepBatch);
+    const { rows } = await deps.pool.query<{ id: string; receivedAt: string }>(SWEEP_SQL, [
+      graceMs,
+      cursor?.receivedAt ?? null,
+      cursor?.id ?? null,
+      limit,
+    ]);
+    await addAll(rows.map((r) => r.id));
+    const last = rows.at(-1);
+    cursor = rows.length === limit && last ? { receivedAt: last.receivedAt, id: last.id } : null;
+    if (rows.length > 0) log.info({ enqueued: rows.length, more: cursor !== null }, 'swept pending deliveries');
+    return rows.length;
+  };
+
+  const sweep = (): Promise<number> => {
+    sweeping ??= sweepOnce().finally(() => {
+      sweeping = null;
+    });
+    return sweeping;
+  };
+
+  const scheduleSweep = (delayMs: number) => {
+    if (closed || sweepEveryMs <= 0) return;
+    clearTimeout(timer);
+    timer = setTimeout(() => {
+      sweep()
+        .then(() => scheduleSweep(cursor ? Math.min(1_000, sweepEveryMs) : sweepEveryMs))
+        .catch((error: unknown) => {
+          log.warn({ err: error }, 'sweeping pending deliveries failed');
+          scheduleSweep(sweepEveryMs);
+        });
+    }, delayMs);
+    timer.unref();
+  };
+  // Once at start (rows a crash left pending), then every sweepEveryMs.
+  if (worker) scheduleSweep(0);
+
+  return {
+    queue,
+    worker,
+    async enqueue(id) {
+      await queue.add('apply', { deliveryId: id }, { ...jobOptions, jobId: deliveryJobId(id) });
+    },
+    enqueueDeliveries: addAll,
+    sweep,
+    async close(timeoutMs) {
+      closed = true;
+      clearTimeout(timer);
+      await sweeping?.catch(() => 0);
+      if (worker) {
+        // worker.close() waits for active jobs forever (DESIGN.md "Traps"): race it.
+        const closing = worker.close();
+        const deadline = new Promise<'timeout'>((resolve) => setTimeout(() => resolve('timeout'), timeoutMs).unref());
+        if ((await Promise.race([closing.then(() => 'closed' as const), deadline])) === 'timeout') {
+          log.warn({ timeoutMs }, 'events worker did not stop in time; closing forcefully');
+          await worker.close(true);
+        }
+      }
+      await queue.close();
+    },
+  };
+}

@@ -1,0 +1,218 @@
+/**
+ * The service as operators run it (in-process `startService`): readiness, metrics, admin API.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadConfig } from '../../src/config.js';
+import { startService, type RunningService } from '../../src/start.js';
+import { startSimulator, type Simulator } from '../../src/simulator/index.js';
+import { signBody } from '../../src/webhooks/signature.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
+import { hostPort, startTcpProxy, type TcpProxy } from '../helpers/proxy.js';
+
+async function eventually<T>(what: string, probe: () => Promise<T | null | undefined | false>, timeoutMs = 20_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+const ADMIN_TOKEN = 'admin-token-0123456789abcdef';
+
+describe('readiness', () => {
+  let database: TestDatabase;
+  let pgProxy: TcpProxy;
+  let redisProxy: TcpProxy;
+  let service: RunningService;
+  const prefix = uniquePrefix('ready');
+
+  beforeAll(async () => {
+    database = await createTestDatabase();
+    pgProxy = await startTcpProxy(hostPort(database.url, 5432));
+    redisProxy = await startTcpProxy(hostPort(redisUrl(), 6379));
+    const config = loadConfig(
+      { DATABASE_URL: pgProxy.via(database.url), REDIS_URL: redisProxy.via(redisUrl()), REDIS_PREFIX: prefix, PORT: '0', LOG_LEVEL: 'silent' },
+      ['receive'],
+    );
+    service = await startService(config, 'receiver');
+  });
+
+  afterAll(async () => {
+    await service.stop('test over');
+    await pgProxy.close();
+    await redisProxy.close();
+    await database.drop();
+    await deletePrefix(prefix);
+  });
+
+  const readyz = async () => {
+    const res = await fetch(`http://127.0.0.1:${service.port}/readyz`);
+    return { status: res.status, body: (await res.json()) as { checks: Array<{ name: string; ok: boolean; reason?: string }> } };
+  };
+
+  it('flips to 503 when Redis goes away and back to 200 after', async () => {
+    await eventually('ready', async () => (await readyz()).status === 200);
+    await redisProxy.cut();
+    const down = await eventually('not ready', async () => {
+      const r = await readyz();
+      return r.status === 503 ? r : null;
+    });
+    expect(down.body.checks.find((c) => c.name === 'redis')).toMatchObject({ ok: false });
+    expect(down.body.checks.find((c) => c.name === 'postgres')).toMatchObject({ ok: true });
+    await redisProxy.restore();
+    await eventually('ready again', async () => (await readyz()).status === 200);
+  });
+
+  it('flips to 503 when Postgres goes away and back to 200 after', async () => {
+    await eventually('ready', async () => (await readyz()).status === 200);
+    await pgProxy.cut();
+    const down = await eventually('not ready', async () => {
+      const r = await readyz();
+      return r.status === 503 ? r : null;
+    });
+    expect(down.body.checks.find((c) => c.name === 'postgres')).toMatchObject({ ok: false });
+    await pgProxy.restore();
+    await eventually('ready again', async () => (await readyz()).status === 200);
+  });
+
+  it('has no admin routes without ADMIN_TOKEN', async () => {
+    for (const path of ['/admin/status', '/admin/queues', '/admin/jobs/1']) {
+      const res = await fetch(`http://127.0.0.1:${service.port}${path}`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+      expect(res.status, path).toBe(404);
+    }
+  });
+});
+
+describe('admin API and metrics', () => {
+  let database: TestDatabase;
+  let sim: Simulator;
+  let service: RunningService;
+  const prefix = uniquePrefix('admin');
+  let groupId: string;
+  const secret = 'whsec-service-test-0001';
+  let base: string;
+
+  beforeAll(async () => {
+    database = await createTestDatabase();
+    sim = await startSimulator({ subscribers: 3_000, groups: 1, rateLimit: false });
+    groupId = sim.world.groupIds()[0]!;
+    const config = loadConfig(
+      {
+        DATABASE_URL: database.url,
+        REDIS_URL: redisUrl(),
+        REDIS_PREFIX: prefix,
+        MAILER_LEGACY_URL: sim.url,
+        MAILER_API_KEY: sim.apiKey,
+        SYNC_GROUPS: groupId,
+        SYNC_TYPES: 'active',
+        SYNC_EVERY: '1h',
+        RECONCILE_EVERY: '24h',
+        SYNC_PAGE_SIZE: '100',
+        API_RATE_LIMIT: '100000',
+        WEBHOOK_SECRETS: secret,
+        ADMIN_TOKEN,
+        PORT: '0',
+        LOG_LEVEL: 'silent',
+      },
+      ['poll', 'receive'],
+    );
+    service = await startService(config, 'all');
+    base = `http://127.0.0.1:${service.port}`;
+  });
+
+  afterAll(async () => {
+    await service.stop('test over');
+    await sim.close();
+    await database.drop();
+    await deletePrefix(prefix);
+    await deletePrefix(`b_${prefix}`);
+  });
+
+  const admin = (path: string, init: RequestInit = {}, token: string | null = ADMIN_TOKEN) =>
+    fetch(`${base}${path}`, {
+      ...init,
+      headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), ...(init.body ? { 'content-type': 'application/json' } : {}) },
+    });
+
+  it('rejects missing and wrong tokens on every admin route', async () => {
+    for (const path of ['/admin/status', '/admin/queues', '/admin/jobs/1']) {
+      expect((await admin(path, {}, null)).status, path).toBe(401);
+      expect((await admin(path, {}, 'wrong-token-0123456789abcdef')).status, path).toBe(401);
+      expect((await admin(path, {}, ADMIN_TOKEN.slice(0, -1))).status, path).toBe(401);
+    }
+    expect((await admin('/admin/backfill', { method: 'POST', body: JSON.stringify({ group: groupId }) }, null)).status).toBe(401);
+    expect((await admin('/admin/queues')).status).toBe(200);
+  });
+
+  it('validates backfill requests', async () => {
+    const bad = await admin('/admin/backfill', { method: 'POST', body: JSON.stringify({ group: 'abc' }) });
+    expect(bad.status).toBe(400);
+    expect(await bad.json()).toEqual({ error: 'group must be a numeric group id' });
+    const badType = await admin('/admin/backfill', { method: 'POST', body: JSON.stringify({ group: groupId, type: 'vip' }) });
+    expect(badType.status).toBe(400);
+  });
+
+  it('runs a backfill started over HTTP to completion, reporting progress', async () => {
+    // Let the scheduled first pass finish so the backfill is a pass of its own.
+    await eventually('first pass', async () => {
+      const s = (await (await admin('/admin/status')).json()) as { passes: Array<{ lastStatus: string }> };
+      return s.passes[0]?.lastStatus === 'succeeded';
+    }, 60_000);
+    sim.faults.set({ delayMs: 20 });
+    const res = await admin('/admin/backfill', { method: 'POST', body: JSON.stringify({ group: groupId, type: 'active' }) });
+    expect(res.status).toBe(202);
+    const { jobId } = (await res.json()) as { jobId: string };
+    const seen: number[] = [];
+    const done = await eventually('backfill completed', async () => {
+      const job = (await (await admin(`/admin/jobs/${jobId}`)).json()) as { state: string; progress: { rowsSeen?: number; total?: number }; result: { rowsSeen: number } | null };
+      if (typeof job.progress === 'object' && job.progress?.rowsSeen) seen.push(job.progress.rowsSeen);
+      return job.state === 'completed' ? job : null;
+    }, 60_000);
+    sim.faults.clear();
+    const active = sim.world.memberCount(groupId, 'active');
+    expect(done.result?.rowsSeen).toBe(active);
+    expect(done.progress).toMatchObject({ rowsSeen: active, total: active });
+    expect(seen.some((n) => n > 0 && n < active)).toBe(true); // progress was visible mid-pass
+    const status = (await (await admin('/admin/status')).json()) as { passes: Array<{ groupId: string; mirrored: number; drift: number }> };
+    expect(status.passes.find((p) => p.groupId === groupId)).toMatchObject({ mirrored: active, drift: 0 });
+    expect((await admin('/admin/jobs/nope')).status).toBe(404);
+  });
+
+  it('exposes every metric family, and they move when work happens', async () => {
+    const body = JSON.stringify({ event: 'subscriber.updated', account_id: 1, ...sim.world.renderWebhook(sim.world.members(groupId)[0]!) });
+    const delivered = await fetch(`${base}/webhooks`, { method: 'POST', body, headers: { signature: signBody(body, secret), 'content-type': 'application/json' } });
+    expect(delivered.status).toBe(200);
+    await eventually('delivery applied', async () => {
+      const { rows } = await database.pool.query(`select status from webhook_deliveries`);
+      return rows[0]?.status === 'applied';
+    });
+    const text = await (await fetch(`${base}/metrics`)).text();
+    const value = (pattern: RegExp) => Number(pattern.exec(text)?.[1] ?? Number.NaN);
+    for (const family of [
+      'subscriber_mirror_http_requests_total',
+      'subscriber_mirror_webhook_deliveries_total',
+      'subscriber_mirror_queue_depth',
+      'subscriber_mirror_sync_pass_duration_seconds',
+      'subscriber_mirror_rows_total',
+      'subscriber_mirror_upstream_requests_total',
+      'subscriber_mirror_sync_errors_total',
+      'subscriber_mirror_limiter_wait_seconds',
+      'subscriber_mirror_sync_cursor_age_seconds',
+      'subscriber_mirror_sync_drift',
+      'subscriber_mirror_upstream_auth_paused',
+      'subscriber_mirror_process_cpu_user_seconds_total',
+    ]) {
+      expect(text, family).toContain(`# TYPE ${family}`);
+    }
+    expect(value(/subscriber_mirror_webhook_deliveries_total\{outcome="received"\} (\d+)/)).toBeGreaterThanOrEqual(1);
+    expect(value(/subscriber_mirror_webhook_deliveries_total\{outcome="applied"\} (\d+)/)).toBeGreaterThanOrEqual(1);
+    expect(value(/subscriber_mirror_rows_total\{via="poll",result="inserted"\} (\d+)/)).toBe(sim.world.memberCount(groupId, 'active'));
+    expect(value(/subscriber_mirror_upstream_requests_total\{api="legacy",outcome="200"\} (\d+)/)).toBeGreaterThan(10);
+    expect(value(/subscriber_mirror_sync_pass_duration_seconds_count\{mode="full",outcome="succeeded"\} (\d+)/)).toBeGreaterThanOrEqual(2);
+    expect(value(/subscriber_mirror_sync_drift\{group="\d+",type="active"\} (-?\d+)/)).toBe(0);
+    expect(value(/subscriber_mirror_http_requests_total\{method="POST",route="\/webhooks",status="200"\} (\d+)/)).toBe(1);
+  });
+});
