@@ -1,6 +1,9 @@
+import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vitest/config';
 
 export default defineConfig({
+  // Paths below are relative to the repository root, wherever vitest is started from.
+  root: fileURLToPath(new URL('..', import.meta.url)),
   test: {
     include: ['test/unit/**/*.test.ts', 'test/integration/**/*.test.ts'],
     globalSetup: ['test/helpers/global-setup.ts'],
