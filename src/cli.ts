@@ -32,6 +32,8 @@ commands:
   status [--json]                      per group × type: cursor, last run, rows, drift
   webhooks list|get|register|update|delete
                                        manage the service-side webhooks
+  webhooks replay [--status failed|ignored] [--since DATE]
+                                       re-apply stored deliveries
   simulator [options]                  run the mailing-service simulator
   demo [--subscribers N] [--churn N]   simulator + service + webhooks on this machine
   help                                 show this text
@@ -182,12 +184,52 @@ const status: Handler = async (args) => {
   }
 };
 
+/** `webhooks replay`: stored deliveries back to pending, then onto the consumer's queue. */
+const replay: Handler = async (args) => {
+  const { values } = parse(args, { status: { type: 'string', default: 'failed' }, since: { type: 'string' } });
+  if (values.status !== 'failed' && values.status !== 'ignored') {
+    throw new UsageError(`--status must be failed or ignored, got "${values.status}"`);
+  }
+  if (values.since !== undefined && !/^\d{4}-\d{2}-\d{2}([T ][\d:.]+(Z|[+-]\d{2}:?\d{2})?)?$/.test(values.since)) {
+    throw new UsageError(`--since must be a date like 2026-01-31 or an ISO 8601 instant, got "${values.since}"`);
+  }
+  if (values.since !== undefined && Number.isNaN(Date.parse(values.since))) {
+    throw new UsageError(`--since is not a real date: "${values.since}"`);
+  }
+  const config = loadConfig(process.env, ['database']);
+  const { createDeliveryConsumer, replayDeliveries } = await import('./webhooks/consumer.js');
+  const { createLogger } = await import('./log.js');
+  const database = openDatabase(config.databaseUrl, { max: 2 });
+  const consumer = createDeliveryConsumer({
+    pool: database.pool,
+    connection: { url: config.redisUrl, maxRetriesPerRequest: 1 },
+    prefix: config.redisPrefix,
+    logger: createLogger({ level: 'silent' }).logger,
+    work: false,
+  });
+  try {
+    const since = values.since === undefined ? undefined : new Date(Date.parse(values.since)).toISOString();
+    const ids = await replayDeliveries(database.pool, { status: values.status, ...(since ? { since } : {}) });
+    await consumer.enqueueDeliveries(ids);
+    process.stdout.write(
+      ids.length > 0
+        ? `replaying ${ids.length} ${values.status} deliveries (a running worker applies them)\n`
+        : `no ${values.status} deliveries to replay\n`,
+    );
+    return 0;
+  } finally {
+    await consumer.close(5_000);
+    await database.close();
+  }
+};
+
 const COMMANDS: Record<string, Handler> = {
   start,
   migrate,
   backfill,
   status,
   webhooks: async (args) => {
+    if (args[0] === 'replay') return replay(args.slice(1));
     const config = loadConfig(process.env, ['manage-webhooks']);
     const { runWebhooksCli } = await import('./webhooks/cli.js');
     const database = openDatabase(config.databaseUrl, { max: 2 });

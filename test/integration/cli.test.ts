@@ -136,3 +136,50 @@ describe('subscriber-mirror start', () => {
     expect(await exit).toBe(0);
   });
 });
+
+describe('subscriber-mirror webhooks replay', () => {
+  let database: TestDatabase;
+  const prefix = `smt-replay-${process.pid}-${Date.now().toString(36)}`;
+
+  beforeAll(async () => {
+    database = await createTestDatabase();
+  });
+
+  afterAll(async () => {
+    await database.drop();
+    const { deletePrefix } = await import('../helpers/redis.js');
+    await deletePrefix(prefix);
+  });
+
+  it('puts failed deliveries back to pending and onto the queue, and validates its flags', async () => {
+    const { rows } = await database.pool.query<{ id: string }>(
+      `insert into webhook_deliveries (body_sha256, body, status, error) values
+         ('a1', '{"event":"subscriber.updated"}', 'failed', 'boom'),
+         ('a2', '{"event":"subscriber.updated"}', 'applied', null)
+       returning id::text as id`,
+    );
+    const env = { DATABASE_URL: database.url, REDIS_URL: inject('redisUrl'), REDIS_PREFIX: prefix };
+    const first = await runCli(['webhooks', 'replay'], env);
+    expect(first.stderr).toBe('');
+    expect(first.code).toBe(0);
+    expect(first.stdout).toBe('replaying 1 failed deliveries (a running worker applies them)\n');
+    const { rows: after } = await database.pool.query<{ id: string; status: string }>(
+      `select id::text as id, status from webhook_deliveries order by id`,
+    );
+    expect(after.map((r) => r.status)).toEqual(['pending', 'applied']);
+    const { Queue } = await import('bullmq');
+    const queue = new Queue('events', { connection: { url: inject('redisUrl') }, prefix });
+    try {
+      expect(await queue.getJob(`delivery-${rows[0]!.id}`)).toBeTruthy();
+    } finally {
+      await queue.close();
+    }
+    const second = await runCli(['webhooks', 'replay'], env);
+    expect(second.stdout).toBe('no failed deliveries to replay\n');
+    const bad = await runCli(['webhooks', 'replay', '--status', 'applied'], env);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('--status must be failed or ignored, got "applied"');
+    const badSince = await runCli(['webhooks', 'replay', '--since', 'yesterday'], env);
+    expect(badSince.code).toBe(2);
+  });
+});
