@@ -3,7 +3,7 @@
  * Routes are registered by the modules that own them; this file only builds the Fastify instance
  * and the health endpoints.
  */
-import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { Logger } from '../log.js';
 import type { Metrics } from './metrics.js';
 
@@ -26,7 +26,8 @@ export interface ServerOptions {
 export function buildServer(options: ServerOptions): FastifyInstance {
   const app = Fastify({
     loggerInstance: options.logger.child({ component: 'http' }) as FastifyBaseLogger,
-    disableRequestLogging: true,
+    // One line per request at webhook rates would drown the logs; metrics count requests instead.
+    logController: new LogController({ disableRequestLogging: true }),
     // Behind a proxy the default 72 s keep-alive outlives the proxy's; keep it short and explicit.
     keepAliveTimeout: 5_000,
     return503OnClosing: true,
