@@ -608,6 +608,15 @@ describe('failures', () => {
     expect(await readSubscriber(db.pool, '43')).toBeUndefined();
   });
 
+  test('a pending row with no known kind is marked ignored, its unknown kinds noted verbatim', async () => {
+    const kind = "subscriber.it's\\odd";
+    const id = await storeRaw({ events: [{ type: kind, subscriber: webhookSubscriber({ id: '47' }) }], total: 1 });
+    expect(await applyDelivery(db.pool, id)).toEqual({ outcome: 'ignored' });
+    expect(await delivery(id)).toMatchObject({ status: 'ignored', attempts: 1, event_count: 0, applied_at: null, error: `unknown event kind(s): ${kind}` });
+    const { rows } = await db.pool.query('select kinds from webhook_deliveries where id = $1', [id]);
+    expect(rows).toEqual([{ kinds: [kind] }]);
+  });
+
   test('replaying ignored rows brings back only those whose kind is now known', async () => {
     const unknown = await storeRaw({ type: 'subscriber.teleported', subscriber: webhookSubscriber({ id: '45' }) }, 'ignored');
     // Stored as ignored by an older release that did not know subscriber.updated.
@@ -631,7 +640,7 @@ describe('sweeper', () => {
   test('a consumer sweeps once at start, then on its interval; young rows are left to their enqueue', async () => {
     const old = await storeRaw(JSON.parse(updated({ id: '52' })) as unknown);
     await db.pool.query(`update webhook_deliveries set received_at = now() - interval '1 minute' where id = $1`, [old]);
-    const second = createDeliveryConsumer(consumerDeps({ sweepEveryMs: 200, pendingGraceMs: 300 }));
+    const second = createDeliveryConsumer(consumerDeps({ sweepEveryMs: 200, pendingGraceMs: 1_500 }));
     extraConsumers.push(second);
     const young = await storeRaw(JSON.parse(updated({ id: '53' })) as unknown);
     expect(await settled(old)).toMatchObject({ status: 'applied' });
@@ -642,6 +651,8 @@ describe('sweeper', () => {
   });
 
   test('sweeps walk past rows already queued, a batch at a time', async () => {
+    // Ids 8..14 cross a digit boundary: the cursor must order them as numbers.
+    await db.pool.query(`select setval(pg_get_serial_sequence('webhook_deliveries', 'id'), 7)`);
     const ids: string[] = [];
     for (let i = 0; i < 7; i++) ids.push(await storeRaw(JSON.parse(updated({ id: String(60 + i) })) as unknown));
     await db.pool.query(`update webhook_deliveries set received_at = now() - interval '1 minute'`);
@@ -650,5 +661,21 @@ describe('sweeper', () => {
     expect([await small.sweep(), await small.sweep(), await small.sweep()]).toEqual([3, 3, 1]);
     for (const id of ids) expect(await settled(id)).toMatchObject({ status: 'applied' });
     await small.close(1_000);
+  });
+
+  test('a sweep adds nothing while the queue already holds maxQueued jobs', async () => {
+    for (let i = 0; i < 5; i++) await storeRaw(JSON.parse(updated({ id: String(70 + i) })) as unknown);
+    await db.pool.query(`update webhook_deliveries set received_at = now() - interval '1 minute'`);
+    // A queue no worker reads, so what the sweep adds stays waiting.
+    const isolated = uniquePrefix('consumer-cap');
+    const capped = createDeliveryConsumer(consumerDeps({ prefix: isolated, work: false, maxQueued: 2 }));
+    try {
+      expect(await capped.sweep()).toBe(2);
+      expect(await capped.sweep()).toBe(0);
+      expect(await capped.queue.getJobCounts('waiting')).toEqual({ waiting: 2 });
+    } finally {
+      await capped.close(1_000);
+      await deletePrefix(isolated);
+    }
   });
 });
