@@ -1,0 +1,384 @@
+/**
+ * Webhook freshness: how long after a delivery is stored its row is committed in the mirror, at a
+ * steady 500 signed `subscriber.updated` deliveries/s (goal: p99 < 1 s on 2 cores).
+ *
+ *   npx tsx test/bench/freshness.bench.ts [--rate 500] [--seconds 10] [--concurrency 4] [--json path]
+ *
+ * Receiver and consumer run in this process, as `start --role all` runs them: Fastify on a real port
+ * with the inbox, BullMQ queue "events" on Redis (REDIS_URL, default local; own prefix, deleted
+ * afterwards), the consumer's worker, a scratch database (DATABASE_URL or the local default; created,
+ * migrated, dropped here). The load generator is a separate Node process sending at a fixed rate
+ * (open loop: the schedule does not wait for answers, so a slow receiver shows up as latency, not as
+ * a lower rate), over keep-alive sockets speaking minimal HTTP/1.1. Every body is unique and carries
+ * a distinct subscriber (so no two applies contend for one row; contention is the store bench's topic).
+ *
+ * The measure is the consumer's own bookkeeping: `applied_at − received_at` of each delivery, both
+ * stamped by Postgres (`received_at` when the inbox INSERT ran, `applied_at` at the end of the apply
+ * transaction, just before its commit): store → enqueue → job → apply → row committed. The HTTP
+ * acknowledgement latency seen by the sender is reported next to it. Prints a table, writes the
+ * figures as JSON (test/bench/lib/report.ts shape, goal as baseline; default
+ * $TMPDIR/subscriber-mirror-bench/freshness.json) and returns them. Never asserts on timing.
+ */
+import { spawn } from 'node:child_process';
+import { cpus, loadavg, tmpdir } from 'node:os';
+import type { AddressInfo } from 'node:net';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { Redis } from 'ioredis';
+import { openDatabase } from '../../src/db/client.js';
+import { buildServer } from '../../src/http/server.js';
+import { createLogger } from '../../src/log.js';
+import { createDeliveryConsumer } from '../../src/webhooks/consumer.js';
+import { registerWebhookRoute } from '../../src/webhooks/receiver.js';
+import { figure, printTable, writeJson, type BenchResult } from './lib/report.js';
+import { createScratchDatabase } from './lib/scratch-db.js';
+
+export interface FreshnessOptions {
+  /** Deliveries per second sent (default 500). */
+  rate?: number;
+  /** Seconds of load (default 10). */
+  seconds?: number;
+  /** Consumer worker concurrency (default 4). */
+  concurrency?: number;
+  /** Service pool size shared by receiver and consumer (default 10, like `openDatabase`). */
+  poolSize?: number;
+  databaseUrl?: string;
+  redisUrl?: string;
+  /** Where the JSON result is written; null to skip. */
+  json?: string | null;
+  print?: boolean;
+}
+
+export interface FreshnessFigure {
+  name: string;
+  value: number;
+  unit: string;
+  /** The target this figure is held to, or null when it is context only. */
+  goal: number | null;
+}
+
+export interface FreshnessResult {
+  figures: FreshnessFigure[];
+  result: BenchResult;
+}
+
+const SECRET = 'bench-freshness-secret-2b7e';
+
+export async function benchFreshness(options: FreshnessOptions = {}): Promise<FreshnessResult> {
+  const rate = options.rate ?? 500;
+  const seconds = options.seconds ?? 10;
+  const concurrency = options.concurrency ?? 4;
+  const baseUrl = options.databaseUrl ?? process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+  const redisUrl = options.redisUrl ?? process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+  const prefix = `sm-bench-freshness-${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`;
+  const loadBefore = loadavg()[0] ?? 0;
+  const startedAt = new Date();
+
+  const scratch = await createScratchDatabase(baseUrl, 'freshness');
+  const database = openDatabase(scratch.url, { max: options.poolSize ?? 10, applicationName: 'freshness-bench' });
+  const { logger } = createLogger({ level: 'warn', secrets: [SECRET] });
+  const consumer = createDeliveryConsumer({
+    pool: database.pool,
+    connection: { url: redisUrl, maxRetriesPerRequest: null },
+    queueConnection: { url: redisUrl, maxRetriesPerRequest: 1 },
+    prefix,
+    logger,
+    concurrency,
+  });
+  const app = buildServer({ logger, readiness: [] });
+  try {
+    registerWebhookRoute(app, {
+      path: '/webhooks',
+      maxBodyBytes: 1024 * 1024,
+      secrets: () => [SECRET],
+      pool: database.pool,
+      logger,
+      onStored: (id) => consumer.enqueue(id),
+    });
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    const port = (app.server.address() as AddressInfo).port;
+    // Warm up connections, prepared statements and the JIT before measuring.
+    await runGenerator({ port, secret: SECRET, rate: Math.min(rate, 200), seconds: 1, runId: 'warmup' });
+    await waitDrained(database.pool, 30_000);
+    await database.pool.query('truncate webhook_deliveries, subscribers, subscriber_activity');
+
+    const pgBefore = await postgresCpuMs(database.pool, scratch.name);
+    const cpuBefore = process.cpuUsage();
+    const wallBefore = performance.now();
+    const load = await runGenerator({ port, secret: SECRET, rate, seconds, runId: 'measure' });
+    const drainMs = await waitDrained(database.pool, 120_000);
+    const cpu = process.cpuUsage(cpuBefore);
+    const wallMs = performance.now() - wallBefore;
+    const pgCpuMs = (await postgresCpuMs(database.pool, scratch.name)) - pgBefore;
+
+    const { rows } = await database.pool.query<{ lag: number[]; applied: number; first: number; last: number }>(`
+      select array_agg((extract(epoch from applied_at - received_at) * 1000)::float8) as lag,
+             count(*)::int as applied,
+             (extract(epoch from min(received_at)) * 1000)::float8 as first,
+             (extract(epoch from max(applied_at)) * 1000)::float8 as last
+        from webhook_deliveries where status = 'applied'`);
+    const stats = rows[0] ?? { lag: [], applied: 0, first: 0, last: 0 };
+    const lags = (stats.lag ?? []).map(Number).sort((a, b) => a - b);
+    const { rows: other } = await database.pool.query<{ status: string; n: number }>(
+      `select status, count(*)::int as n from webhook_deliveries where status <> 'applied' group by status`,
+    );
+    const settings = await database.pool.query<{ server_version: string }>('show server_version');
+
+    const figures: FreshnessFigure[] = [
+      { name: 'store → row committed p50', value: round(q(lags, 0.5), 1), unit: 'ms', goal: null },
+      { name: 'store → row committed p90', value: round(q(lags, 0.9), 1), unit: 'ms', goal: null },
+      { name: 'store → row committed p99', value: round(q(lags, 0.99), 1), unit: 'ms', goal: 1000 },
+      { name: 'store → row committed max', value: round(lags.at(-1) ?? 0, 1), unit: 'ms', goal: null },
+      { name: 'offered rate', value: round(load.sent / seconds, 0), unit: 'deliveries/s', goal: rate },
+      {
+        name: 'applied rate',
+        value: round(stats.applied / Math.max(0.001, (stats.last - stats.first) / 1000), 0),
+        unit: 'deliveries/s',
+        goal: rate,
+      },
+      { name: 'HTTP ack p50', value: load.p50Ms, unit: 'ms', goal: null },
+      { name: 'HTTP ack p99', value: load.p99Ms, unit: 'ms', goal: null },
+      { name: 'applied', value: stats.applied, unit: 'deliveries', goal: load.acknowledged },
+      { name: 'not 2xx or errors', value: load.non2xx + load.errors, unit: 'requests', goal: 0 },
+      { name: 'not applied (failed, ignored, pending)', value: other.reduce((n, r) => n + r.n, 0), unit: 'deliveries', goal: 0 },
+      { name: 'drain after last send', value: round(drainMs, 0), unit: 'ms', goal: null },
+      { name: 'service process CPU', value: round(((cpu.user + cpu.system) / 1000 / wallMs) * 100, 0), unit: '% of one core', goal: null },
+      { name: 'load generator CPU', value: load.generatorCpuPct, unit: '% of one core', goal: null },
+      // CPU per delivery does not depend on what else the machine runs (latency does): the figures
+      // to compare between runs on a shared machine.
+      { name: 'service CPU per delivery', value: round(((cpu.user + cpu.system) / Math.max(1, stats.applied)), 0), unit: 'µs', goal: null },
+      { name: 'Postgres CPU per delivery', value: round((pgCpuMs * 1000) / Math.max(1, stats.applied), 0), unit: 'µs', goal: null },
+    ];
+    const result: BenchResult = {
+      bench: 'freshness',
+      rows: stats.applied,
+      startedAt: startedAt.toISOString(),
+      durationMs: Date.now() - startedAt.getTime(),
+      environment: {
+        cpus: String(cpus().length),
+        node: process.version,
+        postgres: settings.rows[0]?.server_version ?? '?',
+        load: `${round(loadBefore, 2)} → ${round(loadavg()[0] ?? 0, 2)}`,
+        rate: String(rate),
+        seconds: String(seconds),
+        concurrency: String(concurrency),
+        pool: String(options.poolSize ?? 10),
+      },
+      figures: figures.map((f) => figure(f.name, f.value, f.unit, f.goal)),
+    };
+    if (options.print !== false) {
+      printTable(result);
+      console.log(`  goal: p99 < 1000 ms at ${rate}/s; ${cpus().length} CPUs, load ${result.environment.load}`);
+    }
+    const json = options.json === undefined ? path.join(tmpdir(), 'subscriber-mirror-bench', 'freshness.json') : options.json;
+    if (json !== null) {
+      writeJson(json, result);
+      if (options.print !== false) console.log(`JSON: ${json}`);
+    }
+    return { figures, result };
+  } finally {
+    await app.close();
+    await consumer.close(10_000);
+    await database.close();
+    await scratch.drop();
+    await deleteKeys(redisUrl, prefix);
+  }
+}
+
+async function waitDrained(pool: import('pg').Pool, timeoutMs: number): Promise<number> {
+  const started = performance.now();
+  for (;;) {
+    const { rows } = await pool.query<{ n: number }>(`select count(*)::int as n from webhook_deliveries where status = 'pending'`);
+    if (rows[0]?.n === 0) return performance.now() - started;
+    if (performance.now() - started > timeoutMs) throw new Error(`${rows[0]?.n} deliveries still pending after ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/**
+ * CPU time (ms) used so far by the Postgres backends connected to `database` (same host only: read
+ * from /proc; 0 where unavailable). Receiver and consumer hold their pooled connections throughout.
+ */
+async function postgresCpuMs(pool: import('pg').Pool, database: string): Promise<number> {
+  const { rows } = await pool.query<{ pid: number }>('select pid from pg_stat_activity where datname = $1', [database]);
+  const { readFile } = await import('node:fs/promises');
+  let ticks = 0;
+  for (const { pid } of rows) {
+    try {
+      const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      ticks += Number(fields[11]) + Number(fields[12]); // utime, stime (fields 14 and 15)
+    } catch {
+      // not on this host, or the backend ended
+    }
+  }
+  return ticks * 10; // USER_HZ = 100 on Linux
+}
+
+async function deleteKeys(url: string, prefix: string): Promise<void> {
+  const redis = new Redis(url, { maxRetriesPerRequest: 1 });
+  try {
+    let cursor = '0';
+    do {
+      const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 500);
+      cursor = next;
+      if (keys.length > 0) await redis.del(...keys);
+    } while (cursor !== '0');
+  } finally {
+    redis.disconnect();
+  }
+}
+
+function q(sorted: readonly number[], p: number): number {
+  return sorted.length === 0 ? 0 : (sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))] ?? 0);
+}
+
+function round(value: number, digits: number): number {
+  const f = 10 ** digits;
+  return Math.round(value * f) / f;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Load generator (a separate Node process; plain JS so it needs no TypeScript loader)
+
+interface GeneratorConfig {
+  port: number;
+  secret: string;
+  rate: number;
+  seconds: number;
+  runId: string;
+}
+
+interface GeneratorResult {
+  sent: number;
+  acknowledged: number;
+  non2xx: number;
+  errors: number;
+  p50Ms: number;
+  p99Ms: number;
+  generatorCpuPct: number;
+}
+
+// Open loop: every tick sends what the schedule says is due, on an idle keep-alive connection
+// (opening another one when all are busy), so the offered rate does not bend to the receiver.
+const GENERATOR = String.raw`
+const net = require('node:net');
+const crypto = require('node:crypto');
+const cfg = JSON.parse(process.argv[1]);
+const run = crypto.randomBytes(4).toString('hex');
+const base = 130742518836315811n + BigInt(Number.parseInt(run, 16)) * 1000000n + (cfg.runId === 'warmup' ? 500000n : 0n);
+const head = 'POST /webhooks HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n';
+let seq = 0;
+function body() {
+  seq++;
+  const micros = String(seq % 1000000).padStart(6, '0');
+  return '{"event":"subscriber.updated","id":"' + String(base + BigInt(seq)) + '","email":"fresh.' + run + '.' + seq +
+    '@example.com","status":"active","source":"api","sent":14,"opens_count":9,"clicks_count":3,"open_rate":64.29,' +
+    '"click_rate":21.43,"ip_address":"203.0.113.24","subscribed_at":"2022-04-05T22:39:05.000000Z","unsubscribed_at":null,' +
+    '"created_at":"2022-04-05T22:39:05.000000Z","updated_at":"2024-06-11T09:15:42.' + micros + 'Z","deleted_at":null,' +
+    '"forget_at":null,"fields":{"name":"Jonas","last_name":"Weber","company":"","country":"Germany","city":"Berlin",' +
+    '"phone":"","state":"","zip":""},"opted_in_at":null,"optin_ip":null,"account_id":412873}';
+}
+const CRLF2 = Buffer.from('\r\n\r\n');
+const idle = [];
+const latencies = [];
+let sent = 0, ok = 0, non2xx = 0, errors = 0, inFlight = 0, open = 0;
+function connect() {
+  const sock = net.connect(cfg.port, '127.0.0.1');
+  sock.setNoDelay(true);
+  open++;
+  const c = { sock, buf: Buffer.alloc(0), t0: 0, busy: false, ready: false, pending: null };
+  sock.on('connect', () => { c.ready = true; if (c.pending) { const p = c.pending; c.pending = null; write(c, p); } else idle.push(c); });
+  sock.on('data', (chunk) => {
+    c.buf = c.buf.length === 0 ? chunk : Buffer.concat([c.buf, chunk]);
+    for (;;) {
+      const h = c.buf.indexOf(CRLF2);
+      if (h === -1) return;
+      const headers = c.buf.toString('latin1', 0, h);
+      const m = /content-length:\s*(\d+)/i.exec(headers);
+      const total = h + 4 + (m ? Number(m[1]) : 0);
+      if (c.buf.length < total) return;
+      const status = Number(headers.slice(9, 12));
+      c.buf = c.buf.subarray(total);
+      latencies.push(performance.now() - c.t0);
+      if (status >= 200 && status < 300) ok++; else non2xx++;
+      c.busy = false; inFlight--;
+      idle.push(c);
+    }
+  });
+  const lost = () => { if (c.busy) { errors++; inFlight--; c.busy = false; } const i = idle.indexOf(c); if (i >= 0) idle.splice(i, 1); open--; };
+  sock.on('error', lost);
+  sock.on('close', lost);
+  return c;
+}
+function write(c, text) {
+  const sig = crypto.createHmac('sha256', cfg.secret).update(text).digest('hex');
+  c.t0 = performance.now(); c.busy = true; inFlight++;
+  c.sock.write(head + 'Content-Length: ' + Buffer.byteLength(text) + '\r\nSignature: ' + sig + '\r\n\r\n' + text);
+}
+function send() {
+  sent++;
+  const text = body();
+  const c = idle.pop();
+  if (c) write(c, text); else { const n = connect(); n.pending = text; }
+}
+for (let i = 0; i < 16; i++) connect();
+setTimeout(() => {
+  const start = performance.now();
+  const end = start + cfg.seconds * 1000;
+  const timer = setInterval(() => {
+    const now = Math.min(performance.now(), end);
+    const due = Math.floor(((now - start) / 1000) * cfg.rate);
+    while (sent < due) send();
+    if (now >= end) {
+      clearInterval(timer);
+      const wait = setInterval(() => {
+        if (inFlight > 0 && performance.now() < end + 30000) return;
+        clearInterval(wait);
+        const cpu = process.cpuUsage();
+        latencies.sort((a, b) => a - b);
+        const q = (p) => latencies.length ? latencies[Math.min(latencies.length - 1, Math.floor(p * latencies.length))] : 0;
+        const r = (x) => Math.round(x * 100) / 100;
+        process.stdout.write(JSON.stringify({ sent, acknowledged: ok, non2xx, errors, p50Ms: r(q(0.5)), p99Ms: r(q(0.99)),
+          generatorCpuPct: Math.round((cpu.user + cpu.system) / 10 / (performance.now() - start)) }));
+        process.exit(0);
+      }, 10);
+    }
+  }, 2);
+}, 200);
+`;
+
+function runGenerator(config: GeneratorConfig): Promise<GeneratorResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['-e', GENERATOR, JSON.stringify(config)], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString('utf8')));
+    child.on('error', reject);
+    child.on('exit', (code) => {
+      if (code !== 0) reject(new Error(`load generator exited with ${code}`));
+      else resolve(JSON.parse(out) as GeneratorResult);
+    });
+  });
+}
+
+function argValue(name: string): number | undefined {
+  const i = process.argv.indexOf(`--${name}`);
+  if (i === -1) return undefined;
+  const n = Number(process.argv[i + 1]);
+  if (!Number.isFinite(n)) throw new Error(`--${name} needs a number`);
+  return n;
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(path.resolve(process.argv[1])).href) {
+  const jsonArg = process.argv.indexOf('--json');
+  benchFreshness({
+    rate: argValue('rate') ?? 500,
+    seconds: argValue('seconds') ?? 10,
+    concurrency: argValue('concurrency') ?? 4,
+    poolSize: argValue('pool') ?? 10,
+    ...(jsonArg === -1 ? {} : { json: process.argv[jsonArg + 1] ?? null }),
+  }).catch((error: unknown) => {
+    console.error(error);
+    process.exitCode = 1;
+  });
+}

@@ -1,0 +1,213 @@
+/**
+ * Peak RSS of a full poll pass (DESIGN.md invariant 8, "bounded memory"): goal ≤ 256 MB for a group
+ * of 100k and of 1M subscribers, and the 1M figure within 1.3× of the 100k one (memory must not
+ * grow with group size).
+ *
+ * For each size this process seeds the simulator (which holds the whole world in memory, so it must
+ * not count) and a scratch database, then spawns `memory-pass.child.ts` under `node --import tsx`:
+ * the child runs `runPass(…, 'full')` for every type of the one group (limiter off, page size 1000)
+ * and reports its own peak RSS (sampled every 50 ms, and the kernel's maxRSS). The child's RSS before
+ * the pass (Node + tsx + imports + a pg pool) is reported as the floor the pass adds to.
+ *
+ *   npx tsx test/bench/memory.bench.ts [--sizes 100000,1000000] [--quick] [--page-size 1000] [--json path]
+ *
+ * `--quick` measures 100k and 300k instead (the 1M pass takes a couple of minutes on 2 cores).
+ * Uses DATABASE_URL (default local); creates and drops one database per size.
+ */
+import { spawn } from 'node:child_process';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { SUBSCRIBER_TYPES, type SubscriberType } from '../../src/db/schema.js';
+import { startSimulator } from '../../src/simulator/index.js';
+import type { MemoryChildConfig, MemoryChildReport } from './memory-pass.child.js';
+import { figure, printTable, writeJson, type BenchFigure, type BenchResult } from './lib/report.js';
+import { createScratchDatabase, type ScratchDatabase } from './lib/scratch-db.js';
+
+export const DEFAULT_MEMORY_SIZES = [100_000, 1_000_000] as const;
+export const QUICK_MEMORY_SIZES = [100_000, 300_000] as const;
+/** Goals from the issue: peak RSS per pass, and largest ÷ smallest. */
+export const MEMORY_GOAL_MB = 256;
+export const MEMORY_GROWTH_GOAL = 1.3;
+
+export interface MemoryBenchOptions {
+  /** Group sizes, smallest first (default 100k and 1M). */
+  sizes?: readonly number[];
+  pageSize?: number;
+  sampleMs?: number;
+  types?: readonly SubscriberType[];
+  databaseUrl?: string;
+  log?: (line: string) => void;
+  json?: string | null;
+  print?: boolean;
+}
+
+export interface MemoryRun extends MemoryChildReport {
+  subscribers: number;
+  seedMs: number;
+  /** max(sampled peak, maxRSS): the figure held to the goal. */
+  peakRssMb: number;
+  rowsPerSecond: number;
+}
+
+export interface MemoryBenchFigures {
+  runs: MemoryRun[];
+  /** Peak of the largest size ÷ peak of the smallest. */
+  growth: number;
+  result: BenchResult;
+}
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const REPO_ROOT = path.resolve(HERE, '../..');
+const CHILD = path.join(HERE, 'memory-pass.child.ts');
+
+function runChild(config: MemoryChildConfig): Promise<MemoryChildReport> {
+  return new Promise((resolve, reject) => {
+    // cwd = repo root so `--import tsx` resolves the project's tsx.
+    const child = spawn(process.execPath, ['--import', 'tsx', CHILD, JSON.stringify(config)], {
+      cwd: REPO_ROOT,
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    let out = '';
+    child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString('utf8')));
+    child.on('error', reject);
+    child.on('exit', (code, signal) => {
+      const last = out.trim().split('\n').at(-1) ?? '';
+      if (code !== 0) reject(new Error(`memory child exited with ${code ?? signal}`));
+      else {
+        try {
+          resolve(JSON.parse(last) as MemoryChildReport);
+        } catch {
+          reject(new Error(`memory child printed no report: ${out.slice(0, 500)}`));
+        }
+      }
+    });
+  });
+}
+
+async function measure(subscribers: number, opts: Required<Pick<MemoryBenchOptions, 'pageSize' | 'sampleMs' | 'types'>> & { databaseUrl: string }): Promise<MemoryRun> {
+  const seedStarted = performance.now();
+  const simulator = await startSimulator({ subscribers, groups: 1, largeIds: true, rateLimit: false });
+  const seedMs = performance.now() - seedStarted;
+  let scratch: ScratchDatabase | undefined;
+  try {
+    scratch = await createScratchDatabase(opts.databaseUrl, 'memory');
+    const groupId = simulator.world.groupIds()[0];
+    if (!groupId) throw new Error('simulator seeded no group');
+    const expected = opts.types.reduce((n, t) => n + simulator.world.memberCount(groupId, t), 0);
+    // The child opens its own connections; the scratch pool is not needed while it runs.
+    const report = await runChild({
+      simulatorUrl: simulator.url,
+      apiKey: simulator.apiKey,
+      apiKeyHeader: simulator.apiKeyHeader,
+      databaseUrl: scratch.url,
+      groupId,
+      types: [...opts.types],
+      pageSize: opts.pageSize,
+      sampleMs: opts.sampleMs,
+    });
+    if (report.rows !== expected || report.rowsWritten !== expected) {
+      throw new Error(`memory pass saw ${report.rows} and wrote ${report.rowsWritten} rows, expected ${expected}`);
+    }
+    const { rows } = await scratch.pool.query<{ n: number }>('select count(*)::int as n from subscribers');
+    if (rows[0]?.n !== expected) throw new Error(`mirror holds ${rows[0]?.n} subscribers after the pass, expected ${expected}`);
+    return {
+      ...report,
+      subscribers,
+      seedMs: Math.round(seedMs),
+      peakRssMb: Math.max(report.rssPeakSampledMb, report.maxRssMb),
+      rowsPerSecond: Math.round((report.rows / report.passMs) * 1000),
+    };
+  } finally {
+    await simulator.close();
+    await scratch?.drop();
+  }
+}
+
+export async function benchMemory(options: MemoryBenchOptions = {}): Promise<MemoryBenchFigures> {
+  const sizes = [...(options.sizes ?? DEFAULT_MEMORY_SIZES)].sort((a, b) => a - b);
+  if (sizes.length === 0) throw new Error('memory bench needs at least one size');
+  const log = options.log ?? (() => {});
+  const startedAt = new Date();
+  const settings = {
+    pageSize: options.pageSize ?? 1000,
+    sampleMs: options.sampleMs ?? 50,
+    types: options.types ?? SUBSCRIBER_TYPES,
+    databaseUrl: options.databaseUrl ?? process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres',
+  };
+  const runs: MemoryRun[] = [];
+  for (const size of sizes) {
+    log(`memory: full pass of ${size.toLocaleString('en-US')} subscribers in a child process…`);
+    const run = await measure(size, settings);
+    log(
+      `memory: ${size.toLocaleString('en-US')}: peak RSS ${run.peakRssMb} MB (before the pass ${run.rssBeforeMb} MB), ` +
+        `${run.rows.toLocaleString('en-US')} rows in ${(run.passMs / 1000).toFixed(1)} s`,
+    );
+    runs.push(run);
+  }
+  const smallest = runs[0] as MemoryRun;
+  const largest = runs.at(-1) as MemoryRun;
+  const growth = Math.round((largest.peakRssMb / smallest.peakRssMb) * 1000) / 1000;
+  const figures: BenchFigure[] = [];
+  for (const run of runs) {
+    const label = compact(run.subscribers);
+    figures.push(
+      figure(
+        `peak RSS, ${label} pass`,
+        run.peakRssMb,
+        'MB',
+        run === smallest ? run.rssBeforeMb : smallest.peakRssMb,
+        `${run === smallest ? 'baseline: the child before the pass' : `baseline: the ${compact(smallest.subscribers)} pass`}; ` +
+          `sampled ${run.rssPeakSampledMb} MB, maxRSS ${run.maxRssMb} MB, heapUsed peak ${run.heapUsedPeakMb} MB; ` +
+          `RSS over the pass ${run.rssProfileMb.join(' ')} MB`,
+      ),
+      figure(`full pass rate, ${label} (child process)`, run.rowsPerSecond, 'rows/s', null, `${run.rows} rows, ${run.requests} requests, ${(run.passMs / 1000).toFixed(1)} s`),
+    );
+  }
+  const result: BenchResult = {
+    bench: 'memory',
+    rows: runs.reduce((n, r) => n + r.rows, 0),
+    startedAt: startedAt.toISOString(),
+    durationMs: Date.now() - startedAt.getTime(),
+    environment: {
+      node: process.version,
+      cpus: String(os.cpus().length),
+      sizes: sizes.join(','),
+      pageSize: String(settings.pageSize),
+      sampleMs: String(settings.sampleMs),
+      types: settings.types.join(','),
+      goal: `peak RSS ≤ ${MEMORY_GOAL_MB} MB each; largest ÷ smallest ≤ ${MEMORY_GROWTH_GOAL}`,
+    },
+    figures,
+  };
+  if (options.print !== false) printTable(result);
+  if (options.json) writeJson(options.json, result);
+  return { runs, growth, result };
+}
+
+/** 100000 → 100k, 1000000 → 1M. */
+export function compact(n: number): string {
+  if (n >= 1_000_000 && n % 100_000 === 0) return `${n / 1_000_000}M`;
+  if (n >= 1000 && n % 1000 === 0) return `${n / 1000}k`;
+  return n.toLocaleString('en-US');
+}
+
+function argValue(flag: string): string | undefined {
+  const i = process.argv.indexOf(flag);
+  return i >= 0 ? process.argv[i + 1] : undefined;
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(path.resolve(process.argv[1])).href) {
+  const sizesArg = argValue('--sizes');
+  const sizes = sizesArg ? sizesArg.split(',').map(Number) : process.argv.includes('--quick') ? QUICK_MEMORY_SIZES : DEFAULT_MEMORY_SIZES;
+  if (sizes.some((n) => !Number.isSafeInteger(n) || n <= 0)) throw new Error(`--sizes takes positive whole numbers, got ${sizesArg}`);
+  benchMemory({
+    sizes,
+    pageSize: Number(argValue('--page-size') ?? 1000),
+    json: argValue('--json') ?? path.join(os.tmpdir(), 'subscriber-mirror-bench', 'memory.json'),
+    log: (line) => console.error(line),
+  }).catch((error: unknown) => {
+    console.error(error);
+    process.exitCode = 1;
+  });
+}
