@@ -30,6 +30,12 @@ export function openDatabase(url: string, options: DatabaseOptions = {}): Databa
   // An idle client that loses its connection (Postgres restart) emits 'error' on the pool; without a
   // listener that would crash the process. The next checkout reconnects.
   pool.on('error', () => {});
+  // A checked-out client that loses its connection between queries (inside a transaction while our
+  // code runs) emits 'error' with no listener, which crashes the process; the query in flight, if
+  // any, still rejects. Found by the fault suite cutting Postgres under webhook load.
+  pool.on('connect', (client) => {
+    client.on('error', () => {});
+  });
   const db = drizzle(pool, { schema });
   return {
     pool,

@@ -10,7 +10,14 @@ import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 
 const RELEASE = `if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end`;
-const RENEW = `if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end`;
+// Renewal also re-takes a lock whose key vanished (Redis restarted without persistence or was
+// flushed: found by the fault suite), so the holder finishes its pass instead of stopping at a
+// checkpoint that nothing resumes until the next start. Held by someone else → lost.
+const RENEW = `
+local v = redis.call('get', KEYS[1])
+if v == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end
+if not v then redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end
+return 0`;
 
 export interface HeldLock {
   /** Resolves false when the lock was lost (expired and taken); the holder should stop. */

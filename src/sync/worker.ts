@@ -110,7 +110,9 @@ export function createSyncWorker(deps: SyncWorkerDeps): SyncWorker {
           lookbackMs: deps.lookbackMs,
           pageSize: deps.pageSize,
           groupTypes: deps.types,
-          onProgress: (p: PassProgress) => job.updateProgress({ ...p }),
+          // Best effort: progress lives in Redis, which may have lost the job (restart without
+          // persistence); the pass's real state is in Postgres and must not fail with it.
+          onProgress: (p: PassProgress) => job.updateProgress({ ...p }).catch(() => {}),
           shouldStop: () => closing || lock.lost,
         },
         groupId,

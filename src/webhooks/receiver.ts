@@ -8,6 +8,7 @@
  * delivery we cannot apply (stored `failed` with the reason) or do not know (stored `ignored`): a
  * 4xx/5xx for a business reason would only make the service redeliver it (spec §6.3).
  */
+import { isUtf8 } from 'node:buffer';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from '../log.js';
 import {
@@ -123,12 +124,17 @@ async function handleDelivery(ctx: HandlerContext, request: FastifyRequest, repl
     return reject(ctx, request, reply, started, status, SIGNATURE_PROBLEMS[verified.reason]);
   }
 
+  // JSON is UTF-8 (RFC 8259); decoding other bytes would store and apply a lossy copy.
+  if (!isUtf8(raw)) return reject(ctx, request, reply, started, 400, 'body is not valid UTF-8');
   const text = raw.toString('utf8');
   const parsed = ctx.parseJson(request, text);
   if (!parsed.ok) return reject(ctx, request, reply, started, 400, 'malformed JSON');
   const body = parsed.value;
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
     return reject(ctx, request, reply, started, 400, 'body is not a JSON object');
+  }
+  if (deeperThan(body, MAX_JSON_DEPTH)) {
+    return reject(ctx, request, reply, started, 400, `body nested deeper than ${MAX_JSON_DEPTH} levels`);
   }
 
   const record = toRecord(raw, body, verified.endpointId);
@@ -377,4 +383,21 @@ function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T> {
     timer = setTimeout(() => rejectDeadline(new DeadlineError(`no answer from the database within ${Math.round(ms)} ms`)), ms);
   });
   return Promise.race([promise, deadline]).finally(() => clearTimeout(timer));
+}
+
+/**
+ * Real payloads nest a few levels; Postgres refuses jsonb nested thousands deep (stack depth limit),
+ * which would fail the inbox write on every retry. Refused up front with a 400 instead of a 503.
+ */
+export const MAX_JSON_DEPTH = 256;
+
+function deeperThan(value: unknown, limit: number): boolean {
+  const stack: Array<[unknown, number]> = [[value, 1]];
+  while (stack.length > 0) {
+    const [v, depth] = stack.pop() as [unknown, number];
+    if (typeof v !== 'object' || v === null) continue;
+    if (depth > limit) return true;
+    for (const child of Array.isArray(v) ? v : Object.values(v)) stack.push([child, depth + 1]);
+  }
+  return false;
 }

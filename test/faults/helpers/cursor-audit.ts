@@ -1,0 +1,136 @@
+/**
+ * A test-only audit of `sync_state` (invariant 3, "cursor after commit"): a trigger in the test's own
+ * database records every insert and update of a (group, type) row, so that each pass can be followed
+ * from `running` to `succeeded` or `failed` with the cursor at every step, whatever the timing. The
+ * audit lives in its own schema; the product's tables and migrations are not touched.
+ */
+import type pg from 'pg';
+
+const INSTALL = `
+create schema if not exists fault_audit;
+create table if not exists fault_audit.sync_state_changes (
+  seq bigserial primary key,
+  group_id text not null,
+  type text not null,
+  old_status text,
+  new_status text,
+  mode text,
+  run_started_at timestamptz,
+  old_cursor timestamptz,
+  new_cursor timestamptz,
+  last_error text
+);
+create or replace function fault_audit.record_sync_state() returns trigger language plpgsql as $$
+begin
+  insert into fault_audit.sync_state_changes
+    (group_id, type, old_status, new_status, mode, run_started_at, old_cursor, new_cursor, last_error)
+  values (new.group_id, new.type, case when tg_op = 'UPDATE' then old.last_status end, new.last_status,
+          new.last_mode, new.last_run_started_at, case when tg_op = 'UPDATE' then old.cursor end, new.cursor,
+          new.last_error);
+  return new;
+end $$;
+drop trigger if exists fault_audit_sync_state on public.sync_state;
+create trigger fault_audit_sync_state after insert or update on public.sync_state
+  for each row execute function fault_audit.record_sync_state();`;
+
+export async function installCursorAudit(pool: pg.Pool): Promise<void> {
+  await pool.query(INSTALL);
+}
+
+export interface PassRun {
+  groupId: string;
+  type: string;
+  mode: string | null;
+  outcome: 'succeeded' | 'failed' | 'unfinished';
+  cursorAtStart: string | null;
+  cursorAtEnd: string | null;
+  /** Any cursor value seen while the pass ran (a move before the outcome is a violation too). */
+  cursorsDuring: Array<string | null>;
+  error: string | null;
+}
+
+interface Change {
+  seq: string;
+  group_id: string;
+  type: string;
+  old_status: string | null;
+  new_status: string | null;
+  mode: string | null;
+  run_started_at: string | null;
+  old_cursor: string | null;
+  new_cursor: string | null;
+  last_error: string | null;
+}
+
+const ISO = (c: string) => `to_char(${c} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
+
+/** Every pass the audit saw, in order, per (group, type). Passes of one (group, type) never overlap (pass lock). */
+export async function readPassRuns(pool: pg.Pool): Promise<PassRun[]> {
+  const { rows } = await pool.query<Change>(
+    // Ordered by the bigint column, not by the text rendering of it (which would put 1000 before 339).
+    `select c.seq::text as seq, group_id, type, old_status, new_status, mode, ${ISO('run_started_at')} as run_started_at,
+            ${ISO('old_cursor')} as old_cursor, ${ISO('new_cursor')} as new_cursor, last_error
+       from fault_audit.sync_state_changes c order by c.seq`,
+  );
+  const open = new Map<string, { run: PassRun; startedAt: string | null }>();
+  const runs: PassRun[] = [];
+  for (const c of rows) {
+    const key = `${c.group_id}/${c.type}`;
+    const current = open.get(key);
+    let run = current?.run;
+    if (c.new_status === 'running' && (!current || current.startedAt !== c.run_started_at)) {
+      if (run) runs.push(run);
+      run = {
+        groupId: c.group_id,
+        type: c.type,
+        mode: c.mode,
+        outcome: 'unfinished',
+        // markRunStarted does not touch the cursor: before and after this change it is the same.
+        cursorAtStart: c.old_cursor ?? c.new_cursor,
+        cursorAtEnd: null,
+        cursorsDuring: [],
+        error: null,
+      };
+      open.set(key, { run, startedAt: c.run_started_at });
+    }
+    if (!run) continue;
+    run.cursorsDuring.push(c.new_cursor);
+    if (c.new_status === 'succeeded' || c.new_status === 'failed') {
+      runs.push({ ...run, mode: c.mode ?? run.mode, outcome: c.new_status, cursorAtEnd: c.new_cursor, error: c.last_error });
+      open.delete(key);
+    }
+  }
+  for (const { run } of open.values()) runs.push(run);
+  return runs;
+}
+
+/** Passes that broke "a failed pass never moves the cursor" or "the cursor never goes back". */
+export function cursorViolations(runs: readonly PassRun[]): string[] {
+  const problems: string[] = [];
+  for (const r of runs) {
+    const where = `${r.mode ?? '?'} pass of ${r.groupId}/${r.type} (${r.outcome})`;
+    if (r.outcome === 'failed') {
+      const moved = r.cursorsDuring.filter((c) => c !== r.cursorAtStart);
+      if (moved.length > 0) problems.push(`${where}: cursor moved from ${r.cursorAtStart} to ${moved.join(', ')} (error: ${r.error})`);
+    }
+    if (r.outcome === 'succeeded' && r.cursorAtStart !== null && (r.cursorAtEnd === null || r.cursorAtEnd < r.cursorAtStart)) {
+      problems.push(`${where}: cursor went back from ${r.cursorAtStart} to ${r.cursorAtEnd}`);
+    }
+  }
+  return problems;
+}
+
+/** Writes the raw audit to `${FAULTS_LOG_DIR}/<name>.sync_state_audit.json` when that is set (debugging aid). */
+export async function dumpCursorAudit(pool: pg.Pool, name: string): Promise<void> {
+  const dir = process.env.FAULTS_LOG_DIR;
+  if (!dir) return;
+  const { mkdirSync, writeFileSync } = await import('node:fs');
+  const path = await import('node:path');
+  const { rows } = await pool.query(
+    `select seq, group_id, type, old_status, new_status, mode, ${ISO('run_started_at')} as run_started_at,
+            ${ISO('old_cursor')} as old_cursor, ${ISO('new_cursor')} as new_cursor, last_error
+       from fault_audit.sync_state_changes order by seq`,
+  );
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(path.join(dir, `${name}.sync_state_audit.json`), JSON.stringify(rows, null, 1));
+}
