@@ -4,8 +4,9 @@
  * (BullMQ queues and job schedulers, pass locks, the limiter's `b_<prefix>` state) is deleted, as a
  * Redis that restarts with no persistence would come back empty.
  *
- * Two separate claims, so that a failure of the first still lets the second be checked:
+ * Separate claims, so that a failure of one still lets the others be checked:
  * - the running service finishes the pass by itself once Redis is back (no operator restart);
+ * - it keeps polling on schedule afterwards (its job schedulers were in Redis too);
  * - nothing is lost either way: after a restart, the pass resumes from its checkpoint (Postgres kept
  *   it) and the mirror equals the world.
  */
@@ -43,6 +44,7 @@ describe('fault 3: Redis restarted without persistence mid-pass', () => {
   let groupId: string;
   let env: Record<string, string>;
   let worker: ServiceProcess | undefined;
+  let restoredAt = 0;
   const figures: Record<string, number | string> = {};
 
   beforeAll(async () => {
@@ -96,6 +98,7 @@ describe('fault 3: Redis restarted without persistence mid-pass', () => {
     const atCut = (await state())?.fullOffset ?? 0;
     await sleep(OUTAGE_MS);
     await proxy.restore();
+    restoredAt = Date.now();
     figures.keysWiped = wiped;
     figures.checkpointAtCut = atCut;
     expect(wiped).toBeGreaterThan(3); // queues, schedulers and the pass lock really were there
@@ -122,6 +125,20 @@ describe('fault 3: Redis restarted without persistence mid-pass', () => {
     figures.secondsToComplete = Math.round((Date.now() - started) / 1000);
     expect(done.cursor).not.toBeNull();
   }, 300_000);
+
+  it('keeps polling on schedule after Redis came back empty, without a restart', async () => {
+    // The job schedulers (one incremental every SYNC_EVERY = 15 s, one full per RECONCILE_EVERY) lived
+    // in Redis and went with it. A service that polls "every 15 s" must start passes again by itself.
+    const w = worker as ServiceProcess;
+    const newPass = () => {
+      assertRunning(w, 'after the Redis outage');
+      return w.lines.filter((l) => l.msg === 'pass started' && Date.parse(l.time ?? '') > restoredAt).length;
+    };
+    const deadline = restoredAt + 75_000 - Date.now();
+    const started = await waitFor('a pass started after Redis came back', () => newPass() > 0 && newPass(), Math.max(deadline, 1_000), 250).catch(() => 0);
+    figures.passesStartedAfterRestore = started;
+    expect(started, 'passes the running worker started within 75 s of Redis coming back').toBeGreaterThan(0);
+  }, 120_000);
 
   it('loses nothing: after a restart if need be, the pass resumes from its checkpoint and the mirror equals the world', async () => {
     const active = sim.world.memberCount(groupId, 'active');
