@@ -260,10 +260,12 @@ export async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
   const scrub = createScrubber();
   try {
-    if (!command || command === '--help' || command === '-h') {
+    if (command === '--help' || command === '-h') {
       process.stdout.write(`${USAGE}\n`);
-      return command ? 0 : 2;
+      return 0;
     }
+    // No command is a usage error: the usage goes to stderr, so a script's stdout stays clean.
+    if (!command) throw new UsageError('no command given');
     const handler = COMMANDS[command];
     if (!handler) throw new UsageError(`unknown command "${command}"`);
     return await handler(rest);

@@ -19,9 +19,9 @@ import { createMetrics, type Metrics } from './http/metrics.js';
 import { buildServer, type ReadinessCheck } from './http/server.js';
 import { createLogger, type Logger } from './log.js';
 import { authPauseKey, isPaused, readAuthPause } from './sync/auth-pause.js';
-import { createSyncQueue, syncSchedules } from './sync/schedule.js';
+import { createSyncQueue, restoreMissingSchedules, syncSchedules, type ScheduleConfig } from './sync/schedule.js';
 import { collectStatus } from './sync/status.js';
-import { createSyncWorker, resumeOpenFullPasses, type SyncWorker } from './sync/worker.js';
+import { createSyncWorker, lastFullPasses, resumeOpenFullPasses, type SyncWorker } from './sync/worker.js';
 import { createLegacyClient } from './upstream/legacy.js';
 import { createLimiter, type Limiter } from './upstream/limiter.js';
 import { createDeliveryConsumer, type DeliveryConsumer } from './webhooks/consumer.js';
@@ -38,6 +38,11 @@ export interface RunningService {
 export class StartupError extends Error {
   override name = 'StartupError';
 }
+
+/** Per-attempt timeout of legacy reads (the http.ts default, named here because the limiter depends on it). */
+const LEGACY_TIMEOUT_MS = 30_000;
+/** Upper bound on how often a poll role checks that its job schedulers still exist in Redis. */
+const SCHEDULE_CHECK_MAX_MS = 30_000;
 
 /** Receiver outcomes as the deliveries metric names them. */
 const OUTCOME_LABEL: Record<ReceiverOutcome, string> = {
@@ -221,17 +226,24 @@ async function startPolling(config: Config, pool: pg.Pool, redis: Redis, log: Lo
     redisUrl: config.redisUrl,
     prefix: config.redisPrefix,
     perMinute: config.apiRateLimit,
+    // A replica killed mid-request holds its shared concurrency slot until this expires; one attempt
+    // never outlives its timeout, so a little more than that frees the slot as soon as it can.
+    jobExpirationMs: LEGACY_TIMEOUT_MS + 5_000,
     logger: log,
   });
   const queue = createSyncQueue(connection, config.redisPrefix);
-  const changes = await syncSchedules(queue, {
+  // Without a listener, a Redis hiccup is printed raw to stderr instead of through the logger.
+  queue.on('error', (error) => log.warn({ err: describeConnectionError(error) }, 'sync queue error'));
+  const scheduleConfig: ScheduleConfig = {
     groups: config.sync.groups,
     types: config.sync.types,
     everyMs: config.sync.everyMs,
     reconcileEveryMs: config.sync.reconcileEveryMs,
-  });
+  };
+  const changes = await syncSchedules(queue, scheduleConfig, await lastFullPasses(pool));
   const resumed = await resumeOpenFullPasses(queue, pool, config.sync.groups, config.sync.types);
   log.info({ schedulers: changes.upserted.length, removed: changes.removed, resumed: resumed.length }, 'poll schedules in place');
+  const scheduleWatch = watchSchedules(queue, pool, scheduleConfig, log);
 
   let lastWaitMsTotal = 0;
   const worker: SyncWorker = createSyncWorker({
@@ -248,6 +260,7 @@ async function startPolling(config: Config, pool: pg.Pool, redis: Redis, log: Lo
         limiter,
         logger: log,
         http: {
+          timeoutMs: LEGACY_TIMEOUT_MS,
           hooks: {
             onResponse: (info) => {
               metrics.upstreamRequests.inc({ api: 'legacy', outcome: String(info.status) });
@@ -270,11 +283,44 @@ async function startPolling(config: Config, pool: pg.Pool, redis: Redis, log: Lo
     pauseKey: authPauseKey(config.redisPrefix, apiKey),
     queue,
     async stop(timeoutMs: number) {
+      scheduleWatch.stop();
       await worker.close(timeoutMs);
       await queue.close();
       await limiter.close();
     },
   };
+}
+
+/**
+ * Puts back job schedulers (and the jobs of open full passes) that vanished with Redis's data, so a
+ * running service keeps polling after Redis restarts empty. Checks every SYNC_EVERY, at most 30 s.
+ */
+function watchSchedules(
+  queue: ReturnType<typeof createSyncQueue>,
+  pool: pg.Pool,
+  config: ScheduleConfig,
+  log: Logger,
+): { stop(): void } {
+  let checking = false;
+  const check = async (): Promise<void> => {
+    const restored = await restoreMissingSchedules(queue, config, () => lastFullPasses(pool));
+    if (restored.length === 0) return;
+    // The jobs of open full passes went too; their checkpoints are in Postgres. A pass still running
+    // here keeps its lock, so the re-enqueued job waits for it instead of running it twice.
+    const resumed = await resumeOpenFullPasses(queue, pool, config.groups, config.types);
+    log.warn({ restored, resumed: resumed.length }, 'job schedulers were missing from Redis (restarted empty or flushed?); re-created them');
+  };
+  const timer = setInterval(() => {
+    if (checking) return;
+    checking = true;
+    check()
+      .catch((error: unknown) => log.debug({ err: describeConnectionError(error) }, 'schedule check failed; retrying at the next tick'))
+      .finally(() => {
+        checking = false;
+      });
+  }, Math.min(config.everyMs, SCHEDULE_CHECK_MAX_MS));
+  timer.unref();
+  return { stop: () => clearInterval(timer) };
 }
 
 /** Turns pg/network errors into one line without stack, host credentials or internals. */

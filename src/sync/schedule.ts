@@ -14,7 +14,8 @@ export interface PassJobData {
   groupId: string;
   type: SubscriberType;
   mode: PassMode;
-  trigger: 'schedule' | 'backfill';
+  /** `resume` continues an open full pass's checkpoint, and does nothing once no pass is open. */
+  trigger: 'schedule' | 'backfill' | 'resume';
 }
 
 export interface PassJobResult {
@@ -57,29 +58,63 @@ export interface ScheduleConfig {
   reconcileEveryMs: number;
 }
 
+/**
+ * When each (group, type) last completed a full pass, in ms (from sync_state, keyed by
+ * {@link fullPassKey}). A full scheduler created afresh (first start against this Redis, or after
+ * Redis lost its data) starts RECONCILE_EVERY after that instead of at once, so losing Redis does not
+ * cost an unplanned full pass of every group; with no completed pass it starts at once.
+ */
+export type LastFullPasses = ReadonlyMap<string, number>;
+
+export function fullPassKey(groupId: string, type: SubscriberType): string {
+  return `${groupId}/${type}`;
+}
+
+interface WantedScheduler {
+  every: number;
+  startDate?: number;
+  data: PassJobData;
+}
+
 export interface ScheduleChanges {
   upserted: string[];
   removed: string[];
 }
 
-export async function syncSchedules(
-  queue: Queue<PassJobData, PassJobResult>,
-  config: ScheduleConfig,
-): Promise<ScheduleChanges> {
-  const wanted = new Map<string, { every: number; data: PassJobData }>();
+function wantedSchedulers(config: ScheduleConfig, lastFull: LastFullPasses, now: number): Map<string, WantedScheduler> {
+  const wanted = new Map<string, WantedScheduler>();
   for (const groupId of config.groups) {
     for (const type of config.types) {
       wanted.set(schedulerId('incremental', groupId, type), {
         every: config.everyMs,
         data: { groupId, type, mode: 'incremental', trigger: 'schedule' },
       });
+      const completed = lastFull.get(fullPassKey(groupId, type));
+      const due = completed === undefined ? undefined : completed + config.reconcileEveryMs;
       wanted.set(schedulerId('full', groupId, type), {
         every: config.reconcileEveryMs,
+        ...(due !== undefined && due > now ? { startDate: due } : {}),
         data: { groupId, type, mode: 'full', trigger: 'schedule' },
       });
     }
   }
+  return wanted;
+}
 
+function upsertScheduler(queue: Queue<PassJobData, PassJobResult>, id: string, wanted: WantedScheduler): Promise<unknown> {
+  // startDate only counts when BullMQ creates the scheduler (or its interval changed); an existing
+  // scheduler keeps its next run.
+  const repeat = wanted.startDate === undefined ? { every: wanted.every } : { every: wanted.every, startDate: wanted.startDate };
+  return queue.upsertJobScheduler(id, repeat, { name: wanted.data.mode, data: wanted.data, opts: PASS_JOB_OPTIONS });
+}
+
+export async function syncSchedules(
+  queue: Queue<PassJobData, PassJobResult>,
+  config: ScheduleConfig,
+  lastFull: LastFullPasses = new Map(),
+  now: number = Date.now(),
+): Promise<ScheduleChanges> {
+  const wanted = wantedSchedulers(config, lastFull, now);
   const removed: string[] = [];
   const existing = await queue.getJobSchedulers(0, -1);
   for (const scheduler of existing) {
@@ -90,10 +125,33 @@ export async function syncSchedules(
     }
   }
 
-  for (const [id, { every, data }] of wanted) {
-    await queue.upsertJobScheduler(id, { every }, { name: data.mode, data, opts: PASS_JOB_OPTIONS });
-  }
+  for (const [id, scheduler] of wanted) await upsertScheduler(queue, id, scheduler);
   return { upserted: [...wanted.keys()], removed };
+}
+
+/**
+ * Re-creates configured schedulers that are missing and returns their ids (empty when all are there).
+ * Schedulers live only in Redis: a Redis that restarts without persistence, or is flushed, takes
+ * them along, and a running service would otherwise never poll again until restarted.
+ */
+export async function restoreMissingSchedules(
+  queue: Queue<PassJobData, PassJobResult>,
+  config: ScheduleConfig,
+  lastFull: () => Promise<LastFullPasses>,
+  now: () => number = Date.now,
+): Promise<string[]> {
+  const present = new Set((await queue.getJobSchedulers(0, -1)).map((s) => s.key));
+  const all = wantedSchedulers(config, new Map(), now());
+  if ([...all.keys()].every((id) => present.has(id))) return [];
+  // Only now read Postgres: this check runs every SYNC_EVERY and almost always finds everything there.
+  const wanted = wantedSchedulers(config, await lastFull(), now());
+  const restored: string[] = [];
+  for (const [id, scheduler] of wanted) {
+    if (present.has(id)) continue;
+    await upsertScheduler(queue, id, scheduler);
+    restored.push(id);
+  }
+  return restored;
 }
 
 /** Enqueues a manual full pass; piled-up requests for the same (group, type) collapse into one. */
@@ -106,6 +164,24 @@ export async function enqueueBackfill(
     'full',
     { groupId, type, mode: 'full', trigger: 'backfill' },
     { ...PASS_JOB_OPTIONS, deduplication: { id: `backfill-g${groupId}-${type}` } },
+  );
+  if (!job.id) throw new Error('BullMQ returned a job without an id');
+  return job.id;
+}
+
+/**
+ * Enqueues the continuation of an open full pass. Deduplicated apart from manual backfills, so a
+ * user's backfill never collapses into a resume that may turn out to have nothing to do.
+ */
+export async function enqueueResume(
+  queue: Queue<PassJobData, PassJobResult>,
+  groupId: string,
+  type: SubscriberType,
+): Promise<string> {
+  const job = await queue.add(
+    'full',
+    { groupId, type, mode: 'full', trigger: 'resume' },
+    { ...PASS_JOB_OPTIONS, deduplication: { id: `resume-g${groupId}-${type}` } },
   );
   if (!job.id) throw new Error('BullMQ returned a job without an id');
   return job.id;

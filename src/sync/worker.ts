@@ -14,8 +14,8 @@ import type { LegacyClient } from '../upstream/legacy.js';
 import { authPauseKey, clearAuthPause, isPaused, readAuthPause, recordAuthFailure } from './auth-pause.js';
 import { tryAcquirePassLock, type HeldLock } from './lock.js';
 import { PassInterruptedError, runPass, type PassProgress } from './poll.js';
-import { SYNC_QUEUE, enqueueBackfill, type PassJobData, type PassJobResult } from './schedule.js';
-import { listSyncStates } from './state.js';
+import { SYNC_QUEUE, enqueueResume, fullPassKey, type LastFullPasses, type PassJobData, type PassJobResult } from './schedule.js';
+import { listSyncStates, readSyncState } from './state.js';
 
 export interface SyncWorkerDeps {
   pool: pg.Pool;
@@ -61,7 +61,8 @@ function assertJobData(data: unknown): asserts data is PassJobData {
     typeof d.groupId !== 'string' ||
     !/^\d+$/.test(d.groupId) ||
     !(SUBSCRIBER_TYPES as readonly string[]).includes(d.type ?? '') ||
-    (d.mode !== 'full' && d.mode !== 'incremental')
+    (d.mode !== 'full' && d.mode !== 'incremental') ||
+    (d.trigger !== 'schedule' && d.trigger !== 'backfill' && d.trigger !== 'resume')
   ) {
     throw new UnrecoverableError(`malformed sync job data: ${JSON.stringify(data)}`);
   }
@@ -87,14 +88,28 @@ export function createSyncWorker(deps: SyncWorkerDeps): SyncWorker {
 
     const lock = await tryAcquirePassLock(deps.redis, passLockKey(deps.prefix, groupId, type));
     if (!lock) {
-      if (trigger === 'backfill' && token) {
+      if (trigger !== 'schedule' && token) {
         // Someone else is running this (group, type): try again shortly instead of dropping the request.
         await job.moveToDelayed(Date.now() + (deps.busyRetryMs ?? 5_000), token);
         throw new DelayedError();
       }
       return skipped('another pass of this group and type is running');
     }
+    if (trigger === 'resume' && !(await hasOpenFullPass(groupId, type, lock))) {
+      // The pass it was meant to continue finished meanwhile (it was running elsewhere, or here).
+      await lock.release();
+      return skipped('no open full pass to resume');
+    }
     return runLocked(job, lock);
+  };
+
+  const hasOpenFullPass = async (groupId: string, type: SubscriberType, lock: HeldLock): Promise<boolean> => {
+    try {
+      return (await readSyncState(deps.pool, groupId, type))?.fullOffset != null;
+    } catch (error) {
+      await lock.release();
+      throw error;
+    }
   };
 
   const runLocked = async (job: Job<PassJobData, PassJobResult>, lock: HeldLock): Promise<PassJobResult> => {
@@ -191,7 +206,16 @@ export async function resumeOpenFullPasses(
   const ids: string[] = [];
   for (const s of states) {
     if (s.fullOffset === null || !groups.includes(s.groupId) || !types.includes(s.type)) continue;
-    ids.push(await enqueueBackfill(queue, s.groupId, s.type));
+    ids.push(await enqueueResume(queue, s.groupId, s.type));
   }
   return ids;
+}
+
+/** When each (group, type) last completed a full pass, for scheduling the next one (schedule.ts). */
+export async function lastFullPasses(pool: pg.Pool): Promise<LastFullPasses> {
+  const out = new Map<string, number>();
+  for (const s of await listSyncStates(pool)) {
+    if (s.lastFullCompletedAt) out.set(fullPassKey(s.groupId, s.type), Date.parse(s.lastFullCompletedAt));
+  }
+  return out;
 }

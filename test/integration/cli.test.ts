@@ -21,6 +21,18 @@ describe('subscriber-mirror CLI', () => {
     expect(result.stderr).toContain('usage: subscriber-mirror');
   });
 
+  it('exits 2 with usage on stderr when no command is given, and prints usage on stdout for --help', async () => {
+    const none = await runCli([], {});
+    expect(none.code).toBe(2);
+    expect(none.stdout).toBe('');
+    expect(none.stderr).toContain('no command given');
+    expect(none.stderr).toContain('usage: subscriber-mirror');
+    const help = await runCli(['--help'], {});
+    expect(help.code).toBe(0);
+    expect(help.stdout).toContain('usage: subscriber-mirror');
+    expect(help.stderr).toBe('');
+  });
+
   it('exits 2 with usage on a bad flag', async () => {
     const result = await runCli(['migrate', '--nope'], {});
     expect(result.code).toBe(2);

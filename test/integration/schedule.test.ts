@@ -1,7 +1,7 @@
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tryAcquirePassLock } from '../../src/sync/lock.js';
-import { createSyncQueue, enqueueBackfill, syncSchedules } from '../../src/sync/schedule.js';
+import { createSyncQueue, enqueueBackfill, fullPassKey, restoreMissingSchedules, syncSchedules } from '../../src/sync/schedule.js';
 import {
   authPauseKey,
   clearAuthPause,
@@ -10,6 +10,8 @@ import {
   recordAuthFailure,
 } from '../../src/sync/auth-pause.js';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
+
+const noFullPasses = () => Promise.resolve(new Map<string, number>());
 
 describe('poll scheduling', () => {
   const prefix = uniquePrefix('schedule');
@@ -61,6 +63,47 @@ describe('poll scheduling', () => {
     expect(keys).toEqual(['full-g2-active', 'incremental-g2-active']);
     await syncSchedules(queue, { groups: [], types: ['active'], everyMs: 30_000, reconcileEveryMs: 3_600_000 });
     expect(await queue.getJobSchedulers(0, -1)).toHaveLength(0);
+  });
+
+  it('re-creates only the schedulers that vanished from Redis, and nothing when all are there', async () => {
+    const config = { groups: ['5'], types: ['active' as const, 'junk' as const], everyMs: 45_000, reconcileEveryMs: 3_600_000 };
+    await syncSchedules(queue, config);
+    expect(await restoreMissingSchedules(queue, config, noFullPasses)).toEqual([]);
+    // What a Redis flushed or restarted without persistence leaves: some or all schedulers gone.
+    await queue.removeJobScheduler('incremental-g5-junk');
+    await queue.removeJobScheduler('full-g5-active');
+    expect((await restoreMissingSchedules(queue, config, noFullPasses)).sort()).toEqual(['full-g5-active', 'incremental-g5-junk']);
+    const schedulers = await queue.getJobSchedulers(0, -1);
+    expect(schedulers.map((s) => s.key).sort()).toEqual(['full-g5-active', 'full-g5-junk', 'incremental-g5-active', 'incremental-g5-junk']);
+    expect(Number(schedulers.find((s) => s.key === 'incremental-g5-junk')?.every)).toBe(45_000);
+    await syncSchedules(queue, { ...config, groups: [] });
+  });
+
+  it('starts a new full scheduler RECONCILE_EVERY after the last completed full pass, or at once if none', async () => {
+    const hour = 3_600_000;
+    const now = Date.now();
+    const config = { groups: ['8', '9'], types: ['active' as const], everyMs: 60_000, reconcileEveryMs: hour };
+    // Group 8 completed a full pass 10 minutes ago; group 9 never did; a pass long ago counts as none.
+    const lastFull = new Map([[fullPassKey('8', 'active'), now - 10 * 60_000]]);
+    await syncSchedules(queue, config, lastFull, now);
+    const next = async (id: string) => (await queue.getJobScheduler(id))?.next ?? NaN;
+    expect(await next('full-g8-active')).toBeGreaterThanOrEqual(now + 50 * 60_000 - 1_000);
+    expect(await next('full-g8-active')).toBeLessThanOrEqual(now + 50 * 60_000 + 1_000);
+    expect(await next('full-g9-active')).toBeLessThanOrEqual(Date.now());
+    expect(await next('incremental-g8-active')).toBeLessThanOrEqual(Date.now());
+
+    // Restarting keeps the running schedule; a vanished scheduler is put back at the same time.
+    await syncSchedules(queue, config, new Map(), Date.now());
+    expect(await next('full-g8-active')).toBeGreaterThanOrEqual(now + 50 * 60_000 - 1_000);
+    await queue.removeJobScheduler('full-g8-active');
+    const restored = await restoreMissingSchedules(queue, config, () => Promise.resolve(lastFull));
+    expect(restored).toEqual(['full-g8-active']);
+    expect(await next('full-g8-active')).toBeGreaterThanOrEqual(now + 50 * 60_000 - 1_000);
+
+    await queue.removeJobScheduler('full-g9-active');
+    await restoreMissingSchedules(queue, config, () => Promise.resolve(new Map([[fullPassKey('9', 'active'), now - 2 * hour]])));
+    expect(await next('full-g9-active')).toBeLessThanOrEqual(Date.now());
+    await syncSchedules(queue, { ...config, groups: [] });
   });
 
   it('collapses piled-up backfill requests for the same group and type', async () => {

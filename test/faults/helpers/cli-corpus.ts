@@ -27,11 +27,11 @@ export function buildCliCorpus(options: { dbPassword: string }): CliCase[] {
   });
   return [
     // Commands.
-    // Without a command the usage text goes to stdout (as `help` prints it), still with exit code 2.
-    { name: 'no command', args: [], code: 2, messages: [/usage: subscriber-mirror <command>/], stream: 'stdout' },
+    // Without a command: a usage error on stderr, exit code 2 (`help` prints usage on stdout, exit 0).
+    { name: 'no command', args: [], code: 2, messages: [/no command given/, /usage: subscriber-mirror <command>/] },
     { name: 'unknown command', args: ['frobnicate'], code: 2, messages: [/unknown command "frobnicate"/, /usage: subscriber-mirror/] },
     { name: 'command in capitals', args: ['START'], code: 2, messages: [/unknown command "START"/] },
-    { name: 'empty command (same as none)', args: [''], code: 2, messages: [/usage: subscriber-mirror <command>/], stream: 'stdout' },
+    { name: 'empty command (same as none)', args: [''], code: 2, messages: [/no command given/, /usage: subscriber-mirror <command>/] },
     { name: '--version is no command', args: ['--version'], code: 2, messages: [/unknown command "--version"/] },
     { name: 'help (control: exit 0)', args: ['help'], code: 0, messages: [/usage: subscriber-mirror/] },
     // Flags.

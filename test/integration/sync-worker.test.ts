@@ -1,0 +1,124 @@
+/**
+ * The sync worker in-process, for the job triggers: a `resume` job continues an open full pass from
+ * its checkpoint, does nothing once no pass is open, and waits (instead of being dropped) while
+ * another holder runs the same (group, type).
+ */
+import { Redis } from 'ioredis';
+import { QueueEvents } from 'bullmq';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { createLogger } from '../../src/log.js';
+import { startSimulator, type Simulator } from '../../src/simulator/index.js';
+import { tryAcquirePassLock } from '../../src/sync/lock.js';
+import { createSyncQueue, enqueueBackfill, enqueueResume, type PassJobResult } from '../../src/sync/schedule.js';
+import { markRunStarted, openFullPass, readSyncState, saveFullCheckpoint } from '../../src/sync/state.js';
+import { createSyncWorker, passLockKey, resumeOpenFullPasses, type SyncWorker } from '../../src/sync/worker.js';
+import { createLegacyClient } from '../../src/upstream/legacy.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
+
+const { logger } = createLogger({ level: 'silent' });
+
+describe('sync worker triggers', () => {
+  const prefix = uniquePrefix('sync-worker');
+  const connection = { url: redisUrl(), maxRetriesPerRequest: null };
+  let database: TestDatabase;
+  let sim: Simulator;
+  let redis: Redis;
+  let groupId: string;
+  let worker: SyncWorker;
+  let events: QueueEvents;
+  const queue = createSyncQueue(connection, prefix);
+
+  beforeAll(async () => {
+    database = await createTestDatabase();
+    sim = await startSimulator({ subscribers: 2_000, groups: 1, rateLimit: false, seed: 5 });
+    groupId = sim.world.groupIds()[0] as string;
+    redis = new Redis(redisUrl());
+    events = new QueueEvents('sync', { connection, prefix });
+    await events.waitUntilReady();
+    worker = createSyncWorker({
+      pool: database.pool,
+      redis,
+      connection,
+      prefix,
+      legacyFactory: () => createLegacyClient({ baseUrl: sim.url, apiKey: sim.apiKey, http: { retry: { retries: 2, minDelayMs: 5, maxDelayMs: 20 } } }),
+      apiKey: sim.apiKey,
+      logger,
+      sourceTimezone: 'UTC',
+      lookbackMs: 86_400_000,
+      pageSize: 100,
+      types: ['active'],
+      busyRetryMs: 200,
+    });
+  });
+
+  afterAll(async () => {
+    await worker?.close(5_000);
+    await events?.close();
+    await queue.close();
+    redis?.disconnect();
+    await sim?.close();
+    await database?.drop();
+    await deletePrefix(prefix);
+  });
+
+  beforeEach(() => sim.clearRequests());
+
+  const finished = async (jobId: string): Promise<PassJobResult> => {
+    const job = await queue.getJob(jobId);
+    if (!job) throw new Error(`job ${jobId} vanished`);
+    return (await job.waitUntilFinished(events, 30_000)) as PassJobResult;
+  };
+  const listRequests = () => sim.requests.filter((r) => r.api === 'legacy' && !r.url.includes('/count'));
+
+  it('does nothing when no full pass is open', async () => {
+    const result = await finished(await enqueueResume(queue, groupId, 'active'));
+    expect(result).toMatchObject({ status: 'skipped', reason: 'no open full pass to resume', requests: 0 });
+    expect(listRequests()).toHaveLength(0);
+  });
+
+  it('continues an open full pass from its checkpoint', async () => {
+    // What a process killed mid-pass leaves behind: an open pass with a committed checkpoint.
+    await markRunStarted(database.pool, groupId, 'active', 'full');
+    await openFullPass(database.pool, groupId, 'active');
+    await saveFullCheckpoint(database.pool, groupId, 'active', 700);
+
+    const ids = await resumeOpenFullPasses(queue, database.pool, [groupId], ['active']);
+    expect(ids).toHaveLength(1);
+    const result = await finished(ids[0] as string);
+    expect(result.status).toBe('succeeded');
+    expect(listRequests()[0]?.url).toContain('offset=700');
+    const state = await readSyncState(database.pool, groupId, 'active');
+    expect(state?.fullOffset).toBeNull();
+    expect(state?.lastStatus).toBe('succeeded');
+  });
+
+  it('waits while the pass is held elsewhere, then skips if that holder finished it', async () => {
+    await markRunStarted(database.pool, groupId, 'active', 'full');
+    await openFullPass(database.pool, groupId, 'active');
+    await saveFullCheckpoint(database.pool, groupId, 'active', 300);
+    const lock = await tryAcquirePassLock(redis, passLockKey(prefix, groupId, 'active'));
+    expect(lock).not.toBeNull();
+
+    const jobId = await enqueueResume(queue, groupId, 'active');
+    await new Promise((r) => setTimeout(r, 600)); // a few busy retries
+    expect(await (await queue.getJob(jobId))?.getState()).toBe('delayed');
+
+    // The holder completes the pass (as a still-running process would after Redis lost its job).
+    await database.pool.query('update sync_state set full_offset = null where group_id = $1 and type = $2', [groupId, 'active']);
+    await lock?.release();
+    const result = await finished(jobId);
+    expect(result).toMatchObject({ status: 'skipped', reason: 'no open full pass to resume' });
+    expect(listRequests()).toHaveLength(0);
+  });
+
+  it('keeps a manual backfill apart from a pending resume, so the backfill always runs', async () => {
+    const lock = await tryAcquirePassLock(redis, passLockKey(prefix, groupId, 'active'));
+    const resumeId = await enqueueResume(queue, groupId, 'active');
+    const backfillId = await enqueueBackfill(queue, groupId, 'active');
+    expect(backfillId).not.toBe(resumeId);
+    await lock?.release();
+    expect((await finished(backfillId)).status).toBe('succeeded');
+    expect((await finished(resumeId)).status).toBe('skipped');
+  });
+});
