@@ -39,6 +39,8 @@ export interface Config {
   apiRateLimit: number;
   webhookSecrets: string[];
   webhookMaxBodyBytes: number;
+  /** Applied and ignored deliveries older than this are deleted from the inbox. */
+  webhookRetentionMs: number;
   port: number;
   webhookPath: string;
   adminToken: string | undefined;
@@ -213,6 +215,9 @@ const envSchema = z.object({
     .optional()
     .transform((v) => commaList(v)),
   WEBHOOK_MAX_BODY: z.preprocess(emptyToUndefined, intInRange(10 * 1024 * 1024, 1024, 1024 * 1024 * 1024)),
+  // At least an hour: the service retries a delivery for about 20 minutes, and the stored body hash
+  // is what makes those retries duplicates.
+  WEBHOOK_RETENTION: z.preprocess(emptyToUndefined, duration('30d', 3_600_000)),
   PORT: z.preprocess(emptyToUndefined, intInRange(8080, 0, 65_535)),
   WEBHOOK_PATH: z.preprocess(
     emptyToUndefined,
@@ -294,6 +299,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, needs: ConfigNe
     apiRateLimit: e.API_RATE_LIMIT,
     webhookSecrets: e.WEBHOOK_SECRETS,
     webhookMaxBodyBytes: e.WEBHOOK_MAX_BODY,
+    webhookRetentionMs: e.WEBHOOK_RETENTION,
     port: e.PORT,
     webhookPath: e.WEBHOOK_PATH,
     adminToken: e.ADMIN_TOKEN,

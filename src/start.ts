@@ -88,6 +88,7 @@ export async function startService(config: Config, role: Role): Promise<RunningS
     logger: log,
     metrics,
     work: polls,
+    retentionMs: config.webhookRetentionMs,
   });
   const polling = polls ? await startPolling(config, database.pool, redis, log, metrics) : null;
   const syncQueue = polling?.queue ?? createSyncQueue(queueConnection, config.redisPrefix);

@@ -42,7 +42,7 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
     }),
     deliveries: new Counter({
       name: 'subscriber_mirror_webhook_deliveries_total',
-      help: 'Webhook deliveries by outcome: received, rejected, duplicate, applied, failed, ignored',
+      help: 'Webhook deliveries by outcome: received, rejected, duplicate, applied, failed, ignored, purged (deleted after WEBHOOK_RETENTION)',
       labelNames: ['outcome'],
       registers,
     }),

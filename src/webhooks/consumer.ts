@@ -33,6 +33,7 @@ import type { Logger } from '../log.js';
 import { NormalizeError } from '../mirror/normalize.js';
 import { applyPlan, planDelivery, type ApplyCounts } from './apply.js';
 import { deliveryKinds, parseDelivery, PayloadError } from './payloads.js';
+import { purgeDeliveries } from './inbox.js';
 
 export const EVENTS_QUEUE = 'events';
 
@@ -339,6 +340,10 @@ export interface DeliveryConsumerDeps {
   sweepBatch?: number;
   /** The sweeper adds nothing while this many jobs are already waiting or delayed (default 20 000). */
   maxQueued?: number;
+  /** Applied and ignored deliveries older than this are deleted (WEBHOOK_RETENTION); unset keeps them. */
+  retentionMs?: number;
+  /** How often the worker purges old deliveries (default 10 min; first purge a minute after start). */
+  purgeEveryMs?: number;
   retry?: Partial<RetryPolicy>;
 }
 
@@ -349,6 +354,8 @@ export interface DeliveryConsumer {
   enqueueDeliveries(ids: readonly string[]): Promise<void>;
   /** Enqueues pending rows older than the grace period; returns how many were handed to the queue. */
   sweep(): Promise<number>;
+  /** Deletes deliveries past the retention now; returns how many (0 without `retentionMs`). */
+  purge(): Promise<number>;
   /** Stops the sweeper and the worker (waiting at most `timeoutMs` for running applies), closes the queue. */
   close(timeoutMs: number): Promise<void>;
   readonly queue: Queue<DeliveryJobData>;
@@ -481,6 +488,36 @@ export function createDeliveryConsumer(deps: DeliveryConsumerDeps): DeliveryCons
   // Once at start (rows a crash left pending), then every sweepEveryMs.
   if (worker) scheduleSweep(0);
 
+  // Retention: every replica may purge; concurrent deletes of the same rows are harmless.
+  let purging: Promise<number> | null = null;
+  let purgeTimer: NodeJS.Timeout | undefined;
+  const purge = (): Promise<number> => {
+    if (deps.retentionMs === undefined) return Promise.resolve(0);
+    const retentionMs = deps.retentionMs;
+    purging ??= purgeDeliveries(deps.pool, retentionMs)
+      .then((deleted) => {
+        if (deleted > 0) {
+          deps.metrics?.deliveries.inc({ outcome: 'purged' }, deleted);
+          log.info({ deleted, olderThan: new Date(Date.now() - retentionMs).toISOString() }, 'purged old deliveries from the inbox');
+        }
+        return deleted;
+      })
+      .finally(() => {
+        purging = null;
+      });
+    return purging;
+  };
+  const schedulePurge = (delayMs: number) => {
+    if (closed || deps.retentionMs === undefined) return;
+    purgeTimer = setTimeout(() => {
+      purge()
+        .catch((error: unknown) => log.warn({ err: error }, 'purging old deliveries failed; trying again later'))
+        .finally(() => schedulePurge(deps.purgeEveryMs ?? 600_000));
+    }, delayMs);
+    purgeTimer.unref();
+  };
+  if (worker) schedulePurge(Math.min(60_000, deps.purgeEveryMs ?? 600_000));
+
   // The receiver answers a whole inbox batch at once; its ids are added together, one round trip.
   let waiting: Array<{ id: string; resolve: () => void; reject: (error: unknown) => void }> = [];
   const adding = new Set<Promise<void>>();
@@ -507,10 +544,13 @@ export function createDeliveryConsumer(deps: DeliveryConsumerDeps): DeliveryCons
     },
     enqueueDeliveries: addAll,
     sweep,
+    purge,
     async close(timeoutMs) {
       closed = true;
       clearTimeout(timer);
+      clearTimeout(purgeTimer);
       await sweeping?.catch(() => 0);
+      await purging?.catch(() => 0);
       if (waiting.length > 0) flushAdds();
       await Promise.allSettled([...adding]);
       if (worker) {

@@ -19,7 +19,7 @@ import type { DeliveryStatus } from '../db/schema.js';
 
 /** The part of `pg.Pool` the inbox uses (a fake in unit tests). */
 export interface Queryable {
-  query(text: string, values?: unknown[]): Promise<{ rows: unknown[] }>;
+  query(text: string, values?: unknown[]): Promise<{ rows: unknown[]; rowCount?: number | null }>;
 }
 
 export type InboxStatus = Extract<DeliveryStatus, 'pending' | 'ignored' | 'failed'>;
@@ -50,6 +50,29 @@ export interface StoredDelivery {
 
 export function bodySha256(raw: Buffer): string {
   return createHash('sha256').update(raw).digest('hex');
+}
+
+// Batched by id so one purge never holds many row locks or one huge transaction; the status index
+// (status, received_at) finds the candidates.
+const PURGE_SQL = `
+delete from webhook_deliveries where id in (
+  select id from webhook_deliveries
+   where status in ('applied', 'ignored') and received_at < now() - make_interval(secs => $1::float8 / 1000)
+   limit $2)`;
+
+/**
+ * Deletes applied and ignored deliveries received more than `olderThanMs` ago, `batch` rows per
+ * statement until none is left; returns how many. Their effects are in the mirrored tables; the
+ * raw bodies only hold personal data (of forgotten subscribers too). Pending and failed rows stay:
+ * they still have to be applied or replayed.
+ */
+export async function purgeDeliveries(pool: Queryable, olderThanMs: number, batch = 5_000): Promise<number> {
+  let total = 0;
+  for (;;) {
+    const deleted = (await pool.query(PURGE_SQL, [olderThanMs, batch])).rowCount ?? 0;
+    total += deleted;
+    if (deleted < batch) return total;
+  }
 }
 
 /** Stores one delivery in its own statement. The receiver uses `createInboxWriter` instead. */

@@ -663,6 +663,26 @@ describe('sweeper', () => {
     await small.close(1_000);
   });
 
+  test('a worker purges applied deliveries past WEBHOOK_RETENTION on its interval; the mirror keeps their effects', async () => {
+    const id = await storeRaw(JSON.parse(updated({ id: '80' })) as unknown);
+    await consumer.enqueue(id);
+    expect(await settled(id)).toMatchObject({ status: 'applied' });
+    const recent = await storeRaw(JSON.parse(updated({ id: '81' })) as unknown);
+    await consumer.enqueue(recent);
+    expect(await settled(recent)).toMatchObject({ status: 'applied' });
+    await db.pool.query(`update webhook_deliveries set received_at = now() - interval '2 hours' where id = $1`, [id]);
+
+    const purgePrefix = uniquePrefix('consumer-purge');
+    const purging = createDeliveryConsumer(consumerDeps({ prefix: purgePrefix, retentionMs: 3_600_000, purgeEveryMs: 100 }));
+    extraConsumers.push(purging);
+    await waitFor(async () => (await delivery(id)) === undefined || undefined, 'the old delivery to be purged');
+    expect(await delivery(recent)).toMatchObject({ status: 'applied' });
+    expect(await readSubscriber(db.pool, '80')).toBeDefined();
+    expect(await consumer.purge()).toBe(0); // no retention configured: keeps everything
+    await purging.close(1_000);
+    await deletePrefix(purgePrefix);
+  });
+
   test('a sweep adds nothing while the queue already holds maxQueued jobs', async () => {
     for (let i = 0; i < 5; i++) await storeRaw(JSON.parse(updated({ id: String(70 + i) })) as unknown);
     await db.pool.query(`update webhook_deliveries set received_at = now() - interval '1 minute'`);

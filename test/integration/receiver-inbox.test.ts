@@ -7,6 +7,7 @@ import {
   bodySha256,
   createInboxWriter,
   loadSecrets,
+  purgeDeliveries,
   storeDelivery,
   type DeliveryRecord,
 } from '../../src/webhooks/inbox.js';
@@ -121,5 +122,41 @@ describe('loadSecrets', () => {
       { endpointId: '1', secret: 'secret-one' },
       { endpointId: '3', secret: 'secret-three' },
     ]);
+  });
+});
+
+describe('purgeDeliveries (WEBHOOK_RETENTION)', () => {
+  const DAY = 86_400_000;
+
+  async function stored(tag: string, status: string, ageDays: number): Promise<string> {
+    const { id } = await storeDelivery(db.pool, record(tag));
+    await db.pool.query(`update webhook_deliveries set status = $2, received_at = now() - make_interval(days => $3) where id = $1`, [id, status, ageDays]);
+    return id;
+  }
+
+  async function remaining(): Promise<string[]> {
+    const { rows } = await db.pool.query<{ tag: string }>(`select body->>'id' as tag from webhook_deliveries order by 1`);
+    return rows.map((r) => r.tag);
+  }
+
+  test('deletes applied and ignored deliveries past the retention, in batches, and keeps pending, failed and recent ones', async () => {
+    for (let i = 0; i < 7; i++) await stored(`old-applied-${i}`, 'applied', 40);
+    await stored('old-ignored', 'ignored', 31);
+    await stored('old-failed', 'failed', 40);
+    await stored('old-pending', 'pending', 40);
+    await stored('new-applied', 'applied', 29);
+    await stored('new-ignored', 'ignored', 1);
+
+    expect(await purgeDeliveries(db.pool, 30 * DAY, 3)).toBe(8); // 3 + 3 + 2: batches until a short one
+    expect(await remaining()).toEqual(['new-applied', 'new-ignored', 'old-failed', 'old-pending']);
+    expect(await purgeDeliveries(db.pool, 30 * DAY, 3)).toBe(0);
+  });
+
+  test('a purged delivery delivered again is stored anew (retention must outlast the service\'s retries)', async () => {
+    const id = await stored('again', 'applied', 40);
+    await purgeDeliveries(db.pool, 30 * DAY);
+    const second = await storeDelivery(db.pool, record('again'));
+    expect(second.duplicate).toBe(false);
+    expect(second.id).not.toBe(id);
   });
 });

@@ -54,6 +54,7 @@ describe('loadConfig', () => {
     expect(config.webhookPath).toBe('/webhooks');
     expect(config.adminToken).toBeUndefined();
     expect(config.logLevel).toBe('info');
+    expect(config.webhookRetentionMs).toBe(30 * 86_400_000);
   });
 
   it('parses every documented form', () => {
@@ -77,6 +78,7 @@ describe('loadConfig', () => {
         WEBHOOK_PATH: '/hooks/mailer',
         ADMIN_TOKEN: 'a'.repeat(32),
         LOG_LEVEL: 'debug',
+        WEBHOOK_RETENTION: '7d',
       },
       ['poll', 'receive', 'manage-webhooks'],
     );
@@ -94,6 +96,7 @@ describe('loadConfig', () => {
     expect(config.legacy.sourceTimezone).toBe('Europe/Vilnius');
     expect(config.webhooksApi).toEqual({ url: 'https://connect.example.com', token: 'tok-abcdef' });
     expect(config.logLevel).toBe('debug');
+    expect(config.webhookRetentionMs).toBe(7 * 86_400_000);
   });
 
   it.each([
@@ -116,6 +119,8 @@ describe('loadConfig', () => {
     ['WEBHOOK_PATH', 'webhooks', /WEBHOOK_PATH: must be a path starting with \//],
     ['ADMIN_TOKEN', 'short', /ADMIN_TOKEN: must be at least 16 characters/],
     ['LOG_LEVEL', 'verbose', /LOG_LEVEL: /],
+    ['WEBHOOK_RETENTION', '10m', /WEBHOOK_RETENTION: "10m" is shorter than 1h/],
+    ['WEBHOOK_RETENTION', 'forever', /WEBHOOK_RETENTION: "forever" is not a duration/],
   ])('rejects a bad %s (%s) with a message naming it', (name, value, pattern) => {
     const problems = problemsOf({ [name]: value });
     expect(problems).toHaveLength(1);
