@@ -231,6 +231,15 @@ function storeRows(result: BenchResult): SummaryRow[] {
     upsert('upsert_older', 'every row older'),
     row({
       bench: 'store',
+      figure: 'upsert, every row newer',
+      value: findFigure(result, 'upsert_update').value,
+      unit: 'rows/s',
+      baselineLabel: 'plain UPDATE … FROM unnest, no guard',
+      baseline: findFigure(result, 'update_unnest_plain').value,
+      goals: [],
+    }),
+    row({
+      bench: 'store',
       figure: 'plain INSERT … unnest (no guard)',
       value: findFigure(result, 'insert_unnest_plain').value,
       unit: 'rows/s',

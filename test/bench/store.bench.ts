@@ -108,14 +108,32 @@ async function insertUnnest(client: pg.ClientBase, rows: readonly SubscriberRow[
   const cols = COPY_COLUMNS.filter((c) => c !== 'mirrored_at');
   const args = cols.map((c, i) => (unnestType(c) === 'jsonb' ? jsonbArrayFromParam(`$${i + 1}`) : `$${i + 1}::${unnestType(c)}[]`));
   const text = `insert into subscribers (${cols.join(', ')}, mirrored_at) select *, now() from unnest(${args.join(', ')})`;
-  const params = cols.map((c) => {
+  await client.query({ name: 'bench_insert_unnest', text, values: unnestParams(cols, rows) });
+}
+
+function unnestParams(cols: readonly string[], rows: readonly SubscriberRow[]): string[] {
+  return cols.map((c) => {
     if (c === 'id') return arrayLiteral(rows.map((r) => r.values.id));
     if (c === 'mirrored_via') return arrayLiteral(rows.map((r) => r.via));
     const field = SUBSCRIBER_FIELDS.find((f) => SUBSCRIBER_COLUMN_OF[f] === c)!;
     const column = rows.map((r) => r.values[field]);
     return unnestType(c) === 'jsonb' ? JSON.stringify(column) : arrayLiteral(column);
   });
-  await client.query({ name: 'bench_insert_unnest', text, values: params });
+}
+
+/**
+ * The plain UPDATE … FROM unnest of every column (no guard, no insert path), per page: what updating
+ * rows costs Postgres at all (a new row version plus an entry in every index, since updated_at is
+ * indexed and so the update cannot be HOT). The ceiling for "every row newer".
+ */
+async function updateUnnest(client: pg.ClientBase, rows: readonly SubscriberRow[]): Promise<number> {
+  const cols = COPY_COLUMNS.filter((c) => c !== 'mirrored_at');
+  const args = cols.map((c, i) => (unnestType(c) === 'jsonb' ? jsonbArrayFromParam(`$${i + 1}`) : `$${i + 1}::${unnestType(c)}[]`));
+  const set = cols.filter((c) => c !== 'id');
+  const text = `update subscribers s set (${set.join(', ')}, mirrored_at) = (${set.map((c) => `t.${c}`).join(', ')}, now())
+    from unnest(${args.join(', ')}) as t(${cols.join(', ')}) where s.id = t.id`;
+  const result = await client.query({ name: 'bench_update_unnest', text, values: unnestParams(cols, rows) });
+  return result.rowCount ?? 0;
 }
 
 async function countRows(client: pg.ClientBase): Promise<number> {
@@ -145,6 +163,7 @@ export async function benchStore(opts: StoreBenchOptions): Promise<BenchResult> 
     const version = await client.query<{ v: string }>('show server_version');
     const fresh = Array.from({ length: n }, (_, i) => makeRow(i, 0));
     const newer = Array.from({ length: n }, (_, i) => makeRow(i, 1));
+    const newest = Array.from({ length: n }, (_, i) => makeRow(i, 2));
     const figures: BenchFigure[] = [];
     const rate = (ms: number) => (n / ms) * 1000;
 
@@ -205,6 +224,16 @@ export async function benchStore(opts: StoreBenchOptions): Promise<BenchResult> 
       record('upsert_identical', await timed(() => upsertAll(fresh, 'unchanged')));
       record('upsert_update', await timed(() => upsertAll(newer, 'updated')));
       record('upsert_older', await timed(() => upsertAll(fresh, 'skipped')));
+      log(`repeat ${r + 1}/${repeats}: UPDATE … FROM unnest (every row, no guard)…`);
+      // Same starting point as upsert_update: a table of n rows, each page version-bumped once.
+      record(
+        'update_unnest_plain',
+        await timed(async () => {
+          let updated = 0;
+          for (const page of pages(newest, pageSize)) updated += await updateUnnest(client, page);
+          if (updated !== n) throw new Error(`plain update wrote ${updated} rows, expected ${n}`);
+        }),
+      );
       await truncate(client);
     }
     /** Best-of-N rows/s (least disturbed run) with the median in the note. */
@@ -238,6 +267,7 @@ export async function benchStore(opts: StoreBenchOptions): Promise<BenchResult> 
       scenario('upsert_identical', 'same rows again: nothing written'),
       scenario('upsert_update', 'every row newer: all updated'),
       scenario('upsert_older', 'every row older: all skipped'),
+      scenario('update_unnest_plain', 'UPDATE … FROM unnest per page, every column, no guard: the cost of updating at all'),
       figure('normalize_webhook', (webhookRaw.length / normWebMs) * 1000, 'rows/s'),
       figure('normalize_legacy_utc', (legacyRaw.length / normUtcMs) * 1000, 'rows/s'),
       figure('normalize_legacy_berlin', (legacyRaw.length / normZoneMs) * 1000, 'rows/s', null, 'zone offsets cached per local day; exact Intl path near transitions'),
