@@ -188,7 +188,9 @@ describe('fault 1: kill -9 of the worker during a 200k full pass', () => {
         secondsUntilNextRequestAfterFirstKill: Number.isFinite(waited) ? waited : '>60',
       });
       await killHard(fifth);
-      expect(waited, 'seconds from the first kill until a live worker got a request out (Infinity: not within 60 s)').toBeLessThanOrEqual(45);
+      // 35 s of expiration, plus up to one 5 s Bottleneck heartbeat (a dead client never announces a
+      // freed slot, so the live one finds out when it next polls), plus slack for a loaded machine.
+      expect(waited, 'seconds from the first kill until a live worker got a request out (Infinity: not within 60 s)').toBeLessThanOrEqual(50);
     } finally {
       killAll();
       await slow.close();
