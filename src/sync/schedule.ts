@@ -155,33 +155,28 @@ export async function restoreMissingSchedules(
 }
 
 /** Enqueues a manual full pass; piled-up requests for the same (group, type) collapse into one. */
-export async function enqueueBackfill(
-  queue: Queue<PassJobData, PassJobResult>,
-  groupId: string,
-  type: SubscriberType,
-): Promise<string> {
-  const job = await queue.add(
-    'full',
-    { groupId, type, mode: 'full', trigger: 'backfill' },
-    { ...PASS_JOB_OPTIONS, deduplication: { id: `backfill-g${groupId}-${type}` } },
-  );
-  if (!job.id) throw new Error('BullMQ returned a job without an id');
-  return job.id;
+export function enqueueBackfill(queue: Queue<PassJobData, PassJobResult>, groupId: string, type: SubscriberType): Promise<string> {
+  return enqueueFullPass(queue, groupId, type, 'backfill');
 }
 
 /**
  * Enqueues the continuation of an open full pass. Deduplicated apart from manual backfills, so a
  * user's backfill never collapses into a resume that may turn out to have nothing to do.
  */
-export async function enqueueResume(
+export function enqueueResume(queue: Queue<PassJobData, PassJobResult>, groupId: string, type: SubscriberType): Promise<string> {
+  return enqueueFullPass(queue, groupId, type, 'resume');
+}
+
+async function enqueueFullPass(
   queue: Queue<PassJobData, PassJobResult>,
   groupId: string,
   type: SubscriberType,
+  trigger: 'backfill' | 'resume',
 ): Promise<string> {
   const job = await queue.add(
     'full',
-    { groupId, type, mode: 'full', trigger: 'resume' },
-    { ...PASS_JOB_OPTIONS, deduplication: { id: `resume-g${groupId}-${type}` } },
+    { groupId, type, mode: 'full', trigger },
+    { ...PASS_JOB_OPTIONS, deduplication: { id: `${trigger}-g${groupId}-${type}` } },
   );
   if (!job.id) throw new Error('BullMQ returned a job without an id');
   return job.id;
