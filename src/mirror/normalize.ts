@@ -256,6 +256,21 @@ export function normalizeId(value: unknown, field = 'id'): string {
   return fail(ctx, field, 'not an id', value);
 }
 
+/** Reads every key of `map` that is present into its column, and marks the column provided. */
+function readMapped<C extends SubscriberField>(
+  raw: Raw,
+  map: Readonly<Record<string, C>>,
+  read: (raw: Raw, key: string, ctx: Ctx) => SubscriberValues[C],
+  into: { values: SubscriberValues; provided: Set<SubscriberField> },
+  ctx: Ctx,
+): void {
+  for (const [key, column] of Object.entries(map)) {
+    if (!present(raw, key)) continue;
+    into.values[column] = read(raw, key, ctx);
+    into.provided.add(column);
+  }
+}
+
 function readText(raw: Raw, key: string, ctx: Ctx): string | null {
   const value = raw[key];
   if (value === null || value === undefined) return null;
@@ -402,7 +417,8 @@ function asObject(raw: unknown, what: string): Raw {
   return raw as Raw;
 }
 
-function emptyValues(id: string, updatedAt: string): SubscriberValues {
+/** A row with only its id and version: every other column null (objects empty). */
+export function emptyValues(id: string, updatedAt: string): SubscriberValues {
   return {
     id,
     email: null,
@@ -501,26 +517,11 @@ export function normalizeLegacySubscriber(raw: Record<string, unknown>, opts: Le
   if (updatedAt === null) fail(ctx, 'date_updated', 'missing, and no date_created to fall back to');
   const values = emptyValues(id, updatedAt);
 
-  for (const [key, column] of Object.entries(LEGACY_SIMPLE)) {
-    if (!present(obj, key)) continue;
-    values[column] = readText(obj, key, ctx);
-    provided.add(column);
-  }
-  for (const [key, column] of Object.entries(LEGACY_INT)) {
-    if (!present(obj, key)) continue;
-    values[column] = readInt(obj, key, ctx);
-    provided.add(column);
-  }
-  for (const [key, column] of Object.entries(LEGACY_FLOAT)) {
-    if (!present(obj, key)) continue;
-    values[column] = readFloat(obj, key, ctx);
-    provided.add(column);
-  }
-  for (const [key, column] of Object.entries(LEGACY_TIME)) {
-    if (!present(obj, key)) continue;
-    values[column] = key === 'date_created' ? createdAt : readLegacyTime(obj, key, ctx, tz);
-    provided.add(column);
-  }
+  const into = { values, provided };
+  readMapped(obj, LEGACY_SIMPLE, readText, into, ctx);
+  readMapped(obj, LEGACY_INT, readInt, into, ctx);
+  readMapped(obj, LEGACY_FLOAT, readFloat, into, ctx);
+  readMapped(obj, LEGACY_TIME, (o, key, c) => (key === 'date_created' ? createdAt : readLegacyTime(o, key, c, tz)), into, ctx);
 
   const extra = collectExtra(obj, LEGACY_KNOWN_KEYS);
   if (present(obj, 'signup_timestamp') || present(obj, 'date_subscribe')) {
@@ -601,26 +602,11 @@ export function normalizeWebhookSubscriber(raw: Record<string, unknown>): Subscr
   if (updatedAt === null) fail(ctx, 'updated_at', 'missing, and no created_at to fall back to');
   const values = emptyValues(id, updatedAt);
 
-  for (const [key, column] of Object.entries(WEBHOOK_TEXT)) {
-    if (!present(obj, key)) continue;
-    values[column] = readText(obj, key, ctx);
-    provided.add(column);
-  }
-  for (const [key, column] of Object.entries(WEBHOOK_INT)) {
-    if (!present(obj, key)) continue;
-    values[column] = readInt(obj, key, ctx);
-    provided.add(column);
-  }
-  for (const [key, column] of Object.entries(WEBHOOK_FLOAT)) {
-    if (!present(obj, key)) continue;
-    values[column] = readFloat(obj, key, ctx);
-    provided.add(column);
-  }
-  for (const [key, column] of Object.entries(WEBHOOK_TIME)) {
-    if (!present(obj, key)) continue;
-    values[column] = key === 'created_at' ? createdAt : readIsoTime(obj, key, ctx);
-    provided.add(column);
-  }
+  const into = { values, provided };
+  readMapped(obj, WEBHOOK_TEXT, readText, into, ctx);
+  readMapped(obj, WEBHOOK_INT, readInt, into, ctx);
+  readMapped(obj, WEBHOOK_FLOAT, readFloat, into, ctx);
+  readMapped(obj, WEBHOOK_TIME, (o, key, c) => (key === 'created_at' ? createdAt : readIsoTime(o, key, c)), into, ctx);
   if (present(obj, 'fields')) {
     values.fields = readFields(obj, 'fields', ctx);
     provided.add('fields');

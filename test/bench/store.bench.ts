@@ -27,7 +27,7 @@ import {
 } from '../../src/mirror/normalize.js';
 import { SUBSCRIBER_COLUMN_OF, upsertSubscribers } from '../../src/mirror/store.js';
 import { copyFromStdin, copyRows } from './lib/copy.js';
-import { arrayLiteral, jsonbArrayFromParam } from './lib/encode.js';
+import { arrayLiteral, jsonbArrayFromParam } from '../../src/mirror/pg-params.js';
 import { figure, printTable, timed, writeJson, type BenchFigure, type BenchResult } from './lib/report.js';
 import { createScratchDatabase } from './lib/scratch-db.js';
 

@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { campaignEngagement, currentGroupMembers, recentlyChangedSubscribers, type MirrorSource } from '../../src/db/schema.js';
-import { SUBSCRIBER_FIELDS } from '../../src/mirror/normalize.js';
+import { SUBSCRIBER_FIELDS, emptyValues } from '../../src/mirror/normalize.js';
 import {
   recordActivity,
   removeMembership,
@@ -113,32 +113,10 @@ async function readClock(pool: pg.Pool): Promise<Clock> {
   return clock;
 }
 
-const EMPTY_VALUES: Omit<SubscriberValues, 'id' | 'updatedAt'> = {
-  email: null,
-  name: null,
-  status: null,
-  source: null,
-  sent: null,
-  opensCount: null,
-  clicksCount: null,
-  openRate: null,
-  clickRate: null,
-  ipAddress: null,
-  subscribedAt: null,
-  unsubscribedAt: null,
-  createdAt: null,
-  deletedAt: null,
-  forgetAt: null,
-  optedInAt: null,
-  optinIp: null,
-  fields: {},
-  extra: {},
-};
-
 function subscriber(via: MirrorSource, values: Partial<SubscriberValues> & Pick<SubscriberValues, 'id' | 'updatedAt'>): SubscriberRow {
   return {
     via,
-    values: { ...EMPTY_VALUES, createdAt: at('2024-04-01'), subscribedAt: at('2024-04-01'), ...values },
+    values: { ...emptyValues(values.id, values.updatedAt), createdAt: at('2024-04-01'), subscribedAt: at('2024-04-01'), ...values },
     provided: SUBSCRIBER_FIELDS,
   };
 }
