@@ -37,6 +37,8 @@ export interface Config {
     pageSize: number;
   };
   apiRateLimit: number;
+  /** Per-attempt timeout of requests to the mailing service (both APIs). */
+  upstreamTimeoutMs: number;
   webhookSecrets: string[];
   webhookMaxBodyBytes: number;
   /** Applied and ignored deliveries older than this are deleted from the inbox. */
@@ -201,6 +203,8 @@ const envSchema = z.object({
     emptyToUndefined,
     z.string().default('UTC').refine(isValidTimezone, 'must be an IANA timezone such as UTC or Europe/Vilnius'),
   ),
+  // Per attempt (connect, headers and body); a hung request counts as a failure and is retried.
+  MAILER_TIMEOUT: z.preprocess(emptyToUndefined, duration('30s', 1000)),
   MAILER_WEBHOOKS_URL: httpUrl('the webhook-management host, without /api/webhooks'),
   MAILER_WEBHOOKS_TOKEN: optionalString,
   SYNC_GROUPS: groupIds,
@@ -297,6 +301,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, needs: ConfigNe
       pageSize: e.SYNC_PAGE_SIZE,
     },
     apiRateLimit: e.API_RATE_LIMIT,
+    upstreamTimeoutMs: e.MAILER_TIMEOUT,
     webhookSecrets: e.WEBHOOK_SECRETS,
     webhookMaxBodyBytes: e.WEBHOOK_MAX_BODY,
     webhookRetentionMs: e.WEBHOOK_RETENTION,

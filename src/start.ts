@@ -39,8 +39,6 @@ export class StartupError extends Error {
   override name = 'StartupError';
 }
 
-/** Per-attempt timeout of legacy reads (the http.ts default, named here because the limiter depends on it). */
-const LEGACY_TIMEOUT_MS = 30_000;
 /** Upper bound on how often a poll role checks that its job schedulers still exist in Redis. */
 const SCHEDULE_CHECK_MAX_MS = 30_000;
 
@@ -228,8 +226,8 @@ async function startPolling(config: Config, pool: pg.Pool, redis: Redis, log: Lo
     prefix: config.redisPrefix,
     perMinute: config.apiRateLimit,
     // A replica killed mid-request holds its shared concurrency slot until this expires; one attempt
-    // never outlives its timeout, so a little more than that frees the slot as soon as it can.
-    jobExpirationMs: LEGACY_TIMEOUT_MS + 5_000,
+    // never outlives MAILER_TIMEOUT, so a little more than that frees the slot as soon as it can.
+    jobExpirationMs: config.upstreamTimeoutMs + 5_000,
     logger: log,
   });
   const queue = createSyncQueue(connection, config.redisPrefix);
@@ -261,7 +259,7 @@ async function startPolling(config: Config, pool: pg.Pool, redis: Redis, log: Lo
         limiter,
         logger: log,
         http: {
-          timeoutMs: LEGACY_TIMEOUT_MS,
+          timeoutMs: config.upstreamTimeoutMs,
           hooks: {
             onResponse: (info) => {
               metrics.upstreamRequests.inc({ api: 'legacy', outcome: String(info.status) });

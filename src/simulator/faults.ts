@@ -1,6 +1,7 @@
 /**
  * Fault injection, settable while the simulator runs: random 500s, slow answers, connection
- * resets, HTML bodies with 200, and "fail the next N requests with status S".
+ * resets, requests that hang with no answer, HTML bodies with 200, and "fail the next N requests
+ * with status S".
  */
 import { mulberry32 } from './prng.js';
 import type { RequestApi } from './requests.js';
@@ -17,6 +18,10 @@ export interface FaultSettings {
   resetRate?: number;
   /** Fraction of requests answered 200 with an HTML error page instead of JSON. */
   htmlRate?: number;
+  /** Fraction of requests left without an answer for `hangMs`, then dropped: a client sees a timeout. */
+  hangRate?: number;
+  /** How long a hung request is held before its connection is destroyed (default 60 s). */
+  hangMs?: number;
   /** Which API the faults hit (default legacy). */
   scope?: FaultScope;
 }
@@ -25,6 +30,7 @@ export type FaultAction =
   | { kind: 'none' }
   | { kind: 'status'; status: number }
   | { kind: 'reset' }
+  | { kind: 'hang'; ms: number }
   | { kind: 'html' };
 
 export interface FaultDecision {
@@ -51,10 +57,14 @@ export class Faults {
   /** Merges into the current settings (keys left out keep their value); clear() resets all. */
   set(settings: FaultSettings): void {
     const next = { ...this.current, ...withoutUndefined(settings) };
-    for (const key of ['errorRate', 'resetRate', 'htmlRate'] as const) {
+    for (const key of ['errorRate', 'resetRate', 'htmlRate', 'hangRate'] as const) {
       if (!(next[key] >= 0 && next[key] <= 1)) throw new RangeError(`${key} must be within [0, 1], got ${next[key]}`);
     }
     if (!(next.delayMs >= 0)) throw new RangeError(`delayMs must be >= 0, got ${next.delayMs}`);
+    if (!(next.hangMs >= 0)) throw new RangeError(`hangMs must be >= 0, got ${next.hangMs}`);
+    if (next.resetRate + next.errorRate + next.htmlRate + next.hangRate > 1) {
+      throw new RangeError('errorRate, resetRate, htmlRate and hangRate must add up to at most 1');
+    }
     this.current = next;
   }
 
@@ -76,10 +86,11 @@ export class Faults {
       return { delayMs, action: { kind: 'status', status: this.forced.status } };
     }
     const r = this.random();
-    const { resetRate, errorRate, htmlRate, errorStatus } = this.current;
+    const { resetRate, errorRate, htmlRate, hangRate, hangMs, errorStatus } = this.current;
     if (r < resetRate) return { delayMs, action: { kind: 'reset' } };
     if (r < resetRate + errorRate) return { delayMs, action: { kind: 'status', status: errorStatus } };
     if (r < resetRate + errorRate + htmlRate) return { delayMs, action: { kind: 'html' } };
+    if (r < resetRate + errorRate + htmlRate + hangRate) return { delayMs, action: { kind: 'hang', ms: hangMs } };
     return { delayMs, action: { kind: 'none' } };
   }
 
@@ -90,7 +101,7 @@ export class Faults {
 }
 
 function defaults(): Required<FaultSettings> {
-  return { errorRate: 0, errorStatus: 500, delayMs: 0, resetRate: 0, htmlRate: 0, scope: 'legacy' };
+  return { errorRate: 0, errorStatus: 500, delayMs: 0, resetRate: 0, htmlRate: 0, hangRate: 0, hangMs: 60_000, scope: 'legacy' };
 }
 
 function withoutUndefined(settings: FaultSettings): FaultSettings {

@@ -67,7 +67,8 @@ type TypedParams = { groupId: string; type: string };
 type WebhookParams = { webhookId: string };
 
 export function buildServer(config: ServerConfig): FastifyInstance {
-  const app = Fastify({ logger: config.logger });
+  // Closing drops every connection, hung ones (fault `hang`) included, instead of waiting for them.
+  const app = Fastify({ logger: config.logger, forceCloseConnections: true });
   const records = new WeakMap<IncomingMessage, RequestRecord>();
   installLenientJsonParser(app);
 
@@ -198,6 +199,15 @@ async function applyFault(
       reply.hijack();
       request.raw.socket.destroy();
       return true;
+    case 'hang': {
+      record.fault = 'hang';
+      reply.hijack();
+      // No answer at all; the client's own timeout is what ends it from its side.
+      const socket = request.raw.socket;
+      const timer = setTimeout(() => socket.destroy(), fault.action.ms);
+      socket.once('close', () => clearTimeout(timer));
+      return true;
+    }
     case 'html':
       record.fault = 'html';
       await reply.code(200).type('text/html; charset=utf-8').send(HTML_ERROR_PAGE);

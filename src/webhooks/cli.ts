@@ -374,7 +374,7 @@ function apiFor(deps: WebhooksCliDeps): WebhooksApi {
     token ? undefined : 'MAILER_WEBHOOKS_TOKEN: required for webhooks commands',
   ].filter((p): p is string => p !== undefined);
   if (missing.length > 0 || !url || !token) throw new ConfigError(missing);
-  return createWebhooksApi({ baseUrl: url, token, http: deps.http, logger: deps.logger });
+  return createWebhooksApi({ baseUrl: url, token, http: { timeoutMs: deps.config.upstreamTimeoutMs, ...deps.http }, logger: deps.logger });
 }
 
 function scrubbed(error: unknown, scrub: SecretScrubber): unknown {

@@ -1,13 +1,10 @@
 /**
  * Fault 4 (invariants 3 and 7): upstream chaos during incremental passes, with churn. For about a
- * minute the simulator answers 5% of legacy requests with 500 and drops 2% of connections without an
- * answer, bursts of 429 come from `failNext` (short ones the client rides out, a long one it cannot)
- * and from a real rate limit below what the service asks for, and for a few seconds some 200s carry
- * an HTML error page instead of JSON.
- *
- * Timeouts: the legacy client's per-attempt timeout is 30 s and not configurable from the
- * environment (start.ts passes no `timeoutMs`), so a delay beyond it would stall the suite for
- * minutes; dropped connections (`resetRate`) stand for requests that get no answer.
+ * minute the simulator answers 5% of legacy requests with 500, leaves 2% without any answer (the
+ * service's MAILER_TIMEOUT, 2 s here, must end them), drops 1% of connections, bursts of 429 come
+ * from `failNext` (short ones the client rides out, a long one it cannot) and from a real rate limit
+ * below what the service asks for, and for a few seconds some 200s carry an HTML error page instead
+ * of JSON.
  *
  * Claims: a pass that failed never moved its cursor, at any step (a trigger in the test database
  * records every change of sync_state); the cursor never went back; once the chaos stops, one more
@@ -75,6 +72,8 @@ describe('fault 4: upstream chaos during incremental passes', () => {
       SYNC_EVERY: '1s',
       RECONCILE_EVERY: '24h',
       API_RATE_LIMIT: '6000',
+      // Short, so that the requests the simulator leaves hanging time out within the minute of chaos.
+      MAILER_TIMEOUT: '2s',
       ADMIN_TOKEN: secrets.adminToken,
       PORT: '0',
       LOG_LEVEL: 'trace',
@@ -106,7 +105,7 @@ describe('fault 4: upstream chaos during incremental passes', () => {
 
     sim.clearRequests();
     sim.churn.setRate(25);
-    sim.faults.set({ errorRate: 0.05, errorStatus: 500, resetRate: 0.02 });
+    sim.faults.set({ errorRate: 0.05, errorStatus: 500, hangRate: 0.02, hangMs: 10_000, resetRate: 0.01 });
     const chaosEnd = Date.now() + CHAOS_MS;
     let burst = 0;
     const bursts: string[] = [];
@@ -172,6 +171,7 @@ describe('fault 4: upstream chaos during incremental passes', () => {
       cursorViolations: cursorViolations(runs).length,
       requests: legacy.length,
       injected500: injected((r) => r.fault === 'status' && r.status === 500),
+      injectedTimeouts: injected((r) => r.fault === 'hang'),
       injectedResets: injected((r) => r.fault === 'reset'),
       answered429: injected((r) => r.status === 429),
       htmlBodies: injected((r) => r.fault === 'html'),
@@ -181,6 +181,7 @@ describe('fault 4: upstream chaos during incremental passes', () => {
       seconds: Math.round((Date.now() - started) / 1000),
     };
     expect(figures.injected500).toBeGreaterThan(5);
+    expect(figures.injectedTimeouts).toBeGreaterThan(0);
     expect(figures.injectedResets).toBeGreaterThan(0);
     expect(figures.answered429).toBeGreaterThan(10);
     expect(figures.htmlBodies).toBeGreaterThan(0);

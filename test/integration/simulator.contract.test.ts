@@ -467,13 +467,27 @@ describe('fault injection', () => {
     expect(() => JSON.parse(html.text) as unknown).toThrow();
     s.faults.set({ htmlRate: 0, resetRate: 1 });
     await expect(legacy(s, path)).rejects.toThrow();
+    s.faults.set({ resetRate: 0, hangRate: 1, hangMs: 400 });
+    const hangStarted = performance.now();
+    await expect(legacy(s, path)).rejects.toThrow(); // no answer, then the connection goes
+    expect(performance.now() - hangStarted).toBeGreaterThanOrEqual(390);
     s.faults.clear();
     s.faults.set({ delayMs: 150 });
     const started = performance.now();
     expect((await legacy(s, path)).status).toBe(200);
     expect(performance.now() - started).toBeGreaterThanOrEqual(140);
     s.faults.clear();
-    expect(s.requests.map((r) => r.fault)).toEqual(['status', 'html', 'reset', 'delay']);
+    expect(s.requests.map((r) => r.fault)).toEqual(['status', 'html', 'reset', 'hang', 'delay']);
+  });
+
+  it('closes at once even while a request hangs', async () => {
+    const s = await startSimulator({ subscribers: 5, faults: { hangRate: 1 } });
+    const pending = legacy(s, `/groups/${s.world.groupIds()[0]}/subscribers`).catch((error: unknown) => error);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const started = performance.now();
+    await s.close();
+    expect(performance.now() - started).toBeLessThan(5_000); // not the default 60 s hang
+    expect(await pending).toBeInstanceOf(Error);
   });
 });
 

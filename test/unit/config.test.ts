@@ -55,6 +55,7 @@ describe('loadConfig', () => {
     expect(config.adminToken).toBeUndefined();
     expect(config.logLevel).toBe('info');
     expect(config.webhookRetentionMs).toBe(30 * 86_400_000);
+    expect(config.upstreamTimeoutMs).toBe(30_000);
   });
 
   it('parses every documented form', () => {
@@ -79,6 +80,7 @@ describe('loadConfig', () => {
         ADMIN_TOKEN: 'a'.repeat(32),
         LOG_LEVEL: 'debug',
         WEBHOOK_RETENTION: '7d',
+        MAILER_TIMEOUT: '10s',
       },
       ['poll', 'receive', 'manage-webhooks'],
     );
@@ -97,6 +99,7 @@ describe('loadConfig', () => {
     expect(config.webhooksApi).toEqual({ url: 'https://connect.example.com', token: 'tok-abcdef' });
     expect(config.logLevel).toBe('debug');
     expect(config.webhookRetentionMs).toBe(7 * 86_400_000);
+    expect(config.upstreamTimeoutMs).toBe(10_000);
   });
 
   it.each([
@@ -120,6 +123,7 @@ describe('loadConfig', () => {
     ['ADMIN_TOKEN', 'short', /ADMIN_TOKEN: must be at least 16 characters/],
     ['LOG_LEVEL', 'verbose', /LOG_LEVEL: /],
     ['WEBHOOK_RETENTION', '10m', /WEBHOOK_RETENTION: "10m" is shorter than 1h/],
+    ['MAILER_TIMEOUT', '500ms', /MAILER_TIMEOUT: "500ms" is shorter than 1s/],
     ['WEBHOOK_RETENTION', 'forever', /WEBHOOK_RETENTION: "forever" is not a duration/],
   ])('rejects a bad %s (%s) with a message naming it', (name, value, pattern) => {
     const problems = problemsOf({ [name]: value });
