@@ -50,6 +50,15 @@ export function passLockKey(prefix: string, groupId: string, type: string): stri
   return `${prefix}:pass-lock:g${groupId}:${type}`;
 }
 
+/**
+ * Set while a backfill or resume waits for a busy (group, type): scheduled ticks skip until it got
+ * its turn. Otherwise, with passes back to back (a short SYNC_EVERY), a backfill that retries every
+ * few seconds can wait minutes for a gap.
+ */
+export function passWantedKey(prefix: string, groupId: string, type: string): string {
+  return `${prefix}:pass-wanted:g${groupId}:${type}`;
+}
+
 function skipped(reason: string): PassJobResult {
   return { status: 'skipped', reason, rowsSeen: 0, rowsWritten: 0, requests: 0 };
 }
@@ -86,15 +95,23 @@ export function createSyncWorker(deps: SyncWorkerDeps): SyncWorker {
       return skipped(`auth paused until ${until}`);
     }
 
+    const wantedKey = passWantedKey(deps.prefix, groupId, type);
+    if (trigger === 'schedule' && (await deps.redis.exists(wantedKey).catch(() => 0)) > 0) {
+      return skipped('a backfill of this group and type is waiting for its turn');
+    }
     const lock = await tryAcquirePassLock(deps.redis, passLockKey(deps.prefix, groupId, type));
     if (!lock) {
       if (trigger !== 'schedule' && token) {
-        // Someone else is running this (group, type): try again shortly instead of dropping the request.
-        await job.moveToDelayed(Date.now() + (deps.busyRetryMs ?? 5_000), token);
+        // Someone else is running this (group, type): try again shortly instead of dropping the
+        // request, and keep scheduled ticks from taking the lock first meanwhile.
+        const retryMs = deps.busyRetryMs ?? 5_000;
+        await deps.redis.set(wantedKey, job.id ?? '1', 'PX', Math.max(3 * retryMs, 15_000));
+        await job.moveToDelayed(Date.now() + retryMs, token);
         throw new DelayedError();
       }
       return skipped('another pass of this group and type is running');
     }
+    if (trigger !== 'schedule') await deps.redis.del(wantedKey).catch(() => 0);
     if (trigger === 'resume' && !(await hasOpenFullPass(groupId, type, lock))) {
       // The pass it was meant to continue finished meanwhile (it was running elsewhere, or here).
       await lock.release();

@@ -139,9 +139,8 @@ describe('fault 4: upstream chaos during incremental passes', () => {
     expect(valueDiffs).toEqual([]);
 
     // One full pass: memberships that ended (only a full pass may conclude that) are closed too. The
-    // worker is restarted in calm settings first: with passes running back to back every second, a
-    // backfill (which retries the busy pass lock every 5 s) can wait minutes for a gap; and below the
-    // service's real limit, no 429 can fail the converging pass.
+    // worker is restarted in calm settings first: below the simulator's real limit, no 429 can fail
+    // the converging pass.
     expect(await stopGracefully(worker)).toBe(0);
     worker = startService('worker', { ...env, SYNC_EVERY: '1h', API_RATE_LIMIT: '1200' }, 'upstream-chaos-calm');
     const backfill = await runCollected(['backfill', '--all', '--wait'], env, 'upstream-chaos-backfill', { timeoutMs: 180_000 });

@@ -9,7 +9,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createLogger } from '../../src/log.js';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { tryAcquirePassLock } from '../../src/sync/lock.js';
-import { createSyncQueue, enqueueBackfill, enqueueResume, type PassJobResult } from '../../src/sync/schedule.js';
+import { PASS_JOB_OPTIONS, createSyncQueue, enqueueBackfill, enqueueResume, type PassJobResult } from '../../src/sync/schedule.js';
 import { markRunStarted, openFullPass, readSyncState, saveFullCheckpoint } from '../../src/sync/state.js';
 import { createSyncWorker, passLockKey, resumeOpenFullPasses, type SyncWorker } from '../../src/sync/worker.js';
 import { createLegacyClient } from '../../src/upstream/legacy.js';
@@ -120,5 +120,18 @@ describe('sync worker triggers', () => {
     await lock?.release();
     expect((await finished(backfillId)).status).toBe('succeeded');
     expect((await finished(resumeId)).status).toBe('skipped');
+  });
+
+  it('lets a waiting backfill go before scheduled ticks, so back-to-back passes cannot starve it', async () => {
+    const lock = await tryAcquirePassLock(redis, passLockKey(prefix, groupId, 'active'));
+    const backfillId = await enqueueBackfill(queue, groupId, 'active');
+    await new Promise((r) => setTimeout(r, 400)); // the backfill found the pass busy and waits
+    const tick = await queue.add('incremental', { groupId, type: 'active', mode: 'incremental', trigger: 'schedule' }, PASS_JOB_OPTIONS);
+    expect(await finished(tick.id as string)).toMatchObject({ status: 'skipped', reason: 'a backfill of this group and type is waiting for its turn' });
+    await lock?.release();
+    expect((await finished(backfillId)).status).toBe('succeeded');
+    // Its turn came: scheduled ticks run again.
+    const next = await queue.add('incremental', { groupId, type: 'active', mode: 'incremental', trigger: 'schedule' }, PASS_JOB_OPTIONS);
+    expect((await finished(next.id as string)).status).toBe('succeeded');
   });
 });
