@@ -21,7 +21,7 @@ import { createLogger, type Logger } from './log.js';
 import { authPauseKey, isPaused, readAuthPause } from './sync/auth-pause.js';
 import { createSyncQueue, restoreMissingSchedules, syncSchedules, type ScheduleConfig } from './sync/schedule.js';
 import { collectStatus } from './sync/status.js';
-import { createSyncWorker, lastFullPasses, resumeOpenFullPasses, type SyncWorker } from './sync/worker.js';
+import { createSyncWorker, lastFullPasses, resumeOpenFullPasses, resumeOrphanedFullPasses, type SyncWorker } from './sync/worker.js';
 import { createLegacyClient } from './upstream/legacy.js';
 import { createLimiter, type Limiter } from './upstream/limiter.js';
 import { createDeliveryConsumer, type DeliveryConsumer } from './webhooks/consumer.js';
@@ -242,7 +242,7 @@ async function startPolling(config: Config, pool: pg.Pool, redis: Redis, log: Lo
   const changes = await syncSchedules(queue, scheduleConfig, await lastFullPasses(pool));
   const resumed = await resumeOpenFullPasses(queue, pool, config.sync.groups, config.sync.types);
   log.info({ schedulers: changes.upserted.length, removed: changes.removed, resumed: resumed.length }, 'poll schedules in place');
-  const scheduleWatch = watchSchedules(queue, pool, scheduleConfig, log);
+  const scheduleWatch = watchSchedules(queue, pool, redis, config.redisPrefix, scheduleConfig, log);
 
   let lastWaitMsTotal = 0;
   const worker: SyncWorker = createSyncWorker({
@@ -291,23 +291,27 @@ async function startPolling(config: Config, pool: pg.Pool, redis: Redis, log: Lo
 }
 
 /**
- * Puts back job schedulers (and the jobs of open full passes) that vanished with Redis's data, so a
- * running service keeps polling after Redis restarts empty. Checks every SYNC_EVERY, at most 30 s.
+ * Puts back what the poll path needs in Redis when it went missing, so a running service keeps
+ * polling without a restart: job schedulers that vanished with Redis's data, and jobs for open full
+ * passes that nothing runs any more (their checkpoints are in Postgres). Checks every SYNC_EVERY, at
+ * most every 30 s.
  */
 function watchSchedules(
   queue: ReturnType<typeof createSyncQueue>,
   pool: pg.Pool,
+  redis: Redis,
+  prefix: string,
   config: ScheduleConfig,
   log: Logger,
 ): { stop(): void } {
   let checking = false;
   const check = async (): Promise<void> => {
     const restored = await restoreMissingSchedules(queue, config, () => lastFullPasses(pool));
-    if (restored.length === 0) return;
-    // The jobs of open full passes went too; their checkpoints are in Postgres. A pass still running
-    // here keeps its lock, so the re-enqueued job waits for it instead of running it twice.
-    const resumed = await resumeOpenFullPasses(queue, pool, config.groups, config.types);
-    log.warn({ restored, resumed: resumed.length }, 'job schedulers were missing from Redis (restarted empty or flushed?); re-created them');
+    if (restored.length > 0) {
+      log.warn({ restored }, 'job schedulers were missing from Redis (restarted empty or flushed?); re-created them');
+    }
+    const resumed = await resumeOrphanedFullPasses(queue, pool, redis, prefix, config.groups, config.types);
+    if (resumed.length > 0) log.warn({ jobs: resumed }, 'open full passes had no job running them; resuming them from their checkpoints');
   };
   const timer = setInterval(() => {
     if (checking) return;

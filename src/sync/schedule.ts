@@ -167,6 +167,11 @@ export function enqueueResume(queue: Queue<PassJobData, PassJobResult>, groupId:
   return enqueueFullPass(queue, groupId, type, 'resume');
 }
 
+/** The deduplication id of a backfill or resume job; BullMQ holds it until the job finishes. */
+export function fullPassDedupId(trigger: 'backfill' | 'resume', groupId: string, type: SubscriberType): string {
+  return `${trigger}-g${groupId}-${type}`;
+}
+
 async function enqueueFullPass(
   queue: Queue<PassJobData, PassJobResult>,
   groupId: string,
@@ -176,7 +181,7 @@ async function enqueueFullPass(
   const job = await queue.add(
     'full',
     { groupId, type, mode: 'full', trigger },
-    { ...PASS_JOB_OPTIONS, deduplication: { id: `${trigger}-g${groupId}-${type}` } },
+    { ...PASS_JOB_OPTIONS, deduplication: { id: fullPassDedupId(trigger, groupId, type) } },
   );
   if (!job.id) throw new Error('BullMQ returned a job without an id');
   return job.id;

@@ -14,7 +14,7 @@ import type { LegacyClient } from '../upstream/legacy.js';
 import { authPauseKey, clearAuthPause, isPaused, readAuthPause, recordAuthFailure } from './auth-pause.js';
 import { tryAcquirePassLock, type HeldLock } from './lock.js';
 import { PassInterruptedError, runPass, type PassProgress } from './poll.js';
-import { SYNC_QUEUE, enqueueResume, fullPassKey, type LastFullPasses, type PassJobData, type PassJobResult } from './schedule.js';
+import { SYNC_QUEUE, enqueueResume, fullPassDedupId, fullPassKey, type LastFullPasses, type PassJobData, type PassJobResult } from './schedule.js';
 import { listSyncStates, readSyncState } from './state.js';
 
 export interface SyncWorkerDeps {
@@ -223,6 +223,32 @@ export async function resumeOpenFullPasses(
   const ids: string[] = [];
   for (const s of states) {
     if (s.fullOffset === null || !groups.includes(s.groupId) || !types.includes(s.type)) continue;
+    ids.push(await enqueueResume(queue, s.groupId, s.type));
+  }
+  return ids;
+}
+
+/**
+ * Enqueues a resume for every open full pass that nothing is running or about to run: no one holds
+ * its pass lock and no backfill or resume job for it is queued. That happens when the job carrying
+ * the pass is lost: Redis lost its data, or a worker killed mid-pass more than once got the same
+ * job failed as "stalled more than allowable limit" (BullMQ's maxStalledCount) after the restart had
+ * already tried to resume it. Returns the ids of the jobs enqueued.
+ */
+export async function resumeOrphanedFullPasses(
+  queue: Queue<PassJobData, PassJobResult>,
+  pool: pg.Pool,
+  redis: Redis,
+  prefix: string,
+  groups: readonly string[],
+  types: readonly SubscriberType[],
+): Promise<string[]> {
+  const ids: string[] = [];
+  for (const s of await listSyncStates(pool)) {
+    if (s.fullOffset === null || !groups.includes(s.groupId) || !types.includes(s.type)) continue;
+    if ((await redis.exists(passLockKey(prefix, s.groupId, s.type))) > 0) continue;
+    if (await queue.getDeduplicationJobId(fullPassDedupId('resume', s.groupId, s.type))) continue;
+    if (await queue.getDeduplicationJobId(fullPassDedupId('backfill', s.groupId, s.type))) continue;
     ids.push(await enqueueResume(queue, s.groupId, s.type));
   }
   return ids;

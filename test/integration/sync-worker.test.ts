@@ -11,7 +11,7 @@ import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { tryAcquirePassLock } from '../../src/sync/lock.js';
 import { PASS_JOB_OPTIONS, createSyncQueue, enqueueBackfill, enqueueResume, type PassJobResult } from '../../src/sync/schedule.js';
 import { markRunStarted, openFullPass, readSyncState, saveFullCheckpoint } from '../../src/sync/state.js';
-import { createSyncWorker, passLockKey, resumeOpenFullPasses, type SyncWorker } from '../../src/sync/worker.js';
+import { createSyncWorker, passLockKey, resumeOpenFullPasses, resumeOrphanedFullPasses, type SyncWorker } from '../../src/sync/worker.js';
 import { createLegacyClient } from '../../src/upstream/legacy.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
@@ -133,5 +133,24 @@ describe('sync worker triggers', () => {
     // Its turn came: scheduled ticks run again.
     const next = await queue.add('incremental', { groupId, type: 'active', mode: 'incremental', trigger: 'schedule' }, PASS_JOB_OPTIONS);
     expect((await finished(next.id as string)).status).toBe('succeeded');
+  });
+
+  it('finds open full passes that nothing runs or waits to run, and resumes them once', async () => {
+    const orphans = () => resumeOrphanedFullPasses(queue, database.pool, redis, prefix, [groupId], ['active']);
+    await markRunStarted(database.pool, groupId, 'active', 'full');
+    await openFullPass(database.pool, groupId, 'active');
+    await saveFullCheckpoint(database.pool, groupId, 'active', 500);
+
+    const lock = await tryAcquirePassLock(redis, passLockKey(prefix, groupId, 'active'));
+    expect(await orphans()).toEqual([]); // someone holds the pass: not an orphan
+    await lock?.release();
+
+    // What a job failed as "stalled more than allowable limit" leaves: an open pass and no job.
+    const [id] = await orphans();
+    expect(id).toBeDefined();
+    expect(await orphans()).toEqual([]); // its resume is queued (or already running or done)
+    expect(await finished(id as string)).toMatchObject({ status: 'succeeded' });
+    expect(listRequests()[0]?.url).toContain('offset=500');
+    expect(await orphans()).toEqual([]);
   });
 });
