@@ -21,7 +21,7 @@ import { createLogger, type Logger } from './log.js';
 import { authPauseKey, isPaused, readAuthPause } from './sync/auth-pause.js';
 import { createSyncQueue, restoreMissingSchedules, syncSchedules, type ScheduleConfig } from './sync/schedule.js';
 import { collectStatus } from './sync/status.js';
-import { createSyncWorker, lastFullPasses, resumeOpenFullPasses, resumeOrphanedFullPasses, type SyncWorker } from './sync/worker.js';
+import { createOrphanResumer, createSyncWorker, lastFullPasses, resumeOpenFullPasses, type SyncWorker } from './sync/worker.js';
 import { createLegacyClient } from './upstream/legacy.js';
 import { createLimiter, type Limiter } from './upstream/limiter.js';
 import { createDeliveryConsumer, type DeliveryConsumer } from './webhooks/consumer.js';
@@ -242,7 +242,20 @@ async function startPolling(config: Config, pool: pg.Pool, redis: Redis, log: Lo
   const changes = await syncSchedules(queue, scheduleConfig, await lastFullPasses(pool));
   const resumed = await resumeOpenFullPasses(queue, pool, config.sync.groups, config.sync.types);
   log.info({ schedulers: changes.upserted.length, removed: changes.removed, resumed: resumed.length }, 'poll schedules in place');
-  const scheduleWatch = watchSchedules(queue, pool, redis, config.redisPrefix, scheduleConfig, log);
+  const resumeOrphans = createOrphanResumer({
+    queue,
+    pool,
+    redis,
+    prefix: config.redisPrefix,
+    groups: config.sync.groups,
+    types: config.sync.types,
+  });
+  const pauseKey = authPauseKey(config.redisPrefix, apiKey);
+  const scheduleWatch = watchSchedules(queue, pool, scheduleConfig, log, async () => {
+    // While the API key is rejected, a resume would only be skipped: leave it to the end of the pause.
+    if (isPaused(await readAuthPause(redis, pauseKey))) return [];
+    return resumeOrphans();
+  });
 
   let lastWaitMsTotal = 0;
   const worker: SyncWorker = createSyncWorker({
@@ -279,7 +292,7 @@ async function startPolling(config: Config, pool: pg.Pool, redis: Redis, log: Lo
     metrics,
   });
   return {
-    pauseKey: authPauseKey(config.redisPrefix, apiKey),
+    pauseKey,
     queue,
     async stop(timeoutMs: number) {
       scheduleWatch.stop();
@@ -299,10 +312,9 @@ async function startPolling(config: Config, pool: pg.Pool, redis: Redis, log: Lo
 function watchSchedules(
   queue: ReturnType<typeof createSyncQueue>,
   pool: pg.Pool,
-  redis: Redis,
-  prefix: string,
   config: ScheduleConfig,
   log: Logger,
+  resumeOrphans: () => Promise<string[]>,
 ): { stop(): void } {
   let checking = false;
   const check = async (): Promise<void> => {
@@ -310,7 +322,7 @@ function watchSchedules(
     if (restored.length > 0) {
       log.warn({ restored }, 'job schedulers were missing from Redis (restarted empty or flushed?); re-created them');
     }
-    const resumed = await resumeOrphanedFullPasses(queue, pool, redis, prefix, config.groups, config.types);
+    const resumed = await resumeOrphans();
     if (resumed.length > 0) log.warn({ jobs: resumed }, 'open full passes had no job running them; resuming them from their checkpoints');
   };
   const timer = setInterval(() => {

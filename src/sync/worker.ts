@@ -228,30 +228,51 @@ export async function resumeOpenFullPasses(
   return ids;
 }
 
+export interface OrphanResumerDeps {
+  queue: Queue<PassJobData, PassJobResult>;
+  pool: pg.Pool;
+  redis: Redis;
+  prefix: string;
+  groups: readonly string[];
+  types: readonly SubscriberType[];
+  /** Wait before resuming the same pass again while its checkpoint has not moved (default 1 min)... */
+  minRetryMs?: number;
+  /** ...doubling each time up to this (default 1 h). */
+  maxRetryMs?: number;
+  now?: () => number;
+}
+
 /**
- * Enqueues a resume for every open full pass that nothing is running or about to run: no one holds
- * its pass lock and no backfill or resume job for it is queued. That happens when the job carrying
- * the pass is lost: Redis lost its data, or a worker killed mid-pass more than once got the same
- * job failed as "stalled more than allowable limit" (BullMQ's maxStalledCount) after the restart had
- * already tried to resume it. Returns the ids of the jobs enqueued.
+ * Finds open full passes that nothing is running or about to run (no one holds the pass lock, no
+ * backfill or resume job is queued) and enqueues a resume for each; returns the job ids.
+ *
+ * A pass is left so when the job carrying it is lost: Redis lost its data, or a worker killed
+ * mid-pass more than once got the same job failed as "stalled more than allowable limit" (BullMQ's
+ * maxStalledCount) after the restart had already tried to resume it. A pass that failed (its
+ * checkpoint stays open) looks the same, so while a pass's checkpoint does not move it is resumed
+ * again only after a delay that doubles up to `maxRetryMs`, not at every check.
  */
-export async function resumeOrphanedFullPasses(
-  queue: Queue<PassJobData, PassJobResult>,
-  pool: pg.Pool,
-  redis: Redis,
-  prefix: string,
-  groups: readonly string[],
-  types: readonly SubscriberType[],
-): Promise<string[]> {
-  const ids: string[] = [];
-  for (const s of await listSyncStates(pool)) {
-    if (s.fullOffset === null || !groups.includes(s.groupId) || !types.includes(s.type)) continue;
-    if ((await redis.exists(passLockKey(prefix, s.groupId, s.type))) > 0) continue;
-    if (await queue.getDeduplicationJobId(fullPassDedupId('resume', s.groupId, s.type))) continue;
-    if (await queue.getDeduplicationJobId(fullPassDedupId('backfill', s.groupId, s.type))) continue;
-    ids.push(await enqueueResume(queue, s.groupId, s.type));
-  }
-  return ids;
+export function createOrphanResumer(deps: OrphanResumerDeps): () => Promise<string[]> {
+  const minRetryMs = deps.minRetryMs ?? 60_000;
+  const maxRetryMs = deps.maxRetryMs ?? 3_600_000;
+  const now = deps.now ?? Date.now;
+  const tried = new Map<string, { offset: number; at: number; waitMs: number }>();
+  return async () => {
+    const ids: string[] = [];
+    for (const s of await listSyncStates(deps.pool)) {
+      if (s.fullOffset === null || !deps.groups.includes(s.groupId) || !deps.types.includes(s.type)) continue;
+      if ((await deps.redis.exists(passLockKey(deps.prefix, s.groupId, s.type))) > 0) continue;
+      if (await deps.queue.getDeduplicationJobId(fullPassDedupId('resume', s.groupId, s.type))) continue;
+      if (await deps.queue.getDeduplicationJobId(fullPassDedupId('backfill', s.groupId, s.type))) continue;
+      const key = fullPassKey(s.groupId, s.type);
+      const last = tried.get(key);
+      const stuck = last !== undefined && last.offset === s.fullOffset;
+      if (stuck && now() < last.at + last.waitMs) continue;
+      tried.set(key, { offset: s.fullOffset, at: now(), waitMs: stuck ? Math.min(last.waitMs * 2, maxRetryMs) : minRetryMs });
+      ids.push(await enqueueResume(deps.queue, s.groupId, s.type));
+    }
+    return ids;
+  };
 }
 
 /** When each (group, type) last completed a full pass, for scheduling the next one (schedule.ts). */

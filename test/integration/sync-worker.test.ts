@@ -11,7 +11,7 @@ import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { tryAcquirePassLock } from '../../src/sync/lock.js';
 import { PASS_JOB_OPTIONS, createSyncQueue, enqueueBackfill, enqueueResume, type PassJobResult } from '../../src/sync/schedule.js';
 import { markRunStarted, openFullPass, readSyncState, saveFullCheckpoint } from '../../src/sync/state.js';
-import { createSyncWorker, passLockKey, resumeOpenFullPasses, resumeOrphanedFullPasses, type SyncWorker } from '../../src/sync/worker.js';
+import { createOrphanResumer, createSyncWorker, passLockKey, passWantedKey, resumeOpenFullPasses, type SyncWorker } from '../../src/sync/worker.js';
 import { createLegacyClient } from '../../src/upstream/legacy.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
@@ -101,12 +101,16 @@ describe('sync worker triggers', () => {
     expect(lock).not.toBeNull();
 
     const jobId = await enqueueResume(queue, groupId, 'active');
-    await new Promise((r) => setTimeout(r, 600)); // a few busy retries
-    expect(await (await queue.getJob(jobId))?.getState()).toBe('delayed');
-
-    // The holder completes the pass (as a still-running process would after Redis lost its job).
-    await database.pool.query('update sync_state set full_offset = null where group_id = $1 and type = $2', [groupId, 'active']);
-    await lock?.release();
+    try {
+      await new Promise((r) => setTimeout(r, 600)); // a few busy retries
+      // Between retries it is delayed; during one, briefly active. Never finished, nothing fetched.
+      expect(['delayed', 'active', 'waiting']).toContain(await (await queue.getJob(jobId))?.getState());
+      expect(listRequests()).toHaveLength(0);
+      // The holder completes the pass (as a still-running process would after Redis lost its job).
+      await database.pool.query('update sync_state set full_offset = null where group_id = $1 and type = $2', [groupId, 'active']);
+    } finally {
+      await lock?.release();
+    }
     const result = await finished(jobId);
     expect(result).toMatchObject({ status: 'skipped', reason: 'no open full pass to resume' });
     expect(listRequests()).toHaveLength(0);
@@ -125,10 +129,17 @@ describe('sync worker triggers', () => {
   it('lets a waiting backfill go before scheduled ticks, so back-to-back passes cannot starve it', async () => {
     const lock = await tryAcquirePassLock(redis, passLockKey(prefix, groupId, 'active'));
     const backfillId = await enqueueBackfill(queue, groupId, 'active');
-    await new Promise((r) => setTimeout(r, 400)); // the backfill found the pass busy and waits
-    const tick = await queue.add('incremental', { groupId, type: 'active', mode: 'incremental', trigger: 'schedule' }, PASS_JOB_OPTIONS);
-    expect(await finished(tick.id as string)).toMatchObject({ status: 'skipped', reason: 'a backfill of this group and type is waiting for its turn' });
-    await lock?.release();
+    try {
+      // The backfill found the pass busy and waits, marked as wanted.
+      const deadline = Date.now() + 10_000;
+      while ((await redis.exists(passWantedKey(prefix, groupId, 'active'))) === 0 && Date.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      const tick = await queue.add('incremental', { groupId, type: 'active', mode: 'incremental', trigger: 'schedule' }, PASS_JOB_OPTIONS);
+      expect(await finished(tick.id as string)).toMatchObject({ status: 'skipped', reason: 'a backfill of this group and type is waiting for its turn' });
+    } finally {
+      await lock?.release();
+    }
     expect((await finished(backfillId)).status).toBe('succeeded');
     // Its turn came: scheduled ticks run again.
     const next = await queue.add('incremental', { groupId, type: 'active', mode: 'incremental', trigger: 'schedule' }, PASS_JOB_OPTIONS);
@@ -136,14 +147,17 @@ describe('sync worker triggers', () => {
   });
 
   it('finds open full passes that nothing runs or waits to run, and resumes them once', async () => {
-    const orphans = () => resumeOrphanedFullPasses(queue, database.pool, redis, prefix, [groupId], ['active']);
+    const orphans = createOrphanResumer({ queue, pool: database.pool, redis, prefix, groups: [groupId], types: ['active'] });
     await markRunStarted(database.pool, groupId, 'active', 'full');
     await openFullPass(database.pool, groupId, 'active');
     await saveFullCheckpoint(database.pool, groupId, 'active', 500);
 
     const lock = await tryAcquirePassLock(redis, passLockKey(prefix, groupId, 'active'));
-    expect(await orphans()).toEqual([]); // someone holds the pass: not an orphan
-    await lock?.release();
+    try {
+      expect(await orphans()).toEqual([]); // someone holds the pass: not an orphan
+    } finally {
+      await lock?.release();
+    }
 
     // What a job failed as "stalled more than allowable limit" leaves: an open pass and no job.
     const [id] = await orphans();
@@ -152,5 +166,54 @@ describe('sync worker triggers', () => {
     expect(await finished(id as string)).toMatchObject({ status: 'succeeded' });
     expect(listRequests()[0]?.url).toContain('offset=500');
     expect(await orphans()).toEqual([]);
+  });
+
+  it('resumes a pass that keeps failing at the same checkpoint only after a growing delay', async () => {
+    let clock = 1_000_000;
+    const orphans = createOrphanResumer({
+      queue,
+      pool: database.pool,
+      redis,
+      prefix,
+      groups: [groupId],
+      types: ['active'],
+      minRetryMs: 60_000,
+      maxRetryMs: 200_000,
+      now: () => clock,
+    });
+    await markRunStarted(database.pool, groupId, 'active', 'full');
+    await openFullPass(database.pool, groupId, 'active');
+    await saveFullCheckpoint(database.pool, groupId, 'active', 900);
+    sim.faults.set({ errorRate: 1 }); // every resume fails; the checkpoint stays at 900
+    const failedRun = async () => {
+      const [id] = await orphans();
+      if (!id) return false;
+      const job = await queue.getJob(id);
+      await job?.waitUntilFinished(events, 30_000).catch(() => undefined);
+      expect(await job?.getState()).toBe('failed');
+      return true;
+    };
+    try {
+      expect(await failedRun()).toBe(true); // first sight: at once
+      clock += 59_000;
+      expect(await orphans()).toEqual([]); // not again within a minute
+      clock += 1_000;
+      expect(await failedRun()).toBe(true); // a minute later
+      clock += 119_000;
+      expect(await orphans()).toEqual([]); // now two minutes
+      clock += 1_000;
+      expect(await failedRun()).toBe(true);
+      clock += 199_000;
+      expect(await orphans()).toEqual([]); // capped at maxRetryMs
+      clock += 1_000;
+      expect(await failedRun()).toBe(true);
+    } finally {
+      sim.faults.clear();
+    }
+    // Progress resets the wait: once the checkpoint moves, the next check resumes at once.
+    await saveFullCheckpoint(database.pool, groupId, 'active', 1_000);
+    const [id] = await orphans();
+    expect(id).toBeDefined();
+    expect(await finished(id as string)).toMatchObject({ status: 'succeeded' });
   });
 });
