@@ -41,6 +41,7 @@ export class StartupError extends Error {
 
 /** Upper bound on how often a poll role checks that its job schedulers still exist in Redis. */
 const SCHEDULE_CHECK_MAX_MS = 30_000;
+const FIRST_SCHEDULE_CHECK_MS = 5_000;
 
 /** Receiver outcomes as the deliveries metric names them. */
 const OUTCOME_LABEL: Record<ReceiverOutcome, string> = {
@@ -316,7 +317,6 @@ function watchSchedules(
   log: Logger,
   resumeOrphans: () => Promise<string[]>,
 ): { stop(): void } {
-  let checking = false;
   const check = async (): Promise<void> => {
     const restored = await restoreMissingSchedules(queue, config, () => lastFullPasses(pool));
     if (restored.length > 0) {
@@ -325,17 +325,27 @@ function watchSchedules(
     const resumed = await resumeOrphans();
     if (resumed.length > 0) log.warn({ jobs: resumed }, 'open full passes had no job running them; resuming them from their checkpoints');
   };
-  const timer = setInterval(() => {
-    if (checking) return;
-    checking = true;
-    check()
-      .catch((error: unknown) => log.debug({ err: describeConnectionError(error) }, 'schedule check failed; retrying at the next tick'))
-      .finally(() => {
-        checking = false;
-      });
-  }, Math.min(config.everyMs, SCHEDULE_CHECK_MAX_MS));
-  timer.unref();
-  return { stop: () => clearInterval(timer) };
+  const everyMs = Math.min(config.everyMs, SCHEDULE_CHECK_MAX_MS);
+  let stopped = false;
+  let timer: NodeJS.Timeout | undefined;
+  const next = (delayMs: number) => {
+    if (stopped) return;
+    timer = setTimeout(() => {
+      check()
+        .catch((error: unknown) => log.debug({ err: describeConnectionError(error) }, 'schedule check failed; retrying at the next tick'))
+        .finally(() => next(everyMs));
+    }, delayMs);
+    timer.unref();
+  };
+  // The first check comes soon after start: BullMQ fails a job that stalled twice in the worker's
+  // first stalled-job check, after start already tried to resume its pass into that very job.
+  next(Math.min(everyMs, FIRST_SCHEDULE_CHECK_MS));
+  return {
+    stop: () => {
+      stopped = true;
+      clearTimeout(timer);
+    },
+  };
 }
 
 /** Turns pg/network errors into one line without stack, host credentials or internals. */
