@@ -8,12 +8,14 @@
  * the poll passes and applies stored deliveries; `all` does both. Every role serves /healthz,
  * /readyz, /metrics and, with ADMIN_TOKEN, the admin API.
  */
+import type { ConnectionOptions } from 'bullmq';
 import { Redis } from 'ioredis';
 import type pg from 'pg';
 import type { Config, Role } from './config.js';
 import { secretsOf } from './config.js';
 import { openDatabase } from './db/client.js';
 import { migrationsPending, runMigrations } from './db/migrate.js';
+import { repeat, type Repeating } from './repeat.js';
 import { registerAdminRoutes } from './http/admin.js';
 import { createMetrics, type Metrics } from './http/metrics.js';
 import { buildServer, type ReadinessCheck } from './http/server.js';
@@ -89,7 +91,7 @@ export async function startService(config: Config, role: Role): Promise<RunningS
     work: polls,
     retentionMs: config.webhookRetentionMs,
   });
-  const polling = polls ? await startPolling(config, database.pool, redis, log, metrics) : null;
+  const polling = polls ? await startPolling(config, database.pool, redis, workerConnection, log, metrics) : null;
   const syncQueue = polling?.queue ?? createSyncQueue(queueConnection, config.redisPrefix);
 
   const refreshGauges = async () => {
@@ -217,10 +219,16 @@ interface Polling {
 }
 
 /** Schedules passes for the configured groups, resumes open full passes, and runs the sync worker. */
-async function startPolling(config: Config, pool: pg.Pool, redis: Redis, log: Logger, metrics: Metrics): Promise<Polling> {
+async function startPolling(
+  config: Config,
+  pool: pg.Pool,
+  redis: Redis,
+  connection: ConnectionOptions,
+  log: Logger,
+  metrics: Metrics,
+): Promise<Polling> {
   const legacyUrl = config.legacy.url as string;
   const apiKey = config.legacy.apiKey as string;
-  const connection = { url: config.redisUrl, maxRetriesPerRequest: null };
   const limiter: Limiter = createLimiter({
     mode: 'redis',
     redisUrl: config.redisUrl,
@@ -316,7 +324,7 @@ function watchSchedules(
   config: ScheduleConfig,
   log: Logger,
   resumeOrphans: () => Promise<string[]>,
-): { stop(): void } {
+): Repeating {
   const check = async (): Promise<void> => {
     const restored = await restoreMissingSchedules(queue, config, () => lastFullPasses(pool));
     if (restored.length > 0) {
@@ -326,26 +334,13 @@ function watchSchedules(
     if (resumed.length > 0) log.warn({ jobs: resumed }, 'open full passes had no job running them; resuming them from their checkpoints');
   };
   const everyMs = Math.min(config.everyMs, SCHEDULE_CHECK_MAX_MS);
-  let stopped = false;
-  let timer: NodeJS.Timeout | undefined;
-  const next = (delayMs: number) => {
-    if (stopped) return;
-    timer = setTimeout(() => {
-      check()
-        .catch((error: unknown) => log.debug({ err: describeConnectionError(error) }, 'schedule check failed; retrying at the next tick'))
-        .finally(() => next(everyMs));
-    }, delayMs);
-    timer.unref();
-  };
-  // The first check comes soon after start: BullMQ fails a job that stalled twice in the worker's
-  // first stalled-job check, after start already tried to resume its pass into that very job.
-  next(Math.min(everyMs, FIRST_SCHEDULE_CHECK_MS));
-  return {
-    stop: () => {
-      stopped = true;
-      clearTimeout(timer);
-    },
-  };
+  return repeat(check, {
+    // The first check comes soon after start: BullMQ fails a job that stalled twice in the worker's
+    // first stalled-job check, after start already tried to resume its pass into that very job.
+    firstDelayMs: Math.min(everyMs, FIRST_SCHEDULE_CHECK_MS),
+    nextDelayMs: () => everyMs,
+    onError: (error) => log.debug({ err: describeConnectionError(error) }, 'schedule check failed; retrying at the next tick'),
+  });
 }
 
 /** Turns pg/network errors into one line without stack, host credentials or internals. */

@@ -141,17 +141,12 @@ export async function restoreMissingSchedules(
   now: () => number = Date.now,
 ): Promise<string[]> {
   const present = new Set((await queue.getJobSchedulers(0, -1)).map((s) => s.key));
-  const all = wantedSchedulers(config, new Map(), now());
-  if ([...all.keys()].every((id) => present.has(id))) return [];
+  const missing = [...wantedSchedulers(config, new Map(), now()).keys()].filter((id) => !present.has(id));
+  if (missing.length === 0) return [];
   // Only now read Postgres: this check runs every SYNC_EVERY and almost always finds everything there.
   const wanted = wantedSchedulers(config, await lastFull(), now());
-  const restored: string[] = [];
-  for (const [id, scheduler] of wanted) {
-    if (present.has(id)) continue;
-    await upsertScheduler(queue, id, scheduler);
-    restored.push(id);
-  }
-  return restored;
+  for (const id of missing) await upsertScheduler(queue, id, wanted.get(id) as WantedScheduler);
+  return missing;
 }
 
 /** Enqueues a manual full pass; piled-up requests for the same (group, type) collapse into one. */

@@ -15,7 +15,7 @@ import { authPauseKey, clearAuthPause, isPaused, readAuthPause, recordAuthFailur
 import { tryAcquirePassLock, type HeldLock } from './lock.js';
 import { PassInterruptedError, runPass, type PassProgress } from './poll.js';
 import { SYNC_QUEUE, enqueueResume, fullPassDedupId, fullPassKey, type LastFullPasses, type PassJobData, type PassJobResult } from './schedule.js';
-import { listSyncStates, readSyncState } from './state.js';
+import { listSyncStates, readSyncState, type SyncStateRow } from './state.js';
 
 export interface SyncWorkerDeps {
   pool: pg.Pool;
@@ -219,13 +219,20 @@ export async function resumeOpenFullPasses(
   groups: readonly string[],
   types: readonly SubscriberType[],
 ): Promise<string[]> {
-  const states = await listSyncStates(pool);
   const ids: string[] = [];
-  for (const s of states) {
-    if (s.fullOffset === null || !groups.includes(s.groupId) || !types.includes(s.type)) continue;
-    ids.push(await enqueueResume(queue, s.groupId, s.type));
-  }
+  for (const s of await openFullPasses(pool, groups, types)) ids.push(await enqueueResume(queue, s.groupId, s.type));
   return ids;
+}
+
+/** Full passes with an open checkpoint among the configured groups and types. */
+async function openFullPasses(
+  pool: pg.Pool,
+  groups: readonly string[],
+  types: readonly SubscriberType[],
+): Promise<Array<SyncStateRow & { fullOffset: number }>> {
+  return (await listSyncStates(pool)).filter(
+    (s): s is SyncStateRow & { fullOffset: number } => s.fullOffset !== null && groups.includes(s.groupId) && types.includes(s.type),
+  );
 }
 
 export interface OrphanResumerDeps {
@@ -259,8 +266,7 @@ export function createOrphanResumer(deps: OrphanResumerDeps): () => Promise<stri
   const tried = new Map<string, { offset: number; at: number; waitMs: number }>();
   return async () => {
     const ids: string[] = [];
-    for (const s of await listSyncStates(deps.pool)) {
-      if (s.fullOffset === null || !deps.groups.includes(s.groupId) || !deps.types.includes(s.type)) continue;
+    for (const s of await openFullPasses(deps.pool, deps.groups, deps.types)) {
       if ((await deps.redis.exists(passLockKey(deps.prefix, s.groupId, s.type))) > 0) continue;
       if (await deps.queue.getDeduplicationJobId(fullPassDedupId('resume', s.groupId, s.type))) continue;
       if (await deps.queue.getDeduplicationJobId(fullPassDedupId('backfill', s.groupId, s.type))) continue;

@@ -33,6 +33,7 @@ import type { Logger } from '../log.js';
 import { NormalizeError } from '../mirror/normalize.js';
 import { applyPlan, planDelivery, type ApplyCounts } from './apply.js';
 import { deliveryKinds, parseDelivery, PayloadError } from './payloads.js';
+import { repeat } from '../repeat.js';
 import { purgeDeliveries } from './inbox.js';
 
 export const EVENTS_QUEUE = 'events';
@@ -443,8 +444,6 @@ export function createDeliveryConsumer(deps: DeliveryConsumerDeps): DeliveryCons
   // jobs exist; re-adding is a no-op) cannot hide the ones behind them.
   let cursor: { receivedAt: string; id: string } | null = null;
   let sweeping: Promise<number> | null = null;
-  let timer: NodeJS.Timeout | undefined;
-  let closed = false;
 
   const sweepOnce = async (): Promise<number> => {
     // Bounded: a backlog in Postgres (after an outage) must not all move into Redis at once.
@@ -472,25 +471,19 @@ export function createDeliveryConsumer(deps: DeliveryConsumerDeps): DeliveryCons
     return sweeping;
   };
 
-  const scheduleSweep = (delayMs: number) => {
-    if (closed || sweepEveryMs <= 0) return;
-    clearTimeout(timer);
-    timer = setTimeout(() => {
-      sweep()
-        .then(() => scheduleSweep(cursor ? Math.min(1_000, sweepEveryMs) : sweepEveryMs))
-        .catch((error: unknown) => {
-          log.warn({ err: error }, 'sweeping pending deliveries failed');
-          scheduleSweep(sweepEveryMs);
-        });
-    }, delayMs);
-    timer.unref();
-  };
-  // Once at start (rows a crash left pending), then every sweepEveryMs.
-  if (worker) scheduleSweep(0);
+  // Once at start (rows a crash left pending), then every sweepEveryMs; sooner while a full sweep
+  // leaves more behind.
+  const sweeper =
+    worker && sweepEveryMs > 0
+      ? repeat(sweep, {
+          firstDelayMs: 0,
+          nextDelayMs: (failed) => (!failed && cursor ? Math.min(1_000, sweepEveryMs) : sweepEveryMs),
+          onError: (error) => log.warn({ err: error }, 'sweeping pending deliveries failed'),
+        })
+      : null;
 
   // Retention: every replica may purge; concurrent deletes of the same rows are harmless.
   let purging: Promise<number> | null = null;
-  let purgeTimer: NodeJS.Timeout | undefined;
   const purge = (): Promise<number> => {
     if (deps.retentionMs === undefined) return Promise.resolve(0);
     const retentionMs = deps.retentionMs;
@@ -507,16 +500,15 @@ export function createDeliveryConsumer(deps: DeliveryConsumerDeps): DeliveryCons
       });
     return purging;
   };
-  const schedulePurge = (delayMs: number) => {
-    if (closed || deps.retentionMs === undefined) return;
-    purgeTimer = setTimeout(() => {
-      purge()
-        .catch((error: unknown) => log.warn({ err: error }, 'purging old deliveries failed; trying again later'))
-        .finally(() => schedulePurge(deps.purgeEveryMs ?? 600_000));
-    }, delayMs);
-    purgeTimer.unref();
-  };
-  if (worker) schedulePurge(Math.min(60_000, deps.purgeEveryMs ?? 600_000));
+  const purgeEveryMs = deps.purgeEveryMs ?? 600_000;
+  const purger =
+    worker && deps.retentionMs !== undefined
+      ? repeat(purge, {
+          firstDelayMs: Math.min(60_000, purgeEveryMs),
+          nextDelayMs: () => purgeEveryMs,
+          onError: (error) => log.warn({ err: error }, 'purging old deliveries failed; trying again later'),
+        })
+      : null;
 
   // The receiver answers a whole inbox batch at once; its ids are added together, one round trip.
   let waiting: Array<{ id: string; resolve: () => void; reject: (error: unknown) => void }> = [];
@@ -546,9 +538,8 @@ export function createDeliveryConsumer(deps: DeliveryConsumerDeps): DeliveryCons
     sweep,
     purge,
     async close(timeoutMs) {
-      closed = true;
-      clearTimeout(timer);
-      clearTimeout(purgeTimer);
+      sweeper?.stop();
+      purger?.stop();
       await sweeping?.catch(() => 0);
       await purging?.catch(() => 0);
       if (waiting.length > 0) flushAdds();
