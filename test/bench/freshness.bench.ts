@@ -19,18 +19,18 @@
  * figures as JSON (test/bench/lib/report.ts shape, goal as baseline; default
  * $TMPDIR/subscriber-mirror-bench/freshness.json) and returns them. Never asserts on timing.
  */
-import { spawn } from 'node:child_process';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
-import { Redis } from 'ioredis';
 import { openDatabase } from '../../src/db/client.js';
 import { buildServer } from '../../src/http/server.js';
 import { createLogger } from '../../src/log.js';
 import { createDeliveryConsumer } from '../../src/webhooks/consumer.js';
 import { registerWebhookRoute } from '../../src/webhooks/receiver.js';
-import { figure, printTable, writeJson, type BenchResult } from './lib/report.js';
+import { deleteKeysByPrefix } from '../helpers/redis-prefix.js';
+import { argNumber, isMain } from './lib/cli.js';
+import { runLoadGenerator } from './lib/load-generator.js';
+import { figure, printTable, round, writeJson, type BenchResult } from './lib/report.js';
 import { createScratchDatabase } from './lib/scratch-db.js';
 
 export interface FreshnessOptions {
@@ -98,14 +98,14 @@ export async function benchFreshness(options: FreshnessOptions = {}): Promise<Fr
     await app.listen({ port: 0, host: '127.0.0.1' });
     const port = (app.server.address() as AddressInfo).port;
     // Warm up connections, prepared statements and the JIT before measuring.
-    await runGenerator({ port, secret: SECRET, rate: Math.min(rate, 200), seconds: 1, runId: 'warmup' });
+    await runLoadGenerator<GeneratorResult>(GENERATOR, { port, secret: SECRET, rate: Math.min(rate, 200), seconds: 1, runId: 'warmup' } satisfies GeneratorConfig);
     await waitDrained(database.pool, 30_000);
     await database.pool.query('truncate webhook_deliveries, subscribers, subscriber_activity');
 
     const pgBefore = await postgresCpuMs(database.pool, scratch.name);
     const cpuBefore = process.cpuUsage();
     const wallBefore = performance.now();
-    const load = await runGenerator({ port, secret: SECRET, rate, seconds, runId: 'measure' });
+    const load = await runLoadGenerator<GeneratorResult>(GENERATOR, { port, secret: SECRET, rate, seconds, runId: 'measure' } satisfies GeneratorConfig);
     const drainMs = await waitDrained(database.pool, 120_000);
     const cpu = process.cpuUsage(cpuBefore);
     const wallMs = performance.now() - wallBefore;
@@ -181,7 +181,7 @@ export async function benchFreshness(options: FreshnessOptions = {}): Promise<Fr
     await consumer.close(10_000);
     await database.close();
     await scratch.drop();
-    await deleteKeys(redisUrl, prefix);
+    await deleteKeysByPrefix(redisUrl, prefix);
   }
 }
 
@@ -215,27 +215,8 @@ async function postgresCpuMs(pool: import('pg').Pool, database: string): Promise
   return ticks * 10; // USER_HZ = 100 on Linux
 }
 
-async function deleteKeys(url: string, prefix: string): Promise<void> {
-  const redis = new Redis(url, { maxRetriesPerRequest: 1 });
-  try {
-    let cursor = '0';
-    do {
-      const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 500);
-      cursor = next;
-      if (keys.length > 0) await redis.del(...keys);
-    } while (cursor !== '0');
-  } finally {
-    redis.disconnect();
-  }
-}
-
 function q(sorted: readonly number[], p: number): number {
   return sorted.length === 0 ? 0 : (sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))] ?? 0);
-}
-
-function round(value: number, digits: number): number {
-  const f = 10 ** digits;
-  return Math.round(value * f) / f;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -348,34 +329,13 @@ setTimeout(() => {
 }, 200);
 `;
 
-function runGenerator(config: GeneratorConfig): Promise<GeneratorResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['-e', GENERATOR, JSON.stringify(config)], { stdio: ['ignore', 'pipe', 'inherit'] });
-    let out = '';
-    child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString('utf8')));
-    child.on('error', reject);
-    child.on('exit', (code) => {
-      if (code !== 0) reject(new Error(`load generator exited with ${code}`));
-      else resolve(JSON.parse(out) as GeneratorResult);
-    });
-  });
-}
-
-function argValue(name: string): number | undefined {
-  const i = process.argv.indexOf(`--${name}`);
-  if (i === -1) return undefined;
-  const n = Number(process.argv[i + 1]);
-  if (!Number.isFinite(n)) throw new Error(`--${name} needs a number`);
-  return n;
-}
-
-if (process.argv[1] && import.meta.url === pathToFileURL(path.resolve(process.argv[1])).href) {
+if (isMain(import.meta.url)) {
   const jsonArg = process.argv.indexOf('--json');
   benchFreshness({
-    rate: argValue('rate') ?? 500,
-    seconds: argValue('seconds') ?? 10,
-    concurrency: argValue('concurrency') ?? 4,
-    poolSize: argValue('pool') ?? 10,
+    rate: argNumber('rate') ?? 500,
+    seconds: argNumber('seconds') ?? 10,
+    concurrency: argNumber('concurrency') ?? 4,
+    poolSize: argNumber('pool') ?? 10,
     ...(jsonArg === -1 ? {} : { json: process.argv[jsonArg + 1] ?? null }),
   }).catch((error: unknown) => {
     console.error(error);

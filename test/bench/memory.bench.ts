@@ -17,10 +17,11 @@
 import { spawn } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { fileURLToPath } from 'node:url';
 import { SUBSCRIBER_TYPES, type SubscriberType } from '../../src/db/schema.js';
 import { startSimulator } from '../../src/simulator/index.js';
 import type { MemoryChildConfig, MemoryChildReport } from './memory-pass.child.js';
+import { argText, isMain } from './lib/cli.js';
 import { figure, printTable, writeJson, type BenchFigure, type BenchResult } from './lib/report.js';
 import { createScratchDatabase, type ScratchDatabase } from './lib/scratch-db.js';
 
@@ -192,19 +193,14 @@ export function compact(n: number): string {
   return n.toLocaleString('en-US');
 }
 
-function argValue(flag: string): string | undefined {
-  const i = process.argv.indexOf(flag);
-  return i >= 0 ? process.argv[i + 1] : undefined;
-}
-
-if (process.argv[1] && import.meta.url === pathToFileURL(path.resolve(process.argv[1])).href) {
-  const sizesArg = argValue('--sizes');
+if (isMain(import.meta.url)) {
+  const sizesArg = argText('--sizes');
   const sizes = sizesArg ? sizesArg.split(',').map(Number) : process.argv.includes('--quick') ? QUICK_MEMORY_SIZES : DEFAULT_MEMORY_SIZES;
   if (sizes.some((n) => !Number.isSafeInteger(n) || n <= 0)) throw new Error(`--sizes takes positive whole numbers, got ${sizesArg}`);
   benchMemory({
     sizes,
-    pageSize: Number(argValue('--page-size') ?? 1000),
-    json: argValue('--json') ?? path.join(os.tmpdir(), 'subscriber-mirror-bench', 'memory.json'),
+    pageSize: Number(argText('--page-size') ?? 1000),
+    json: argText('--json') ?? path.join(os.tmpdir(), 'subscriber-mirror-bench', 'memory.json'),
     log: (line) => console.error(line),
   }).catch((error: unknown) => {
     console.error(error);

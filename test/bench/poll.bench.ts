@@ -28,7 +28,6 @@
  */
 import os from 'node:os';
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
 import type pg from 'pg';
 import { SUBSCRIBER_TYPES, type SubscriberType } from '../../src/db/schema.js';
 import { createLogger } from '../../src/log.js';
@@ -40,7 +39,8 @@ import { markRunStarted, saveFullCheckpoint } from '../../src/sync/state.js';
 import { createLegacyClient, type LegacyClient } from '../../src/upstream/legacy.js';
 import { createLimiter } from '../../src/upstream/limiter.js';
 import { copyFromStdin, copyRows } from './lib/copy.js';
-import { figure, printTable, timed, writeJson, type BenchResult } from './lib/report.js';
+import { argText, isMain } from './lib/cli.js';
+import { figure, printTable, round, timed, writeJson, type BenchResult } from './lib/report.js';
 import { createScratchDatabase, type ScratchDatabase } from './lib/scratch-db.js';
 
 export interface PollBenchOptions {
@@ -368,16 +368,6 @@ export async function benchPoll(options: PollBenchOptions = {}): Promise<PollBen
   }
 }
 
-function round(n: number, digits: number): number {
-  const p = 10 ** digits;
-  return Math.round(n * p) / p;
-}
-
-function argValue(flag: string): string | undefined {
-  const i = process.argv.indexOf(flag);
-  return i >= 0 ? process.argv[i + 1] : undefined;
-}
-
 /** `all` or a comma-separated list of types. */
 export function parseTypes(text: string): SubscriberType[] {
   if (text === 'all') return [...SUBSCRIBER_TYPES];
@@ -387,14 +377,14 @@ export function parseTypes(text: string): SubscriberType[] {
   return types as SubscriberType[];
 }
 
-if (process.argv[1] && import.meta.url === pathToFileURL(path.resolve(process.argv[1])).href) {
-  const types = argValue('--types');
+if (isMain(import.meta.url)) {
+  const types = argText('--types');
   benchPoll({
-    subscribers: Number(argValue('--subscribers') ?? 100_000),
+    subscribers: Number(argText('--subscribers') ?? 100_000),
     ...(types ? { types: parseTypes(types) } : {}),
-    pageSize: Number(argValue('--page-size') ?? 1000),
-    repeats: Number(argValue('--repeats') ?? 2),
-    json: argValue('--json') ?? path.join(os.tmpdir(), 'subscriber-mirror-bench', 'poll.json'),
+    pageSize: Number(argText('--page-size') ?? 1000),
+    repeats: Number(argText('--repeats') ?? 2),
+    json: argText('--json') ?? path.join(os.tmpdir(), 'subscriber-mirror-bench', 'poll.json'),
     log: (line) => console.error(line),
   }).catch((error: unknown) => {
     console.error(error);

@@ -25,7 +25,7 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import type { SubscriberType } from '../../src/db/schema.js';
 import { benchFreshness, type FreshnessResult } from './freshness.bench.js';
-import { printTable, type BenchFigure, type BenchResult } from './lib/report.js';
+import { printTable, round, type BenchFigure, type BenchResult } from './lib/report.js';
 import { describeMachine, formatMachine, type MachineInfo } from './lib/machine.js';
 import {
   benchMemory,
@@ -66,7 +66,7 @@ const GOALS = {
   freshnessRate: 500,
 } as const;
 
-export interface RunOptions {
+interface RunOptions {
   benches: BenchName[];
   storeRows: number;
   storeRepeats: number;
@@ -91,7 +91,7 @@ interface Goal {
 }
 
 /** One line of the combined table. */
-export interface SummaryRow {
+interface SummaryRow {
   bench: BenchName;
   figure: string;
   value: number | null;
@@ -405,7 +405,7 @@ function metText(r: SummaryRow): string {
   return r.met ? 'yes' : 'NO';
 }
 
-export function formatSummary(rows: readonly SummaryRow[], failed: Readonly<Record<string, string>>): string[] {
+function formatSummary(rows: readonly SummaryRow[], failed: Readonly<Record<string, string>>): string[] {
   const header = ['bench', 'figure', 'value', 'baseline (same run)', 'ratio', 'goal', 'met'];
   const body = rows.map((r) => [
     r.bench,
@@ -528,7 +528,7 @@ async function main(): Promise<number> {
       log(`${name} FAILED: ${failed[name]}`);
       if (error instanceof Error && error.stack) console.error(error.stack);
     }
-    timings[name] = { seconds: Math.round((Date.now() - t0) / 100) / 10, loadBefore: round2(loadBefore), loadAfter: round2(os.loadavg()[0] ?? 0) };
+    timings[name] = { seconds: Math.round((Date.now() - t0) / 100) / 10, loadBefore: round(loadBefore, 2), loadAfter: round(os.loadavg()[0] ?? 0, 2) };
     log(`${name}: ${timings[name]?.seconds} s (1-min load ${timings[name]?.loadBefore} → ${timings[name]?.loadAfter})`);
   }
   const finishedAt = new Date();
@@ -565,10 +565,6 @@ async function main(): Promise<number> {
   writeFileSync(options.json, `${JSON.stringify(json, null, 2)}\n`);
   console.log(`JSON: ${options.json}`);
   return Object.keys(failed).length > 0 ? 1 : 0;
-}
-
-function round2(n: number): number {
-  return Math.round(n * 100) / 100;
 }
 
 main().then(

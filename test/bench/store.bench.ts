@@ -16,7 +16,6 @@
  */
 import os from 'node:os';
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
 import type pg from 'pg';
 import {
   normalizeLegacySubscriber,
@@ -30,6 +29,7 @@ import { copyFromStdin, copyRows } from './lib/copy.js';
 import { arrayLiteral, jsonbArrayFromParam } from '../../src/mirror/pg-params.js';
 import { figure, printTable, timed, writeJson, type BenchFigure, type BenchResult } from './lib/report.js';
 import { createScratchDatabase } from './lib/scratch-db.js';
+import { argText, isMain } from './lib/cli.js';
 
 export type { BenchFigure, BenchResult } from './lib/report.js';
 
@@ -103,12 +103,14 @@ function unnestType(column: string): string {
   return UNNEST_TYPES[column] ?? (column.endsWith('_at') ? 'timestamptz' : 'text');
 }
 
+/** The columns the unnest variants pass as arrays (mirrored_at is now()), and their typed parameters. */
+const UNNEST_COLUMNS = COPY_COLUMNS.filter((c) => c !== 'mirrored_at');
+const UNNEST_ARGS = UNNEST_COLUMNS.map((c, i) => (unnestType(c) === 'jsonb' ? jsonbArrayFromParam(`$${i + 1}`) : `$${i + 1}::${unnestType(c)}[]`));
+
 /** The plain INSERT … SELECT FROM unnest (no ON CONFLICT, no guard), per page, encoded like the store. */
 async function insertUnnest(client: pg.ClientBase, rows: readonly SubscriberRow[]): Promise<void> {
-  const cols = COPY_COLUMNS.filter((c) => c !== 'mirrored_at');
-  const args = cols.map((c, i) => (unnestType(c) === 'jsonb' ? jsonbArrayFromParam(`$${i + 1}`) : `$${i + 1}::${unnestType(c)}[]`));
-  const text = `insert into subscribers (${cols.join(', ')}, mirrored_at) select *, now() from unnest(${args.join(', ')})`;
-  await client.query({ name: 'bench_insert_unnest', text, values: unnestParams(cols, rows) });
+  const text = `insert into subscribers (${UNNEST_COLUMNS.join(', ')}, mirrored_at) select *, now() from unnest(${UNNEST_ARGS.join(', ')})`;
+  await client.query({ name: 'bench_insert_unnest', text, values: unnestParams(UNNEST_COLUMNS, rows) });
 }
 
 function unnestParams(cols: readonly string[], rows: readonly SubscriberRow[]): string[] {
@@ -127,12 +129,10 @@ function unnestParams(cols: readonly string[], rows: readonly SubscriberRow[]): 
  * indexed and so the update cannot be HOT). The ceiling for "every row newer".
  */
 async function updateUnnest(client: pg.ClientBase, rows: readonly SubscriberRow[]): Promise<number> {
-  const cols = COPY_COLUMNS.filter((c) => c !== 'mirrored_at');
-  const args = cols.map((c, i) => (unnestType(c) === 'jsonb' ? jsonbArrayFromParam(`$${i + 1}`) : `$${i + 1}::${unnestType(c)}[]`));
-  const set = cols.filter((c) => c !== 'id');
+  const set = UNNEST_COLUMNS.filter((c) => c !== 'id');
   const text = `update subscribers s set (${set.join(', ')}, mirrored_at) = (${set.map((c) => `t.${c}`).join(', ')}, now())
-    from unnest(${args.join(', ')}) as t(${cols.join(', ')}) where s.id = t.id`;
-  const result = await client.query({ name: 'bench_update_unnest', text, values: unnestParams(cols, rows) });
+    from unnest(${UNNEST_ARGS.join(', ')}) as t(${UNNEST_COLUMNS.join(', ')}) where s.id = t.id`;
+  const result = await client.query({ name: 'bench_update_unnest', text, values: unnestParams(UNNEST_COLUMNS, rows) });
   return result.rowCount ?? 0;
 }
 
@@ -347,23 +347,18 @@ function legacyPayload(row: SubscriberRow, i: number): Record<string, unknown> {
   };
 }
 
-function argValue(flag: string): string | undefined {
-  const i = process.argv.indexOf(flag);
-  return i >= 0 ? process.argv[i + 1] : undefined;
-}
-
 async function main(): Promise<void> {
-  const rows = Number(argValue('--rows') ?? process.env.BENCH_ROWS ?? 100_000);
+  const rows = Number(argText('--rows') ?? process.env.BENCH_ROWS ?? 100_000);
   const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
-  const jsonPath = argValue('--json') ?? path.join(os.tmpdir(), 'subscriber-mirror-bench', 'store.json');
-  const repeats = Number(argValue('--repeats') ?? 3);
+  const jsonPath = argText('--json') ?? path.join(os.tmpdir(), 'subscriber-mirror-bench', 'store.json');
+  const repeats = Number(argText('--repeats') ?? 3);
   const result = await benchStore({ rows, databaseUrl, repeats, log: (l) => console.error(l) });
   printTable(result);
   writeJson(jsonPath, result);
   console.log(`JSON: ${jsonPath}`);
 }
 
-if (process.argv[1] && import.meta.url === pathToFileURL(path.resolve(process.argv[1])).href) {
+if (isMain(import.meta.url)) {
   main().catch((err: unknown) => {
     console.error(err);
     process.exitCode = 1;

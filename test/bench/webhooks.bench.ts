@@ -14,11 +14,9 @@
  * Prints a table, writes the figures as JSON (test/bench/lib/report.ts shape; default
  * $TMPDIR/subscriber-mirror-bench/webhooks.json, `--json path`), returns them.
  */
-import { spawn } from 'node:child_process';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
 import type { FastifyInstance } from 'fastify';
 import type pg from 'pg';
 import { openDatabase } from '../../src/db/client.js';
@@ -28,7 +26,9 @@ import type { InboxWriterOptions } from '../../src/webhooks/inbox.js';
 import { parseDelivery } from '../../src/webhooks/payloads.js';
 import { registerWebhookRoute } from '../../src/webhooks/receiver.js';
 import { verifySignature } from '../../src/webhooks/signature.js';
-import { figure, writeJson, type BenchResult } from './lib/report.js';
+import { argNumber, isMain } from './lib/cli.js';
+import { runLoadGenerator } from './lib/load-generator.js';
+import { figure, round, writeJson, type BenchResult } from './lib/report.js';
 import { createScratchDatabase } from './lib/scratch-db.js';
 
 export interface BenchOptions {
@@ -132,7 +132,7 @@ export async function benchWebhooks(options: BenchOptions = {}): Promise<Webhook
       const path = ROUTES[name];
       const cpuBefore = process.cpuUsage();
       const wallBefore = performance.now();
-      const load = await runGenerator({ port, path, secret: SECRET, connections, seconds, warmupSeconds });
+      const load = await runLoadGenerator<GeneratorResult>(GENERATOR, { port, path, secret: SECRET, connections, seconds, warmupSeconds } satisfies GeneratorConfig);
       const cpu = process.cpuUsage(cpuBefore);
       const wallMs = performance.now() - wallBefore;
       routes.push({ route: name, ...load, serverCpuPct: round(((cpu.user + cpu.system) / 1000 / wallMs) * 100, 0) });
@@ -286,19 +286,6 @@ Promise.all(Array.from({ length: cfg.connections }, () => new Promise((resolve) 
 });
 `;
 
-function runGenerator(config: GeneratorConfig): Promise<GeneratorResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['-e', GENERATOR, JSON.stringify(config)], { stdio: ['ignore', 'pipe', 'inherit'] });
-    let out = '';
-    child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString('utf8')));
-    child.on('error', reject);
-    child.on('exit', (code) => {
-      if (code !== 0) reject(new Error(`load generator exited with ${code}`));
-      else resolve(JSON.parse(out) as GeneratorResult);
-    });
-  });
-}
-
 // ---------------------------------------------------------------------------------------------
 // Output
 
@@ -368,25 +355,12 @@ function toBenchResult(f: Omit<WebhookBenchFigures, 'result'>, startedAt: Date):
   };
 }
 
-function round(value: number, digits: number): number {
-  const f = 10 ** digits;
-  return Math.round(value * f) / f;
-}
-
-function argValue(name: string): number | undefined {
-  const i = process.argv.indexOf(`--${name}`);
-  if (i === -1) return undefined;
-  const n = Number(process.argv[i + 1]);
-  if (!Number.isFinite(n)) throw new Error(`--${name} needs a number`);
-  return n;
-}
-
-if (process.argv[1] && import.meta.url === pathToFileURL(path.resolve(process.argv[1])).href) {
+if (isMain(import.meta.url)) {
   const jsonArg = process.argv.indexOf('--json');
   const inbox: InboxWriterOptions = {};
-  const maxBatch = argValue('max-batch');
-  const maxWaitMs = argValue('max-wait-ms');
-  const maxConcurrent = argValue('max-concurrent');
+  const maxBatch = argNumber('max-batch');
+  const maxWaitMs = argNumber('max-wait-ms');
+  const maxConcurrent = argNumber('max-concurrent');
   if (maxBatch !== undefined) inbox.maxBatch = maxBatch;
   if (maxWaitMs !== undefined) inbox.maxWaitMs = maxWaitMs;
   if (maxConcurrent !== undefined) inbox.maxConcurrent = maxConcurrent;
@@ -395,8 +369,8 @@ if (process.argv[1] && import.meta.url === pathToFileURL(path.resolve(process.ar
   if (routes?.some((r) => !(r in ROUTES))) throw new Error(`--routes takes ${Object.keys(ROUTES).join(',')}`);
   benchWebhooks({
     routes,
-    seconds: argValue('seconds') ?? 10,
-    connections: argValue('connections') ?? 64,
+    seconds: argNumber('seconds') ?? 10,
+    connections: argNumber('connections') ?? 64,
     inbox,
     ...(jsonArg === -1 ? {} : { json: process.argv[jsonArg + 1] ?? null }),
   }).catch((error: unknown) => {

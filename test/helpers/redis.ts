@@ -3,7 +3,7 @@
  * shared Redis; they delete only their own prefix.
  */
 import { inject } from 'vitest';
-import { Redis } from 'ioredis';
+import { deleteKeysByPrefix } from './redis-prefix.js';
 
 export function redisUrl(): string {
   return inject('redisUrl');
@@ -15,16 +15,5 @@ export function uniquePrefix(label = 'test'): string {
 
 /** Deletes every key under the prefix (SCAN, not KEYS, so it is safe on a shared server). */
 export async function deletePrefix(prefix: string): Promise<void> {
-  const redis = new Redis(redisUrl(), { lazyConnect: true, maxRetriesPerRequest: 1 });
-  await redis.connect();
-  try {
-    let cursor = '0';
-    do {
-      const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 500);
-      cursor = next;
-      if (keys.length > 0) await redis.del(...keys);
-    } while (cursor !== '0');
-  } finally {
-    redis.disconnect();
-  }
+  await deleteKeysByPrefix(redisUrl(), prefix);
 }

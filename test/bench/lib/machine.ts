@@ -6,6 +6,7 @@ import { readFileSync } from 'node:fs';
 import os from 'node:os';
 import { Redis } from 'ioredis';
 import pg from 'pg';
+import { round } from './report.js';
 
 export interface MachineInfo {
   cpuModel: string;
@@ -37,7 +38,7 @@ export async function describeMachine(opts: MachineOptions): Promise<MachineInfo
     postgres: await postgresVersion(opts.databaseUrl),
     redis: await redisVersion(opts.redisUrl),
     os: `${osName()} (${os.type()} ${os.release()} ${os.arch()})`,
-    loadAverage: [round2(l1 ?? 0), round2(l5 ?? 0), round2(l15 ?? 0)],
+    loadAverage: [round(l1 ?? 0, 2), round(l5 ?? 0, 2), round(l15 ?? 0, 2)],
   };
 }
 
@@ -92,8 +93,4 @@ function osName(): string {
     // Not Linux, or no os-release: fall back to the kernel name alone.
   }
   return os.type();
-}
-
-function round2(n: number): number {
-  return Math.round(n * 100) / 100;
 }

@@ -31,7 +31,7 @@ export function figure(name: string, value: number, unit: string, baseline: numb
   return f;
 }
 
-function round(n: number, digits = 0): number {
+export function round(n: number, digits = 0): number {
   const p = 10 ** digits;
   return Math.round(n * p) / p;
 }

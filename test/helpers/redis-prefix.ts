@@ -1,0 +1,20 @@
+/**
+ * Deleting the keys under a prefix, without vitest, so the benches can use it too.
+ */
+import { Redis } from 'ioredis';
+
+/** Deletes every key under the prefix (SCAN, not KEYS, so it is safe on a shared server). */
+export async function deleteKeysByPrefix(url: string, prefix: string): Promise<void> {
+  const redis = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 1 });
+  await redis.connect();
+  try {
+    let cursor = '0';
+    do {
+      const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 500);
+      cursor = next;
+      if (keys.length > 0) await redis.del(...keys);
+    } while (cursor !== '0');
+  } finally {
+    redis.disconnect();
+  }
+}
