@@ -11,7 +11,7 @@ import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { listSyncStates } from '../../src/sync/state.js';
 import { signBody } from '../../src/webhooks/signature.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
-import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
+import { deleteInstallKeys, deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { buildCliCorpus, type CliCase } from './helpers/cli-corpus.js';
 import { secretScanFigures } from './helpers/collector.js';
 import { snapshotMirroredTables } from './helpers/compare.js';
@@ -98,8 +98,7 @@ describe('fault 5: bad input', () => {
     killAll();
     await sim?.close();
     await database?.drop();
-    await deletePrefix(prefix);
-    await deletePrefix(`b_${prefix}`);
+    await deleteInstallKeys(prefix);
     await deletePrefix(cliPrefix);
   });
 

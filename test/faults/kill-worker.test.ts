@@ -7,7 +7,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { readSyncState, type SyncStateRow } from '../../src/sync/state.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
-import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
+import { deleteInstallKeys, redisUrl, uniquePrefix } from '../helpers/redis.js';
+import { firstListOffset } from '../helpers/simulator.js';
 import { secretScanFigures } from './helpers/collector.js';
 import { compareGroupWithWorld } from './helpers/compare.js';
 import { expireDeadWorker } from './helpers/redis-keys.js';
@@ -26,13 +27,6 @@ import {
 } from './helpers/service.js';
 
 const KILLS = 10;
-
-/** Offset of the first page the simulator served after request number `since`. */
-function firstListOffset(sim: Simulator, since: number): number | null {
-  const first = sim.requests.slice(since).find((r) => r.api === 'legacy' && !r.url.includes('/count'));
-  const offset = first ? /[?&]offset=(\d+)/.exec(first.url)?.[1] : undefined;
-  return offset === undefined ? null : Number(offset);
-}
 
 describe('fault 1: kill -9 of the worker during a 200k full pass', () => {
   const secrets = makeSecrets('kill-worker');
@@ -70,8 +64,7 @@ describe('fault 1: kill -9 of the worker during a 200k full pass', () => {
     killAll();
     await sim?.close();
     await database?.drop();
-    await deletePrefix(prefix);
-    await deletePrefix(`b_${prefix}`);
+    await deleteInstallKeys(prefix);
   });
 
   const state = (): Promise<SyncStateRow | null> => readSyncState(database.pool, groupId, 'active');
@@ -125,8 +118,7 @@ describe('fault 1: kill -9 of the worker during a 200k full pass', () => {
     );
     expect(done.cursor).not.toBeNull();
     // The last start resumed at the last checkpoint instead of starting over.
-    const firstList = sim.requests.find((r) => r.api === 'legacy' && !r.url.includes('/count'));
-    expect(firstList?.url).toContain(`offset=${lastCheckpoint}`);
+    expect(firstListOffset(sim)).toBe(lastCheckpoint);
     // Every restart resumed from the checkpoint the previous kill left: only the page in flight at a
     // kill was read again.
     expect(kills.map((k) => k.resumedFrom)).toEqual([0, ...kills.slice(0, -1).map((k) => k.checkpoint)]);
@@ -197,8 +189,7 @@ describe('fault 1: kill -9 of the worker during a 200k full pass', () => {
       killAll();
       await slow.close();
       await slowDb.drop();
-      await deletePrefix(slowPrefix);
-      await deletePrefix(`b_${slowPrefix}`);
+      await deleteInstallKeys(slowPrefix);
     }
   }, 240_000);
 

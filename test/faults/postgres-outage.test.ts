@@ -16,7 +16,7 @@ import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { readSyncState } from '../../src/sync/state.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { hostPort, startTcpProxy, type TcpProxy } from '../helpers/proxy.js';
-import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
+import { deleteInstallKeys, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { registerSecret, secretScanFigures } from './helpers/collector.js';
 import { compareWebhookEffects } from './helpers/compare.js';
 import { makeSecrets, withCredentials } from './helpers/secrets.js';
@@ -69,8 +69,7 @@ describe('fault 2: Postgres restarted for 10 s under webhook load', () => {
     await sim?.close();
     await proxy?.close();
     await database?.drop();
-    await deletePrefix(prefix);
-    await deletePrefix(`b_${prefix}`);
+    await deleteInstallKeys(prefix);
   });
 
   it('loses no acknowledged delivery and applies every event', async () => {

@@ -15,7 +15,8 @@ import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { readSyncState, type SyncStateRow } from '../../src/sync/state.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { hostPort, startTcpProxy, type TcpProxy } from '../helpers/proxy.js';
-import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
+import { deleteInstallKeys, redisUrl, uniquePrefix } from '../helpers/redis.js';
+import { firstListOffset } from '../helpers/simulator.js';
 import { secretScanFigures } from './helpers/collector.js';
 import { compareGroupWithWorld } from './helpers/compare.js';
 import { wipeInstall } from './helpers/redis-keys.js';
@@ -76,8 +77,7 @@ describe('fault 3: Redis restarted without persistence mid-pass', () => {
     await sim?.close();
     await proxy?.close();
     await database?.drop();
-    await deletePrefix(prefix);
-    await deletePrefix(`b_${prefix}`);
+    await deleteInstallKeys(prefix);
   });
 
   const state = (): Promise<SyncStateRow | null> => readSyncState(database.pool, groupId, 'active');
@@ -137,7 +137,7 @@ describe('fault 3: Redis restarted without persistence mid-pass', () => {
       return w.lines.filter((l) => l.msg === 'pass started' && Date.parse(l.time ?? '') > restoredAt).length;
     };
     const deadline = restoredAt + 75_000 - Date.now();
-    const started = await waitFor('a pass started after Redis came back', () => newPass() > 0 && newPass(), Math.max(deadline, 1_000), 250).catch(() => 0);
+    const started = await waitFor('a pass started after Redis came back', newPass, Math.max(deadline, 1_000), 250).catch(() => 0);
     figures.passesStartedAfterRestore = started;
     expect(started, 'passes the running worker started within 75 s of Redis coming back').toBeGreaterThan(0);
   }, 120_000);
@@ -152,8 +152,7 @@ describe('fault 3: Redis restarted without persistence mid-pass', () => {
       sim.clearRequests();
       worker = startService('worker', env, 'redis-outage-restarted');
       await waitFor('the resumed pass to complete', completed, 180_000, 250);
-      const firstList = sim.requests.find((r) => r.api === 'legacy' && !r.url.includes('/count'));
-      expect(firstList?.url).toContain(`offset=${checkpoint}`);
+      expect(firstListOffset(sim)).toBe(checkpoint);
       figures.resumedAfterRestartFrom = checkpoint;
     }
     const comparison = await compareGroupWithWorld(database.pool, sim.world, groupId, ['active'], { exactRows: true });

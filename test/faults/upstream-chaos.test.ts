@@ -18,7 +18,7 @@ import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { listSyncStates } from '../../src/sync/state.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { diffSubscribers, expectedFromWorld, readMirroredSubscribers } from '../helpers/mirror.js';
-import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
+import { deleteInstallKeys, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { secretScanFigures } from './helpers/collector.js';
 import { compareGroupWithWorld } from './helpers/compare.js';
 import { cursorViolations, dumpCursorAudit, installCursorAudit, readPassRuns } from './helpers/cursor-audit.js';
@@ -84,8 +84,7 @@ describe('fault 4: upstream chaos during incremental passes', () => {
     killAll();
     await sim?.close();
     await database?.drop();
-    await deletePrefix(prefix);
-    await deletePrefix(`b_${prefix}`);
+    await deleteInstallKeys(prefix);
   });
 
   const allSucceededSince = async (since: number) => {
@@ -153,7 +152,8 @@ describe('fault 4: upstream chaos during incremental passes', () => {
     const runs = await readPassRuns(database.pool);
     const failed = runs.filter((r) => r.outcome === 'failed');
     const incremental = runs.filter((r) => r.mode === 'incremental');
-    expect(cursorViolations(runs)).toEqual([]);
+    const violations = cursorViolations(runs);
+    expect(violations).toEqual([]);
     // The chaos was real: passes failed, some on a garbage body, some on 429s, and many succeeded.
     expect(failed.length).toBeGreaterThanOrEqual(2);
     expect(failed.some((r) => /not JSON/i.test(r.error ?? ''))).toBe(true);
@@ -167,7 +167,7 @@ describe('fault 4: upstream chaos during incremental passes', () => {
       incrementalPasses: incremental.length,
       failedPasses: failed.length,
       cursorChecks: runs.filter((r) => r.outcome !== 'unfinished').length,
-      cursorViolations: cursorViolations(runs).length,
+      cursorViolations: violations.length,
       requests: legacy.length,
       injected500: injected((r) => r.fault === 'status' && r.status === 500),
       injectedTimeouts: injected((r) => r.fault === 'hang'),

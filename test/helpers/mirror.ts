@@ -3,11 +3,18 @@
  * Postgres as canonical UTC strings with microseconds, never through JS Date.
  */
 import type pg from 'pg';
-import type { World } from '../../src/simulator/index.js';
-import { normalizeLegacySubscriber, SUBSCRIBER_FIELDS, type SubscriberValues } from '../../src/mirror/normalize.js';
+import type { WebhookSubscriber, World } from '../../src/simulator/index.js';
+import {
+  erasePersonalData,
+  normalizeLegacySubscriber,
+  normalizeWebhookSubscriber,
+  SUBSCRIBER_FIELDS,
+  type SubscriberValues,
+} from '../../src/mirror/normalize.js';
 import { SUBSCRIBER_COLUMN_OF } from '../../src/mirror/store.js';
 
-const iso = (c: string) => `to_char(${c} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
+/** SQL rendering `expr` (a timestamptz) as a UTC ISO-8601 string with microseconds, e.g. 2024-01-02T03:04:05.000006Z. */
+export const iso = (expr: string) => `to_char((${expr}) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
 
 const TIMESTAMP_FIELDS = new Set([
   'subscribedAt',
@@ -84,4 +91,88 @@ export function stableJson(value: unknown): string {
       ? Object.fromEntries(Object.entries(v as Record<string, unknown>).sort(([a], [b]) => a.localeCompare(b)))
       : v,
   );
+}
+
+/** One key per `subscriber_activity` row (kind|subscriber|group|automation|campaign|link|occurred_at), sorted. */
+export async function readActivityKeys(pool: pg.Pool): Promise<string[]> {
+  const { rows } = await pool.query<{ k: string }>(
+    `select concat_ws('|', kind, subscriber_id, group_id, automation_id, campaign_id, link_url, ${iso('occurred_at')}) as k
+       from subscriber_activity order by 1`,
+  );
+  return rows.map((r) => r.k);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Webhook path: the mirror against the simulator's world
+
+function expectedFromCarried(subscriber: WebhookSubscriber): SubscriberValues {
+  const values = normalizeWebhookSubscriber(subscriber as unknown as Record<string, unknown>).values;
+  // A forgotten subscriber keeps its id and timestamps; its personal data is erased.
+  return values.forgetAt ? erasePersonalData(values) : values;
+}
+
+export interface WebhookComparison {
+  /** Subscribers some event carried. */
+  touched: number;
+  activityRows: number;
+  problems: string[];
+}
+
+/**
+ * Webhook path: every subscriber an event carried is mirrored as the world has it now (or as the last
+ * event carried it, when a campaign send bumped it silently), current memberships of those
+ * subscribers equal the world's, and one activity row exists per event that concerns a subscriber.
+ * The subscribers table holds nobody else (run with a poll that mirrors no one).
+ */
+export async function compareWebhookEffects(pool: pg.Pool, world: World, options: { limit?: number } = {}): Promise<WebhookComparison> {
+  const limit = options.limit ?? 20;
+  const events = world.events;
+  // The last version of each subscriber that an event carried.
+  const lastCarried = new Map<string, WebhookSubscriber>();
+  for (const e of events) if (e.subscriberId && e.subscriber) lastCarried.set(e.subscriberId, e.subscriber);
+
+  // Against the world itself, except for subscribers a later campaign.sent bumped: sending changes
+  // `sent` and `updated_at` of every recipient with no event naming them (only polling sees it), so
+  // for those the mirror must equal the last version an event carried.
+  const expected = new Map<string, SubscriberValues>();
+  for (const [id, carried] of lastCarried) {
+    const now = world.renderWebhook(id);
+    const bumped = now.updated_at !== carried.updated_at;
+    expected.set(id, expectedFromCarried(bumped ? carried : now));
+  }
+  const mirrored = await readMirroredSubscribers(pool);
+  const problems = diffSubscribers(expected, mirrored, SUBSCRIBER_FIELDS, limit);
+  const extra = [...mirrored.keys()].filter((id) => !expected.has(id));
+  if (extra.length > 0) problems.push(`${extra.length} subscribers rows no event carried, e.g. ${extra.slice(0, 5).join(', ')}`);
+
+  // Current memberships: what the legacy API lists for these subscribers (deleted ones: nothing).
+  const wantMembers = new Set<string>();
+  for (const id of lastCarried.keys()) {
+    for (const g of world.groupIds()) if (world.membership(g, id)) wantMembers.add(`${g}/${id}`);
+  }
+  const { rows: members } = await pool.query<{ k: string }>(
+    `select group_id || '/' || subscriber_id as k from group_members where removed_at is null`,
+  );
+  const haveMembers = new Set(members.map((r) => r.k));
+  const missingMembers = [...wantMembers].filter((k) => !haveMembers.has(k));
+  const extraMembers = [...haveMembers].filter((k) => !wantMembers.has(k));
+  if (missingMembers.length > 0) problems.push(`${missingMembers.length} memberships missing, e.g. ${missingMembers.slice(0, 5).join(', ')}`);
+  if (extraMembers.length > 0) problems.push(`${extraMembers.length} memberships the world does not have, e.g. ${extraMembers.slice(0, 5).join(', ')}`);
+
+  // One activity row per event that concerns a subscriber, whatever the duplicates.
+  const wantActivity = new Set<string>();
+  for (const e of events) {
+    if (!e.subscriber) continue;
+    const key = [e.kind, e.subscriberId, e.group?.id, e.automation?.id, e.campaign?.id, e.linkUrl, e.subscriber.updated_at];
+    wantActivity.add(key.filter((v) => v !== undefined && v !== null).join('|'));
+  }
+  const activity = await readActivityKeys(pool);
+  const haveActivity = new Set(activity);
+  const missingActivity = [...wantActivity].filter((k) => !haveActivity.has(k));
+  const extraActivity = [...haveActivity].filter((k) => !wantActivity.has(k));
+  if (activity.length !== haveActivity.size) problems.push(`${activity.length - haveActivity.size} duplicated activity rows`);
+  if (missingActivity.length > 0) problems.push(`${missingActivity.length} activity rows missing, e.g. ${missingActivity.slice(0, 3).join(', ')}`);
+  if (extraActivity.length > 0) problems.push(`${extraActivity.length} activity rows no event explains, e.g. ${extraActivity.slice(0, 3).join(', ')}`);
+
+  return { touched: lastCarried.size, activityRows: activity.length, problems };
 }

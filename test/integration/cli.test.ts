@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { inject } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { runCli } from '../helpers/cli.js';
+import { deletePrefix, uniquePrefix } from '../helpers/redis.js';
 
 describe('subscriber-mirror CLI', () => {
   let database: TestDatabase;
@@ -151,7 +152,7 @@ describe('subscriber-mirror start', () => {
 
 describe('subscriber-mirror webhooks replay', () => {
   let database: TestDatabase;
-  const prefix = `smt-replay-${process.pid}-${Date.now().toString(36)}`;
+  const prefix = uniquePrefix('replay');
 
   beforeAll(async () => {
     database = await createTestDatabase();
@@ -159,7 +160,6 @@ describe('subscriber-mirror webhooks replay', () => {
 
   afterAll(async () => {
     await database.drop();
-    const { deletePrefix } = await import('../helpers/redis.js');
     await deletePrefix(prefix);
   });
 

@@ -5,7 +5,6 @@
  * both paths (invariant 2), retries, the sweeper and replay.
  */
 import type { AddressInfo } from 'node:net';
-import { Writable } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from 'vitest';
 import { buildServer } from '../../src/http/server.js';
@@ -24,12 +23,13 @@ import {
   type DeliveryConsumerDeps,
 } from '../../src/webhooks/consumer.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+import { iso, readActivityKeys } from '../helpers/mirror.js';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 import { loadFixtures, type WebhookFixture } from '../fixtures/webhooks/index.js';
 import { legacySubscriber, readMember, readSubscriber, webhookSubscriber } from '../fixtures/mirror/rows.js';
 
 const SECRET = 'consumer-test-secret-42';
-const TS = (col: string) => `to_char(${col} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
 
 let db: TestDatabase;
 let prefix: string;
@@ -38,10 +38,6 @@ let app: FastifyInstance;
 let url: string;
 let consumer: DeliveryConsumer;
 const extraConsumers: DeliveryConsumer[] = [];
-
-function quietLogger(): Logger {
-  return createLogger({ level: 'fatal', destination: new Writable({ write: (_c, _e, cb) => cb() }) }).logger;
-}
 
 function consumerDeps(overrides: Partial<DeliveryConsumerDeps> = {}): DeliveryConsumerDeps {
   return {
@@ -60,7 +56,7 @@ function consumerDeps(overrides: Partial<DeliveryConsumerDeps> = {}): DeliveryCo
 beforeAll(async () => {
   db = await createTestDatabase();
   prefix = uniquePrefix('consumer');
-  logger = quietLogger();
+  logger = createLogger({ level: 'silent' }).logger;
   consumer = createDeliveryConsumer(consumerDeps());
   app = buildServer({ logger, readiness: [] });
   registerWebhookRoute(app, {
@@ -102,16 +98,6 @@ async function post(body: string): Promise<{ status: number; id: string; outcome
   return { status: res.status, id: json.id, outcome: json.status };
 }
 
-async function waitFor<T>(probe: () => Promise<T | undefined>, what: string, timeoutMs = 10_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 15));
-  }
-}
-
 interface DeliveryRow {
   status: string;
   attempts: number;
@@ -122,7 +108,7 @@ interface DeliveryRow {
 
 async function delivery(id: string): Promise<DeliveryRow | undefined> {
   const { rows } = await db.pool.query<DeliveryRow>(
-    `select status, attempts, error, event_count, ${TS('applied_at')} as applied_at from webhook_deliveries where id = $1`,
+    `select status, attempts, error, event_count, ${iso('applied_at')} as applied_at from webhook_deliveries where id = $1`,
     [id],
   );
   return rows[0];
@@ -130,24 +116,16 @@ async function delivery(id: string): Promise<DeliveryRow | undefined> {
 
 /** Waits until the delivery is no longer pending and returns its row. */
 function settled(id: string): Promise<DeliveryRow> {
-  return waitFor(async () => {
+  return waitFor(`delivery ${id} to settle`, async () => {
     const row = await delivery(id);
     return row && row.status !== 'pending' ? row : undefined;
-  }, `delivery ${id} to settle`);
+  }, 10_000, 15);
 }
 
 async function postAndApply(body: string): Promise<{ id: string; row: DeliveryRow }> {
   const res = await post(body);
   expect(res.status).toBe(200);
   return { id: res.id, row: await settled(res.id) };
-}
-
-async function activityRows(): Promise<string[]> {
-  const { rows } = await db.pool.query<{ k: string }>(
-    `select concat_ws('|', kind, subscriber_id, group_id, automation_id, campaign_id, link_url, ${TS('occurred_at')}) as k
-       from subscriber_activity order by 1`,
-  );
-  return rows.map((r) => r.k);
 }
 
 function storeRaw(body: unknown, status: DeliveryRecord['status'] = 'pending', kinds: string[] = []): Promise<string> {
@@ -293,7 +271,7 @@ const CASES: Record<EventKind, KindCase> = {
     after: async (list) => {
       for (const { campaign } of list) {
         const { rows } = await db.pool.query(
-          `select name, total_recipients, preview_url, ${TS('date')} as date, ${TS('sent_at')} as sent_at from campaigns where id = $1`,
+          `select name, total_recipients, preview_url, ${iso('date')} as date, ${iso('sent_at')} as sent_at from campaigns where id = $1`,
           [campaign?.id],
         );
         expect(rows).toEqual([
@@ -317,7 +295,7 @@ async function expectAutomations(list: Item[]): Promise<void> {
 
 async function expectCampaigns(list: Item[]): Promise<void> {
   for (const { campaign } of list) {
-    const { rows } = await db.pool.query(`select name, preview_url, ${TS('date')} as date, sent_at from campaigns where id = $1`, [
+    const { rows } = await db.pool.query(`select name, preview_url, ${iso('date')} as date, sent_at from campaigns where id = $1`, [
       campaign?.id,
     ]);
     // Embedded campaigns do not say when they were sent.
@@ -362,7 +340,7 @@ describe('every fixture lands as the rows of its kind', () => {
           ),
       ),
     ].sort();
-    expect(await activityRows()).toEqual(expected);
+    expect(await readActivityKeys(db.pool)).toEqual(expected);
 
     await kase.after(list);
   });
@@ -379,7 +357,7 @@ describe('every fixture lands as the rows of its kind', () => {
     expect(row).toMatchObject({ status: 'applied', event_count: 1, error: 'unknown event kind(s): subscriber.teleported' });
     expect(await readSubscriber(db.pool, '6')).toBeDefined();
     expect(await readSubscriber(db.pool, '5')).toBeUndefined();
-    expect(await activityRows()).toHaveLength(1);
+    expect(await readActivityKeys(db.pool)).toHaveLength(1);
   });
 });
 
@@ -404,7 +382,7 @@ describe('exactly-once effects (invariant 5)', () => {
     expect(await applyDelivery(db.pool, id)).toEqual({ outcome: 'skipped', status: 'applied' });
     expect(await delivery(id)).toEqual(row);
     expect(row).toMatchObject({ status: 'applied', attempts: 1 });
-    expect(await activityRows()).toHaveLength(1);
+    expect(await readActivityKeys(db.pool)).toHaveLength(1);
     expect((await db.pool.query('select count(*)::int as n from webhook_deliveries')).rows[0]).toEqual({ n: 1 });
   });
 
@@ -414,7 +392,7 @@ describe('exactly-once effects (invariant 5)', () => {
     expect(results.filter((r) => r.outcome === 'applied')).toHaveLength(1);
     expect(results.filter((r) => r.outcome === 'skipped')).toHaveLength(5);
     expect(await delivery(id)).toMatchObject({ status: 'applied', attempts: 1 });
-    expect(await activityRows()).toHaveLength(1);
+    expect(await readActivityKeys(db.pool)).toHaveLength(1);
   });
 });
 
@@ -429,7 +407,7 @@ describe('never regress (invariant 2)', () => {
     const after = await readSubscriber(db.pool, '21');
     expect(after).toMatchObject({ email: 'new@example.com', updated_at: T2 });
     expect(after?.xmin).toBe(before?.xmin);
-    expect(await activityRows()).toHaveLength(2);
+    expect(await readActivityKeys(db.pool)).toHaveLength(2);
   });
 
   test('a poll write older than the webhook does not regress it', async () => {
@@ -506,14 +484,14 @@ describe('memberships', () => {
     await postAndApply(JSON.stringify({ events, total: 3 }));
     // The membership restarted at T2 (it ended at T1), not the one listed at OLD.
     expect(await readMember(db.pool, '700', '34')).toMatchObject({ added_at: T2, removed_at: null, source_updated_at: T2 });
-    expect(await activityRows()).toHaveLength(3);
+    expect(await readActivityKeys(db.pool)).toHaveLength(3);
   });
 
   test('a batched campaign.sent wrapped in a campaign object (spec §6.5 nested items, as the simulator sends it)', async () => {
     const campaign = { id: '801', name: 'July', total_recipients: 2, preview_url: 'https://p.example/801', date: T2 };
     const { row } = await postAndApply(JSON.stringify({ events: [{ type: 'campaign.sent', campaign }], total: 1 }));
     expect(row).toMatchObject({ status: 'applied', event_count: 1 });
-    const { rows } = await db.pool.query(`select id, name, ${TS('sent_at')} as sent_at from campaigns`);
+    const { rows } = await db.pool.query(`select id, name, ${iso('sent_at')} as sent_at from campaigns`);
     expect(rows).toEqual([{ id: '801', name: 'July', sent_at: T2 }]);
   });
 
@@ -524,7 +502,7 @@ describe('memberships', () => {
       { type: 'campaign.open', subscriber: webhookSubscriber({ id: '35' }), campaign: { id: '800', name: 'June (renamed)' } },
     ];
     await postAndApply(JSON.stringify({ events, total: 2 }));
-    const { rows } = await db.pool.query(`select name, total_recipients, ${TS('sent_at')} as sent_at from campaigns`);
+    const { rows } = await db.pool.query(`select name, total_recipients, ${iso('sent_at')} as sent_at from campaigns`);
     expect(rows).toEqual([{ name: 'June (renamed)', total_recipients: 3, sent_at: T1 }]);
   });
 });
@@ -565,7 +543,7 @@ describe('failures', () => {
       const row = await settled(id);
       expect(row).toMatchObject({ status: 'applied', attempts: 3, error: null });
       expect(await readSubscriber(db.pool, '41')).toBeDefined();
-      expect(await activityRows()).toHaveLength(1);
+      expect(await readActivityKeys(db.pool)).toHaveLength(1);
     } finally {
       await removeFailures();
     }
@@ -675,7 +653,7 @@ describe('sweeper', () => {
     const purgePrefix = uniquePrefix('consumer-purge');
     const purging = createDeliveryConsumer(consumerDeps({ prefix: purgePrefix, retentionMs: 3_600_000, purgeEveryMs: 100 }));
     extraConsumers.push(purging);
-    await waitFor(async () => (await delivery(id)) === undefined || undefined, 'the old delivery to be purged');
+    await waitFor('the old delivery to be purged', async () => (await delivery(id)) === undefined || undefined, 10_000, 15);
     expect(await delivery(recent)).toMatchObject({ status: 'applied' });
     expect(await readSubscriber(db.pool, '80')).toBeDefined();
     expect(await consumer.purge()).toBe(0); // no retention configured: keeps everything

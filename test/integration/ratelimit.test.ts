@@ -6,7 +6,7 @@ import type { ChildProcess } from 'node:child_process';
 import { afterAll, describe, expect, it } from 'vitest';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
-import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
+import { deleteInstallKeys, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { spawnCli } from '../helpers/cli.js';
 
 describe('shared rate limit across worker processes', () => {
@@ -19,8 +19,7 @@ describe('shared rate limit across worker processes', () => {
     for (const c of children) c.kill('SIGKILL');
     await sim?.close();
     await database?.drop();
-    await deletePrefix(prefix);
-    await deletePrefix(`b_${prefix}`);
+    await deleteInstallKeys(prefix);
   });
 
   it('two workers never exceed API_RATE_LIMIT requests in any minute', async () => {

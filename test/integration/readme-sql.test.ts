@@ -23,6 +23,7 @@ import {
   type SubscriberValues,
 } from '../../src/mirror/store.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+import { iso } from '../helpers/mirror.js';
 
 // ---------------------------------------------------------------------------------------------
 // The README examples
@@ -94,8 +95,6 @@ interface Clock {
   fiveDaysAgo: string;
   tenDaysAgo: string;
 }
-
-const iso = (expr: string) => `to_char((${expr}) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
 
 async function readClock(pool: pg.Pool): Promise<Clock> {
   const { rows } = await pool.query<Clock>(`select

@@ -8,7 +8,7 @@ import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { startService, type RunningService } from '../../src/start.js';
 import { runCli } from '../helpers/cli.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
-import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
+import { deleteInstallKeys, redisUrl, uniquePrefix } from '../helpers/redis.js';
 
 describe('webhooks register, then deliveries', () => {
   const prefix = uniquePrefix('register');
@@ -20,8 +20,7 @@ describe('webhooks register, then deliveries', () => {
     await service?.stop('test over');
     await sim?.close();
     await database?.drop();
-    await deletePrefix(prefix);
-    await deletePrefix(`b_${prefix}`);
+    await deleteInstallKeys(prefix);
   });
 
   it('verifies and applies deliveries signed with the secrets register stored', async () => {

@@ -7,18 +7,9 @@ import { startService, type RunningService } from '../../src/start.js';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { signBody } from '../../src/webhooks/signature.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
-import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
+import { deleteInstallKeys, deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { hostPort, startTcpProxy, type TcpProxy } from '../helpers/proxy.js';
-
-async function eventually<T>(what: string, probe: () => Promise<T | null | undefined | false>, timeoutMs = 20_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
+import { waitFor } from '../helpers/wait.js';
 
 const ADMIN_TOKEN = 'admin-token-0123456789abcdef';
 
@@ -54,28 +45,28 @@ describe('readiness', () => {
   };
 
   it('flips to 503 when Redis goes away and back to 200 after', async () => {
-    await eventually('ready', async () => (await readyz()).status === 200);
+    await waitFor('ready', async () => (await readyz()).status === 200, 20_000, 100);
     await redisProxy.cut();
-    const down = await eventually('not ready', async () => {
+    const down = await waitFor('not ready', async () => {
       const r = await readyz();
       return r.status === 503 ? r : null;
-    });
+    }, 20_000, 100);
     expect(down.body.checks.find((c) => c.name === 'redis')).toMatchObject({ ok: false });
     expect(down.body.checks.find((c) => c.name === 'postgres')).toMatchObject({ ok: true });
     await redisProxy.restore();
-    await eventually('ready again', async () => (await readyz()).status === 200);
+    await waitFor('ready again', async () => (await readyz()).status === 200, 20_000, 100);
   });
 
   it('flips to 503 when Postgres goes away and back to 200 after', async () => {
-    await eventually('ready', async () => (await readyz()).status === 200);
+    await waitFor('ready', async () => (await readyz()).status === 200, 20_000, 100);
     await pgProxy.cut();
-    const down = await eventually('not ready', async () => {
+    const down = await waitFor('not ready', async () => {
       const r = await readyz();
       return r.status === 503 ? r : null;
-    });
+    }, 20_000, 100);
     expect(down.body.checks.find((c) => c.name === 'postgres')).toMatchObject({ ok: false });
     await pgProxy.restore();
-    await eventually('ready again', async () => (await readyz()).status === 200);
+    await waitFor('ready again', async () => (await readyz()).status === 200, 20_000, 100);
   });
 
   it('has no admin routes without ADMIN_TOKEN', async () => {
@@ -127,8 +118,7 @@ describe('admin API and metrics', () => {
     await service.stop('test over');
     await sim.close();
     await database.drop();
-    await deletePrefix(prefix);
-    await deletePrefix(`b_${prefix}`);
+    await deleteInstallKeys(prefix);
   });
 
   const admin = (path: string, init: RequestInit = {}, token: string | null = ADMIN_TOKEN) =>
@@ -157,20 +147,20 @@ describe('admin API and metrics', () => {
 
   it('runs a backfill started over HTTP to completion, reporting progress', async () => {
     // Let the scheduled first pass finish so the backfill is a pass of its own.
-    await eventually('first pass', async () => {
+    await waitFor('first pass', async () => {
       const s = (await (await admin('/admin/status')).json()) as { passes: Array<{ lastStatus: string }> };
       return s.passes[0]?.lastStatus === 'succeeded';
-    }, 60_000);
+    }, 60_000, 100);
     sim.faults.set({ delayMs: 20 });
     const res = await admin('/admin/backfill', { method: 'POST', body: JSON.stringify({ group: groupId, type: 'active' }) });
     expect(res.status).toBe(202);
     const { jobId } = (await res.json()) as { jobId: string };
     const seen: number[] = [];
-    const done = await eventually('backfill completed', async () => {
+    const done = await waitFor('backfill completed', async () => {
       const job = (await (await admin(`/admin/jobs/${jobId}`)).json()) as { state: string; progress: { rowsSeen?: number; total?: number }; result: { rowsSeen: number } | null };
       if (typeof job.progress === 'object' && job.progress?.rowsSeen) seen.push(job.progress.rowsSeen);
       return job.state === 'completed' ? job : null;
-    }, 60_000);
+    }, 60_000, 100);
     sim.faults.clear();
     const active = sim.world.memberCount(groupId, 'active');
     expect(done.result?.rowsSeen).toBe(active);
@@ -185,10 +175,10 @@ describe('admin API and metrics', () => {
     const body = JSON.stringify({ event: 'subscriber.updated', account_id: 1, ...sim.world.renderWebhook(sim.world.members(groupId)[0]!) });
     const delivered = await fetch(`${base}/webhooks`, { method: 'POST', body, headers: { signature: signBody(body, secret), 'content-type': 'application/json' } });
     expect(delivered.status).toBe(200);
-    await eventually('delivery applied', async () => {
+    await waitFor('delivery applied', async () => {
       const { rows } = await database.pool.query(`select status from webhook_deliveries`);
       return rows[0]?.status === 'applied';
-    });
+    }, 20_000, 100);
     const text = await (await fetch(`${base}/metrics`)).text();
     const value = (pattern: RegExp) => Number(pattern.exec(text)?.[1] ?? Number.NaN);
     for (const family of [

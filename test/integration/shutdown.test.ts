@@ -9,8 +9,10 @@ import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { readSyncState } from '../../src/sync/state.js';
 import { signBody } from '../../src/webhooks/signature.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
-import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
+import { deleteInstallKeys, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { spawnCli } from '../helpers/cli.js';
+import { firstListOffset } from '../helpers/simulator.js';
+import { waitFor } from '../helpers/wait.js';
 
 const SECRET = 'whsec-shutdown-test-0001';
 
@@ -33,14 +35,6 @@ function startService(env: Record<string, string>): { child: ChildProcess; port:
   return { child, port, exit };
 }
 
-async function waitFor(what: string, probe: () => Promise<boolean>, timeoutMs = 60_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await probe())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
-
 describe('graceful shutdown', () => {
   let database: TestDatabase | undefined;
   let sim: Simulator | undefined;
@@ -51,8 +45,7 @@ describe('graceful shutdown', () => {
     for (const c of children) c.kill('SIGKILL');
     await sim?.close();
     await database?.drop();
-    await deletePrefix(prefix);
-    await deletePrefix(`b_${prefix}`);
+    await deleteInstallKeys(prefix);
   });
 
   it('exits 0 mid-pass under webhook load, loses no acknowledged delivery, and resumes the pass', async () => {
@@ -128,8 +121,7 @@ describe('graceful shutdown', () => {
     children.push(second.child);
     await second.port;
     await waitFor('the resumed pass to complete', async () => Boolean((await readSyncState(pool, groupId, 'active'))?.lastFullCompletedAt), 90_000);
-    const firstList = sim.requests.find((r) => r.api === 'legacy' && !r.url.includes('/count'));
-    expect(firstList?.url).toContain(`offset=${interrupted!.fullOffset}`);
+    expect(firstListOffset(sim)).toBe(interrupted!.fullOffset);
     const { rows: count } = await pool.query<{ n: number }>(
       `select count(*)::int as n from group_members where removed_at is null and type = 'active'`,
     );

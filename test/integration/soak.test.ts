@@ -10,8 +10,9 @@ import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { BATCHED_KINDS, REALTIME_KINDS } from '../../src/webhooks/manage.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { readMembers } from '../helpers/mirror.js';
-import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
+import { deleteInstallKeys, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { spawnCli, runCli } from '../helpers/cli.js';
+import { waitFor } from '../helpers/wait.js';
 
 interface LogLine {
   msg?: string;
@@ -47,14 +48,6 @@ function spawnService(role: string, env: Record<string, string>): Proc {
   child.stderr?.resume();
   const exit = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));
   return { child, lines, exit };
-}
-
-async function waitFor(what: string, probe: () => Promise<boolean> | boolean, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await probe())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
 }
 
 /** Pass intervals per (group, type) from every process's log; overlapping ones ran concurrently. */
@@ -96,8 +89,7 @@ describe('three workers and a receiver under churn', () => {
     for (const p of procs) p.child.kill('SIGKILL');
     await sim?.close();
     await database?.drop();
-    await deletePrefix(prefix);
-    await deletePrefix(`b_${prefix}`);
+    await deleteInstallKeys(prefix);
   });
 
   it('stays within the rate limit, never runs a pass twice at once, and converges to the world', async () => {
@@ -123,7 +115,7 @@ describe('three workers and a receiver under churn', () => {
     };
     const receiver = spawnService('receiver', { ...base });
     procs.push(receiver);
-    await waitFor('receiver', () => receiver.lines.some((l) => l.msg === 'service started'), 30_000);
+    await waitFor('receiver', () => receiver.lines.some((l) => l.msg === 'service started'), 30_000, 200);
     const port = receiver.lines.find((l) => l.msg === 'service started')!.port!;
     const url = `http://127.0.0.1:${port}/webhooks`;
     const realtime = sim.webhooks.register({ url, events: [...REALTIME_KINDS], batchable: false });
@@ -161,6 +153,7 @@ describe('three workers and a receiver under churn', () => {
       'deliveries applied',
       async () => (await database!.pool.query(`select 1 from webhook_deliveries where status = 'pending' limit 1`)).rows.length === 0,
       60_000,
+      200,
     );
     expect(Date.now() - before).toBeGreaterThan(0);
 

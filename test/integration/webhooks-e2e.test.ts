@@ -9,70 +9,23 @@
  * while deliveries arrive: every answer is then 503, never 2xx (invariant 1), and the service's
  * retries land everything once it is back.
  */
-import net from 'node:net';
 import type { AddressInfo } from 'node:net';
-import { Writable } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
 import { afterEach, describe, expect, test } from 'vitest';
 import { openDatabase, type Database } from '../../src/db/client.js';
 import { buildServer } from '../../src/http/server.js';
-import { createLogger, type Logger } from '../../src/log.js';
-import { erasePersonalData, normalizeWebhookSubscriber, SUBSCRIBER_FIELDS, type SubscriberValues } from '../../src/mirror/normalize.js';
+import { createLogger } from '../../src/log.js';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
-import { ALL_EVENT_KINDS, BATCH_ONLY_KINDS, type EventKind, type WebhookSubscriber } from '../../src/simulator/kinds.js';
+import { ALL_EVENT_KINDS, BATCH_ONLY_KINDS, type EventKind } from '../../src/simulator/kinds.js';
 import { mulberry32 } from '../../src/simulator/prng.js';
 import type { World } from '../../src/simulator/world.js';
 import { createDeliveryConsumer, type DeliveryConsumer } from '../../src/webhooks/consumer.js';
 import { registerWebhookRoute, type ReceiverOutcome } from '../../src/webhooks/receiver.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
-import { diffSubscribers, readMirroredSubscribers } from '../helpers/mirror.js';
+import { hostPort, startTcpProxy, type TcpProxy } from '../helpers/proxy.js';
+import { compareWebhookEffects, iso } from '../helpers/mirror.js';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
-
-// ---------------------------------------------------------------------------------------------
-// A TCP proxy in front of Postgres: stopping it refuses and cuts every connection, like an outage.
-
-interface Proxy {
-  port: number;
-  stop(): Promise<void>;
-  start(): Promise<void>;
-  close(): Promise<void>;
-}
-
-async function startProxy(targetHost: string, targetPort: number): Promise<Proxy> {
-  const sockets = new Set<net.Socket>();
-  let server: net.Server | null = null;
-  let port = 0;
-  const listen = () =>
-    new Promise<void>((resolve, reject) => {
-      const s = net.createServer((client) => {
-        const upstream = net.connect(targetPort, targetHost);
-        const close = () => {
-          client.destroy();
-          upstream.destroy();
-          sockets.delete(client);
-          sockets.delete(upstream);
-        };
-        sockets.add(client).add(upstream);
-        for (const socket of [client, upstream]) socket.on('error', close).on('close', close);
-        client.pipe(upstream).pipe(client);
-      });
-      s.once('error', reject);
-      s.listen(port, '127.0.0.1', () => {
-        port = (s.address() as AddressInfo).port;
-        server = s;
-        resolve();
-      });
-    });
-  const stop = async () => {
-    const s = server;
-    server = null;
-    for (const socket of sockets) socket.destroy();
-    sockets.clear();
-    if (s) await new Promise<void>((resolve) => s.close(() => resolve()));
-  };
-  await listen();
-  return { get port() { return port; }, stop, start: listen, close: stop };
-}
+import { sleep, waitFor } from '../helpers/wait.js';
 
 // ---------------------------------------------------------------------------------------------
 // Harness: simulator → receiver → consumer → mirror
@@ -83,7 +36,7 @@ interface HarnessOptions {
   failBeforeStore?: number;
   /** Share of first attempts stored, then answered 500 (the service's retry is a duplicate). */
   failAfterStore?: number;
-  /** Put the service's Postgres behind a stoppable proxy. */
+  /** Put the service's Postgres behind a proxy that can cut it off. */
   proxy?: boolean;
   retryDelaysMs?: readonly number[];
 }
@@ -91,7 +44,7 @@ interface HarnessOptions {
 interface Harness {
   sim: Simulator;
   db: TestDatabase;
-  proxy: Proxy | null;
+  proxy: TcpProxy | null;
   outcomes: Map<ReceiverOutcome | 'injected-before' | 'injected-after', number>;
   close(): Promise<void>;
 }
@@ -103,23 +56,13 @@ afterEach(async () => {
   harness = null;
 });
 
-function quietLogger(): Logger {
-  return createLogger({ level: 'fatal', destination: new Writable({ write: (_c, _e, cb) => cb() }) }).logger;
-}
-
 async function startHarness(options: HarnessOptions): Promise<Harness> {
   const db = await createTestDatabase();
-  const target = new URL(db.url);
-  const proxy = options.proxy ? await startProxy(target.hostname, Number(target.port || 5432)) : null;
-  const serviceUrl = new URL(db.url);
-  if (proxy) {
-    serviceUrl.hostname = '127.0.0.1';
-    serviceUrl.port = String(proxy.port);
-  }
+  const proxy = options.proxy ? await startTcpProxy(hostPort(db.url, 5432)) : null;
   // Receiver and consumer share the service's pool (through the proxy when there is one).
-  const service: Database = openDatabase(serviceUrl.toString(), { max: 10, connectionTimeoutMillis: 2_000 });
+  const service: Database = openDatabase(proxy ? proxy.via(db.url) : db.url, { max: 10, connectionTimeoutMillis: 2_000 });
   const prefix = uniquePrefix('e2e');
-  const logger = quietLogger();
+  const logger = createLogger({ level: 'silent' }).logger;
   const consumer: DeliveryConsumer = createDeliveryConsumer({
     pool: service.pool,
     connection: { url: redisUrl(), maxRetriesPerRequest: null },
@@ -211,30 +154,16 @@ async function startHarness(options: HarnessOptions): Promise<Harness> {
 /** Waits for the service to deliver everything, then for the consumer to apply every stored delivery. */
 async function drain(h: Harness): Promise<void> {
   await h.sim.deliveries.settle(30_000);
-  await waitFor(async () => {
+  await waitFor('pending deliveries to be applied', async () => {
     const { rows } = await h.db.pool.query<{ n: number }>(`select count(*)::int as n from webhook_deliveries where status = 'pending'`);
     return rows[0]?.n === 0 ? true : undefined;
-  }, 'pending deliveries to be applied');
+  }, 30_000, 20);
   const failed = await h.db.pool.query<{ error: string }>(`select error from webhook_deliveries where status = 'failed' limit 5`);
   expect(failed.rows).toEqual([]);
   const { rows } = await h.db.pool.query<{ status: string; n: number }>(
     'select status, count(*)::int as n from webhook_deliveries group by status order by status',
   );
   expect(rows).toEqual([{ status: 'applied', n: expect.any(Number) as number }]);
-}
-
-async function waitFor<T>(probe: () => Promise<T | undefined>, what: string, timeoutMs = 30_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(20);
-  }
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -296,70 +225,24 @@ async function mutate(world: World, ids: readonly string[], rounds: number, rng:
 // ---------------------------------------------------------------------------------------------
 // The mirror against the world
 
-const TS = (col: string) => `to_char(${col} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
-
-function expectedValues(subscriber: WebhookSubscriber): SubscriberValues {
-  const values = normalizeWebhookSubscriber(subscriber as unknown as Record<string, unknown>).values;
-  // A forgotten subscriber keeps its id and timestamps; its personal data is erased.
-  return values.forgetAt ? erasePersonalData(values) : values;
-}
-
-async function expectMirrorEqualsWorld(h: Harness): Promise<{ touched: number; bumpedBySend: number }> {
+async function expectMirrorEqualsWorld(h: Harness): Promise<{ touched: number }> {
   const world = h.sim.world;
   const events = world.events;
-  // The last version of each subscriber that an event carried.
-  const lastCarried = new Map<string, WebhookSubscriber>();
-  for (const e of events) if (e.subscriberId && e.subscriber) lastCarried.set(e.subscriberId, e.subscriber);
-
-  // Against the world itself, except for subscribers a later campaign.sent bumped: sending changes
-  // `sent` and `updated_at` of every recipient with no event naming them (only polling sees it), so
-  // for those the mirror must equal the last version an event carried.
-  const expected = new Map<string, SubscriberValues>();
-  let bumpedBySend = 0;
-  for (const [id, carried] of lastCarried) {
-    const now = world.renderWebhook(id);
-    const bumped = now.updated_at !== carried.updated_at;
-    if (bumped) bumpedBySend++;
-    expected.set(id, expectedValues(bumped ? carried : now));
-  }
-  const mirrored = await readMirroredSubscribers(h.db.pool);
-  expect(diffSubscribers(expected, mirrored, SUBSCRIBER_FIELDS, 20)).toEqual([]);
-  expect([...mirrored.keys()].sort()).toEqual([...expected.keys()].sort());
-
-  // Current memberships: what the legacy API lists for these subscribers (deleted ones: nothing).
-  const wantMembers: string[] = [];
-  for (const id of lastCarried.keys()) {
-    for (const g of world.groupIds()) if (world.membership(g, id)) wantMembers.push(`${g}/${id}`);
-  }
-  const { rows: members } = await h.db.pool.query<{ k: string }>(
-    `select group_id || '/' || subscriber_id as k from group_members where removed_at is null`,
-  );
-  expect(members.map((r) => r.k).sort()).toEqual(wantMembers.sort());
-
-  // One activity row per event that concerns a subscriber, whatever the duplicates.
-  const wantActivity = new Set<string>();
-  for (const e of events) {
-    if (!e.subscriber) continue;
-    const key = [e.kind, e.subscriberId, e.group?.id, e.automation?.id, e.campaign?.id, e.linkUrl, e.subscriber.updated_at];
-    wantActivity.add(key.filter((v) => v !== undefined && v !== null).join('|'));
-  }
-  const { rows: activity } = await h.db.pool.query<{ k: string }>(
-    `select concat_ws('|', kind, subscriber_id, group_id, automation_id, campaign_id, link_url, ${TS('occurred_at')}) as k
-       from subscriber_activity`,
-  );
-  expect(activity.map((r) => r.k).sort()).toEqual([...wantActivity].sort());
+  // Subscribers (missing, extra, values), current memberships, activity (duplicated, missing, extra).
+  const c = await compareWebhookEffects(h.db.pool, world);
+  expect(c.problems).toEqual([]);
 
   // Reference rows: groups, automations and campaigns named by events, sent campaigns with sent_at.
   const { rows: campaigns } = await h.db.pool.query<{ id: string; name: string; sent_at: string | null }>(
-    `select id, name, ${TS('sent_at')} as sent_at from campaigns`,
+    `select id, name, ${iso('sent_at')} as sent_at from campaigns`,
   );
   const sentCampaigns = events.filter((e) => e.kind === 'campaign.sent').map((e) => e.campaign);
-  for (const c of sentCampaigns) expect(campaigns).toContainEqual({ id: c?.id, name: c?.name, sent_at: c?.date });
+  for (const sent of sentCampaigns) expect(campaigns).toContainEqual({ id: sent?.id, name: sent?.name, sent_at: sent?.date });
   const { rows: groups } = await h.db.pool.query<{ id: string; name: string }>('select id, name from groups order by id');
   const namedGroups = new Map(events.filter((e) => e.group).map((e) => [e.group?.id, e.group?.name]));
   expect(groups).toEqual([...namedGroups].map(([id, name]) => ({ id, name })).sort((a, b) => ((a.id ?? '') < (b.id ?? '') ? -1 : 1)));
 
-  return { touched: lastCarried.size, bumpedBySend };
+  return { touched: c.touched };
 }
 
 function kindsEmitted(world: World): Set<EventKind> {
@@ -401,14 +284,14 @@ describe('simulator → receiver → consumer → mirror', () => {
     await mutate(sim.world, ids, 60, rng);
     await drain(harness);
 
-    await proxy?.stop();
+    await proxy?.cut();
     const outageStart = performance.timeOrigin + performance.now();
     await mutate(sim.world, ids, 80, rng);
     sim.deliveries.flush();
     await sleep(1_000);
     const outageEnd = performance.timeOrigin + performance.now();
     const during = sim.deliveries.attempts.filter((a) => a.startedAt >= outageStart && a.finishedAt <= outageEnd);
-    await proxy?.start();
+    await proxy?.restore();
 
     expect(during.length).toBeGreaterThan(20);
     expect(during.filter((a) => a.ok)).toEqual([]);

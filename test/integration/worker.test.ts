@@ -10,16 +10,7 @@ import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { readMembers, readMirroredSubscribers, expectedFromWorld, diffSubscribers } from '../helpers/mirror.js';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { runCli, spawnCli } from '../helpers/cli.js';
-
-async function waitFor<T>(what: string, probe: () => Promise<T | undefined | null | false>, timeoutMs = 60_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
+import { waitFor } from '../helpers/wait.js';
 
 function exited(child: ChildProcess): Promise<number | null> {
   return new Promise((resolve) => {
@@ -88,7 +79,7 @@ describe('worker processes', () => {
         const s = await readSyncState(database.pool, groupId, 'active');
         if (s?.lastFullCompletedAt) throw new Error('the pass completed before the kill point');
         return (s?.fullOffset ?? 0) >= point;
-      }, 90_000);
+      }, 90_000, 20);
       child.kill('SIGKILL');
       await exited(child);
     }
@@ -101,7 +92,7 @@ describe('worker processes', () => {
     const state = await waitFor('the resumed pass to complete', async () => {
       const s = await readSyncState(database.pool, groupId, 'active');
       return s?.lastStatus === 'succeeded' && s.fullOffset === null && s.lastFullCompletedAt ? s : null;
-    }, 120_000);
+    }, 120_000, 20);
     // It resumed from the checkpoint instead of starting over.
     const firstPage = sim.requests.find((r) => r.api === 'legacy' && !r.url.includes('/count'));
     expect(firstPage?.url).toContain(`offset=${offsetAtLastKill}`);

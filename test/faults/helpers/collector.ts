@@ -34,7 +34,7 @@ export function registerSecret(label: string, value: string): void {
   secrets.set(value, label);
 }
 
-export function registeredSecrets(): Array<{ label: string; value: string }> {
+function registeredSecrets(): Array<{ label: string; value: string }> {
   return [...secrets].map(([value, label]) => ({ label, value }));
 }
 
@@ -67,7 +67,7 @@ export function capture(child: ChildProcess, label: string, onLine?: (line: stri
   return source;
 }
 
-export function capturedStats(): { processes: number; chunks: number; lines: number; bytes: number } {
+function capturedStats(): { processes: number; chunks: number; lines: number; bytes: number } {
   let lines = 0;
   let bytes = 0;
   const seen = new Set<string>();
@@ -89,7 +89,7 @@ function needlesOf(value: string): string[] {
  * Every occurrence of a registered secret in everything captured so far. Each process's stream is
  * joined first: a pipe may split a line, and with it a secret, across two chunks.
  */
-export function findSecretLeaks(extraText: Array<{ source: string; text: string }> = []): SecretLeak[] {
+function findSecretLeaks(extraText: Array<{ source: string; text: string }> = []): SecretLeak[] {
   const streams = new Map<string, { source: string; stream: 'stdout' | 'stderr'; text: string }>();
   for (const c of [...chunks, ...extraText.map((t) => ({ ...t, stream: 'stdout' as const }))]) {
     const key = `${c.source}\u0000${c.stream}`;

@@ -5,6 +5,7 @@
  * audit lives in its own schema; the product's tables and migrations are not touched.
  */
 import type pg from 'pg';
+import { iso } from '../../helpers/mirror.js';
 
 const INSTALL = `
 create schema if not exists fault_audit;
@@ -62,14 +63,12 @@ interface Change {
   last_error: string | null;
 }
 
-const ISO = (c: string) => `to_char(${c} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
-
 /** Every pass the audit saw, in order, per (group, type). Passes of one (group, type) never overlap (pass lock). */
 export async function readPassRuns(pool: pg.Pool): Promise<PassRun[]> {
   const { rows } = await pool.query<Change>(
     // Ordered by the bigint column, not by the text rendering of it (which would put 1000 before 339).
-    `select c.seq::text as seq, group_id, type, old_status, new_status, mode, ${ISO('run_started_at')} as run_started_at,
-            ${ISO('old_cursor')} as old_cursor, ${ISO('new_cursor')} as new_cursor, last_error
+    `select c.seq::text as seq, group_id, type, old_status, new_status, mode, ${iso('run_started_at')} as run_started_at,
+            ${iso('old_cursor')} as old_cursor, ${iso('new_cursor')} as new_cursor, last_error
        from fault_audit.sync_state_changes c order by c.seq`,
   );
   const open = new Map<string, { run: PassRun; startedAt: string | null }>();
@@ -127,8 +126,8 @@ export async function dumpCursorAudit(pool: pg.Pool, name: string): Promise<void
   const { mkdirSync, writeFileSync } = await import('node:fs');
   const path = await import('node:path');
   const { rows } = await pool.query(
-    `select seq, group_id, type, old_status, new_status, mode, ${ISO('run_started_at')} as run_started_at,
-            ${ISO('old_cursor')} as old_cursor, ${ISO('new_cursor')} as new_cursor, last_error
+    `select seq, group_id, type, old_status, new_status, mode, ${iso('run_started_at')} as run_started_at,
+            ${iso('old_cursor')} as old_cursor, ${iso('new_cursor')} as new_cursor, last_error
        from fault_audit.sync_state_changes order by seq`,
   );
   mkdirSync(dir, { recursive: true });

@@ -6,7 +6,7 @@
 import { Redis } from 'ioredis';
 import { passLockKey } from '../../../src/sync/worker.js';
 import { SYNC_QUEUE } from '../../../src/sync/schedule.js';
-import { deletePrefix, redisUrl } from '../../helpers/redis.js';
+import { deleteInstallKeys, redisUrl } from '../../helpers/redis.js';
 
 export async function withRedis<T>(fn: (redis: Redis) => Promise<T>): Promise<T> {
   const redis = new Redis(redisUrl(), { lazyConnect: true, maxRetriesPerRequest: 1 });
@@ -49,20 +49,6 @@ export async function expireDeadWorker(prefix: string, groupId: string, type: st
 }
 
 /** Every key of the install (BullMQ queues, schedulers, locks, auth pause) and of its limiter (`b_<prefix>`). */
-export async function wipeInstall(prefix: string): Promise<number> {
-  const count = await withRedis(async (redis) => {
-    let n = 0;
-    for (const pattern of [`${prefix}*`, `b_${prefix}*`]) {
-      let cursor = '0';
-      do {
-        const [next, keys] = await redis.scan(cursor, 'MATCH', pattern, 'COUNT', 500);
-        cursor = next;
-        n += keys.length;
-      } while (cursor !== '0');
-    }
-    return n;
-  });
-  await deletePrefix(prefix);
-  await deletePrefix(`b_${prefix}`);
-  return count;
+export function wipeInstall(prefix: string): Promise<number> {
+  return deleteInstallKeys(prefix);
 }

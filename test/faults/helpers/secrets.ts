@@ -20,7 +20,7 @@ export interface FaultSecrets {
 const ALPHANUMERIC = 'ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789';
 
 /** Random letters and digits: no character that URL or JSON encoding would change. */
-export function randomTail(length = 14): string {
+function randomTail(length = 14): string {
   const bytes = randomBytes(length);
   return Array.from(bytes, (b) => ALPHANUMERIC[b % ALPHANUMERIC.length]).join('');
 }

@@ -5,6 +5,7 @@
 import type { ChildProcess } from 'node:child_process';
 import { spawnCli, type CliResult } from '../../helpers/cli.js';
 import { capture, record } from './collector.js';
+import { sleep, waitFor } from '../../helpers/wait.js';
 
 export interface LogLine {
   level?: string;
@@ -131,25 +132,7 @@ export function runCollected(
   });
 }
 
-export function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
-
-/** Polls `probe` until it returns a truthy value; throws naming `what` after `timeoutMs`. */
-export async function waitFor<T>(
-  what: string,
-  probe: () => Promise<T | null | undefined | false> | T | null | undefined | false,
-  timeoutMs: number,
-  everyMs = 25,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(everyMs);
-  }
-}
+export { sleep, waitFor };
 
 /** One line a scenario prints for the issue note: `[faults] <scenario>: k=v, …`. */
 export function printSummary(scenario: string, figures: Record<string, number | string>): void {
