@@ -32,9 +32,9 @@
  */
 import { isLosslessNumber } from 'lossless-json';
 import type { MirrorSource } from '../db/schema.js';
-import { parseIsoTimestamp, parseLegacyTimestamp, TimestampError, TimezoneError, zoneFormatter } from './time.js';
+import { parseIsoTimestamp, parseLegacyTimestamp, TimestampError, TimezoneError, zoneFormatter } from '../time.js';
 
-export { isCanonicalTimestamp } from './time.js';
+export { isCanonicalTimestamp } from '../time.js';
 
 // ---------------------------------------------------------------------------------------------
 // Row shapes

@@ -14,6 +14,7 @@
 import type pg from 'pg';
 import type { SubscriberType } from '../db/schema.js';
 import type { Logger } from '../log.js';
+import { addDays, DAY_MS, dayInZone, latestTimestamp } from '../time.js';
 import { normalizeLegacySubscriber, type SubscriberRow } from '../mirror/normalize.js';
 import {
   removeMembersNotSeenSince,
@@ -35,7 +36,6 @@ import {
   type PassMode,
 } from './state.js';
 
-const DAY_MS = 86_400_000;
 /**
  * The service's date filters have undocumented timezone semantics (invariant 4). Shifting the
  * cursor back by the largest offset difference (±14 h) before taking its day makes the filter
@@ -95,29 +95,6 @@ export function incrementalFilterDay(cursor: string, lookbackMs: number, sourceT
   const day = dayInZone(shifted, sourceTimezone);
   const lookbackDays = Math.max(1, Math.ceil(lookbackMs / DAY_MS));
   return addDays(day, -lookbackDays);
-}
-
-function dayInZone(epochMs: number, timeZone: string): string {
-  const parts = new Intl.DateTimeFormat('en-CA', {
-    timeZone,
-    year: 'numeric',
-    month: '2-digit',
-    day: '2-digit',
-  }).formatToParts(new Date(epochMs));
-  const get = (type: string) => parts.find((p) => p.type === type)?.value ?? '';
-  return `${get('year')}-${get('month')}-${get('day')}`;
-}
-
-function addDays(day: string, days: number): string {
-  const ms = Date.parse(`${day}T00:00:00Z`) + days * DAY_MS;
-  return new Date(ms).toISOString().slice(0, 10);
-}
-
-function maxTimestamp(a: string | null, b: string | null): string | null {
-  if (a === null) return b;
-  if (b === null) return a;
-  // Canonical UTC strings with microseconds compare correctly as text.
-  return b > a ? b : a;
 }
 
 function addCounts(into: UpsertCounts, more: UpsertCounts): void {
@@ -194,7 +171,7 @@ export async function runPass(
         const nextOffset = page.offset + page.rows.length;
         addCounts(counts, await commitPage(deps, groupId, type, rows, { seenAt: startedAt, nextOffset }));
         rowsSeen += rows.length;
-        for (const r of rows) maxUpdatedAt = maxTimestamp(maxUpdatedAt, r.values.updatedAt);
+        for (const r of rows) maxUpdatedAt = latestTimestamp(maxUpdatedAt, r.values.updatedAt);
         await deps.onProgress?.({ mode, offset: nextOffset, rowsSeen, total: upstreamCount });
         if (deps.shouldStop?.()) throw new PassInterruptedError(nextOffset);
       }
@@ -215,7 +192,7 @@ export async function runPass(
         const rows = page.rows.map((raw) => normalizeLegacySubscriber(raw, { sourceTimezone: deps.sourceTimezone }));
         addCounts(counts, await commitPage(deps, groupId, type, rows, null));
         rowsSeen += rows.length;
-        for (const r of rows) maxUpdatedAt = maxTimestamp(maxUpdatedAt, r.values.updatedAt);
+        for (const r of rows) maxUpdatedAt = latestTimestamp(maxUpdatedAt, r.values.updatedAt);
         await deps.onProgress?.({ mode, offset: page.offset + page.rows.length, rowsSeen, total: null });
         // An incremental pass has no checkpoint: stopping early just leaves the cursor where it was.
         if (deps.shouldStop?.()) throw new PassInterruptedError(page.offset + page.rows.length);

@@ -7,12 +7,9 @@
  */
 import type { SubscriberType } from '../db/schema.js';
 
-export interface Queryable {
-  query<R extends Record<string, unknown> = Record<string, unknown>>(
-    text: string,
-    values?: unknown[],
-  ): Promise<{ rows: R[]; rowCount: number | null }>;
-}
+import type { Queryable } from '../db/queryable.js';
+
+export type { Queryable } from '../db/queryable.js';
 
 export type PassMode = 'incremental' | 'full';
 

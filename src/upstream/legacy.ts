@@ -10,6 +10,7 @@
  */
 import type { Logger } from '../log.js';
 import { SUBSCRIBER_TYPES, type SubscriberType } from '../db/schema.js';
+import { isRealDate } from '../time.js';
 import {
   createHttpClient,
   isPlainObject,
@@ -38,19 +39,6 @@ export interface DateFilter {
   op: FilterOp;
   /** `YYYY-MM-DD`, a real calendar day. */
   date: string;
-}
-
-const YMD = /^(\d{4})-(\d{2})-(\d{2})$/;
-
-/** True for a `YYYY-MM-DD` that names a real day (2024-02-29 yes, 2023-02-29 and 2024-02-30 no). */
-export function isRealDate(text: string): boolean {
-  const match = YMD.exec(text);
-  if (!match) return false;
-  const [year, month, day] = [Number(match[1]), Number(match[2]), Number(match[3])];
-  if (year < 1 || month < 1 || month > 12 || day < 1) return false;
-  const leap = (year % 4 === 0 && year % 100 !== 0) || year % 400 === 0;
-  const days = [31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31][month - 1] as number;
-  return day <= days;
 }
 
 /**

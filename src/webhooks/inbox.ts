@@ -17,10 +17,10 @@
 import { createHash } from 'node:crypto';
 import type { DeliveryStatus } from '../db/schema.js';
 
-/** The part of `pg.Pool` the inbox uses (a fake in unit tests). */
-export interface Queryable {
-  query(text: string, values?: unknown[]): Promise<{ rows: unknown[]; rowCount?: number | null }>;
-}
+import type { Queryable } from '../db/queryable.js';
+
+/** The inbox runs on a `pg.Pool` (a fake in unit tests). */
+export type { Queryable } from '../db/queryable.js';
 
 export type InboxStatus = Extract<DeliveryStatus, 'pending' | 'ignored' | 'failed'>;
 

@@ -12,6 +12,7 @@
  * upstream is created again. The table is not a mirrored table, so plain parameterized SQL is used.
  */
 import type pg from 'pg';
+import type { Queryable } from '../db/queryable.js';
 import { EVENT_KINDS, EVENT_REGISTRY, type EventKind } from './payloads.js';
 import {
   WebhookNotFoundError,
@@ -72,7 +73,7 @@ function isHttpUrl(value: string): boolean {
 // ---------------------------------------------------------------------------------------------
 
 /** A pool, or one checked-out connection (register runs every statement on the one holding its lock). */
-export type Queryable = pg.Pool | pg.PoolClient;
+export type { Queryable } from '../db/queryable.js';
 
 export interface StoredEndpoint {
   id: string;

@@ -105,7 +105,7 @@ const accountIdSchema = z.unknown().transform((value, ctx): string | null => {
  * Spec: ISO 8601 UTC with microseconds (`2024-05-28T10:30:29.000000Z`). A space separator, other
  * fraction lengths and explicit offsets are accepted too, but not a missing zone: these values order
  * versions (invariant 2) and a zoneless one is ambiguous. Same rule as `parseIsoTimestamp` in
- * src/mirror/time.ts, which turns them into instants; "" means null there and is accepted here.
+ * src/time.ts, which turns them into instants; "" means null there and is accepted here.
  */
 const TIMESTAMP = /^\s*\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:[Zz]|[+-]\d{2}(?::?\d{2})?)\s*$|^$/;
 const timestamp = z

@@ -3,7 +3,6 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { LosslessNumber, parse as losslessParse } from 'lossless-json';
-import { drizzle } from 'drizzle-orm/node-postgres';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import {
   normalizeLegacySubscriber,
@@ -11,7 +10,6 @@ import {
   type SubscriberRow,
 } from '../../src/mirror/normalize.js';
 import { SUBSCRIBER_COLUMNS, upsertSubscribers, withTransaction } from '../../src/mirror/store.js';
-import * as schema from '../../src/db/schema.js';
 import { fixtureText, legacySubscriber, readSubscriber, ts, webhookSubscriber } from '../fixtures/mirror/rows.js';
 
 let tdb: TestDatabase;
@@ -353,24 +351,6 @@ describe('executors and transactions', () => {
     expect(await readSubscriber(tdb.pool, b)).toBeDefined();
     const { rows } = await tdb.pool.query(`select 1 from sync_state where group_id = 'g-tx'`);
     expect(rows).toHaveLength(1);
-  });
-
-  test('a drizzle database and a drizzle transaction work as executors', async () => {
-    const [a, b] = [newId(), newId()];
-    expect(await upsertSubscribers(tdb.db, [web({ id: a })])).toMatchObject({ inserted: 1 });
-    await expect(
-      tdb.db.transaction(async (tx) => {
-        expect(await upsertSubscribers(tx, [web({ id: b })])).toMatchObject({ inserted: 1 });
-        throw new Error('rollback');
-      }),
-    ).rejects.toThrow('rollback');
-    expect(await readSubscriber(tdb.pool, a)).toBeDefined();
-    expect(await readSubscriber(tdb.pool, b)).toBeUndefined();
-    // drizzle over a pool client (e.g. inside withTransaction) works too.
-    await withTransaction(tdb.pool, async (client) => {
-      expect(await upsertSubscribers(drizzle(client, { schema }), [web({ id: b })])).toMatchObject({ inserted: 1 });
-    });
-    expect(await readSubscriber(tdb.pool, b)).toBeDefined();
   });
 });
 

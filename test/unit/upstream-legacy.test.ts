@@ -5,11 +5,11 @@ import {
   createLegacyClient,
   FILTER_KEYS,
   FILTER_OPS,
-  isRealDate,
   normalizeGroupId,
   type DateFilter,
   type LegacyPage,
 } from '../../src/upstream/legacy.js';
+import { isRealDate } from '../../src/time.js';
 import { UpstreamAuthError, UpstreamBodyError } from '../../src/upstream/http.js';
 
 const API_KEY = 'legacy-key-0a9b8c7d6e';

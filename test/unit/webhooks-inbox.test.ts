@@ -21,8 +21,9 @@ function fakePool(options: { autoSettle?: boolean; refuse?: (bodyText: string) =
   const calls: Call[] = [];
   let nextId = 1;
   const pool: Queryable = {
-    query(sql, values = []) {
-      return new Promise((resolve, reject) => {
+    query(sql: string, values: unknown[] = []) {
+      // Typed rows are never read back by name: `never[]` fits every row type the inbox asks for.
+      return new Promise<{ rows: never[]; rowCount: null }>((resolve, reject) => {
         const run = () => {
           if (sql.includes('insert into webhook_deliveries')) {
             const [shas, bodies, , , , statuses] = values as string[][];
@@ -37,10 +38,10 @@ function fakePool(options: { autoSettle?: boolean; refuse?: (bodyText: string) =
               table.set(sha, row);
               rows.push({ id: row.id, sha, status: row.status });
             }
-            resolve({ rows });
+            resolve({ rows: rows as never[], rowCount: null });
           } else if (sql.includes('where body_sha256 = any')) {
             const [shas] = values as string[][];
-            resolve({ rows: shas!.filter((s) => table.has(s)).map((sha) => ({ sha, ...table.get(sha)! })) });
+            resolve({ rows: shas!.filter((s) => table.has(s)).map((sha) => ({ sha, ...table.get(sha)! })) as never[], rowCount: null });
           } else {
             reject(new Error(`unexpected SQL ${sql}`));
           }

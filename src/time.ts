@@ -1,5 +1,6 @@
 /**
- * Timestamp parsing for the mirror: every timestamp leaves this module as a canonical UTC string
+ * The project's one date module: timestamp parsing for the mirror, and the day arithmetic of the
+ * poll's date filters. Every timestamp leaves this module as a canonical UTC string
  * `YYYY-MM-DDTHH:MM:SS.ffffffZ` (exactly six fractional digits).
  *
  * Strings, not `Date`: a JS Date keeps milliseconds only, while webhook `updated_at` values carry
@@ -276,4 +277,44 @@ function zoneOffsetMinutes(zone: string): number | null {
   const minutes = digits.length > 2 ? Number(digits.slice(2, 4)) : 0;
   if (hours > 18 || minutes > 59) return null;
   return sign * (hours * 60 + minutes);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Days and comparisons
+
+export { DAY_MS };
+
+/** The latest of canonical timestamps (they compare correctly as text); null when all are null. */
+export function latestTimestamp(...values: ReadonlyArray<string | null | undefined>): string | null {
+  let latest: string | null = null;
+  for (const v of values) if (v !== null && v !== undefined && (latest === null || v > latest)) latest = v;
+  return latest;
+}
+
+const YMD = /^(\d{4})-(\d{2})-(\d{2})$/;
+
+/** True for a `YYYY-MM-DD` that names a real day (2024-02-29 yes, 2023-02-29 and 2024-02-30 no). */
+export function isRealDate(text: string): boolean {
+  const match = YMD.exec(text);
+  if (!match) return false;
+  const t: CivilTime = { year: Number(match[1]), month: Number(match[2]), day: Number(match[3]), hour: 0, minute: 0, second: 0 };
+  return checkCivil(t) === null;
+}
+
+/** The `YYYY-MM-DD` day of an instant in an IANA zone. */
+export function dayInZone(epochMs: number, timeZone: string): string {
+  const parts = new Intl.DateTimeFormat('en-CA', {
+    timeZone,
+    year: 'numeric',
+    month: '2-digit',
+    day: '2-digit',
+  }).formatToParts(new Date(epochMs));
+  const get = (type: string) => parts.find((p) => p.type === type)?.value ?? '';
+  return `${get('year')}-${get('month')}-${get('day')}`;
+}
+
+/** `day` (`YYYY-MM-DD`) moved by a whole number of days. */
+export function addDays(day: string, days: number): string {
+  const ms = Date.parse(`${day}T00:00:00Z`) + days * DAY_MS;
+  return new Date(ms).toISOString().slice(0, 10);
 }

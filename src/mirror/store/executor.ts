@@ -1,0 +1,61 @@
+/**
+ * Where store statements run, and how (see `../store.ts` for the write rules).
+ *
+ * Every store function takes a {@link Queryable}: a `pg.Pool` runs each statement on any idle
+ * connection (each call is then its own transaction); a client runs them inside whatever transaction
+ * is open on it. To make several store calls and your own statements atomic (a poll page plus its
+ * checkpoint, invariant 3), run them on one transaction: {@link withTransaction}.
+ */
+import { createHash } from 'node:crypto';
+import type pg from 'pg';
+import type { Queryable } from '../../db/queryable.js';
+
+export type { Queryable } from '../../db/queryable.js';
+
+interface Result<R> {
+  rows: R[];
+  rowCount: number;
+}
+
+/** Named prepared statements: the hot statements are planned once per connection. */
+const statementNames = new Map<string, string>();
+
+function statementName(text: string): string {
+  let name = statementNames.get(text);
+  if (name === undefined) {
+    name = `sm_mirror_${createHash('sha1').update(text).digest('hex').slice(0, 16)}`;
+    statementNames.set(text, name);
+  }
+  return name;
+}
+
+/** Runs `text` with `$n` parameters as a named prepared statement. */
+export async function run<R>(exec: Queryable, text: string, values: unknown[]): Promise<Result<R>> {
+  const res = await exec.query({ name: statementName(text), text, values });
+  return { rows: res.rows as R[], rowCount: res.rowCount ?? 0 };
+}
+
+/**
+ * Runs `fn` in one transaction on a dedicated pool client: `BEGIN`, then `COMMIT` when `fn`
+ * resolves, `ROLLBACK` when it throws (the error is rethrown). Pass the client to store calls and
+ * to your own statements (e.g. the poll's checkpoint) so they commit together or not at all.
+ */
+export async function withTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  const client = await pool.connect();
+  let broken = false;
+  try {
+    await client.query('begin');
+    const result = await fn(client);
+    await client.query('commit');
+    return result;
+  } catch (err) {
+    try {
+      await client.query('rollback');
+    } catch {
+      broken = true; // the connection is unusable: destroy it instead of returning it to the pool
+    }
+    throw err;
+  } finally {
+    client.release(broken);
+  }
+}

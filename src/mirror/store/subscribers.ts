@@ -1,0 +1,252 @@
+/**
+ * `subscribers`: the guarded upsert of subscriber versions (DESIGN.md invariant 2, STYLE.md "One
+ * guarded upsert"). See `../store.ts` for how writes stay correct.
+ */
+import pg from 'pg';
+import {
+  erasePersonalData,
+  PERSONAL_FIELDS,
+  SUBSCRIBER_FIELDS,
+  type SubscriberField,
+  type SubscriberRow,
+} from '../normalize.js';
+import { arrayLiteral, jsonbArrayFromParam } from '../pg-params.js';
+import { run, withTransaction, type Queryable } from './executor.js';
+import {
+  assertId,
+  assertTimestamp,
+  assertTimestampOrNull,
+  assertVia,
+  newestPerKey,
+  toJsonText,
+  type PgType,
+  type UpsertCounts,
+} from './values.js';
+
+interface ColumnSpec {
+  field: SubscriberField;
+  column: string;
+  type: PgType;
+  /** jsonb merged key by key into the stored object instead of replacing it. */
+  merge: boolean;
+  /** Erased when the subscriber is forgotten. */
+  personal: boolean;
+}
+
+const PERSONAL: ReadonlySet<SubscriberField> = new Set(PERSONAL_FIELDS);
+
+function spec(field: SubscriberField, column: string, type: PgType): ColumnSpec {
+  return { field, column, type, merge: field === 'fields' || field === 'extra', personal: PERSONAL.has(field) };
+}
+
+/** Data columns of `subscribers`, in table order (`src/db/schema.ts`). */
+const SUBSCRIBER_SPECS: readonly ColumnSpec[] = [
+  spec('email', 'email', 'text'),
+  spec('name', 'name', 'text'),
+  spec('status', 'status', 'text'),
+  spec('source', 'source', 'text'),
+  spec('sent', 'sent', 'int4'),
+  spec('opensCount', 'opens_count', 'int4'),
+  spec('clicksCount', 'clicks_count', 'int4'),
+  spec('openRate', 'open_rate', 'float8'),
+  spec('clickRate', 'click_rate', 'float8'),
+  spec('ipAddress', 'ip_address', 'text'),
+  spec('subscribedAt', 'subscribed_at', 'timestamptz'),
+  spec('unsubscribedAt', 'unsubscribed_at', 'timestamptz'),
+  spec('createdAt', 'created_at', 'timestamptz'),
+  spec('updatedAt', 'updated_at', 'timestamptz'),
+  spec('deletedAt', 'deleted_at', 'timestamptz'),
+  spec('forgetAt', 'forget_at', 'timestamptz'),
+  spec('optedInAt', 'opted_in_at', 'timestamptz'),
+  spec('optinIp', 'optin_ip', 'text'),
+  spec('fields', 'fields', 'jsonb'),
+  spec('extra', 'extra', 'jsonb'),
+];
+
+/** SQL column of each {@link SubscriberField}. */
+export const SUBSCRIBER_COLUMN_OF: Readonly<Record<SubscriberField, string>> = Object.fromEntries(
+  SUBSCRIBER_SPECS.map((s) => [s.field, s.column]),
+) as Record<SubscriberField, string>;
+
+/** Every column of `subscribers` this module writes, in table order (tests compare it to the table). */
+export const SUBSCRIBER_COLUMNS: readonly string[] = ['id', ...SUBSCRIBER_SPECS.map((s) => s.column), 'mirrored_at', 'mirrored_via'];
+
+const FIELD_BIT = new Map<SubscriberField, number>(SUBSCRIBER_FIELDS.map((f, i) => [f, 2 ** i]));
+/** `updatedAt` and `extra` are written for every row (see {@link SubscriberRow}). */
+const ALWAYS_PROVIDED = (FIELD_BIT.get('updatedAt') ?? 0) | (FIELD_BIT.get('extra') ?? 0);
+
+/** The provided set a row is written with, as a bit mask over {@link SUBSCRIBER_FIELDS}. */
+function providedMask(row: SubscriberRow): number {
+  let mask = ALWAYS_PROVIDED;
+  for (const f of row.provided) {
+    const bit = FIELD_BIT.get(f);
+    if (bit === undefined) throw new TypeError(`provided: unknown subscriber field ${String(f)}`);
+    mask |= bit;
+  }
+  return mask;
+}
+
+function providedFields(mask: number): Set<SubscriberField> {
+  return new Set(SUBSCRIBER_FIELDS.filter((f) => (mask & (FIELD_BIT.get(f) ?? 0)) !== 0));
+}
+
+const upsertSqlCache = new Map<number, string>();
+
+/**
+ * The guarded upsert for one provided set. Non-provided columns are neither inserted (they take
+ * their defaults) nor updated (they keep their stored values). Personal columns are erased whenever
+ * the resulting `forget_at` (incoming if provided, else stored) is set, so a forgotten subscriber
+ * stays erased even if a later row without `forget_at` (a poll row) is newer.
+ *
+ * Counting: `xmax = 0` marks inserted rows among those returned. Rows not returned are either older
+ * than the stored version (`skipped`) or identical (`unchanged`); telling them apart needs the stored
+ * `updated_at`, which the main query reads from the statement's snapshot (the state before the
+ * write) with one primary-key probe per row, and only when some row was not written (an InitPlan
+ * in an untaken CASE branch never runs).
+ */
+function subscriberUpsertSql(mask: number): string {
+  const cached = upsertSqlCache.get(mask);
+  if (cached) return cached;
+  const provided = providedFields(mask);
+  const specs = SUBSCRIBER_SPECS.filter((s) => provided.has(s.field));
+  const forgetProvided = provided.has('forgetAt');
+  const forgotten = forgetProvided ? 'excluded.forget_at is not null' : 's.forget_at is not null';
+
+  const newValue = (s: ColumnSpec): string => {
+    const c = s.column;
+    const base = !provided.has(s.field) ? `s.${c}` : s.merge ? `(s.${c} || excluded.${c})` : `excluded.${c}`;
+    if (!s.personal) return base;
+    return `(case when ${forgotten} then ${s.type === 'jsonb' ? `'{}'::jsonb` : 'null'} else ${base} end)`;
+  };
+  const setSpecs = SUBSCRIBER_SPECS.filter((s) => provided.has(s.field) || (s.personal && forgetProvided));
+
+  const unnestArgs = [
+    '$1::text[]',
+    ...specs.map((s, i) => (s.type === 'jsonb' ? jsonbArrayFromParam(`$${i + 2}`) : `$${i + 2}::${s.type}[]`)),
+    `$${specs.length + 2}::text[]`,
+  ];
+  const updatedAtParam = `$${specs.findIndex((s) => s.field === 'updatedAt') + 2}::timestamptz[]`;
+  const cols = specs.map((s) => s.column);
+  const text = `
+with written as (
+  insert into subscribers as s (id, ${cols.join(', ')}, mirrored_at, mirrored_via)
+  select id, ${cols.join(', ')}, now(), mirrored_via
+  from unnest(${unnestArgs.join(', ')}) as t(id, ${cols.join(', ')}, mirrored_via)
+  on conflict (id) do update set
+    ${setSpecs.map((s) => `${s.column} = ${newValue(s)}`).join(',\n    ')},
+    mirrored_at = now(),
+    mirrored_via = excluded.mirrored_via
+  where s.updated_at is null
+     or excluded.updated_at > s.updated_at
+     or (excluded.updated_at = s.updated_at
+         and row(${setSpecs.map(newValue).join(', ')}) is distinct from row(${setSpecs.map((s) => `s.${s.column}`).join(', ')}))
+  returning (s.xmax = 0) as inserted
+),
+counts as (
+  select count(*) filter (where inserted)::int as inserted, count(*) filter (where not inserted)::int as updated from written
+)
+select c.inserted, c.updated,
+  case when c.inserted + c.updated = cardinality($1::text[]) then 0
+  else (select count(*)::int from unnest($1::text[], ${updatedAtParam}) as i(id, updated_at)
+        where (select p.updated_at from subscribers p where p.id = i.id) > i.updated_at)
+  end as skipped
+from counts c`;
+  upsertSqlCache.set(mask, text);
+  return text;
+}
+
+const TIMESTAMP_SPECS = SUBSCRIBER_SPECS.filter((s) => s.type === 'timestamptz');
+
+/** Checks a row against the normalizers' contract and returns its provided mask. */
+function validateSubscriberRow(row: SubscriberRow, index: number): number {
+  const what = `rows[${index}]`;
+  assertVia(row.via);
+  assertId(row.values.id, `${what}.values.id`);
+  assertTimestamp(row.values.updatedAt, `${what}.values.updatedAt`);
+  const mask = providedMask(row);
+  for (const s of TIMESTAMP_SPECS) {
+    if ((mask & (FIELD_BIT.get(s.field) ?? 0)) !== 0) assertTimestampOrNull(row.values[s.field], `${what}.values.${s.field}`);
+  }
+  return mask;
+}
+/**
+ * Writes subscriber versions with the newer-than guard of invariant 2 and returns what happened.
+ *
+ * - **Order**: a row replaces the stored one only if its `updatedAt` is newer; on an equal
+ *   `updatedAt` only if the resulting row differs (the later arrival wins: legacy timestamps have
+ *   whole seconds); identical content writes nothing, so `mirrored_at` does not move. Older rows are
+ *   `skipped`. This holds whichever path wrote the stored row and in whatever order rows arrive.
+ * - **Provided columns**: only `row.provided` columns are written; others keep their stored values
+ *   (a poll row never clears `source`/`deleted_at`/`forget_at`; a webhook never clears the legacy
+ *   keys in `extra`). `fields` and `extra` are merged key by key (incoming keys win), so one path's
+ *   keys survive the other's writes; a key dropped upstream therefore stays until forgotten.
+ * - **Forget**: when the resulting `forget_at` is set, `email`, `name`, `ip_address`, `optin_ip`,
+ *   `fields` and `extra` are erased (id, status, counters and timestamps stay). An older row cannot
+ *   bring the data back (the guard skips it) and neither can a newer poll row, which does not carry
+ *   `forget_at` so the stored one still applies. (The real service stops listing deleted
+ *   subscribers anyway.) Deletion alone (`deleted_at`) erases nothing.
+ * - **Batch**: rows for the same id are first reduced to the newest (later wins on a tie); the
+ *   others count as `skipped`. Rows are grouped by their provided set and each group is ONE
+ *   statement (a poll page or a webhook batch is one group). With a `pg.Pool` and several groups the
+ *   statements share a transaction; on a client or drizzle transaction they run in the caller's.
+ *   When a batch mixes shapes for one id, only the kept row's columns are applied.
+ * - `mirrored_via` is the row's `via`; `mirrored_at` is the transaction time of the write.
+ *
+ * @throws {TypeError} for a row that did not come from the normalizers' contract (empty id,
+ *   non-canonical timestamp, unknown field or `via`); nothing is written then.
+ */
+export async function upsertSubscribers(exec: Queryable, rows: readonly SubscriberRow[]): Promise<UpsertCounts> {
+  const counts: UpsertCounts = { inserted: 0, updated: 0, unchanged: 0, skipped: 0 };
+  if (rows.length === 0) return counts;
+  const masks = rows.map(validateSubscriberRow);
+  const kept = newestPerKey(rows, (r) => r.values.id, (r) => r.values.updatedAt);
+  counts.skipped += rows.length - kept.length;
+
+  const groups = new Map<number, SubscriberRow[]>();
+  for (const i of kept) {
+    const mask = masks[i] as number;
+    const row = rows[i] as SubscriberRow;
+    const group = groups.get(mask);
+    if (group) group.push(row);
+    else groups.set(mask, [row]);
+  }
+
+  const apply = async (target: Queryable) => {
+    for (const [mask, group] of groups) {
+      const res = await run<{ inserted: number; updated: number; skipped: number }>(
+        target,
+        subscriberUpsertSql(mask),
+        subscriberParams(mask, group),
+      );
+      const r = res.rows[0];
+      if (!r) throw new Error('upsertSubscribers: statement returned no counts');
+      counts.inserted += r.inserted;
+      counts.updated += r.updated;
+      counts.skipped += r.skipped;
+      counts.unchanged += group.length - r.inserted - r.updated - r.skipped;
+    }
+  };
+  if (groups.size > 1 && exec instanceof pg.Pool) await withTransaction(exec, apply);
+  else await apply(exec);
+  return counts;
+}
+
+/**
+ * The parameters of the provided set's statement: ids, one array per provided column (jsonb columns
+ * as one JSON array), then `mirrored_via`. Rows being forgotten are erased here already, so their
+ * personal data is never sent to Postgres.
+ */
+function subscriberParams(mask: number, rows: readonly SubscriberRow[]): unknown[] {
+  const provided = providedFields(mask);
+  const specs = SUBSCRIBER_SPECS.filter((s) => provided.has(s.field));
+  const forgetProvided = provided.has('forgetAt');
+  const values = rows.map((r) => (forgetProvided && r.values.forgetAt !== null ? erasePersonalData(r.values) : r.values));
+  const params: unknown[] = [arrayLiteral(values.map((v) => v.id))];
+  for (const s of specs) {
+    const column = values.map((v) => v[s.field]);
+    params.push(s.type === 'jsonb' ? toJsonText(column.map((v) => v ?? {})) : arrayLiteral(column));
+  }
+  params.push(arrayLiteral(rows.map((r) => r.via)));
+  return params;
+}
+
