@@ -59,6 +59,12 @@ export const subscribers = pgTable(
     extra: jsonb('extra').$type<Record<string, unknown>>().notNull().default(sql`'{}'::jsonb`),
     mirroredAt: tstz('mirrored_at').notNull().defaultNow(),
     mirroredVia: text('mirrored_via').$type<MirrorSource>().notNull(),
+    /**
+     * The stored version's place in the order of versions (`versionTime` in src/mirror/version.ts):
+     * the latest of `updated_at` and the times of the state it asserts (`unsubscribed_at` when
+     * unsubscribed, `deleted_at`). The newer-than guard compares it (invariant 2).
+     */
+    versionAt: tstz('version_at').notNull(),
   },
   (t) => [
     index('subscribers_email_idx').on(sql`lower(${t.email})`),
@@ -124,16 +130,27 @@ export const subscriberActivity = pgTable(
     automationId: text('automation_id'),
     campaignId: text('campaign_id'),
     linkUrl: text('link_url'),
-    /** Upstream time of the event: deliveries carry no event time, so the subscriber's `updated_at`. */
+    /**
+     * When the event reached us: the receipt time of the delivery carrying it
+     * (`webhook_deliveries.received_at`). Payloads carry no event time, so for an open or a click
+     * this is the best time the service gives (a batch can hold up to a minute of events).
+     */
     occurredAt: tstz('occurred_at'),
+    /** The subscriber's `updated_at` in the event (an open or a click does not move it). */
+    subscriberUpdatedAt: tstz('subscriber_updated_at'),
     deliveryId: bigint('delivery_id', { mode: 'bigint' }),
+    /** Position of the event in its delivery (0 for an unbatched one). */
+    itemIndex: integer('item_index'),
     mirroredAt: tstz('mirrored_at').notNull().defaultNow(),
   },
   (t) => [
-    // Deliveries carry no event id (invariant 5): the natural key makes a duplicate collapse.
-    unique('subscriber_activity_natural_key')
-      .on(t.kind, t.subscriberId, t.groupId, t.automationId, t.campaignId, t.linkUrl, t.occurredAt)
-      .nullsNotDistinct(),
+    // Each item of each delivery is one row: the same delivery bytes are one inbox row (deduped by
+    // body hash), so applying them again collapses here, while two identical items are two events.
+    // Subscriber facts (every kind but opens and clicks) also collapse on their natural key, which
+    // names the subscriber version they produced: unique index `subscriber_activity_fact_key`
+    // (kind, subscriber, group, automation, campaign, link, subscriber_updated_at; nulls equal;
+    // partial), created by the hand-written migration 0003 because drizzle cannot declare it.
+    unique('subscriber_activity_delivery_item').on(t.deliveryId, t.itemIndex),
     index('subscriber_activity_subscriber_idx').on(t.subscriberId, t.occurredAt),
     index('subscriber_activity_campaign_idx').on(t.campaignId, t.kind),
   ],

@@ -144,7 +144,10 @@ export interface CampaignRow {
   sentAt: string | null;
 }
 
-/** One applied event (invariant 5: the natural key makes a re-applied event collapse). */
+/**
+ * One applied event: each item of each delivery is one row, keyed by (`deliveryId`, `itemIndex`), so
+ * applying the same delivery again writes nothing while two identical items are two events.
+ */
 export interface ActivityRow {
   /** The event kind, e.g. `campaign.open`. */
   kind: string;
@@ -153,10 +156,17 @@ export interface ActivityRow {
   automationId?: string | null;
   campaignId?: string | null;
   linkUrl?: string | null;
-  /** Upstream time of the event; deliveries carry none, so the subscriber's `updated_at`. */
+  /**
+   * When the event reached us: the receipt time of its delivery. Payloads carry no event time, so
+   * for an open or a click this is the best time the service gives. Null when not known.
+   */
   occurredAt: string | null;
-  /** `webhook_deliveries.id` the event came from (not part of the natural key). */
+  /** The subscriber's `updated_at` in the event (an open or a click does not move it). */
+  subscriberUpdatedAt?: string | null;
+  /** `webhook_deliveries.id` the event came from. */
   deliveryId?: string | bigint | null;
+  /** Position of the event in its delivery (0 for an unbatched one). */
+  itemIndex?: number | null;
 }
 
 // ---------------------------------------------------------------------------------------------

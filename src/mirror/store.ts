@@ -15,7 +15,9 @@
  *   65,535 bind-parameter limit whatever its size (DESIGN.md "Traps": drizzle's row-object insert
  *   builder is ~6k rows/s, and duplicate keys inside one `INSERT … ON CONFLICT` fail, so batches are
  *   deduplicated first).
- * - A newer-than guard on the upstream `updated_at` (never our clock): older versions are skipped,
+ * - A newer-than guard on the upstream version time (`version_at`, never our clock: `versionTime` in
+ *   `version.ts`, the latest of `updated_at` and the times of the state a version asserts): older
+ *   versions are skipped,
  *   a tie is written only when the content differs (later arrival wins), and identical content
  *   writes nothing (`IS DISTINCT FROM`), so `mirrored_at` moves only on real changes and re-applying
  *   a page or a delivery is a no-op.

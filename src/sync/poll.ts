@@ -15,7 +15,8 @@ import type pg from 'pg';
 import type { SubscriberType } from '../db/schema.js';
 import type { Logger } from '../log.js';
 import { addDays, DAY_MS, dayInZone, latestTimestamp } from '../time.js';
-import { normalizeLegacySubscriber, type SubscriberRow } from '../mirror/normalize.js';
+import { normalizeLegacySubscriber, SUBSCRIBER_FIELDS, type SubscriberRow } from '../mirror/normalize.js';
+import { versionTime } from '../mirror/version.js';
 import {
   removeMembersNotSeenSince,
   upsertMemberships,
@@ -97,6 +98,19 @@ export function incrementalFilterDay(cursor: string, lookbackMs: number, sourceT
   return addDays(day, -lookbackDays);
 }
 
+/**
+ * A page's rows as versions: normalized, and alive. The service lists only subscribers that are not
+ * deleted, so a listed version asserts `deleted_at` null: when it is newer than a stored deletion
+ * (a restore the webhooks did not announce) the subscriber is current again; an older one is
+ * skipped by the version guard and the deletion stands.
+ */
+function listedRows(deps: PassDeps, raws: readonly Record<string, unknown>[]): SubscriberRow[] {
+  return raws.map((raw) => {
+    const row = normalizeLegacySubscriber(raw, { sourceTimezone: deps.sourceTimezone });
+    return { ...row, provided: SUBSCRIBER_FIELDS.filter((f) => f === 'deletedAt' || row.provided.includes(f)) };
+  });
+}
+
 function addCounts(into: UpsertCounts, more: UpsertCounts): void {
   into.inserted += more.inserted;
   into.updated += more.updated;
@@ -120,7 +134,7 @@ async function commitPage(
     await upsertMemberships(
       client,
       groupId,
-      rows.map((r) => ({ subscriberId: r.values.id, type, at: r.values.updatedAt })),
+      rows.map((r) => ({ subscriberId: r.values.id, type, at: versionTime(r.values) })),
       full ? { via: 'poll', seenAt: full.seenAt } : { via: 'poll' },
     );
     if (full) await saveFullCheckpoint(client, groupId, type, full.nextOffset);
@@ -167,7 +181,7 @@ export async function runPass(
         },
       });
       for await (const page of pages) {
-        const rows = page.rows.map((raw) => normalizeLegacySubscriber(raw, { sourceTimezone: deps.sourceTimezone }));
+        const rows = listedRows(deps, page.rows);
         const nextOffset = page.offset + page.rows.length;
         addCounts(counts, await commitPage(deps, groupId, type, rows, { seenAt: startedAt, nextOffset }));
         rowsSeen += rows.length;
@@ -189,7 +203,7 @@ export async function runPass(
         },
       });
       for await (const page of pages) {
-        const rows = page.rows.map((raw) => normalizeLegacySubscriber(raw, { sourceTimezone: deps.sourceTimezone }));
+        const rows = listedRows(deps, page.rows);
         addCounts(counts, await commitPage(deps, groupId, type, rows, null));
         rowsSeen += rows.length;
         for (const r of rows) maxUpdatedAt = latestTimestamp(maxUpdatedAt, r.values.updatedAt);

@@ -11,8 +11,9 @@
  *
  * Ordering (invariant 2): deliveries are applied concurrently and in any order, and batches repeat
  * a subscriber at different versions. Nothing here relies on arrival order: subscriber versions are
- * ordered by the store's `updated_at` guard, memberships by their fact time (`at` = the subscriber's
- * `updated_at` in the event), and activity rows collapse on their natural key (invariant 5).
+ * ordered by the store's version-time guard, memberships by their fact time (`at` = the version time
+ * of the subscriber in the event, `versionTime` in src/mirror/version.ts), and activity rows are
+ * keyed by delivery and item position, so a delivery applied again writes none (invariant 5).
  *
  * Decisions:
  * - `subscriber.deleted` is a tombstone: the subscriber's own `deleted_at`/`forget_at` come through the
@@ -51,6 +52,7 @@ import {
   upsertSubscribers,
   type UpsertCounts,
 } from '../mirror/store.js';
+import { versionTime } from '../mirror/version.js';
 import type { EventKind, EventOf, WebhookEvent, WebhookSubscriber } from './payloads.js';
 
 const VIA: MirrorSource = 'webhook';
@@ -58,7 +60,7 @@ const VIA: MirrorSource = 'webhook';
 // ---------------------------------------------------------------------------------------------
 // The plan
 
-/** A membership fact of one event, ordered by `at` (the subscriber's `updated_at`). */
+/** A membership fact of one event, ordered by `at` (the version time of the subscriber in the event). */
 export interface MembershipFact {
   op: 'add' | 'remove';
   groupId: string;
@@ -96,7 +98,10 @@ export class PlanBuilder {
   };
   private readonly rows = new WeakMap<WebhookSubscriber, SubscriberRow>();
 
-  constructor(private readonly deliveryId: string | null = null) {}
+  constructor(
+    private readonly deliveryId: string | null = null,
+    private readonly receivedAt: string | null = null,
+  ) {}
 
   /** The normalized subscriber of an event (throws `NormalizeError` for one that cannot be mirrored). */
   subscriber(raw: WebhookSubscriber): SubscriberRow {
@@ -108,8 +113,8 @@ export class PlanBuilder {
     return row;
   }
 
-  activity(row: Omit<ActivityRow, 'deliveryId'>): void {
-    this.plan.activity.push({ ...row, deliveryId: this.deliveryId });
+  activity(row: Omit<ActivityRow, 'deliveryId' | 'occurredAt'>): void {
+    this.plan.activity.push({ ...row, deliveryId: this.deliveryId, occurredAt: this.receivedAt });
   }
 }
 
@@ -153,7 +158,7 @@ function membership(op: MembershipFact['op']): Effect<EventOf<'subscriber.added_
       subscriberId: row.values.id,
       type: op === 'add' && row.provided.includes('status') ? row.values.status : null,
       // The ordering guard: a late retry of an older event cannot undo a newer one.
-      at: row.values.updatedAt,
+      at: versionTime(row.values),
       index: event.index,
     });
   };
@@ -161,13 +166,14 @@ function membership(op: MembershipFact['op']): Effect<EventOf<'subscriber.added_
 
 const endAllMemberships: Effect<EventOf<'subscriber.deleted'>> = (event, plan) => {
   const row = plan.subscriber(event.subscriber);
-  plan.plan.tombstones.push({ subscriberId: row.values.id, at: row.values.updatedAt });
+  plan.plan.tombstones.push({ subscriberId: row.values.id, at: versionTime(row.values) });
 };
 
 /**
- * One `subscriber_activity` row per event that concerns a subscriber. Deliveries carry no event time,
- * so `occurred_at` is the subscriber's `updated_at`: with the kind and the objects it names, that is
- * the natural key a duplicate delivery collapses on (invariant 5).
+ * One `subscriber_activity` row per event that concerns a subscriber, keyed by its delivery and its
+ * position there (`itemIndex`): the same delivery applied again collapses (invariant 5), two
+ * identical items of one batch are two events. Payloads carry no event time: `occurred_at` is the
+ * delivery's receipt, and the subscriber's `updated_at` is kept next to it.
  */
 const activity: Effect<WithSubscriber> = (event, plan) => {
   const row = plan.subscriber(event.subscriber);
@@ -178,7 +184,8 @@ const activity: Effect<WithSubscriber> = (event, plan) => {
     automationId: 'automation' in event ? normalizeAutomation(event.automation).id : null,
     campaignId: 'campaign' in event ? normalizeCampaign(event.campaign).id : null,
     linkUrl: 'linkUrl' in event ? event.linkUrl : null,
-    occurredAt: row.values.updatedAt,
+    subscriberUpdatedAt: row.values.updatedAt,
+    itemIndex: event.index,
   });
 };
 
@@ -210,8 +217,12 @@ export const EFFECTS = {
  * The effects of a delivery's events. Pure; throws `NormalizeError` when a carried object cannot be
  * mirrored (which `parseDelivery` already makes rare): the delivery then fails as a whole.
  */
-export function planDelivery(events: readonly WebhookEvent[], deliveryId: string | null = null): EffectPlan {
-  const builder = new PlanBuilder(deliveryId);
+export function planDelivery(
+  events: readonly WebhookEvent[],
+  deliveryId: string | null = null,
+  receivedAt: string | null = null,
+): EffectPlan {
+  const builder = new PlanBuilder(deliveryId, receivedAt);
   for (const event of events) {
     const effects = EFFECTS[event.kind] as readonly Effect<WebhookEvent>[];
     for (const effect of effects) effect(event, builder);
@@ -258,7 +269,8 @@ export async function applyPlan(client: pg.ClientBase, plan: EffectPlan): Promis
     membershipsEnded += await endMemberships(client, subscriberId, at, VIA);
   }
 
-  const activity = await recordActivity(client, sortedBy(plan.activity, activityKey));
+  // Keyed by (delivery, item): in item order, and no other delivery's rows share a key.
+  const activity = await recordActivity(client, plan.activity);
   return { subscribers, memberships, membershipsEnded, activity };
 }
 
@@ -315,10 +327,10 @@ async function applyMembershipRound(client: pg.ClientBase, round: readonly Membe
  */
 const SUPERSEDED_ADDS_SQL = `
 select t.subscriber_id as "subscriberId",
-       to_char(s.updated_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as at
+       to_char(s.version_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as at
   from unnest($1::text[], $2::timestamptz[]) as t(subscriber_id, at)
   join subscribers s on s.id = t.subscriber_id
- where s.deleted_at is not null and s.updated_at > t.at`;
+ where s.deleted_at is not null and s.version_at > t.at`;
 
 async function supersededAdds(
   client: pg.ClientBase,
@@ -344,10 +356,6 @@ function compare(a: string, b: string): number {
 /** A stable sort (same-key rows keep their order: the store breaks `updated_at` ties by position). */
 function sortedBy<T>(rows: readonly T[], key: (row: T) => string): T[] {
   return [...rows].sort((a, b) => compare(key(a), key(b)));
-}
-
-function activityKey(row: ActivityRow): string {
-  return [row.kind, row.subscriberId, row.groupId, row.automationId, row.campaignId, row.linkUrl, row.occurredAt].join('\u0000');
 }
 
 /**

@@ -121,7 +121,7 @@ returning attempts, status`;
 
 const MAX_ERROR_CHARS = 2_000;
 
-type LockedRow = { status: DeliveryStatus; body: unknown };
+type LockedRow = { status: DeliveryStatus; body: unknown; receivedAt: string };
 
 /**
  * Applies one stored delivery in one transaction (see the module note). Throws only when even the
@@ -164,7 +164,7 @@ async function applyInTransaction(pool: pg.Pool, id: string): Promise<ApplyResul
   try {
     open = true;
     const opened = (await client.query(
-      `begin; ${ASYNC_COMMIT_SQL}; ${GENERIC_PLANS_SQL}; select status, body from webhook_deliveries where id = ${id} for update`,
+      `begin; ${ASYNC_COMMIT_SQL}; ${GENERIC_PLANS_SQL}; select status, body, to_char(received_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as "receivedAt" from webhook_deliveries where id = ${id} for update`,
     )) as unknown as pg.QueryResult<LockedRow>[];
     const row = opened[3]?.rows[0];
     if (!row || row.status !== 'pending') {
@@ -181,7 +181,7 @@ async function applyInTransaction(pool: pg.Pool, id: string): Promise<ApplyResul
       open = false;
       return { outcome: 'ignored' };
     }
-    const counts = await applyPlan(client, planDelivery(parsed.events, id));
+    const counts = await applyPlan(client, planDelivery(parsed.events, id, row.receivedAt));
     const finished = (await client.query(
       finishSql(client, id, 'applied', note, kinds, parsed.events.length),
     )) as unknown as pg.QueryResult<{ lagMs: number }>[];

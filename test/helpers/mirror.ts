@@ -93,10 +93,10 @@ export function stableJson(value: unknown): string {
   );
 }
 
-/** One key per `subscriber_activity` row (kind|subscriber|group|automation|campaign|link|occurred_at), sorted. */
+/** One key per `subscriber_activity` row (kind|subscriber|group|automation|campaign|link|subscriber_updated_at), sorted. */
 export async function readActivityKeys(pool: pg.Pool): Promise<string[]> {
   const { rows } = await pool.query<{ k: string }>(
-    `select concat_ws('|', kind, subscriber_id, group_id, automation_id, campaign_id, link_url, ${iso('occurred_at')}) as k
+    `select concat_ws('|', kind, subscriber_id, group_id, automation_id, campaign_id, link_url, ${iso('subscriber_updated_at')}) as k
        from subscriber_activity order by 1`,
   );
   return rows.map((r) => r.k);

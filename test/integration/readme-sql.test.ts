@@ -168,19 +168,23 @@ async function populate(pool: pg.Pool, clock: Clock): Promise<void> {
     { id: TEST_SEND, name: 'Test send', totalRecipients: 0, previewUrl: null, date: at('2024-05-20'), sentAt: null },
   ]);
 
-  const open = (subscriberId: string, campaignId: string, when: string): ActivityRow => ({ kind: 'campaign.open', subscriberId, campaignId, occurredAt: when });
-  const click = (subscriberId: string, linkUrl: string, when: string): ActivityRow => ({ kind: 'campaign.click', subscriberId, campaignId: MAY, linkUrl, occurredAt: when });
+  // Each event comes in its own delivery (item 0), received at `when`.
+  let deliveries = 0;
+  const delivered = (row: Omit<ActivityRow, 'deliveryId' | 'itemIndex'>): ActivityRow => ({ ...row, deliveryId: String(++deliveries), itemIndex: 0 });
+  const open = (subscriberId: string, campaignId: string, when: string): ActivityRow => delivered({ kind: 'campaign.open', subscriberId, campaignId, occurredAt: when });
+  const click = (subscriberId: string, linkUrl: string, when: string): ActivityRow => delivered({ kind: 'campaign.click', subscriberId, campaignId: MAY, linkUrl, occurredAt: when });
+  const anaOpensMay = open(ANA, MAY, at('2024-05-10', '11:00:00'));
   await recordActivity(pool, [
-    open(ANA, MAY, at('2024-05-10', '11:00:00')),
+    anaOpensMay,
     open(ANA, MAY, at('2024-05-12', '08:00:00')),
-    open(ANA, MAY, at('2024-05-10', '11:00:00')), // a duplicate delivery: collapses (invariant 5)
+    anaOpensMay, // the same delivery applied again: collapses (invariant 5)
     open(BEN, MAY, at('2024-05-10', '12:00:00')),
     open(GUS, MAY, at('2024-05-11')),
     open(ANA, TEST_SEND, at('2024-05-20', '11:00:00')),
     click(ANA, SALE_URL, at('2024-05-10', '11:01:00')),
     click(ANA, BLOG_URL, at('2024-05-10', '11:02:00')),
     click(BEN, SALE_URL, at('2024-05-10', '12:01:00')),
-    { kind: 'subscriber.unsubscribed', subscriberId: CLEO, occurredAt: clock.thisWeek },
+    delivered({ kind: 'subscriber.unsubscribed', subscriberId: CLEO, occurredAt: clock.thisWeek }),
   ]);
 }
 

@@ -212,20 +212,38 @@ describe('groups, automations, campaigns', () => {
 });
 
 describe('recordActivity', () => {
-  test('duplicates collapse within a batch and across calls; nulls compare equal', async () => {
-    const open = { kind: 'campaign.open', subscriberId: '1', campaignId: '701', occurredAt: ts(10, 123456), deliveryId: 1n };
-    const click = { kind: 'campaign.click', subscriberId: '1', campaignId: '701', linkUrl: 'https://x', occurredAt: ts(10), deliveryId: '2' };
-    const added = { kind: 'subscriber.added_to_group', subscriberId: '1', groupId: 'g1', occurredAt: ts(11) };
-    expect(await recordActivity(tdb.pool, [open, open, click, added])).toBe(3);
-    expect(await recordActivity(tdb.pool, [{ ...open, deliveryId: 99n }, click, added])).toBe(0);
-    // A different microsecond is a different event.
-    expect(await recordActivity(tdb.pool, [{ ...open, occurredAt: ts(10, 123457) }])).toBe(1);
+  test('opens and clicks: one row per item of each delivery; the same delivery again collapses', async () => {
+    const open = { kind: 'campaign.open', subscriberId: '1', campaignId: '701', occurredAt: ts(10, 123456), subscriberUpdatedAt: ts(9), deliveryId: 1n, itemIndex: 0 };
+    const click = { kind: 'campaign.click', subscriberId: '1', campaignId: '701', linkUrl: 'https://x', occurredAt: ts(10), deliveryId: '2', itemIndex: 0 };
+    // Two identical open items of one batch are two opens.
+    expect(await recordActivity(tdb.pool, [open, { ...open, itemIndex: 1 }, click])).toBe(3);
+    // The same deliveries applied again write nothing.
+    expect(await recordActivity(tdb.pool, [open, { ...open, itemIndex: 1 }, click])).toBe(0);
+    // The same open in another delivery is another open.
+    expect(await recordActivity(tdb.pool, [{ ...open, deliveryId: 99n }])).toBe(1);
     expect(await recordActivity(tdb.pool, [])).toBe(0);
     const { rows } = await tdb.pool.query<{ n: number }>(`select count(*)::int as n from subscriber_activity where subscriber_id = '1'`);
     expect(rows[0]?.n).toBe(4);
-    const { rows: d } = await tdb.pool.query<{ delivery_id: string }>(
-      `select delivery_id::text from subscriber_activity where kind = 'campaign.open' order by id limit 1`,
+    const { rows: d } = await tdb.pool.query<{ delivery_id: string; item_index: number; occurred_at: string; subscriber_updated_at: string }>(
+      `select delivery_id::text, item_index,
+              to_char(occurred_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as occurred_at,
+              to_char(subscriber_updated_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as subscriber_updated_at
+         from subscriber_activity where kind = 'campaign.open' order by id limit 1`,
     );
-    expect(d[0]?.delivery_id).toBe('1');
+    expect(d[0]).toEqual({ delivery_id: '1', item_index: 0, occurred_at: ts(10, 123456), subscriber_updated_at: ts(9) });
+  });
+
+  test('subscriber facts collapse on their natural key across deliveries; nulls compare equal', async () => {
+    const added = { kind: 'subscriber.added_to_group', subscriberId: '2', groupId: 'g1', occurredAt: ts(11), subscriberUpdatedAt: ts(11), deliveryId: '3', itemIndex: 0 };
+    expect(await recordActivity(tdb.pool, [added])).toBe(1);
+    // The same fact from another webhook's delivery, or with no delivery at all: already recorded.
+    expect(await recordActivity(tdb.pool, [{ ...added, deliveryId: '4', occurredAt: ts(12) }, { ...added, deliveryId: null, itemIndex: null }])).toBe(0);
+    // A different version of the subscriber is a different fact.
+    expect(await recordActivity(tdb.pool, [{ ...added, deliveryId: '5', subscriberUpdatedAt: ts(11, 1) }])).toBe(1);
+  });
+
+  test('a bad item index is refused and nothing is written', async () => {
+    const row = { kind: 'campaign.open', subscriberId: '6', occurredAt: null, deliveryId: '5', itemIndex: -1 };
+    await expect(recordActivity(tdb.pool, [row])).rejects.toThrow(/itemIndex/);
   });
 });

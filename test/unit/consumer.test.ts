@@ -29,7 +29,7 @@ describe('planDelivery', () => {
     expect(plan.activity).toHaveLength(carriesSubscriber ? n : 0);
     plan.activity.forEach((a, i) => {
       const row = plan.subscribers[i]!;
-      expect(a).toMatchObject({ kind: f.kind, subscriberId: row.values.id, occurredAt: row.values.updatedAt, deliveryId: '77' });
+      expect(a).toMatchObject({ kind: f.kind, subscriberId: row.values.id, subscriberUpdatedAt: row.values.updatedAt, deliveryId: '77' });
     });
 
     const expectCount: Record<string, (kind: EventKind) => number> = {
@@ -68,7 +68,7 @@ describe('planDelivery', () => {
     const body = { type: 'subscriber.added_to_group', subscriber, group: { id: '3', name: 'G' } };
     const plan = planDelivery(parseDelivery(body).events);
     expect(plan.memberships[0]?.at).toBe('2024-01-02T03:04:05.000000Z');
-    expect(plan.activity[0]?.occurredAt).toBe('2024-01-02T03:04:05.000000Z');
+    expect(plan.activity[0]?.subscriberUpdatedAt).toBe('2024-01-02T03:04:05.000000Z');
   });
 
   test('an object that cannot be normalized throws NormalizeError (the delivery fails as a whole)', () => {

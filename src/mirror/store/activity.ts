@@ -5,22 +5,36 @@ import { assertTimestampOrNull } from './values.js';
 
 const ACTIVITY_INSERT_SQL = `
 insert into subscriber_activity
-  (kind, subscriber_id, group_id, automation_id, campaign_id, link_url, occurred_at, delivery_id, mirrored_at)
-select kind, subscriber_id, group_id, automation_id, campaign_id, link_url, occurred_at, delivery_id, now()
-from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[], $8::bigint[])
-  as t(kind, subscriber_id, group_id, automation_id, campaign_id, link_url, occurred_at, delivery_id)
-on conflict on constraint subscriber_activity_natural_key do nothing`;
+  (kind, subscriber_id, group_id, automation_id, campaign_id, link_url, occurred_at, subscriber_updated_at,
+   delivery_id, item_index, mirrored_at)
+select kind, subscriber_id, group_id, automation_id, campaign_id, link_url, occurred_at, subscriber_updated_at,
+       delivery_id, item_index, now()
+from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[],
+            $8::timestamptz[], $9::bigint[], $10::int4[])
+  as t(kind, subscriber_id, group_id, automation_id, campaign_id, link_url, occurred_at, subscriber_updated_at,
+       delivery_id, item_index)
+on conflict do nothing`;
 
 /**
- * Inserts one row per applied event; a row whose natural key (kind, subscriber, group, automation,
- * campaign, link, occurred_at; nulls equal) is already stored, or repeated in `rows`, is dropped
- * (invariant 5: deliveries are duplicated and carry no id). Returns the number inserted.
+ * Inserts one row per applied event (invariant 5). Two keys drop a row already stored or repeated in
+ * `rows` (a delivery applied again, a retry, a replay):
+ * - every row: (`deliveryId`, `itemIndex`). So each item of each distinct delivery is its own row:
+ *   two opens of one campaign in two deliveries, or two identical open items of one batch, are two
+ *   opens (the inbox stores the same delivery bytes once, so a re-sent delivery is one delivery).
+ * - subscriber facts (every kind but `campaign.open` / `campaign.click`): also their natural key
+ *   (kind, subscriber, group, automation, campaign, link, `subscriberUpdatedAt`; nulls equal). A
+ *   fact names the subscriber version it produced, so the same fact delivered to two webhooks is
+ *   one row; an open or a click does not move `updated_at`, so for them that key proves nothing.
+ * Returns the number inserted.
  */
 export async function recordActivity(exec: Queryable, rows: readonly ActivityRow[]): Promise<number> {
   if (rows.length === 0) return 0;
   rows.forEach((r, i) => {
     if (typeof r.kind !== 'string' || r.kind === '') throw new TypeError(`activity[${i}].kind: expected a non-empty string`);
     assertTimestampOrNull(r.occurredAt, `activity[${i}].occurredAt`);
+    assertTimestampOrNull(r.subscriberUpdatedAt ?? null, `activity[${i}].subscriberUpdatedAt`);
+    const item = r.itemIndex ?? null;
+    if (item !== null && !(Number.isInteger(item) && item >= 0)) throw new TypeError(`activity[${i}].itemIndex: expected a non-negative integer`);
   });
   const res = await run(exec, ACTIVITY_INSERT_SQL, [
     rows.map((r) => r.kind),
@@ -30,7 +44,9 @@ export async function recordActivity(exec: Queryable, rows: readonly ActivityRow
     rows.map((r) => r.campaignId ?? null),
     rows.map((r) => r.linkUrl ?? null),
     rows.map((r) => r.occurredAt ?? null),
+    rows.map((r) => r.subscriberUpdatedAt ?? null),
     rows.map((r) => (r.deliveryId === null || r.deliveryId === undefined ? null : String(r.deliveryId))),
+    rows.map((r) => r.itemIndex ?? null),
   ]);
   return res.rowCount;
 }

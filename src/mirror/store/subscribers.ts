@@ -11,6 +11,7 @@ import {
   type SubscriberRow,
 } from '../normalize.js';
 import { arrayLiteral, jsonbArrayFromParam } from '../pg-params.js';
+import { versionTime } from '../version.js';
 import { run, withTransaction, type Queryable } from './executor.js';
 import {
   assertId,
@@ -69,7 +70,13 @@ export const SUBSCRIBER_COLUMN_OF: Readonly<Record<SubscriberField, string>> = O
 ) as Record<SubscriberField, string>;
 
 /** Every column of `subscribers` this module writes, in table order (tests compare it to the table). */
-export const SUBSCRIBER_COLUMNS: readonly string[] = ['id', ...SUBSCRIBER_SPECS.map((s) => s.column), 'mirrored_at', 'mirrored_via'];
+export const SUBSCRIBER_COLUMNS: readonly string[] = [
+  'id',
+  ...SUBSCRIBER_SPECS.map((s) => s.column),
+  'mirrored_at',
+  'mirrored_via',
+  'version_at',
+];
 
 const FIELD_BIT = new Map<SubscriberField, number>(SUBSCRIBER_FIELDS.map((f, i) => [f, 2 ** i]));
 /** `updatedAt` and `extra` are written for every row (see {@link SubscriberRow}). */
@@ -100,7 +107,7 @@ const upsertSqlCache = new Map<number, string>();
  *
  * Counting: `xmax = 0` marks inserted rows among those returned. Rows not returned are either older
  * than the stored version (`skipped`) or identical (`unchanged`); telling them apart needs the stored
- * `updated_at`, which the main query reads from the statement's snapshot (the state before the
+ * `version_at`, which the main query reads from the statement's snapshot (the state before the
  * write) with one primary-key probe per row, and only when some row was not written (an InitPlan
  * in an untaken CASE branch never runs).
  */
@@ -124,21 +131,22 @@ function subscriberUpsertSql(mask: number): string {
     '$1::text[]',
     ...specs.map((s, i) => (s.type === 'jsonb' ? jsonbArrayFromParam(`$${i + 2}`) : `$${i + 2}::${s.type}[]`)),
     `$${specs.length + 2}::text[]`,
+    `$${specs.length + 3}::timestamptz[]`,
   ];
-  const updatedAtParam = `$${specs.findIndex((s) => s.field === 'updatedAt') + 2}::timestamptz[]`;
+  const versionParam = `$${specs.length + 3}::timestamptz[]`;
   const cols = specs.map((s) => s.column);
   const text = `
 with written as (
-  insert into subscribers as s (id, ${cols.join(', ')}, mirrored_at, mirrored_via)
-  select id, ${cols.join(', ')}, now(), mirrored_via
-  from unnest(${unnestArgs.join(', ')}) as t(id, ${cols.join(', ')}, mirrored_via)
+  insert into subscribers as s (id, ${cols.join(', ')}, mirrored_at, mirrored_via, version_at)
+  select id, ${cols.join(', ')}, now(), mirrored_via, version_at
+  from unnest(${unnestArgs.join(', ')}) as t(id, ${cols.join(', ')}, mirrored_via, version_at)
   on conflict (id) do update set
     ${setSpecs.map((s) => `${s.column} = ${newValue(s)}`).join(',\n    ')},
     mirrored_at = now(),
-    mirrored_via = excluded.mirrored_via
-  where s.updated_at is null
-     or excluded.updated_at > s.updated_at
-     or (excluded.updated_at = s.updated_at
+    mirrored_via = excluded.mirrored_via,
+    version_at = excluded.version_at
+  where excluded.version_at > s.version_at
+     or (excluded.version_at = s.version_at
          and row(${setSpecs.map(newValue).join(', ')}) is distinct from row(${setSpecs.map((s) => `s.${s.column}`).join(', ')}))
   returning (s.xmax = 0) as inserted
 ),
@@ -147,8 +155,8 @@ counts as (
 )
 select c.inserted, c.updated,
   case when c.inserted + c.updated = cardinality($1::text[]) then 0
-  else (select count(*)::int from unnest($1::text[], ${updatedAtParam}) as i(id, updated_at)
-        where (select p.updated_at from subscribers p where p.id = i.id) > i.updated_at)
+  else (select count(*)::int from unnest($1::text[], ${versionParam}) as i(id, version_at)
+        where (select p.version_at from subscribers p where p.id = i.id) > i.version_at)
   end as skipped
 from counts c`;
   upsertSqlCache.set(mask, text);
@@ -172,10 +180,12 @@ function validateSubscriberRow(row: SubscriberRow, index: number): number {
 /**
  * Writes subscriber versions with the newer-than guard of invariant 2 and returns what happened.
  *
- * - **Order**: a row replaces the stored one only if its `updatedAt` is newer; on an equal
- *   `updatedAt` only if the resulting row differs (the later arrival wins: legacy timestamps have
- *   whole seconds); identical content writes nothing, so `mirrored_at` does not move. Older rows are
- *   `skipped`. This holds whichever path wrote the stored row and in whatever order rows arrive.
+ * - **Order**: rows are ordered by their version time ({@link versionTime}: the latest of
+ *   `updatedAt` and the times of the state the row asserts, kept as `version_at`). A row replaces
+ *   the stored one only if its version time is newer; on an equal one only if the resulting row
+ *   differs (the later arrival wins: legacy timestamps have whole seconds); identical content writes
+ *   nothing, so `mirrored_at` does not move. Older rows are `skipped`. This holds whichever path
+ *   wrote the stored row and in whatever order rows arrive.
  * - **Provided columns**: only `row.provided` columns are written; others keep their stored values
  *   (a poll row never clears `source`/`deleted_at`/`forget_at`; a webhook never clears the legacy
  *   keys in `extra`). `fields` and `extra` are merged key by key (incoming keys win), so one path's
@@ -188,7 +198,7 @@ function validateSubscriberRow(row: SubscriberRow, index: number): number {
  * - **Batch**: rows for the same id are first reduced to the newest (later wins on a tie); the
  *   others count as `skipped`. Rows are grouped by their provided set and each group is ONE
  *   statement (a poll page or a webhook batch is one group). With a `pg.Pool` and several groups the
- *   statements share a transaction; on a client or drizzle transaction they run in the caller's.
+ *   statements share a transaction; on a client they run in the caller's transaction.
  *   When a batch mixes shapes for one id, only the kept row's columns are applied.
  * - `mirrored_via` is the row's `via`; `mirrored_at` is the transaction time of the write.
  *
@@ -199,7 +209,8 @@ export async function upsertSubscribers(exec: Queryable, rows: readonly Subscrib
   const counts: UpsertCounts = { inserted: 0, updated: 0, unchanged: 0, skipped: 0 };
   if (rows.length === 0) return counts;
   const masks = rows.map(validateSubscriberRow);
-  const kept = newestPerKey(rows, (r) => r.values.id, (r) => r.values.updatedAt);
+  const versions = new Map(rows.map((r) => [r, versionTime(r.values)] as const));
+  const kept = newestPerKey(rows, (r) => r.values.id, (r) => versions.get(r) as string);
   counts.skipped += rows.length - kept.length;
 
   const groups = new Map<number, SubscriberRow[]>();
@@ -216,7 +227,7 @@ export async function upsertSubscribers(exec: Queryable, rows: readonly Subscrib
       const res = await run<{ inserted: number; updated: number; skipped: number }>(
         target,
         subscriberUpsertSql(mask),
-        subscriberParams(mask, group),
+        subscriberParams(mask, group, versions),
       );
       const r = res.rows[0];
       if (!r) throw new Error('upsertSubscribers: statement returned no counts');
@@ -233,10 +244,10 @@ export async function upsertSubscribers(exec: Queryable, rows: readonly Subscrib
 
 /**
  * The parameters of the provided set's statement: ids, one array per provided column (jsonb columns
- * as one JSON array), then `mirrored_via`. Rows being forgotten are erased here already, so their
+ * as one JSON array), then `mirrored_via` and `version_at`. Rows being forgotten are erased here already, so their
  * personal data is never sent to Postgres.
  */
-function subscriberParams(mask: number, rows: readonly SubscriberRow[]): unknown[] {
+function subscriberParams(mask: number, rows: readonly SubscriberRow[], versions: ReadonlyMap<SubscriberRow, string>): unknown[] {
   const provided = providedFields(mask);
   const specs = SUBSCRIBER_SPECS.filter((s) => provided.has(s.field));
   const forgetProvided = provided.has('forgetAt');
@@ -247,6 +258,7 @@ function subscriberParams(mask: number, rows: readonly SubscriberRow[]): unknown
     params.push(s.type === 'jsonb' ? toJsonText(column.map((v) => v ?? {})) : arrayLiteral(column));
   }
   params.push(arrayLiteral(rows.map((r) => r.via)));
+  params.push(arrayLiteral(rows.map((r) => versions.get(r))));
   return params;
 }
 

@@ -1,0 +1,1 @@
+ALTER TABLE "subscribers" ALTER COLUMN "version_at" SET NOT NULL;
