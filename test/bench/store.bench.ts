@@ -25,6 +25,7 @@ import {
   type SubscriberValues,
 } from '../../src/mirror/normalize.js';
 import { SUBSCRIBER_COLUMN_OF, upsertSubscribers } from '../../src/mirror/store.js';
+import { versionTime } from '../../src/mirror/version.js';
 import { copyFromStdin, copyRows } from './lib/copy.js';
 import { arrayLiteral, jsonbArrayFromParam } from '../../src/mirror/pg-params.js';
 import { figure, printTable, timed, writeJson, type BenchFigure, type BenchResult } from './lib/report.js';
@@ -83,10 +84,11 @@ function pages<T>(items: readonly T[], size: number): T[][] {
   return out;
 }
 
-const COPY_COLUMNS = ['id', ...SUBSCRIBER_FIELDS.map((f) => SUBSCRIBER_COLUMN_OF[f]), 'mirrored_at', 'mirrored_via'];
+/** Every column the store writes, `version_at` included (the baselines write the same rows). */
+const COPY_COLUMNS = ['id', ...SUBSCRIBER_FIELDS.map((f) => SUBSCRIBER_COLUMN_OF[f]), 'mirrored_at', 'mirrored_via', 'version_at'];
 
 function copyTuple(row: SubscriberRow, now: string): unknown[] {
-  return [row.values.id, ...SUBSCRIBER_FIELDS.map((f) => row.values[f]), now, row.via];
+  return [row.values.id, ...SUBSCRIBER_FIELDS.map((f) => row.values[f]), now, row.via, versionTime(row.values)];
 }
 
 const UNNEST_TYPES: Record<string, string> = {
@@ -117,6 +119,7 @@ function unnestParams(cols: readonly string[], rows: readonly SubscriberRow[]): 
   return cols.map((c) => {
     if (c === 'id') return arrayLiteral(rows.map((r) => r.values.id));
     if (c === 'mirrored_via') return arrayLiteral(rows.map((r) => r.via));
+    if (c === 'version_at') return arrayLiteral(rows.map((r) => versionTime(r.values)));
     const field = SUBSCRIBER_FIELDS.find((f) => SUBSCRIBER_COLUMN_OF[f] === c)!;
     const column = rows.map((r) => r.values[field]);
     return unnestType(c) === 'jsonb' ? JSON.stringify(column) : arrayLiteral(column);
