@@ -31,10 +31,23 @@
  *   lossy `JSON.parse`) is a {@link NormalizeError}.
  */
 import { isLosslessNumber } from 'lossless-json';
+import type { z } from 'zod';
 import type { MirrorSource } from '../db/schema.js';
-import { parseIsoTimestamp, parseLegacyTimestamp, TimestampError, TimezoneError, zoneFormatter } from '../time.js';
+import { assertTimeZone, TimezoneError } from '../time.js';
+import { describeValue, idRule } from './rules.js';
+import {
+  automationRow,
+  automationSchema,
+  campaignRow,
+  campaignSchema,
+  groupRow,
+  groupSchema,
+  legacySubscriberRowSchema,
+  webhookSubscriberRowSchema,
+} from './schemas.js';
 
 export { isCanonicalTimestamp } from '../time.js';
+export { LEGACY_KNOWN_KEYS, WEBHOOK_ENVELOPE_KEYS, WEBHOOK_KNOWN_KEYS } from './schemas.js';
 
 // ---------------------------------------------------------------------------------------------
 // Row shapes
@@ -211,218 +224,45 @@ function preview(field: string, value: unknown): string {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Scalar readers
+// From the schemas' issues to a NormalizeError
 
 type Raw = Record<string, unknown>;
 
-/** Context for error messages. */
-interface Ctx {
-  id: string | undefined;
-}
-
-const NO_VALUE: unique symbol = Symbol('no value');
-
-/** Throws a {@link NormalizeError}; quotes `value` (unless personal) when given. */
-function fail(ctx: Ctx, field: string, reason: string, value: unknown = NO_VALUE): never {
-  throw new NormalizeError(field, value === NO_VALUE ? reason : `${reason}${preview(field, value)}`, ctx.id);
-}
-
-function present(raw: Raw, key: string): boolean {
-  return Object.hasOwn(raw, key) && raw[key] !== undefined;
-}
-
-function stripNul(text: string): string {
-  return text.includes('\u0000') ? text.replaceAll('\u0000', '') : text;
-}
-
-const INT4_MIN = -2_147_483_648;
-const INT4_MAX = 2_147_483_647;
-const DIGITS = /^\d+$/;
-
-/**
- * Canonical decimal id from a string of digits, a safe-integer number, a bigint or a lossless-json
- * number. Throws {@link NormalizeError} naming `field`.
- */
-export function normalizeId(value: unknown, field = 'id'): string {
-  const ctx: Ctx = { id: undefined };
-  if (typeof value === 'string' || isLosslessNumber(value)) {
-    const text = typeof value === 'string' ? value.trim() : value.value;
-    if (!DIGITS.test(text)) fail(ctx, field, 'not a non-negative integer id', value);
-    return BigInt(text).toString();
-  }
-  if (typeof value === 'bigint') {
-    if (value < 0n) fail(ctx, field, 'negative id', value);
-    return value.toString();
-  }
-  if (typeof value === 'number') {
-    if (!Number.isInteger(value) || value < 0) fail(ctx, field, 'not a non-negative integer id', value);
-    if (!Number.isSafeInteger(value)) {
-      // DESIGN.md "Traps": JSON.parse corrupts legacy ids above 2^53; the digits are already wrong.
-      fail(ctx, field, 'id above 2^53 arrived as a JS number; parse the body losslessly (lossless-json)', value);
-    }
-    return String(value);
-  }
-  if (value === null || value === undefined) fail(ctx, field, 'missing');
-  return fail(ctx, field, 'not an id', value);
-}
-
-/** Reads every key of `map` that is present into its column, and marks the column provided. */
-function readMapped<C extends SubscriberField>(
-  raw: Raw,
-  map: Readonly<Record<string, C>>,
-  read: (raw: Raw, key: string, ctx: Ctx) => SubscriberValues[C],
-  into: { values: SubscriberValues; provided: Set<SubscriberField> },
-  ctx: Ctx,
-): void {
-  for (const [key, column] of Object.entries(map)) {
-    if (!present(raw, key)) continue;
-    into.values[column] = read(raw, key, ctx);
-    into.provided.add(column);
-  }
-}
-
-function readText(raw: Raw, key: string, ctx: Ctx): string | null {
-  const value = raw[key];
-  if (value === null || value === undefined) return null;
-  if (typeof value !== 'string') fail(ctx, key, `expected a string, got ${describe(value)}`);
-  return stripNul(value);
-}
-
-function describe(value: unknown): string {
-  if (Array.isArray(value)) return 'an array';
-  if (isLosslessNumber(value)) return 'a number';
-  return `a ${typeof value}`;
-}
-
-/** Integer column (Postgres `integer`). Numeric strings and lossless numbers are accepted; "" is null. */
-function readInt(raw: Raw, key: string, ctx: Ctx): number | null {
-  const value = raw[key];
-  if (value === null || value === undefined || value === '') return null;
-  let n: number;
-  if (typeof value === 'number') n = value;
-  else if (typeof value === 'bigint') n = Number(value);
-  else if (typeof value === 'string' || isLosslessNumber(value)) {
-    const text = typeof value === 'string' ? value.trim() : value.value;
-    if (!/^-?\d+$/.test(text)) fail(ctx, key, 'expected an integer', value);
-    n = Number(text);
-  } else return fail(ctx, key, 'expected an integer', value);
-  if (!Number.isInteger(n) || n < INT4_MIN || n > INT4_MAX) fail(ctx, key, 'expected a 32-bit integer', value);
-  return n;
-}
-
-/** Double column. Numeric strings and lossless numbers are accepted; "" is null. */
-function readFloat(raw: Raw, key: string, ctx: Ctx): number | null {
-  const value = raw[key];
-  if (value === null || value === undefined || value === '') return null;
-  let n: number;
-  if (typeof value === 'number') n = value;
-  else if (typeof value === 'bigint') n = Number(value);
-  else if (typeof value === 'string' || isLosslessNumber(value)) {
-    const text = typeof value === 'string' ? value.trim() : value.value;
-    if (!/^-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?$/.test(text)) fail(ctx, key, 'expected a number', value);
-    n = Number(text);
-  } else return fail(ctx, key, 'expected a number', value);
-  if (!Number.isFinite(n)) fail(ctx, key, 'expected a finite number', value);
-  return n;
-}
-
-function readLegacyTime(raw: Raw, key: string, ctx: Ctx, timeZone: string): string | null {
-  const value = raw[key];
-  if (value === null || value === undefined) return null;
-  if (typeof value !== 'string') fail(ctx, key, 'expected a "Y-m-d H:i:s" string', value);
-  try {
-    return parseLegacyTimestamp(value, timeZone);
-  } catch (err) {
-    if (err instanceof TimezoneError) throw new NormalizeError('sourceTimezone', err.message, ctx.id);
-    if (err instanceof TimestampError) fail(ctx, key, err.message, value);
-    throw err;
-  }
-}
-
-function readIsoTime(raw: Raw, key: string, ctx: Ctx): string | null {
-  const value = raw[key];
-  if (value === null || value === undefined || value === '') return null;
-  if (typeof value !== 'string') fail(ctx, key, 'expected an ISO 8601 string', value);
-  try {
-    return parseIsoTimestamp(value);
-  } catch (err) {
-    if (err instanceof TimestampError) return fail(ctx, key, err.message, value);
-    throw err;
-  }
-}
-
-function fieldValue(value: unknown, field: string, ctx: Ctx): string | null {
-  if (value === null || value === undefined) return null;
-  if (typeof value === 'string') return stripNul(value);
-  if (typeof value === 'number' || typeof value === 'boolean' || typeof value === 'bigint') return String(value);
-  if (isLosslessNumber(value)) return value.value;
-  return fail(ctx, field, `expected a scalar value, got ${describe(value)}`);
-}
-
-/**
- * `fields` as an object. Accepts the legacy array of `{key, value, type}` and the webhook object;
- * drops an `email` key (see the module note). A later duplicate key wins.
- */
-function readFields(raw: Raw, key: string, ctx: Ctx): Record<string, string | null> {
-  const value = raw[key];
-  const out: Record<string, string | null> = {};
-  if (value === null || value === undefined) return out;
-  if (Array.isArray(value)) {
-    value.forEach((item: unknown, i) => {
-      if (typeof item !== 'object' || item === null || Array.isArray(item)) {
-        fail(ctx, `${key}[${i}]`, 'expected an object {key, value, type}');
-      }
-      const entry = item as Raw;
-      if (typeof entry.key !== 'string' || entry.key === '') fail(ctx, `${key}[${i}].key`, 'expected a non-empty string');
-      const name = stripNul(entry.key);
-      if (name === 'email') return;
-      out[name] = fieldValue(entry.value, `${key}[${i}].value`, ctx);
-    });
-    return out;
-  }
-  if (typeof value === 'object' && !isLosslessNumber(value)) {
-    for (const [name, v] of Object.entries(value as Raw)) {
-      if (name === 'email') continue;
-      out[stripNul(name)] = fieldValue(v, `${key}.${name}`, ctx);
-    }
-    return out;
-  }
-  return fail(ctx, key, `expected an array or an object, got ${describe(value)}`);
-}
-
-/** Removes NUL characters from strings inside an `extra` value; returns the same object when clean. */
-function cleanExtraValue(value: unknown): unknown {
-  if (typeof value === 'string') return stripNul(value);
-  if (Array.isArray(value)) {
-    const mapped = value.map(cleanExtraValue);
-    return mapped.some((v, i) => v !== value[i]) ? mapped : value;
-  }
-  if (typeof value === 'object' && value !== null && !isLosslessNumber(value)) {
-    let changed = false;
-    const out: Raw = {};
-    for (const [k, v] of Object.entries(value as Raw)) {
-      const ck = stripNul(k);
-      const cv = cleanExtraValue(v);
-      if (ck !== k || cv !== v) changed = true;
-      out[ck] = cv;
-    }
-    return changed ? out : value;
+/** The value at a zod issue path inside `raw` (for the error text). */
+function valueAt(raw: unknown, path: readonly PropertyKey[]): unknown {
+  let value = raw;
+  for (const key of path) {
+    if (typeof value !== 'object' || value === null) return undefined;
+    value = (value as Record<PropertyKey, unknown>)[key];
   }
   return value;
 }
 
-function collectExtra(raw: Raw, known: ReadonlySet<string>): Record<string, unknown> {
-  const extra: Record<string, unknown> = {};
-  for (const [key, value] of Object.entries(raw)) {
-    if (known.has(key) || value === undefined) continue;
-    extra[stripNul(key)] = cleanExtraValue(value);
-  }
-  return extra;
+function joinPath(path: readonly PropertyKey[]): string {
+  let out = '';
+  for (const segment of path) out += typeof segment === 'number' ? `[${segment}]` : out === '' ? String(segment) : `.${String(segment)}`;
+  return out;
+}
+
+/** The first issue of a failed parse of `raw`, as a {@link NormalizeError} naming the upstream field. */
+function fromZod(error: z.ZodError, raw: unknown, prefix = ''): NormalizeError {
+  const first = error.issues[0];
+  const field = `${prefix}${joinPath(first?.path ?? [])}` || 'object';
+  const value = valueAt(raw, first?.path ?? []);
+  const id = typeof raw === 'object' && raw !== null ? idRule.safeParse((raw as Raw).id) : undefined;
+  const reason = `${first?.message ?? 'invalid'}${value === undefined || value === null ? '' : preview(field, value)}`;
+  return new NormalizeError(field, reason, id?.success ? id.data : undefined);
+}
+
+function parseWith<T>(schema: z.ZodType<T>, raw: unknown, prefix = ''): T {
+  const result = schema.safeParse(raw);
+  if (!result.success) throw fromZod(result.error, raw, prefix);
+  return result.data;
 }
 
 function asObject(raw: unknown, what: string): Raw {
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw) || isLosslessNumber(raw)) {
-    throw new NormalizeError(what, `expected an object, got ${raw === null ? 'null' : describe(raw)}`);
+    throw new NormalizeError(what, `expected an object, got ${describeValue(raw)}`);
   }
   return raw as Raw;
 }
@@ -454,41 +294,18 @@ export function emptyValues(id: string, updatedAt: string): SubscriberValues {
   };
 }
 
-function orderProvided(set: ReadonlySet<SubscriberField>): SubscriberField[] {
-  return SUBSCRIBER_FIELDS.filter((f) => set.has(f));
-}
-
 // ---------------------------------------------------------------------------------------------
-// Legacy
+// The normalizers (each one schema of `schemas.ts`)
 
-/** Legacy key → column, for the keys that map one-to-one. */
-const LEGACY_SIMPLE = {
-  email: 'email',
-  name: 'name',
-  type: 'status',
-  signup_ip: 'ipAddress',
-  confirmation_ip: 'optinIp',
-} as const satisfies Record<string, SubscriberField>;
-const LEGACY_INT = { sent: 'sent', opened: 'opensCount', clicked: 'clicksCount' } as const satisfies Record<string, SubscriberField>;
-const LEGACY_FLOAT = { opened_rate: 'openRate', clicked_rate: 'clickRate' } as const satisfies Record<string, SubscriberField>;
-const LEGACY_TIME = {
-  date_unsubscribe: 'unsubscribedAt',
-  date_created: 'createdAt',
-  confirmation_timestamp: 'optedInAt',
-} as const satisfies Record<string, SubscriberField>;
-
-/** Legacy keys consumed by a column; every other key goes to `extra`. */
-export const LEGACY_KNOWN_KEYS: ReadonlySet<string> = new Set([
-  'id',
-  ...Object.keys(LEGACY_SIMPLE),
-  ...Object.keys(LEGACY_INT),
-  ...Object.keys(LEGACY_FLOAT),
-  ...Object.keys(LEGACY_TIME),
-  'signup_timestamp',
-  'date_subscribe',
-  'date_updated',
-  'fields',
-]);
+/**
+ * Canonical decimal id from a string of digits, a safe-integer number, a bigint or a lossless-json
+ * number. Throws {@link NormalizeError} naming `field`.
+ */
+export function normalizeId(value: unknown, field = 'id'): string {
+  const result = idRule.safeParse(value);
+  if (result.success) return result.data;
+  throw new NormalizeError(field, `${result.error.issues[0]?.message ?? 'not an id'}${value === undefined || value === null ? '' : preview(field, value)}`);
+}
 
 export interface LegacyNormalizeOptions {
   /** IANA zone of legacy `Y-m-d H:i:s` values (`MAILER_SOURCE_TZ`), e.g. `UTC`, `Pacific/Kiritimati`. */
@@ -510,85 +327,14 @@ export interface LegacyNormalizeOptions {
  */
 export function normalizeLegacySubscriber(raw: Record<string, unknown>, opts: LegacyNormalizeOptions): SubscriberRow {
   const obj = asObject(raw, 'subscriber');
-  const ctx: Ctx = { id: undefined };
   try {
-    zoneFormatter(opts.sourceTimezone);
+    assertTimeZone(opts.sourceTimezone);
   } catch (err) {
     if (err instanceof TimezoneError) throw new NormalizeError('sourceTimezone', err.message);
     throw err;
   }
-  const id = normalizeId(obj.id);
-  ctx.id = id;
-  const tz = opts.sourceTimezone;
-  const provided = new Set<SubscriberField>(['updatedAt', 'extra']);
-
-  const createdAt = readLegacyTime(obj, 'date_created', ctx, tz);
-  const updatedAt = readLegacyTime(obj, 'date_updated', ctx, tz) ?? createdAt;
-  if (updatedAt === null) fail(ctx, 'date_updated', 'missing, and no date_created to fall back to');
-  const values = emptyValues(id, updatedAt);
-
-  const into = { values, provided };
-  readMapped(obj, LEGACY_SIMPLE, readText, into, ctx);
-  readMapped(obj, LEGACY_INT, readInt, into, ctx);
-  readMapped(obj, LEGACY_FLOAT, readFloat, into, ctx);
-  readMapped(obj, LEGACY_TIME, (o, key, c) => (key === 'date_created' ? createdAt : readLegacyTime(o, key, c, tz)), into, ctx);
-
-  const extra = collectExtra(obj, LEGACY_KNOWN_KEYS);
-  if (present(obj, 'signup_timestamp') || present(obj, 'date_subscribe')) {
-    const signup = readLegacyTime(obj, 'signup_timestamp', ctx, tz);
-    const day = readLegacyTime(obj, 'date_subscribe', ctx, tz);
-    values.subscribedAt = signup ?? day;
-    // The day is then not what the column shows: keep it so nothing the service sent is lost.
-    if (signup !== null && day !== null) extra.date_subscribe = obj.date_subscribe;
-    provided.add('subscribedAt');
-  }
-  if (present(obj, 'fields')) {
-    values.fields = readFields(obj, 'fields', ctx);
-    provided.add('fields');
-  }
-  values.extra = extra;
-  return { via: 'poll', values, provided: orderProvided(provided) };
+  return parseWith(legacySubscriberRowSchema(opts.sourceTimezone), obj);
 }
-
-// ---------------------------------------------------------------------------------------------
-// Webhook
-
-const WEBHOOK_TEXT = {
-  email: 'email',
-  status: 'status',
-  source: 'source',
-  ip_address: 'ipAddress',
-  optin_ip: 'optinIp',
-} as const satisfies Record<string, SubscriberField>;
-const WEBHOOK_INT = { sent: 'sent', opens_count: 'opensCount', clicks_count: 'clicksCount' } as const satisfies Record<
-  string,
-  SubscriberField
->;
-const WEBHOOK_FLOAT = { open_rate: 'openRate', click_rate: 'clickRate' } as const satisfies Record<string, SubscriberField>;
-const WEBHOOK_TIME = {
-  subscribed_at: 'subscribedAt',
-  unsubscribed_at: 'unsubscribedAt',
-  created_at: 'createdAt',
-  deleted_at: 'deletedAt',
-  forget_at: 'forgetAt',
-  opted_in_at: 'optedInAt',
-} as const satisfies Record<string, SubscriberField>;
-
-/** Keys of flat payloads (§6.2) that belong to the envelope, not the subscriber. */
-export const WEBHOOK_ENVELOPE_KEYS: ReadonlySet<string> = new Set(['event', 'account_id']);
-
-/** §2.2 keys consumed by a column (plus the envelope keys); every other key goes to `extra`. */
-export const WEBHOOK_KNOWN_KEYS: ReadonlySet<string> = new Set([
-  'id',
-  'name',
-  ...Object.keys(WEBHOOK_TEXT),
-  ...Object.keys(WEBHOOK_INT),
-  ...Object.keys(WEBHOOK_FLOAT),
-  ...Object.keys(WEBHOOK_TIME),
-  'updated_at',
-  'fields',
-  ...WEBHOOK_ENVELOPE_KEYS,
-]);
 
 /**
  * A §2.2 Subscriber (the `subscriber` of a nested or batched item, or a flat payload itself) →
@@ -602,56 +348,17 @@ export const WEBHOOK_KNOWN_KEYS: ReadonlySet<string> = new Set([
  *   value, or neither `updated_at` nor `created_at`.
  */
 export function normalizeWebhookSubscriber(raw: Record<string, unknown>): SubscriberRow {
-  const obj = asObject(raw, 'subscriber');
-  const id = normalizeId(obj.id);
-  const ctx: Ctx = { id };
-  const provided = new Set<SubscriberField>(['updatedAt', 'extra']);
-
-  const createdAt = readIsoTime(obj, 'created_at', ctx);
-  const updatedAt = readIsoTime(obj, 'updated_at', ctx) ?? createdAt;
-  if (updatedAt === null) fail(ctx, 'updated_at', 'missing, and no created_at to fall back to');
-  const values = emptyValues(id, updatedAt);
-
-  const into = { values, provided };
-  readMapped(obj, WEBHOOK_TEXT, readText, into, ctx);
-  readMapped(obj, WEBHOOK_INT, readInt, into, ctx);
-  readMapped(obj, WEBHOOK_FLOAT, readFloat, into, ctx);
-  readMapped(obj, WEBHOOK_TIME, (o, key, c) => (key === 'created_at' ? createdAt : readIsoTime(o, key, c)), into, ctx);
-  if (present(obj, 'fields')) {
-    values.fields = readFields(obj, 'fields', ctx);
-    provided.add('fields');
-  }
-  if (present(obj, 'name')) {
-    values.name = readText(obj, 'name', ctx);
-    provided.add('name');
-  } else if (provided.has('fields') && Object.hasOwn(values.fields, 'name')) {
-    values.name = values.fields.name ?? null;
-    provided.add('name');
-  }
-  values.extra = collectExtra(obj, WEBHOOK_KNOWN_KEYS);
-  return { via: 'webhook', values, provided: orderProvided(provided) };
-}
-
-// ---------------------------------------------------------------------------------------------
-// Groups, automations, campaigns (§2.3)
-
-function readNamed(raw: unknown, what: string): { obj: Raw; ctx: Ctx; id: string; name: string | null } {
-  const obj = asObject(raw, what);
-  const id = normalizeId(obj.id, `${what}.id`);
-  const ctx: Ctx = { id };
-  return { obj, ctx, id, name: readText(obj, 'name', ctx) };
+  return parseWith(webhookSubscriberRowSchema, asObject(raw, 'subscriber'));
 }
 
 /** A payload `group` object `{id, name}` → {@link GroupRow}. @throws {NormalizeError} */
 export function normalizeGroup(raw: unknown): GroupRow {
-  const { id, name } = readNamed(raw, 'group');
-  return { id, name };
+  return groupRow(parseWith(groupSchema, asObject(raw, 'group'), 'group.'));
 }
 
 /** A payload `automation` object `{id, name}` → {@link AutomationRow}. @throws {NormalizeError} */
 export function normalizeAutomation(raw: unknown): AutomationRow {
-  const { id, name } = readNamed(raw, 'automation');
-  return { id, name };
+  return automationRow(parseWith(automationSchema, asObject(raw, 'automation'), 'automation.'));
 }
 
 /**
@@ -662,16 +369,7 @@ export function normalizeAutomation(raw: unknown): AutomationRow {
  * @throws {NormalizeError}
  */
 export function normalizeCampaign(raw: unknown, opts: { sent?: boolean } = {}): CampaignRow {
-  const { obj, ctx, id, name } = readNamed(raw, 'campaign');
-  const date = readIsoTime(obj, 'date', ctx);
-  return {
-    id,
-    name,
-    totalRecipients: readInt(obj, 'total_recipients', ctx),
-    previewUrl: readText(obj, 'preview_url', ctx),
-    date,
-    sentAt: opts.sent ? date : null,
-  };
+  return campaignRow(parseWith(campaignSchema, asObject(raw, 'campaign'), 'campaign.'), opts);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -30,17 +30,8 @@
  */
 import type pg from 'pg';
 import type { MirrorSource } from '../db/schema.js';
-import {
-  normalizeAutomation,
-  normalizeCampaign,
-  normalizeGroup,
-  normalizeWebhookSubscriber,
-  type ActivityRow,
-  type AutomationRow,
-  type CampaignRow,
-  type GroupRow,
-  type SubscriberRow,
-} from '../mirror/normalize.js';
+import type { ActivityRow, AutomationRow, CampaignRow, GroupRow, SubscriberRow } from '../mirror/normalize.js';
+import { automationRow, campaignRow, groupRow, webhookSubscriberRow } from '../mirror/schemas.js';
 import {
   endMemberships,
   recordActivity,
@@ -103,11 +94,11 @@ export class PlanBuilder {
     private readonly receivedAt: string | null = null,
   ) {}
 
-  /** The normalized subscriber of an event (throws `NormalizeError` for one that cannot be mirrored). */
+  /** The row of an event's subscriber (validated by `parseDelivery` with the mirror's own schema). */
   subscriber(raw: WebhookSubscriber): SubscriberRow {
     let row = this.rows.get(raw);
     if (!row) {
-      row = normalizeWebhookSubscriber(raw as Record<string, unknown>);
+      row = webhookSubscriberRow(raw);
       this.rows.set(raw, row);
     }
     return row;
@@ -132,21 +123,21 @@ const mirrorSubscriber: Effect<{ subscriber: WebhookSubscriber }> = (event, plan
 };
 
 const mirrorGroup: Effect<{ group: EventOf<'subscriber.added_to_group'>['group'] }> = (event, plan) => {
-  plan.plan.groups.push(normalizeGroup(event.group));
+  plan.plan.groups.push(groupRow(event.group));
 };
 
 const mirrorAutomation: Effect<{ automation: EventOf<'subscriber.automation_triggered'>['automation'] }> = (event, plan) => {
-  plan.plan.automations.push(normalizeAutomation(event.automation));
+  plan.plan.automations.push(automationRow(event.automation));
 };
 
 /** A campaign as embedded in open/click events: `sent_at` unknown, the stored one is kept. */
 const mirrorCampaign: Effect<{ campaign: EventOf<'campaign.open'>['campaign'] }> = (event, plan) => {
-  plan.plan.campaigns.push(normalizeCampaign(event.campaign));
+  plan.plan.campaigns.push(campaignRow(event.campaign));
 };
 
 /** `campaign.sent`: the campaign's `date` is its send time. */
 const mirrorSentCampaign: Effect<EventOf<'campaign.sent'>> = (event, plan) => {
-  plan.plan.campaigns.push(normalizeCampaign(event.campaign, { sent: true }));
+  plan.plan.campaigns.push(campaignRow(event.campaign, { sent: true }));
 };
 
 function membership(op: MembershipFact['op']): Effect<EventOf<'subscriber.added_to_group' | 'subscriber.removed_from_group'>> {
@@ -154,7 +145,7 @@ function membership(op: MembershipFact['op']): Effect<EventOf<'subscriber.added_
     const row = plan.subscriber(event.subscriber);
     plan.plan.memberships.push({
       op,
-      groupId: normalizeGroup(event.group).id,
+      groupId: groupRow(event.group).id,
       subscriberId: row.values.id,
       type: op === 'add' && row.provided.includes('status') ? row.values.status : null,
       // The ordering guard: a late retry of an older event cannot undo a newer one.
@@ -180,9 +171,9 @@ const activity: Effect<WithSubscriber> = (event, plan) => {
   plan.activity({
     kind: event.kind,
     subscriberId: row.values.id,
-    groupId: 'group' in event ? normalizeGroup(event.group).id : null,
-    automationId: 'automation' in event ? normalizeAutomation(event.automation).id : null,
-    campaignId: 'campaign' in event ? normalizeCampaign(event.campaign).id : null,
+    groupId: 'group' in event ? groupRow(event.group).id : null,
+    automationId: 'automation' in event ? automationRow(event.automation).id : null,
+    campaignId: 'campaign' in event ? campaignRow(event.campaign).id : null,
     linkUrl: 'linkUrl' in event ? event.linkUrl : null,
     subscriberUpdatedAt: row.values.updatedAt,
     itemIndex: event.index,
@@ -214,8 +205,8 @@ export const EFFECTS = {
 } as const satisfies { readonly [K in EventKind]: readonly Effect<EventOf<K>>[] };
 
 /**
- * The effects of a delivery's events. Pure; throws `NormalizeError` when a carried object cannot be
- * mirrored (which `parseDelivery` already makes rare): the delivery then fails as a whole.
+ * The effects of a delivery's events. Pure; the events come from `parseDelivery`, which validated
+ * every carried object with the schemas the rows are built from, so nothing here can reject them.
  */
 export function planDelivery(
   events: readonly WebhookEvent[],

@@ -17,6 +17,17 @@
  * No I/O and no config: the receiver and the consumer both call `parseDelivery`.
  */
 import { z } from 'zod';
+import { describeValue as describe } from '../mirror/rules.js';
+import {
+  automationSchema,
+  campaignSchema,
+  groupSchema,
+  subscriberSchema,
+  type WebhookAutomation,
+  type WebhookCampaign,
+  type WebhookGroup,
+  type WebhookSubscriber,
+} from '../mirror/schemas.js';
 
 export type PayloadShape = 'flat' | 'nested' | 'campaign';
 export type CarriedPart = 'subscriber' | 'group' | 'automation' | 'campaign' | 'linkUrl';
@@ -64,29 +75,7 @@ export function isEventKind(kind: string): kind is EventKind {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Field schemas (spec §2.2, §2.3)
-
-const DIGITS = /^\d+$/;
-
-/**
- * Ids are text everywhere (invariant 6), canonical decimal like the poll path's (no sign, no leading
- * zeros: `normalizeId` in src/mirror/normalize.ts). Spec §2.1: numeric-looking strings. Numbers are
- * accepted only while they are exact.
- */
-const idSchema = z.unknown().transform((value, ctx): string => {
-  if (typeof value === 'string' && DIGITS.test(value.trim())) return BigInt(value.trim()).toString();
-  if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) return String(value);
-  const message =
-    value === undefined || value === null
-      ? 'id is missing'
-      : typeof value === 'number'
-        ? 'id is a number that is not a non-negative safe integer (digits are lost beyond 2^53); ids must be strings'
-        : typeof value === 'string'
-          ? `id must be a string of digits, got ${value.trim() === '' ? 'an empty string' : 'other characters'}`
-          : `id must be a string of digits, got ${describe(value)}`;
-  ctx.addIssue({ code: 'custom', message });
-  return z.NEVER;
-});
+// Field schemas (spec §2.2, §2.3): the mirror's, so the receiver accepts exactly what it can mirror
 
 /**
  * account_id is an integer per spec §6.2, kept as text like every id; absent inside batches. Nothing
@@ -101,84 +90,8 @@ const accountIdSchema = z.unknown().transform((value, ctx): string | null => {
   return z.NEVER;
 });
 
-/**
- * Spec: ISO 8601 UTC with microseconds (`2024-05-28T10:30:29.000000Z`). A space separator, other
- * fraction lengths and explicit offsets are accepted too, but not a missing zone: these values order
- * versions (invariant 2) and a zoneless one is ambiguous. Same rule as `parseIsoTimestamp` in
- * src/time.ts, which turns them into instants; "" means null there and is accepted here.
- */
-const TIMESTAMP = /^\s*\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:[Zz]|[+-]\d{2}(?::?\d{2})?)\s*$|^$/;
-const timestamp = z
-  .string({ error: 'expected a timestamp string or null' })
-  .regex(TIMESTAMP, { error: 'expected an ISO 8601 timestamp with a zone, like 2024-05-28T10:30:29.000000Z' })
-  .nullable()
-  .optional();
-const text = z.string({ error: 'expected a string or null' }).nullable().optional();
-const count = z.number({ error: 'expected an integer or null' }).int({ error: 'expected an integer' }).nullable().optional();
-const rate = z.number({ error: 'expected a number or null' }).nullable().optional();
-const fieldValue = z.union([z.string(), z.number(), z.boolean(), z.null()], {
-  error: 'custom field values must be strings (or numbers, booleans, null)',
-});
-
-/** A clear message for an object that is missing or not an object (zod's default names no field). */
-const objectError = (name: string) => (issue: { input?: unknown }) =>
-  issue.input === undefined ? `${name} is missing` : `${name} must be an object, got ${describe(issue.input)}`;
-
-/** The subscriber object of spec §2.2, with unknown keys kept as received. */
-export const subscriberSchema = z.looseObject({
-  id: idSchema,
-  email: text,
-  status: text,
-  source: text,
-  sent: count,
-  opens_count: count,
-  clicks_count: count,
-  open_rate: rate,
-  click_rate: rate,
-  ip_address: text,
-  subscribed_at: timestamp,
-  unsubscribed_at: timestamp,
-  created_at: timestamp,
-  updated_at: timestamp,
-  deleted_at: timestamp,
-  forget_at: timestamp,
-  opted_in_at: timestamp,
-  optin_ip: text,
-  fields: z
-    .record(z.string(), fieldValue, { error: 'fields must be an object of custom field values' })
-    .nullable()
-    .optional(),
-}, { error: objectError('subscriber') }).check((ctx) => {
-  // Versions are ordered by the upstream clock (invariant 2); without one a version cannot be placed.
-  const { updated_at: updated, created_at: created } = ctx.value;
-  if (!updated && !created) {
-    ctx.issues.push({
-      code: 'custom',
-      input: ctx.value,
-      path: ['updated_at'],
-      message: 'the subscriber has neither updated_at nor created_at, so its version cannot be ordered',
-    });
-  }
-});
-
-export const groupSchema = z.looseObject({ id: idSchema, name: text }, { error: objectError('group') });
-export const automationSchema = z.looseObject({ id: idSchema, name: text }, { error: objectError('automation') });
-export const campaignSchema = z.looseObject(
-  {
-    id: idSchema,
-    name: text,
-    total_recipients: count,
-    preview_url: text,
-    date: timestamp,
-  },
-  { error: objectError('campaign') },
-);
-
-/** As received, except that `id` is always a string. */
-export type WebhookSubscriber = z.output<typeof subscriberSchema>;
-export type WebhookGroup = z.output<typeof groupSchema>;
-export type WebhookAutomation = z.output<typeof automationSchema>;
-export type WebhookCampaign = z.output<typeof campaignSchema>;
+export { automationSchema, campaignSchema, groupSchema, subscriberSchema } from '../mirror/schemas.js';
+export type { WebhookAutomation, WebhookCampaign, WebhookGroup, WebhookSubscriber } from '../mirror/schemas.js';
 
 // ---------------------------------------------------------------------------------------------
 // Events (derived from the registry)
@@ -475,15 +388,6 @@ function withoutKeys(object: Record<string, unknown>, keys: Iterable<string>): R
     if (!skip.has(key) && key !== '__proto__') out[key] = object[key];
   }
   return out;
-}
-
-/** The type of a value, never the value itself (payloads hold personal data). */
-function describe(value: unknown): string {
-  if (value === null) return 'null';
-  if (Array.isArray(value)) return 'an array';
-  if (typeof value === 'number' && !Number.isFinite(value)) return 'a non-finite number';
-  if (typeof value === 'string') return value.trim() === '' ? 'an empty string' : 'a string';
-  return typeof value === 'object' ? 'an object' : `a ${typeof value}`;
 }
 
 function toIssues(error: z.ZodError, base: string): PayloadIssue[] {

@@ -71,10 +71,10 @@ describe('planDelivery', () => {
     expect(plan.activity[0]?.subscriberUpdatedAt).toBe('2024-01-02T03:04:05.000000Z');
   });
 
-  test('an object that cannot be normalized throws NormalizeError (the delivery fails as a whole)', () => {
+  test('an object that cannot be mirrored fails the delivery as a whole, already at parse time (one validation layer)', () => {
     const subscriber = webhookSubscriber({ id: '9', sent: 2 ** 40 });
-    const events = parseDelivery({ event: 'subscriber.updated', ...subscriber }).events;
-    expect(() => planDelivery(events)).toThrow(NormalizeError);
+    expect(() => parseDelivery({ event: 'subscriber.updated', ...subscriber })).toThrow(PayloadError);
+    expect(() => parseDelivery({ event: 'subscriber.updated', ...subscriber })).toThrow(/sent: expected a 32-bit integer/);
   });
 });
 
