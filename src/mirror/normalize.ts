@@ -1,6 +1,9 @@
 /**
  * Upstream shapes → the row shapes `store.ts` writes (DESIGN.md "Layout": upstream → normalize →
  * store). Pure functions: no I/O, no clock, no config reads (the source timezone is an argument).
+ * The validation and the mapping are the schemas of `schemas.ts` (the same ones the webhook receiver
+ * validates deliveries with); this module holds the row shapes and turns a schema's first issue
+ * into a {@link NormalizeError} naming the upstream field.
  *
  * Two subscriber shapes exist upstream: the legacy Single Subscriber of the poll path (DESIGN.md
  * "Facts") and the §2.2 Subscriber embedded in webhook payloads. Both become a {@link SubscriberRow}

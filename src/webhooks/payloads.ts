@@ -6,12 +6,12 @@
  *
  * Liberal where harmless: unknown keys are kept (inside the subscriber/campaign objects for flat
  * shapes, in `extra` for nested items), any kind may arrive inside a batch, flat subscriber kinds are
- * also accepted nested. Strict where it matters: ids are strings of digits or non-negative safe
- * integers, turned into canonical decimal strings (a number beyond 2^53 has already lost digits,
- * invariant 6); a subscriber needs an id and an `updated_at` or `created_at` (invariant 2: versions
- * are ordered by them); timestamps need a zone; known fields must have the types of spec §2.2/§2.3.
- * So what the consumer could not apply is mostly caught here and stored `failed` at once. An unknown
- * kind is not an error: it is
+ * also accepted nested. Strict where it matters, with the mirror's own schemas (src/mirror/schemas.ts,
+ * one per shape, built from the rules of src/mirror/rules.ts): ids become canonical decimal strings
+ * (a number beyond 2^53 has already lost digits, invariant 6); a subscriber needs an id and an
+ * `updated_at` or `created_at` (invariant 2: versions are ordered by them); timestamps need a zone;
+ * known fields must have the types of spec §2.2/§2.3 and fit their columns. So what the consumer
+ * could not apply is caught here and stored `failed` at once. An unknown kind is not an error: it is
  * reported so the delivery can be stored and left unapplied (invariant 9).
  *
  * No I/O and no config: the receiver and the consumer both call `parseDelivery`.
