@@ -12,7 +12,7 @@ import { runMigrations } from './db/migrate.js';
 import { SUBSCRIBER_TYPES, type SubscriberType } from './db/schema.js';
 import { openDatabase } from './db/client.js';
 import { createScrubber } from './log.js';
-import { describeConnectionError, startService } from './start.js';
+import { describeConnectionError, startService, type RunningService } from './start.js';
 import { enqueueBackfills, waitForPass, type BackfillTarget } from './sync/backfill.js';
 import { createSyncQueue } from './sync/schedule.js';
 import { collectStatus, formatStatusTable } from './sync/status.js';
@@ -27,6 +27,7 @@ const USAGE = `usage: subscriber-mirror <command> [options]
 commands:
   start [--role all|worker|receiver]   migrate, then run the service (default role: all)
   migrate                              apply database migrations and exit
+  healthcheck                          exit 0 when the local service is ready (the image's HEALTHCHECK)
   backfill (--group ID | --all) [--type T] [--wait]
                                        enqueue full passes (all configured types unless --type)
   status [--json]                      per group × type: cursor, last run, rows, drift
@@ -57,27 +58,56 @@ const start: Handler = async (args) => {
     throw new UsageError(`--role must be one of ${ROLES.join(', ')}, got "${role}"`);
   }
   const config = loadConfig(process.env, needsForRole(role as Role));
-  const service = await startService(config, role as Role);
-  await new Promise<void>((resolve) => {
-    let signals = 0;
-    const onSignal = (signal: NodeJS.Signals) => {
-      signals += 1;
-      // A second signal means "now": the operator does not want to wait for a graceful stop.
-      if (signals > 1) process.exit(1);
-      const timer = setTimeout(() => {
-        service.logger.error({ timeoutMs: config.shutdownTimeoutMs }, 'graceful shutdown timed out');
-        process.exit(1);
-      }, config.shutdownTimeoutMs);
-      timer.unref();
-      service.stop(signal).then(resolve, (error: unknown) => {
-        service.logger.error({ err: error }, 'error during shutdown');
-        resolve();
-      });
-    };
-    process.on('SIGTERM', onSignal);
-    process.on('SIGINT', onSignal);
-  });
+  // Installed before any start-up work: a SIGTERM while migrations run or while Redis is unreachable
+  // must stop the process at once, not wait for Docker's SIGKILL. Nothing is half-done by exiting then:
+  // each migration is a transaction Postgres rolls back when the connection goes, and nothing has been
+  // received or applied yet.
+  let service: RunningService | undefined;
+  let stopped: () => void = () => {};
+  const done = new Promise<void>((resolve) => (stopped = resolve));
+  let signals = 0;
+  const onSignal = (signal: NodeJS.Signals) => {
+    signals += 1;
+    // A second signal means "now": the operator does not want to wait for a graceful stop.
+    if (signals > 1) process.exit(1);
+    if (!service) {
+      process.stderr.write(`${JSON.stringify({ level: 'info', time: new Date().toISOString(), signal, msg: 'stopped during start-up' })}\n`);
+      process.exit(0);
+    }
+    const running = service;
+    const timer = setTimeout(() => {
+      running.logger.error({ timeoutMs: config.shutdownTimeoutMs }, 'graceful shutdown timed out');
+      process.exit(1);
+    }, config.shutdownTimeoutMs);
+    timer.unref();
+    running.stop(signal).then(stopped, (error: unknown) => {
+      running.logger.error({ err: error }, 'error during shutdown');
+      stopped();
+    });
+  };
+  process.on('SIGTERM', onSignal);
+  process.on('SIGINT', onSignal);
+  service = await startService(config, role as Role);
+  await done;
   return 0;
+};
+
+/**
+ * `healthcheck`: exits 0 when this container's service is ready (the image's HEALTHCHECK). Asks the
+ * ops port when OPS_PORT is set (the detailed readiness), PORT otherwise.
+ */
+const healthcheck: Handler = async (args) => {
+  parse(args, {});
+  const config = loadConfig(process.env, []);
+  const port = config.opsPort ?? config.port;
+  try {
+    const res = await fetch(`http://127.0.0.1:${port}/readyz`, { signal: AbortSignal.timeout(2_500) });
+    process.stdout.write(`${res.status} ${await res.text()}\n`);
+    return res.ok ? 0 : 1;
+  } catch (error) {
+    process.stdout.write(`not answering on port ${port}: ${(error as Error).message}\n`);
+    return 1;
+  }
 };
 
 const migrate: Handler = async (args) => {
@@ -225,6 +255,7 @@ const replay: Handler = async (args) => {
 
 const COMMANDS: Record<string, Handler> = {
   start,
+  healthcheck,
   migrate,
   backfill,
   status,

@@ -43,7 +43,22 @@ export interface Config {
   webhookMaxBodyBytes: number;
   /** Applied and ignored deliveries older than this are deleted from the inbox. */
   webhookRetentionMs: number;
+  /** Failed and pending deliveries (never applied) older than this are deleted too. */
+  webhookFailedRetentionMs: number;
+  /** Body bytes buffered at once across all webhook requests (memory bound whatever clients announce). */
+  webhookBodyMemoryBytes: number;
+  /** Personal data of a subscriber out of every configured group for this long is erased (0: never). */
+  eraseOutOfGroupsAfterMs: number;
+  /** Limits of the public listener (README "Public surface"). */
+  http: {
+    headersTimeoutMs: number;
+    requestTimeoutMs: number;
+    idleTimeoutMs: number;
+    maxConnections: number;
+  };
   port: number;
+  /** Port of /metrics, /admin and the detailed /readyz; undefined: they share PORT. */
+  opsPort: number | undefined;
   webhookPath: string;
   adminToken: string | undefined;
   logLevel: (typeof LOG_LEVELS)[number];
@@ -85,6 +100,8 @@ function isValidTimezone(tz: string): boolean {
   }
 }
 
+const DEFAULT_BODY_MEMORY = 64 * 1024 * 1024;
+
 const emptyToUndefined = (v: unknown) => (typeof v === 'string' && v.trim() === '' ? undefined : v);
 const optionalString = z.preprocess(emptyToUndefined, z.string().optional());
 
@@ -125,18 +142,27 @@ const intInRange = (fallback: number, min: number, max: number) =>
   z
     .string()
     .default(String(fallback))
-    .transform((v, ctx) => {
-      if (!/^\d+$/.test(v.trim())) {
-        ctx.addIssue({ code: 'custom', message: `"${v}" is not a whole number` });
-        return z.NEVER;
-      }
-      const n = Number(v);
-      if (n < min || n > max) {
-        ctx.addIssue({ code: 'custom', message: `${n} is outside ${min}..${max}` });
-        return z.NEVER;
-      }
-      return n;
-    });
+    .transform((v, ctx) => wholeNumberIn(v, min, max, ctx));
+
+/** Like `intInRange` without a default: undefined when unset. */
+const optionalInt = (min: number, max: number) =>
+  z
+    .string()
+    .optional()
+    .transform((v, ctx) => (v === undefined ? undefined : wholeNumberIn(v, min, max, ctx)));
+
+function wholeNumberIn(v: string, min: number, max: number, ctx: z.RefinementCtx): number {
+  if (!/^\d+$/.test(v.trim())) {
+    ctx.addIssue({ code: 'custom', message: `"${v}" is not a whole number` });
+    return z.NEVER;
+  }
+  const n = Number(v);
+  if (n < min || n > max) {
+    ctx.addIssue({ code: 'custom', message: `${n} is outside ${min}..${max}` });
+    return z.NEVER;
+  }
+  return n;
+}
 
 const commaList = (v: string | undefined) =>
   (v ?? '')
@@ -222,7 +248,21 @@ const envSchema = z.object({
   // At least an hour: the service retries a delivery for about 20 minutes, and the stored body hash
   // is what makes those retries duplicates.
   WEBHOOK_RETENTION: z.preprocess(emptyToUndefined, duration('30d', 3_600_000)),
+  // Failed and pending rows are kept longer, for `webhooks replay`, but not for ever (they hold
+  // personal data too).
+  WEBHOOK_FAILED_RETENTION: z.preprocess(emptyToUndefined, duration('90d', 3_600_000)),
+  // Default: 64 MiB, or one largest body when WEBHOOK_MAX_BODY is larger.
+  WEBHOOK_BODY_MEMORY: z.preprocess(emptyToUndefined, optionalInt(1024, 16 * 1024 * 1024 * 1024)),
+  // 0 disables; otherwise at least a day, so one failed reconciliation never erases anybody.
+  ERASE_OUT_OF_GROUPS_AFTER: z.preprocess(emptyToUndefined, duration('30d', 0)),
+  // The service gives up on a delivery after 3 s (spec §6.3): every legitimate request is complete
+  // well within these; a client dripping bytes is cut off after them.
+  HTTP_HEADERS_TIMEOUT: z.preprocess(emptyToUndefined, duration('5s', 1000)),
+  HTTP_REQUEST_TIMEOUT: z.preprocess(emptyToUndefined, duration('10s', 1000)),
+  HTTP_IDLE_TIMEOUT: z.preprocess(emptyToUndefined, duration('10s', 1000)),
+  HTTP_MAX_CONNECTIONS: z.preprocess(emptyToUndefined, intInRange(1000, 1, 1_000_000)),
   PORT: z.preprocess(emptyToUndefined, intInRange(8080, 0, 65_535)),
+  OPS_PORT: z.preprocess(emptyToUndefined, optionalInt(0, 65_535)),
   WEBHOOK_PATH: z.preprocess(
     emptyToUndefined,
     z
@@ -279,6 +319,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, needs: ConfigNe
       if (!present) problems.push(`${name}: required for ${REQUIRED_REASON[need]}`);
     }
   }
+  if (result.success) problems.push(...crossChecks(result.data));
   if (problems.length > 0 || !result.success) throw new ConfigError([...new Set(problems)]);
   const e = result.data;
   return {
@@ -305,12 +346,43 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, needs: ConfigNe
     webhookSecrets: e.WEBHOOK_SECRETS,
     webhookMaxBodyBytes: e.WEBHOOK_MAX_BODY,
     webhookRetentionMs: e.WEBHOOK_RETENTION,
+    webhookFailedRetentionMs: e.WEBHOOK_FAILED_RETENTION,
+    webhookBodyMemoryBytes: e.WEBHOOK_BODY_MEMORY ?? Math.max(DEFAULT_BODY_MEMORY, e.WEBHOOK_MAX_BODY),
+    eraseOutOfGroupsAfterMs: e.ERASE_OUT_OF_GROUPS_AFTER,
+    http: {
+      headersTimeoutMs: e.HTTP_HEADERS_TIMEOUT,
+      requestTimeoutMs: e.HTTP_REQUEST_TIMEOUT,
+      idleTimeoutMs: e.HTTP_IDLE_TIMEOUT,
+      maxConnections: e.HTTP_MAX_CONNECTIONS,
+    },
     port: e.PORT,
+    opsPort: e.OPS_PORT,
     webhookPath: e.WEBHOOK_PATH,
     adminToken: e.ADMIN_TOKEN,
     logLevel: e.LOG_LEVEL,
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT,
   };
+}
+
+/** Rules between variables, reported with the others. */
+function crossChecks(e: z.infer<typeof envSchema>): string[] {
+  const problems: string[] = [];
+  if (e.WEBHOOK_BODY_MEMORY !== undefined && e.WEBHOOK_BODY_MEMORY < e.WEBHOOK_MAX_BODY) {
+    problems.push(`WEBHOOK_BODY_MEMORY: ${e.WEBHOOK_BODY_MEMORY} is below WEBHOOK_MAX_BODY (${e.WEBHOOK_MAX_BODY}); one largest body must fit`);
+  }
+  if (e.WEBHOOK_FAILED_RETENTION < e.WEBHOOK_RETENTION) {
+    problems.push('WEBHOOK_FAILED_RETENTION: must not be shorter than WEBHOOK_RETENTION (failed rows are kept for replay)');
+  }
+  if (e.ERASE_OUT_OF_GROUPS_AFTER !== 0 && e.ERASE_OUT_OF_GROUPS_AFTER < 86_400_000) {
+    problems.push('ERASE_OUT_OF_GROUPS_AFTER: must be 0 (never) or at least 1d');
+  }
+  if (e.HTTP_HEADERS_TIMEOUT > e.HTTP_REQUEST_TIMEOUT) {
+    problems.push('HTTP_HEADERS_TIMEOUT: must not be longer than HTTP_REQUEST_TIMEOUT');
+  }
+  if (e.OPS_PORT !== undefined && e.OPS_PORT !== 0 && e.OPS_PORT === e.PORT) {
+    problems.push('OPS_PORT: must differ from PORT (unset it to serve everything on PORT)');
+  }
+  return problems;
 }
 
 /** Values that must never be printed; `log.ts` also redacts them wherever they appear in text. */

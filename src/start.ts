@@ -5,8 +5,9 @@
  * takes its dependencies as arguments.
  *
  * Roles: `receiver` serves the webhook route and stores deliveries (enqueueing them); `worker` runs
- * the poll passes and applies stored deliveries; `all` does both. Every role serves /healthz,
- * /readyz, /metrics and, with ADMIN_TOKEN, the admin API.
+ * the poll passes and applies stored deliveries; `all` does both. Every role serves /healthz and
+ * /readyz on PORT; /metrics, the detailed /readyz and (with ADMIN_TOKEN) the admin API are on OPS_PORT
+ * when it is set, on PORT otherwise.
  */
 import type { ConnectionOptions } from 'bullmq';
 import { Redis } from 'ioredis';
@@ -18,7 +19,7 @@ import { migrationsPending, runMigrations } from './db/migrate.js';
 import { repeat, type Repeating } from './repeat.js';
 import { registerAdminRoutes } from './http/admin.js';
 import { createMetrics, type Metrics } from './http/metrics.js';
-import { buildServer, type ReadinessCheck } from './http/server.js';
+import { buildServer, closeWithin, type ReadinessCheck } from './http/server.js';
 import { createLogger, type Logger } from './log.js';
 import { authPauseKey, isPaused, readAuthPause } from './sync/auth-pause.js';
 import { createSyncQueue, restoreMissingSchedules, syncSchedules, type ScheduleConfig } from './sync/schedule.js';
@@ -28,6 +29,7 @@ import { createLegacyClient } from './upstream/legacy.js';
 import { createLimiter, type Limiter } from './upstream/limiter.js';
 import { createDeliveryConsumer, type DeliveryConsumer } from './webhooks/consumer.js';
 import { registerWebhookRoute, type ReceiverOutcome } from './webhooks/receiver.js';
+import { ERASURE_EVERY_MS, runErasure } from './erasure.js';
 
 export interface RunningService {
   logger: Logger;
@@ -35,6 +37,8 @@ export interface RunningService {
   stop(reason: string): Promise<void>;
   /** The bound HTTP port (useful with PORT=0 in tests). */
   port: number;
+  /** The bound ops port (OPS_PORT), or `port` when everything shares PORT. */
+  opsPort: number;
 }
 
 export class StartupError extends Error {
@@ -44,6 +48,8 @@ export class StartupError extends Error {
 /** Upper bound on how often a poll role checks that its job schedulers still exist in Redis. */
 const SCHEDULE_CHECK_MAX_MS = 30_000;
 const FIRST_SCHEDULE_CHECK_MS = 5_000;
+/** How often gauges read from Postgres/Redis are refreshed (a scrape only reads the registry). */
+const GAUGE_REFRESH_MS = 15_000;
 
 /** Receiver outcomes as the deliveries metric names them. */
 const OUTCOME_LABEL: Record<ReceiverOutcome, string> = {
@@ -90,6 +96,7 @@ export async function startService(config: Config, role: Role): Promise<RunningS
     metrics,
     work: polls,
     retentionMs: config.webhookRetentionMs,
+    failedRetentionMs: config.webhookFailedRetentionMs,
   });
   const polling = polls ? await startPolling(config, database.pool, redis, workerConnection, log, metrics) : null;
   const syncQueue = polling?.queue ?? createSyncQueue(queueConnection, config.redisPrefix);
@@ -98,16 +105,19 @@ export async function startService(config: Config, role: Role): Promise<RunningS
     await recordQueueDepths(metrics, [syncQueue, consumer.queue]);
     if (polls) await recordSyncGauges(metrics, database.pool, config);
   };
-  const server = buildServer({
-    logger: log,
-    readiness: readinessChecks(database.pool, redis, polling),
-    metrics,
-    beforeScrape: refreshGauges,
-  });
+  const gauges = repeat(refreshGauges, { firstDelayMs: 0, nextDelayMs: () => GAUGE_REFRESH_MS, onError: () => {} });
+  const erasure = polls ? startErasure(config, database.pool, log) : null;
+
+  const separateOps = config.opsPort !== undefined;
+  const readiness = readinessChecks(database.pool, redis, polling, receives && !polls);
+  const server = buildServer({ logger: log, readiness, metrics, limits: config.http, public: separateOps, name: 'public' });
+  // The ops listener is internal (not published): it keeps Node's limits but shares no budget with the public one.
+  const ops = separateOps ? buildServer({ logger: log, readiness, metrics, name: 'ops' }) : server;
   const route = receives
     ? registerWebhookRoute(server, {
         path: config.webhookPath,
         maxBodyBytes: config.webhookMaxBodyBytes,
+        bodyMemoryBytes: config.webhookBodyMemoryBytes,
         secrets: () => config.webhookSecrets,
         pool: database.pool,
         logger: log,
@@ -117,7 +127,7 @@ export async function startService(config: Config, role: Role): Promise<RunningS
     : null;
   if (config.adminToken) {
     const apiKey = config.legacy.apiKey;
-    await registerAdminRoutes(server, {
+    await registerAdminRoutes(ops, {
       token: config.adminToken,
       pool: database.pool,
       syncQueue,
@@ -130,16 +140,22 @@ export async function startService(config: Config, role: Role): Promise<RunningS
   }
 
   await server.listen({ port: config.port, host: '0.0.0.0' });
-  const address = server.server.address();
-  const port = typeof address === 'object' && address ? address.port : config.port;
-  log.info({ port, receives, polls, admin: Boolean(config.adminToken) }, 'service started');
+  const port = boundPort(server, config.port);
+  if (ops !== server) await ops.listen({ port: config.opsPort, host: '0.0.0.0' });
+  const opsPort = ops === server ? port : boundPort(ops, config.opsPort ?? 0);
+  log.info({ port, opsPort, receives, polls, admin: Boolean(config.adminToken) }, 'service started');
 
   let stopping: Promise<void> | undefined;
   const stop = (reason: string) => {
     stopping ??= (async () => {
       log.info({ reason }, 'shutting down');
+      gauges.stop();
+      erasure?.stop();
       // 1. No new HTTP requests (503 while closing); in-flight deliveries finish their inbox write.
-      await server.close();
+      //    A third of the deadline at most: then open connections (a dripping upload) are closed.
+      const drained = await closeWithin(server, Math.max(500, Math.floor(config.shutdownTimeoutMs / 3)));
+      if (drained === 'forced') log.warn('closed HTTP connections still open at the shutdown deadline');
+      if (ops !== server) await closeWithin(ops, 1_000);
       await route?.writer.close();
       // 2. A running pass stops at its next checkpoint; running applies finish.
       await Promise.all([polling?.stop(config.shutdownTimeoutMs), consumer.close(config.shutdownTimeoutMs)]);
@@ -151,10 +167,41 @@ export async function startService(config: Config, role: Role): Promise<RunningS
     return stopping;
   };
 
-  return { logger: log, stop, port };
+  return { logger: log, stop, port, opsPort };
 }
 
-function readinessChecks(pool: pg.Pool, redis: Redis, polling: Polling | null): ReadinessCheck[] {
+function boundPort(app: { server: { address(): unknown } }, fallback: number): number {
+  const address = app.server.address() as { port?: number } | string | null;
+  return typeof address === 'object' && address?.port !== undefined ? address.port : fallback;
+}
+
+/**
+ * The erasure chores of the worker (README "Data protection"): forgotten subscribers' data redacted
+ * in stored deliveries, and subscribers out of every configured group past the period erased.
+ */
+function startErasure(config: Config, pool: pg.Pool, log: Logger): Repeating {
+  return repeat(
+    async () => {
+      const result = await runErasure(pool, {
+        groups: config.sync.groups,
+        types: config.sync.types,
+        outOfGroupsAfterMs: config.eraseOutOfGroupsAfterMs,
+      });
+      if (result.erased > 0 || result.redactedDeliveries > 0) log.info(result, 'erased personal data');
+    },
+    {
+      firstDelayMs: 60_000,
+      nextDelayMs: () => ERASURE_EVERY_MS,
+      onError: (error) => log.warn({ err: describeConnectionError(error) }, 'erasure run failed; retrying at the next tick'),
+    },
+  );
+}
+
+/**
+ * The receiver alone needs only Postgres: its inbox is there, and deliveries it could not hand to the
+ * queue are swept from the inbox by the workers (invariant 1). Other roles need Redis too.
+ */
+function readinessChecks(pool: pg.Pool, redis: Redis, polling: Polling | null, receiverOnly: boolean): ReadinessCheck[] {
   const checks: ReadinessCheck[] = [
     {
       name: 'postgres',
@@ -164,14 +211,16 @@ function readinessChecks(pool: pg.Pool, redis: Redis, polling: Polling | null): 
         if (pending > 0) throw new Error(`${pending} migration(s) not applied`);
       },
     },
-    {
+  ];
+  if (!receiverOnly) {
+    checks.push({
       name: 'redis',
       check: async () => {
         if (redis.status !== 'ready') throw new Error(`redis is ${redis.status}`);
         await redis.ping();
       },
-    },
-  ];
+    });
+  }
   if (polling) {
     checks.push({
       name: 'upstream-auth',

@@ -310,3 +310,18 @@ export const recentlyChangedSubscribers = pgView('recently_changed_subscribers',
 select id, email, status, updated_at, mirrored_via
 from subscribers
 where updated_at >= now() - interval '1 day'`);
+
+// ---------------------------------------------------------------------------------------------
+// Erasure log (README "Data protection"): whose personal data the service erased and why, so the
+// stored deliveries that carry it are redacted once. Ids only: it holds no personal data itself.
+
+export const ERASURE_REASONS = ['forget', 'out_of_groups'] as const;
+export type ErasureReason = (typeof ERASURE_REASONS)[number];
+
+export const erasures = pgTable('erasures', {
+  subscriberId: text('subscriber_id').primaryKey(),
+  reason: text('reason').$type<ErasureReason>().notNull(),
+  erasedAt: tstz('erased_at').notNull().defaultNow(),
+  /** Null until every stored delivery carrying the subscriber has been redacted. */
+  deliveriesRedactedAt: tstz('deliveries_redacted_at'),
+});

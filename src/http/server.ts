@@ -1,17 +1,43 @@
 /**
- * The one HTTP server (PORT): webhook receiver, health, readiness, metrics, admin routes.
- * Routes are registered by the modules that own them; this file only builds the Fastify instance
- * and the health endpoints.
+ * The HTTP listeners. The public one (PORT) is the only port the internet reaches: the webhook route
+ * and a bare health answer. The ops one (OPS_PORT) serves /metrics, /admin and the detailed /readyz;
+ * without OPS_PORT those share PORT (development, the demo).
+ *
+ * Routes are registered by the modules that own them; this file builds the Fastify instances with
+ * the listener limits and the health endpoints.
  */
+import http from 'node:http';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { Logger } from '../log.js';
 import type { Metrics } from './metrics.js';
 
 export interface ReadinessCheck {
   name: string;
-  /** Resolves when healthy; throws (with a message safe to show) when not. */
+  /** Resolves when healthy; throws (with a message safe to show on the ops port) when not. */
   check(): Promise<void>;
 }
+
+/**
+ * Limits of a listener (README "Public surface"). Every legitimate request (the service gives up
+ * after 3 s, spec §6.3) completes well within the timeouts; a client dripping bytes does not.
+ */
+export interface ListenerLimits {
+  /** Time to receive the request headers. */
+  headersTimeoutMs: number;
+  /** Time to receive the whole request, body included. */
+  requestTimeoutMs: number;
+  /** A socket with no traffic for this long is closed. */
+  idleTimeoutMs: number;
+  /** Connections beyond this are closed as they are accepted. */
+  maxConnections: number;
+}
+
+export const DEFAULT_LISTENER_LIMITS: ListenerLimits = {
+  headersTimeoutMs: 5_000,
+  requestTimeoutMs: 10_000,
+  idleTimeoutMs: 10_000,
+  maxConnections: 1_000,
+};
 
 export interface ServerOptions {
   logger: Logger;
@@ -19,22 +45,72 @@ export interface ServerOptions {
   /** Per-check time limit so /readyz answers even when a dependency hangs. */
   readinessTimeoutMs?: number;
   metrics?: Metrics;
-  /** Refreshes gauges that are read from Postgres/Redis (queue depths, cursor age) before a scrape. */
-  beforeScrape?: () => Promise<void>;
+  limits?: ListenerLimits;
+  /**
+   * Public listener: /readyz answers only ready/unavailable, never which check failed nor why (the
+   * reasons name hosts and addresses), and no /metrics. Default false (everything on one port).
+   */
+  public?: boolean;
+  /** Name in logs and metrics ('public' or 'ops'). */
+  name?: string;
 }
 
 export function buildServer(options: ServerOptions): FastifyInstance {
+  const limits = options.limits ?? DEFAULT_LISTENER_LIMITS;
   const app = Fastify({
-    loggerInstance: options.logger.child({ component: 'http' }) as FastifyBaseLogger,
+    loggerInstance: options.logger.child({ component: 'http', listener: options.name ?? 'public' }) as FastifyBaseLogger,
     // One line per request at webhook rates would drown the logs; metrics count requests instead.
     logController: new LogController({ disableRequestLogging: true }),
     // Behind a proxy the default 72 s keep-alive outlives the proxy's; keep it short and explicit.
     keepAliveTimeout: 5_000,
     return503OnClosing: true,
+    serverFactory: (handler) => createLimitedServer(handler, limits),
   });
 
   app.get('/healthz', async () => ({ status: 'ok' }));
+  registerReadiness(app, options);
 
+  const metrics = options.metrics;
+  if (metrics) {
+    app.addHook('onResponse', async (request, reply) => {
+      const route = request.routeOptions.url ?? 'unmatched';
+      metrics.httpRequests.inc({ method: request.method, route, status: String(reply.statusCode) });
+      metrics.httpDuration.observe({ method: request.method, route }, reply.elapsedTime / 1000);
+    });
+    if (!options.public) {
+      // Gauges that need SQL or Redis are refreshed on a timer (start.ts), never per scrape: a
+      // scrape must not be able to load the database.
+      app.get('/metrics', async (_request, reply) => {
+        reply.header('content-type', metrics.registry.contentType);
+        return metrics.registry.metrics();
+      });
+    }
+  }
+
+  return app;
+}
+
+/**
+ * Node's own limits, set on the server before Fastify wraps it: Fastify has no option for the
+ * headers timeout nor for how often Node checks the request timeout (30 s by default, which would let
+ * a dripping client live up to 30 s past the timeout).
+ */
+function createLimitedServer(handler: http.RequestListener, limits: ListenerLimits): http.Server {
+  const server = http.createServer(
+    {
+      headersTimeout: limits.headersTimeoutMs,
+      requestTimeout: limits.requestTimeoutMs,
+      keepAliveTimeout: 5_000,
+      connectionsCheckingInterval: Math.min(1_000, limits.headersTimeoutMs),
+    },
+    handler,
+  );
+  server.maxConnections = limits.maxConnections;
+  server.setTimeout(limits.idleTimeoutMs, (socket) => socket.destroy());
+  return server;
+}
+
+function registerReadiness(app: FastifyInstance, options: ServerOptions): void {
   app.get('/readyz', async (_request, reply) => {
     const results = await Promise.all(
       options.readiness.map(async (r) => {
@@ -46,28 +122,26 @@ export function buildServer(options: ServerOptions): FastifyInstance {
         }
       }),
     );
-    const failing = results.filter((r) => !r.ok);
-    if (failing.length > 0) {
-      return reply.code(503).send({ status: 'unavailable', checks: results });
-    }
+    const ready = results.every((r) => r.ok);
+    if (options.public) return reply.code(ready ? 200 : 503).send({ status: ready ? 'ready' : 'unavailable' });
+    if (!ready) return reply.code(503).send({ status: 'unavailable', checks: results });
     return { status: 'ready', checks: results };
   });
+}
 
-  const metrics = options.metrics;
-  if (metrics) {
-    app.addHook('onResponse', async (request, reply) => {
-      const route = request.routeOptions.url ?? 'unmatched';
-      metrics.httpRequests.inc({ method: request.method, route, status: String(reply.statusCode) });
-      metrics.httpDuration.observe({ method: request.method, route }, reply.elapsedTime / 1000);
-    });
-    app.get('/metrics', async (_request, reply) => {
-      if (options.beforeScrape) await withTimeout(options.beforeScrape(), 2_000, 'gauge refresh timed out').catch(() => {});
-      reply.header('content-type', metrics.registry.contentType);
-      return metrics.registry.metrics();
-    });
+/**
+ * Stops accepting connections and waits for requests in flight, at most `graceMs`; then closes every
+ * connection still open (a client dripping an upload would otherwise hold the exit until the
+ * shutdown deadline, and the process would exit 1).
+ */
+export async function closeWithin(app: FastifyInstance, graceMs: number): Promise<'drained' | 'forced'> {
+  const closing = app.close();
+  const outcome = await withTimeout(closing.then(() => 'drained' as const), graceMs, 'close timed out').catch(() => 'forced' as const);
+  if (outcome === 'forced') {
+    app.server.closeAllConnections();
+    await closing;
   }
-
-  return app;
+  return outcome;
 }
 
 export async function withTimeout<T>(promise: Promise<T>, ms: number, message: string): Promise<T> {

@@ -343,6 +343,11 @@ export interface DeliveryConsumerDeps {
   maxQueued?: number;
   /** Applied and ignored deliveries older than this are deleted (WEBHOOK_RETENTION); unset keeps them. */
   retentionMs?: number;
+  /**
+   * Failed and pending deliveries older than this are deleted too (WEBHOOK_FAILED_RETENTION); unset
+   * keeps them. Longer than `retentionMs`: they are kept for `webhooks replay`, not for ever.
+   */
+  failedRetentionMs?: number;
   /** How often the worker purges old deliveries (default 10 min; first purge a minute after start). */
   purgeEveryMs?: number;
   retry?: Partial<RetryPolicy>;
@@ -487,7 +492,7 @@ export function createDeliveryConsumer(deps: DeliveryConsumerDeps): DeliveryCons
   const purge = (): Promise<number> => {
     if (deps.retentionMs === undefined) return Promise.resolve(0);
     const retentionMs = deps.retentionMs;
-    purging ??= purgeDeliveries(deps.pool, retentionMs)
+    purging ??= purgeDeliveries(deps.pool, retentionMs, { failedOlderThanMs: deps.failedRetentionMs })
       .then((deleted) => {
         if (deleted > 0) {
           deps.metrics?.deliveries.inc({ outcome: 'purged' }, deleted);

@@ -57,19 +57,28 @@ export function bodySha256(raw: Buffer): string {
 const PURGE_SQL = `
 delete from webhook_deliveries where id in (
   select id from webhook_deliveries
-   where status in ('applied', 'ignored') and received_at < now() - make_interval(secs => $1::float8 / 1000)
+   where (status in ('applied', 'ignored') and received_at < now() - make_interval(secs => $1::float8 / 1000))
+      or (status in ('failed', 'pending') and received_at < now() - make_interval(secs => $3::float8 / 1000))
    limit $2)`;
 
 /**
- * Deletes applied and ignored deliveries received more than `olderThanMs` ago, `batch` rows per
- * statement until none is left; returns how many. Their effects are in the mirrored tables; the
- * raw bodies only hold personal data (of forgotten subscribers too). Pending and failed rows stay:
- * they still have to be applied or replayed.
+ * Deletes applied and ignored deliveries received more than `olderThanMs` ago, and failed and pending
+ * ones received more than `failedOlderThanMs` ago (never, when unset), `batch` rows per statement
+ * until none is left; returns how many. Applied rows' effects are in the mirrored tables; what is
+ * left in the raw bodies is personal data (of forgotten subscribers too). Failed and pending rows
+ * are kept longer for `webhooks replay`, but a row nobody replayed in that time never will be.
  */
-export async function purgeDeliveries(pool: Queryable, olderThanMs: number, batch = 5_000): Promise<number> {
+export async function purgeDeliveries(
+  pool: Queryable,
+  olderThanMs: number,
+  options: { failedOlderThanMs?: number; batch?: number } = {},
+): Promise<number> {
+  const batch = options.batch ?? 5_000;
+  // Infinity is not a float8 parameter; a century stands for "never".
+  const failedMs = options.failedOlderThanMs ?? 100 * 365 * 86_400_000;
   let total = 0;
   for (;;) {
-    const deleted = (await pool.query(PURGE_SQL, [olderThanMs, batch])).rowCount ?? 0;
+    const deleted = (await pool.query(PURGE_SQL, [olderThanMs, batch, failedMs])).rowCount ?? 0;
     total += deleted;
     if (deleted < batch) return total;
   }

@@ -21,6 +21,7 @@ import {
   type Queryable,
   type StoredDelivery,
 } from './inbox.js';
+import { BodyError, createBodyBudget, readBody, type BodyBudget } from './body.js';
 import { deliveryKinds, parseDelivery, PayloadError, peekKinds } from './payloads.js';
 import { verifySignature } from './signature.js';
 
@@ -39,6 +40,8 @@ export interface ReceiverDeps {
   path: string;
   /** Largest accepted body (WEBHOOK_MAX_BODY); larger → 413 before it is read. */
   maxBodyBytes: number;
+  /** Body bytes buffered at once across requests (WEBHOOK_BODY_MEMORY); default 64 MiB or one largest body. */
+  bodyMemoryBytes?: number;
   /** Static secrets (WEBHOOK_SECRETS), read per request; `webhook_endpoints` secrets are added. */
   secrets: () => string[];
   pool: Queryable;
@@ -65,6 +68,8 @@ export interface ReceiverDeps {
 export interface WebhookRoute {
   writer: InboxWriter;
   secrets: SecretCache;
+  /** The shared body budget (its `used()` is what bodies being read hold now). */
+  bodies: BodyBudget;
 }
 
 /**
@@ -84,20 +89,45 @@ export function registerWebhookRoute(app: FastifyInstance, deps: ReceiverDeps): 
   // Rejects `__proto__` / `constructor.prototype` keys instead of silently dropping them.
   const jsonParser = app.getDefaultJsonParser('error', 'error');
   const ctx: HandlerContext = { deps, writer, secrets, log, parseJson: (req, text) => runParser(jsonParser, req, text) };
+  const bodies = createBodyBudget(deps.bodyMemoryBytes ?? Math.max(64 * 1024 * 1024, deps.maxBodyBytes));
+  const releases = new WeakMap<FastifyRequest, () => void>();
+  const release = (request: FastifyRequest) => {
+    releases.get(request)?.();
+    releases.delete(request);
+  };
 
   void app.register(async (scope) => {
     scope.removeAllContentTypeParsers();
-    scope.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: deps.maxBodyBytes }, (_req, body, done) =>
-      done(null, body),
-    );
+    // Our own reader instead of `parseAs: 'buffer'`: it counts every body against one shared budget.
+    scope.addContentTypeParser('*', (request, payload, done) => {
+      readBody(payload, { maxBytes: deps.maxBodyBytes, budget: bodies, announced: announcedLength(request) }).then(
+        ({ body, release: give }) => {
+          releases.set(request, give);
+          done(null, body);
+        },
+        (error: unknown) => done(error as Error, undefined),
+      );
+    });
     scope.setErrorHandler((error: FastifyError, request, reply) => onRouteError(ctx, error, request, reply));
-    scope.post(deps.path, { bodyLimit: deps.maxBodyBytes }, (request, reply) => handleDelivery(ctx, request, reply));
+    scope.post(deps.path, { bodyLimit: deps.maxBodyBytes }, async (request, reply) => {
+      try {
+        return await handleDelivery(ctx, request, reply);
+      } finally {
+        release(request);
+      }
+    });
+    scope.addHook('onResponse', async (request) => release(request));
     // Load endpoint secrets at start rather than on the first delivery (never blocks startup).
     scope.addHook('onReady', async () => void secrets.current());
     scope.addHook('onClose', async () => writer.close());
   });
 
-  return { writer, secrets };
+  return { writer, secrets, bodies };
+}
+
+function announcedLength(request: FastifyRequest): number | undefined {
+  const header = request.headers['content-length'];
+  return header !== undefined && /^\d+$/.test(header) ? Number(header) : undefined;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -285,6 +315,11 @@ function onRouteError(
   reply: FastifyReply,
 ): FastifyReply {
   const started = performance.now();
+  if (error instanceof BodyError) {
+    // The rest of the upload is not read: close the connection rather than drain it.
+    reply.header('connection', 'close');
+    return reject(ctx, request, reply, started, error.status, error.message);
+  }
   if (error.statusCode === 413 || error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
     return reject(ctx, request, reply, started, 413, 'body larger than the limit');
   }

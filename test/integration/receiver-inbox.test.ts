@@ -147,9 +147,9 @@ describe('purgeDeliveries (WEBHOOK_RETENTION)', () => {
     await stored('new-applied', 'applied', 29);
     await stored('new-ignored', 'ignored', 1);
 
-    expect(await purgeDeliveries(db.pool, 30 * DAY, 3)).toBe(8); // 3 + 3 + 2: batches until a short one
+    expect(await purgeDeliveries(db.pool, 30 * DAY, { batch: 3 })).toBe(8); // 3 + 3 + 2: batches until a short one
     expect(await remaining()).toEqual(['new-applied', 'new-ignored', 'old-failed', 'old-pending']);
-    expect(await purgeDeliveries(db.pool, 30 * DAY, 3)).toBe(0);
+    expect(await purgeDeliveries(db.pool, 30 * DAY, { batch: 3 })).toBe(0);
   });
 
   test('a purged delivery delivered again is stored anew (retention must outlast the service\'s retries)', async () => {

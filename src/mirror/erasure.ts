@@ -1,0 +1,104 @@
+/**
+ * Erasure that does not depend on one webhook (README "Data protection").
+ *
+ * A forgotten subscriber is erased by the store when its `forget_at` arrives (webhook only: the poll
+ * never carries it). Two more paths, run by the worker on a timer:
+ * - a subscriber that every configured group × type's latest complete reconciliation found in no
+ *   configured group, and that has been out of them for longer than the period, has its personal
+ *   columns erased (id, status, counters and timestamps stay; `mirrored_at` too);
+ * - every erased subscriber (either reason) is logged in `erasures`, so the stored deliveries that
+ *   carry its data are redacted once (`src/webhooks/redact.ts`).
+ */
+import type { Queryable } from '../webhooks/inbox.js';
+
+/** The columns `erasePersonalData` (normalize.ts) empties, as SQL. */
+const ERASE_SET = `email = null, name = null, ip_address = null, optin_ip = null, fields = '{}'::jsonb, extra = '{}'::jsonb`;
+const HAS_PERSONAL_DATA = `(s.email is not null or s.name is not null or s.ip_address is not null or s.optin_ip is not null
+        or s.fields <> '{}'::jsonb or s.extra <> '{}'::jsonb)`;
+
+/**
+ * Who has been out of every configured group for longer than the period, confirmed by a complete
+ * reconciliation: each configured group × type has completed a full pass, and the oldest of those
+ * completions is not before the subscriber left (its latest `removed_at` there, or when it was last
+ * mirrored if it never was a member). A subscriber back in any configured group is never erased.
+ */
+const OUT_OF_GROUPS_SQL = `
+with complete as (
+  select min(last_full_completed_at) as at
+    from sync_state
+   where group_id = any($1::text[]) and type = any($2::text[])
+  having count(last_full_completed_at) = cardinality($1::text[]) * cardinality($2::text[])
+),
+candidates as (
+  select s.id
+    from subscribers s
+    cross join complete c
+    cross join lateral (
+      select max(gm.removed_at) as left_at, bool_or(gm.removed_at is null) as member
+        from group_members gm
+       where gm.subscriber_id = s.id and gm.group_id = any($1::text[])
+    ) m
+   where ${HAS_PERSONAL_DATA}
+     and not coalesce(m.member, false)
+     and coalesce(m.left_at, s.mirrored_at) <= c.at
+     and coalesce(m.left_at, s.mirrored_at) < now() - make_interval(secs => $3::float8 / 1000)
+   limit $4
+),
+erased as (
+  update subscribers s set ${ERASE_SET}
+    from candidates where s.id = candidates.id
+  returning s.id
+)
+insert into erasures (subscriber_id, reason)
+select id, 'out_of_groups' from erased
+on conflict (subscriber_id) do update
+  set reason = excluded.reason, erased_at = now(), deliveries_redacted_at = null
+returning subscriber_id`;
+
+export interface OutOfGroupsOptions {
+  groups: readonly string[];
+  types: readonly string[];
+  /** Out of every configured group for longer than this (ERASE_OUT_OF_GROUPS_AFTER); 0: never. */
+  afterMs: number;
+  batch?: number;
+}
+
+/** Erases the personal data of subscribers out of every configured group past the period; returns their ids. */
+export async function eraseOutOfGroups(pool: Queryable, options: OutOfGroupsOptions): Promise<string[]> {
+  if (options.afterMs <= 0 || options.groups.length === 0 || options.types.length === 0) return [];
+  const batch = options.batch ?? 1_000;
+  const ids: string[] = [];
+  for (;;) {
+    const { rows } = await pool.query(OUT_OF_GROUPS_SQL, [options.groups, options.types, options.afterMs, batch]);
+    ids.push(...(rows as Array<{ subscriber_id: string }>).map((r) => r.subscriber_id));
+    if (rows.length < batch) return ids;
+  }
+}
+
+/**
+ * Logs forgotten subscribers not logged yet (or logged for another reason, whose deliveries must be
+ * redacted again); returns how many.
+ */
+export async function logForgotten(pool: Queryable): Promise<number> {
+  const { rowCount } = await pool.query(`
+insert into erasures (subscriber_id, reason)
+select s.id, 'forget' from subscribers s
+ where s.forget_at is not null
+   and not exists (select 1 from erasures e where e.subscriber_id = s.id and e.reason = 'forget')
+on conflict (subscriber_id) do update
+  set reason = excluded.reason, erased_at = now(), deliveries_redacted_at = null`);
+  return rowCount ?? 0;
+}
+
+/** Erased subscribers whose stored deliveries are not redacted yet, at most `limit`. */
+export async function awaitingRedaction(pool: Queryable, limit: number): Promise<string[]> {
+  const { rows } = await pool.query(
+    'select subscriber_id from erasures where deliveries_redacted_at is null order by erased_at, subscriber_id limit $1',
+    [limit],
+  );
+  return (rows as Array<{ subscriber_id: string }>).map((r) => r.subscriber_id);
+}
+
+export async function markRedacted(pool: Queryable, ids: readonly string[]): Promise<void> {
+  await pool.query('update erasures set deliveries_redacted_at = now() where subscriber_id = any($1::text[])', [ids]);
+}
