@@ -33,8 +33,11 @@ const KEPT_KEYS = new Set([
   'opted_in_at',
 ]);
 
-/** Keys whose presence marks an object as a subscriber (not a group or campaign with the same id). */
-const PERSONAL_KEYS = ['email', 'name', 'fields', 'ip_address', 'optin_ip'];
+/**
+ * Keys whose presence marks an object as a subscriber, not a group or campaign with the same id
+ * (`name` is not one: groups and campaigns have names).
+ */
+const PERSONAL_KEYS = ['email', 'fields', 'ip_address', 'optin_ip'];
 
 /** Emptied rather than removed, so the body keeps the shape the parser expects (like a forget upstream). */
 const EMPTIED: Record<string, unknown> = { email: '', name: null, fields: {}, ip_address: null, optin_ip: null };

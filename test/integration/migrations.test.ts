@@ -66,6 +66,12 @@ const CONTRACT: Record<string, Record<string, string>> = {
     error: 'text',
   },
   webhook_endpoints: { id: 'text', url: 'text', events: 'ARRAY', secret: 'text', batchable: 'boolean' },
+  erasures: {
+    subscriber_id: 'text',
+    reason: 'text',
+    erased_at: 'timestamp with time zone',
+    deliveries_redacted_at: 'timestamp with time zone',
+  },
 };
 
 describe('migrations', () => {
