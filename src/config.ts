@@ -56,6 +56,8 @@ export interface Config {
     idleTimeoutMs: number;
     maxConnections: number;
   };
+  /** How often gauges read from Postgres/Redis are refreshed (a scrape only reads the registry). */
+  metricsRefreshMs: number;
   port: number;
   /** Port of /metrics, /admin and the detailed /readyz; undefined: they share PORT. */
   opsPort: number | undefined;
@@ -261,6 +263,7 @@ const envSchema = z.object({
   HTTP_REQUEST_TIMEOUT: z.preprocess(emptyToUndefined, duration('10s', 1000)),
   HTTP_IDLE_TIMEOUT: z.preprocess(emptyToUndefined, duration('10s', 1000)),
   HTTP_MAX_CONNECTIONS: z.preprocess(emptyToUndefined, intInRange(1000, 1, 1_000_000)),
+  METRICS_REFRESH_EVERY: z.preprocess(emptyToUndefined, duration('15s', 1000)),
   PORT: z.preprocess(emptyToUndefined, intInRange(8080, 0, 65_535)),
   OPS_PORT: z.preprocess(emptyToUndefined, optionalInt(0, 65_535)),
   WEBHOOK_PATH: z.preprocess(
@@ -355,6 +358,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, needs: ConfigNe
       idleTimeoutMs: e.HTTP_IDLE_TIMEOUT,
       maxConnections: e.HTTP_MAX_CONNECTIONS,
     },
+    metricsRefreshMs: e.METRICS_REFRESH_EVERY,
     port: e.PORT,
     opsPort: e.OPS_PORT,
     webhookPath: e.WEBHOOK_PATH,

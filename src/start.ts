@@ -48,8 +48,6 @@ export class StartupError extends Error {
 /** Upper bound on how often a poll role checks that its job schedulers still exist in Redis. */
 const SCHEDULE_CHECK_MAX_MS = 30_000;
 const FIRST_SCHEDULE_CHECK_MS = 5_000;
-/** How often gauges read from Postgres/Redis are refreshed (a scrape only reads the registry). */
-const GAUGE_REFRESH_MS = 15_000;
 
 /** Receiver outcomes as the deliveries metric names them. */
 const OUTCOME_LABEL: Record<ReceiverOutcome, string> = {
@@ -105,7 +103,7 @@ export async function startService(config: Config, role: Role): Promise<RunningS
     await recordQueueDepths(metrics, [syncQueue, consumer.queue]);
     if (polls) await recordSyncGauges(metrics, database.pool, config);
   };
-  const gauges = repeat(refreshGauges, { firstDelayMs: 0, nextDelayMs: () => GAUGE_REFRESH_MS, onError: () => {} });
+  const gauges = repeat(refreshGauges, { firstDelayMs: 0, nextDelayMs: () => config.metricsRefreshMs, onError: () => {} });
   const erasure = polls ? startErasure(config, database.pool, log) : null;
 
   const separateOps = config.opsPort !== undefined;

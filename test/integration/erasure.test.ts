@@ -64,7 +64,7 @@ describe('forget redacts stored deliveries', () => {
     })
       .replace('"ID"', forgottenId)
       .replace('"OTHER"', '1261159647788771324');
-    const before = await storeDelivery(db.pool, recordOf(earlier, 'applied'));
+    const before = await storeDelivery(db.pool, recordOf(earlier, 'ignored'));
     const forgetRow = await storeDelivery(db.pool, recordOf(forget));
     await applyText(forget);
 
@@ -171,7 +171,7 @@ describe('subscribers out of every configured group', () => {
     await subscriber('s-elsewhere', [{ group: '100', removedDaysAgo: 45 }, { group: '999', removedDaysAgo: null }]);
     await subscriber('s-recent', [{ group: '200', removedDaysAgo: 10 }]);
     await subscriber('s-never', []);
-    await storeDelivery(db.pool, recordOf(JSON.stringify({ type: 'subscriber.updated', subscriber: { id: 's-gone', email: 's-gone@example.com' } }), 'applied'));
+    await storeDelivery(db.pool, recordOf(JSON.stringify({ type: 'subscriber.updated', subscriber: { id: 's-gone', email: 's-gone@example.com' } }), 'ignored'));
   });
 
   it('erases nobody until every configured group × type has completed a reconciliation', async () => {
