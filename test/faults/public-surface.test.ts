@@ -1,0 +1,222 @@
+/**
+ * The public listener under attack (README "Public surface"), against a real `start --role receiver`
+ * process: unauthenticated clients dripping huge announced uploads, and a flood of forged signatures.
+ * Real signed deliveries sent meanwhile (from this process, one every 250 ms) must be answered 2xx
+ * within the service's 3 s, and the receiver's RSS must stay bounded. The attackers run in their own
+ * process (helpers/attackers.ts).
+ */
+import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { signBody } from '../../src/webhooks/signature.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
+import { killAll, printSummary, servicePort, sleep, startService, stopGracefully, type ServiceProcess } from './helpers/service.js';
+
+const SECRET = 'whsec-public-surface-0001';
+const MiB = 1024 * 1024;
+const BODY_MEMORY = 64 * MiB;
+const ATTACKERS = fileURLToPath(new URL('./helpers/attackers.ts', import.meta.url));
+const ROOT = path.resolve(path.dirname(ATTACKERS), '../../..');
+
+function runAttackers<T>(config: object): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', ATTACKERS, JSON.stringify(config)], { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.on('error', reject);
+    child.on('close', (code) => (code === 0 ? resolve(JSON.parse(out) as T) : reject(new Error(`attackers exited with ${code}`))));
+  });
+}
+
+function rssBytes(pid: number): number {
+  const match = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  return Number(match?.[1] ?? 0) * 1024;
+}
+
+/** Samples the receiver's RSS every 100 ms until stopped; returns the peak. */
+function sampleRss(pid: number): { stop(): number } {
+  let peak = rssBytes(pid);
+  const timer = setInterval(() => {
+    try {
+      peak = Math.max(peak, rssBytes(pid));
+    } catch {
+      // exited
+    }
+  }, 100);
+  return {
+    stop() {
+      clearInterval(timer);
+      return peak;
+    },
+  };
+}
+
+interface Sent {
+  status: number;
+  ms: number;
+}
+
+/** Sends a real signed delivery every `everyMs` until `until` resolves; returns each answer and its latency. */
+async function deliverMeanwhile(port: number, until: Promise<unknown>, everyMs = 250): Promise<Sent[]> {
+  const sent: Array<Promise<Sent>> = [];
+  let done = false;
+  void until.finally(() => (done = true));
+  let n = 0;
+  while (!done) {
+    n += 1;
+    const body = JSON.stringify({ event: 'subscriber.updated', account_id: 1, subscriber: { id: `${Date.now()}${n}`, email: `real${n}@example.com`, status: 'active' } });
+    const started = performance.now();
+    sent.push(
+      fetch(`http://127.0.0.1:${port}/webhooks`, {
+        method: 'POST',
+        body,
+        headers: { signature: signBody(body, SECRET), 'content-type': 'application/json' },
+        signal: AbortSignal.timeout(10_000),
+      }).then(
+        async (res) => {
+          await res.arrayBuffer();
+          return { status: res.status, ms: performance.now() - started };
+        },
+        () => ({ status: 0, ms: performance.now() - started }),
+      ),
+    );
+    await sleep(everyMs);
+  }
+  return Promise.all(sent);
+}
+
+function latencyFigures(sent: Sent[]): { delivered: number; ok: number; p50Ms: number; maxMs: number } {
+  const ms = sent.map((s) => s.ms).sort((a, b) => a - b);
+  return {
+    delivered: sent.length,
+    ok: sent.filter((s) => s.status === 200).length,
+    p50Ms: Math.round(ms[Math.floor(ms.length / 2)] ?? 0),
+    maxMs: Math.round(ms[ms.length - 1] ?? 0),
+  };
+}
+
+describe('public surface under attack', () => {
+  let database: TestDatabase;
+  let service: ServiceProcess;
+  let port: number;
+  const prefix = uniquePrefix('surface');
+
+  beforeAll(async () => {
+    database = await createTestDatabase();
+    service = startService(
+      'receiver',
+      {
+        DATABASE_URL: database.url,
+        REDIS_URL: redisUrl(),
+        REDIS_PREFIX: prefix,
+        PORT: '0',
+        OPS_PORT: '0',
+        WEBHOOK_SECRETS: SECRET,
+        WEBHOOK_BODY_MEMORY: String(BODY_MEMORY),
+      },
+      'surface',
+    );
+    port = await servicePort(service);
+  });
+
+  afterAll(async () => {
+    killAll();
+    await database?.drop();
+    await deletePrefix(prefix);
+  });
+
+  it('300 connections announcing 10 MiB and dripping: each closed by the request timeout, real deliveries 2xx within 3 s', async () => {
+    const pid = service.child.pid as number;
+    const baseline = rssBytes(pid);
+    const rss = sampleRss(pid);
+    const attack = runAttackers<{ byStatus: Record<string, number>; stillOpen: number; minOpenMs: number; maxOpenMs: number }>({
+      mode: 'drip',
+      port,
+      path: '/webhooks',
+      connections: 300,
+      announcedBytes: 10 * MiB,
+      chunkBytes: 1024,
+      everyMs: 500,
+      maxMs: 60_000,
+    });
+    const sent = await deliverMeanwhile(port, attack);
+    const result = await attack;
+    const peak = rss.stop();
+    const figures = latencyFigures(sent);
+    printSummary('public drip', {
+      ...result.byStatus,
+      stillOpen: result.stillOpen,
+      openMsMin: result.minOpenMs,
+      openMsMax: result.maxOpenMs,
+      ...figures,
+      rssBaselineMiB: Math.round(baseline / MiB),
+      rssPeakMiB: Math.round(peak / MiB),
+    });
+    // Node answers 408 when HTTP_REQUEST_TIMEOUT (10 s) passes before the body is complete.
+    expect(result.byStatus).toEqual({ '408': 300 });
+    expect(result.stillOpen).toBe(0);
+    expect(figures.ok).toBe(figures.delivered);
+    expect(figures.maxMs).toBeLessThan(3_000);
+    expect(peak - baseline).toBeLessThan(BODY_MEMORY + 64 * MiB);
+  });
+
+  it('300 connections announcing 10 MiB and sending 64 KiB/s each: buffered bodies stay within WEBHOOK_BODY_MEMORY', async () => {
+    const pid = service.child.pid as number;
+    const baseline = rssBytes(pid);
+    const rss = sampleRss(pid);
+    const attack = runAttackers<{ byStatus: Record<string, number>; stillOpen: number }>({
+      mode: 'drip',
+      port,
+      path: '/webhooks',
+      connections: 300,
+      announcedBytes: 10 * MiB,
+      chunkBytes: 32 * 1024,
+      everyMs: 500,
+      maxMs: 60_000,
+    });
+    const sent = await deliverMeanwhile(port, attack);
+    const result = await attack;
+    const peak = rss.stop();
+    const figures = latencyFigures(sent);
+    printSummary('public heavy drip', {
+      ...result.byStatus,
+      stillOpen: result.stillOpen,
+      ...figures,
+      rssBaselineMiB: Math.round(baseline / MiB),
+      rssPeakMiB: Math.round(peak / MiB),
+    });
+    // Unbounded, 300 × 64 KiB/s × 10 s would be 190 MiB of bodies: past the budget they are refused (503, closed).
+    expect(Object.keys(result.byStatus).every((s) => s === '408' || s === '503')).toBe(true);
+    expect(result.byStatus['503'] ?? 0).toBeGreaterThan(0);
+    expect(result.stillOpen).toBe(0);
+    expect(figures.ok).toBe(figures.delivered);
+    expect(figures.maxMs).toBeLessThan(3_000);
+    expect(peak - baseline).toBeLessThan(BODY_MEMORY + 64 * MiB);
+  });
+
+  it('64 connections flooding forged signatures: real deliveries from the same address answered 2xx within 3 s', async () => {
+    const attack = runAttackers<{ byStatus: Record<string, number>; requests: number }>({
+      mode: 'flood',
+      port,
+      path: '/webhooks',
+      connections: 64,
+      bodyBytes: 2_048,
+      durationMs: 15_000,
+    });
+    const sent = await deliverMeanwhile(port, attack);
+    const result = await attack;
+    const figures = latencyFigures(sent);
+    printSummary('public forged flood', { forgedRequests: result.requests, ...result.byStatus, ...figures });
+    expect(Object.keys(result.byStatus)).toEqual(['401']);
+    expect(result.requests).toBeGreaterThan(1_000);
+    expect(figures.ok).toBe(figures.delivered);
+    expect(figures.maxMs).toBeLessThan(3_000);
+  });
+
+  it('stops cleanly afterwards', async () => {
+    expect(await stopGracefully(service)).toBe(0);
+  });
+});
