@@ -10,6 +10,7 @@ import { signBody } from '../../src/webhooks/signature.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { hostPort, startTcpProxy, type TcpProxy } from '../helpers/proxy.js';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
+import { runCli } from '../helpers/cli.js';
 import { waitFor } from '../helpers/wait.js';
 
 const ADMIN_TOKEN = 'admin-token-ops-0123456789abcdef';
@@ -97,5 +98,14 @@ describe('OPS_PORT', () => {
       await pgProxy.restore();
     }
     await waitFor('ready again', async () => (await fetch(`${publicBase}/readyz`)).status === 200, 20_000, 100);
+  });
+
+  it('`healthcheck` (the image HEALTHCHECK) asks the ops port and exits 0 when ready, 1 when nothing answers', async () => {
+    const ok = await runCli(['healthcheck'], { PORT: '1', OPS_PORT: String(service.opsPort) });
+    expect(ok.code, ok.stdout + ok.stderr).toBe(0);
+    expect(ok.stdout).toContain('"checks"');
+    const down = await runCli(['healthcheck'], { PORT: '1' });
+    expect(down.code).toBe(1);
+    expect(down.stdout).toContain('not answering on port 1');
   });
 });

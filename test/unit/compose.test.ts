@@ -6,6 +6,9 @@ import { ROOT } from '../helpers/cli.js';
 
 interface Service {
   image?: string;
+  init?: boolean;
+  ports?: string[];
+  profiles?: string[];
   build?: unknown;
   command?: string[];
   depends_on?: Record<string, { condition: string }>;
@@ -49,7 +52,7 @@ describe('docker-compose.yml', () => {
     expect(service.environment?.DATABASE_URL).toMatch(/^postgres:\/\/.*@postgres:5432\//);
     expect(service.environment?.REDIS_URL).toBe('redis://redis:6379');
     expect(service.command).toEqual(['start', '--role', name]);
-    expect(service.healthcheck?.test.join(' ')).toContain('/readyz');
+    expect(service.healthcheck?.test).toEqual(['CMD', 'node', 'dist/cli.js', 'healthcheck']);
   });
 
   it('lets workers scale: no fixed host port or container name on the worker', () => {
@@ -67,6 +70,44 @@ describe('docker-compose.yml', () => {
     expect(demo.environment?.MAILER_LEGACY_URL).toBe('http://simulator:4010');
     expect(demo.depends_on?.simulator).toEqual({ condition: 'service_healthy' });
     expect(demo.command?.join(' ')).toMatch(/migrate && .*webhooks register --url http:\/\/demo:8080\/webhooks.*start --role all/);
+  });
+
+  const production = () => Object.entries(compose.services).filter(([, s]) => !s.profiles);
+
+  it('publishes only the webhook port on the production path', () => {
+    const published = production().flatMap(([name, s]) => (s.ports ?? []).map((p) => `${name} ${p}`));
+    expect(published).toEqual(['receiver 8080:8080']);
+    // The internal endpoints are on OPS_PORT, which differs from the published port.
+    expect(compose.services.receiver?.environment?.OPS_PORT).toBe('9090');
+    expect(compose.services.worker?.environment?.OPS_PORT).toBe('9090');
+  });
+
+  it('takes the database passwords from .env, required, with no default and no superuser for the service', () => {
+    const raw = readFileSync(path.join(ROOT, 'docker-compose.yml'), 'utf8');
+    expect(raw).not.toMatch(/mirror:mirror/);
+    const pg = compose.services.postgres!;
+    expect(pg.environment?.POSTGRES_PASSWORD).toMatch(/^\$\{POSTGRES_PASSWORD:\?[^}]+\}$/);
+    expect(pg.environment?.MIRROR_DB_PASSWORD).toMatch(/^\$\{MIRROR_DB_PASSWORD:\?[^}]+\}$/);
+    expect(pg.volumes).toContain('./deploy/postgres/init-roles.sh:/docker-entrypoint-initdb.d/10-roles.sh:ro');
+    const init = readFileSync(path.join(ROOT, 'deploy/postgres/init-roles.sh'), 'utf8');
+    expect(init).toMatch(/CREATE ROLE mirror LOGIN NOSUPERUSER/);
+    expect(init).toMatch(/CREATE DATABASE mirror OWNER mirror/);
+    for (const name of ['receiver', 'worker']) {
+      const url = compose.services[name]?.environment?.DATABASE_URL ?? '';
+      expect(url.startsWith('postgres://mirror:${MIRROR_DB_PASSWORD:?'), name).toBe(true);
+      expect(compose.services[name]?.environment?.POSTGRES_PASSWORD, name).toBe('');
+    }
+  });
+
+  it('runs every production container with an init and pinned image tags', () => {
+    for (const [name, s] of production()) {
+      expect(s.init, name).toBe(true);
+      if (s.image && !s.build) expect(s.image, name).toMatch(/:\d+\.\d+\.?\d*-[a-z]/);
+    }
+    const dockerfile = readFileSync(path.join(ROOT, 'Dockerfile'), 'utf8');
+    expect(dockerfile).toMatch(/^ARG NODE_VERSION=\d+\.\d+\.\d+$/m);
+    expect(dockerfile.match(/^FROM .*$/gm)?.every((line) => line.includes('node:${NODE_VERSION}-bookworm-slim'))).toBe(true);
+    expect(dockerfile).toMatch(/^HEALTHCHECK .*CMD \["node", "dist\/cli\.js", "healthcheck"\]$/m);
   });
 
   it('declares the volumes it uses', () => {
