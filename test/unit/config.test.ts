@@ -56,6 +56,48 @@ describe('loadConfig', () => {
     expect(config.logLevel).toBe('info');
     expect(config.webhookRetentionMs).toBe(30 * 86_400_000);
     expect(config.upstreamTimeoutMs).toBe(30_000);
+    expect(config.webhookFailedRetentionMs).toBe(90 * 86_400_000);
+    expect(config.webhookBodyMemoryBytes).toBe(64 * 1024 * 1024);
+    expect(config.eraseOutOfGroupsAfterMs).toBe(30 * 86_400_000);
+    expect(config.http).toEqual({ headersTimeoutMs: 5_000, requestTimeoutMs: 10_000, idleTimeoutMs: 10_000, maxConnections: 1_000 });
+    expect(config.opsPort).toBeUndefined();
+    expect(config.metricsRefreshMs).toBe(15_000);
+  });
+
+  it('parses the public-surface and data-protection settings', () => {
+    const config = loadConfig({
+      OPS_PORT: '9090',
+      HTTP_HEADERS_TIMEOUT: '2s',
+      HTTP_REQUEST_TIMEOUT: '20s',
+      HTTP_IDLE_TIMEOUT: '30s',
+      HTTP_MAX_CONNECTIONS: '5000',
+      WEBHOOK_BODY_MEMORY: String(128 * 1024 * 1024),
+      WEBHOOK_FAILED_RETENTION: '180d',
+      ERASE_OUT_OF_GROUPS_AFTER: '0d',
+      METRICS_REFRESH_EVERY: '1m',
+    });
+    expect(config.opsPort).toBe(9090);
+    expect(config.http).toEqual({ headersTimeoutMs: 2_000, requestTimeoutMs: 20_000, idleTimeoutMs: 30_000, maxConnections: 5_000 });
+    expect(config.webhookBodyMemoryBytes).toBe(128 * 1024 * 1024);
+    expect(config.webhookFailedRetentionMs).toBe(180 * 86_400_000);
+    expect(config.eraseOutOfGroupsAfterMs).toBe(0);
+    expect(config.metricsRefreshMs).toBe(60_000);
+    // One largest body always fits the default budget.
+    expect(loadConfig({ WEBHOOK_MAX_BODY: String(100 * 1024 * 1024) }).webhookBodyMemoryBytes).toBe(100 * 1024 * 1024);
+  });
+
+  it.each([
+    [{ WEBHOOK_MAX_BODY: '2000000', WEBHOOK_BODY_MEMORY: '1000000' }, /WEBHOOK_BODY_MEMORY: 1000000 is below WEBHOOK_MAX_BODY/],
+    [{ WEBHOOK_RETENTION: '100d' }, /WEBHOOK_FAILED_RETENTION: must not be shorter than WEBHOOK_RETENTION/],
+    [{ ERASE_OUT_OF_GROUPS_AFTER: '12h' }, /ERASE_OUT_OF_GROUPS_AFTER: must be 0 \(never\) or at least 1d/],
+    [{ HTTP_HEADERS_TIMEOUT: '20s' }, /HTTP_HEADERS_TIMEOUT: must not be longer than HTTP_REQUEST_TIMEOUT/],
+    [{ PORT: '8080', OPS_PORT: '8080' }, /OPS_PORT: must differ from PORT/],
+    [{ OPS_PORT: 'ops' }, /OPS_PORT: "ops" is not a whole number/],
+    [{ HTTP_REQUEST_TIMEOUT: '100ms' }, /HTTP_REQUEST_TIMEOUT: "100ms" is shorter than 1s/],
+  ])('rejects inconsistent settings %o', (env, pattern) => {
+    const problems = problemsOf(env);
+    expect(problems).toHaveLength(1);
+    expect(problems[0]).toMatch(pattern);
   });
 
   it('parses every documented form', () => {
