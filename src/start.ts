@@ -109,7 +109,7 @@ export async function startService(config: Config, role: Role): Promise<RunningS
   const separateOps = config.opsPort !== undefined;
   const readiness = readinessChecks(database.pool, redis, polling, receives && !polls);
   const server = buildServer({ logger: log, readiness, metrics, limits: config.http, public: separateOps, name: 'public' });
-  // The ops listener is internal (not published): it keeps Node's limits but shares no budget with the public one.
+  // The ops listener is internal (never published): default limits, and no body budget (no webhook route).
   const ops = separateOps ? buildServer({ logger: log, readiness, metrics, name: 'ops' }) : server;
   const route = receives
     ? registerWebhookRoute(server, {
