@@ -17,7 +17,7 @@ let db: TestDatabase;
 
 beforeAll(async () => {
   db = await createTestDatabase();
-  await db.pool.query(`insert into subscribers (id, email, mirrored_via) values ('1', 'a@example.com', 'poll')`);
+  await db.pool.query(`insert into subscribers (id, email, version_at, mirrored_via) values ('1', 'a@example.com', now(), 'poll')`);
   await db.pool.query(`insert into webhook_endpoints (id, url, events, secret) values ('w1', 'https://x/webhooks', '{subscriber.created}', 'whsec-very-secret')`);
   await storeDelivery(db.pool, {
     raw: Buffer.from('{"email":"a@example.com"}'),
@@ -116,7 +116,7 @@ describe('the service role', () => {
       try {
         const { rows } = await client.query(`select rolsuper from pg_roles where rolname = current_user`);
         expect(rows[0]).toEqual({ rolsuper: false });
-        await client.query(`insert into subscribers (id, mirrored_via) values ('1', 'poll')`);
+        await client.query(`insert into subscribers (id, version_at, mirrored_via) values ('1', now(), 'poll')`);
         const grants = await client.query(
           `select has_column_privilege($1, 'webhook_endpoints', 'secret', 'select') as secret,
                   has_table_privilege($1, 'subscribers', 'select') as subscribers`,

@@ -127,9 +127,9 @@ describe('subscribers out of every configured group', () => {
 
   async function subscriber(id: string, memberships: Array<{ group: string; removedDaysAgo: number | null }>): Promise<void> {
     await db.pool.query(
-      `insert into subscribers (id, email, name, ip_address, optin_ip, fields, extra, status, created_at, updated_at, mirrored_via, mirrored_at)
+      `insert into subscribers (id, email, name, ip_address, optin_ip, fields, extra, status, created_at, updated_at, version_at, mirrored_via, mirrored_at)
        values ($1, $1 || '@example.com', 'Name ' || $1, '203.0.113.9', '192.0.2.1', '{"city":"Vilnius"}', '{"x":1}', 'active',
-               '2024-01-01T00:00:00Z', '2024-02-01T00:00:00.123456Z', 'poll', now() - interval '60 days')`,
+               '2024-01-01T00:00:00Z', '2024-02-01T00:00:00.123456Z', '2024-02-01T00:00:00.123456Z', 'poll', now() - interval '60 days')`,
       [id],
     );
     for (const m of memberships) {
