@@ -98,6 +98,8 @@ export async function startService(config: Config, role: Role): Promise<RunningS
   });
   const polling = polls ? await startPolling(config, database.pool, redis, workerConnection, log, metrics) : null;
   const syncQueue = polling?.queue ?? createSyncQueue(queueConnection, config.redisPrefix);
+  // The receiver runs without Redis (readiness ignores it): its errors go through the logger, not raw to stderr.
+  if (!polling) syncQueue.on('error', (error) => log.debug({ err: describeConnectionError(error) }, 'sync queue error'));
 
   const refreshGauges = async () => {
     await recordQueueDepths(metrics, [syncQueue, consumer.queue]);
