@@ -73,6 +73,71 @@ export const subscribers = pgTable(
   ],
 );
 
+/**
+ * History (issue #13): one row per distinct version of a subscriber the mirror has seen, written by
+ * `src/mirror/history.ts` in the transaction of the subscriber upsert. `valid_from` is the version's
+ * time in the version order (`versionTime`), `valid_to` the next version's (null for the current one).
+ * Only the content columns users ask about over time are kept. `updated_at` is content like in
+ * `subscribers`: a version whose `updated_at` moved is a new version, which keeps the timeline the
+ * same whatever order versions arrive in (a change back to earlier content is still a change).
+ */
+export const subscriberVersions = pgTable(
+  'subscriber_versions',
+  {
+    subscriberId: text('subscriber_id').notNull(),
+    validFrom: tstz('valid_from').notNull(),
+    validTo: tstz('valid_to'),
+    via: text('via').$type<MirrorSource>().notNull(),
+    /** Our clock, when the mirror learned this version. */
+    recordedAt: tstz('recorded_at').notNull().defaultNow(),
+    email: text('email'),
+    name: text('name'),
+    status: text('status'),
+    source: text('source'),
+    sent: integer('sent'),
+    opensCount: integer('opens_count'),
+    clicksCount: integer('clicks_count'),
+    subscribedAt: tstz('subscribed_at'),
+    unsubscribedAt: tstz('unsubscribed_at'),
+    createdAt: tstz('created_at'),
+    updatedAt: tstz('updated_at'),
+    deletedAt: tstz('deleted_at'),
+    forgetAt: tstz('forget_at'),
+    fields: jsonb('fields').$type<Record<string, string | null>>().notNull().default(sql`'{}'::jsonb`),
+  },
+  // No index on valid_to: closing a version then stays a HOT update (upserts must stay fast, issue
+  // #13 bench); as-of scans and the retention purge read the table sequentially anyway.
+  (t) => [primaryKey({ columns: [t.subscriberId, t.validFrom] })],
+);
+
+/**
+ * History of `group_members`: one row per period of membership, kept by a trigger on
+ * `group_members` so every path that starts or ends a membership is followed. Leaving and re-joining
+ * makes a new period.
+ */
+export const groupMembershipPeriods = pgTable(
+  'group_membership_periods',
+  {
+    groupId: text('group_id').notNull(),
+    subscriberId: text('subscriber_id').notNull(),
+    /** The type the member was last listed under during the period. */
+    type: text('type'),
+    startedAt: tstz('started_at').notNull(),
+    /** Null while a member. */
+    endedAt: tstz('ended_at'),
+  },
+  (t) => [
+    primaryKey({ columns: [t.groupId, t.subscriberId, t.startedAt] }),
+    index('group_membership_periods_subscriber_idx').on(t.subscriberId),
+  ],
+);
+
+/** One row: whether history is recorded (HISTORY), written by the service at start. */
+export const historySettings = pgTable('history_settings', {
+  id: boolean('id').primaryKey().default(true),
+  enabled: boolean('enabled').notNull().default(true),
+});
+
 export const groups = pgTable('groups', {
   id: text('id').primaryKey(),
   name: text('name'),

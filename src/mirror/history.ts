@@ -1,0 +1,310 @@
+/**
+ * History (issue #13): `subscriber_versions`, one row per distinct version of a subscriber, written
+ * from the subscriber upsert in its transaction (`upsertSubscribers` calls {@link recordVersions}).
+ * Membership periods (`group_membership_periods`) are kept by a trigger on `group_members`
+ * (migration `0003_history_functions`), so every path that starts or ends a membership is followed.
+ *
+ * Why not a trigger on `subscribers`: the guarded upsert skips versions older than the stored one,
+ * and history must keep them (a late version goes to its place in the timeline). So the store hands
+ * every incoming row here, older ones included, and one set-based statement per page places them.
+ *
+ * The timeline of a subscriber is the set of versions seen, ordered by {@link versionTime}, with
+ * neighbours of equal content merged (the earlier one stays). That makes it independent of arrival
+ * order: a version is inserted only if it differs from the one before it; the one after it is
+ * dropped if it now equals it; `valid_to` of the one before moves to the new version's time.
+ *
+ * Poll versions are coarse: legacy times have whole seconds and a listing shows only the last state
+ * of that second. So a poll version is not recorded when a webhook version of the same second is
+ * known, and a webhook version replaces poll versions of its second that are earlier than it.
+ */
+import type { SubscriberField, SubscriberRow } from './normalize.js';
+import { jsonbArrayFromParam, arrayLiteral } from './pg-params.js';
+import { run, type Executor } from './store.js';
+import { versionTime } from './version-time.js';
+
+// ---------------------------------------------------------------------------------------------
+// Settings
+
+export interface HistorySettings {
+  /** HISTORY: record versions and membership periods (default on). */
+  enabled: boolean;
+}
+
+let settings: HistorySettings = { enabled: true };
+
+/** Whether the store records versions in this process. */
+export function historyEnabled(): boolean {
+  return settings.enabled;
+}
+
+/**
+ * Applies HISTORY: this process's subscriber upserts record versions or not, and the membership
+ * trigger (which every writer's transaction runs) reads the same switch from `history_settings`.
+ */
+export async function configureHistory(exec: Executor, next: HistorySettings): Promise<void> {
+  settings = { ...next };
+  await run(exec, `update history_settings set enabled = $1 where id and enabled is distinct from $1`, [next.enabled]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Subscriber versions
+
+type PgType = 'text' | 'int4' | 'timestamptz' | 'jsonb';
+
+interface ContentColumn {
+  field: SubscriberField;
+  column: string;
+  type: PgType;
+  /** Erased in every version when the subscriber is forgotten. */
+  personal: boolean;
+}
+
+const content = (field: SubscriberField, column: string, type: PgType, personal = false): ContentColumn => ({
+  field,
+  column,
+  type,
+  personal,
+});
+
+/** The content columns of `subscriber_versions`, in table order. */
+export const VERSION_CONTENT: readonly ContentColumn[] = [
+  content('email', 'email', 'text', true),
+  content('name', 'name', 'text', true),
+  content('status', 'status', 'text'),
+  content('source', 'source', 'text'),
+  content('sent', 'sent', 'int4'),
+  content('opensCount', 'opens_count', 'int4'),
+  content('clicksCount', 'clicks_count', 'int4'),
+  content('subscribedAt', 'subscribed_at', 'timestamptz'),
+  content('unsubscribedAt', 'unsubscribed_at', 'timestamptz'),
+  content('createdAt', 'created_at', 'timestamptz'),
+  content('updatedAt', 'updated_at', 'timestamptz'),
+  content('deletedAt', 'deleted_at', 'timestamptz'),
+  content('forgetAt', 'forget_at', 'timestamptz'),
+  content('fields', 'fields', 'jsonb', true),
+];
+
+const ERASED: Record<PgType, string> = { text: 'null', int4: 'null', timestamptz: 'null', jsonb: `'{}'::jsonb` };
+
+function contentMask(row: SubscriberRow): number {
+  let mask = 0;
+  VERSION_CONTENT.forEach((c, i) => {
+    if (row.provided.includes(c.field)) mask |= 2 ** i;
+  });
+  return mask;
+}
+
+const versionSqlCache = new Map<number, string>();
+
+/**
+ * One statement placing at most one version per subscriber (see the module note). Columns the row
+ * did not provide take the previous version's value. `fields` is the payload's object as sent (not
+ * merged key by key as in `subscribers`: a merge would make a version depend on arrival order).
+ */
+function versionSql(mask: number): string {
+  const cached = versionSqlCache.get(mask);
+  if (cached) return cached;
+  const cols = VERSION_CONTENT.map((c) => c.column);
+  const provided = (i: number) => (mask & (2 ** i)) !== 0;
+  const unnest = VERSION_CONTENT.map((c, i) => (c.type === 'jsonb' ? jsonbArrayFromParam(`$${i + 4}`) : `$${i + 4}::${c.type}[]`));
+  const forgetIndex = VERSION_CONTENT.findIndex((c) => c.field === 'forgetAt');
+  const forgetExpr = provided(forgetIndex) ? 'coalesce(c.forget_at, c.p_forget_at)' : 'c.p_forget_at';
+  const merged = VERSION_CONTENT.map((c, i) => {
+    let value: string;
+    if (c.type === 'jsonb') value = provided(i) ? `c.${c.column}` : `coalesce(c.p_${c.column}, '{}'::jsonb)`;
+    else if (c.field === 'forgetAt') value = forgetExpr;
+    else value = provided(i) ? `c.${c.column}` : `c.p_${c.column}`;
+    if (c.personal) value = `case when ${forgetExpr} is not null or c.forgotten then ${ERASED[c.type]} else ${value} end`;
+    return `${value} as ${c.column}`;
+  });
+  const row = (prefix: string) => `row(${cols.map((c) => `${prefix}${c}`).join(', ')})`;
+  const text = `
+with i as (
+  select * from unnest($1::text[], $2::timestamptz[], $3::text[], ${unnest.join(', ')})
+    as t(subscriber_id, valid_from, via, ${cols.join(', ')})
+),
+c as (
+  select i.*,
+         p.valid_from as p_from, ${cols.map((col) => `p.${col} as p_${col}`).join(', ')},
+         n.valid_from as n_from, n.valid_to as n_to, ${cols.map((col) => `n.${col} as n_${col}`).join(', ')},
+         coalesce(s.forget_at is not null, false) as forgotten,
+         (i.via = 'poll' and exists (
+           select 1 from subscriber_versions w
+            where w.subscriber_id = i.subscriber_id and w.via = 'webhook'
+              and w.valid_from >= i.valid_from and w.valid_from < i.valid_from + interval '1 second')) as coarse
+  from i
+  left join subscribers s on s.id = i.subscriber_id
+  left join lateral (
+    select * from subscriber_versions v
+     where v.subscriber_id = i.subscriber_id and v.valid_from <= i.valid_from
+       and not (i.via = 'webhook' and v.via = 'poll'
+                and v.valid_from >= date_trunc('second', i.valid_from) and v.valid_from < i.valid_from)
+     order by v.valid_from desc limit 1) p on true
+  left join lateral (
+    select * from subscriber_versions v
+     where v.subscriber_id = i.subscriber_id and v.valid_from > i.valid_from
+     order by v.valid_from limit 1) n on true
+),
+m as (
+  select c.subscriber_id, c.valid_from, c.via, c.p_from, c.n_from, c.n_to, c.coarse,
+         ${cols.map((col) => `c.p_${col}`).join(', ')}, ${cols.map((col) => `c.n_${col}`).join(', ')},
+         ${merged.join(',\n         ')}
+  from c
+),
+f as (
+  select m.*,
+         (m.p_from is not null and ${row('m.')} is not distinct from ${row('m.p_')}) as p_same,
+         (m.n_from is not null and ${row('m.')} is not distinct from ${row('m.n_')}) as n_same
+  from m where not m.coarse
+),
+tied as (
+  update subscriber_versions v
+     set ${cols.map((col) => `${col} = f.${col}`).join(', ')}, via = f.via, recorded_at = now()
+    from f
+   where f.p_from = f.valid_from and not f.p_same
+     and v.subscriber_id = f.subscriber_id and v.valid_from = f.p_from
+  returning 1
+),
+placed as (
+  select f.*, case when f.n_same then f.n_to else f.n_from end as next_to
+  from f where f.p_from is distinct from f.valid_from
+),
+inserted as (
+  insert into subscriber_versions (subscriber_id, valid_from, valid_to, via, recorded_at, ${cols.join(', ')})
+  select subscriber_id, valid_from, next_to, via, now(), ${cols.join(', ')}
+  from placed where not p_same
+  returning 1
+),
+closed as (
+  update subscriber_versions v
+     set valid_to = case when not x.p_same then x.valid_from else x.next_to end
+    from placed x
+   where x.p_from is not null
+     and v.subscriber_id = x.subscriber_id and v.valid_from = x.p_from
+     and v.valid_to is distinct from (case when not x.p_same then x.valid_from else x.next_to end)
+  returning 1
+),
+dropped as (
+  delete from subscriber_versions v using placed x
+   where x.n_same and v.subscriber_id = x.subscriber_id and v.valid_from = x.n_from
+  returning 1
+),
+superseded as (
+  delete from subscriber_versions v using i
+   where i.via = 'webhook' and v.subscriber_id = i.subscriber_id and v.via = 'poll'
+     and v.valid_from >= date_trunc('second', i.valid_from) and v.valid_from < i.valid_from
+  returning 1
+)
+select (select count(*) from inserted)::int + (select count(*) from tied)::int as written`;
+  versionSqlCache.set(mask, text);
+  return text;
+}
+
+function versionParams(rows: readonly { row: SubscriberRow; at: string }[]): unknown[] {
+  const params: unknown[] = [
+    arrayLiteral(rows.map((r) => r.row.values.id)),
+    arrayLiteral(rows.map((r) => r.at)),
+    arrayLiteral(rows.map((r) => r.row.via)),
+  ];
+  for (const c of VERSION_CONTENT) {
+    const column = rows.map((r) => r.row.values[c.field]);
+    params.push(c.type === 'jsonb' ? JSON.stringify(column.map((v) => v ?? {})) : arrayLiteral(column));
+  }
+  return params;
+}
+
+/**
+ * Places every row as a version in its subscriber's timeline (older ones included), on `exec`'s
+ * transaction. Rows of one subscriber are placed in time order, one statement per round; a row with
+ * the same subscriber and time as a later one in `rows` is dropped (the later arrival wins, as in
+ * the upsert). Returns the number of versions written. Does nothing when HISTORY is off.
+ */
+export async function recordVersions(exec: Executor, rows: readonly SubscriberRow[]): Promise<number> {
+  if (!settings.enabled || rows.length === 0) return 0;
+  const byKey = new Map<string, { row: SubscriberRow; at: string }>();
+  for (const row of rows) {
+    const at = versionTime(row.values);
+    const key = `${row.values.id}\u0000${at}`;
+    byKey.delete(key);
+    byKey.set(key, { row, at });
+  }
+  // Round k holds the k-th version (by time) of each subscriber: one per subscriber per statement.
+  const perId = new Map<string, { row: SubscriberRow; at: string }[]>();
+  for (const v of byKey.values()) {
+    const list = perId.get(v.row.values.id);
+    if (list) list.push(v);
+    else perId.set(v.row.values.id, [v]);
+  }
+  const rounds: Map<number, { row: SubscriberRow; at: string }[]>[] = [];
+  for (const list of perId.values()) {
+    if (list.length > 1) list.sort((a, b) => (a.at < b.at ? -1 : a.at > b.at ? 1 : 0));
+    list.forEach((v, k) => {
+      const round = (rounds[k] ??= new Map());
+      const mask = contentMask(v.row);
+      const group = round.get(mask);
+      if (group) group.push(v);
+      else round.set(mask, [v]);
+    });
+  }
+  let written = 0;
+  for (const round of rounds) {
+    for (const [mask, group] of round) {
+      const res = await run<{ written: number }>(exec, versionSql(mask), versionParams(group));
+      written += res.rows[0]?.written ?? 0;
+    }
+  }
+  return written;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Personal data and retention
+
+/**
+ * Erases personal data (email, name, fields) from every version of the given subscribers. The
+ * upsert erases new versions of forgotten subscribers itself; this clears the ones recorded before.
+ * Returns the number of versions changed.
+ */
+export async function eraseVersions(exec: Executor, subscriberIds: readonly string[]): Promise<number> {
+  if (subscriberIds.length === 0) return 0;
+  const personal = VERSION_CONTENT.filter((c) => c.personal);
+  const res = await run(
+    exec,
+    `update subscriber_versions set ${personal.map((c) => `${c.column} = ${ERASED[c.type]}`).join(', ')}
+      where subscriber_id = any($1::text[])
+        and (${personal.map((c) => (c.type === 'jsonb' ? `${c.column} <> '{}'::jsonb` : `${c.column} is not null`)).join(' or ')})`,
+    [arrayLiteral(subscriberIds)],
+  );
+  return res.rowCount;
+}
+
+/** Ids in `rows` whose version is being forgotten (`forget_at` provided and set). */
+export function forgottenIds(rows: readonly SubscriberRow[]): string[] {
+  return [...new Set(rows.filter((r) => r.values.forgetAt !== null && r.provided.includes('forgetAt')).map((r) => r.values.id))];
+}
+
+/**
+ * HISTORY_RETENTION: deletes versions whose `valid_to` and periods whose `ended_at` are older than
+ * `olderThanMs` before the database's now, in batches. Current versions and open periods always stay.
+ * Returns the number of rows deleted.
+ */
+export async function purgeHistory(exec: Executor, olderThanMs: number, batch = 10_000): Promise<number> {
+  let total = 0;
+  for (const [table, column, key] of [
+    ['subscriber_versions', 'valid_to', 'subscriber_id, valid_from'],
+    ['group_membership_periods', 'ended_at', 'group_id, subscriber_id, started_at'],
+  ] as const) {
+    for (;;) {
+      const res = await run(
+        exec,
+        `delete from ${table} where (${key}) in (
+           select ${key} from ${table}
+            where ${column} < now() - make_interval(secs => $1::float8 / 1000) limit $2)`,
+        [olderThanMs, batch],
+      );
+      total += res.rowCount;
+      if (res.rowCount < batch) break;
+    }
+  }
+  return total;
+}
+
