@@ -58,6 +58,12 @@ export interface Config {
   };
   /** How often gauges read from Postgres/Redis are refreshed (a scrape only reads the registry). */
   metricsRefreshMs: number;
+  history: {
+    /** HISTORY: record subscriber versions and membership periods. */
+    enabled: boolean;
+    /** HISTORY_RETENTION: versions (periods) closed longer ago than this are deleted; undefined keeps all. */
+    retentionMs: number | undefined;
+  };
   port: number;
   /** Port of /metrics, /admin and the detailed /readyz; undefined: they share PORT. */
   opsPort: number | undefined;
@@ -264,6 +270,12 @@ const envSchema = z.object({
   HTTP_IDLE_TIMEOUT: z.preprocess(emptyToUndefined, duration('10s', 1000)),
   HTTP_MAX_CONNECTIONS: z.preprocess(emptyToUndefined, intInRange(1000, 1, 1_000_000)),
   METRICS_REFRESH_EVERY: z.preprocess(emptyToUndefined, duration('15s', 1000)),
+  HISTORY: z.preprocess(
+    (v) => (typeof v === 'string' ? v.trim().toLowerCase() || undefined : v),
+    z.enum(['on', 'off'], { message: 'must be on or off' }).default('on'),
+  ),
+  // Unset keeps every version. At least an hour, so a typo like 10s cannot wipe history in a minute.
+  HISTORY_RETENTION: z.preprocess(emptyToUndefined, duration('0s', 3_600_000).optional()),
   PORT: z.preprocess(emptyToUndefined, intInRange(8080, 0, 65_535)),
   OPS_PORT: z.preprocess(emptyToUndefined, optionalInt(0, 65_535)),
   WEBHOOK_PATH: z.preprocess(
@@ -359,6 +371,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, needs: ConfigNe
       maxConnections: e.HTTP_MAX_CONNECTIONS,
     },
     metricsRefreshMs: e.METRICS_REFRESH_EVERY,
+    history: { enabled: e.HISTORY === 'on', retentionMs: e.HISTORY_RETENTION },
     port: e.PORT,
     opsPort: e.OPS_PORT,
     webhookPath: e.WEBHOOK_PATH,

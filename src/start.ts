@@ -16,6 +16,7 @@ import type { Config, Role } from './config.js';
 import { secretsOf } from './config.js';
 import { openDatabase } from './db/client.js';
 import { migrationsPending, runMigrations } from './db/migrate.js';
+import { configureHistory, purgeHistory } from './mirror/history.js';
 import { repeat, type Repeating } from './repeat.js';
 import { registerAdminRoutes } from './http/admin.js';
 import { createMetrics, type Metrics } from './http/metrics.js';
@@ -75,6 +76,13 @@ export async function startService(config: Config, role: Role): Promise<RunningS
   const polls = role === 'all' || role === 'worker';
   const receives = role === 'all' || role === 'receiver';
   const database = openDatabase(config.databaseUrl, { applicationName: `subscriber-mirror-${role}`, max: 20 });
+  try {
+    await configureHistory(database.pool, { enabled: config.history.enabled });
+  } catch (error) {
+    await database.close();
+    throw new StartupError(`cannot apply HISTORY: ${describeConnectionError(error)}`);
+  }
+  const historyPurger = polls ? startHistoryPurge(database.pool, config.history.retentionMs, log) : null;
   // The HTTP path must fail fast when Redis is down (readiness), unlike BullMQ's blocking connections.
   const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1, enableOfflineQueue: false, lazyConnect: true });
   redis.on('error', () => {});
@@ -159,6 +167,7 @@ export async function startService(config: Config, role: Role): Promise<RunningS
       await route?.writer.close();
       // 2. A running pass stops at its next checkpoint; running applies finish.
       await Promise.all([polling?.stop(config.shutdownTimeoutMs), consumer.close(config.shutdownTimeoutMs)]);
+      historyPurger?.stop();
       if (!polling) await syncQueue.close();
       redis.disconnect();
       await database.close();
@@ -194,6 +203,18 @@ function startErasure(config: Config, pool: pg.Pool, log: Logger): Repeating {
       nextDelayMs: () => ERASURE_EVERY_MS,
       onError: (error) => log.warn({ err: describeConnectionError(error) }, 'erasure run failed; retrying at the next tick'),
     },
+  );
+}
+
+/** HISTORY_RETENTION: every worker replica purges closed history hourly; concurrent deletes are harmless. */
+function startHistoryPurge(pool: pg.Pool, retentionMs: number | undefined, log: Logger): Repeating | null {
+  if (retentionMs === undefined) return null;
+  return repeat(
+    async () => {
+      const deleted = await purgeHistory(pool, retentionMs);
+      if (deleted > 0) log.info({ deleted, olderThan: new Date(Date.now() - retentionMs).toISOString() }, 'purged history past HISTORY_RETENTION');
+    },
+    { firstDelayMs: 60_000, nextDelayMs: () => 3_600_000, onError: (error) => log.warn({ err: error }, 'purging history failed; trying again later') },
   );
 }
 

@@ -62,6 +62,7 @@ describe('loadConfig', () => {
     expect(config.http).toEqual({ headersTimeoutMs: 5_000, requestTimeoutMs: 10_000, idleTimeoutMs: 10_000, maxConnections: 1_000 });
     expect(config.opsPort).toBeUndefined();
     expect(config.metricsRefreshMs).toBe(15_000);
+    expect(config.history).toEqual({ enabled: true, retentionMs: undefined });
   });
 
   it('parses the public-surface and data-protection settings', () => {
@@ -123,6 +124,8 @@ describe('loadConfig', () => {
         LOG_LEVEL: 'debug',
         WEBHOOK_RETENTION: '7d',
         MAILER_TIMEOUT: '10s',
+        HISTORY: 'off',
+        HISTORY_RETENTION: '400d',
       },
       ['poll', 'receive', 'manage-webhooks'],
     );
@@ -142,6 +145,7 @@ describe('loadConfig', () => {
     expect(config.logLevel).toBe('debug');
     expect(config.webhookRetentionMs).toBe(7 * 86_400_000);
     expect(config.upstreamTimeoutMs).toBe(10_000);
+    expect(config.history).toEqual({ enabled: false, retentionMs: 400 * 86_400_000 });
   });
 
   it.each([
@@ -167,6 +171,9 @@ describe('loadConfig', () => {
     ['WEBHOOK_RETENTION', '10m', /WEBHOOK_RETENTION: "10m" is shorter than 1h/],
     ['MAILER_TIMEOUT', '500ms', /MAILER_TIMEOUT: "500ms" is shorter than 1s/],
     ['WEBHOOK_RETENTION', 'forever', /WEBHOOK_RETENTION: "forever" is not a duration/],
+    ['HISTORY', 'yes', /HISTORY: must be on or off/],
+    ['HISTORY_RETENTION', '30m', /HISTORY_RETENTION: "30m" is shorter than 1h/],
+    ['HISTORY_RETENTION', 'forever', /HISTORY_RETENTION: "forever" is not a duration/],
   ])('rejects a bad %s (%s) with a message naming it', (name, value, pattern) => {
     const problems = problemsOf({ [name]: value });
     expect(problems).toHaveLength(1);
