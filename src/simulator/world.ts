@@ -43,6 +43,18 @@ export interface WorldOptions {
   accountId?: number;
   /** How many recent events `world.events` keeps (default 50 000; 0 keeps none). */
   eventLogLimit?: number;
+  /**
+   * Record every change of every subscriber with its time (`world.changes`, `world.asOf(us)`): the
+   * oracle for history (issue #13). Off by default: it keeps one snapshot per change.
+   */
+  recordChanges?: boolean;
+}
+
+/** One change of the world: a subscriber as it is right after the change at `atUs`. */
+export interface WorldChange {
+  /** Epoch microseconds (the subscriber's updated_at after the change). */
+  atUs: number;
+  subscriber: SubscriberView;
 }
 
 /** A plain snapshot of one subscriber, for tests to compare against the mirror. */
@@ -125,6 +137,7 @@ export class World {
   private readonly log: WorldEvent[] = [];
   private readonly eventLogLimit: number;
   private readonly listCache = new Map<string, { version: number; slots: Uint32Array }>();
+  private readonly changeLog: WorldChange[] | null;
   private lastStampUs = 0;
   private eventSeq = 0;
   private changeVersion = 0;
@@ -137,6 +150,7 @@ export class World {
     this.zone = parseZone(options.timezone ?? 'UTC');
     this.clock = options.clock ?? defaultClock;
     this.eventLogLimit = options.eventLogLimit ?? 50_000;
+    this.changeLog = options.recordChanges ? [] : null;
     this.idScheme = subscriberIdScheme(this.largeIds, this.salt);
     const subscribers = nonNegativeInteger(options.subscribers ?? 100, 'subscribers');
     const groups = nonNegativeInteger(options.groups ?? 3, 'groups');
@@ -151,6 +165,12 @@ export class World {
     const newest = seedSubscribers(this.table, subscribers, this.groupList.length, mulberry32(seed), nowUs);
     this.table.rebuildOrder();
     this.lastStampUs = newest;
+    // Seeded subscribers count as changed at their seeded updated_at, in time order.
+    if (this.changeLog) {
+      const slots = Array.from({ length: this.table.count }, (_, slot) => slot);
+      slots.sort((a, b) => (this.table.updatedUs[a] ?? 0) - (this.table.updatedUs[b] ?? 0));
+      for (const slot of slots) this.remember(slot);
+    }
     this.automationList.push(this.makeAutomation('Welcome series'), this.makeAutomation('Re-engagement'));
     this.campaignList.push({
       id: sequenceId(this.largeIds, ID_FAMILY.campaign, 0),
@@ -200,6 +220,35 @@ export class World {
 
   clearEvents(): void {
     this.log.length = 0;
+  }
+
+  /** Every recorded change in time order ([] unless `recordChanges`). */
+  get changes(): readonly WorldChange[] {
+    return this.changeLog ?? [];
+  }
+
+  /**
+   * Every subscriber as it was at `atUs` (epoch µs), deleted ones included, from the recorded
+   * changes: the latest snapshot at or before `atUs`. Throws unless `recordChanges` is on.
+   */
+  asOf(atUs: number): Map<string, SubscriberView> {
+    if (!this.changeLog) throw new Error('world.asOf needs the recordChanges option');
+    const out = new Map<string, SubscriberView>();
+    for (const change of this.changeLog) {
+      if (change.atUs > atUs) break;
+      out.set(change.subscriber.id, change.subscriber);
+    }
+    return out;
+  }
+
+  /** What the legacy API listed at `atUs`: memberships of subscribers not deleted then. */
+  membershipsAsOf(atUs: number): Membership[] {
+    const out: Membership[] = [];
+    for (const view of this.asOf(atUs).values()) {
+      if (view.deleted) continue;
+      for (const groupId of view.groups) out.push({ groupId, subscriberId: view.id, type: view.status });
+    }
+    return out;
   }
 
   onEvent(listener: EventListener): () => void {
@@ -423,6 +472,7 @@ export class World {
     });
     for (const group of groups) t.setMember(group.index, slot, true);
     this.changed();
+    this.remember(slot);
     this.emit('subscriber.created', slot, us);
     for (const group of groups) this.emit('subscriber.added_to_group', slot, us, { group: publicGroup(group) });
     return id;
@@ -537,6 +587,7 @@ export class World {
       if (!groups.some((g) => t.isMember(g.index, slot))) continue;
       t.sent[slot] = (t.sent[slot] ?? 0) + 1;
       t.updatedUs[slot] = us;
+      this.remember(slot);
       recipients++;
     }
     const n = this.campaignList.length;
@@ -587,6 +638,7 @@ export class World {
   private commitAt(slot: number, us: number, kinds: readonly EventKind[], extra: EventExtra = {}): WorldEvent[] {
     this.table.updatedUs[slot] = us;
     this.changed();
+    this.remember(slot);
     const events: WorldEvent[] = [];
     for (const kind of kinds) {
       const event = this.emit(kind, slot, us, extra);
@@ -597,6 +649,11 @@ export class World {
 
   private changed(): void {
     this.changeVersion++;
+  }
+
+  /** Records the subscriber as it is now, at its updated_at (stamps never go backwards). */
+  private remember(slot: number): void {
+    this.changeLog?.push({ atUs: this.table.updatedUs[slot] ?? 0, subscriber: this.viewAt(slot) });
   }
 
   /** Microsecond stamp from the clock, strictly after the previous one so versions never tie. */

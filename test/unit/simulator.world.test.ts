@@ -280,3 +280,61 @@ describe('simulator churn', () => {
     expect(world.events.length).toBeGreaterThan(0);
   });
 });
+
+describe('simulator world: recorded changes (history oracle)', () => {
+  it('records every change with its time, and asOf answers for any instant', () => {
+    const { clock, advance } = fixedClock();
+    const world = new World({ subscribers: 5, groups: 2, seed: 4, clock, recordChanges: true });
+    const seeded = world.changes.length;
+    expect(seeded).toBe(5);
+    const [g1, g2] = world.groupIds() as [string, string];
+    advance(HOUR);
+    const id = world.createSubscriber({ email: 'a@example.com', groups: [g1] });
+    const created = world.subscriber(id)?.updatedAtUs ?? 0;
+    advance(HOUR);
+    world.updateFields(id, { email: 'b@example.com', city: 'Oslo' });
+    const renamed = world.subscriber(id)?.updatedAtUs ?? 0;
+    advance(HOUR);
+    world.unsubscribe(id);
+    advance(HOUR);
+    world.activate(id);
+    advance(HOUR);
+    world.removeFromGroup(id, g1);
+    const left = world.subscriber(id)?.updatedAtUs ?? 0;
+    advance(HOUR);
+    world.addToGroup(id, g1);
+    world.addToGroup(id, g2);
+    advance(HOUR);
+    world.sendCampaign({ groupIds: [g2] });
+    advance(HOUR);
+    world.deleteSubscriber(id);
+    const deleted = world.subscriber(id)?.updatedAtUs ?? 0;
+
+    const mine = world.changes.slice(seeded).filter((c) => c.subscriber.id === id);
+    // created, renamed, unsubscribed, activated, left, re-joined twice, campaign sent, deleted
+    expect(mine).toHaveLength(9);
+    expect(mine.map((c) => c.atUs)).toEqual([...mine.map((c) => c.atUs)].sort((a, b) => a - b));
+    for (const c of mine) expect(c.subscriber.updatedAtUs).toBe(c.atUs);
+    expect(world.changes.map((c) => c.atUs)).toEqual([...world.changes.map((c) => c.atUs)].sort((a, b) => a - b));
+
+    expect(world.asOf(created - 1).has(id)).toBe(false);
+    expect(world.asOf(created).get(id)?.email).toBe('a@example.com');
+    expect(world.asOf(renamed - 1).get(id)?.email).toBe('a@example.com');
+    expect(world.asOf(renamed).get(id)?.fields.city).toBe('Oslo');
+    expect(world.asOf(left).get(id)?.groups).toEqual([]);
+    expect(world.asOf(deleted - 1).get(id)?.sent).toBe(1);
+    expect(world.asOf(deleted).get(id)?.deleted).toBe(true);
+    expect(world.membershipsAsOf(left - 1).filter((m) => m.subscriberId === id)).toEqual([{ groupId: g1, subscriberId: id, type: 'active' }]);
+    expect(world.membershipsAsOf(deleted).filter((m) => m.subscriberId === id)).toEqual([]);
+    // The present equals the last recorded state.
+    const now = world.asOf(Number.MAX_SAFE_INTEGER);
+    for (const view of world.subscribers({ includeDeleted: true })) expect(now.get(view.id)).toEqual(view);
+  });
+
+  it('records nothing unless asked', () => {
+    const world = new World({ subscribers: 3, groups: 1 });
+    world.unsubscribe([...world.ids()][0] as string);
+    expect(world.changes).toEqual([]);
+    expect(() => world.asOf(0)).toThrow(/recordChanges/);
+  });
+});
