@@ -94,6 +94,55 @@ function contentMask(row: SubscriberRow): number {
   return mask;
 }
 
+/**
+ * The newest-version fast path, as CTEs appended to the subscriber upsert (`store.ts`): every row the
+ * upsert wrote is newer than every version of its subscriber, so it is inserted as the current
+ * version (or replaces the version of the same time: a tie the upsert resolved for the later
+ * arrival), the previous current version is closed at its time, and poll versions of the same
+ * second that it supersedes are dropped. No extra round trip and no second parse of the page.
+ *
+ * `input` is the upsert's input relation (columns named like `subscribers`, plus `valid_from` and
+ * `mirrored_via`); `written` the upsert's RETURNING, which gets {@link returning}.
+ */
+export function newestVersionSql(provided: ReadonlySet<SubscriberField>, input: string, written: string): { returning: string; ctes: string } {
+  const stored = VERSION_CONTENT.filter((c) => !provided.has(c.field) && c.field !== 'forgetAt');
+  const returning = ['s.id as w_id', 's.forget_at as w_forget_at', ...stored.map((c) => `s.${c.column} as w_${c.column}`)].join(', ');
+  const cols = VERSION_CONTENT.map((c) => c.column);
+  const value = (c: ContentColumn) => {
+    const base = provided.has(c.field) ? `${input}.${c.column}` : c.field === 'forgetAt' ? 'w.w_forget_at' : c.type === 'jsonb' ? `coalesce(w.w_${c.column}, '{}'::jsonb)` : `w.w_${c.column}`;
+    return c.personal ? `case when w.w_forget_at is not null then ${ERASED[c.type]} else ${base} end` : base;
+  };
+  const ctes = `nv as (
+  select ${input}.id as subscriber_id, ${input}.valid_from, ${input}.mirrored_via as via,
+         ${VERSION_CONTENT.map((c) => `${value(c)} as ${c.column}`).join(', ')}
+  from ${written} w join ${input} on ${input}.id = w.w_id
+),
+nv_inserted as (
+  insert into subscriber_versions as sv (subscriber_id, valid_from, via, recorded_at, ${cols.join(', ')})
+  select subscriber_id, valid_from, via, now(), ${cols.join(', ')} from nv
+  on conflict (subscriber_id, valid_from) do update
+    set ${cols.map((c) => `${c} = excluded.${c}`).join(', ')}, via = excluded.via, recorded_at = now()
+    where row(${cols.map((c) => `sv.${c}`).join(', ')}) is distinct from row(${cols.map((c) => `excluded.${c}`).join(', ')})
+  returning 1
+),
+nv_closed as (
+  update subscriber_versions o set valid_to = nv.valid_from
+  from nv
+  where o.subscriber_id = nv.subscriber_id and o.valid_from < nv.valid_from
+    and (o.valid_to is null or o.valid_to >= date_trunc('second', nv.valid_from))
+    and o.valid_to is distinct from nv.valid_from
+    and not (nv.via = 'webhook' and o.via = 'poll' and o.valid_from >= date_trunc('second', nv.valid_from))
+  returning 1
+),
+nv_superseded as (
+  delete from subscriber_versions o using nv
+  where nv.via = 'webhook' and o.subscriber_id = nv.subscriber_id and o.via = 'poll'
+    and o.valid_from >= date_trunc('second', nv.valid_from) and o.valid_from < nv.valid_from
+  returning 1
+)`;
+  return { returning, ctes };
+}
+
 const versionSqlCache = new Map<number, string>();
 
 /**
@@ -101,7 +150,7 @@ const versionSqlCache = new Map<number, string>();
  * did not provide take the previous version's value. `fields` is the payload's object as sent (not
  * merged key by key as in `subscribers`: a merge would make a version depend on arrival order).
  */
-function versionSql(mask: number): string {
+export function versionSql(mask: number): string {
   const cached = versionSqlCache.get(mask);
   if (cached) return cached;
   const cols = VERSION_CONTENT.map((c) => c.column);
@@ -127,13 +176,12 @@ c as (
   select i.*,
          p.valid_from as p_from, ${cols.map((col) => `p.${col} as p_${col}`).join(', ')},
          n.valid_from as n_from, n.valid_to as n_to, ${cols.map((col) => `n.${col} as n_${col}`).join(', ')},
-         coalesce(s.forget_at is not null, false) as forgotten,
+         coalesce((select s.forget_at is not null from subscribers s where s.id = i.subscriber_id), false) as forgotten,
          (i.via = 'poll' and exists (
            select 1 from subscriber_versions w
             where w.subscriber_id = i.subscriber_id and w.via = 'webhook'
               and w.valid_from >= i.valid_from and w.valid_from < i.valid_from + interval '1 second')) as coarse
   from i
-  left join subscribers s on s.id = i.subscriber_id
   left join lateral (
     select * from subscriber_versions v
      where v.subscriber_id = i.subscriber_id and v.valid_from <= i.valid_from
@@ -200,7 +248,7 @@ select (select count(*) from inserted)::int + (select count(*) from tied)::int a
   return text;
 }
 
-function versionParams(rows: readonly { row: SubscriberRow; at: string }[]): unknown[] {
+export function versionParams(rows: readonly { row: SubscriberRow; at: string }[]): unknown[] {
   const params: unknown[] = [
     arrayLiteral(rows.map((r) => r.row.values.id)),
     arrayLiteral(rows.map((r) => r.at)),

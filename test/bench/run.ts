@@ -64,6 +64,7 @@ const GOALS = {
   webhooksRatioToVerify: 0.25,
   freshnessP99Ms: 1_000,
   freshnessRate: 500,
+  historyRatioToOff: 0.8,
 } as const;
 
 interface RunOptions {
@@ -238,6 +239,22 @@ function storeRows(result: BenchResult): SummaryRow[] {
       baseline: findFigure(result, 'update_unnest_plain').value,
       goals: [],
     }),
+    ...(['insert', 'update'] as const).map((scenario) =>
+      row({
+        bench: 'store',
+        figure: `upsert with HISTORY=on, ${scenario === 'insert' ? 'fresh rows' : 'every row newer'}`,
+        value: findFigure(result, `history_on_${scenario}`).value,
+        unit: 'rows/s',
+        baselineLabel: 'the same with HISTORY=off',
+        baseline: findFigure(result, `history_off_${scenario}`).value,
+        goals: [{ on: 'ratio', op: '>=', target: GOALS.historyRatioToOff }],
+      }),
+    ),
+    ...result.figures
+      .filter((f) => f.name === 'history_bytes_per_version')
+      .map((f) =>
+        row({ bench: 'store', figure: 'history size per version', value: f.value, unit: 'bytes', baselineLabel: null, baseline: null, goals: [], note: f.note }),
+      ),
     row({
       bench: 'store',
       figure: 'plain INSERT … unnest (no guard)',

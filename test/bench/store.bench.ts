@@ -26,6 +26,7 @@ import {
 } from '../../src/mirror/normalize.js';
 import { SUBSCRIBER_COLUMN_OF, upsertSubscribers } from '../../src/mirror/store.js';
 import { versionTime } from '../../src/mirror/version.js';
+import { configureHistory } from '../../src/mirror/history.js';
 import { copyFromStdin, copyRows } from './lib/copy.js';
 import { arrayLiteral, jsonbArrayFromParam } from '../../src/mirror/pg-params.js';
 import { figure, printTable, timed, writeJson, type BenchFigure, type BenchResult } from './lib/report.js';
@@ -41,6 +42,8 @@ export interface StoreBenchOptions {
   pageSize?: number;
   /** Each scenario runs this many times (interleaved); figures are best-of. Default 3. */
   repeats?: number;
+  /** Subscribers whose one version each measures the size of history (default 1,000,000; 0 skips). */
+  historyRows?: number;
   log?: (line: string) => void;
 }
 
@@ -145,8 +148,34 @@ async function countRows(client: pg.ClientBase): Promise<number> {
 }
 
 async function truncate(client: pg.ClientBase): Promise<void> {
-  await client.query('truncate subscribers');
+  await client.query('truncate subscribers, subscriber_versions');
   await client.query('checkpoint');
+}
+
+/**
+ * Size of history: one version per subscriber for `rows` subscribers shaped like {@link makeRow}
+ * (written set-based, the store's statement is measured by the upsert scenarios), then the table's
+ * total size (heap, TOAST, primary key) per version after VACUUM.
+ */
+async function historyBytesPerVersion(client: pg.ClientBase, rows: number): Promise<number> {
+  await client.query('truncate subscriber_versions');
+  await client.query(
+    `insert into subscriber_versions (subscriber_id, valid_from, via, email, name, status, source, sent, opens_count,
+       clicks_count, subscribed_at, unsubscribed_at, created_at, updated_at, fields)
+     select (1261159647788771324 + i)::text, t0 + i * interval '1 second' + (i * 7919 % 1000000) * interval '1 microsecond', 'webhook',
+            'subscriber.' || i || '@example.com', 'Name ' || i, case when i % 10 = 0 then 'unsubscribed' else 'active' end,
+            'api', 10, i % 7, i % 3, t0 + i * interval '1 second',
+            case when i % 10 = 0 then t0 + (i + 60) * interval '1 second' end, t0 + i * interval '1 second',
+            t0 + i * interval '1 second' + (i * 7919 % 1000000) * interval '1 microsecond',
+            jsonb_build_object('name', 'Name ' || i, 'last_name', 'Last ' || i, 'company', 'ACME', 'country', 'LT',
+                               'city', 'Vilnius', 'phone', '', 'state', '', 'zip', '01100')
+       from generate_series(0, $1::int - 1) as i, (select timestamptz '2024-01-01 00:00:00+00' as t0) c`,
+    [rows],
+  );
+  await client.query('vacuum analyze subscriber_versions');
+  const { rows: size } = await client.query<{ bytes: string }>(`select pg_total_relation_size('subscriber_versions')::text as bytes`);
+  await client.query('truncate subscriber_versions');
+  return Number(size[0]?.bytes ?? 0) / rows;
 }
 
 /**
@@ -178,14 +207,20 @@ export async function benchStore(opts: StoreBenchOptions): Promise<BenchResult> 
     const now = new Date().toISOString();
     const copyText = `copy subscribers (${COPY_COLUMNS.join(', ')}) from stdin`;
     const totals = { inserted: 0, updated: 0, unchanged: 0, skipped: 0 };
-    const upsertAll = async (rows: SubscriberRow[], expect: keyof typeof totals) => {
+    /** `transaction`: each page in BEGIN … COMMIT, as the poll and the consumer write it (history's statement joins it). */
+    const upsertAll = async (rows: SubscriberRow[], expect: keyof typeof totals, transaction = false) => {
       for (const k of Object.keys(totals) as Array<keyof typeof totals>) totals[k] = 0;
       for (const page of pages(rows, pageSize)) {
+        if (transaction) await client.query('begin');
         const c = await upsertSubscribers(client, page);
+        if (transaction) await client.query('commit');
         for (const k of Object.keys(totals) as Array<keyof typeof totals>) totals[k] += c[k];
       }
       if (totals[expect] !== n) throw new Error(`upsert expected ${n} ${expect}, got ${JSON.stringify(totals)}`);
     };
+    const countVersions = async () => (await client.query<{ n: number }>('select count(*)::int as n from subscriber_versions')).rows[0]?.n ?? 0;
+    // The store's own scenarios measure the upsert alone; the history pair below measures it with HISTORY on and off.
+    await configureHistory(client, { enabled: false });
 
     // Scenarios are interleaved per repeat so that load from other processes spreads over all of them.
     const times: Record<string, number[]> = {};
@@ -238,6 +273,18 @@ export async function benchStore(opts: StoreBenchOptions): Promise<BenchResult> 
         }),
       );
       await truncate(client);
+
+      // HISTORY on against off, same rows, same transactions, back to back.
+      for (const mode of ['off', 'on'] as const) {
+        log(`repeat ${r + 1}/${repeats}: upsertSubscribers with HISTORY=${mode}: fresh / every row newer…`);
+        await configureHistory(client, { enabled: mode === 'on' });
+        record(`history_${mode}_insert`, await timed(() => upsertAll(fresh, 'inserted', true)));
+        record(`history_${mode}_update`, await timed(() => upsertAll(newer, 'updated', true)));
+        const versions = await countVersions();
+        if (versions !== (mode === 'on' ? 2 * n : 0)) throw new Error(`HISTORY=${mode} left ${versions} versions for ${n} rows written twice`);
+        await configureHistory(client, { enabled: false });
+        await truncate(client);
+      }
     }
     /** Best-of-N rows/s (least disturbed run) with the median in the note. */
     const best = (name: string) => rate(Math.min(...(times[name] ?? [Infinity])));
@@ -248,6 +295,13 @@ export async function benchStore(opts: StoreBenchOptions): Promise<BenchResult> 
     const copyRate = best('copy_stream');
     const scenario = (name: string, note: string, baseline: number | null = copyRate) =>
       figure(name, best(name), 'rows/s', baseline, `${note}; best of ${repeats}, median ${Math.round(median(name)).toLocaleString('en-US')} rows/s`);
+
+    const historyRows = opts.historyRows ?? 1_000_000;
+    let bytesPerVersion = 0;
+    if (historyRows > 0) {
+      log(`history size: one version each for ${historyRows.toLocaleString('en-US')} subscribers…`);
+      bytesPerVersion = await historyBytesPerVersion(client, historyRows);
+    }
 
     log('normalize…');
     const webhookRaw = fresh.slice(0, Math.min(n, 20_000)).map((r, i) => webhookPayload(r, i));
@@ -271,6 +325,13 @@ export async function benchStore(opts: StoreBenchOptions): Promise<BenchResult> 
       scenario('upsert_update', 'every row newer: all updated'),
       scenario('upsert_older', 'every row older: all skipped'),
       scenario('update_unnest_plain', 'UPDATE … FROM unnest per page, every column, no guard: the cost of updating at all'),
+      figure('history_off_insert', best('history_off_insert'), 'rows/s', null, `HISTORY=off, fresh rows, each page in BEGIN … COMMIT; best of ${repeats}`),
+      figure('history_on_insert', best('history_on_insert'), 'rows/s', best('history_off_insert'), `HISTORY=on, fresh rows: one version each, same transaction; best of ${repeats}`),
+      figure('history_off_update', best('history_off_update'), 'rows/s', null, `HISTORY=off, every row newer; best of ${repeats}`),
+      figure('history_on_update', best('history_on_update'), 'rows/s', best('history_off_update'), `HISTORY=on, every row newer: one more version each, the previous one closed; best of ${repeats}`),
+      ...(historyRows > 0
+        ? [figure('history_bytes_per_version', bytesPerVersion, 'bytes', null, `subscriber_versions total size / versions, ${historyRows.toLocaleString('en-US')} subscribers with one version each`)]
+        : []),
       figure('normalize_webhook', (webhookRaw.length / normWebMs) * 1000, 'rows/s'),
       figure('normalize_legacy_utc', (legacyRaw.length / normUtcMs) * 1000, 'rows/s'),
       figure('normalize_legacy_berlin', (legacyRaw.length / normZoneMs) * 1000, 'rows/s', null, 'zone offsets cached per local day; exact Intl path near transitions'),
@@ -355,7 +416,8 @@ async function main(): Promise<void> {
   const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
   const jsonPath = argText('--json') ?? path.join(os.tmpdir(), 'subscriber-mirror-bench', 'store.json');
   const repeats = Number(argText('--repeats') ?? 3);
-  const result = await benchStore({ rows, databaseUrl, repeats, log: (l) => console.error(l) });
+  const historyRows = Number(argText('--history-rows') ?? 1_000_000);
+  const result = await benchStore({ rows, databaseUrl, repeats, historyRows, log: (l) => console.error(l) });
   printTable(result);
   writeJson(jsonPath, result);
   console.log(`JSON: ${jsonPath}`);
