@@ -76,17 +76,20 @@ export const subscribers = pgTable(
 /**
  * History (issue #13): one row per distinct version of a subscriber the mirror has seen, written by
  * `src/mirror/history.ts` in the transaction of the subscriber upsert. `valid_from` is the version's
- * time in the version order (`versionTime`), `valid_to` the next version's (null for the current one).
+ * time in the version order (`versionTime`). Users read it through the `subscriber_versions` view,
+ * which adds `valid_to` (the next version's `valid_from`; null for the current one): deriving it
+ * instead of storing it keeps every write an insert, so the upsert stays fast and a late version
+ * fixes its neighbours' `valid_to` by merely existing.
+ *
  * Only the content columns users ask about over time are kept. `updated_at` is content like in
  * `subscribers`: a version whose `updated_at` moved is a new version, which keeps the timeline the
  * same whatever order versions arrive in (a change back to earlier content is still a change).
  */
-export const subscriberVersions = pgTable(
-  'subscriber_versions',
+export const subscriberVersionsRaw = pgTable(
+  'subscriber_versions_raw',
   {
     subscriberId: text('subscriber_id').notNull(),
     validFrom: tstz('valid_from').notNull(),
-    validTo: tstz('valid_to'),
     via: text('via').$type<MirrorSource>().notNull(),
     /** Our clock, when the mirror learned this version. */
     recordedAt: tstz('recorded_at').notNull().defaultNow(),
@@ -105,8 +108,6 @@ export const subscriberVersions = pgTable(
     forgetAt: tstz('forget_at'),
     fields: jsonb('fields').$type<Record<string, string | null>>().notNull().default(sql`'{}'::jsonb`),
   },
-  // No index on valid_to: closing a version then stays a HOT update (upserts must stay fast, issue
-  // #13 bench); as-of scans and the retention purge read the table sequentially anyway.
   (t) => [primaryKey({ columns: [t.subscriberId, t.validFrom] })],
 );
 
@@ -390,3 +391,35 @@ export const erasures = pgTable('erasures', {
   /** Null until every stored delivery carrying the subscriber has been redacted. */
   deliveriesRedactedAt: tstz('deliveries_redacted_at'),
 });
+
+/**
+ * Every version of every subscriber (issue #13): `subscriber_versions_raw` with `valid_to`, the next
+ * version's `valid_from` (null for the current version). A filter on `subscriber_id` is pushed below
+ * the window, so one subscriber's timeline reads its own rows only.
+ */
+export const subscriberVersions = pgView('subscriber_versions', {
+  subscriberId: text('subscriber_id'),
+  validFrom: tstz('valid_from'),
+  validTo: tstz('valid_to'),
+  via: text('via').$type<MirrorSource>(),
+  recordedAt: tstz('recorded_at'),
+  email: text('email'),
+  name: text('name'),
+  status: text('status'),
+  source: text('source'),
+  sent: integer('sent'),
+  opensCount: integer('opens_count'),
+  clicksCount: integer('clicks_count'),
+  subscribedAt: tstz('subscribed_at'),
+  unsubscribedAt: tstz('unsubscribed_at'),
+  createdAt: tstz('created_at'),
+  updatedAt: tstz('updated_at'),
+  deletedAt: tstz('deleted_at'),
+  forgetAt: tstz('forget_at'),
+  fields: jsonb('fields').$type<Record<string, string | null>>(),
+}).as(sql`
+select subscriber_id, valid_from,
+       lead(valid_from) over (partition by subscriber_id order by valid_from) as valid_to,
+       via, recorded_at, email, name, status, source, sent, opens_count, clicks_count,
+       subscribed_at, unsubscribed_at, created_at, updated_at, deleted_at, forget_at, fields
+from subscriber_versions_raw`);

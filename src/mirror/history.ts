@@ -10,8 +10,9 @@
  *
  * The timeline of a subscriber is the set of versions seen, ordered by {@link versionTime}, with
  * neighbours of equal content merged (the earlier one stays). That makes it independent of arrival
- * order: a version is inserted only if it differs from the one before it; the one after it is
- * dropped if it now equals it; `valid_to` of the one before moves to the new version's time.
+ * order: a version is inserted only if it differs from the one before it, and the one after it is
+ * dropped if it now equals it. Rows are only ever inserted (or deleted): `valid_to` is derived by
+ * the `subscriber_versions` view, so no write has to close the previous version.
  *
  * Poll versions are coarse: legacy times have whole seconds and a listing shows only the last state
  * of that second. So a poll version is not recorded when a webhook version of the same second is
@@ -118,24 +119,15 @@ export function newestVersionSql(provided: ReadonlySet<SubscriberField>, input: 
   from ${written} w join ${input} on ${input}.id = w.w_id
 ),
 nv_inserted as (
-  insert into subscriber_versions as sv (subscriber_id, valid_from, via, recorded_at, ${cols.join(', ')})
+  insert into subscriber_versions_raw as sv (subscriber_id, valid_from, via, recorded_at, ${cols.join(', ')})
   select subscriber_id, valid_from, via, now(), ${cols.join(', ')} from nv
   on conflict (subscriber_id, valid_from) do update
     set ${cols.map((c) => `${c} = excluded.${c}`).join(', ')}, via = excluded.via, recorded_at = now()
     where row(${cols.map((c) => `sv.${c}`).join(', ')}) is distinct from row(${cols.map((c) => `excluded.${c}`).join(', ')})
   returning 1
 ),
-nv_closed as (
-  update subscriber_versions o set valid_to = nv.valid_from
-  from nv
-  where o.subscriber_id = nv.subscriber_id and o.valid_from < nv.valid_from
-    and (o.valid_to is null or o.valid_to >= date_trunc('second', nv.valid_from))
-    and o.valid_to is distinct from nv.valid_from
-    and not (nv.via = 'webhook' and o.via = 'poll' and o.valid_from >= date_trunc('second', nv.valid_from))
-  returning 1
-),
 nv_superseded as (
-  delete from subscriber_versions o using nv
+  delete from subscriber_versions_raw o using nv
   where nv.via = 'webhook' and o.subscriber_id = nv.subscriber_id and o.via = 'poll'
     and o.valid_from >= date_trunc('second', nv.valid_from) and o.valid_from < nv.valid_from
   returning 1
@@ -150,7 +142,7 @@ const versionSqlCache = new Map<number, string>();
  * did not provide take the previous version's value. `fields` is the payload's object as sent (not
  * merged key by key as in `subscribers`: a merge would make a version depend on arrival order).
  */
-export function versionSql(mask: number): string {
+function versionSql(mask: number): string {
   const cached = versionSqlCache.get(mask);
   if (cached) return cached;
   const cols = VERSION_CONTENT.map((c) => c.column);
@@ -175,26 +167,26 @@ with i as (
 c as (
   select i.*,
          p.valid_from as p_from, ${cols.map((col) => `p.${col} as p_${col}`).join(', ')},
-         n.valid_from as n_from, n.valid_to as n_to, ${cols.map((col) => `n.${col} as n_${col}`).join(', ')},
+         n.valid_from as n_from, ${cols.map((col) => `n.${col} as n_${col}`).join(', ')},
          coalesce((select s.forget_at is not null from subscribers s where s.id = i.subscriber_id), false) as forgotten,
          (i.via = 'poll' and exists (
-           select 1 from subscriber_versions w
+           select 1 from subscriber_versions_raw w
             where w.subscriber_id = i.subscriber_id and w.via = 'webhook'
               and w.valid_from >= i.valid_from and w.valid_from < i.valid_from + interval '1 second')) as coarse
   from i
   left join lateral (
-    select * from subscriber_versions v
+    select * from subscriber_versions_raw v
      where v.subscriber_id = i.subscriber_id and v.valid_from <= i.valid_from
        and not (i.via = 'webhook' and v.via = 'poll'
                 and v.valid_from >= date_trunc('second', i.valid_from) and v.valid_from < i.valid_from)
      order by v.valid_from desc limit 1) p on true
   left join lateral (
-    select * from subscriber_versions v
+    select * from subscriber_versions_raw v
      where v.subscriber_id = i.subscriber_id and v.valid_from > i.valid_from
      order by v.valid_from limit 1) n on true
 ),
 m as (
-  select c.subscriber_id, c.valid_from, c.via, c.p_from, c.n_from, c.n_to, c.coarse,
+  select c.subscriber_id, c.valid_from, c.via, c.p_from, c.n_from, c.coarse,
          ${cols.map((col) => `c.p_${col}`).join(', ')}, ${cols.map((col) => `c.n_${col}`).join(', ')},
          ${merged.join(',\n         ')}
   from c
@@ -206,39 +198,27 @@ f as (
   from m where not m.coarse
 ),
 tied as (
-  update subscriber_versions v
+  update subscriber_versions_raw v
      set ${cols.map((col) => `${col} = f.${col}`).join(', ')}, via = f.via, recorded_at = now()
     from f
    where f.p_from = f.valid_from and not f.p_same
      and v.subscriber_id = f.subscriber_id and v.valid_from = f.p_from
   returning 1
 ),
-placed as (
-  select f.*, case when f.n_same then f.n_to else f.n_from end as next_to
-  from f where f.p_from is distinct from f.valid_from
-),
 inserted as (
-  insert into subscriber_versions (subscriber_id, valid_from, valid_to, via, recorded_at, ${cols.join(', ')})
-  select subscriber_id, valid_from, next_to, via, now(), ${cols.join(', ')}
-  from placed where not p_same
-  returning 1
-),
-closed as (
-  update subscriber_versions v
-     set valid_to = case when not x.p_same then x.valid_from else x.next_to end
-    from placed x
-   where x.p_from is not null
-     and v.subscriber_id = x.subscriber_id and v.valid_from = x.p_from
-     and v.valid_to is distinct from (case when not x.p_same then x.valid_from else x.next_to end)
+  insert into subscriber_versions_raw (subscriber_id, valid_from, via, recorded_at, ${cols.join(', ')})
+  select subscriber_id, valid_from, via, now(), ${cols.join(', ')}
+  from f where f.p_from is distinct from f.valid_from and not f.p_same
   returning 1
 ),
 dropped as (
-  delete from subscriber_versions v using placed x
-   where x.n_same and v.subscriber_id = x.subscriber_id and v.valid_from = x.n_from
+  delete from subscriber_versions_raw v using f
+   where f.n_same and not f.p_same and f.p_from is distinct from f.valid_from
+     and v.subscriber_id = f.subscriber_id and v.valid_from = f.n_from
   returning 1
 ),
 superseded as (
-  delete from subscriber_versions v using i
+  delete from subscriber_versions_raw v using i
    where i.via = 'webhook' and v.subscriber_id = i.subscriber_id and v.via = 'poll'
      and v.valid_from >= date_trunc('second', i.valid_from) and v.valid_from < i.valid_from
   returning 1
@@ -248,7 +228,7 @@ select (select count(*) from inserted)::int + (select count(*) from tied)::int a
   return text;
 }
 
-export function versionParams(rows: readonly { row: SubscriberRow; at: string }[]): unknown[] {
+function versionParams(rows: readonly { row: SubscriberRow; at: string }[]): unknown[] {
   const params: unknown[] = [
     arrayLiteral(rows.map((r) => r.row.values.id)),
     arrayLiteral(rows.map((r) => r.at)),
@@ -317,7 +297,7 @@ export async function eraseVersions(exec: Executor, subscriberIds: readonly stri
   const personal = VERSION_CONTENT.filter((c) => c.personal);
   const res = await run(
     exec,
-    `update subscriber_versions set ${personal.map((c) => `${c.column} = ${ERASED[c.type]}`).join(', ')}
+    `update subscriber_versions_raw set ${personal.map((c) => `${c.column} = ${ERASED[c.type]}`).join(', ')}
       where subscriber_id = any($1::text[])
         and (${personal.map((c) => (c.type === 'jsonb' ? `${c.column} <> '{}'::jsonb` : `${c.column} is not null`)).join(' or ')})`,
     [arrayLiteral(subscriberIds)],
@@ -336,19 +316,22 @@ export function forgottenIds(rows: readonly SubscriberRow[]): string[] {
  * Returns the number of rows deleted.
  */
 export async function purgeHistory(exec: Executor, olderThanMs: number, batch = 10_000): Promise<number> {
+  const cutoff = `now() - make_interval(secs => $1::float8 / 1000)`;
+  // A version's valid_to is the next version's valid_from.
+  const versions = `
+    delete from subscriber_versions_raw where (subscriber_id, valid_from) in (
+      select r.subscriber_id, r.valid_from from subscriber_versions_raw r
+       where r.valid_from < ${cutoff}
+         and exists (select 1 from subscriber_versions_raw n
+                      where n.subscriber_id = r.subscriber_id and n.valid_from > r.valid_from and n.valid_from < ${cutoff})
+       limit $2)`;
+  const periods = `
+    delete from group_membership_periods where (group_id, subscriber_id, started_at) in (
+      select group_id, subscriber_id, started_at from group_membership_periods where ended_at < ${cutoff} limit $2)`;
   let total = 0;
-  for (const [table, column, key] of [
-    ['subscriber_versions', 'valid_to', 'subscriber_id, valid_from'],
-    ['group_membership_periods', 'ended_at', 'group_id, subscriber_id, started_at'],
-  ] as const) {
+  for (const text of [versions, periods]) {
     for (;;) {
-      const res = await run(
-        exec,
-        `delete from ${table} where (${key}) in (
-           select ${key} from ${table}
-            where ${column} < now() - make_interval(secs => $1::float8 / 1000) limit $2)`,
-        [olderThanMs, batch],
-      );
+      const res = await run(exec, text, [olderThanMs, batch]);
       total += res.rowCount;
       if (res.rowCount < batch) break;
     }

@@ -148,7 +148,7 @@ async function countRows(client: pg.ClientBase): Promise<number> {
 }
 
 async function truncate(client: pg.ClientBase): Promise<void> {
-  await client.query('truncate subscribers, subscriber_versions');
+  await client.query('truncate subscribers, subscriber_versions_raw');
   await client.query('checkpoint');
 }
 
@@ -158,9 +158,9 @@ async function truncate(client: pg.ClientBase): Promise<void> {
  * total size (heap, TOAST, primary key) per version after VACUUM.
  */
 async function historyBytesPerVersion(client: pg.ClientBase, rows: number): Promise<number> {
-  await client.query('truncate subscriber_versions');
+  await client.query('truncate subscriber_versions_raw');
   await client.query(
-    `insert into subscriber_versions (subscriber_id, valid_from, via, email, name, status, source, sent, opens_count,
+    `insert into subscriber_versions_raw (subscriber_id, valid_from, via, email, name, status, source, sent, opens_count,
        clicks_count, subscribed_at, unsubscribed_at, created_at, updated_at, fields)
      select (1261159647788771324 + i)::text, t0 + i * interval '1 second' + (i * 7919 % 1000000) * interval '1 microsecond', 'webhook',
             'subscriber.' || i || '@example.com', 'Name ' || i, case when i % 10 = 0 then 'unsubscribed' else 'active' end,
@@ -172,9 +172,9 @@ async function historyBytesPerVersion(client: pg.ClientBase, rows: number): Prom
        from generate_series(0, $1::int - 1) as i, (select timestamptz '2024-01-01 00:00:00+00' as t0) c`,
     [rows],
   );
-  await client.query('vacuum analyze subscriber_versions');
-  const { rows: size } = await client.query<{ bytes: string }>(`select pg_total_relation_size('subscriber_versions')::text as bytes`);
-  await client.query('truncate subscriber_versions');
+  await client.query('vacuum analyze subscriber_versions_raw');
+  const { rows: size } = await client.query<{ bytes: string }>(`select pg_total_relation_size('subscriber_versions_raw')::text as bytes`);
+  await client.query('truncate subscriber_versions_raw');
   return Number(size[0]?.bytes ?? 0) / rows;
 }
 
@@ -218,7 +218,7 @@ export async function benchStore(opts: StoreBenchOptions): Promise<BenchResult> 
       }
       if (totals[expect] !== n) throw new Error(`upsert expected ${n} ${expect}, got ${JSON.stringify(totals)}`);
     };
-    const countVersions = async () => (await client.query<{ n: number }>('select count(*)::int as n from subscriber_versions')).rows[0]?.n ?? 0;
+    const countVersions = async () => (await client.query<{ n: number }>('select count(*)::int as n from subscriber_versions_raw')).rows[0]?.n ?? 0;
     // The store's own scenarios measure the upsert alone; the history pair below measures it with HISTORY on and off.
     await configureHistory(client, { enabled: false });
 

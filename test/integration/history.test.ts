@@ -157,10 +157,10 @@ describe('subscriber versions', () => {
     const id = newId();
     const row = web({ id, updated_at: '2024-06-01T00:00:00.000000Z' });
     await upsertSubscribers(tdb.pool, [row]);
-    const before = await tdb.pool.query(`select xmin::text, * from subscriber_versions where subscriber_id = $1`, [id]);
+    const before = await tdb.pool.query(`select xmin::text, * from subscriber_versions_raw where subscriber_id = $1`, [id]);
     await upsertSubscribers(tdb.pool, [row, row]);
     await upsertSubscribers(tdb.pool, [row]);
-    const after = await tdb.pool.query(`select xmin::text, * from subscriber_versions where subscriber_id = $1`, [id]);
+    const after = await tdb.pool.query(`select xmin::text, * from subscriber_versions_raw where subscriber_id = $1`, [id]);
     expect(after.rows).toEqual(before.rows);
     expect(after.rows).toHaveLength(1);
   });
