@@ -121,6 +121,10 @@ function subscriber(via: MirrorSource, values: Partial<SubscriberValues> & Pick<
 }
 
 async function populate(pool: pg.Pool, clock: Clock): Promise<void> {
+  // History: Cleo was first seen active in Lisbon under another address, then changed both.
+  await upsertSubscribers(pool, [
+    subscriber('poll', { id: CLEO, email: 'cleo@old.example.com', name: 'Cleo', status: 'active', updatedAt: clock.tenDaysAgo, fields: { city: 'Lisbon' } }),
+  ]);
   await upsertSubscribers(pool, [
     subscriber('poll', { id: ANA, email: 'ana@example.com', name: 'Ana', status: 'active', updatedAt: clock.tenDaysAgo, fields: { city: 'Berlin', company: 'Acme' } }),
     subscriber('poll', { id: BEN, email: 'ben@example.com', name: 'Ben', status: 'active', updatedAt: clock.tenDaysAgo, fields: { city: 'Lisbon' } }),
@@ -215,13 +219,16 @@ interface Expectation {
   check(rows: TextRow[], example: Example, client: pg.Client): void | Promise<void>;
 }
 
+/** The clock the world was populated with (the history examples' answers depend on it). */
+let readmeClock: Clock | undefined;
+
 const pick = (rows: TextRow[], ...columns: string[]) => rows.map((r) => Object.fromEntries(columns.map((c) => [c, r[c]])));
 
 /** What each README example must answer on the world above, keyed by its explanation line. */
 const EXPECTATIONS: Expectation[] = [
   {
     name: 'active members of a group',
-    explanation: /^Active members of a group/i,
+    explanation: /^Active members of a group, with/i,
     check: (rows) => {
       // Not: Cleo (unsubscribed since listed), Dan (unsubscribed), Eve (left), Finn (deleted), Hal (bounced).
       expect(pick(rows, 'subscriber_id', 'email', 'name')).toEqual([
@@ -307,6 +314,55 @@ const EXPECTATIONS: Expectation[] = [
     },
   },
   {
+    name: 'history: members per day',
+    explanation: /^Members of a group per day/i,
+    check: (rows) => {
+      expect(rows).toHaveLength(21);
+      const byDay = new Map(rows.map((r) => [r.day, r.members]));
+      // Ana, Ben; then Cleo, Dan, Eve; then Finn, Hal; Eve left on 20 May. (Finn's deletion two days
+      // ago does not reach back: in May he was a member.)
+      expect([byDay.get('2024-05-01'), byDay.get('2024-05-02'), byDay.get('2024-05-03'), byDay.get('2024-05-19'), byDay.get('2024-05-20')]).toEqual(['2', '5', '7', '7', '6']);
+    },
+  },
+  {
+    name: 'history: unsubscribes per week',
+    explanation: /first saw it unsubscribed/i,
+    check: async (rows, _example, client) => {
+      // Dan (first seen unsubscribed last week) and Cleo (active, then unsubscribed this week).
+      const { rows: weeks } = await client.query<{ last: string; this: string }>(
+        `select date_trunc('week', $1::timestamptz)::text as last, date_trunc('week', $2::timestamptz)::text as this`,
+        [readmeClock?.lastWeek, readmeClock?.thisWeek],
+      );
+      expect(rows).toEqual([
+        { week: weeks[0]?.last, unsubscribes: '1' },
+        { week: weeks[0]?.this, unsubscribes: '1' },
+      ]);
+    },
+  },
+  {
+    name: "history: one subscriber's timeline",
+    explanation: /^One subscriber's timeline/i,
+    check: async (rows, _example, client) => {
+      const { rows: times } = await client.query<{ ten: string; week: string }>(`select $1::timestamptz::text as ten, $2::timestamptz::text as week`, [
+        readmeClock?.tenDaysAgo,
+        readmeClock?.thisWeek,
+      ]);
+      expect(rows).toEqual([
+        { valid_from: times[0]?.ten, valid_to: times[0]?.week, via: 'poll', email: 'cleo@old.example.com', status: 'active', city: 'Lisbon' },
+        { valid_from: times[0]?.week, valid_to: null, via: 'webhook', email: 'cleo@example.com', status: 'unsubscribed', city: 'Berlin' },
+      ]);
+    },
+  },
+  {
+    name: 'history: members on a date who have left since',
+    explanation: /who have left it since/i,
+    // Eve left the newsletter on 20 May; Finn was deleted upstream two days ago.
+    check: (rows) => expect(pick(rows, 'subscriber_id', 'email')).toEqual([
+      { subscriber_id: EVE, email: 'eve@example.com' },
+      { subscriber_id: FINN, email: 'finn@example.com' },
+    ]),
+  },
+  {
     name: 'changed in the last 24 hours',
     explanation: /last 24 hours/i,
     check: (rows) => {
@@ -330,6 +386,7 @@ describe('SQL for users', () => {
   beforeAll(async () => {
     database = await createTestDatabase();
     clock = await readClock(database.pool);
+    readmeClock = clock;
     await populate(database.pool, clock);
     client = new pg.Client({ connectionString: database.url, types: rawText });
     await client.connect();
@@ -359,6 +416,10 @@ describe('SQL for users', () => {
           columns: ['group_id', 'group_name', 'subscriber_id', 'email', 'name', 'status', 'type', 'added_at'],
         },
         { table_name: 'recently_changed_subscribers', columns: ['id', 'email', 'status', 'updated_at', 'mirrored_via'] },
+        {
+          table_name: 'subscriber_versions',
+          columns: ['subscriber_id', 'valid_from', 'valid_to', 'via', 'recorded_at', 'email', 'name', 'status', 'source', 'sent', 'opens_count', 'clicks_count', 'subscribed_at', 'unsubscribed_at', 'created_at', 'updated_at', 'deleted_at', 'forget_at', 'fields'],
+        },
       ]);
     });
 
