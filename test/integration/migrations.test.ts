@@ -1,5 +1,8 @@
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { runMigrations } from '../../src/db/migrate.js';
+import { MIGRATIONS_FOLDER, runMigrations } from '../../src/db/migrate.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 
 /** The SQL contract of DESIGN.md, asserted from information_schema rather than from the ORM. */
@@ -72,6 +75,29 @@ const CONTRACT: Record<string, Record<string, string>> = {
     erased_at: 'timestamp with time zone',
     deliveries_redacted_at: 'timestamp with time zone',
   },
+  subscriber_versions_raw: {
+    subscriber_id: 'text',
+    valid_from: 'timestamp with time zone',
+    via: 'text',
+    recorded_at: 'timestamp with time zone',
+    email: 'text',
+    name: 'text',
+    status: 'text',
+    fields: 'jsonb',
+    sent: 'integer',
+    opens_count: 'integer',
+    clicks_count: 'integer',
+    unsubscribed_at: 'timestamp with time zone',
+    deleted_at: 'timestamp with time zone',
+  },
+  group_membership_periods: {
+    group_id: 'text',
+    subscriber_id: 'text',
+    type: 'text',
+    started_at: 'timestamp with time zone',
+    ended_at: 'timestamp with time zone',
+  },
+  history_settings: { id: 'boolean', enabled: 'boolean' },
 };
 
 describe('migrations', () => {
@@ -137,6 +163,53 @@ describe('migrations', () => {
       expect((rows[0] as { n: number }).n).toBe(Object.keys(CONTRACT).length);
     } finally {
       await fresh.drop();
+    }
+  });
+
+  it('gives an existing install one version per current row and one period per membership (issue #13)', async () => {
+    // The migrations before history, as an install that existed before it has them.
+    const before = mkdtempSync(path.join(os.tmpdir(), 'sm-migrations-'));
+    const old = await createTestDatabase({ migrated: false });
+    try {
+      cpSync(MIGRATIONS_FOLDER, before, { recursive: true });
+      const journalPath = path.join(before, 'meta', '_journal.json');
+      const journal = JSON.parse(readFileSync(journalPath, 'utf8')) as { entries: Array<{ tag: string }> };
+      const historyAt = journal.entries.findIndex((e) => e.tag.endsWith('_history'));
+      expect(historyAt).toBeGreaterThan(0);
+      journal.entries = journal.entries.slice(0, historyAt);
+      writeFileSync(journalPath, JSON.stringify(journal));
+      await runMigrations(old.url, before);
+      await old.pool.query(
+        `insert into subscribers (id, email, name, status, updated_at, unsubscribed_at, fields, mirrored_at, mirrored_via) values
+           ('1', 'a@example.com', 'A', 'active', '2024-05-01T10:00:00Z', null, '{"city":"Oslo"}', '2024-05-02T00:00:00Z', 'poll'),
+           ('2', 'b@example.com', 'B', 'unsubscribed', '2024-05-01T10:00:00Z', '2024-05-03T10:00:00Z', '{}', '2024-05-04T00:00:00Z', 'webhook')`,
+      );
+      await old.pool.query(
+        `insert into group_members (group_id, subscriber_id, type, added_at, removed_at, source_updated_at, mirrored_via) values
+           ('10', '1', 'active', '2024-04-01T00:00:00Z', null, '2024-04-01T00:00:00Z', 'poll'),
+           ('10', '2', 'active', '2024-04-02T00:00:00Z', '2024-05-03T10:00:00Z', '2024-05-03T10:00:00Z', 'webhook')`,
+      );
+
+      await runMigrations(old.url);
+      const { rows: versions } = await old.pool.query(
+        `select subscriber_id, valid_from::text, valid_to, via, recorded_at::text, email, status, fields
+           from subscriber_versions order by subscriber_id`,
+      );
+      expect(versions).toEqual([
+        { subscriber_id: '1', valid_from: '2024-05-01 10:00:00+00', valid_to: null, via: 'poll', recorded_at: '2024-05-02 00:00:00+00', email: 'a@example.com', status: 'active', fields: { city: 'Oslo' } },
+        // The version's time: the unsubscribe it asserts is later than its updated_at.
+        { subscriber_id: '2', valid_from: '2024-05-03 10:00:00+00', valid_to: null, via: 'webhook', recorded_at: '2024-05-04 00:00:00+00', email: 'b@example.com', status: 'unsubscribed', fields: {} },
+      ]);
+      const { rows: periods } = await old.pool.query(
+        `select group_id, subscriber_id, started_at::text, ended_at::text from group_membership_periods order by subscriber_id`,
+      );
+      expect(periods).toEqual([
+        { group_id: '10', subscriber_id: '1', started_at: '2024-04-01 00:00:00+00', ended_at: null },
+        { group_id: '10', subscriber_id: '2', started_at: '2024-04-02 00:00:00+00', ended_at: '2024-05-03 10:00:00+00' },
+      ]);
+    } finally {
+      rmSync(before, { recursive: true, force: true });
+      await old.drop();
     }
   });
 });
