@@ -20,8 +20,8 @@
  */
 import type { SubscriberField, SubscriberRow } from './normalize.js';
 import { jsonbArrayFromParam, arrayLiteral } from './pg-params.js';
-import { run, type Executor } from './store.js';
-import { versionTime } from './version-time.js';
+import { run, type Queryable } from './store/executor.js';
+import { versionTime } from './version.js';
 
 // ---------------------------------------------------------------------------------------------
 // Settings
@@ -42,7 +42,7 @@ export function historyEnabled(): boolean {
  * Applies HISTORY: this process's subscriber upserts record versions or not, and the membership
  * trigger (which every writer's transaction runs) reads the same switch from `history_settings`.
  */
-export async function configureHistory(exec: Executor, next: HistorySettings): Promise<void> {
+export async function configureHistory(exec: Queryable, next: HistorySettings): Promise<void> {
   settings = { ...next };
   await run(exec, `update history_settings set enabled = $1 where id and enabled is distinct from $1`, [next.enabled]);
 }
@@ -102,8 +102,8 @@ function contentMask(row: SubscriberRow): number {
  * arrival), the previous current version is closed at its time, and poll versions of the same
  * second that it supersedes are dropped. No extra round trip and no second parse of the page.
  *
- * `input` is the upsert's input relation (columns named like `subscribers`, plus `valid_from` and
- * `mirrored_via`); `written` the upsert's RETURNING, which gets {@link returning}.
+ * `input` is the upsert's input relation (columns named like `subscribers`, plus `mirrored_via` and
+ * `version_at`, the version time); `written` the upsert's RETURNING, which gets `returning`.
  */
 export function newestVersionSql(provided: ReadonlySet<SubscriberField>, input: string, written: string): { returning: string; ctes: string } {
   const stored = VERSION_CONTENT.filter((c) => !provided.has(c.field) && c.field !== 'forgetAt');
@@ -114,7 +114,7 @@ export function newestVersionSql(provided: ReadonlySet<SubscriberField>, input: 
     return c.personal ? `case when w.w_forget_at is not null then ${ERASED[c.type]} else ${base} end` : base;
   };
   const ctes = `nv as (
-  select ${input}.id as subscriber_id, ${input}.valid_from, ${input}.mirrored_via as via,
+  select ${input}.id as subscriber_id, ${input}.version_at as valid_from, ${input}.mirrored_via as via,
          ${VERSION_CONTENT.map((c) => `${value(c)} as ${c.column}`).join(', ')}
   from ${written} w join ${input} on ${input}.id = w.w_id
 ),
@@ -247,7 +247,7 @@ function versionParams(rows: readonly { row: SubscriberRow; at: string }[]): unk
  * the same subscriber and time as a later one in `rows` is dropped (the later arrival wins, as in
  * the upsert). Returns the number of versions written. Does nothing when HISTORY is off.
  */
-export async function recordVersions(exec: Executor, rows: readonly SubscriberRow[]): Promise<number> {
+export async function recordVersions(exec: Queryable, rows: readonly SubscriberRow[]): Promise<number> {
   if (!settings.enabled || rows.length === 0) return 0;
   const byKey = new Map<string, { row: SubscriberRow; at: string }>();
   for (const row of rows) {
@@ -292,7 +292,7 @@ export async function recordVersions(exec: Executor, rows: readonly SubscriberRo
  * upsert erases new versions of forgotten subscribers itself; this clears the ones recorded before.
  * Returns the number of versions changed.
  */
-export async function eraseVersions(exec: Executor, subscriberIds: readonly string[]): Promise<number> {
+export async function eraseVersions(exec: Queryable, subscriberIds: readonly string[]): Promise<number> {
   if (subscriberIds.length === 0) return 0;
   const personal = VERSION_CONTENT.filter((c) => c.personal);
   const res = await run(
@@ -315,7 +315,7 @@ export function forgottenIds(rows: readonly SubscriberRow[]): string[] {
  * `olderThanMs` before the database's now, in batches. Current versions and open periods always stay.
  * Returns the number of rows deleted.
  */
-export async function purgeHistory(exec: Executor, olderThanMs: number, batch = 10_000): Promise<number> {
+export async function purgeHistory(exec: Queryable, olderThanMs: number, batch = 10_000): Promise<number> {
   const cutoff = `now() - make_interval(secs => $1::float8 / 1000)`;
   // A version's valid_to is the next version's valid_from.
   const versions = `

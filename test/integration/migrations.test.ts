@@ -180,9 +180,9 @@ describe('migrations', () => {
       writeFileSync(journalPath, JSON.stringify(journal));
       await runMigrations(old.url, before);
       await old.pool.query(
-        `insert into subscribers (id, email, name, status, updated_at, unsubscribed_at, fields, mirrored_at, mirrored_via) values
-           ('1', 'a@example.com', 'A', 'active', '2024-05-01T10:00:00Z', null, '{"city":"Oslo"}', '2024-05-02T00:00:00Z', 'poll'),
-           ('2', 'b@example.com', 'B', 'unsubscribed', '2024-05-01T10:00:00Z', '2024-05-03T10:00:00Z', '{}', '2024-05-04T00:00:00Z', 'webhook')`,
+        `insert into subscribers (id, email, name, status, updated_at, unsubscribed_at, fields, mirrored_at, mirrored_via, version_at) values
+           ('1', 'a@example.com', 'A', 'active', '2024-05-01T10:00:00Z', null, '{"city":"Oslo"}', '2024-05-02T00:00:00Z', 'poll', '2024-05-01T10:00:00Z'),
+           ('2', 'b@example.com', 'B', 'unsubscribed', '2024-05-01T10:00:00Z', '2024-05-03T10:00:00Z', '{}', '2024-05-04T00:00:00Z', 'webhook', '2024-05-03T10:00:00Z')`,
       );
       await old.pool.query(
         `insert into group_members (group_id, subscriber_id, type, added_at, removed_at, source_updated_at, mirrored_via) values
@@ -197,7 +197,7 @@ describe('migrations', () => {
       );
       expect(versions).toEqual([
         { subscriber_id: '1', valid_from: '2024-05-01 10:00:00+00', valid_to: null, via: 'poll', recorded_at: '2024-05-02 00:00:00+00', email: 'a@example.com', status: 'active', fields: { city: 'Oslo' } },
-        // The version's time: the unsubscribe it asserts is later than its updated_at.
+        // The version's time (version_at): the unsubscribe it asserts is later than its updated_at.
         { subscriber_id: '2', valid_from: '2024-05-03 10:00:00+00', valid_to: null, via: 'webhook', recorded_at: '2024-05-04 00:00:00+00', email: 'b@example.com', status: 'unsubscribed', fields: {} },
       ]);
       const { rows: periods } = await old.pool.query(

@@ -12,6 +12,7 @@ import {
 } from '../normalize.js';
 import { arrayLiteral, jsonbArrayFromParam } from '../pg-params.js';
 import { versionTime } from '../version.js';
+import { eraseVersions, forgottenIds, historyEnabled, newestVersionSql, recordVersions } from '../history.js';
 import { run, withTransaction, type Queryable } from './executor.js';
 import {
   assertId,
@@ -97,7 +98,7 @@ function providedFields(mask: number): Set<SubscriberField> {
   return new Set(SUBSCRIBER_FIELDS.filter((f) => (mask & (FIELD_BIT.get(f) ?? 0)) !== 0));
 }
 
-const upsertSqlCache = new Map<number, string>();
+const upsertSqlCache = new Map<string, string>();
 
 /**
  * The guarded upsert for one provided set. Non-provided columns are neither inserted (they take
@@ -110,9 +111,14 @@ const upsertSqlCache = new Map<number, string>();
  * `version_at`, which the main query reads from the statement's snapshot (the state before the
  * write) with one primary-key probe per row, and only when some row was not written (an InitPlan
  * in an untaken CASE branch never runs).
+ *
+ * With `history` (HISTORY on), the same statement records every written row as the newest version
+ * of its subscriber (`../history.ts` `newestVersionSql`: no extra round trip, no second parse of the
+ * page) and returns the ids it skipped as older, which the caller places in the timeline.
  */
-function subscriberUpsertSql(mask: number): string {
-  const cached = upsertSqlCache.get(mask);
+function subscriberUpsertSql(mask: number, history: boolean): string {
+  const key = `${mask}:${history}`;
+  const cached = upsertSqlCache.get(key);
   if (cached) return cached;
   const provided = providedFields(mask);
   const specs = SUBSCRIBER_SPECS.filter((s) => provided.has(s.field));
@@ -135,11 +141,16 @@ function subscriberUpsertSql(mask: number): string {
   ];
   const versionParam = `$${specs.length + 3}::timestamptz[]`;
   const cols = specs.map((s) => s.column);
+  const input = `unnest(${unnestArgs.join(', ')}) as t(id, ${cols.join(', ')}, mirrored_via, version_at)`;
+  const newest = history ? newestVersionSql(provided, 't', 'written') : null;
+  const olderThanStored = `from unnest($1::text[], ${versionParam}) as i(id, version_at)
+        where (select p.version_at from subscribers p where p.id = i.id) > i.version_at`;
   const text = `
-with written as (
+with ${history ? `t as (select * from ${input}),
+` : ''}written as (
   insert into subscribers as s (id, ${cols.join(', ')}, mirrored_at, mirrored_via, version_at)
   select id, ${cols.join(', ')}, now(), mirrored_via, version_at
-  from unnest(${unnestArgs.join(', ')}) as t(id, ${cols.join(', ')}, mirrored_via, version_at)
+  from ${history ? 't' : input}
   on conflict (id) do update set
     ${setSpecs.map((s) => `${s.column} = ${newValue(s)}`).join(',\n    ')},
     mirrored_at = now(),
@@ -148,18 +159,25 @@ with written as (
   where excluded.version_at > s.version_at
      or (excluded.version_at = s.version_at
          and row(${setSpecs.map(newValue).join(', ')}) is distinct from row(${setSpecs.map((s) => `s.${s.column}`).join(', ')}))
-  returning (s.xmax = 0) as inserted
-),
+  returning (s.xmax = 0) as inserted${newest ? `, ${newest.returning}` : ''}
+),${newest ? `
+${newest.ctes},` : ''}
 counts as (
   select count(*) filter (where inserted)::int as inserted, count(*) filter (where not inserted)::int as updated from written
 )
 select c.inserted, c.updated,
   case when c.inserted + c.updated = cardinality($1::text[]) then 0
-  else (select count(*)::int from unnest($1::text[], ${versionParam}) as i(id, version_at)
-        where (select p.version_at from subscribers p where p.id = i.id) > i.version_at)
-  end as skipped
+  else (select count(*)::int ${olderThanStored})
+  end as skipped${
+    history
+      ? `,
+  case when c.inserted + c.updated = cardinality($1::text[]) then null
+  else (select array_agg(i.id) ${olderThanStored})
+  end as skipped_ids`
+      : ''
+  }
 from counts c`;
-  upsertSqlCache.set(mask, text);
+  upsertSqlCache.set(key, text);
   return text;
 }
 
@@ -201,6 +219,9 @@ function validateSubscriberRow(row: SubscriberRow, index: number): number {
  *   statements share a transaction; on a client they run in the caller's transaction.
  *   When a batch mixes shapes for one id, only the kept row's columns are applied.
  * - `mirrored_via` is the row's `via`; `mirrored_at` is the transaction time of the write.
+ * - **History** (HISTORY on): every row, older ones included, is recorded in
+ *   `subscriber_versions_raw` in the same transaction (`../history.ts`); with a `pg.Pool` the call
+ *   then runs in one transaction.
  *
  * @throws {TypeError} for a row that did not come from the normalizers' contract (empty id,
  *   non-canonical timestamp, unknown field or `via`); nothing is written then.
@@ -222,11 +243,13 @@ export async function upsertSubscribers(exec: Queryable, rows: readonly Subscrib
     else groups.set(mask, [row]);
   }
 
+  const history = historyEnabled();
   const apply = async (target: Queryable) => {
+    const late = new Set<string>();
     for (const [mask, group] of groups) {
-      const res = await run<{ inserted: number; updated: number; skipped: number }>(
+      const res = await run<{ inserted: number; updated: number; skipped: number; skipped_ids?: string[] | null }>(
         target,
-        subscriberUpsertSql(mask),
+        subscriberUpsertSql(mask, history),
         subscriberParams(mask, group, versions),
       );
       const r = res.rows[0];
@@ -235,9 +258,19 @@ export async function upsertSubscribers(exec: Queryable, rows: readonly Subscrib
       counts.updated += r.updated;
       counts.skipped += r.skipped;
       counts.unchanged += group.length - r.inserted - r.updated - r.skipped;
+      for (const id of r.skipped_ids ?? []) late.add(id);
+    }
+    if (history) {
+      // Written rows are already recorded as newest versions by the upsert itself. Older ones (the
+      // stored row was newer, or a newer row for the same id came in this batch) still have their
+      // place in the timeline.
+      const keptSet = new Set(kept);
+      const older = rows.filter((row, i) => !keptSet.has(i) || late.has(row.values.id));
+      await recordVersions(target, older);
+      await eraseVersions(target, forgottenIds(rows));
     }
   };
-  if (groups.size > 1 && exec instanceof pg.Pool) await withTransaction(exec, apply);
+  if ((groups.size > 1 || history) && exec instanceof pg.Pool) await withTransaction(exec, apply);
   else await apply(exec);
   return counts;
 }
