@@ -74,19 +74,20 @@ export const subscribers = pgTable(
 );
 
 /**
- * History (issue #13): one row per distinct version of a subscriber the mirror has seen, written by
- * `src/mirror/history.ts` in the transaction of the subscriber upsert. `valid_from` is the version's
- * time in the version order (`versionTime`). Users read it through the `subscriber_versions` view,
- * which adds `valid_to` (the next version's `valid_from`; null for the current one): deriving it
- * instead of storing it keeps every write an insert, so the upsert stays fast and a late version
- * fixes its neighbours' `valid_to` by merely existing.
+ * History (issue #13): every version of a subscriber the mirror has seen except the current one,
+ * which is the `subscribers` row itself (`version_at` is its time). Written by `src/mirror/history.ts`
+ * in the transaction of the subscriber upsert: when the upsert replaces a row, the row it replaced
+ * moves here; a version that arrives late goes here directly. `valid_from` is the version's time in
+ * the version order (`version_at`). Users read history through the `subscriber_versions` view, which
+ * adds the current rows and `valid_to` (the next version's `valid_from`; null for the current one).
+ * Nothing is ever updated in place to close a version, and a fresh subscriber costs no history
+ * write at all: that keeps the upsert fast.
  *
- * Only the content columns users ask about over time are kept. `updated_at` is content like in
- * `subscribers`: a version whose `updated_at` moved is a new version, which keeps the timeline the
- * same whatever order versions arrive in (a change back to earlier content is still a change).
+ * `updated_at` is content like in `subscribers`: a version whose `updated_at` moved is a new
+ * version, which keeps the timeline the same whatever order versions arrive in.
  */
-export const subscriberVersionsRaw = pgTable(
-  'subscriber_versions_raw',
+export const subscriberVersionsPast = pgTable(
+  'subscriber_versions_past',
   {
     subscriberId: text('subscriber_id').notNull(),
     validFrom: tstz('valid_from').notNull(),
@@ -393,9 +394,10 @@ export const erasures = pgTable('erasures', {
 });
 
 /**
- * Every version of every subscriber (issue #13): `subscriber_versions_raw` with `valid_to`, the next
- * version's `valid_from` (null for the current version). A filter on `subscriber_id` is pushed below
- * the window, so one subscriber's timeline reads its own rows only.
+ * Every version of every subscriber (issue #13): the past versions and the current `subscribers`
+ * rows, with `valid_to`, the next version's `valid_from` (null for the current version). A filter on
+ * `subscriber_id` is pushed below the window into both tables' primary keys, so one subscriber's
+ * timeline reads its own rows only.
  */
 export const subscriberVersions = pgView('subscriber_versions', {
   subscriberId: text('subscriber_id'),
@@ -422,4 +424,12 @@ select subscriber_id, valid_from,
        lead(valid_from) over (partition by subscriber_id order by valid_from) as valid_to,
        via, recorded_at, email, name, status, source, sent, opens_count, clicks_count,
        subscribed_at, unsubscribed_at, created_at, updated_at, deleted_at, forget_at, fields
-from subscriber_versions_raw`);
+from (
+  select subscriber_id, valid_from, via, recorded_at, email, name, status, source, sent, opens_count, clicks_count,
+         subscribed_at, unsubscribed_at, created_at, updated_at, deleted_at, forget_at, fields
+    from subscriber_versions_past
+  union all
+  select id, version_at, mirrored_via, mirrored_at, email, name, status, source, sent, opens_count, clicks_count,
+         subscribed_at, unsubscribed_at, created_at, updated_at, deleted_at, forget_at, fields
+    from subscribers
+) v`);

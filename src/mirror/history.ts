@@ -1,18 +1,22 @@
 /**
- * History (issue #13): `subscriber_versions`, one row per distinct version of a subscriber, written
- * from the subscriber upsert in its transaction (`upsertSubscribers` calls {@link recordVersions}).
- * Membership periods (`group_membership_periods`) are kept by a trigger on `group_members`
- * (migration `0003_history_functions`), so every path that starts or ends a membership is followed.
+ * History (issue #13): every version of a subscriber, kept as the current `subscribers` row plus
+ * `subscriber_versions_past` (read together through the `subscriber_versions` view), written from
+ * the subscriber upsert in its transaction. Membership periods (`group_membership_periods`) are
+ * kept by a trigger on `group_members` (migration `0006_history_functions`), so every path that
+ * starts or ends a membership is followed.
  *
  * Why not a trigger on `subscribers`: the guarded upsert skips versions older than the stored one,
  * and history must keep them (a late version goes to its place in the timeline). So the store hands
- * every incoming row here, older ones included, and one set-based statement per page places them.
+ * every row it did not write (older than the stored one, or superseded within its batch) to
+ * {@link recordVersions}. A row the upsert replaces moves to `subscriber_versions_past` through a
+ * statement-level trigger on `subscribers` (migration `0006_history_functions`): its transition
+ * table holds the rows exactly as they were replaced, also when a concurrent writer changed them
+ * after our statement's snapshot; a fresh subscriber costs no history write at all.
  *
- * The timeline of a subscriber is the set of versions seen, ordered by {@link versionTime}, with
- * neighbours of equal content merged (the earlier one stays). That makes it independent of arrival
- * order: a version is inserted only if it differs from the one before it, and the one after it is
- * dropped if it now equals it. Rows are only ever inserted (or deleted): `valid_to` is derived by
- * the `subscriber_versions` view, so no write has to close the previous version.
+ * The timeline of a subscriber is the set of versions seen, ordered by their time (`version_at`,
+ * issue #12's {@link versionTime}). A late version is inserted only if it differs from the one
+ * before it, and the one after it is dropped if it now equals it, so the timeline does not depend
+ * on arrival order. Rows are only ever inserted (or deleted): `valid_to` is derived by the view.
  *
  * Poll versions are coarse: legacy times have whole seconds and a listing shows only the last state
  * of that second. So a poll version is not recorded when a webhook version of the same second is
@@ -95,46 +99,6 @@ function contentMask(row: SubscriberRow): number {
   return mask;
 }
 
-/**
- * The newest-version fast path, as CTEs appended to the subscriber upsert (`store.ts`): every row the
- * upsert wrote is newer than every version of its subscriber, so it is inserted as the current
- * version (or replaces the version of the same time: a tie the upsert resolved for the later
- * arrival), the previous current version is closed at its time, and poll versions of the same
- * second that it supersedes are dropped. No extra round trip and no second parse of the page.
- *
- * `input` is the upsert's input relation (columns named like `subscribers`, plus `mirrored_via` and
- * `version_at`, the version time); `written` the upsert's RETURNING, which gets `returning`.
- */
-export function newestVersionSql(provided: ReadonlySet<SubscriberField>, input: string, written: string): { returning: string; ctes: string } {
-  const stored = VERSION_CONTENT.filter((c) => !provided.has(c.field) && c.field !== 'forgetAt');
-  const returning = ['s.id as w_id', 's.forget_at as w_forget_at', ...stored.map((c) => `s.${c.column} as w_${c.column}`)].join(', ');
-  const cols = VERSION_CONTENT.map((c) => c.column);
-  const value = (c: ContentColumn) => {
-    const base = provided.has(c.field) ? `${input}.${c.column}` : c.field === 'forgetAt' ? 'w.w_forget_at' : c.type === 'jsonb' ? `coalesce(w.w_${c.column}, '{}'::jsonb)` : `w.w_${c.column}`;
-    return c.personal ? `case when w.w_forget_at is not null then ${ERASED[c.type]} else ${base} end` : base;
-  };
-  const ctes = `nv as (
-  select ${input}.id as subscriber_id, ${input}.version_at as valid_from, ${input}.mirrored_via as via,
-         ${VERSION_CONTENT.map((c) => `${value(c)} as ${c.column}`).join(', ')}
-  from ${written} w join ${input} on ${input}.id = w.w_id
-),
-nv_inserted as (
-  insert into subscriber_versions_raw as sv (subscriber_id, valid_from, via, recorded_at, ${cols.join(', ')})
-  select subscriber_id, valid_from, via, now(), ${cols.join(', ')} from nv
-  on conflict (subscriber_id, valid_from) do update
-    set ${cols.map((c) => `${c} = excluded.${c}`).join(', ')}, via = excluded.via, recorded_at = now()
-    where row(${cols.map((c) => `sv.${c}`).join(', ')}) is distinct from row(${cols.map((c) => `excluded.${c}`).join(', ')})
-  returning 1
-),
-nv_superseded as (
-  delete from subscriber_versions_raw o using nv
-  where nv.via = 'webhook' and o.subscriber_id = nv.subscriber_id and o.via = 'poll'
-    and o.valid_from >= date_trunc('second', nv.valid_from) and o.valid_from < nv.valid_from
-  returning 1
-)`;
-  return { returning, ctes };
-}
-
 const versionSqlCache = new Map<number, string>();
 
 /**
@@ -169,24 +133,28 @@ c as (
          p.valid_from as p_from, ${cols.map((col) => `p.${col} as p_${col}`).join(', ')},
          n.valid_from as n_from, ${cols.map((col) => `n.${col} as n_${col}`).join(', ')},
          coalesce((select s.forget_at is not null from subscribers s where s.id = i.subscriber_id), false) as forgotten,
-         (i.via = 'poll' and exists (
-           select 1 from subscriber_versions_raw w
-            where w.subscriber_id = i.subscriber_id and w.via = 'webhook'
-              and w.valid_from >= i.valid_from and w.valid_from < i.valid_from + interval '1 second')) as coarse
+         (select s.version_at from subscribers s where s.id = i.subscriber_id) as current_from,
+         (i.via = 'poll' and (
+           exists (select 1 from subscriber_versions_past w
+                    where w.subscriber_id = i.subscriber_id and w.via = 'webhook'
+                      and w.valid_from >= i.valid_from and w.valid_from < i.valid_from + interval '1 second')
+           or exists (select 1 from subscribers w
+                       where w.id = i.subscriber_id and w.mirrored_via = 'webhook'
+                         and w.version_at >= i.valid_from and w.version_at < i.valid_from + interval '1 second'))) as coarse
   from i
   left join lateral (
-    select * from subscriber_versions_raw v
+    select * from subscriber_versions_past v
      where v.subscriber_id = i.subscriber_id and v.valid_from <= i.valid_from
        and not (i.via = 'webhook' and v.via = 'poll'
                 and v.valid_from >= date_trunc('second', i.valid_from) and v.valid_from < i.valid_from)
      order by v.valid_from desc limit 1) p on true
   left join lateral (
-    select * from subscriber_versions_raw v
+    select * from subscriber_versions_past v
      where v.subscriber_id = i.subscriber_id and v.valid_from > i.valid_from
      order by v.valid_from limit 1) n on true
 ),
 m as (
-  select c.subscriber_id, c.valid_from, c.via, c.p_from, c.n_from, c.coarse,
+  select c.subscriber_id, c.valid_from, c.via, c.p_from, c.n_from, c.coarse, c.current_from,
          ${cols.map((col) => `c.p_${col}`).join(', ')}, ${cols.map((col) => `c.n_${col}`).join(', ')},
          ${merged.join(',\n         ')}
   from c
@@ -195,10 +163,11 @@ f as (
   select m.*,
          (m.p_from is not null and ${row('m.')} is not distinct from ${row('m.p_')}) as p_same,
          (m.n_from is not null and ${row('m.')} is not distinct from ${row('m.n_')}) as n_same
-  from m where not m.coarse
+  -- The current version is the subscribers row: a row of its time (or later) is no past version.
+  from m where not m.coarse and (m.current_from is null or m.valid_from < m.current_from)
 ),
 tied as (
-  update subscriber_versions_raw v
+  update subscriber_versions_past v
      set ${cols.map((col) => `${col} = f.${col}`).join(', ')}, via = f.via, recorded_at = now()
     from f
    where f.p_from = f.valid_from and not f.p_same
@@ -206,19 +175,19 @@ tied as (
   returning 1
 ),
 inserted as (
-  insert into subscriber_versions_raw (subscriber_id, valid_from, via, recorded_at, ${cols.join(', ')})
+  insert into subscriber_versions_past (subscriber_id, valid_from, via, recorded_at, ${cols.join(', ')})
   select subscriber_id, valid_from, via, now(), ${cols.join(', ')}
   from f where f.p_from is distinct from f.valid_from and not f.p_same
   returning 1
 ),
 dropped as (
-  delete from subscriber_versions_raw v using f
+  delete from subscriber_versions_past v using f
    where f.n_same and not f.p_same and f.p_from is distinct from f.valid_from
      and v.subscriber_id = f.subscriber_id and v.valid_from = f.n_from
   returning 1
 ),
 superseded as (
-  delete from subscriber_versions_raw v using i
+  delete from subscriber_versions_past v using i
    where i.via = 'webhook' and v.subscriber_id = i.subscriber_id and v.via = 'poll'
      and v.valid_from >= date_trunc('second', i.valid_from) and v.valid_from < i.valid_from
   returning 1
@@ -297,7 +266,7 @@ export async function eraseVersions(exec: Queryable, subscriberIds: readonly str
   const personal = VERSION_CONTENT.filter((c) => c.personal);
   const res = await run(
     exec,
-    `update subscriber_versions_raw set ${personal.map((c) => `${c.column} = ${ERASED[c.type]}`).join(', ')}
+    `update subscriber_versions_past set ${personal.map((c) => `${c.column} = ${ERASED[c.type]}`).join(', ')}
       where subscriber_id = any($1::text[])
         and (${personal.map((c) => (c.type === 'jsonb' ? `${c.column} <> '{}'::jsonb` : `${c.column} is not null`)).join(' or ')})`,
     [arrayLiteral(subscriberIds)],
@@ -319,11 +288,12 @@ export async function purgeHistory(exec: Queryable, olderThanMs: number, batch =
   const cutoff = `now() - make_interval(secs => $1::float8 / 1000)`;
   // A version's valid_to is the next version's valid_from.
   const versions = `
-    delete from subscriber_versions_raw where (subscriber_id, valid_from) in (
-      select r.subscriber_id, r.valid_from from subscriber_versions_raw r
+    delete from subscriber_versions_past where (subscriber_id, valid_from) in (
+      select r.subscriber_id, r.valid_from from subscriber_versions_past r
        where r.valid_from < ${cutoff}
-         and exists (select 1 from subscriber_versions_raw n
-                      where n.subscriber_id = r.subscriber_id and n.valid_from > r.valid_from and n.valid_from < ${cutoff})
+         and (exists (select 1 from subscriber_versions_past n
+                       where n.subscriber_id = r.subscriber_id and n.valid_from > r.valid_from and n.valid_from < ${cutoff})
+              or exists (select 1 from subscribers s where s.id = r.subscriber_id and s.version_at < ${cutoff}))
        limit $2)`;
   const periods = `
     delete from group_membership_periods where (group_id, subscriber_id, started_at) in (

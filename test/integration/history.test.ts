@@ -67,7 +67,7 @@ function fourWebhookVersions(id: string): SubscriberRow[] {
     web({ id, email: 'a@example.com', updated_at: '2024-06-01T10:00:00.100000Z', sent: 1 }),
     web({ id, email: 'b@example.com', updated_at: '2024-06-02T10:00:00.200000Z', sent: 1 }),
     web({ id, email: 'b@example.com', status: 'unsubscribed', unsubscribed_at: '2024-06-03T10:00:00.300000Z', updated_at: '2024-06-03T10:00:00.300000Z', sent: 1 }),
-    web({ id, email: 'b@example.com', status: 'unsubscribed', unsubscribed_at: '2024-06-03T10:00:00.300000Z', updated_at: '2024-06-04T10:00:00.400000Z', sent: 2, fields: { name: 'Jo', city: 'Riga' } }),
+    web({ id, email: 'b@example.com', status: 'unsubscribed', unsubscribed_at: '2024-06-03T10:00:00.300000Z', updated_at: '2024-06-04T10:00:00.400000Z', sent: 2, fields: { name: 'John', last_name: 'Doe', company: '', country: '', city: 'Riga', phone: '', state: '', zip: '' } }),
   ];
 }
 
@@ -153,16 +153,17 @@ describe('versions arriving in every order give one timeline', () => {
 });
 
 describe('subscriber versions', () => {
-  test('identical rows write nothing', async () => {
+  test('identical rows write nothing; a fresh subscriber is its own current version', async () => {
     const id = newId();
     const row = web({ id, updated_at: '2024-06-01T00:00:00.000000Z' });
     await upsertSubscribers(tdb.pool, [row]);
-    const before = await tdb.pool.query(`select xmin::text, * from subscriber_versions_raw where subscriber_id = $1`, [id]);
+    const read = () => tdb.pool.query(`select xmin::text from subscribers where id = $1 union all select xmin::text from subscriber_versions_past where subscriber_id = $1`, [id]);
+    const before = await read();
     await upsertSubscribers(tdb.pool, [row, row]);
     await upsertSubscribers(tdb.pool, [row]);
-    const after = await tdb.pool.query(`select xmin::text, * from subscriber_versions_raw where subscriber_id = $1`, [id]);
-    expect(after.rows).toEqual(before.rows);
-    expect(after.rows).toHaveLength(1);
+    expect((await read()).rows).toEqual(before.rows);
+    expect(before.rows).toHaveLength(1); // the subscribers row; nothing in the past table
+    expect((await timeline(id)).map((r) => [r.valid_from, r.valid_to])).toEqual([['2024-06-01T00:00:00.000000Z', null]]);
   });
 
   test('a late version goes to its place, neighbours fixed, subscribers keeps the newest', async () => {
@@ -176,6 +177,16 @@ describe('subscriber versions', () => {
       ['new@example.com', '2024-06-10T00:00:00.000000Z', null],
     ]);
     expect((await readSubscriber(tdb.pool, id))?.email).toBe('new@example.com');
+  });
+
+  test('two newer versions in one batch are both kept, whatever their order in it', async () => {
+    for (const order of [[0, 1], [1, 0]]) {
+      const id = newId();
+      await upsertSubscribers(tdb.pool, [web({ id, sent: 1, updated_at: '2024-06-01T00:00:00.000001Z' })]);
+      const batch = [web({ id, sent: 2, updated_at: '2024-06-01T00:00:00.000002Z' }), web({ id, sent: 3, updated_at: '2024-06-01T00:00:00.000003Z' })];
+      await upsertSubscribers(tdb.pool, order.map((k) => batch[k] as SubscriberRow));
+      expect((await timeline(id)).map((r) => r.sent)).toEqual([1, 2, 3]);
+    }
   });
 
   test('valid_from is the version time: an unsubscribe asserted after updated_at counts from unsubscribed_at', async () => {
@@ -214,7 +225,7 @@ describe('subscriber versions', () => {
       expect(v.name).toBeNull();
       expect(v.fields).toEqual({});
     }
-    const { rows } = await tdb.pool.query(`select count(*)::int as n from subscriber_versions where subscriber_id = $1 and (email is not null or name is not null or fields <> '{}')`, [id]);
+    const { rows } = await tdb.pool.query(`select count(*)::int as n from subscriber_versions where subscriber_id = $1 and (email is not null or name is not null or fields <> '{}'::jsonb)`, [id]);
     expect(rows[0].n).toBe(0);
   });
 
@@ -225,9 +236,14 @@ describe('subscriber versions', () => {
     await upsertSubscribers(tdb.pool, [web({ id, email: 'z@example.com', updated_at: '2024-06-02T00:00:00.000000Z' })]);
     await upsertMemberships(tdb.pool, '1000999', [{ subscriberId: id, type: 'active', at: '2024-06-01T00:00:00.000000Z' }], { via: 'poll' });
     await removeMembership(tdb.pool, '1000999', id, '2024-06-03T00:00:00.000000Z', 'webhook');
-    expect(await timeline(id)).toEqual([]);
-    const { rows } = await tdb.pool.query(`select count(*)::int as n from group_membership_periods where subscriber_id = $1`, [id]);
-    expect(rows[0].n).toBe(0);
+    // Only the current row (which is `subscribers` itself) is there: the replaced version was not kept.
+    expect((await timeline(id)).map((r) => r.email)).toEqual(['z@example.com']);
+    const { rows } = await tdb.pool.query(
+      `select (select count(*) from subscriber_versions_past where subscriber_id = $1)::int as past,
+              (select count(*) from group_membership_periods where subscriber_id = $1)::int as periods`,
+      [id],
+    );
+    expect(rows[0]).toEqual({ past: 0, periods: 0 });
     expect((await readSubscriber(tdb.pool, id))?.email).toBe('z@example.com');
   });
 });

@@ -75,7 +75,7 @@ const CONTRACT: Record<string, Record<string, string>> = {
     erased_at: 'timestamp with time zone',
     deliveries_redacted_at: 'timestamp with time zone',
   },
-  subscriber_versions_raw: {
+  subscriber_versions_past: {
     subscriber_id: 'text',
     valid_from: 'timestamp with time zone',
     via: 'text',

@@ -12,7 +12,7 @@ import {
 } from '../normalize.js';
 import { arrayLiteral, jsonbArrayFromParam } from '../pg-params.js';
 import { versionTime } from '../version.js';
-import { eraseVersions, forgottenIds, historyEnabled, newestVersionSql, recordVersions } from '../history.js';
+import { eraseVersions, forgottenIds, historyEnabled, recordVersions } from '../history.js';
 import { run, withTransaction, type Queryable } from './executor.js';
 import {
   assertId,
@@ -112,9 +112,10 @@ const upsertSqlCache = new Map<string, string>();
  * write) with one primary-key probe per row, and only when some row was not written (an InitPlan
  * in an untaken CASE branch never runs).
  *
- * With `history` (HISTORY on), the same statement records every written row as the newest version
- * of its subscriber (`../history.ts` `newestVersionSql`: no extra round trip, no second parse of the
- * page) and returns the ids it skipped as older, which the caller places in the timeline.
+ * With `history` (HISTORY on) the statement also returns the ids it did not write other than those
+ * already stored with the same version time: older ones, and ones a concurrent writer outran after
+ * this statement's snapshot (the guard re-checks under the row lock). The caller places them in the
+ * timeline (`../history.ts`). The rows it replaces move to the past versions by a trigger.
  */
 function subscriberUpsertSql(mask: number, history: boolean): string {
   const key = `${mask}:${history}`;
@@ -142,15 +143,13 @@ function subscriberUpsertSql(mask: number, history: boolean): string {
   const versionParam = `$${specs.length + 3}::timestamptz[]`;
   const cols = specs.map((s) => s.column);
   const input = `unnest(${unnestArgs.join(', ')}) as t(id, ${cols.join(', ')}, mirrored_via, version_at)`;
-  const newest = history ? newestVersionSql(provided, 't', 'written') : null;
   const olderThanStored = `from unnest($1::text[], ${versionParam}) as i(id, version_at)
         where (select p.version_at from subscribers p where p.id = i.id) > i.version_at`;
   const text = `
-with ${history ? `t as (select * from ${input}),
-` : ''}written as (
+with written as (
   insert into subscribers as s (id, ${cols.join(', ')}, mirrored_at, mirrored_via, version_at)
   select id, ${cols.join(', ')}, now(), mirrored_via, version_at
-  from ${history ? 't' : input}
+  from ${input}
   on conflict (id) do update set
     ${setSpecs.map((s) => `${s.column} = ${newValue(s)}`).join(',\n    ')},
     mirrored_at = now(),
@@ -159,9 +158,8 @@ with ${history ? `t as (select * from ${input}),
   where excluded.version_at > s.version_at
      or (excluded.version_at = s.version_at
          and row(${setSpecs.map(newValue).join(', ')}) is distinct from row(${setSpecs.map((s) => `s.${s.column}`).join(', ')}))
-  returning (s.xmax = 0) as inserted${newest ? `, ${newest.returning}` : ''}
-),${newest ? `
-${newest.ctes},` : ''}
+  returning (s.xmax = 0) as inserted, s.id
+),
 counts as (
   select count(*) filter (where inserted)::int as inserted, count(*) filter (where not inserted)::int as updated from written
 )
@@ -172,8 +170,10 @@ select c.inserted, c.updated,
     history
       ? `,
   case when c.inserted + c.updated = cardinality($1::text[]) then null
-  else (select array_agg(i.id) ${olderThanStored})
-  end as skipped_ids`
+  else (select array_agg(i.id) from unnest($1::text[], ${versionParam}) as i(id, version_at)
+        where not exists (select 1 from written w where w.id = i.id)
+          and (select p.version_at from subscribers p where p.id = i.id) is distinct from i.version_at)
+  end as unwritten_ids`
       : ''
   }
 from counts c`;
@@ -247,7 +247,7 @@ export async function upsertSubscribers(exec: Queryable, rows: readonly Subscrib
   const apply = async (target: Queryable) => {
     const late = new Set<string>();
     for (const [mask, group] of groups) {
-      const res = await run<{ inserted: number; updated: number; skipped: number; skipped_ids?: string[] | null }>(
+      const res = await run<{ inserted: number; updated: number; skipped: number; unwritten_ids?: string[] | null }>(
         target,
         subscriberUpsertSql(mask, history),
         subscriberParams(mask, group, versions),
@@ -258,12 +258,12 @@ export async function upsertSubscribers(exec: Queryable, rows: readonly Subscrib
       counts.updated += r.updated;
       counts.skipped += r.skipped;
       counts.unchanged += group.length - r.inserted - r.updated - r.skipped;
-      for (const id of r.skipped_ids ?? []) late.add(id);
+      for (const id of r.unwritten_ids ?? []) late.add(id);
     }
     if (history) {
-      // Written rows are already recorded as newest versions by the upsert itself. Older ones (the
-      // stored row was newer, or a newer row for the same id came in this batch) still have their
-      // place in the timeline.
+      // A written row is the current version, and the row it replaced moved to the past versions
+      // (trigger). Older ones (the stored row was newer, or a newer row for the same id came in this
+      // batch) still have their place in the timeline.
       const keptSet = new Set(kept);
       const older = rows.filter((row, i) => !keptSet.has(i) || late.has(row.values.id));
       await recordVersions(target, older);
