@@ -219,9 +219,10 @@ function validateSubscriberRow(row: SubscriberRow, index: number): number {
  *   statements share a transaction; on a client they run in the caller's transaction.
  *   When a batch mixes shapes for one id, only the kept row's columns are applied.
  * - `mirrored_via` is the row's `via`; `mirrored_at` is the transaction time of the write.
- * - **History** (HISTORY on): every row, older ones included, is recorded in
- *   `subscriber_versions_raw` in the same transaction (`../history.ts`); with a `pg.Pool` the call
- *   then runs in one transaction.
+ * - **History** (HISTORY on): the row a write replaces moves to `subscriber_versions_past` (a
+ *   trigger on `subscribers`), and every row not written because it is older (or was outrun by a
+ *   concurrent writer) is placed there by `../history.ts`, in the same transaction; with a `pg.Pool`
+ *   the call then runs in one transaction.
  *
  * @throws {TypeError} for a row that did not come from the normalizers' contract (empty id,
  *   non-canonical timestamp, unknown field or `via`); nothing is written then.
