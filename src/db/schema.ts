@@ -4,7 +4,7 @@
  *
  * Ids are `text` everywhere (invariant 6: legacy ids exceed 2^53). Timestamps are `timestamptz`
  * with microseconds. Only `src/mirror/store.ts` (and `src/mirror/store/`) writes the mirrored tables;
- * the history tables also by `src/mirror/history.ts` and two triggers (migration 0006_history_functions).
+ * the history tables also by `src/mirror/history.ts` and two triggers (migration 0008_history_functions).
  */
 import { sql } from 'drizzle-orm';
 import {

@@ -48,6 +48,14 @@ erased as (
   update subscribers s set ${ERASE_SET}
     from candidates where s.id = candidates.id
   returning s.id
+),
+-- History (issue #13): the same personal columns in every past version (the current one is the
+-- subscribers row above).
+erased_history as (
+  update subscriber_versions_past v set email = null, name = null, fields = '{}'::jsonb
+    from candidates where v.subscriber_id = candidates.id
+     and (v.email is not null or v.name is not null or v.fields <> '{}'::jsonb)
+  returning 1
 )
 insert into erasures (subscriber_id, reason)
 select id, 'out_of_groups' from erased

@@ -172,6 +172,12 @@ describe('subscribers out of every configured group', () => {
     await subscriber('s-recent', [{ group: '200', removedDaysAgo: 10 }]);
     await subscriber('s-never', []);
     await storeDelivery(db.pool, recordOf(JSON.stringify({ type: 'subscriber.updated', subscriber: { id: 's-gone', email: 's-gone@example.com' } }), 'ignored'));
+    // History (issue #13): an earlier version of each, with personal data.
+    await db.pool.query(
+      `insert into subscriber_versions_past (subscriber_id, valid_from, via, email, name, status, fields)
+       select id, '2024-01-15T00:00:00Z', 'poll', 'old.' || id || '@example.com', 'Old name', 'active', '{"city":"Riga"}'
+         from unnest(array['s-gone', 's-member']) as id`,
+    );
   });
 
   it('erases nobody until every configured group × type has completed a reconciliation', async () => {
@@ -204,6 +210,16 @@ describe('subscribers out of every configured group', () => {
     expect(rows[0]?.body).not.toContain('s-gone@example.com');
     const log = await db.pool.query(`select subscriber_id, reason from erasures where reason = 'out_of_groups' order by 1`);
     expect(log.rows.map((r: { subscriber_id: string }) => r.subscriber_id)).toEqual(['s-elsewhere', 's-gone', 's-never']);
+    // Every version in history too; the member's history is untouched.
+    const history = await db.pool.query(
+      `select subscriber_id, email, name, fields from subscriber_versions where subscriber_id in ('s-gone', 's-member') order by 1, valid_from`,
+    );
+    expect(history.rows).toEqual([
+      { subscriber_id: 's-gone', email: null, name: null, fields: {} },
+      { subscriber_id: 's-gone', email: null, name: null, fields: {} },
+      { subscriber_id: 's-member', email: 'old.s-member@example.com', name: 'Old name', fields: { city: 'Riga' } },
+      { subscriber_id: 's-member', email: 's-member@example.com', name: 'Name s-member', fields: { city: 'Vilnius' } },
+    ]);
   });
 
   it('a reconciliation older than the departure confirms nothing', async () => {
