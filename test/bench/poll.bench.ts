@@ -169,7 +169,7 @@ async function storeOnly(s: Setup, pages: readonly KeptPage[], expect: 'inserted
         rows.map((r) => ({ subscriberId: r.values.id, type, at: r.values.updatedAt })),
         { via: 'poll', seenAt },
       );
-      await saveFullCheckpoint(client, s.groupId, type, nextOffset);
+      await saveFullCheckpoint(client, s.groupId, type, { nextOffset, tailIds: rows.slice(-20).map((r) => r.values.id), continuous: true });
       return counts[expect];
     });
   }

@@ -81,7 +81,7 @@ describe('sync worker triggers', () => {
     // What a process killed mid-pass leaves behind: an open pass with a committed checkpoint.
     await markRunStarted(database.pool, groupId, 'active', 'full');
     await openFullPass(database.pool, groupId, 'active');
-    await saveFullCheckpoint(database.pool, groupId, 'active', 700);
+    await saveFullCheckpoint(database.pool, groupId, 'active', { nextOffset: 700, tailIds: [], continuous: true });
 
     const ids = await resumeOpenFullPasses(queue, database.pool, [groupId], ['active']);
     expect(ids).toHaveLength(1);
@@ -96,7 +96,7 @@ describe('sync worker triggers', () => {
   it('waits while the pass is held elsewhere, then skips if that holder finished it', async () => {
     await markRunStarted(database.pool, groupId, 'active', 'full');
     await openFullPass(database.pool, groupId, 'active');
-    await saveFullCheckpoint(database.pool, groupId, 'active', 300);
+    await saveFullCheckpoint(database.pool, groupId, 'active', { nextOffset: 300, tailIds: [], continuous: true });
     const lock = await tryAcquirePassLock(redis, passLockKey(prefix, groupId, 'active'));
     expect(lock).not.toBeNull();
 
@@ -150,7 +150,7 @@ describe('sync worker triggers', () => {
     const orphans = createOrphanResumer({ queue, pool: database.pool, redis, prefix, groups: [groupId], types: ['active'] });
     await markRunStarted(database.pool, groupId, 'active', 'full');
     await openFullPass(database.pool, groupId, 'active');
-    await saveFullCheckpoint(database.pool, groupId, 'active', 500);
+    await saveFullCheckpoint(database.pool, groupId, 'active', { nextOffset: 500, tailIds: [], continuous: true });
 
     const lock = await tryAcquirePassLock(redis, passLockKey(prefix, groupId, 'active'));
     try {
@@ -183,7 +183,7 @@ describe('sync worker triggers', () => {
     });
     await markRunStarted(database.pool, groupId, 'active', 'full');
     await openFullPass(database.pool, groupId, 'active');
-    await saveFullCheckpoint(database.pool, groupId, 'active', 900);
+    await saveFullCheckpoint(database.pool, groupId, 'active', { nextOffset: 900, tailIds: [], continuous: true });
     sim.faults.set({ errorRate: 1 }); // every resume fails; the checkpoint stays at 900
     const failedRun = async () => {
       const [id] = await orphans();
@@ -211,7 +211,7 @@ describe('sync worker triggers', () => {
       sim.faults.clear();
     }
     // Progress resets the wait: once the checkpoint moves, the next check resumes at once.
-    await saveFullCheckpoint(database.pool, groupId, 'active', 1_000);
+    await saveFullCheckpoint(database.pool, groupId, 'active', { nextOffset: 1_000, tailIds: [], continuous: true });
     const [id] = await orphans();
     expect(id).toBeDefined();
     expect(await finished(id as string)).toMatchObject({ status: 'succeeded' });
