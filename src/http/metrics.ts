@@ -19,6 +19,9 @@ export interface Metrics {
   drift: Gauge<'group' | 'type'>;
   authPaused: Gauge;
   deliveryLag: Histogram;
+  futureRows: Counter<'group' | 'type'>;
+  passGaps: Counter<'group' | 'type'>;
+  membersRemoved: Counter<'via'>;
 }
 
 export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metrics {
@@ -104,6 +107,24 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
       name: 'subscriber_mirror_webhook_apply_lag_seconds',
       help: 'Time from a delivery being stored to its events being applied',
       buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 30, 120],
+      registers,
+    }),
+    futureRows: new Counter({
+      name: 'subscriber_mirror_poll_future_rows_total',
+      help: "Rows dated after the service's now + 14 h (stored; the incremental cursor does not follow them)",
+      labelNames: ['group', 'type'],
+      registers,
+    }),
+    passGaps: new Counter({
+      name: 'subscriber_mirror_full_pass_gaps_total',
+      help: 'Full-pass pages that could not be joined to the previous page (the list shifted more than the overlap); such a pass proves no removal',
+      labelNames: ['group', 'type'],
+      registers,
+    }),
+    membersRemoved: new Counter({
+      name: 'subscriber_mirror_members_removed_total',
+      help: 'Memberships ended by the poll (missed by two complete gap-free full passes in a row)',
+      labelNames: ['via'],
       registers,
     }),
   };

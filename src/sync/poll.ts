@@ -243,6 +243,7 @@ export async function runPass(
         startTail: open.tailIds,
         mode: 'full',
         capKnowledge: caps,
+        knownLength: upstreamCount,
       });
       for await (const page of pages) {
         const rows = listedRows(deps, page.rows);

@@ -99,9 +99,12 @@ export function createSyncWorker(deps: SyncWorkerDeps): SyncWorker {
     if (trigger === 'schedule' && (await deps.redis.exists(wantedKey).catch(() => 0)) > 0) {
       return skipped('a backfill of this group and type is waiting for its turn');
     }
+    // A full pass comes once per RECONCILE_EVERY: dropping a scheduled one because another pass
+    // held the lock would postpone removals and unstamped changes by a whole interval (issue 11).
+    const mustRun = trigger !== 'schedule' || mode === 'full';
     const lock = await tryAcquirePassLock(deps.redis, passLockKey(deps.prefix, groupId, type));
     if (!lock) {
-      if (trigger !== 'schedule' && token) {
+      if (mustRun && token) {
         // Someone else is running this (group, type): try again shortly instead of dropping the
         // request, and keep scheduled ticks from taking the lock first meanwhile.
         const retryMs = deps.busyRetryMs ?? 5_000;
@@ -111,7 +114,7 @@ export function createSyncWorker(deps: SyncWorkerDeps): SyncWorker {
       }
       return skipped('another pass of this group and type is running');
     }
-    if (trigger !== 'schedule') await deps.redis.del(wantedKey).catch(() => 0);
+    if (mustRun) await deps.redis.del(wantedKey).catch(() => 0);
     if (trigger === 'resume' && !(await hasOpenFullPass(groupId, type, lock))) {
       // The pass it was meant to continue finished meanwhile (it was running elsewhere, or here).
       await lock.release();
@@ -158,6 +161,9 @@ export function createSyncWorker(deps: SyncWorkerDeps): SyncWorker {
       deps.metrics?.rowsWritten.inc({ via: 'poll', result: 'updated' }, result.counts.updated);
       deps.metrics?.rowsWritten.inc({ via: 'poll', result: 'unchanged' }, result.counts.unchanged);
       deps.metrics?.rowsWritten.inc({ via: 'poll', result: 'skipped' }, result.counts.skipped);
+      if (result.futureRows > 0) deps.metrics?.futureRows.inc({ group: groupId, type }, result.futureRows);
+      if (result.gaps > 0) deps.metrics?.passGaps.inc({ group: groupId, type }, result.gaps);
+      if (result.removed > 0) deps.metrics?.membersRemoved.inc({ via: 'poll' }, result.removed);
       return {
         status: 'succeeded',
         rowsSeen: result.rowsSeen,

@@ -159,11 +159,11 @@ export interface ListOptions {
  * to the service, so there is one per install, shared by every (group, type) and every pass.
  */
 export interface PageCapKnowledge {
-  /** The cap, learned only from evidence churn cannot fake (see {@link observeShortPage}); null = none known. */
+  /** The cap, learned only from evidence churn cannot fake (see `observeShortPage`); null = none known. */
   cap: number | null;
   /** The longest page the service ever served: it caps no lower, so a shorter page is a list's end. */
   longestPage: number;
-  /** A short page that was followed by more rows, not yet confirmed by another list: its length and list. */
+  /** A short page that was followed by more rows, not yet seen a second time: its length and where it was served. */
   candidate: { length: number; where: string } | null;
 }
 
@@ -188,6 +188,11 @@ export interface PageOptions {
   mode: 'full' | 'incremental';
   /** Install-wide cap knowledge (persisted by the caller); updated in place as pages arrive. */
   capKnowledge?: PageCapKnowledge;
+  /**
+   * How long the list was when the pass began (its `/count`). A short page is taken as evidence of a
+   * cap only where this says the list went on well beyond it; without it nothing is learned.
+   */
+  knownLength?: number;
   /** A page cap known for certain (tests, callers without persistence): same as `capKnowledge.cap`. */
   effectiveLimit?: number;
   /** Called when a pass learns (or drops) the service's page cap. */
@@ -280,6 +285,8 @@ export function createLegacyClient(options: LegacyClientOptions): LegacyClient {
   });
   const logger = options.logger;
   let learnedCap: number | undefined;
+  // What this client learned, for callers that do not keep the knowledge themselves.
+  const ownKnowledge = emptyCapKnowledge();
 
   async function listGroupSubscribers(groupId: GroupId, list: ListOptions): Promise<LegacySubscriberRecord[]> {
     return (await fetchList(groupId, list)).rows;
@@ -326,7 +333,7 @@ export function createLegacyClient(options: LegacyClientOptions): LegacyClient {
     if (page.filters) buildFilters(page.filters); // fail before the first request
     let offset = page.startOffset ?? 0;
     assertCount('startOffset', offset, 0);
-    const knowledge = page.capKnowledge ?? { ...emptyCapKnowledge(), cap: learnedCap ?? null };
+    const knowledge = page.capKnowledge ?? ownKnowledge;
     if (page.effectiveLimit !== undefined && knowledge.cap === null) {
       knowledge.cap = page.effectiveLimit;
       knowledge.longestPage = Math.max(knowledge.longestPage, page.effectiveLimit);
@@ -339,7 +346,7 @@ export function createLegacyClient(options: LegacyClientOptions): LegacyClient {
     let previous: Set<string> | null = page.startTail && page.startTail.length > 0 ? new Set(page.startTail) : null;
     let previousPrint: PageFingerprint | undefined;
     let overlap = previous ? Math.min(previous.size, overlapFor(page.limit)) : 0;
-    let shortBefore: { length: number } | undefined;
+    let shortBefore: { length: number; offset: number } | undefined;
     let stepBacks = 0;
     let continuous = offset === 0 || previous !== null;
 
@@ -386,7 +393,7 @@ export function createLegacyClient(options: LegacyClientOptions): LegacyClient {
       if (!joined && offset === 0) continuous = true; // read from the top again: nothing before it can be missed
       stepBacks = 0;
       const fresh = previous ? rows.filter((r) => !previous?.has(String(r.id))) : rows;
-      if (shortBefore !== undefined && fresh.length > 0) observeShortPage(knowledge, shortBefore.length, list, page, id);
+      if (shortBefore !== undefined && fresh.length > 0) observeShortPage(knowledge, shortBefore, list, page, id);
       // The end: this page held only rows the request re-read on purpose (or none at all).
       if (rows.length === 0 || (fresh.length === 0 && joined && rows.length <= overlap)) {
         // A gap found on the last request must still reach the caller, who decides what it proves.
@@ -397,7 +404,7 @@ export function createLegacyClient(options: LegacyClientOptions): LegacyClient {
       const nextOffset = offset + rows.length - overlap;
       const tail = rows.slice(rows.length - Math.max(overlap, 1)).map((r) => String(r.id));
       yield { offset, rows: fresh, limit: effective(), nextOffset, tail, continuous, serviceTime };
-      shortBefore = rows.length < effective() ? { length: rows.length } : undefined;
+      shortBefore = rows.length < effective() ? { length: rows.length, offset } : undefined;
       previous = new Set(rows.map((r) => String(r.id)));
       previousPrint = current;
       continuous = true;
@@ -407,21 +414,28 @@ export function createLegacyClient(options: LegacyClientOptions): LegacyClient {
 
   /**
    * A page shorter than asked was followed by more rows: either the service caps pages at that
-   * length, or the list grew between the two requests (churn). Growth can fake one such page, so
-   * the cap is taken only when (a) the service never served a longer page (a cap admits none) and
-   * (b) the same length was seen so in two different lists. Growth of one list during its pass
-   * (the same short length page after page) never teaches a cap.
+   * length, or the list grew between the two requests (churn: the demo "learned" caps of 355, 277
+   * and 359, its whole growing lists). Growth cannot fake all of: (a) the list's count at the start
+   * of the pass held at least two such pages beyond this offset, (b) the service never served a
+   * longer page, (c) the same length was seen so twice. Only then is it the cap.
    */
-  function observeShortPage(knowledge: PageCapKnowledge, length: number, list: string, page: PageOptions, groupId: string): void {
-    if (knowledge.cap !== null || length < knowledge.longestPage) return;
+  function observeShortPage(
+    knowledge: PageCapKnowledge,
+    short: { length: number; offset: number },
+    list: string,
+    page: PageOptions,
+    groupId: string,
+  ): void {
+    if (knowledge.cap !== null || short.length < knowledge.longestPage) return;
+    if (page.knownLength === undefined || page.knownLength < short.offset + 2 * short.length) return;
     const seen = knowledge.candidate;
-    if (seen && seen.length === length && seen.where !== list) {
-      knowledge.cap = length;
+    if (seen && seen.length === short.length) {
+      knowledge.cap = short.length;
       knowledge.candidate = null;
       reportCap(knowledge, page, groupId);
       return;
     }
-    knowledge.candidate = { length, where: list };
+    knowledge.candidate = { length: short.length, where: `${list}@${short.offset}` };
   }
 
   return {
