@@ -96,12 +96,15 @@ export function createSyncWorker(deps: SyncWorkerDeps): SyncWorker {
     }
 
     const wantedKey = passWantedKey(deps.prefix, groupId, type);
-    if (trigger === 'schedule' && (await deps.redis.exists(wantedKey).catch(() => 0)) > 0) {
-      return skipped('a backfill of this group and type is waiting for its turn');
-    }
     // A full pass comes once per RECONCILE_EVERY: dropping a scheduled one because another pass
     // held the lock would postpone removals and unstamped changes by a whole interval (issue 11).
     const mustRun = trigger !== 'schedule' || mode === 'full';
+    if (trigger === 'schedule') {
+      const waiting = await deps.redis.get(wantedKey).catch(() => null);
+      // Another full pass (backfill, resume or scheduled) waits for its turn; a waiting scheduled
+      // full pass finds its own mark here and goes on.
+      if (waiting !== null && waiting !== (job.id ?? '1')) return skipped('a backfill of this group and type is waiting for its turn');
+    }
     const lock = await tryAcquirePassLock(deps.redis, passLockKey(deps.prefix, groupId, type));
     if (!lock) {
       if (mustRun && token) {

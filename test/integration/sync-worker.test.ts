@@ -146,6 +146,32 @@ describe('sync worker triggers', () => {
     expect((await finished(next.id as string)).status).toBe('succeeded');
   });
 
+  it('a scheduled full pass that meets a running pass runs after it instead of being dropped', async () => {
+    const before = (await readSyncState(database.pool, groupId, 'active'))?.lastFullCompletedAt ?? null;
+    const lock = await tryAcquirePassLock(redis, passLockKey(prefix, groupId, 'active'));
+    expect(lock).not.toBeNull();
+    let releasedAt = 0;
+    // What the full scheduler enqueues every RECONCILE_EVERY.
+    const tick = await queue.add('full', { groupId, type: 'active', mode: 'full', trigger: 'schedule' }, PASS_JOB_OPTIONS);
+    try {
+      await new Promise((r) => setTimeout(r, 600)); // a few busy retries
+      expect(['delayed', 'active', 'waiting']).toContain(await tick.getState());
+      expect(listRequests()).toHaveLength(0);
+      // Meanwhile a scheduled incremental tick is still just skipped (the next one comes soon).
+      const incremental = await queue.add('incremental', { groupId, type: 'active', mode: 'incremental', trigger: 'schedule' }, PASS_JOB_OPTIONS);
+      expect((await finished(incremental.id as string)).status).toBe('skipped');
+    } finally {
+      releasedAt = Date.now();
+      await lock?.release();
+    }
+    const result = await finished(tick.id as string);
+    expect(result.status).toBe('succeeded');
+    expect(result.rowsSeen).toBe(sim.world.memberCount(groupId, 'active'));
+    const completed = (await readSyncState(database.pool, groupId, 'active'))?.lastFullCompletedAt;
+    expect(completed).not.toBe(before);
+    expect(Date.parse(completed as string)).toBeGreaterThanOrEqual(releasedAt - 1000);
+  });
+
   it('finds open full passes that nothing runs or waits to run, and resumes them once', async () => {
     const orphans = createOrphanResumer({ queue, pool: database.pool, redis, prefix, groups: [groupId], types: ['active'] });
     await markRunStarted(database.pool, groupId, 'active', 'full');
