@@ -160,6 +160,8 @@ export interface PageChurnSettings {
   join?: number;
   /** Members changing type per page (active ↔ unsubscribed/bounced), picked among rows after the page. */
   retype?: number;
+  /** Stop after this many pages have triggered churn (default: never). A small list that gains members on every page would otherwise never end. */
+  pages?: number;
 }
 
 export interface PageChurnServed {
@@ -172,7 +174,7 @@ export interface PageChurnServed {
 
 export class PageChurn {
   private readonly rng: Rng;
-  private settings: Required<Omit<PageChurnSettings, 'groupId'>> & { groupId?: string } = { leave: 0, join: 0, retype: 0 };
+  private settings: { leave: number; join: number; retype: number; pages: number; groupId?: string } = { leave: 0, join: 0, retype: 0, pages: Infinity };
   /** Mutations applied so far, by kind. */
   readonly applied = { leave: 0, join: 0, retype: 0 };
 
@@ -188,21 +190,30 @@ export class PageChurn {
       const n = settings[key] ?? 0;
       if (!(Number.isInteger(n) && n >= 0)) throw new RangeError(`page churn ${key} must be a whole number >= 0, got ${n}`);
     }
-    this.settings = { leave: settings.leave ?? 0, join: settings.join ?? 0, retype: settings.retype ?? 0, ...(settings.groupId ? { groupId: settings.groupId } : {}) };
+    const pages = settings.pages ?? Infinity;
+    if (!(pages >= 0)) throw new RangeError(`page churn pages must be >= 0, got ${pages}`);
+    this.settings = {
+      leave: settings.leave ?? 0,
+      join: settings.join ?? 0,
+      retype: settings.retype ?? 0,
+      pages,
+      ...(settings.groupId ? { groupId: settings.groupId } : {}),
+    };
   }
 
   clear(): void {
-    this.settings = { leave: 0, join: 0, retype: 0 };
+    this.settings = { leave: 0, join: 0, retype: 0, pages: Infinity };
   }
 
   get active(): boolean {
-    return this.settings.leave + this.settings.join + this.settings.retype > 0;
+    return this.settings.pages > 0 && this.settings.leave + this.settings.join + this.settings.retype > 0;
   }
 
   /** Called by the server after each list page. Filtered (incremental) reads are left alone. */
   onPage(served: PageChurnServed): void {
     if (!this.active || served.filtered || served.rows === 0) return;
     if (this.settings.groupId !== undefined && served.groupId !== this.settings.groupId) return;
+    this.settings.pages -= 1;
     const list = this.world.members(served.groupId, served.type ?? undefined);
     const readSoFar = list.slice(0, served.offset + served.rows);
     const ahead = list.slice(served.offset + served.rows);

@@ -229,6 +229,9 @@ export function overlapFor(pageLength: number): number {
   return Math.max(0, Math.min(20, Math.max(1, Math.floor(pageLength / 25)), pageLength - 1));
 }
 
+/** An offset past any real list (9 digits, what the service's validation accepts). */
+const FAR_OFFSET = 999_999_999;
+
 /** How many pages back a full pass looks for the previous page after a shift larger than the overlap. */
 const MAX_STEP_BACKS = 3;
 
@@ -348,6 +351,7 @@ export function createLegacyClient(options: LegacyClientOptions): LegacyClient {
     let overlap = previous ? Math.min(previous.size, overlapFor(page.limit)) : 0;
     let shortBefore: { length: number; offset: number } | undefined;
     let stepBacks = 0;
+    let probed = false;
     let continuous = offset === 0 || previous !== null;
 
     for (;;) {
@@ -372,14 +376,20 @@ export function createLegacyClient(options: LegacyClientOptions): LegacyClient {
       }
 
       const current = fingerprint(rows);
-      if (previousPrint && current.length > 1 && sameFingerprint(previousPrint, current)) {
-        // A legitimate overlapping page starts inside the previous one, never at its first row.
-        const path = subscribersPath(id, page.type);
-        throw new UpstreamBodyError(
-          `${LEGACY_LABEL} returned the same page at two offsets (the later ${offset}) on GET ${path}; it seems to ignore offset`,
-          { label: LEGACY_LABEL, method: 'GET', path },
-          200,
-        );
+      if (!probed && previousPrint && current.length > 1 && sameFingerprint(previousPrint, current)) {
+        // An overlapping page starts inside the previous one, never at its first row. Members joining
+        // ahead of the read position can repeat a page (the list shifted down by one step); a
+        // service that ignores offset repeats it everywhere. One request far past any list tells.
+        probed = true;
+        const far = await fetchList(id, { type: page.type, limit: page.limit, offset: FAR_OFFSET, filters: page.filters, signal: page.signal });
+        if (far.rows.length > 0 && sameFingerprint(fingerprint(far.rows), current)) {
+          const path = subscribersPath(id, page.type);
+          throw new UpstreamBodyError(
+            `${LEGACY_LABEL} returned the same page at offsets ${offset} and ${FAR_OFFSET} on GET ${path}; it seems to ignore offset`,
+            { label: LEGACY_LABEL, method: 'GET', path },
+            200,
+          );
+        }
       }
       const joined = previous === null || rows.some((r) => previous?.has(String(r.id)));
       if (!joined && offset > 0 && stepBacks < MAX_STEP_BACKS) {

@@ -362,7 +362,9 @@ describe('legacy page iterator', () => {
   it('fails instead of looping when the service ignores offset', async () => {
     const service = fakeService(0, { body: () => ({ status: 200, body: '[{"id":1},{"id":2},{"id":3}]' }) });
     await expect(collect(legacy(service).pages('1', { limit: 3, mode: 'full' }))).rejects.toThrow(/ignore offset/);
-    expect(service.urls).toHaveLength(2);
+    // A repeat alone could be members joining ahead of the read position: one request far past
+    // any list settles it.
+    expect(service.urls.map((u) => u.searchParams.get('offset'))).toEqual(['0', '2', '999999999']);
   });
 
   it('fetches one page at a time: nothing is requested until the consumer asks', async () => {
