@@ -250,16 +250,24 @@ export async function readPaging(db: Queryable): Promise<StoredPaging> {
   };
 }
 
-/** Saves what a pass learned. Concurrent passes merge: the longest page only grows. */
+/**
+ * Saves what a pass learned. Concurrent passes merge: the longest page only grows, a cap learned by
+ * one pass survives another that started before it was known, and a cap below a page the service
+ * has served is dropped (the service sends more than that now).
+ */
 export async function savePaging(db: Queryable, paging: StoredPaging): Promise<void> {
   await db.query(
-    `insert into upstream_paging as p (id, page_cap, longest_page, candidate_length, candidate_list, updated_at)
-     values (1, $1, $2, $3, $4, now())
+    `with merged as (
+       select greatest(coalesce(p.longest_page, 0), $2::int) as longest, coalesce($1::int, p.page_cap) as cap
+         from (select 1) one left join upstream_paging p on p.id = 1
+     )
+     insert into upstream_paging as p (id, page_cap, longest_page, candidate_length, candidate_list, updated_at)
+     select 1, case when cap < longest then null else cap end, longest, $3, $4, now() from merged
      on conflict (id) do update
-       set page_cap = excluded.page_cap, longest_page = greatest(p.longest_page, excluded.longest_page),
+       set page_cap = excluded.page_cap, longest_page = excluded.longest_page,
            candidate_length = excluded.candidate_length, candidate_list = excluded.candidate_list, updated_at = now()
      where row(p.page_cap, p.longest_page, p.candidate_length, p.candidate_list)
-           is distinct from row(excluded.page_cap, greatest(p.longest_page, excluded.longest_page), excluded.candidate_length, excluded.candidate_list)`,
+           is distinct from row(excluded.page_cap, excluded.longest_page, excluded.candidate_length, excluded.candidate_list)`,
     [paging.cap, paging.longestPage, paging.candidate?.length ?? null, paging.candidate?.where ?? null],
   );
 }

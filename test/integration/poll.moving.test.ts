@@ -11,7 +11,7 @@ import { createLogger } from '../../src/log.js';
 import { SUBSCRIBER_FIELDS } from '../../src/mirror/normalize.js';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { runPass, type PassDeps, type PassResult } from '../../src/sync/poll.js';
-import { readPaging, readSyncState } from '../../src/sync/state.js';
+import { readPaging, readSyncState, savePaging } from '../../src/sync/state.js';
 import { collectStatus } from '../../src/sync/status.js';
 import { createLegacyClient } from '../../src/upstream/legacy.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
@@ -123,6 +123,16 @@ describe('full passes while the list changes under them', () => {
     expect(endedAfter.size).toBeGreaterThan(100);
     expect(Math.max(...endedAfter.values())).toBeLessThanOrEqual(2);
     await mirrorEqualsWorld(database, sim, groupId);
+  });
+
+  it('the page cap is one per install: passes that ran at once merge what they learned', async () => {
+    await savePaging(database.pool, { cap: 100, longestPage: 100, candidate: null });
+    // A pass that started before the cap was learned saves what it knew: the cap stays.
+    await savePaging(database.pool, { cap: null, longestPage: 60, candidate: { length: 60, where: '1/active@0' } });
+    expect(await readPaging(database.pool)).toEqual({ cap: 100, longestPage: 100, candidate: { length: 60, where: '1/active@0' } });
+    // A pass that was served a longer page proves the cap gone.
+    await savePaging(database.pool, { cap: null, longestPage: 500, candidate: null });
+    expect(await readPaging(database.pool)).toEqual({ cap: null, longestPage: 500, candidate: null });
   });
 
   it('lists of 3 and of 300 members growing during their full pass keep the configured page size', async () => {
