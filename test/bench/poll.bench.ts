@@ -218,36 +218,30 @@ function passDeps(s: Setup): PassDeps {
   };
 }
 
-/** Runs a full pass of every type; returns rows seen and requests made. */
-async function fullPass(s: Setup, expectWritten: number | null): Promise<{ seen: number; requests: number }> {
+/** One pass of every type; returns rows seen and written and requests made. */
+async function passEveryType(s: Setup, mode: 'full' | 'incremental'): Promise<{ seen: number; written: number; requests: number }> {
   const deps = passDeps(s);
-  let seen = 0;
-  let written = 0;
-  let requests = 0;
+  const sum = { seen: 0, written: 0, requests: 0 };
   for (const type of s.types) {
-    const result = await runPass(deps, s.groupId, type, 'full');
-    seen += result.rowsSeen;
-    written += result.rowsWritten;
-    requests += result.requests;
+    const result = await runPass(deps, s.groupId, type, mode);
+    sum.seen += result.rowsSeen;
+    sum.written += result.rowsWritten;
+    sum.requests += result.requests;
   }
-  if (expectWritten !== null && written !== expectWritten) throw new Error(`full pass wrote ${written} rows, expected ${expectWritten}`);
-  return { seen, requests };
+  return sum;
+}
+
+async function fullPass(s: Setup, expectWritten: number | null): Promise<{ seen: number; requests: number }> {
+  const pass = await passEveryType(s, 'full');
+  if (expectWritten !== null && pass.written !== expectWritten) throw new Error(`full pass wrote ${pass.written} rows, expected ${expectWritten}`);
+  return pass;
 }
 
 /** One incremental tick of every type over the unchanged group (after a full pass). */
-async function incrementalTick(s: Setup): Promise<{ requests: number; rows: number; written: number }> {
-  const deps = passDeps(s);
-  let requests = 0;
-  let rows = 0;
-  let written = 0;
-  for (const type of s.types) {
-    const result = await runPass(deps, s.groupId, type, 'incremental');
-    requests += result.requests;
-    rows += result.rowsSeen;
-    written += result.rowsWritten;
-  }
-  if (written !== 0) throw new Error(`an incremental tick over an unchanged group wrote ${written} rows`);
-  return { requests, rows, written };
+async function incrementalTick(s: Setup): Promise<{ requests: number; rows: number }> {
+  const tick = await passEveryType(s, 'incremental');
+  if (tick.written !== 0) throw new Error(`an incremental tick over an unchanged group wrote ${tick.written} rows`);
+  return { requests: tick.requests, rows: tick.seen };
 }
 
 /** The fewest requests a full pass can make: per type the pages its rows fill, one request that shows the end, one count. */

@@ -5,45 +5,23 @@
  * growing during their pass. Simulator + real Postgres; webhooks off throughout (poll alone).
  */
 import { Writable } from 'node:stream';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { SubscriberType } from '../../src/db/schema.js';
+import { describe, expect, it } from 'vitest';
 import { createLogger } from '../../src/log.js';
 import { SUBSCRIBER_FIELDS } from '../../src/mirror/normalize.js';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
-import { runPass, type PassDeps, type PassResult } from '../../src/sync/poll.js';
+import { runPass, type PassDeps } from '../../src/sync/poll.js';
 import { readPaging, readSyncState, savePaging } from '../../src/sync/state.js';
 import { collectStatus } from '../../src/sync/status.js';
-import { createLegacyClient } from '../../src/upstream/legacy.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+import type { TestDatabase } from '../helpers/db.js';
 import { diffSubscribers, expectedFromWorld, readMembers, readMirroredSubscribers } from '../helpers/mirror.js';
+import { ALL_TYPES, passAllTypes, passDeps, passFixture } from '../helpers/poll.js';
 
-const { logger } = createLogger({ level: 'silent' });
-const ALL_TYPES: SubscriberType[] = ['active', 'unsubscribed', 'bounced', 'junk', 'unconfirmed'];
 const HOUR = 3_600_000;
 const DAY = 24 * HOUR;
 
-function deps(database: TestDatabase, sim: Simulator, overrides: Partial<PassDeps> = {}): PassDeps {
-  return {
-    pool: database.pool,
-    legacy: createLegacyClient({
-      baseUrl: sim.url,
-      apiKey: sim.apiKey,
-      http: { retry: { retries: 4, minDelayMs: 5, maxDelayMs: 50 }, timeoutMs: 10_000 },
-    }),
-    logger,
-    sourceTimezone: 'UTC',
-    lookbackMs: DAY,
-    pageSize: 500,
-    groupTypes: ALL_TYPES,
-    ...overrides,
-  };
-}
-
-async function passAllTypes(d: PassDeps, groupId: string, mode: 'full' | 'incremental', types = ALL_TYPES): Promise<PassResult[]> {
-  const results = [];
-  for (const type of types) results.push(await runPass(d, groupId, type, mode));
-  return results;
-}
+/** Page size 500, as the issue's scenarios. */
+const deps = (database: TestDatabase, sim: Simulator, overrides: Partial<PassDeps> = {}): PassDeps =>
+  passDeps(database, sim, { pageSize: 500, ...overrides });
 
 async function mirrorEqualsWorld(database: TestDatabase, sim: Simulator, groupId: string): Promise<void> {
   const expected = expectedFromWorld(sim.world, sim.world.members(groupId), 'UTC');
@@ -56,23 +34,11 @@ async function mirrorEqualsWorld(database: TestDatabase, sim: Simulator, groupId
 }
 
 describe('full passes while the list changes under them', () => {
-  let database: TestDatabase;
-  let sim: Simulator | undefined;
-
-  beforeAll(async () => {
-    database = await createTestDatabase();
-  });
-  afterEach(async () => {
-    await sim?.close();
-    sim = undefined;
-    await database.pool.query('truncate subscribers, group_members, sync_state, upstream_paging');
-  });
-  afterAll(async () => {
-    await database.drop();
-  });
+  const fixture = passFixture();
 
   it('20,000 members, page size 500, churn on every page: no false removal, every leaver ended within two passes, then equal to the world', async () => {
-    sim = await startSimulator({ subscribers: 20_000, groups: 1, rateLimit: false, seed: 11 });
+    const sim = (fixture.sim = await startSimulator({ subscribers: 20_000, groups: 1, rateLimit: false, seed: 11 }));
+    const database = fixture.database;
     const groupId = sim.world.groupIds()[0]!;
     expect(sim.world.memberCount(groupId)).toBeGreaterThan(15_000);
     const d = deps(database, sim);
@@ -88,7 +54,7 @@ describe('full passes while the list changes under them', () => {
 
     const check = async () => {
       const rows = await readMembers(database.pool, groupId);
-      const listed = new Set(sim!.world.members(groupId));
+      const listed = new Set(sim.world.members(groupId));
       const falseRemovals = rows.filter((m) => m.removedAt !== null && listed.has(m.subscriberId));
       expect(falseRemovals).toEqual([]);
       const removed = new Set(rows.filter((m) => m.removedAt !== null).map((m) => m.subscriberId));
@@ -126,6 +92,7 @@ describe('full passes while the list changes under them', () => {
   });
 
   it('the page cap is one per install: passes that ran at once merge what they learned', async () => {
+    const database = fixture.database;
     await savePaging(database.pool, { cap: 100, longestPage: 100, candidate: null });
     // A pass that started before the cap was learned saves what it knew: the cap stays.
     await savePaging(database.pool, { cap: null, longestPage: 60, candidate: { length: 60, where: '1/active@0' } });
@@ -136,7 +103,8 @@ describe('full passes while the list changes under them', () => {
   });
 
   it('lists of 3 and of 300 members growing during their full pass keep the configured page size', async () => {
-    sim = await startSimulator({ subscribers: 0, groups: 2, rateLimit: false });
+    const sim = (fixture.sim = await startSimulator({ subscribers: 0, groups: 2, rateLimit: false }));
+    const database = fixture.database;
     const [small, large] = sim.world.groupIds() as [string, string];
     for (let i = 0; i < 3; i++) sim.world.createSubscriber({ groups: [small] });
     for (let i = 0; i < 300; i++) sim.world.createSubscriber({ groups: [large] });
@@ -165,23 +133,11 @@ describe('full passes while the list changes under them', () => {
 });
 
 describe('incremental passes against dates the service gets wrong or does not stamp', () => {
-  let database: TestDatabase;
-  let sim: Simulator | undefined;
-
-  beforeAll(async () => {
-    database = await createTestDatabase();
-  });
-  afterEach(async () => {
-    await sim?.close();
-    sim = undefined;
-    await database.pool.query('truncate subscribers, group_members, sync_state, upstream_paging');
-  });
-  afterAll(async () => {
-    await database.drop();
-  });
+  const fixture = passFixture();
 
   it('a row dated 2099 is stored but does not drag the cursor: the next ordinary change is mirrored by the next incremental pass', async () => {
-    sim = await startSimulator({ subscribers: 200, groups: 1, rateLimit: false });
+    const sim = (fixture.sim = await startSimulator({ subscribers: 200, groups: 1, rateLimit: false }));
+    const database = fixture.database;
     const groupId = sim.world.groupIds()[0]!;
     const lines: string[] = [];
     const capture = createLogger({
@@ -213,7 +169,8 @@ describe('incremental passes against dates the service gets wrong or does not st
   });
 
   it('a cursor that ran away before (2099) is pulled back to the service now + 14 h and polling goes on', async () => {
-    sim = await startSimulator({ subscribers: 50, groups: 1, rateLimit: false });
+    const sim = (fixture.sim = await startSimulator({ subscribers: 50, groups: 1, rateLimit: false }));
+    const database = fixture.database;
     const groupId = sim.world.groupIds()[0]!;
     const d = deps(database, sim);
     await runPass(d, groupId, 'active', 'full');
@@ -227,7 +184,8 @@ describe('incremental passes against dates the service gets wrong or does not st
 
   it('with webhooks off, an unsubscribe stamped only in date_unsubscribe is mirrored by an incremental pass', async () => {
     let now = Date.parse('2024-05-10T12:00:00Z');
-    sim = await startSimulator({ subscribers: 300, groups: 1, rateLimit: false, clock: () => now });
+    const sim = (fixture.sim = await startSimulator({ subscribers: 300, groups: 1, rateLimit: false, clock: () => now }));
+    const database = fixture.database;
     const groupId = sim.world.groupIds()[0]!;
     const d = deps(database, sim);
     await passAllTypes(d, groupId, 'full');
@@ -257,7 +215,8 @@ describe('incremental passes against dates the service gets wrong or does not st
 
   it('page cap 100 not learned before, 150 subscribers changed in one day: all 150 mirrored by incremental passes', async () => {
     let now = Date.parse('2024-05-10T12:00:00Z');
-    sim = await startSimulator({ subscribers: 0, groups: 1, rateLimit: false, pageCap: 100, clock: () => now });
+    const sim = (fixture.sim = await startSimulator({ subscribers: 0, groups: 1, rateLimit: false, pageCap: 100, clock: () => now }));
+    const database = fixture.database;
     const groupId = sim.world.groupIds()[0]!;
     for (let i = 0; i < 60; i++) sim.world.createSubscriber({ groups: [groupId] });
     const d = deps(database, sim, { groupTypes: ['active'] });

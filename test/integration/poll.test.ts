@@ -5,42 +5,19 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { SUBSCRIBER_FIELDS } from '../../src/mirror/normalize.js';
 import { startSimulator, type Simulator, type SimulatorOptions } from '../../src/simulator/index.js';
-import { runPass, incrementalFilterDay, type PassDeps } from '../../src/sync/poll.js';
+import { runPass, incrementalFilterDay } from '../../src/sync/poll.js';
 import { readPaging, readSyncState } from '../../src/sync/state.js';
 import { UpstreamAuthError } from '../../src/upstream/http.js';
 import { createLegacyClient, overlapFor } from '../../src/upstream/legacy.js';
 import { createLimiter } from '../../src/upstream/limiter.js';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { createLogger } from '../../src/log.js';
-import type { SubscriberType } from '../../src/db/schema.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { diffSubscribers, expectedFromWorld, readMembers, readMirroredSubscribers } from '../helpers/mirror.js';
+import { passAllTypes, passDeps } from '../helpers/poll.js';
 
 const { logger } = createLogger({ level: 'silent' });
-const ALL_TYPES: SubscriberType[] = ['active', 'unsubscribed', 'bounced', 'junk', 'unconfirmed'];
-
-function deps(database: TestDatabase, sim: Simulator, overrides: Partial<PassDeps> = {}): PassDeps {
-  return {
-    pool: database.pool,
-    legacy: createLegacyClient({
-      baseUrl: sim.url,
-      apiKey: sim.apiKey,
-      http: { retry: { retries: 4, minDelayMs: 5, maxDelayMs: 50 }, timeoutMs: 5_000 },
-    }),
-    logger,
-    sourceTimezone: 'UTC',
-    lookbackMs: 86_400_000,
-    pageSize: 1000,
-    groupTypes: ALL_TYPES,
-    ...overrides,
-  };
-}
-
-async function passAllTypes(d: PassDeps, groupId: string, mode: 'full' | 'incremental') {
-  const results = [];
-  for (const type of ALL_TYPES) results.push(await runPass(d, groupId, type, mode));
-  return results;
-}
+const deps = passDeps;
 
 async function assertMirrorEqualsWorld(database: TestDatabase, sim: Simulator, groupId: string, timezone = 'UTC') {
   const memberIds = sim.world.members(groupId);
