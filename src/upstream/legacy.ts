@@ -221,12 +221,14 @@ export interface LegacyPage {
 }
 
 /**
- * Rows each full-pass request re-reads from the previous page: about 4 % of a page (≤ 20 rows), so
- * up to that many members may leave ahead of the read position between two requests without a
- * skip, for ~4 % more requests. Always at least one row fewer than the page, so every request moves on.
+ * Rows each full-pass request re-reads from the previous page: about 4 % of a page (1 to 20 rows),
+ * so up to that many members may leave ahead of the read position between two requests without a
+ * skip, for ~4 % more requests. Below the page length, so every request moves on; a page of one
+ * row is read again at the same offset (that request also shows whether the list ends there).
  */
 export function overlapFor(pageLength: number): number {
-  return Math.max(0, Math.min(20, Math.max(1, Math.floor(pageLength / 25)), pageLength - 1));
+  if (pageLength <= 1) return pageLength;
+  return Math.min(20, Math.max(1, Math.floor(pageLength / 25)), pageLength - 1);
 }
 
 /** An offset past any real list (9 digits, what the service's validation accepts). */

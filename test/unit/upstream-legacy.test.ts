@@ -322,6 +322,17 @@ describe('legacy page iterator', () => {
     expect(pages.some((p) => !p.continuous)).toBe(true);
   });
 
+  it('a list whose last page holds one row ends without a gap or a step back', async () => {
+    for (const total of [1, 11, 20]) {
+      const service = fakeService(total);
+      const pages = await collect(legacy(service).pages('1', { limit: 10, mode: 'full' }));
+      expect(new Set(pages.flatMap((p) => p.rows.map((r) => String(r.id)))).size).toBe(total);
+      expect(pages.every((p) => p.continuous)).toBe(true);
+      const offsets = service.urls.map((u) => Number(u.searchParams.get('offset')));
+      expect(offsets.every((o, i) => i === 0 || o >= offsets[i - 1]!)).toBe(true);
+    }
+  });
+
   it('a resumed pass joins its first page on the saved tail', async () => {
     const service = fakeService(95, { cap: 20 });
     const tail = ['1261159647788771362', '1261159647788771363'];
