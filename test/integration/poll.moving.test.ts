@@ -89,7 +89,7 @@ describe('full passes while the list changes under them', () => {
     expect(endedAfter.size).toBeGreaterThan(100);
     expect(Math.max(...endedAfter.values())).toBeLessThanOrEqual(2);
     await mirrorEqualsWorld(database, sim, groupId);
-  });
+  }, 300_000);
 
   it('the page cap is one per install: passes that ran at once merge what they learned', async () => {
     const database = fixture.database;
