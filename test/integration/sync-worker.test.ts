@@ -6,6 +6,7 @@
 import { Redis } from 'ioredis';
 import { QueueEvents } from 'bullmq';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { createMetrics } from '../../src/http/metrics.js';
 import { createLogger } from '../../src/log.js';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { tryAcquirePassLock } from '../../src/sync/lock.js';
@@ -28,6 +29,7 @@ describe('sync worker triggers', () => {
   let worker: SyncWorker;
   let events: QueueEvents;
   const queue = createSyncQueue(connection, prefix);
+  const metrics = createMetrics({ defaultMetrics: false });
 
   beforeAll(async () => {
     database = await createTestDatabase();
@@ -49,6 +51,7 @@ describe('sync worker triggers', () => {
       pageSize: 100,
       types: ['active'],
       busyRetryMs: 200,
+      metrics,
     });
   });
 
@@ -170,6 +173,17 @@ describe('sync worker triggers', () => {
     const completed = (await readSyncState(database.pool, groupId, 'active'))?.lastFullCompletedAt;
     expect(completed).not.toBe(before);
     expect(Date.parse(completed as string)).toBeGreaterThanOrEqual(releasedAt - 1000);
+  });
+
+  it('counts rows dated in the future in a metric (and keeps polling)', async () => {
+    const full = await queue.add('full', { groupId, type: 'active', mode: 'full', trigger: 'backfill' }, PASS_JOB_OPTIONS);
+    expect((await finished(full.id as string)).status).toBe('succeeded');
+    const id = sim.world.members(groupId, 'active')[3] as string;
+    sim.world.updateDatedAt(id, Date.parse('2099-01-01T00:00:00Z'));
+    const tick = await queue.add('incremental', { groupId, type: 'active', mode: 'incremental', trigger: 'schedule' }, PASS_JOB_OPTIONS);
+    expect((await finished(tick.id as string)).status).toBe('succeeded');
+    const counted = (await metrics.futureRows.get()).values.find((v) => v.labels.group === groupId && v.labels.type === 'active');
+    expect(counted?.value).toBe(1);
   });
 
   it('finds open full passes that nothing runs or waits to run, and resumes them once', async () => {
