@@ -107,6 +107,11 @@ export function createSyncWorker(deps: SyncWorkerDeps): SyncWorker {
     }
     const lock = await tryAcquirePassLock(deps.redis, passLockKey(deps.prefix, groupId, type));
     if (!lock) {
+      // What it meets is itself a full pass: the tick is served (the next one comes in
+      // RECONCILE_EVERY), and queueing it would run full passes back to back when one takes longer.
+      if (trigger === 'schedule' && mode === 'full' && (await fullPassRunning(groupId, type))) {
+        return skipped('a full pass of this group and type is running');
+      }
       if (mustRun && token) {
         // Someone else is running this (group, type): try again shortly instead of dropping the
         // request, and keep scheduled ticks from taking the lock first meanwhile.
@@ -124,6 +129,11 @@ export function createSyncWorker(deps: SyncWorkerDeps): SyncWorker {
       return skipped('no open full pass to resume');
     }
     return runLocked(job, lock);
+  };
+
+  const fullPassRunning = async (groupId: string, type: SubscriberType): Promise<boolean> => {
+    const state = await readSyncState(deps.pool, groupId, type).catch(() => null);
+    return state?.lastStatus === 'running' && state.lastMode === 'full';
   };
 
   const hasOpenFullPass = async (groupId: string, type: SubscriberType, lock: HeldLock): Promise<boolean> => {

@@ -175,6 +175,20 @@ describe('sync worker triggers', () => {
     expect(Date.parse(completed as string)).toBeGreaterThanOrEqual(releasedAt - 1000);
   });
 
+  it('a scheduled full pass that meets a running full pass is served by it (no back-to-back passes)', async () => {
+    const lock = await tryAcquirePassLock(redis, passLockKey(prefix, groupId, 'active'));
+    // The holder is running a full pass.
+    await markRunStarted(database.pool, groupId, 'active', 'full');
+    try {
+      const tick = await queue.add('full', { groupId, type: 'active', mode: 'full', trigger: 'schedule' }, PASS_JOB_OPTIONS);
+      expect(await finished(tick.id as string)).toMatchObject({ status: 'skipped', reason: 'a full pass of this group and type is running' });
+      expect(listRequests()).toHaveLength(0);
+    } finally {
+      await database.pool.query(`update sync_state set last_status = 'succeeded' where group_id = $1 and type = 'active'`, [groupId]);
+      await lock?.release();
+    }
+  });
+
   it('counts rows dated in the future in a metric (and keeps polling)', async () => {
     const full = await queue.add('full', { groupId, type: 'active', mode: 'full', trigger: 'backfill' }, PASS_JOB_OPTIONS);
     expect((await finished(full.id as string)).status).toBe('succeeded');
