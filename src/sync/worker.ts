@@ -128,12 +128,30 @@ export function createSyncWorker(deps: SyncWorkerDeps): SyncWorker {
       await lock.release();
       return skipped('no open full pass to resume');
     }
+    // A scheduler's job is added ahead of its due time, with the rest as delay.
+    const dueAt = job.timestamp + (job.opts.delay ?? 0);
+    if (trigger === 'schedule' && mode === 'full' && (await fullPassCompletedSince(groupId, type, dueAt, lock))) {
+      // It waited behind a pass that turned out to be full (the first pass of a type with no
+      // cursor, or a backfill): that pass served this tick.
+      await lock.release();
+      return skipped('a full pass of this group and type completed after this one was due');
+    }
     return runLocked(job, lock);
   };
 
   const fullPassRunning = async (groupId: string, type: SubscriberType): Promise<boolean> => {
     const state = await readSyncState(deps.pool, groupId, type).catch(() => null);
     return state?.lastStatus === 'running' && state.lastMode === 'full';
+  };
+
+  const fullPassCompletedSince = async (groupId: string, type: SubscriberType, sinceMs: number, lock: HeldLock): Promise<boolean> => {
+    try {
+      const completed = (await readSyncState(deps.pool, groupId, type))?.lastFullCompletedAt;
+      return completed != null && Date.parse(completed) >= sinceMs;
+    } catch (error) {
+      await lock.release();
+      throw error;
+    }
   };
 
   const hasOpenFullPass = async (groupId: string, type: SubscriberType, lock: HeldLock): Promise<boolean> => {

@@ -189,6 +189,20 @@ describe('sync worker triggers', () => {
     }
   });
 
+  it('a scheduled full pass that waited behind a pass which turned out full is served by it', async () => {
+    const lock = await tryAcquirePassLock(redis, passLockKey(prefix, groupId, 'active'));
+    const tick = await queue.add('full', { groupId, type: 'active', mode: 'full', trigger: 'schedule' }, PASS_JOB_OPTIONS);
+    try {
+      await new Promise((r) => setTimeout(r, 400)); // it found the lock held and waits
+      // The holder's pass completes as a full pass (e.g. the first pass of a type with no cursor).
+      await database.pool.query(`update sync_state set last_full_completed_at = now() where group_id = $1 and type = 'active'`, [groupId]);
+    } finally {
+      await lock?.release();
+    }
+    expect(await finished(tick.id as string)).toMatchObject({ status: 'skipped', reason: 'a full pass of this group and type completed after this one was due' });
+    expect(listRequests()).toHaveLength(0);
+  });
+
   it('counts rows dated in the future in a metric (and keeps polling)', async () => {
     const full = await queue.add('full', { groupId, type: 'active', mode: 'full', trigger: 'backfill' }, PASS_JOB_OPTIONS);
     expect((await finished(full.id as string)).status).toBe('succeeded');
