@@ -97,7 +97,9 @@ export function sameOrigin(request: FastifyRequest): boolean {
   const site = request.headers['sec-fetch-site'];
   if (typeof site === 'string' && site !== 'same-origin' && site !== 'none') return false;
   const origin = request.headers.origin;
-  if (origin !== undefined) {
+  // "null" is what a browser sends for opaque origins (and, under some referrer policies, for its
+  // own forms): Sec-Fetch-Site decides then.
+  if (origin !== undefined && origin !== 'null') {
     if (!URL.canParse(origin)) return false;
     return new URL(origin).host === request.headers.host;
   }
@@ -123,7 +125,7 @@ function sendHtml(reply: FastifyReply, status: number, render: (nonce: string) =
     .header('content-type', 'text/html; charset=utf-8')
     .header('cache-control', 'no-store')
     .header('x-content-type-options', 'nosniff')
-    .header('referrer-policy', 'no-referrer')
+    .header('referrer-policy', 'same-origin')
     .header(
       'content-security-policy',
       `default-src 'none'; style-src 'nonce-${nonce}'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'`,
@@ -137,6 +139,8 @@ function sessionCookie(request: FastifyRequest, value: string, maxAgeSeconds: nu
 }
 
 const OPEN_PATHS = new Set(['/admin/login']);
+
+const EXTERNAL_STYLESHEET = /<link\s+href="https:\/\/fonts\.googleapis\.com\/[^"]*"\s+rel="stylesheet">/g;
 
 function parseBackfillBody(body: unknown, configured: AdminDeps['configured']): { groupId: string; types: SubscriberType[] } | string {
   if (!body || typeof body !== 'object' || Array.isArray(body)) return 'body must be a JSON object {group, type?}';
@@ -259,6 +263,14 @@ export async function registerAdminRoutes(app: FastifyInstance, deps: AdminDeps)
       authPause: deps.authPause ? await deps.authPause().catch(() => null) : null,
       passes: await collectStatus(deps.pool, deps.configured),
     }));
+
+    // The dashboard's page links Google Fonts: without internet (where operators often run this) that
+    // is a failed request and a console error on every load. Its own CSS falls back to system fonts.
+    admin.addHook('onSend', async (request, reply, payload) => {
+      if (typeof payload !== 'string' || !request.url.startsWith('/admin/queues')) return payload;
+      if (!String(reply.getHeader('content-type') ?? '').startsWith('text/html')) return payload;
+      return payload.replace(EXTERNAL_STYLESHEET, '');
+    });
 
     const board = new FastifyAdapter();
     board.setBasePath('/admin/queues');
