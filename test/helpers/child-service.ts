@@ -35,13 +35,16 @@ export function startChildCli(args: string[], env: Record<string, string>, portF
   });
   const exited = new Promise<void>((resolve) => child.on('close', () => resolve()));
   void exited.then(() => resolvePort(Number.NaN));
+  const started = port.then((p) => {
+    if (!Number.isFinite(p)) throw new Error(`${args.join(' ')} exited before it started; stderr:\n${stderr}`);
+    return p;
+  });
+  // Callers that never ask for the port (the demo) must not get an unhandled rejection at exit.
+  started.catch(() => {});
   return {
     child,
     lines,
-    port: port.then((p) => {
-      if (!Number.isFinite(p)) throw new Error(`${args.join(' ')} exited before it started; stderr:\n${stderr}`);
-      return p;
-    }),
+    port: started,
     async stop() {
       if (child.exitCode !== null || child.signalCode !== null) return;
       child.kill('SIGTERM');
