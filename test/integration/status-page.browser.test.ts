@@ -79,11 +79,6 @@ describe.skipIf(chromiumTool.skip)('status page in a real browser', () => {
       120_000,
       250,
     );
-    // A delivery that failed to apply, whose error carries markup: it must show as text.
-    await database.pool.query(
-      `insert into webhook_deliveries (body_sha256, body, kinds, status, attempts, error) values ('browser-test', '{}', '{subscriber.created}', 'failed', 3, $1)`,
-      [XSS_ERROR],
-    );
     browser = await launchChromium();
   }, 180_000);
 
@@ -138,13 +133,21 @@ describe.skipIf(chromiumTool.skip)('status page in a real browser', () => {
       expect(await row.locator('code').textContent()).toBe(expected.cursor ?? '–');
     }
     expect(await page.locator('#auth-pause').count()).toBe(0);
+    if (process.env.STATUS_PAGE_SCREENSHOT) await page.screenshot({ path: process.env.STATUS_PAGE_SCREENSHOT, fullPage: true });
+
+    // A delivery that failed to apply, whose error carries markup: it must show as text.
+    expect(await page.locator('[data-inbox=failed]').textContent()).toBe('0');
+    await database.pool.query(
+      `insert into webhook_deliveries (body_sha256, body, kinds, status, attempts, error) values ('browser-test', '{}', '{subscriber.created}', 'failed', 3, $1)`,
+      [XSS_ERROR],
+    );
+    await page.reload();
     expect(await page.locator('[data-inbox=failed]').textContent()).toBe('1');
     expect(await page.locator('#failed td.err').textContent()).toBe(XSS_ERROR);
     expect(await page.evaluate('typeof window.__xss')).toBe('undefined');
     expect(await page.getAttribute('meta[http-equiv=refresh]', 'content')).toBe('15');
     for (const href of ['/admin/queues', '/metrics']) expect(await page.locator(`nav a[href="${href}"]`).count()).toBe(1);
 
-    if (process.env.STATUS_PAGE_SCREENSHOT) await page.screenshot({ path: process.env.STATUS_PAGE_SCREENSHOT, fullPage: true });
     expect(errors).toEqual([]);
     await page.close();
   });
