@@ -12,16 +12,15 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse, stringify } from 'yaml';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
-import { collectStatus } from '../../src/sync/status.js';
 import { freePort, startChildCli, type ChildService } from '../helpers/child-service.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { MONITORING, shippedExpressions, withBool } from '../helpers/promql.js';
 import { deleteInstallKeys, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { requirePath, systemTool } from '../helpers/tools.js';
+import { waitForFullPasses } from '../helpers/passes.js';
 import { sleep, waitFor } from '../helpers/wait.js';
 
 const prometheusTool = systemTool('prometheus', 'prometheus');
-const TYPES = ['active', 'unsubscribed', 'bounced', 'junk', 'unconfirmed'];
 
 interface QueryAnswer {
   status: string;
@@ -96,15 +95,7 @@ describe.skipIf(prometheusTool.skip)('a real Prometheus scraping subscriber-mirr
     prometheus.stderr?.on('data', (d: Buffer) => (promLog = (promLog + d.toString()).slice(-5_000)));
 
     // A complete pass of every configured group × type (the first ones are full: upstream counts known).
-    await waitFor(
-      'a successful full pass of every group × type',
-      async () => {
-        const rows = await collectStatus(database.pool, { groups: sim.world.groupIds(), types: TYPES });
-        return rows.length === sim.world.groupIds().length * TYPES.length && rows.every((r) => r.lastSuccessAt && r.upstreamCount !== null);
-      },
-      120_000,
-      500,
-    );
+    await waitForFullPasses(database.pool, sim.world.groupIds());
     await waitFor('Prometheus ready', async () => (await fetch(`${promUrl}/-/ready`).catch(() => null))?.ok, 60_000, 250).catch((e: Error) => {
       throw new Error(`${e.message}\n${promLog}`);
     });

@@ -11,15 +11,16 @@ import type { Page } from 'playwright-core';
 import { loadConfig } from '../../src/config.js';
 import { startService, type RunningService } from '../../src/start.js';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
+import { SUBSCRIBER_TYPES } from '../../src/db/schema.js';
 import { collectStatus } from '../../src/sync/status.js';
 import { chromiumTool, launchChromium, type Browser } from '../helpers/browser.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { deleteInstallKeys, redisUrl, uniquePrefix } from '../helpers/redis.js';
+import { waitForFullPasses } from '../helpers/passes.js';
 import { waitFor } from '../helpers/wait.js';
 
 const TOKEN = 'browser-admin-token-0123456789';
 const PAUSED_TOKEN = 'paused-admin-token-0123456789';
-const TYPES = ['active', 'unsubscribed', 'bounced', 'junk', 'unconfirmed'];
 const XSS_ERROR = `<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>`;
 
 function serviceEnv(database: TestDatabase, sim: Simulator, prefix: string, apiKey: string, token: string): Record<string, string> {
@@ -70,15 +71,7 @@ describe.skipIf(chromiumTool.skip)('status page in a real browser', () => {
     database = await createTestDatabase();
     service = await startService(loadConfig(serviceEnv(database, sim, prefix, sim.apiKey, TOKEN), ['poll', 'receive']), 'all');
     base = `http://127.0.0.1:${service.port}`;
-    await waitFor(
-      'a successful full pass of every group × type',
-      async () => {
-        const rows = await collectStatus(database.pool, { groups: sim.world.groupIds(), types: TYPES });
-        return rows.length === 10 && rows.every((r) => r.lastSuccessAt && r.upstreamCount !== null);
-      },
-      120_000,
-      250,
-    );
+    await waitForFullPasses(database.pool, sim.world.groupIds());
     browser = await launchChromium();
   }, 180_000);
 
@@ -121,7 +114,7 @@ describe.skipIf(chromiumTool.skip)('status page in a real browser', () => {
     expect(cookie).toMatchObject({ httpOnly: true, sameSite: 'Strict', path: '/admin' });
     expect(cookie?.value).not.toContain(TOKEN);
 
-    const status = await collectStatus(database.pool, { groups: sim.world.groupIds(), types: TYPES });
+    const status = await collectStatus(database.pool, { groups: sim.world.groupIds(), types: SUBSCRIBER_TYPES });
     const rows = page.locator('#passes tbody tr');
     expect(await rows.count()).toBe(status.length);
     for (const expected of status) {
