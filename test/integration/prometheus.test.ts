@@ -58,10 +58,13 @@ describe.skipIf(prometheusTool.skip)('a real Prometheus scraping subscriber-mirr
         SYNC_GROUPS: sim.world.groupIds().join(','),
         SYNC_EVERY: '30s',
         PORT: '0',
+        // As in docker-compose.yml: /metrics on the ops listener, which Prometheus scrapes.
+        OPS_PORT: '0',
+        METRICS_REFRESH_EVERY: '1s',
         LOG_LEVEL: 'info',
         LOG_FORMAT: 'json',
       },
-      (line) => (line.msg === 'service started' && typeof line.port === 'number' ? line.port : null),
+      (line) => (line.msg === 'service started' && typeof line.opsPort === 'number' ? line.opsPort : null),
     );
     const port = await service.port;
 

@@ -110,8 +110,13 @@ describe('Grafana and compose', () => {
     }
     expect(compose.services.prometheus?.command).toContain('--config.file=/etc/prometheus/prometheus.yml');
     const prometheusYml = parse(readFileSync(path.join(MONITORING, 'prometheus.yml'), 'utf8')) as {
-      scrape_configs: Array<{ job_name: string }>;
+      scrape_configs: Array<{ job_name: string; static_configs?: Array<{ targets: string[] }>; dns_sd_configs?: Array<{ port: number }> }>;
     };
     expect(prometheusYml.scrape_configs.map((c) => c.job_name)).toEqual(['subscriber-mirror-receiver', 'subscriber-mirror-worker']);
+    // /metrics is on the ops port of the receiver and of every worker replica.
+    const ops = compose.services.receiver as { environment?: Record<string, string> } | undefined;
+    const opsPort = ops?.environment?.OPS_PORT;
+    expect(prometheusYml.scrape_configs[0]?.static_configs?.[0]?.targets).toEqual([`receiver:${opsPort}`]);
+    expect(prometheusYml.scrape_configs[1]?.dns_sd_configs?.[0]?.port).toBe(Number(opsPort));
   });
 });
