@@ -391,10 +391,10 @@ export function createSecretCache(options: SecretCacheOptions): SecretCache {
       return secrets;
     },
     async refreshAfterMiss() {
-      if (inFlight && inFlightForMiss) return (await inFlight) ? 'reloaded' : 'failed';
       // A background load may have started before the missing secret was stored: let it finish, then
-      // load again (within the miss budget).
-      if (inFlight) await inFlight;
+      // load again (within the miss budget). Concurrent misses share one miss-triggered load.
+      while (inFlight && !inFlightForMiss) await inFlight;
+      if (inFlight) return (await inFlight) ? 'reloaded' : 'failed';
       if (now() - missAttemptAt < options.missRefreshMs) return lastFailed ? 'failed' : 'skipped';
       missAttemptAt = now();
       return (await reload(true)) ? 'reloaded' : 'failed';
