@@ -20,6 +20,7 @@ function row(over: Partial<StatusRow> = {}): StatusRow {
     upstreamCount: 1000,
     upstreamCountAt: '2026-11-26T00:00:00Z',
     drift: 10,
+    futureRows: 0,
     ...over,
   };
 }
