@@ -15,6 +15,7 @@ export type Role = (typeof ROLES)[number];
 export type ConfigNeed = 'poll' | 'receive' | 'manage-webhooks' | 'database';
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+export const LOG_FORMATS = ['auto', 'json', 'pretty'] as const;
 
 export interface Config {
   databaseUrl: string;
@@ -70,6 +71,8 @@ export interface Config {
   webhookPath: string;
   adminToken: string | undefined;
   logLevel: (typeof LOG_LEVELS)[number];
+  /** auto: human-readable on a terminal unless NODE_ENV=production, JSON otherwise. */
+  logFormat: (typeof LOG_FORMATS)[number];
   shutdownTimeoutMs: number;
 }
 
@@ -290,6 +293,7 @@ const envSchema = z.object({
     z.string().min(16, 'must be at least 16 characters (it guards the admin API)').optional(),
   ),
   LOG_LEVEL: z.preprocess(emptyToUndefined, z.enum(LOG_LEVELS).default('info')),
+  LOG_FORMAT: z.preprocess(emptyToUndefined, z.enum(LOG_FORMATS).default('auto')),
   SHUTDOWN_TIMEOUT: z.preprocess(emptyToUndefined, duration('30s', 0)),
 });
 
@@ -377,6 +381,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, needs: ConfigNe
     webhookPath: e.WEBHOOK_PATH,
     adminToken: e.ADMIN_TOKEN,
     logLevel: e.LOG_LEVEL,
+    logFormat: e.LOG_FORMAT,
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT,
   };
 }

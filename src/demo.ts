@@ -5,6 +5,7 @@
  * registers the two webhooks exactly as an operator would, and prints SQL to try. Subscribers appear
  * in Postgres within a minute and keep changing through both paths.
  */
+import { randomBytes } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { loadConfig } from './config.js';
@@ -65,6 +66,9 @@ export async function runDemo(argv: string[]): Promise<void> {
   // the legacy rate limit stays the real 60 per minute.
   const sim = await startSimulator({ subscribers, groups: 2, churn, timeScale: 0.05, rateLimitWindowMs: 60_000 });
   const databaseUrl = await demoDatabaseUrl();
+  // A fresh token per run unless one is set: the status page needs one, and a fixed one would be
+  // guessable on any machine running the demo.
+  const adminToken = process.env.ADMIN_TOKEN || randomBytes(18).toString('base64url');
   const config = loadConfig(
     {
       ...process.env,
@@ -78,6 +82,7 @@ export async function runDemo(argv: string[]): Promise<void> {
       RECONCILE_EVERY: process.env.RECONCILE_EVERY ?? '15m',
       REDIS_PREFIX: process.env.REDIS_PREFIX ?? 'subscriber-mirror-demo',
       PORT: String(port),
+      ADMIN_TOKEN: adminToken,
       LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn',
     },
     ['poll', 'receive', 'manage-webhooks'],
@@ -98,6 +103,7 @@ export async function runDemo(argv: string[]): Promise<void> {
       `subscriber-mirror demo is running (Ctrl-C to stop)`,
       `  simulator: ${sim.url}  (${subscribers} subscribers, groups ${sim.world.groupIds().join(', ')}, ${churn} changes/s)`,
       `  service:   http://127.0.0.1:${service.port}  (/readyz, /metrics; webhooks at ${config.webhookPath})`,
+      `  status:    http://127.0.0.1:${service.port}/admin/  (log in with the admin token ${adminToken})`,
       `  database:  ${databaseUrl}`,
       '',
       'Subscribers appear within a minute. Try:',

@@ -1,5 +1,6 @@
 /**
- * pino JSON logs with secrets redacted (invariant 10).
+ * pino logs with secrets redacted (invariant 10): JSON by default, human-readable lines through pino's
+ * own pretty transport (pino-pretty, in a worker thread) when a person reads them on a terminal.
  *
  * Two layers, because either alone leaks: `redact` removes well-known fields (auth headers, keys,
  * secrets) wherever they sit in a logged object, and a scrubber replaces the literal values of the
@@ -86,6 +87,15 @@ export interface LoggerSetup {
   secrets?: Iterable<string>;
   destination?: DestinationStream;
   name?: string;
+  /** auto (default): pretty when stdout is a TTY and NODE_ENV is not production. */
+  format?: 'auto' | 'json' | 'pretty';
+}
+
+/** Pretty output only for people: never when piped (log collectors) nor in production. */
+export function usePretty(format: LoggerSetup['format'], stdoutIsTty: boolean, nodeEnv: string | undefined): boolean {
+  if (format === 'pretty') return true;
+  if (format === 'json') return false;
+  return stdoutIsTty && nodeEnv !== 'production';
 }
 
 export interface AppLogger {
@@ -115,6 +125,13 @@ export function createLogger(setup: LoggerSetup = {}): AppLogger {
       },
     },
   };
+  if (!setup.destination && usePretty(setup.format, process.stdout.isTTY === true, process.env.NODE_ENV)) {
+    // Redaction and scrubbing run above, in this thread; the transport only formats clean records.
+    options.transport = {
+      target: 'pino-pretty',
+      options: { colorize: process.stdout.isTTY === true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname,service' },
+    };
+  }
   const logger = setup.destination ? pino(options, setup.destination) : pino(options);
   return { logger, scrub };
 }

@@ -19,7 +19,9 @@ import { migrationsPending, runMigrations } from './db/migrate.js';
 import { configureHistory, purgeHistory } from './mirror/history.js';
 import { repeat, type Repeating } from './repeat.js';
 import { registerAdminRoutes } from './http/admin.js';
-import { createMetrics, type Metrics } from './http/metrics.js';
+import { createMetrics, initSeries, type Metrics } from './http/metrics.js';
+import { DELIVERY_STATUSES } from './db/schema.js';
+import { countDeliveriesByStatus } from './webhooks/inbox.js';
 import { buildServer, closeWithin, type ReadinessCheck } from './http/server.js';
 import { createLogger, type Logger } from './log.js';
 import { authPauseKey, isPaused, readAuthPause } from './sync/auth-pause.js';
@@ -63,7 +65,7 @@ const OUTCOME_LABEL: Record<ReceiverOutcome, string> = {
 };
 
 export async function startService(config: Config, role: Role): Promise<RunningService> {
-  const { logger } = createLogger({ level: config.logLevel, secrets: secretsOf(config) });
+  const { logger } = createLogger({ level: config.logLevel, secrets: secretsOf(config), format: config.logFormat });
   const log = logger.child({ role });
 
   try {
@@ -88,6 +90,7 @@ export async function startService(config: Config, role: Role): Promise<RunningS
   redis.on('error', () => {});
   redis.connect().catch(() => {});
   const metrics = createMetrics();
+  initSeries(metrics, DELIVERY_STATUSES);
   // BullMQ's blocking connections must retry forever (maxRetriesPerRequest: null, DESIGN.md "Traps");
   // the queues that the HTTP path adds to fail fast instead.
   const workerConnection = { url: config.redisUrl, maxRetriesPerRequest: null };
@@ -111,6 +114,7 @@ export async function startService(config: Config, role: Role): Promise<RunningS
 
   const refreshGauges = async () => {
     await recordQueueDepths(metrics, [syncQueue, consumer.queue]);
+    await recordInboxGauges(metrics, database.pool);
     if (polls) await recordSyncGauges(metrics, database.pool, config);
   };
   const gauges = repeat(refreshGauges, { firstDelayMs: 0, nextDelayMs: () => config.metricsRefreshMs, onError: () => {} });
@@ -141,9 +145,8 @@ export async function startService(config: Config, role: Role): Promise<RunningS
       syncQueue,
       extraQueues: [consumer.queue],
       configured: { groups: config.sync.groups, types: config.sync.types },
-      statusExtras: async () => ({
-        authPause: apiKey ? await readAuthPause(redis, authPauseKey(config.redisPrefix, apiKey)).catch(() => null) : null,
-      }),
+      authPause: apiKey ? () => readAuthPause(redis, authPauseKey(config.redisPrefix, apiKey)) : undefined,
+      syncEveryMs: config.sync.everyMs,
     });
   }
 
@@ -274,9 +277,21 @@ async function recordSyncGauges(metrics: Metrics, pool: pg.Pool, config: Config)
     const now = Date.now();
     for (const r of rows) {
       const labels = { group: r.groupId, type: r.type };
+      metrics.syncInterval.set(labels, config.sync.everyMs / 1000);
+      metrics.mirrored.set(labels, r.mirrored);
       if (r.cursor) metrics.cursorAge.set(labels, Math.max(0, (now - Date.parse(r.cursor)) / 1000));
+      if (r.lastSuccessAt) metrics.lastSuccess.set(labels, Date.parse(r.lastSuccessAt) / 1000);
+      if (r.upstreamCount !== null) metrics.upstreamCount.set(labels, r.upstreamCount);
       if (r.drift !== null) metrics.drift.set(labels, r.drift);
     }
+  } catch {
+    // Postgres unavailable: readiness reports it.
+  }
+}
+
+async function recordInboxGauges(metrics: Metrics, pool: pg.Pool): Promise<void> {
+  try {
+    for (const [status, n] of Object.entries(await countDeliveriesByStatus(pool))) metrics.inbox.set({ status }, n);
   } catch {
     // Postgres unavailable: readiness reports it.
   }

@@ -4,12 +4,13 @@
  *
  * Ids are `text` everywhere (invariant 6: legacy ids exceed 2^53). Timestamps are `timestamptz`
  * with microseconds. Only `src/mirror/store.ts` (and `src/mirror/store/`) writes the mirrored tables;
- * the history tables also by `src/mirror/history.ts` and two triggers (migration 0008_history_functions).
+ * the history tables also by `src/mirror/history.ts` and two triggers (migration 0010_history_functions).
  */
 import { sql } from 'drizzle-orm';
 import {
   bigint,
   bigserial,
+  check,
   boolean,
   doublePrecision,
   index,
@@ -18,6 +19,7 @@ import {
   pgTable,
   pgView,
   primaryKey,
+  smallint,
   text,
   timestamp,
   unique,
@@ -248,13 +250,42 @@ export const syncState = pgTable(
     fullOffset: integer('full_offset'),
     fullStartedAt: tstz('full_started_at'),
     lastFullCompletedAt: tstz('last_full_completed_at'),
-    /** A page size the service silently caps `limit` to, once detected (DESIGN.md "Facts"). */
+    /** Unused since the page cap is learned once per install (`upstream_paging`); kept for old readers. */
     effectiveLimit: integer('effective_limit'),
+    /** Ids at the end of the last committed page of the open full pass: a resumed pass joins on them. */
+    fullTailIds: text('full_tail_ids').array(),
+    /** False once the open full pass met a page it could not join to the previous one (rows may be skipped). */
+    fullContinuous: boolean('full_continuous'),
+    /** Start of the latest complete full pass that skipped nothing (proof for removals). */
+    proofStartedAt: tstz('proof_started_at'),
+    /** Start of the one before it: members unseen since then were missed by two passes in a row. */
+    prevProofStartedAt: tstz('prev_proof_started_at'),
+    /** Rows dated after the service's now + the timezone margin in the last run (stored, cursor not moved). */
+    futureRowsLastRun: integer('future_rows_last_run'),
     upstreamCount: integer('upstream_count'),
     upstreamCountAt: tstz('upstream_count_at'),
     updatedAt: tstz('updated_at').notNull().defaultNow(),
   },
   (t) => [primaryKey({ columns: [t.groupId, t.type] })],
+);
+
+/**
+ * What this install knows about the service's silent page cap (DESIGN.md "Facts"): one row, because
+ * the cap is the service's, not a group's. Written by the poller only.
+ */
+export const upstreamPaging = pgTable(
+  'upstream_paging',
+  {
+    id: smallint('id').primaryKey().default(1),
+    /** The learned cap; null while none is known. */
+    pageCap: integer('page_cap'),
+    /** The longest page the service ever served. */
+    longestPage: integer('longest_page').notNull().default(0),
+    candidateLength: integer('candidate_length'),
+    candidateList: text('candidate_list'),
+    updatedAt: tstz('updated_at').notNull().defaultNow(),
+  },
+  (t) => [check('upstream_paging_single_row', sql`${t.id} = 1`)],
 );
 
 export const DELIVERY_STATUSES = ['pending', 'applied', 'failed', 'ignored'] as const;

@@ -19,6 +19,14 @@ export interface Metrics {
   drift: Gauge<'group' | 'type'>;
   authPaused: Gauge;
   deliveryLag: Histogram;
+  futureRows: Counter<'group' | 'type'>;
+  passGaps: Counter<'group' | 'type'>;
+  membersRemoved: Counter<'via'>;
+  lastSuccess: Gauge<'group' | 'type'>;
+  syncInterval: Gauge<'group' | 'type'>;
+  upstreamCount: Gauge<'group' | 'type'>;
+  mirrored: Gauge<'group' | 'type'>;
+  inbox: Gauge<'status'>;
 }
 
 export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metrics {
@@ -106,5 +114,65 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
       buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 30, 120],
       registers,
     }),
+    futureRows: new Counter({
+      name: 'subscriber_mirror_poll_future_rows_total',
+      help: "Rows dated after the service's now + 14 h (stored; the incremental cursor does not follow them)",
+      labelNames: ['group', 'type'],
+      registers,
+    }),
+    passGaps: new Counter({
+      name: 'subscriber_mirror_full_pass_gaps_total',
+      help: 'Full-pass pages that could not be joined to the previous page (the list shifted more than the overlap); such a pass proves no removal',
+      labelNames: ['group', 'type'],
+      registers,
+    }),
+    membersRemoved: new Counter({
+      name: 'subscriber_mirror_members_removed_total',
+      help: 'Memberships ended by the poll (missed by two complete gap-free full passes in a row)',
+      labelNames: ['via'],
+      registers,
+    }),
+    lastSuccess: new Gauge({
+      name: 'subscriber_mirror_sync_last_success_timestamp_seconds',
+      help: 'Unix time of the last successful pass (incremental or full), per group and type',
+      labelNames: ['group', 'type'],
+      registers,
+    }),
+    syncInterval: new Gauge({
+      name: 'subscriber_mirror_sync_interval_seconds',
+      help: 'Configured SYNC_EVERY per group and type (alerts compare pass age against it)',
+      labelNames: ['group', 'type'],
+      registers,
+    }),
+    upstreamCount: new Gauge({
+      name: 'subscriber_mirror_sync_upstream_count',
+      help: 'Members the service reported (/count) at the last full pass, per group and type',
+      labelNames: ['group', 'type'],
+      registers,
+    }),
+    mirrored: new Gauge({
+      name: 'subscriber_mirror_sync_mirrored_members',
+      help: 'Current members in the mirror (removed_at is null), per group and type',
+      labelNames: ['group', 'type'],
+      registers,
+    }),
+    inbox: new Gauge({
+      name: 'subscriber_mirror_webhook_inbox_deliveries',
+      help: 'Stored webhook deliveries by status (pending, applied, failed, ignored)',
+      labelNames: ['status'],
+      registers,
+    }),
   };
+}
+
+/**
+ * Series that alerts and the dashboard select by label exist from the first scrape (at 0), so a
+ * rule reads "nothing failed" rather than "no data", and a misspelled label shows up in tests.
+ */
+export function initSeries(metrics: Metrics, inboxStatuses: readonly string[]): void {
+  for (const outcome of ['received', 'received_invalid', 'rejected', 'duplicate', 'applied', 'failed', 'ignored']) metrics.deliveries.inc({ outcome }, 0);
+  for (const mode of ['incremental', 'full']) {
+    for (const outcome of ['succeeded', 'failed']) metrics.passDuration.zero({ mode, outcome });
+  }
+  for (const status of inboxStatuses) metrics.inbox.set({ status }, 0);
 }

@@ -2,14 +2,14 @@
  * History (issue #13): every version of a subscriber, kept as the current `subscribers` row plus
  * `subscriber_versions_past` (read together through the `subscriber_versions` view), written from
  * the subscriber upsert in its transaction. Membership periods (`group_membership_periods`) are
- * kept by a trigger on `group_members` (migration `0008_history_functions`), so every path that
+ * kept by a trigger on `group_members` (migration `0010_history_functions`), so every path that
  * starts or ends a membership is followed.
  *
  * Why not a trigger on `subscribers`: the guarded upsert skips versions older than the stored one,
  * and history must keep them (a late version goes to its place in the timeline). So the store hands
  * every row it did not write (older than the stored one, or superseded within its batch) to
  * {@link recordVersions}. A row the upsert replaces moves to `subscriber_versions_past` through a
- * statement-level trigger on `subscribers` (migration `0008_history_functions`): its transition
+ * statement-level trigger on `subscribers` (migration `0010_history_functions`): its transition
  * table holds the rows exactly as they were replaced, also when a concurrent writer changed them
  * after our statement's snapshot; a fresh subscriber costs no history write at all.
  *

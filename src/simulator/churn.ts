@@ -6,6 +6,7 @@ import { mulberry32, pickWeighted } from './prng.js';
 import type { Rng } from './prng.js';
 import { FIELD_KEYS } from './kinds.js';
 import type { World } from './world.js';
+import type { SubscriberType } from './kinds.js';
 
 export type MutationName =
   | 'create'
@@ -140,5 +141,100 @@ export class Churn {
     const n = Math.floor(this.due);
     this.due -= n;
     if (n > 0) this.step(n);
+  }
+}
+
+/**
+ * Page churn: mutations applied right after a legacy list page is served, i.e. between the pages of
+ * a pass that reads with offset paging (DESIGN.md "Facts": each member leaving ahead of the read
+ * position hides one row at the next page boundary). Each page served of an unfiltered list of the
+ * chosen group triggers `leave` removals (from rows the pass already read, the case that shifts
+ * the rest up), `join` new members and `retype` type changes of members still ahead.
+ */
+export interface PageChurnSettings {
+  /** Only pages of this group's lists trigger churn (default: every group). */
+  groupId?: string;
+  /** Members leaving per page (half removed from the group, half deleted), picked among rows before the page. */
+  leave?: number;
+  /** Members joining per page (new subscribers or existing ones added). */
+  join?: number;
+  /** Members changing type per page (active ↔ unsubscribed/bounced), picked among rows after the page. */
+  retype?: number;
+  /** Stop after this many pages have triggered churn (default: never). A small list that gains members on every page would otherwise never end. */
+  pages?: number;
+}
+
+export interface PageChurnServed {
+  groupId: string;
+  type: SubscriberType | null;
+  offset: number;
+  rows: number;
+  filtered: boolean;
+}
+
+export class PageChurn {
+  private readonly rng: Rng;
+  private settings: { leave: number; join: number; retype: number; pages: number; groupId?: string } = { leave: 0, join: 0, retype: 0, pages: Infinity };
+  /** Mutations applied so far, by kind. */
+  readonly applied = { leave: 0, join: 0, retype: 0 };
+
+  constructor(
+    private readonly world: World,
+    seed: number,
+  ) {
+    this.rng = mulberry32(seed ^ 0x9a6e);
+  }
+
+  set(settings: PageChurnSettings): void {
+    for (const key of ['leave', 'join', 'retype'] as const) {
+      const n = settings[key] ?? 0;
+      if (!(Number.isInteger(n) && n >= 0)) throw new RangeError(`page churn ${key} must be a whole number >= 0, got ${n}`);
+    }
+    const pages = settings.pages ?? Infinity;
+    if (!(pages >= 0)) throw new RangeError(`page churn pages must be >= 0, got ${pages}`);
+    this.settings = {
+      leave: settings.leave ?? 0,
+      join: settings.join ?? 0,
+      retype: settings.retype ?? 0,
+      pages,
+      ...(settings.groupId ? { groupId: settings.groupId } : {}),
+    };
+  }
+
+  clear(): void {
+    this.settings = { leave: 0, join: 0, retype: 0, pages: Infinity };
+  }
+
+  get active(): boolean {
+    return this.settings.pages > 0 && this.settings.leave + this.settings.join + this.settings.retype > 0;
+  }
+
+  /** Called by the server after each list page. Filtered (incremental) reads are left alone. */
+  onPage(served: PageChurnServed): void {
+    if (!this.active || served.filtered || served.rows === 0) return;
+    if (this.settings.groupId !== undefined && served.groupId !== this.settings.groupId) return;
+    this.settings.pages -= 1;
+    const list = this.world.members(served.groupId, served.type ?? undefined);
+    const readSoFar = list.slice(0, served.offset + served.rows);
+    const ahead = list.slice(served.offset + served.rows);
+    for (let i = 0; i < this.settings.leave && readSoFar.length > 0; i++) {
+      const id = readSoFar.splice(Math.floor(this.rng() * readSoFar.length), 1)[0] as string;
+      if (this.rng() < 0.5) this.world.removeFromGroup(id, served.groupId);
+      else this.world.deleteSubscriber(id);
+      this.applied.leave += 1;
+    }
+    for (let i = 0; i < this.settings.join; i++) {
+      this.world.createSubscriber({ groups: [served.groupId], status: served.type ?? 'active' });
+      this.applied.join += 1;
+    }
+    for (let i = 0; i < this.settings.retype && ahead.length > 0; i++) {
+      const id = ahead.splice(Math.floor(this.rng() * ahead.length), 1)[0] as string;
+      const status = this.world.subscriber(id)?.status;
+      if (status === 'active') {
+        if (this.rng() < 0.7) this.world.unsubscribe(id);
+        else this.world.bounce(id);
+      } else this.world.activate(id);
+      this.applied.retype += 1;
+    }
   }
 }

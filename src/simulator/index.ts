@@ -7,7 +7,8 @@
  *   // management: `${sim.url}/api/webhooks` with `Authorization: Bearer sim-token`
  *   sim.world.unsubscribe(id); await sim.deliveries.settle(5_000); await sim.close();
  */
-import { Churn } from './churn.js';
+import { Churn, PageChurn } from './churn.js';
+import type { PageChurnSettings } from './churn.js';
 import { Deliveries } from './deliveries.js';
 import { Faults } from './faults.js';
 import type { FaultSettings } from './faults.js';
@@ -65,6 +66,8 @@ export interface SimulatorOptions extends WorldOptions {
   deliveryLogLimit?: number;
   /** Random mutations per second of wall time (default 0). */
   churn?: number;
+  /** Mutations between the pages of a pass (members leaving, joining, changing type), default none. */
+  pageChurn?: PageChurnSettings;
   /** Faults active from the start (default none). */
   faults?: FaultSettings;
   /** Webhooks registered before the server starts. */
@@ -91,6 +94,10 @@ export interface Simulator {
   clearRequests(): void;
   readonly faults: Faults;
   readonly churn: Churn;
+  /** Mutations applied between the pages of a pass; `pageChurn.set({...})` while running. */
+  readonly pageChurn: PageChurn;
+  /** Silently caps legacy pages from now on (null: no cap), as a service could without notice. */
+  setPageCap(cap: number | null): void;
   /** The effective rate limit, or null when disabled. */
   readonly rateLimit: { limit: number; windowMs: number; mode: RateLimitMode; scope: RateLimitScope } | null;
   /** Stops churn, timers and the server; waits for deliveries in flight. */
@@ -133,7 +140,9 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
   const apiKeyHeader = options.apiKeyHeader ?? 'X-Service-ApiKey';
   const apiKey = options.apiKey ?? 'sim-key';
   const webhooksToken = options.webhooksToken ?? 'sim-token';
-  const app = buildServer({
+  const pageChurn = new PageChurn(world, seed);
+  if (options.pageChurn) pageChurn.set(options.pageChurn);
+  const serverConfig = {
     world,
     registry,
     requests,
@@ -147,7 +156,9 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     pageCap: options.pageCap ?? null,
     shiftingOrder: options.shiftingOrder ?? false,
     logger: options.logger ?? false,
-  });
+    onListPage: (served: Parameters<PageChurn['onPage']>[0]) => pageChurn.onPage(served),
+  };
+  const app = buildServer(serverConfig);
   const host = options.host ?? '127.0.0.1';
   await app.listen({ port: options.port ?? 0, host });
   const address = app.server.address();
@@ -172,6 +183,11 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     clearRequests: () => requests.clear(),
     faults,
     churn,
+    pageChurn,
+    setPageCap(cap: number | null): void {
+      if (cap !== null && !(Number.isInteger(cap) && cap >= 1)) throw new RangeError(`page cap must be a whole number >= 1 or null, got ${cap}`);
+      serverConfig.pageCap = cap;
+    },
     rateLimit: limiter ? { limit: limiter.limit, windowMs: limiter.windowMs, mode: limiter.mode, scope: rateLimitScope } : null,
     close(): Promise<void> {
       closing ??= (async () => {
@@ -197,7 +213,7 @@ export type { WorldOptions, SubscriberView, CreateSubscriberInput, SendCampaignI
 export { sign } from './deliveries.js';
 export type { Deliveries, DeliveryAttempt, PendingCounts } from './deliveries.js';
 export type { Faults, FaultSettings } from './faults.js';
-export type { Churn, MutationName } from './churn.js';
+export type { Churn, MutationName, PageChurn, PageChurnSettings } from './churn.js';
 export type { RequestRecord, RequestFilter } from './requests.js';
 export type { WebhookRegistry, Webhook, WebhookInput, PageEnvelope } from './webhooks.js';
 export type { Boundary } from './filters.js';

@@ -35,9 +35,21 @@ export interface ServerConfig {
   apiKeyHeader: string;
   webhooksToken: string;
   boundary: Boundary;
+  /** Read on every request, so tests can change it while the simulator runs. */
   pageCap: number | null;
   shiftingOrder: boolean;
+  /** Called after every legacy list page is served (the page-churn mode mutates the world here). */
+  onListPage?: (served: ServedPage) => void;
   logger: boolean;
+}
+
+/** A legacy list page as served, for the page-churn mode. */
+export interface ServedPage {
+  groupId: string;
+  type: SubscriberType | null;
+  offset: number;
+  rows: number;
+  filtered: boolean;
 }
 
 export const LEGACY_PREFIX = '/api/v2';
@@ -147,6 +159,8 @@ async function legacyGate(
   reply: FastifyReply,
   record: RequestRecord,
 ): Promise<FastifyReply | undefined> {
+  // The service's own clock, as a real server's Date header gives it (the world's clock may be fake).
+  reply.header('date', new Date(config.world.now()).toUTCString());
   const decision = config.limiter?.consume(rateLimitKey(config, request));
   if (decision) reply.headers(rateLimitHeaders(decision));
   const fault = config.faults.decide('legacy');
@@ -276,7 +290,9 @@ function sendList(
   // The cap is silent, as upstream: the client asked for `limit` and simply gets fewer rows.
   const limit = config.pageCap === null ? query.limit : Math.min(query.limit, config.pageCap);
   const page = slots.subarray(query.offset, query.offset + limit);
-  return reply.type(JSON_TYPE).send(legacyArrayJson(Array.from(page, (slot) => config.world.legacyJsonAt(slot))));
+  const body = legacyArrayJson(Array.from(page, (slot) => config.world.legacyJsonAt(slot)));
+  config.onListPage?.({ groupId, type, offset: query.offset, rows: page.length, filtered: query.filters.length > 0 });
+  return reply.type(JSON_TYPE).send(body);
 }
 
 function sendCount(config: ServerConfig, reply: FastifyReply, groupId: string, type: SubscriberType | null): FastifyReply {

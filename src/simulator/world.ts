@@ -494,6 +494,33 @@ export class World {
     return this.setStatus(id, 'unsubscribed', 'subscriber.unsubscribed');
   }
 
+  /**
+   * An unsubscribe the service stamps only in `date_unsubscribe` / `unsubscribed_at`: `updated_at`
+   * keeps its old value (captured from the real service: `subscriber.unsubscribed` with `updated_at`
+   * at the creation time). A `date_updated` filter does not see it; a `date_unsubscribe` one does.
+   */
+  unsubscribeUnstamped(id: string): WorldEvent[] {
+    const slot = this.liveSlot(id);
+    if (this.statusAt(slot) === 'unsubscribed') return [];
+    const us = this.stamp();
+    this.table.status[slot] = SUBSCRIBER_TYPES.indexOf('unsubscribed');
+    this.table.unsubscribedUs[slot] = us;
+    this.changed();
+    const event = this.emit('subscriber.unsubscribed', slot, us);
+    return event ? [event] : [];
+  }
+
+  /**
+   * A field change stamped with `atMs` instead of the clock: a clock or timezone error upstream
+   * (e.g. `date_updated` 2099-01-01). Later mutations stamp from the clock again.
+   */
+  updateDatedAt(id: string, atMs: number, patch: Partial<SubscriberFields> = {}): WorldEvent[] {
+    const slot = this.liveSlot(id);
+    const current = this.personAt(slot);
+    this.table.overrides.set(slot, { email: current.email, fields: { ...current.fields, ...definedFields(patch) } });
+    return this.commitAt(slot, Math.floor(atMs * 1000), ['subscriber.updated']);
+  }
+
   bounce(id: string): WorldEvent[] {
     return this.setStatus(id, 'bounced', 'subscriber.bounced');
   }

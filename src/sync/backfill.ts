@@ -36,9 +36,11 @@ export interface WaitOptions {
 export async function waitForPass(queue: Queue<PassJobData, PassJobResult>, jobId: string, options: WaitOptions = {}): Promise<WaitOutcome> {
   for (;;) {
     options.signal?.throwIfAborted();
+    // State first, then the job: a job read while active and found completed a moment later would
+    // still carry no return value (seen in the soak test under load).
+    const state = await queue.getJobState(jobId);
     const job: Job<PassJobData, PassJobResult> | undefined = await queue.getJob(jobId);
-    if (!job) return { state: 'failed', error: `job ${jobId} no longer exists (removed or expired)` };
-    const state = await job.getState();
+    if (!job || state === 'unknown') return { state: 'failed', error: `job ${jobId} no longer exists (removed or expired)` };
     const progress = typeof job.progress === 'object' && job.progress !== null ? (job.progress as unknown as PassProgress) : null;
     options.onProgress?.(progress, state);
     if (state === 'completed') return { state, result: job.returnvalue };

@@ -2,11 +2,15 @@
  * One poll pass for one (group, type) (DESIGN.md "Poll"). Takes its dependencies as arguments; the
  * worker wires them.
  *
- * - incremental: `filters[date_updated][$gt]=<day>` pages until the first short page; the cursor
- *   (max `date_updated` seen) moves only after the whole pass committed (invariant 3).
- * - full: no filter, reads to the first empty page; every page commits together with its offset
- *   checkpoint, so a crashed pass resumes where it stopped and repeats at most one page. After a
- *   complete full pass of every configured type of the group, members nobody listed are removed.
+ * - incremental: `filters[date_updated][$gt]=<day>` (and, for `unsubscribed`, the same on
+ *   `date_unsubscribe`: the service does not always move `date_updated` on an unsubscribe) pages
+ *   until a page shorter than any cap the service can have; the cursor (max version time seen)
+ *   moves only after the whole pass committed (invariant 3) and never past the service's now plus
+ *   the timezone margin, so one row dated in the future cannot stop incremental polling.
+ * - full: no filter, overlapping pages to the end of the list; every page commits together with its
+ *   offset checkpoint, so a crashed pass resumes where it stopped and repeats at most one page. A
+ *   member is removed only when two complete full passes in a row that skipped nothing (every page
+ *   joined to the previous one) did not list it and no newer fact about it is stored (invariant 11).
  *
  * The poller never writes mirrored tables itself: rows go through `mirror/normalize` and
  * `mirror/store`.
@@ -14,9 +18,10 @@
 import type pg from 'pg';
 import type { SubscriberType } from '../db/schema.js';
 import type { Logger } from '../log.js';
-import { addDays, DAY_MS, dayInZone, latestTimestamp } from '../time.js';
+import { addDays, DAY_MS, dayInZone, formatEpochMs, latestTimestamp } from '../time.js';
 import { normalizeLegacySubscriber, SUBSCRIBER_FIELDS, type SubscriberRow } from '../mirror/normalize.js';
 import { versionTime } from '../mirror/version.js';
+import { type PageCapKnowledge } from '../upstream/legacy.js';
 import {
   removeMembersNotSeenSince,
   upsertMemberships,
@@ -24,15 +29,17 @@ import {
   withTransaction,
   type UpsertCounts,
 } from '../mirror/store.js';
-import type { LegacyClient, DateFilter } from '../upstream/legacy.js';
+import type { LegacyClient, DateFilter, FilterKey } from '../upstream/legacy.js';
 import {
-  completedFullPassCutoff,
   markRunFailed,
   markRunStarted,
   markRunSucceeded,
   openFullPass,
+  readPaging,
   readSyncState,
+  removalCutoff,
   saveFullCheckpoint,
+  savePaging,
   saveUpstreamCount,
   type PassMode,
 } from './state.js';
@@ -75,6 +82,10 @@ export interface PassResult {
   removed: number;
   maxUpdatedAt: string | null;
   filterDay: string | null;
+  /** Rows dated after the service's now + the timezone margin: stored, but the cursor did not follow them. */
+  futureRows: number;
+  /** Full pass: pages that could not be joined to the previous one (then the pass proves no removal). */
+  gaps: number;
 }
 
 /** The pass stopped at a checkpoint because the process is shutting down; it resumes later. */
@@ -111,11 +122,61 @@ function listedRows(deps: PassDeps, raws: readonly Record<string, unknown>[]): S
   });
 }
 
+/** Canonical UTC timestamp (µs) → epoch ms. */
+function epochMs(ts: string): number {
+  return Date.parse(`${ts.slice(0, 23)}Z`);
+}
+
+/** The filters an incremental pass of `type` reads with: every date the service stamps that type's changes in. */
+export function incrementalFilterKeys(type: SubscriberType): FilterKey[] {
+  return type === 'unsubscribed' ? ['date_updated', 'date_unsubscribe'] : ['date_updated'];
+}
+
+/**
+ * What a pass saw, for its cursor: the newest version time (`versionTime`: `date_updated`, or the
+ * `date_unsubscribe` of an unsubscribed row when later) among rows not dated after the service's
+ * now + the timezone margin. Rows dated later (a clock or timezone error upstream) are stored like
+ * any other but only counted here.
+ */
+class CursorTally {
+  maxVersion: string | null = null;
+  futureRows = 0;
+  ceilingMs: number;
+
+  constructor(nowMs: number) {
+    this.ceilingMs = nowMs + TIMEZONE_MARGIN_MS;
+  }
+
+  add(rows: readonly SubscriberRow[], serviceTime: number | null): void {
+    if (serviceTime !== null) this.ceilingMs = serviceTime + TIMEZONE_MARGIN_MS;
+    for (const r of rows) {
+      const version = versionTime(r.values);
+      if (epochMs(version) > this.ceilingMs) this.futureRows += 1;
+      else this.maxVersion = latestTimestamp(this.maxVersion, version);
+    }
+  }
+
+  get ceiling(): string {
+    return formatEpochMs(this.ceilingMs);
+  }
+}
+
+function minTimestamp(a: string, b: string): string {
+  return b < a ? b : a;
+}
+
 function addCounts(into: UpsertCounts, more: UpsertCounts): void {
   into.inserted += more.inserted;
   into.updated += more.updated;
   into.unchanged += more.unchanged;
   into.skipped += more.skipped;
+}
+
+interface FullCheckpoint {
+  seenAt: string;
+  nextOffset: number;
+  tailIds: readonly string[];
+  continuous: boolean;
 }
 
 /**
@@ -127,7 +188,7 @@ async function commitPage(
   groupId: string,
   type: SubscriberType,
   rows: SubscriberRow[],
-  full: { seenAt: string; nextOffset: number } | null,
+  full: FullCheckpoint | null,
 ): Promise<UpsertCounts> {
   return withTransaction(deps.pool, async (client) => {
     const counts = await upsertSubscribers(client, rows);
@@ -137,9 +198,13 @@ async function commitPage(
       rows.map((r) => ({ subscriberId: r.values.id, type, at: versionTime(r.values) })),
       full ? { via: 'poll', seenAt: full.seenAt } : { via: 'poll' },
     );
-    if (full) await saveFullCheckpoint(client, groupId, type, full.nextOffset);
+    if (full) await saveFullCheckpoint(client, groupId, type, full);
     return counts;
   });
+}
+
+function capKnowledgeOf(stored: Awaited<ReturnType<typeof readPaging>>): PageCapKnowledge {
+  return { cap: stored.cap, longestPage: stored.longestPage, candidate: stored.candidate };
 }
 
 export async function runPass(
@@ -157,77 +222,94 @@ export async function runPass(
   const requestsBefore = deps.legacy.stats().requests;
   const counts: UpsertCounts = { inserted: 0, updated: 0, unchanged: 0, skipped: 0 };
   let rowsSeen = 0;
-  let maxUpdatedAt: string | null = null;
-  let effectiveLimit: number | null = null;
+  const tally = new CursorTally(Date.now());
+  const caps = capKnowledgeOf(await readPaging(deps.pool));
   const requests = () => deps.legacy.stats().requests - requestsBefore;
 
   try {
     let filterDay: string | null = null;
     let removed = 0;
+    let gaps = 0;
     let upstreamCount: number | null = null;
     if (mode === 'full') {
-      const { startedAt, offset } = await openFullPass(deps.pool, groupId, type);
+      const open = await openFullPass(deps.pool, groupId, type);
       upstreamCount = await deps.legacy.count(groupId, type);
       await saveUpstreamCount(deps.pool, groupId, type, upstreamCount);
-      if (offset > 0) log.info({ offset }, 'resuming full pass from its checkpoint');
+      if (open.offset > 0) log.info({ offset: open.offset }, 'resuming full pass from its checkpoint');
       const pages = deps.legacy.pages(groupId, {
         type,
         limit: deps.pageSize,
-        startOffset: offset,
+        startOffset: open.offset,
+        startTail: open.tailIds,
         mode: 'full',
-        ...(state?.effectiveLimit ? { effectiveLimit: state.effectiveLimit } : {}),
-        onEffectiveLimit: (n) => {
-          effectiveLimit = n;
-        },
+        capKnowledge: caps,
+        knownLength: upstreamCount,
       });
       for await (const page of pages) {
         const rows = listedRows(deps, page.rows);
-        const nextOffset = page.offset + page.rows.length;
-        addCounts(counts, await commitPage(deps, groupId, type, rows, { seenAt: startedAt, nextOffset }));
+        if (!page.continuous) {
+          gaps += 1;
+          log.warn({ offset: page.offset }, 'the list shifted by more than the page overlap; this pass proves no removal');
+        }
+        const checkpoint = { seenAt: open.startedAt, nextOffset: page.nextOffset, tailIds: page.tail, continuous: page.continuous };
+        addCounts(counts, await commitPage(deps, groupId, type, rows, checkpoint));
         rowsSeen += rows.length;
-        for (const r of rows) maxUpdatedAt = latestTimestamp(maxUpdatedAt, r.values.updatedAt);
-        await deps.onProgress?.({ mode, offset: nextOffset, rowsSeen, total: upstreamCount });
-        if (deps.shouldStop?.()) throw new PassInterruptedError(nextOffset);
+        tally.add(rows, page.serviceTime);
+        await deps.onProgress?.({ mode, offset: page.nextOffset, rowsSeen, total: upstreamCount });
+        if (deps.shouldStop?.()) throw new PassInterruptedError(page.nextOffset);
       }
     } else {
-      filterDay = incrementalFilterDay(state?.cursor as string, deps.lookbackMs, deps.sourceTimezone);
-      const filters: DateFilter[] = [{ key: 'date_updated', op: '$gt', date: filterDay }];
-      const pages = deps.legacy.pages(groupId, {
-        type,
-        limit: deps.pageSize,
-        mode: 'incremental',
-        filters,
-        ...(state?.effectiveLimit ? { effectiveLimit: state.effectiveLimit } : {}),
-        onEffectiveLimit: (n) => {
-          effectiveLimit = n;
-        },
-      });
-      for await (const page of pages) {
-        const rows = listedRows(deps, page.rows);
-        addCounts(counts, await commitPage(deps, groupId, type, rows, null));
-        rowsSeen += rows.length;
-        for (const r of rows) maxUpdatedAt = latestTimestamp(maxUpdatedAt, r.values.updatedAt);
-        await deps.onProgress?.({ mode, offset: page.offset + page.rows.length, rowsSeen, total: null });
-        // An incremental pass has no checkpoint: stopping early just leaves the cursor where it was.
-        if (deps.shouldStop?.()) throw new PassInterruptedError(page.offset + page.rows.length);
+      // A cursor that ran away before this release (or a clock jump here) is read from the ceiling.
+      const cursor = minTimestamp(state?.cursor as string, tally.ceiling);
+      filterDay = incrementalFilterDay(cursor, deps.lookbackMs, deps.sourceTimezone);
+      for (const key of incrementalFilterKeys(type)) {
+        const filters: DateFilter[] = [{ key, op: '$gt', date: filterDay }];
+        const pages = deps.legacy.pages(groupId, { type, limit: deps.pageSize, mode: 'incremental', filters, capKnowledge: caps });
+        for await (const page of pages) {
+          const rows = listedRows(deps, page.rows);
+          addCounts(counts, await commitPage(deps, groupId, type, rows, null));
+          rowsSeen += rows.length;
+          tally.add(rows, page.serviceTime);
+          await deps.onProgress?.({ mode, offset: page.nextOffset, rowsSeen, total: null });
+          // An incremental pass has no checkpoint: stopping early just leaves the cursor where it was.
+          if (deps.shouldStop?.()) throw new PassInterruptedError(page.nextOffset);
+        }
       }
     }
 
     const rowsWritten = counts.inserted + counts.updated;
     await markRunSucceeded(deps.pool, groupId, type, {
       mode,
-      maxUpdatedAt,
+      maxUpdatedAt: tally.maxVersion,
       rowsWritten,
       rowsSeen,
       requests: requests(),
       fullCompleted: mode === 'full',
-      effectiveLimit,
       upstreamCount,
+      cursorCeiling: tally.ceiling,
+      futureRows: tally.futureRows,
     });
+    if (tally.futureRows > 0) {
+      log.warn(
+        { futureRows: tally.futureRows, cursorCeiling: tally.ceiling },
+        `${tally.futureRows} row(s) dated after the service's now + ${TIMEZONE_MARGIN_MS / 3_600_000} h; stored, but the cursor does not follow them`,
+      );
+    }
     // After the pass is recorded complete, so that it counts towards the removal cutoff.
     if (mode === 'full') removed = await removeUnseenMembers(deps, groupId);
-    log.info({ mode, rowsSeen, rowsWritten, removed, requests: requests(), filterDay }, 'pass succeeded');
-    return { mode, rowsSeen, rowsWritten, counts, requests: requests(), removed, maxUpdatedAt, filterDay };
+    log.info({ mode, rowsSeen, rowsWritten, removed, gaps, requests: requests(), filterDay }, 'pass succeeded');
+    return {
+      mode,
+      rowsSeen,
+      rowsWritten,
+      counts,
+      requests: requests(),
+      removed,
+      maxUpdatedAt: tally.maxVersion,
+      filterDay,
+      futureRows: tally.futureRows,
+      gaps,
+    };
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
     await markRunFailed(deps.pool, groupId, type, {
@@ -238,17 +320,21 @@ export async function runPass(
       requests: requests(),
     }).catch((e: unknown) => log.error({ err: e }, 'could not record the failed pass'));
     throw error;
+  } finally {
+    // What the pages taught about the service's page cap is true whatever became of the pass.
+    await savePaging(deps.pool, caps).catch((e: unknown) => log.warn({ err: e }, 'could not save the page cap knowledge'));
   }
 }
 
 /**
- * Only a complete full pass of every configured type may conclude that a membership ended: the
- * cutoff is the earliest start among those passes, and a member nobody listed since then is gone.
+ * Ends the memberships two complete, gap-free full passes in a row of every configured type did
+ * not list (the cutoff is the start of the earlier one; see `removalCutoff`). One pass is no proof:
+ * offset paging over a changing list can skip a member (DESIGN invariant 11).
  */
 async function removeUnseenMembers(deps: PassDeps, groupId: string): Promise<number> {
-  const cutoff = await completedFullPassCutoff(deps.pool, groupId, deps.groupTypes);
+  const cutoff = await removalCutoff(deps.pool, groupId, deps.groupTypes);
   if (!cutoff) return 0;
-  const now = new Date().toISOString().replace(/\.(\d{3})Z$/, '.$1000Z');
+  const now = formatEpochMs(Date.now());
   let removed = 0;
   for (const type of deps.groupTypes) {
     removed += await removeMembersNotSeenSince(deps.pool, groupId, cutoff, now, { type });

@@ -32,6 +32,11 @@ export interface SyncStateRow {
   effectiveLimit: number | null;
   upstreamCount: number | null;
   upstreamCountAt: string | null;
+  fullTailIds: string[] | null;
+  fullContinuous: boolean | null;
+  proofStartedAt: string | null;
+  prevProofStartedAt: string | null;
+  futureRowsLastRun: number | null;
 }
 
 // Timestamps are rendered by Postgres as ISO strings with microseconds (UTC), never through JS Date.
@@ -43,7 +48,9 @@ const SELECT = `
          requests_last_run as "requestsLastRun", full_offset as "fullOffset",
          ${iso('full_started_at')} as "fullStartedAt", ${iso('last_full_completed_at')} as "lastFullCompletedAt",
          effective_limit as "effectiveLimit", upstream_count as "upstreamCount",
-         ${iso('upstream_count_at')} as "upstreamCountAt"
+         ${iso('upstream_count_at')} as "upstreamCountAt", full_tail_ids as "fullTailIds",
+         full_continuous as "fullContinuous", ${iso('proof_started_at')} as "proofStartedAt",
+         ${iso('prev_proof_started_at')} as "prevProofStartedAt", future_rows_last_run as "futureRowsLastRun"
     from sync_state`;
 
 function iso(column: string): string {
@@ -71,33 +78,54 @@ export async function markRunStarted(db: Queryable, groupId: string, type: strin
   );
 }
 
-/** Opens a full pass (or keeps the open one): returns its start time and the offset to resume from. */
-export async function openFullPass(
-  db: Queryable,
-  groupId: string,
-  type: string,
-): Promise<{ startedAt: string; offset: number; resumed: boolean }> {
-  const { rows } = await db.query<{ startedAt: string; offset: number; resumed: boolean }>(
+export interface OpenFullPass {
+  startedAt: string;
+  /** Where to read next (0 for a new pass). */
+  offset: number;
+  resumed: boolean;
+  /** Ids at the end of the last committed page, for joining the first page after a resume. */
+  tailIds: string[];
+  /** False when an earlier page of this pass could not be joined to the one before. */
+  continuous: boolean;
+}
+
+/** Opens a full pass (or keeps the open one): returns its start time and where to resume. */
+export async function openFullPass(db: Queryable, groupId: string, type: string): Promise<OpenFullPass> {
+  const { rows } = await db.query<{ startedAt: string; offset: number; resumed: boolean; tailIds: string[] | null; continuous: boolean | null }>(
     `update sync_state
         set full_started_at = case when full_offset is null then now() else full_started_at end,
+            full_tail_ids = case when full_offset is null then null else full_tail_ids end,
+            full_continuous = case when full_offset is null then true else full_continuous end,
             full_offset = coalesce(full_offset, 0), updated_at = now()
       where group_id = $1 and type = $2
       returning ${iso('full_started_at')} as "startedAt", full_offset as "offset",
-                (last_full_completed_at is null or full_started_at > last_full_completed_at) and full_offset > 0 as resumed`,
+                (last_full_completed_at is null or full_started_at > last_full_completed_at) and full_offset > 0 as resumed,
+                full_tail_ids as "tailIds", full_continuous as continuous`,
     [groupId, type],
   );
   const row = rows[0];
   if (!row) throw new Error(`sync_state row missing for group ${groupId} type ${type}`);
-  return row;
+  // A pass opened before continuity was recorded (null) cannot prove it skipped nothing.
+  return { startedAt: row.startedAt, offset: row.offset, resumed: row.resumed, tailIds: row.tailIds ?? [], continuous: row.continuous === true };
 }
 
-/** Called inside the page's transaction: the checkpoint commits with the rows it covers. */
-export async function saveFullCheckpoint(db: Queryable, groupId: string, type: string, nextOffset: number): Promise<void> {
-  await db.query(`update sync_state set full_offset = $3, updated_at = now() where group_id = $1 and type = $2`, [
-    groupId,
-    type,
-    nextOffset,
-  ]);
+/**
+ * Called inside the page's transaction: the checkpoint commits with the rows it covers, together
+ * with the page's tail ids and whether the pass is still free of gaps.
+ */
+export async function saveFullCheckpoint(
+  db: Queryable,
+  groupId: string,
+  type: string,
+  checkpoint: { nextOffset: number; tailIds: readonly string[]; continuous: boolean },
+): Promise<void> {
+  await db.query(
+    `update sync_state
+        set full_offset = $3, full_tail_ids = $4::text[], full_continuous = coalesce(full_continuous, false) and $5,
+            updated_at = now()
+      where group_id = $1 and type = $2`,
+    [groupId, type, checkpoint.nextOffset, checkpoint.tailIds, checkpoint.continuous],
+  );
 }
 
 export interface RunSuccess {
@@ -108,21 +136,28 @@ export interface RunSuccess {
   rowsSeen: number;
   requests: number;
   fullCompleted: boolean;
-  effectiveLimit?: number | null;
   upstreamCount?: number | null;
+  /** The cursor never moves past this (the service's now + the timezone margin); a runaway cursor is pulled back to it. */
+  cursorCeiling?: string | null;
+  /** Rows dated after the ceiling: stored, but they did not move the cursor. */
+  futureRows?: number;
 }
 
 export async function markRunSucceeded(db: Queryable, groupId: string, type: string, run: RunSuccess): Promise<void> {
   await db.query(
     `update sync_state
-        set cursor = case when $3::timestamptz is null then cursor
-                          when cursor is null then $3::timestamptz
-                          else greatest(cursor, $3::timestamptz) end,
+        set cursor = least(case when $3::timestamptz is null then cursor
+                                when cursor is null then $3::timestamptz
+                                else greatest(cursor, $3::timestamptz) end,
+                           coalesce($11::timestamptz, 'infinity'::timestamptz)),
             last_mode = $4, last_status = 'succeeded', last_run_finished_at = now(), last_success_at = now(),
             last_error = null, rows_last_run = $5, rows_seen_last_run = $6, requests_last_run = $7,
             full_offset = case when $8 then null else full_offset end,
+            full_tail_ids = case when $8 then null else full_tail_ids end,
             last_full_completed_at = case when $8 then now() else last_full_completed_at end,
-            effective_limit = coalesce($9, effective_limit),
+            prev_proof_started_at = case when $8 and full_continuous then proof_started_at else prev_proof_started_at end,
+            proof_started_at = case when $8 and full_continuous then full_started_at else proof_started_at end,
+            future_rows_last_run = $9,
             upstream_count = coalesce($10, upstream_count),
             upstream_count_at = case when $10::int is null then upstream_count_at else now() end,
             updated_at = now()
@@ -136,8 +171,9 @@ export async function markRunSucceeded(db: Queryable, groupId: string, type: str
       run.rowsSeen,
       run.requests,
       run.fullCompleted,
-      run.effectiveLimit ?? null,
+      run.futureRows ?? 0,
       run.upstreamCount ?? null,
+      run.cursorCeiling ?? null,
     ],
   );
 }
@@ -174,19 +210,64 @@ export async function saveUpstreamCount(db: Queryable, groupId: string, type: st
 }
 
 /**
- * The removal cutoff for a group: the earliest start among the latest completed full passes of all
- * the given types, or null when any type has no completed full pass (then nobody may be removed).
+ * The removal cutoff for a group (DESIGN invariant 11, issue 11): for every given type, the start of
+ * the earlier of its last two complete full passes that skipped nothing; the earliest of those. A
+ * member no pass has listed since then was missed by two complete passes in a row of its type.
+ * Null while any type lacks two such passes (then nobody may be removed).
  */
-export async function completedFullPassCutoff(db: Queryable, groupId: string, types: readonly string[]): Promise<string | null> {
+export async function removalCutoff(db: Queryable, groupId: string, types: readonly string[]): Promise<string | null> {
   const { rows } = await db.query<{ cutoff: string | null; complete: number }>(
-    `select ${iso('min(full_started_at)')} as cutoff, count(*)::int as complete
+    `select ${iso('min(prev_proof_started_at)')} as cutoff, count(*)::int as complete
        from sync_state
-      where group_id = $1 and type = any($2::text[])
-        and full_offset is null and last_full_completed_at is not null
-        and full_started_at is not null and last_full_completed_at >= full_started_at`,
+      where group_id = $1 and type = any($2::text[]) and prev_proof_started_at is not null`,
     [groupId, types],
   );
   const row = rows[0];
   if (!row || row.complete < types.length) return null;
   return row.cutoff;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The service's page cap: one per install (`upstream_paging`)
+
+export interface StoredPaging {
+  cap: number | null;
+  longestPage: number;
+  candidate: { length: number; where: string } | null;
+}
+
+export async function readPaging(db: Queryable): Promise<StoredPaging> {
+  const { rows } = await db.query<{ cap: number | null; longestPage: number; length: number | null; list: string | null }>(
+    `select page_cap as cap, longest_page as "longestPage", candidate_length as length, candidate_list as list
+       from upstream_paging where id = 1`,
+  );
+  const row = rows[0];
+  if (!row) return { cap: null, longestPage: 0, candidate: null };
+  return {
+    cap: row.cap,
+    longestPage: row.longestPage,
+    candidate: row.length !== null && row.list !== null ? { length: row.length, where: row.list } : null,
+  };
+}
+
+/**
+ * Saves what a pass learned. Concurrent passes merge: the longest page only grows, a cap learned by
+ * one pass survives another that started before it was known, and a cap below a page the service
+ * has served is dropped (the service sends more than that now).
+ */
+export async function savePaging(db: Queryable, paging: StoredPaging): Promise<void> {
+  await db.query(
+    `with merged as (
+       select greatest(coalesce(p.longest_page, 0), $2::int) as longest, coalesce($1::int, p.page_cap) as cap
+         from (select 1) one left join upstream_paging p on p.id = 1
+     )
+     insert into upstream_paging as p (id, page_cap, longest_page, candidate_length, candidate_list, updated_at)
+     select 1, case when cap < longest then null else cap end, longest, $3, $4, now() from merged
+     on conflict (id) do update
+       set page_cap = excluded.page_cap, longest_page = excluded.longest_page,
+           candidate_length = excluded.candidate_length, candidate_list = excluded.candidate_list, updated_at = now()
+     where row(p.page_cap, p.longest_page, p.candidate_length, p.candidate_list)
+           is distinct from row(excluded.page_cap, excluded.longest_page, excluded.candidate_length, excluded.candidate_list)`,
+    [paging.cap, paging.longestPage, paging.candidate?.length ?? null, paging.candidate?.where ?? null],
+  );
 }

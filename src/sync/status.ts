@@ -1,6 +1,6 @@
 /**
  * What `subscriber-mirror status` (and the admin API) shows: per group × type the cursor, last run,
- * last error, rows mirrored, upstream count and drift. Reads only our own tables: the upstream count
+ * last error, rows mirrored, upstream count, drift and rows dated in the future. Reads only our own tables: the upstream count
  * is the one the last full pass fetched, so `status` never spends the shared rate limit.
  */
 import type { Queryable, SyncStateRow } from './state.js';
@@ -21,6 +21,8 @@ export interface StatusRow {
   upstreamCountAt: string | null;
   /** upstreamCount − mirrored; null when the upstream count is unknown. */
   drift: number | null;
+  /** Rows of the last run dated after the service's now + 14 h (stored; the cursor did not follow them). */
+  futureRows: number;
 }
 
 export async function collectStatus(
@@ -55,6 +57,7 @@ export async function collectStatus(
       upstreamCount: upstream,
       upstreamCountAt: s?.upstreamCountAt ?? null,
       drift: upstream === null ? null : upstream - n,
+      futureRows: s?.futureRowsLastRun ?? 0,
     };
   });
 }
@@ -65,7 +68,7 @@ function short(ts: string | null): string {
 
 /** A fixed-width table for terminals. */
 export function formatStatusTable(rows: readonly StatusRow[]): string {
-  const header = ['group', 'type', 'cursor', 'last run', 'last success', 'mirrored', 'upstream', 'drift', 'last error'];
+  const header = ['group', 'type', 'cursor', 'last run', 'last success', 'mirrored', 'upstream', 'drift', 'future', 'last error'];
   const body = rows.map((r) => [
     r.groupId,
     r.type,
@@ -75,6 +78,7 @@ export function formatStatusTable(rows: readonly StatusRow[]): string {
     String(r.mirrored),
     r.upstreamCount === null ? '-' : String(r.upstreamCount),
     r.drift === null ? '-' : String(r.drift),
+    String(r.futureRows),
     r.lastError ? r.lastError.slice(0, 80) : '',
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...body.map((b) => (b[i] ?? '').length)));

@@ -96,12 +96,23 @@ export function createSyncWorker(deps: SyncWorkerDeps): SyncWorker {
     }
 
     const wantedKey = passWantedKey(deps.prefix, groupId, type);
-    if (trigger === 'schedule' && (await deps.redis.exists(wantedKey).catch(() => 0)) > 0) {
-      return skipped('a backfill of this group and type is waiting for its turn');
+    // A full pass comes once per RECONCILE_EVERY: dropping a scheduled one because another pass
+    // held the lock would postpone removals and unstamped changes by a whole interval (issue 11).
+    const mustRun = trigger !== 'schedule' || mode === 'full';
+    if (trigger === 'schedule') {
+      const waiting = await deps.redis.get(wantedKey).catch(() => null);
+      // Another full pass (backfill, resume or scheduled) waits for its turn; a waiting scheduled
+      // full pass finds its own mark here and goes on.
+      if (waiting !== null && waiting !== (job.id ?? '1')) return skipped('a backfill of this group and type is waiting for its turn');
     }
     const lock = await tryAcquirePassLock(deps.redis, passLockKey(deps.prefix, groupId, type));
     if (!lock) {
-      if (trigger !== 'schedule' && token) {
+      // What it meets is itself a full pass: the tick is served (the next one comes in
+      // RECONCILE_EVERY), and queueing it would run full passes back to back when one takes longer.
+      if (trigger === 'schedule' && mode === 'full' && (await fullPassRunning(groupId, type))) {
+        return skipped('a full pass of this group and type is running');
+      }
+      if (mustRun && token) {
         // Someone else is running this (group, type): try again shortly instead of dropping the
         // request, and keep scheduled ticks from taking the lock first meanwhile.
         const retryMs = deps.busyRetryMs ?? 5_000;
@@ -111,13 +122,36 @@ export function createSyncWorker(deps: SyncWorkerDeps): SyncWorker {
       }
       return skipped('another pass of this group and type is running');
     }
-    if (trigger !== 'schedule') await deps.redis.del(wantedKey).catch(() => 0);
+    if (mustRun) await deps.redis.del(wantedKey).catch(() => 0);
     if (trigger === 'resume' && !(await hasOpenFullPass(groupId, type, lock))) {
       // The pass it was meant to continue finished meanwhile (it was running elsewhere, or here).
       await lock.release();
       return skipped('no open full pass to resume');
     }
+    // A scheduler's job is added ahead of its due time, with the rest as delay.
+    const dueAt = job.timestamp + (job.opts.delay ?? 0);
+    if (trigger === 'schedule' && mode === 'full' && (await fullPassCompletedSince(groupId, type, dueAt, lock))) {
+      // It waited behind a pass that turned out to be full (the first pass of a type with no
+      // cursor, or a backfill): that pass served this tick.
+      await lock.release();
+      return skipped('a full pass of this group and type completed after this one was due');
+    }
     return runLocked(job, lock);
+  };
+
+  const fullPassRunning = async (groupId: string, type: SubscriberType): Promise<boolean> => {
+    const state = await readSyncState(deps.pool, groupId, type).catch(() => null);
+    return state?.lastStatus === 'running' && state.lastMode === 'full';
+  };
+
+  const fullPassCompletedSince = async (groupId: string, type: SubscriberType, sinceMs: number, lock: HeldLock): Promise<boolean> => {
+    try {
+      const completed = (await readSyncState(deps.pool, groupId, type))?.lastFullCompletedAt;
+      return completed != null && Date.parse(completed) >= sinceMs;
+    } catch (error) {
+      await lock.release();
+      throw error;
+    }
   };
 
   const hasOpenFullPass = async (groupId: string, type: SubscriberType, lock: HeldLock): Promise<boolean> => {
@@ -158,6 +192,9 @@ export function createSyncWorker(deps: SyncWorkerDeps): SyncWorker {
       deps.metrics?.rowsWritten.inc({ via: 'poll', result: 'updated' }, result.counts.updated);
       deps.metrics?.rowsWritten.inc({ via: 'poll', result: 'unchanged' }, result.counts.unchanged);
       deps.metrics?.rowsWritten.inc({ via: 'poll', result: 'skipped' }, result.counts.skipped);
+      if (result.futureRows > 0) deps.metrics?.futureRows.inc({ group: groupId, type }, result.futureRows);
+      if (result.gaps > 0) deps.metrics?.passGaps.inc({ group: groupId, type }, result.gaps);
+      if (result.removed > 0) deps.metrics?.membersRemoved.inc({ via: 'poll' }, result.removed);
       return {
         status: 'succeeded',
         rowsSeen: result.rowsSeen,

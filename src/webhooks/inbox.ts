@@ -15,7 +15,7 @@
  * the statement is sent.
  */
 import { createHash } from 'node:crypto';
-import type { DeliveryStatus } from '../db/schema.js';
+import { DELIVERY_STATUSES, type DeliveryStatus } from '../db/schema.js';
 
 import type { Queryable } from '../db/queryable.js';
 
@@ -415,4 +415,34 @@ function sanitizeForJsonb(value: unknown): unknown {
     return out;
   }
   return value;
+}
+
+// ---------------------------------------------------------------------------------------------
+// What operators see (status page, metrics)
+
+/** Stored deliveries per status; every status is present (0 when none). */
+export async function countDeliveriesByStatus(pool: Queryable): Promise<Record<DeliveryStatus, number>> {
+  const { rows } = await pool.query<{ status: DeliveryStatus; n: number }>(`select status, count(*)::int as n from webhook_deliveries group by status`);
+  const counts = Object.fromEntries(DELIVERY_STATUSES.map((s) => [s, 0])) as Record<DeliveryStatus, number>;
+  for (const row of rows) counts[row.status] = row.n;
+  return counts;
+}
+
+export interface FailedDelivery {
+  id: string;
+  kinds: string[];
+  attempts: number;
+  error: string | null;
+  receivedAt: string;
+}
+
+/** The most recent deliveries that could not be applied, newest first (ids and errors, no payload). */
+export async function latestFailedDeliveries(pool: Queryable, limit = 10): Promise<FailedDelivery[]> {
+  const { rows } = await pool.query<FailedDelivery>(
+    `select id::text as id, kinds, attempts, error,
+            to_char(received_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as "receivedAt"
+       from webhook_deliveries where status = 'failed' order by received_at desc, id desc limit $1`,
+    [limit],
+  );
+  return rows;
 }

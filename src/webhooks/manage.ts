@@ -272,16 +272,21 @@ async function registerRole(
     await storeEndpoint(pool, updated, updated.secret ?? current.secret ?? row.secret);
     return { webhook: role, action: 'updated', id: updated.id, name: updated.name, url: updated.url, events: updated.events };
   }
+  // Created disabled, enabled once its secret is stored: the service delivers to an enabled webhook at
+  // once, and a delivery signed with a secret we have not stored yet is rejected (401) and waits for
+  // the service's retry. If enabling fails, the next register finds it disabled and enables it.
   const body: WebhookCreateBody = {
     name: roleWebhookName(role, options.name),
     url: options.url,
     events: [...spec.events],
-    enabled: true,
+    enabled: false,
     batchable: spec.batchable,
   };
   const created = await api.create(body);
   await storeCreated(pool, created, created.secret, role);
-  const action: RegisterAction = { webhook: role, action: 'created', id: created.id, name: created.name, url: created.url, events: created.events };
+  const enabled = await api.update(created.id, { enabled: true });
+  await storeEndpoint(pool, enabled, enabled.secret ?? created.secret);
+  const action: RegisterAction = { webhook: role, action: 'created', id: enabled.id, name: enabled.name, url: enabled.url, events: enabled.events };
   if (replaces !== undefined) action.replaces = replaces;
   return action;
 }

@@ -360,8 +360,13 @@ export function createSecretCache(options: SecretCacheOptions): SecretCache {
   let attemptedAt = -Infinity;
   let lastFailed = false;
   let inFlight: Promise<boolean> | undefined;
+  let inFlightForMiss = false;
+  // Only reloads caused by misses are rate-limited: a load at start or on TTL that ran a moment
+  // before a webhook was registered must not hold back the reload its first delivery needs.
+  let missAttemptAt = -Infinity;
 
-  function reload(): Promise<boolean> {
+  function reload(forMiss = false): Promise<boolean> {
+    if (!inFlight) inFlightForMiss = forMiss;
     inFlight ??= (async () => {
       attemptedAt = now();
       try {
@@ -386,9 +391,13 @@ export function createSecretCache(options: SecretCacheOptions): SecretCache {
       return secrets;
     },
     async refreshAfterMiss() {
+      // A background load may have started before the missing secret was stored: let it finish, then
+      // load again (within the miss budget). Concurrent misses share one miss-triggered load.
+      while (inFlight && !inFlightForMiss) await inFlight;
       if (inFlight) return (await inFlight) ? 'reloaded' : 'failed';
-      if (now() - attemptedAt < options.missRefreshMs) return lastFailed ? 'failed' : 'skipped';
-      return (await reload()) ? 'reloaded' : 'failed';
+      if (now() - missAttemptAt < options.missRefreshMs) return lastFailed ? 'failed' : 'skipped';
+      missAttemptAt = now();
+      return (await reload(true)) ? 'reloaded' : 'failed';
     },
     healthy: () => !lastFailed,
   };

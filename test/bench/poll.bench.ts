@@ -14,6 +14,9 @@
  * - `raw COPY`: the same subscribers and memberships, pre-encoded, in one COPY per table: the ceiling.
  * - `full pass`: `runPass(…, 'full')` for each type into an empty mirror (the end-to-end figure), then
  *   again over the now-current mirror (a reconcile pass: everything read, only `last_seen_at` written).
+ * - requests: what the full pass asked of the service against the minimum (per type, the pages its
+ *   members fill plus the one request that shows the end of a bare-array list, plus one `/count`),
+ *   and what one incremental tick over the unchanged group asks (every type, after the full pass).
  *
  * The pass is sequential (fetch a page, write it, fetch the next), so per 1000 rows its time is
  * roughly fetch + parse + normalize + write; the ratio "full pass ÷ store only" is the share of the
@@ -85,6 +88,8 @@ export interface PollBenchFigures {
   ratioToStore: number;
   /** fullPass ÷ rawCopy. */
   ratioToCopy: number;
+  /** Requests of one full pass of every type, the minimum, and one incremental tick over the unchanged group. */
+  requests: { fullPass: number; minimum: number; ratio: number; incrementalTick: number; incrementalTickRows: number };
   /** Milliseconds per 1000 rows spent in each step of the pass, from the stage differences. */
   msPer1000: { fetch: number; parse: number; normalize: number; write: number; total: number };
   result: BenchResult;
@@ -169,7 +174,7 @@ async function storeOnly(s: Setup, pages: readonly KeptPage[], expect: 'inserted
         rows.map((r) => ({ subscriberId: r.values.id, type, at: r.values.updatedAt })),
         { via: 'poll', seenAt },
       );
-      await saveFullCheckpoint(client, s.groupId, type, nextOffset);
+      await saveFullCheckpoint(client, s.groupId, type, { nextOffset, tailIds: rows.slice(-20).map((r) => r.values.id), continuous: true });
       return counts[expect];
     });
   }
@@ -200,9 +205,9 @@ async function rawCopy(s: Setup, encoded: { subscribers: Buffer[]; members: Buff
   }
 }
 
-async function fullPass(s: Setup, expectWritten: number | null): Promise<number> {
+function passDeps(s: Setup): PassDeps {
   const { logger } = createLogger({ level: 'silent' });
-  const deps: PassDeps = {
+  return {
     pool: s.scratch.pool,
     legacy: legacyClient(s.sim),
     logger,
@@ -211,15 +216,37 @@ async function fullPass(s: Setup, expectWritten: number | null): Promise<number>
     pageSize: s.pageSize,
     groupTypes: s.types,
   };
-  let seen = 0;
-  let written = 0;
+}
+
+/** One pass of every type; returns rows seen and written and requests made. */
+async function passEveryType(s: Setup, mode: 'full' | 'incremental'): Promise<{ seen: number; written: number; requests: number }> {
+  const deps = passDeps(s);
+  const sum = { seen: 0, written: 0, requests: 0 };
   for (const type of s.types) {
-    const result = await runPass(deps, s.groupId, type, 'full');
-    seen += result.rowsSeen;
-    written += result.rowsWritten;
+    const result = await runPass(deps, s.groupId, type, mode);
+    sum.seen += result.rowsSeen;
+    sum.written += result.rowsWritten;
+    sum.requests += result.requests;
   }
-  if (expectWritten !== null && written !== expectWritten) throw new Error(`full pass wrote ${written} rows, expected ${expectWritten}`);
-  return seen;
+  return sum;
+}
+
+async function fullPass(s: Setup, expectWritten: number | null): Promise<{ seen: number; requests: number }> {
+  const pass = await passEveryType(s, 'full');
+  if (expectWritten !== null && pass.written !== expectWritten) throw new Error(`full pass wrote ${pass.written} rows, expected ${expectWritten}`);
+  return pass;
+}
+
+/** One incremental tick of every type over the unchanged group (after a full pass). */
+async function incrementalTick(s: Setup): Promise<{ requests: number; rows: number }> {
+  const tick = await passEveryType(s, 'incremental');
+  if (tick.written !== 0) throw new Error(`an incremental tick over an unchanged group wrote ${tick.written} rows`);
+  return { requests: tick.requests, rows: tick.seen };
+}
+
+/** The fewest requests a full pass can make: per type the pages its rows fill, one request that shows the end, one count. */
+export function minimumFullPassRequests(rowsPerType: readonly number[], pageSize: number): number {
+  return rowsPerType.reduce((n, rows) => n + Math.ceil(rows / pageSize) + 1 + 1, 0);
 }
 
 export async function benchPoll(options: PollBenchOptions = {}): Promise<PollBenchFigures> {
@@ -257,6 +284,8 @@ export async function benchPoll(options: PollBenchOptions = {}): Promise<PollBen
     const expectRows = (stage: string, n: number) => {
       if (n !== rows) throw new Error(`${stage} saw ${n} rows, expected ${rows}`);
     };
+    const minimum = minimumFullPassRequests(types.map((t) => simulator.world.memberCount(groupId, t)), pageSize);
+    const requestCounts = { fullPass: 0, incrementalTick: 0, incrementalTickRows: 0 };
 
     // Warm-up: JIT, fetch's connection pool, prepared statements (a small pass, then cleared).
     await fetchParse({ ...s, types: [types[0] as SubscriberType] }, true, null);
@@ -286,9 +315,18 @@ export async function benchPoll(options: PollBenchOptions = {}): Promise<PollBen
 
       log(`poll: repeat ${r}/${repeats}: full pass into an empty mirror…`);
       await truncateMirror(scratch.pool);
-      times.fullPass.push(await timed(async () => expectRows('full pass', await fullPass(s, rows))));
+      times.fullPass.push(
+        await timed(async () => {
+          const pass = await fullPass(s, rows);
+          expectRows('full pass', pass.seen);
+          requestCounts.fullPass = pass.requests;
+        }),
+      );
       log(`poll: repeat ${r}/${repeats}: full pass over the current mirror…`);
-      times.reconcilePass.push(await timed(async () => expectRows('reconcile pass', await fullPass(s, 0))));
+      times.reconcilePass.push(await timed(async () => expectRows('reconcile pass', (await fullPass(s, 0)).seen)));
+      const tick = await incrementalTick(s);
+      requestCounts.incrementalTick = tick.requests;
+      requestCounts.incrementalTickRows = tick.rows;
     }
 
     const best = (stage: keyof PollStageRates) => (rows / Math.min(...times[stage])) * 1000;
@@ -341,6 +379,10 @@ export async function benchPoll(options: PollBenchOptions = {}): Promise<PollBen
         figure('fetch only', rates.fetchOnly, 'rows/s', null, note('fetchOnly', 'simulator render + HTTP, bodies not parsed')),
         figure('fetch + parse', rates.fetchParse, 'rows/s', rates.fetchOnly, note('fetchParse', 'legacy client pages(), lossless JSON; baseline: fetch only')),
         figure('fetch + parse + normalize', rates.fetchParseNormalize, 'rows/s', rates.fetchParse, note('fetchParseNormalize', 'plus normalizeLegacySubscriber; baseline: fetch + parse')),
+        figure('full pass requests', requestCounts.fullPass, 'requests', minimum,
+          `all ${types.length} types, page size ${pageSize}, overlapping pages; baseline: ${pageCount} pages + 1 end request and 1 count per type`),
+        figure('incremental tick requests', requestCounts.incrementalTick, 'requests', types.length,
+          `every type once over the unchanged group (${requestCounts.incrementalTickRows} rows in the lookback window; unsubscribed also reads date_unsubscribe); baseline: one per type`),
         figure('ms per 1000 rows', msPer1000.total, 'ms', null,
           `fetch ${msPer1000.fetch} + parse ${msPer1000.parse} + normalize ${msPer1000.normalize} + write ${msPer1000.write} (write = pass − read stages)`),
       ],
@@ -356,6 +398,7 @@ export async function benchPoll(options: PollBenchOptions = {}): Promise<PollBen
       rates: Object.fromEntries(Object.entries(rates).map(([k, v]) => [k, Math.round(v)])) as unknown as PollStageRates,
       ratioToStore: round(rates.fullPass / rates.storeOnly, 3),
       ratioToCopy: round(rates.fullPass / rates.rawCopy, 3),
+      requests: { ...requestCounts, minimum, ratio: round(requestCounts.fullPass / minimum, 3) },
       msPer1000,
       result,
     };

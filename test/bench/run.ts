@@ -294,6 +294,26 @@ function pollRows(p: PollBenchFigures): SummaryRow[] {
     row({ bench: 'poll', figure: 'full pass, mirror current', value: r.reconcilePass, unit: 'rows/s', baselineLabel: 'store only, mirror current', baseline: r.storeOnlyCurrent, goals: [] }),
     row({ bench: 'poll', figure: 'fetch + lossless parse, no writes', value: r.fetchParse, unit: 'rows/s', baselineLabel: 'fetch only (simulator + HTTP)', baseline: r.fetchOnly, goals: [] }),
     row({ bench: 'poll', figure: 'store only', value: r.storeOnly, unit: 'rows/s', baselineLabel: 'raw COPY (subscribers + members)', baseline: r.rawCopy, goals: [] }),
+    row({
+      bench: 'poll',
+      figure: 'full pass, requests',
+      value: p.requests.fullPass,
+      unit: 'requests',
+      baselineLabel: 'minimum: pages + 1 end request + 1 count, per type',
+      baseline: p.requests.minimum,
+      goals: [{ on: 'ratio', op: '<=', target: 1.1 }],
+      note: `page size ${p.pageSize}; each request re-reads a few rows of the previous page (issue 11)`,
+    }),
+    row({
+      bench: 'poll',
+      figure: 'incremental tick, unchanged group, requests',
+      value: p.requests.incrementalTick,
+      unit: 'requests',
+      baselineLabel: 'one per type',
+      baseline: p.types.length,
+      goals: [],
+      note: `${p.requests.incrementalTickRows} rows in the lookback window; the unsubscribed type also reads date_unsubscribe`,
+    }),
   ];
 }
 

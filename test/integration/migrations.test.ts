@@ -60,7 +60,11 @@ const CONTRACT: Record<string, Record<string, string>> = {
     last_error: 'text',
     rows_last_run: 'integer',
     requests_last_run: 'integer',
+    proof_started_at: 'timestamp with time zone',
+    prev_proof_started_at: 'timestamp with time zone',
+    future_rows_last_run: 'integer',
   },
+  upstream_paging: { page_cap: 'integer', longest_page: 'integer' },
   webhook_deliveries: {
     body_sha256: 'text',
     body: 'jsonb',

@@ -6,6 +6,7 @@
 import { Redis } from 'ioredis';
 import { QueueEvents } from 'bullmq';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { createMetrics } from '../../src/http/metrics.js';
 import { createLogger } from '../../src/log.js';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { tryAcquirePassLock } from '../../src/sync/lock.js';
@@ -28,6 +29,7 @@ describe('sync worker triggers', () => {
   let worker: SyncWorker;
   let events: QueueEvents;
   const queue = createSyncQueue(connection, prefix);
+  const metrics = createMetrics({ defaultMetrics: false });
 
   beforeAll(async () => {
     database = await createTestDatabase();
@@ -49,6 +51,7 @@ describe('sync worker triggers', () => {
       pageSize: 100,
       types: ['active'],
       busyRetryMs: 200,
+      metrics,
     });
   });
 
@@ -81,7 +84,7 @@ describe('sync worker triggers', () => {
     // What a process killed mid-pass leaves behind: an open pass with a committed checkpoint.
     await markRunStarted(database.pool, groupId, 'active', 'full');
     await openFullPass(database.pool, groupId, 'active');
-    await saveFullCheckpoint(database.pool, groupId, 'active', 700);
+    await saveFullCheckpoint(database.pool, groupId, 'active', { nextOffset: 700, tailIds: [], continuous: true });
 
     const ids = await resumeOpenFullPasses(queue, database.pool, [groupId], ['active']);
     expect(ids).toHaveLength(1);
@@ -96,7 +99,7 @@ describe('sync worker triggers', () => {
   it('waits while the pass is held elsewhere, then skips if that holder finished it', async () => {
     await markRunStarted(database.pool, groupId, 'active', 'full');
     await openFullPass(database.pool, groupId, 'active');
-    await saveFullCheckpoint(database.pool, groupId, 'active', 300);
+    await saveFullCheckpoint(database.pool, groupId, 'active', { nextOffset: 300, tailIds: [], continuous: true });
     const lock = await tryAcquirePassLock(redis, passLockKey(prefix, groupId, 'active'));
     expect(lock).not.toBeNull();
 
@@ -146,11 +149,76 @@ describe('sync worker triggers', () => {
     expect((await finished(next.id as string)).status).toBe('succeeded');
   });
 
+  it('a scheduled full pass that meets a running pass runs after it instead of being dropped', async () => {
+    const before = (await readSyncState(database.pool, groupId, 'active'))?.lastFullCompletedAt ?? null;
+    const lock = await tryAcquirePassLock(redis, passLockKey(prefix, groupId, 'active'));
+    expect(lock).not.toBeNull();
+    let releasedAt = 0;
+    // What the full scheduler enqueues every RECONCILE_EVERY.
+    const tick = await queue.add('full', { groupId, type: 'active', mode: 'full', trigger: 'schedule' }, PASS_JOB_OPTIONS);
+    try {
+      await new Promise((r) => setTimeout(r, 600)); // a few busy retries
+      expect(['delayed', 'active', 'waiting']).toContain(await tick.getState());
+      expect(listRequests()).toHaveLength(0);
+      // Meanwhile a scheduled incremental tick is still just skipped (the next one comes soon).
+      const incremental = await queue.add('incremental', { groupId, type: 'active', mode: 'incremental', trigger: 'schedule' }, PASS_JOB_OPTIONS);
+      expect((await finished(incremental.id as string)).status).toBe('skipped');
+    } finally {
+      releasedAt = Date.now();
+      await lock?.release();
+    }
+    const result = await finished(tick.id as string);
+    expect(result.status).toBe('succeeded');
+    expect(result.rowsSeen).toBe(sim.world.memberCount(groupId, 'active'));
+    const completed = (await readSyncState(database.pool, groupId, 'active'))?.lastFullCompletedAt;
+    expect(completed).not.toBe(before);
+    expect(Date.parse(completed as string)).toBeGreaterThanOrEqual(releasedAt - 1000);
+  });
+
+  it('a scheduled full pass that meets a running full pass is served by it (no back-to-back passes)', async () => {
+    const lock = await tryAcquirePassLock(redis, passLockKey(prefix, groupId, 'active'));
+    // The holder is running a full pass.
+    await markRunStarted(database.pool, groupId, 'active', 'full');
+    try {
+      const tick = await queue.add('full', { groupId, type: 'active', mode: 'full', trigger: 'schedule' }, PASS_JOB_OPTIONS);
+      expect(await finished(tick.id as string)).toMatchObject({ status: 'skipped', reason: 'a full pass of this group and type is running' });
+      expect(listRequests()).toHaveLength(0);
+    } finally {
+      await database.pool.query(`update sync_state set last_status = 'succeeded' where group_id = $1 and type = 'active'`, [groupId]);
+      await lock?.release();
+    }
+  });
+
+  it('a scheduled full pass that waited behind a pass which turned out full is served by it', async () => {
+    const lock = await tryAcquirePassLock(redis, passLockKey(prefix, groupId, 'active'));
+    const tick = await queue.add('full', { groupId, type: 'active', mode: 'full', trigger: 'schedule' }, PASS_JOB_OPTIONS);
+    try {
+      await new Promise((r) => setTimeout(r, 400)); // it found the lock held and waits
+      // The holder's pass completes as a full pass (e.g. the first pass of a type with no cursor).
+      await database.pool.query(`update sync_state set last_full_completed_at = now() where group_id = $1 and type = 'active'`, [groupId]);
+    } finally {
+      await lock?.release();
+    }
+    expect(await finished(tick.id as string)).toMatchObject({ status: 'skipped', reason: 'a full pass of this group and type completed after this one was due' });
+    expect(listRequests()).toHaveLength(0);
+  });
+
+  it('counts rows dated in the future in a metric (and keeps polling)', async () => {
+    const full = await queue.add('full', { groupId, type: 'active', mode: 'full', trigger: 'backfill' }, PASS_JOB_OPTIONS);
+    expect((await finished(full.id as string)).status).toBe('succeeded');
+    const id = sim.world.members(groupId, 'active')[3] as string;
+    sim.world.updateDatedAt(id, Date.parse('2099-01-01T00:00:00Z'));
+    const tick = await queue.add('incremental', { groupId, type: 'active', mode: 'incremental', trigger: 'schedule' }, PASS_JOB_OPTIONS);
+    expect((await finished(tick.id as string)).status).toBe('succeeded');
+    const counted = (await metrics.futureRows.get()).values.find((v) => v.labels.group === groupId && v.labels.type === 'active');
+    expect(counted?.value).toBe(1);
+  });
+
   it('finds open full passes that nothing runs or waits to run, and resumes them once', async () => {
     const orphans = createOrphanResumer({ queue, pool: database.pool, redis, prefix, groups: [groupId], types: ['active'] });
     await markRunStarted(database.pool, groupId, 'active', 'full');
     await openFullPass(database.pool, groupId, 'active');
-    await saveFullCheckpoint(database.pool, groupId, 'active', 500);
+    await saveFullCheckpoint(database.pool, groupId, 'active', { nextOffset: 500, tailIds: [], continuous: true });
 
     const lock = await tryAcquirePassLock(redis, passLockKey(prefix, groupId, 'active'));
     try {
@@ -183,7 +251,7 @@ describe('sync worker triggers', () => {
     });
     await markRunStarted(database.pool, groupId, 'active', 'full');
     await openFullPass(database.pool, groupId, 'active');
-    await saveFullCheckpoint(database.pool, groupId, 'active', 900);
+    await saveFullCheckpoint(database.pool, groupId, 'active', { nextOffset: 900, tailIds: [], continuous: true });
     sim.faults.set({ errorRate: 1 }); // every resume fails; the checkpoint stays at 900
     const failedRun = async () => {
       const [id] = await orphans();
@@ -211,7 +279,7 @@ describe('sync worker triggers', () => {
       sim.faults.clear();
     }
     // Progress resets the wait: once the checkpoint moves, the next check resumes at once.
-    await saveFullCheckpoint(database.pool, groupId, 'active', 1_000);
+    await saveFullCheckpoint(database.pool, groupId, 'active', { nextOffset: 1_000, tailIds: [], continuous: true });
     const [id] = await orphans();
     expect(id).toBeDefined();
     expect(await finished(id as string)).toMatchObject({ status: 'succeeded' });

@@ -55,8 +55,8 @@ describe('reading groups from the simulator', () => {
     const [group] = sim.world.groupIds() as [string];
     const learned: number[] = [];
     const client = legacy(sim);
-    const ids = await allIds(client.pages(group, { limit: 1000, mode: 'full', onEffectiveLimit: (n) => learned.push(n) }));
     const expected = sim.world.members(group);
+    const ids = await allIds(client.pages(group, { limit: 1000, mode: 'full', knownLength: expected.length, onEffectiveLimit: (n) => learned.push(n) }));
     expect(expected.length).toBeGreaterThan(100);
     expect(ids).toHaveLength(expected.length);
     expect(new Set(ids)).toEqual(new Set(expected));

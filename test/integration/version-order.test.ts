@@ -131,7 +131,7 @@ function listing(rows: Record<string, unknown>[]): LegacyClient {
     listGroupSubscribers: async () => rows as never,
     count: async () => rows.length,
     async *pages(): AsyncGenerator<LegacyPage, void, undefined> {
-      yield { offset: 0, rows: rows as never, limit: 1000 };
+      yield { offset: 0, rows: rows as never, limit: 1000, nextOffset: rows.length, tail: [], continuous: true, serviceTime: null };
     },
     effectiveLimit: () => undefined,
     stats: () => ({ requests: 0 }) as never,

@@ -222,7 +222,8 @@ describe('registerWebhooks', () => {
     expect(second.actions[1]).toMatchObject({ webhook: 'batched', action: 'created', replaces: batched?.id });
     const recreated = second.actions[1]?.id ?? '';
     expect(recreated).not.toBe(batched?.id);
-    expect(writes()).toEqual(['POST /api/webhooks']);
+    // Created disabled, enabled once its secret is stored (no delivery can come before the secret).
+    expect(writes()).toEqual(['POST /api/webhooks', `PUT /api/webhooks/${recreated}`]);
     const rows = await readEndpoints(database.pool);
     expect(rows.map((r) => r.id).sort()).toEqual([realtime?.id, recreated].sort());
     expect(rows.find((r) => r.id === recreated)?.secret).toBe(sim.webhooks.get(recreated)?.secret);

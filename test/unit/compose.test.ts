@@ -111,7 +111,7 @@ describe('docker-compose.yml', () => {
   });
 
   it('declares the volumes it uses', () => {
-    expect(Object.keys(compose.volumes).sort()).toEqual(['pgdata', 'redisdata']);
+    expect(Object.keys(compose.volumes).sort()).toEqual(['grafanadata', 'pgdata', 'promdata', 'redisdata']);
   });
 
   it('has a Dockerfile whose entrypoint is the CLI', () => {

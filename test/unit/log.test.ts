@@ -1,6 +1,7 @@
+import { execFileSync } from 'node:child_process';
 import { Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import { createLogger, createScrubber, REDACTED } from '../../src/log.js';
+import { createLogger, createScrubber, REDACTED, usePretty } from '../../src/log.js';
 
 function capture() {
   const lines: string[] = [];
@@ -44,5 +45,38 @@ describe('logger redaction', () => {
     const scrub = createScrubber();
     scrub.add('later-secret');
     expect(scrub('a later-secret b later-secret')).toBe(`a ${REDACTED} b ${REDACTED}`);
+  });
+});
+
+describe('log format', () => {
+  it('is human-readable only for a person at a terminal, JSON in production and when piped', () => {
+    expect(usePretty('auto', true, undefined)).toBe(true);
+    expect(usePretty('auto', true, 'development')).toBe(true);
+    expect(usePretty('auto', true, 'production')).toBe(false);
+    expect(usePretty('auto', false, undefined)).toBe(false);
+    expect(usePretty(undefined, false, undefined)).toBe(false);
+    expect(usePretty('json', true, undefined)).toBe(false);
+    expect(usePretty('pretty', false, 'production')).toBe(true);
+  });
+});
+
+describe('log output of a real process', () => {
+  const fixture = 'test/fixtures/log/one-line.ts';
+  const env = { PATH: process.env.PATH, HOME: process.env.HOME };
+
+  it('prints JSON when stdout is a pipe', () => {
+    const out = execFileSync(process.execPath, ['--import', 'tsx', fixture], { env, encoding: 'utf8' });
+    expect(JSON.parse(out.trim())).toMatchObject({ level: 'warn', groupId: '42', msg: `something to see ${REDACTED}` });
+  });
+
+  it('prints a readable line (pino-pretty) on a terminal, secrets still redacted', () => {
+    // util-linux `script` gives the child a pseudo-terminal.
+    const command = `${process.execPath} --import tsx ${fixture}`;
+    const out = execFileSync('script', ['-qec', command, '/dev/null'], { env, encoding: 'utf8' });
+    const plain = out.replace(/\u001b\[[0-9;]*m/g, '');
+    expect(plain).toMatch(/^\[\d\d:\d\d:\d\d\.\d{3}\] WARN: something to see \[redacted\]/m);
+    expect(plain).toContain('groupId: "42"');
+    expect(plain).not.toContain('{"level"');
+    expect(plain).not.toContain('fixture-secret-value');
   });
 });

@@ -206,35 +206,147 @@ describe('legacy client requests', () => {
   });
 });
 
+/** A list served from a mutable array of ids, capped at `cap`; `between` runs after each page is served. */
+function listService(ids: number[], options: { cap?: number; between?: (offset: number, served: number) => void } = {}): FakeService {
+  const urls: URL[] = [];
+  const fetchImpl = (async (input: string | URL | Request) => {
+    const url = new URL(String(input));
+    urls.push(url);
+    if (url.pathname.endsWith('/count')) return new Response(JSON.stringify({ count: ids.length }), { status: 200 });
+    const limit = Math.min(Number(url.searchParams.get('limit') ?? 100), options.cap ?? Infinity);
+    const offset = Number(url.searchParams.get('offset') ?? 0);
+    const page = ids.slice(offset, offset + limit);
+    options.between?.(offset, page.length);
+    return new Response(JSON.stringify(page.map((id) => ({ id }))), { status: 200 });
+  }) as typeof fetch;
+  return { fetch: fetchImpl, urls };
+}
+
+const range = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
+const idsOf = (pages: LegacyPage[]) => pages.flatMap((p) => p.rows.map((r) => Number(r.id)));
+
 describe('legacy page iterator', () => {
-  it('full pass over an uncapped service reads until an empty page', async () => {
+  it('full pass reads with overlapping pages until only the re-read tail comes back', async () => {
     const service = fakeService(25);
     const pages = await collect(legacy(service).pages('1', { limit: 10, mode: 'full' }));
-    expect(pages.map((p) => [p.offset, p.rows.length, p.limit])).toEqual([
-      [0, 10, 10],
-      [10, 10, 10],
-      [20, 5, 10],
+    // Each request re-reads the last row of the previous page; yielded rows leave it out.
+    expect(pages.map((p) => [p.offset, p.rows.length, p.nextOffset, p.continuous])).toEqual([
+      [0, 10, 9, true],
+      [9, 9, 18, true],
+      [18, 6, 24, true],
     ]);
-    expect(service.urls.map((u) => u.searchParams.get('offset'))).toEqual(['0', '10', '20', '25']);
+    expect(new Set(pages.flatMap((p) => p.rows.map((r) => String(r.id)))).size).toBe(25);
+    // As many requests as without overlap: the last one (only the re-read row) replaces the empty page.
+    expect(service.urls.map((u) => u.searchParams.get('offset'))).toEqual(['0', '9', '18', '24']);
   });
 
-  it('full pass over a capped service learns the cap once and reads everything', async () => {
+  it('full pass over a capped service learns the cap from two equal short pages inside a long list', async () => {
     const service = fakeService(237, { cap: 50 });
     const learned: number[] = [];
     const client = legacy(service);
-    const pages = await collect(client.pages('1', { limit: 1000, mode: 'full', onEffectiveLimit: (n) => learned.push(n) }));
+    const pages = await collect(client.pages('1', { limit: 1000, mode: 'full', knownLength: 237, onEffectiveLimit: (n) => learned.push(n) }));
     const ids = pages.flatMap((p) => p.rows.map((r) => String(r.id)));
     expect(ids).toHaveLength(237);
     expect(new Set(ids).size).toBe(237);
-    expect(pages.map((p) => p.offset)).toEqual([0, 50, 100, 150, 200]);
-    expect(pages.map((p) => p.limit)).toEqual([1000, 50, 50, 50, 50]);
     expect(learned).toEqual([50]);
     expect(client.effectiveLimit()).toBe(50);
+    expect(pages.at(-1)?.limit).toBe(50);
     // Every request still asks for the configured limit.
     expect(service.urls.every((u) => u.searchParams.get('limit') === '1000')).toBe(true);
   });
 
-  it('incremental pass stops at the first page shorter than the effective limit', async () => {
+  it('never learns a cap from a list that grows during its pass (3 and 300 rows, growing between pages)', async () => {
+    for (const start of [3, 300]) {
+      const ids = range(1, start);
+      let next = 10_000;
+      // Growth by exactly what a cap would produce (the last page's length minus the overlap) is the
+      // adversary: every page then looks the same.
+      const service = listService(ids, { between: (_offset, served) => ids.push(...range((next += served), Math.max(1, served - 1))) });
+      const client = legacy(service);
+      const knowledge = { cap: null, longestPage: 0, candidate: null };
+      const pages = [];
+      for await (const page of client.pages('1', { limit: 500, mode: 'full', knownLength: start, capKnowledge: knowledge })) {
+        pages.push(page);
+        if (pages.length > 6) break;
+      }
+      expect(knowledge.cap).toBeNull();
+      expect(client.effectiveLimit()).toBeUndefined();
+      expect(pages.every((p) => p.limit === 500)).toBe(true);
+      expect(service.urls.every((u) => u.searchParams.get('limit') === '500')).toBe(true);
+    }
+  });
+
+  it('reads every member that stays when members leave ahead of the read position between pages', async () => {
+    const ids = range(1, 1000);
+    const stay = new Set(ids);
+    // After each page, 3 members already read leave: the rest of the list shifts up by 3.
+    const service = listService(ids, {
+      between: (offset, served) => {
+        for (let i = 0; i < 3 && offset + served > 3; i++) stay.delete(ids.splice(Math.max(0, offset + served - 10 - i), 1)[0]!);
+      },
+    });
+    const pages = await collect(legacy(service).pages('1', { limit: 100, mode: 'full' }));
+    const seen = new Set(idsOf(pages));
+    expect([...stay].filter((id) => !seen.has(id))).toEqual([]);
+    expect(pages.every((p) => p.continuous)).toBe(true);
+  });
+
+  it('steps back when more members left than the overlap covers, and still skips no one', async () => {
+    const ids = range(1, 600);
+    const stay = new Set(ids);
+    let pagesServed = 0;
+    const service = listService(ids, {
+      between: (offset, served) => {
+        // 30 members already read leave after the second page: more than the 4-row overlap.
+        if (++pagesServed === 2) for (let i = 0; i < 30; i++) stay.delete(ids.splice(offset + served - 40, 1)[0]!);
+      },
+    });
+    const pages = await collect(legacy(service).pages('1', { limit: 100, mode: 'full' }));
+    const seen = new Set(idsOf(pages));
+    expect([...stay].filter((id) => !seen.has(id))).toEqual([]);
+    expect(pages.every((p) => p.continuous)).toBe(true);
+    const offsets = service.urls.map((u) => Number(u.searchParams.get('offset')));
+    expect(offsets.some((o, i) => i > 0 && o < offsets[i - 1]!)).toBe(true);
+  });
+
+  it('reports a page it cannot join to the previous one instead of pretending it skipped nothing', async () => {
+    const ids = range(1, 2000);
+    let pagesServed = 0;
+    const service = listService(ids, {
+      between: () => {
+        // After the fifth page 450 members already read leave at once: more than three pages back.
+        if (++pagesServed === 5) ids.splice(0, 450);
+      },
+    });
+    const pages = await collect(legacy(service).pages('1', { limit: 100, mode: 'full' }));
+    expect(pages.some((p) => !p.continuous)).toBe(true);
+  });
+
+  it('a list whose last page holds one row ends without a gap or a step back', async () => {
+    for (const total of [1, 11, 20]) {
+      const service = fakeService(total);
+      const pages = await collect(legacy(service).pages('1', { limit: 10, mode: 'full' }));
+      expect(new Set(pages.flatMap((p) => p.rows.map((r) => String(r.id)))).size).toBe(total);
+      expect(pages.every((p) => p.continuous)).toBe(true);
+      const offsets = service.urls.map((u) => Number(u.searchParams.get('offset')));
+      expect(offsets.every((o, i) => i === 0 || o >= offsets[i - 1]!)).toBe(true);
+    }
+  });
+
+  it('a resumed pass joins its first page on the saved tail', async () => {
+    const service = fakeService(95, { cap: 20 });
+    const tail = ['1261159647788771362', '1261159647788771363'];
+    const pages = await collect(legacy(service).pages('1', { limit: 30, startOffset: 38, startTail: tail, mode: 'full', effectiveLimit: 20 }));
+    expect(pages[0]?.offset).toBe(38);
+    expect(pages[0]?.continuous).toBe(true);
+    expect(pages[0]?.rows.map((r) => String(r.id))).not.toContain(tail[0]);
+    expect(new Set(pages.flatMap((p) => p.rows.map((r) => String(r.id)))).size).toBe(95 - 40);
+    // Without a tail, the first page after a resume cannot prove continuity.
+    const blind = await collect(legacy(fakeService(95, { cap: 20 })).pages('1', { limit: 30, startOffset: 40, mode: 'full' }));
+    expect(blind[0]?.continuous).toBe(false);
+  });
+
+  it('incremental pass stops at the first page shorter than the learned cap', async () => {
     const service = fakeService(237, { cap: 50 });
     const pages = await collect(legacy(service).pages('1', { limit: 1000, mode: 'incremental', effectiveLimit: 50 }));
     expect(pages.flatMap((p) => p.rows)).toHaveLength(237);
@@ -242,69 +354,28 @@ describe('legacy page iterator', () => {
     expect(service.urls).toHaveLength(5);
   });
 
-  it('incremental pass uses the cap this client learned in a full pass', async () => {
-    const service = fakeService(120, { cap: 50 });
-    const client = legacy(service);
-    await collect(client.pages('1', { limit: 1000, mode: 'full' }));
-    service.urls.length = 0;
-    const pages = await collect(client.pages('1', { limit: 1000, mode: 'incremental' }));
-    expect(pages.flatMap((p) => p.rows)).toHaveLength(120);
-    expect(service.urls).toHaveLength(3);
+  it('incremental pass never ends at a cap it has not learned: a page as long as any served is checked', async () => {
+    const service = fakeService(150, { cap: 100 });
+    const knowledge = { cap: null, longestPage: 60, candidate: null };
+    const pages = await collect(legacy(service).pages('1', { limit: 500, mode: 'incremental', capKnowledge: knowledge }));
+    expect(pages.flatMap((p) => p.rows)).toHaveLength(150);
+    expect(service.urls).toHaveLength(2);
+    expect(knowledge.longestPage).toBe(100);
   });
 
-  it('incremental pass with an unknown cap stops after the first short page (as DESIGN.md says)', async () => {
+  it('incremental pass in steady state spends no extra request: a page shorter than one served before ends it', async () => {
     const service = fakeService(30);
-    const pages = await collect(legacy(service).pages('1', { limit: 100, mode: 'incremental' }));
+    const pages = await collect(legacy(service).pages('1', { limit: 500, mode: 'incremental', capKnowledge: { cap: null, longestPage: 500, candidate: null } }));
     expect(pages).toHaveLength(1);
     expect(service.urls).toHaveLength(1);
   });
 
-  it('resumes at startOffset and advances by rows received', async () => {
-    const service = fakeService(95, { cap: 20 });
-    const pages = await collect(legacy(service).pages('1', { limit: 30, startOffset: 40, mode: 'full', effectiveLimit: 20 }));
-    expect(pages.map((p) => p.offset)).toEqual([40, 60, 80]);
-    expect(pages.at(-1)?.rows).toHaveLength(15);
-  });
-
-  it('does not mistake a set that grew between requests for a cap', async () => {
-    let grown = false;
-    const service = fakeService(0, {
-      body: (url) => {
-        const offset = Number(url.searchParams.get('offset'));
-        if (offset === 0) return { status: 200, body: JSON.stringify(Array.from({ length: 8 }, (_, i) => ({ id: i + 1 }))) };
-        if (offset === 8 && !grown) {
-          grown = true;
-          return { status: 200, body: JSON.stringify(Array.from({ length: 9 }, (_, i) => ({ id: 100 + i }))) };
-        }
-        return { status: 200, body: '[]' };
-      },
-    });
-    const learned: number[] = [];
-    const client = legacy(service);
-    const pages = await collect(client.pages('1', { limit: 10, mode: 'full', onEffectiveLimit: (n) => learned.push(n) }));
-    expect(pages.flatMap((p) => p.rows)).toHaveLength(17);
-    expect(learned).toEqual([]);
-    expect(client.effectiveLimit()).toBeUndefined();
-  });
-
   it('fails instead of looping when the service ignores offset', async () => {
-    const service = fakeService(0, { body: () => ({ status: 200, body: '[{"id":1},{"id":2}]' }) });
-    await expect(collect(legacy(service).pages('1', { limit: 2, mode: 'full' }))).rejects.toThrow(/ignore offset/);
-    expect(service.urls).toHaveLength(2);
-  });
-
-  it('accepts the same single row at two consecutive offsets (a set changing under the pass)', async () => {
-    let calls = 0;
-    const service = fakeService(0, {
-      body: () => {
-        calls += 1;
-        // 2 rows, then the last row again one offset later (a row moved), then the end.
-        const bodies = ['[{"id":1},{"id":2}]', '[{"id":3}]', '[{"id":3}]', '[]'];
-        return { status: 200, body: bodies[Math.min(calls, bodies.length) - 1]! };
-      },
-    });
-    const pages = await collect(legacy(service).pages('1', { limit: 2, mode: 'full' }));
-    expect(pages.map((p) => p.rows.length)).toEqual([2, 1, 1]);
+    const service = fakeService(0, { body: () => ({ status: 200, body: '[{"id":1},{"id":2},{"id":3}]' }) });
+    await expect(collect(legacy(service).pages('1', { limit: 3, mode: 'full' }))).rejects.toThrow(/ignore offset/);
+    // A repeat alone could be members joining ahead of the read position: one request far past
+    // any list settles it.
+    expect(service.urls.map((u) => u.searchParams.get('offset'))).toEqual(['0', '2', '999999999']);
   });
 
   it('fetches one page at a time: nothing is requested until the consumer asks', async () => {

@@ -195,6 +195,43 @@ describe('createSecretCache', () => {
     expect(loads()).toBe(3);
   });
 
+  test('a load at start or on TTL does not hold back the reload of the first miss after it', async () => {
+    const { cache, advance, loads } = setup([async () => v1, async () => v2]);
+    await cache.current();
+    advance(100); // a webhook registered 100 ms after the receiver loaded its secrets
+    expect(await cache.refreshAfterMiss()).toBe('reloaded');
+    expect(await cache.current()).toEqual(v2);
+    expect(loads()).toBe(2);
+  });
+
+  test('a miss during a background load that may predate the secret loads once more after it', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const { cache, advance, loads } = setup([async () => v1, async () => (await gate, v1), async () => v2]);
+    await cache.current();
+    advance(5_000);
+    await cache.current(); // TTL: background load started (it will answer v1)
+    const miss = cache.refreshAfterMiss();
+    release();
+    expect(await miss).toBe('reloaded');
+    expect(await cache.current()).toEqual(v2);
+    expect(loads()).toBe(3);
+  });
+
+  test('concurrent misses during a background load all wait for one load after it', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const { cache, advance, loads } = setup([async () => v1, async () => (await gate, v1), async () => v2]);
+    await cache.current();
+    advance(5_000);
+    await cache.current(); // TTL: background load started (it will answer v1)
+    const misses = Promise.all([cache.refreshAfterMiss(), cache.refreshAfterMiss(), cache.refreshAfterMiss()]);
+    release();
+    expect(await misses).toEqual(['reloaded', 'reloaded', 'reloaded']);
+    expect(await cache.current()).toEqual(v2);
+    expect(loads()).toBe(3);
+  });
+
   test('a failed load keeps the last list and reports unhealthy until a load succeeds', async () => {
     const { cache, advance } = setup([async () => v1, async () => Promise.reject(new Error('down')), async () => v2]);
     await cache.current();

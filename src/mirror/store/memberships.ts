@@ -6,7 +6,6 @@ import type { MirrorSource } from '../../db/schema.js';
 import { run, type Queryable } from './executor.js';
 import { assertId, assertTimestamp, assertVia, newestPerKey, type UpsertCounts } from './values.js';
 
-
 /** One current member as listed by a poll page or announced by `subscriber.added_to_group`. */
 export interface MemberInput {
   subscriberId: string;
@@ -170,12 +169,14 @@ export async function endMemberships(exec: Queryable, subscriberId: string, at: 
 }
 
 /**
- * Ends every current membership of `groupId` that the complete full pass started at `seenBefore`
- * did not list: `last_seen_at` null or older than `seenBefore`, and no membership fact at or after
- * `seenBefore` (so a webhook add that happened during the pass is kept). Sets `removed_at = at`
- * (the pass's completion time) and leaves `source_updated_at` alone: the inference has no upstream
- * time, so any later listing of the member re-adds it. Call it only after every page of the full
- * pass is committed (DESIGN.md: only a full pass may conclude that a membership ended).
+ * Ends every current membership of `groupId` that no full pass listed since `seenBefore`:
+ * `last_seen_at` null or older than `seenBefore`, and no membership fact at or after `seenBefore`
+ * (so a webhook add that happened meanwhile is kept). Sets `removed_at = at` (the caller's
+ * completion time) and leaves `source_updated_at` alone: the inference has no upstream time, so any
+ * later listing of the member re-adds it. The caller chooses `seenBefore` so that it is proof
+ * (DESIGN invariant 11): the poll passes the start of the earlier of two complete, gap-free full
+ * passes in a row (`removalCutoff` in src/sync/state.ts), because one pass over a list that changes
+ * while it is read can skip a member.
  *
  * Passes are per (group × type): give `opts.type` to consider only members last listed under that
  * type, otherwise the `active` pass would end every `unsubscribed` membership. A member whose type

@@ -1,0 +1,152 @@
+/**
+ * The admin status page (GET /admin/): one server-rendered HTML page that answers "is my mirror fresh
+ * and complete?" without reading JSON. No build step, no script, no external asset (it must work on a
+ * machine without internet): inline CSS under a per-response nonce, and a meta refresh.
+ *
+ * Every value that reaches the HTML goes through `escapeHtml`: group ids, cursors and above all last
+ * errors come from the network or from upstream messages.
+ */
+import type { AuthPause } from '../sync/auth-pause.js';
+import type { StatusRow } from '../sync/status.js';
+import type { FailedDelivery } from '../webhooks/inbox.js';
+
+export interface StatusPageData {
+  now: number;
+  /** SYNC_EVERY in ms: freshness is coloured against it. */
+  everyMs: number;
+  passes: readonly StatusRow[];
+  authPause: AuthPause | null;
+  inbox: Readonly<Record<string, number>>;
+  failed: readonly FailedDelivery[];
+  refreshSeconds: number;
+  /** Links shown in the header (relative to /admin/). */
+  links: ReadonlyArray<{ href: string; label: string }>;
+}
+
+const ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
+
+export function escapeHtml(value: unknown): string {
+  return String(value ?? '').replace(/[&<>"']/g, (c) => ESCAPES[c] ?? c);
+}
+
+export type Freshness = 'fresh' | 'late' | 'stale' | 'never';
+
+/**
+ * Fresh within 1.5 intervals (one pass may be running late), late up to 3 intervals, stale beyond:
+ * the same 3 × SYNC_EVERY the SyncPassStale alert fires at.
+ */
+export function freshness(lastSuccessAt: string | null, everyMs: number, now: number): Freshness {
+  if (!lastSuccessAt) return 'never';
+  const age = now - Date.parse(lastSuccessAt);
+  if (age <= 1.5 * everyMs) return 'fresh';
+  if (age <= 3 * everyMs) return 'late';
+  return 'stale';
+}
+
+export function formatAge(ms: number): string {
+  const s = Math.max(0, Math.round(ms / 1000));
+  if (s < 120) return `${s} s`;
+  if (s < 7_200) return `${Math.round(s / 60)} min`;
+  if (s < 172_800) return `${Math.round(s / 3_600)} h`;
+  return `${Math.round(s / 86_400)} d`;
+}
+
+function driftText(row: StatusRow): { text: string; bad: boolean } {
+  if (row.drift === null || row.upstreamCount === null) return { text: '–', bad: false };
+  const pct = row.upstreamCount === 0 ? (row.drift === 0 ? 0 : 100) : (100 * row.drift) / row.upstreamCount;
+  // Above 1 % is what the SyncDriftHigh alert pages on.
+  return { text: `${row.drift} (${pct.toFixed(2)} %)`, bad: Math.abs(pct) > 1 };
+}
+
+function passRow(row: StatusRow, data: StatusPageData): string {
+  const state = freshness(row.lastSuccessAt, data.everyMs, data.now);
+  const age = row.lastSuccessAt ? `${formatAge(data.now - Date.parse(row.lastSuccessAt))} ago` : 'never';
+  const drift = driftText(row);
+  const last = row.lastStatus ? `${row.lastStatus} ${row.lastMode ?? ''}`.trim() : 'not run yet';
+  return `<tr data-group="${escapeHtml(row.groupId)}" data-type="${escapeHtml(row.type)}">
+<td>${escapeHtml(row.groupId)}</td><td>${escapeHtml(row.type)}</td>
+<td class="${state}" data-freshness="${state}" title="last success ${escapeHtml(row.lastSuccessAt ?? 'never')}">${escapeHtml(age)}</td>
+<td>${escapeHtml(last)}${row.fullPassOpenAt !== null ? ` <small>(full pass open at offset ${escapeHtml(row.fullPassOpenAt)})</small>` : ''}</td>
+<td><code>${escapeHtml(row.cursor ?? '–')}</code></td>
+<td class="num" data-field="mirrored">${escapeHtml(row.mirrored)}</td>
+<td class="num" data-field="upstream">${escapeHtml(row.upstreamCount ?? '–')}</td>
+<td class="num${drift.bad ? ' stale' : ''}" data-field="drift">${escapeHtml(drift.text)}</td>
+<td class="err">${escapeHtml(row.lastError ?? '')}</td>
+</tr>`;
+}
+
+function pauseBanner(pause: AuthPause | null, now: number): string {
+  if (!pause || pause.until <= now) return '';
+  return `<div class="banner" role="alert" id="auth-pause"><strong>Polling is paused:</strong> the service rejected the API key
+(${escapeHtml(pause.failures)} failure${pause.failures === 1 ? '' : 's'} since ${escapeHtml(new Date(pause.since).toISOString())}).
+Next try ${escapeHtml(new Date(pause.until).toISOString())}. Service said: <q>${escapeHtml(pause.message)}</q>.
+Fix <code>MAILER_API_KEY</code> and restart the workers.</div>`;
+}
+
+function failedRows(failed: readonly FailedDelivery[]): string {
+  if (failed.length === 0) return '<p>No failed deliveries.</p>';
+  const rows = failed
+    .map(
+      (d) => `<tr><td>${escapeHtml(d.id)}</td><td>${escapeHtml(d.receivedAt)}</td><td>${escapeHtml(d.kinds.join(', '))}</td>
+<td class="num">${escapeHtml(d.attempts)}</td><td class="err">${escapeHtml(d.error ?? '')}</td></tr>`,
+    )
+    .join('\n');
+  return `<table id="failed"><thead><tr><th>id</th><th>received</th><th>kinds</th><th>attempts</th><th>error</th></tr></thead>
+<tbody>${rows}</tbody></table>`;
+}
+
+const CSS = `
+body{font:14px/1.4 system-ui,sans-serif;margin:1.5rem;color:#1d232a;background:#fafbfc}
+h1{font-size:1.3rem;margin:0 0 .3rem}h2{font-size:1.05rem;margin:1.5rem 0 .5rem}
+nav a{margin-right:1rem}table{border-collapse:collapse;background:#fff;width:100%}
+th,td{border:1px solid #d8dee4;padding:.3rem .5rem;text-align:left;vertical-align:top}
+th{background:#f0f3f6}.num{text-align:right;font-variant-numeric:tabular-nums}
+.fresh{background:#dafbe1}.late{background:#fff4c2}.stale,.never{background:#ffd8d3}
+.err{color:#a40e26;max-width:28rem;overflow-wrap:anywhere}code{font-size:12px}
+.banner{background:#a40e26;color:#fff;padding:.7rem 1rem;border-radius:4px;margin:1rem 0}
+.banner code{color:#fff}.muted{color:#57606a}form{display:inline}#inbox{width:auto}
+`;
+
+export function renderStatusPage(data: StatusPageData, nonce: string): string {
+  const inbox = Object.entries(data.inbox)
+    .map(([status, n]) => `<tr><td>${escapeHtml(status)}</td><td class="num" data-inbox="${escapeHtml(status)}">${escapeHtml(n)}</td></tr>`)
+    .join('');
+  const links = data.links.map((l) => `<a href="${escapeHtml(l.href)}">${escapeHtml(l.label)}</a>`).join('');
+  return `<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="refresh" content="${escapeHtml(data.refreshSeconds)}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>subscriber-mirror status</title>
+<style nonce="${escapeHtml(nonce)}">${CSS}</style></head>
+<body>
+<h1>subscriber-mirror</h1>
+<p class="muted">As of ${escapeHtml(new Date(data.now).toISOString())} · refreshes every ${escapeHtml(data.refreshSeconds)} s ·
+passes every ${escapeHtml(formatAge(data.everyMs))}: green within 1.5 intervals, yellow up to 3, red beyond.</p>
+<nav>${links}<form method="post" action="logout"><button type="submit">Log out</button></form></nav>
+${pauseBanner(data.authPause, data.now)}
+<h2>Groups × types</h2>
+<table id="passes"><thead><tr><th>group</th><th>type</th><th>last success</th><th>last run</th><th>cursor</th>
+<th>mirrored</th><th>upstream</th><th>drift</th><th>last error</th></tr></thead>
+<tbody>${data.passes.map((row) => passRow(row, data)).join('\n')}</tbody></table>
+<h2>Webhook inbox</h2>
+<table id="inbox"><thead><tr><th>status</th><th>deliveries</th></tr></thead><tbody>${inbox}</tbody></table>
+<h2>Latest failed deliveries</h2>
+${failedRows(data.failed)}
+</body></html>`;
+}
+
+export function renderLoginPage(nonce: string, message: string | null): string {
+  return `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>subscriber-mirror admin: log in</title>
+<style nonce="${escapeHtml(nonce)}">${CSS}</style></head>
+<body>
+<h1>subscriber-mirror admin</h1>
+${message ? `<p class="err" role="alert">${escapeHtml(message)}</p>` : ''}
+<form method="post" action="/admin/login">
+<label>Admin token (<code>ADMIN_TOKEN</code>) <input type="password" name="token" autocomplete="current-password" required autofocus></label>
+<button type="submit">Log in</button>
+</form>
+<p class="muted">Or use the browser's password dialog: <a href="/admin/basic">HTTP Basic login</a> (any user name, the token as password).</p>
+</body></html>`;
+}

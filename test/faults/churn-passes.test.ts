@@ -1,0 +1,174 @@
+/**
+ * Fault 6 (invariant 11, issue 11): churn during full passes. `start --role worker` runs its
+ * scheduled full passes (every 20 s) over a group of 20,000 members with page size 500 while,
+ * after every page the service serves, 3 members already read leave (removed from the group or
+ * deleted), 2 join and 2 members ahead change type. Webhooks are off: only the poll can end a
+ * membership. Throughout: no member still listed upstream ever has `removed_at`; every member that
+ * left is ended within two complete full passes that started after it left; once the churn stops,
+ * the mirror equals the world.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SUBSCRIBER_TYPES, startSimulator, type Simulator, type SubscriberType } from '../../src/simulator/index.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+import { readMembers } from '../helpers/mirror.js';
+import { deleteInstallKeys, redisUrl, uniquePrefix } from '../helpers/redis.js';
+import { compareGroupWithWorld } from './helpers/compare.js';
+import { makeSecrets, withCredentials } from './helpers/secrets.js';
+import { assertRunning, killAll, printSummary, sleep, startService, stopGracefully, type LogLine, type ServiceProcess } from './helpers/service.js';
+
+const TYPES = SUBSCRIBER_TYPES as readonly SubscriberType[];
+
+interface Pass {
+  type: string;
+  startedAt: number;
+  endedAt: number | null;
+}
+
+/** Full passes as the worker logged them ('pass started' / 'pass succeeded', mode full). */
+function fullPasses(lines: readonly LogLine[]): Pass[] {
+  const passes: Pass[] = [];
+  const open = new Map<string, Pass>();
+  for (const line of lines) {
+    if (line.mode !== 'full' || typeof line.type !== 'string' || typeof line.time !== 'string') continue;
+    if (line.msg === 'pass started') {
+      const pass = { type: line.type, startedAt: Date.parse(line.time), endedAt: null };
+      open.set(line.type, pass);
+      passes.push(pass);
+    } else if (line.msg === 'pass succeeded') {
+      const pass = open.get(line.type);
+      if (pass) pass.endedAt = Date.parse(line.time);
+      open.delete(line.type);
+    }
+  }
+  return passes;
+}
+
+/** For every type, the complete full passes that started after `at`; the fewest of them. */
+function completePassesSince(passes: readonly Pass[], at: number): number {
+  return Math.min(...TYPES.map((type) => passes.filter((p) => p.type === type && p.endedAt !== null && p.startedAt > at).length));
+}
+
+describe('fault 6: churn during full passes', () => {
+  const secrets = makeSecrets('churn-passes');
+  const prefix = uniquePrefix('fault-churn');
+  let database: TestDatabase;
+  let sim: Simulator;
+  let groupId: string;
+  let env: Record<string, string>;
+
+  beforeAll(async () => {
+    database = await createTestDatabase();
+    sim = await startSimulator({ subscribers: 20_000, groups: 1, rateLimit: false, largeIds: true, seed: 61, apiKey: secrets.apiKey });
+    groupId = sim.world.groupIds()[0] as string;
+    env = {
+      DATABASE_URL: withCredentials(database.url, 'postgres', secrets.dbPassword),
+      REDIS_URL: withCredentials(redisUrl(), 'default', secrets.redisPassword),
+      REDIS_PREFIX: prefix,
+      MAILER_LEGACY_URL: sim.url,
+      MAILER_API_KEY: secrets.apiKey,
+      SYNC_GROUPS: groupId,
+      SYNC_TYPES: TYPES.join(','),
+      SYNC_PAGE_SIZE: '500',
+      SYNC_EVERY: '10s',
+      RECONCILE_EVERY: '20s',
+      API_RATE_LIMIT: '100000',
+      ADMIN_TOKEN: secrets.adminToken,
+      PORT: '0',
+      LOG_LEVEL: 'info',
+    };
+  });
+
+  afterAll(async () => {
+    killAll();
+    await sim?.close();
+    await database?.drop();
+    await deleteInstallKeys(prefix);
+  });
+
+  it('never ends a listed member, ends every leaver within two complete passes, then equals the world', async () => {
+    const started = Date.now();
+    const members = sim.world.memberCount(groupId);
+    expect(members).toBeGreaterThan(15_000);
+    const leftAt = new Map<string, number>();
+    sim.world.onEvent((e) => {
+      if (!e.subscriberId) return;
+      if ((e.kind === 'subscriber.removed_from_group' && e.group?.id === groupId) || e.kind === 'subscriber.deleted') leftAt.set(e.subscriberId, Date.now());
+    });
+    const endedAfter = new Map<string, number>();
+    let falseRemovals = 0;
+    let late = 0;
+    let checks = 0;
+
+    const check = async (passes: readonly Pass[]) => {
+      checks += 1;
+      // World first: a member listed now and ended in the mirror can only be a false removal.
+      const listed = new Set(sim.world.members(groupId));
+      const rows = await readMembers(database.pool, groupId);
+      const removed = new Set(rows.filter((m) => m.removedAt !== null).map((m) => m.subscriberId));
+      const known = new Set(rows.map((m) => m.subscriberId));
+      falseRemovals += [...removed].filter((id) => listed.has(id)).length;
+      for (const [id, at] of leftAt) {
+        const since = completePassesSince(passes, at);
+        if (removed.has(id) && !endedAfter.has(id)) endedAfter.set(id, since);
+        if (since >= 2 && known.has(id) && !removed.has(id)) late += 1;
+      }
+    };
+
+    // The first full pass of each type runs at start (no cursor yet); churn starts with it.
+    sim.pageChurn.set({ groupId, leave: 3, join: 2, retype: 2 });
+    const worker: ServiceProcess = startService('worker', env, 'churn-passes');
+    const until = async (what: string, done: (passes: Pass[]) => boolean, timeoutMs: number) => {
+      const deadline = Date.now() + timeoutMs;
+      for (;;) {
+        assertRunning(worker, `while waiting for ${what}`);
+        const passes = fullPasses(worker.lines);
+        await check(passes);
+        if (done(passes)) return passes;
+        if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+        await sleep(1_000);
+      }
+    };
+    const completeOf = (passes: Pass[], type: string, after = 0) => passes.filter((p) => p.type === type && p.endedAt !== null && p.startedAt > after).length;
+
+    // Three complete full passes of every type under churn.
+    await until('3 full passes of every type under churn', (p) => TYPES.every((t) => completeOf(p, t) >= 3), 300_000);
+    const churned = { ...sim.pageChurn.applied };
+    sim.pageChurn.clear();
+    const calm = Date.now();
+    // Two more that start after the churn stopped: every leaver is then past its two passes.
+    await until('2 full passes of every type after the churn', (p) => TYPES.every((t) => completeOf(p, t, calm) >= 2), 300_000);
+    const passes = fullPasses(worker.lines);
+
+    expect(churned.leave).toBeGreaterThan(100);
+    expect(churned.join).toBeGreaterThan(50);
+    expect(churned.retype).toBeGreaterThan(50);
+    expect(falseRemovals).toBe(0);
+    expect(late).toBe(0);
+    const leaversKnown = [...leftAt.keys()].filter((id) => endedAfter.has(id)).length;
+    expect(leaversKnown).toBeGreaterThan(100);
+    const worst = Math.max(...endedAfter.values());
+    expect(worst).toBeLessThanOrEqual(2);
+
+    const comparison = await compareGroupWithWorld(database.pool, sim.world, groupId, TYPES);
+    expect(comparison.problems).toEqual([]);
+    const gapLines = worker.lines.filter((l) => typeof l.msg === 'string' && l.msg.includes('shifted by more than the page overlap')).length;
+    expect(await stopGracefully(worker)).toBe(0);
+
+    const histogram = [0, 1, 2].map((n) => [...endedAfter.values()].filter((v) => v === n).length).join('/');
+    printSummary('churn during full passes', {
+      members,
+      fullPasses: passes.filter((p) => p.endedAt !== null).length,
+      leftDuringPasses: churned.leave,
+      joinedDuringPasses: churned.join,
+      retypedDuringPasses: churned.retype,
+      falseRemovals,
+      checks,
+      trueRemovalsEnded: endedAfter.size,
+      'endedAfter0/1/2Passes': histogram,
+      endedLate: late,
+      passesWithGaps: gapLines,
+      mirrored: comparison.currentMembers,
+      seconds: Math.round((Date.now() - started) / 1000),
+    });
+  }, 900_000);
+});

@@ -1,0 +1,77 @@
+/**
+ * Every PromQL expression the project ships (alert rules and dashboard panels), and a rewrite that
+ * makes an alert expression return its series whatever their values, so a test can tell "healthy,
+ * no alert" from "misspelled metric or label, no data".
+ */
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { parse } from 'yaml';
+import { ROOT } from './cli.js';
+
+export interface ShippedExpression {
+  /** Where it comes from: `alert SyncPassStale`, `panel "Drift…" A`. */
+  source: string;
+  expr: string;
+}
+
+interface RuleFile {
+  groups: Array<{ name: string; rules: Array<{ alert?: string; record?: string; expr: string }> }>;
+}
+
+interface Dashboard {
+  panels: Array<{ title: string; targets?: Array<{ refId: string; expr: string }> }>;
+}
+
+export const MONITORING = path.join(ROOT, 'monitoring');
+
+export function alertRules(): RuleFile['groups'][number]['rules'] {
+  const file = parse(readFileSync(path.join(MONITORING, 'alerts.yml'), 'utf8')) as RuleFile;
+  return file.groups.flatMap((g) => g.rules);
+}
+
+export function dashboard(): Dashboard {
+  return JSON.parse(readFileSync(path.join(MONITORING, 'grafana/dashboards/subscriber-mirror.json'), 'utf8')) as Dashboard;
+}
+
+/** Grafana's variables, as Grafana would fill them for a short range. */
+function grafanaVariables(expr: string): string {
+  return expr.replaceAll('$__rate_interval', '1m').replaceAll('$__interval', '15s').replaceAll('$__range', '5m');
+}
+
+export function shippedExpressions(): ShippedExpression[] {
+  const alerts = alertRules().map((r) => ({ source: `alert ${r.alert ?? r.record}`, expr: r.expr.trim() }));
+  const panels = dashboard().panels.flatMap((p) =>
+    (p.targets ?? []).map((t) => ({ source: `panel "${p.title}" ${t.refId}`, expr: grafanaVariables(t.expr) })),
+  );
+  return [...alerts, ...panels];
+}
+
+/**
+ * Adds `bool` after every comparison operator outside label matchers and strings, so `a > 3 * b`
+ * returns every matched series (0 or 1) instead of only those over the threshold.
+ */
+export function withBool(expr: string): string {
+  let out = '';
+  let braces = 0;
+  let quote: string | null = null;
+  for (let i = 0; i < expr.length; i++) {
+    const c = expr[i] as string;
+    out += c;
+    if (quote) {
+      if (c === '\\') out += expr[++i] ?? '';
+      else if (c === quote) quote = null;
+      continue;
+    }
+    if (c === '"' || c === "'" || c === '`') quote = c;
+    else if (c === '{') braces++;
+    else if (c === '}') braces--;
+    else if (braces === 0 && /[<>=!]/.test(c)) {
+      const two = expr.slice(i, i + 2);
+      const op = ['==', '!=', '>=', '<='].includes(two) ? two : c === '>' || c === '<' ? c : null;
+      if (!op) continue;
+      if (op.length === 2) out += expr[++i];
+      if (!/^\s*bool\b/.test(expr.slice(i + 1))) out += ' bool';
+    }
+  }
+  return out;
+}

@@ -1,0 +1,122 @@
+/**
+ * monitoring/: the alert rules are tested with Prometheus's own `promtool test rules` (every alert
+ * fires on series that should fire it and stays silent on series that should not), the Prometheus
+ * config is checked by `promtool check config`, and the dashboard, the compose profile and the README
+ * runbook agree with the rules. test/integration/prometheus.test.ts runs every expression against a
+ * real scrape.
+ */
+import { execFileSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { parse } from 'yaml';
+import { ROOT } from '../helpers/cli.js';
+import { alertRules, dashboard, MONITORING, withBool } from '../helpers/promql.js';
+import { requirePath, systemTool } from '../helpers/tools.js';
+
+const promtool = systemTool('promtool', 'prometheus');
+
+function runPromtool(args: string[]): string {
+  try {
+    return execFileSync(requirePath(promtool), args, { cwd: MONITORING, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  } catch (error) {
+    const e = error as { stdout?: string; stderr?: string; message: string };
+    throw new Error(`promtool ${args.join(' ')} failed:\n${e.stdout ?? ''}${e.stderr ?? ''}${e.stdout || e.stderr ? '' : e.message}`);
+  }
+}
+
+describe.skipIf(promtool.skip)('promtool', () => {
+  it('passes the alert unit tests (monitoring/alerts.test.yml)', () => {
+    expect(runPromtool(['test', 'rules', 'alerts.test.yml'])).toContain('SUCCESS');
+  });
+
+  it('accepts prometheus.yml and the rule file it loads', () => {
+    const out = runPromtool(['check', 'config', 'prometheus.yml']);
+    expect(out).toContain('SUCCESS: 1 rule files found');
+  });
+});
+
+interface RuleTests {
+  rule_files: string[];
+  tests: Array<{ alert_rule_test?: Array<{ alertname: string; exp_alerts: unknown[] }> }>;
+}
+
+describe('alert rules', () => {
+  const names = alertRules().map((r) => r.alert);
+  const tests = parse(readFileSync(path.join(MONITORING, 'alerts.test.yml'), 'utf8')) as RuleTests;
+  const cases = tests.tests.flatMap((t) => t.alert_rule_test ?? []);
+
+  it('cover what the issue asks for', () => {
+    expect(names).toEqual([
+      'SyncPassStale',
+      'UpstreamApiKeyRejected',
+      'SyncDriftHigh',
+      'WebhookDeliveriesFailing',
+      'WebhookInboxBacklogGrowing',
+      'ScrapeTargetDown',
+      'RateLimiterSaturated',
+      'FullPassesFailing',
+    ]);
+  });
+
+  it.each(alertRules().map((r) => r.alert as string))('%s has a case that fires it and one that stays silent', (name) => {
+    const mine = cases.filter((c) => c.alertname === name);
+    expect(mine.some((c) => c.exp_alerts.length > 0), 'a firing case').toBe(true);
+    expect(mine.some((c) => c.exp_alerts.length === 0), 'a silent case').toBe(true);
+  });
+
+  it.each(alertRules().map((r) => r.alert as string))('%s has a runbook line in README "Monitoring"', (name) => {
+    const readme = readFileSync(path.join(ROOT, 'README.md'), 'utf8');
+    const section = readme.slice(readme.indexOf('## Monitoring'));
+    expect(section).toMatch(new RegExp(`\\*\\*${name}\\*\\*`));
+  });
+});
+
+describe('withBool (used to check every alert expression returns series)', () => {
+  it('adds bool to comparisons outside label matchers and strings', () => {
+    expect(withBool('up{job=~"a.*",x!="y"} == 0')).toBe('up{job=~"a.*",x!="y"} == bool 0');
+    expect(withBool('a > 3 * b and c >= 1')).toBe('a > bool 3 * b and c >= bool 1');
+    expect(withBool('a < bool 1')).toBe('a < bool 1');
+    expect(withBool('sum(x{l="a>b"}) != 0')).toBe('sum(x{l="a>b"}) != bool 0');
+  });
+});
+
+describe('Grafana and compose', () => {
+  it('every dashboard panel uses the provisioned datasource', () => {
+    const provisioned = parse(readFileSync(path.join(MONITORING, 'grafana/provisioning/datasources/prometheus.yml'), 'utf8')) as {
+      datasources: Array<{ uid: string; url: string }>;
+    };
+    const uid = provisioned.datasources[0]?.uid;
+    const panels = dashboard().panels as Array<{ datasource?: { uid: string }; targets?: unknown[] }>;
+    expect(panels.length).toBeGreaterThan(5);
+    for (const p of panels) {
+      expect(p.datasource?.uid).toBe(uid);
+      expect(p.targets?.length).toBeGreaterThan(0);
+    }
+    expect(provisioned.datasources[0]?.url).toBe('http://prometheus:9090');
+  });
+
+  it('the monitoring profile starts Prometheus and Grafana with files that exist', () => {
+    const compose = parse(readFileSync(path.join(ROOT, 'docker-compose.yml'), 'utf8'), { merge: true }) as {
+      services: Record<string, { profiles?: string[]; volumes?: string[]; command?: string[] }>;
+    };
+    const monitoring = Object.entries(compose.services).filter(([, s]) => s.profiles?.includes('monitoring'));
+    expect(monitoring.map(([name]) => name).sort()).toEqual(['grafana', 'prometheus']);
+    for (const [, service] of monitoring) {
+      for (const volume of service.volumes ?? []) {
+        const source = volume.split(':')[0] as string;
+        if (source.startsWith('./')) expect(existsSync(path.join(ROOT, source)), volume).toBe(true);
+      }
+    }
+    expect(compose.services.prometheus?.command).toContain('--config.file=/etc/prometheus/prometheus.yml');
+    const prometheusYml = parse(readFileSync(path.join(MONITORING, 'prometheus.yml'), 'utf8')) as {
+      scrape_configs: Array<{ job_name: string; static_configs?: Array<{ targets: string[] }>; dns_sd_configs?: Array<{ port: number }> }>;
+    };
+    expect(prometheusYml.scrape_configs.map((c) => c.job_name)).toEqual(['subscriber-mirror-receiver', 'subscriber-mirror-worker']);
+    // /metrics is on the ops port of the receiver and of every worker replica.
+    const ops = compose.services.receiver as { environment?: Record<string, string> } | undefined;
+    const opsPort = ops?.environment?.OPS_PORT;
+    expect(prometheusYml.scrape_configs[0]?.static_configs?.[0]?.targets).toEqual([`receiver:${opsPort}`]);
+    expect(prometheusYml.scrape_configs[1]?.dns_sd_configs?.[0]?.port).toBe(Number(opsPort));
+  });
+});

@@ -1,0 +1,77 @@
+import { describe, expect, it } from 'vitest';
+import { escapeHtml, formatAge, freshness, renderStatusPage, type StatusPageData } from '../../src/http/status-page.js';
+import type { StatusRow } from '../../src/sync/status.js';
+
+const NOW = Date.parse('2026-11-26T12:00:00Z');
+const EVERY = 300_000;
+
+function row(over: Partial<StatusRow> = {}): StatusRow {
+  return {
+    groupId: '1',
+    type: 'active',
+    cursor: '2026-11-26T11:58:00.000000Z',
+    lastStatus: 'succeeded',
+    lastMode: 'incremental',
+    lastRunFinishedAt: '2026-11-26T11:59:00Z',
+    lastSuccessAt: '2026-11-26T11:59:00Z',
+    lastError: null,
+    fullPassOpenAt: null,
+    mirrored: 990,
+    upstreamCount: 1000,
+    upstreamCountAt: '2026-11-26T00:00:00Z',
+    drift: 10,
+    futureRows: 0,
+    ...over,
+  };
+}
+
+function page(over: Partial<StatusPageData> = {}): string {
+  return renderStatusPage(
+    { now: NOW, everyMs: EVERY, passes: [row()], authPause: null, inbox: { pending: 0, failed: 0 }, failed: [], refreshSeconds: 15, links: [], ...over },
+    'n0nce',
+  );
+}
+
+describe('status page', () => {
+  it('colours freshness against SYNC_EVERY: fresh to 1.5x, late to 3x (the alert), stale beyond', () => {
+    const at = (ms: number) => new Date(NOW - ms).toISOString();
+    expect(freshness(at(EVERY * 1.5), EVERY, NOW)).toBe('fresh');
+    expect(freshness(at(EVERY * 1.5 + 1), EVERY, NOW)).toBe('late');
+    expect(freshness(at(EVERY * 3), EVERY, NOW)).toBe('late');
+    expect(freshness(at(EVERY * 3 + 1), EVERY, NOW)).toBe('stale');
+    expect(freshness(null, EVERY, NOW)).toBe('never');
+  });
+
+  it('escapes everything it renders', () => {
+    expect(escapeHtml(`<a href="x" onclick='y'>&</a>`)).toBe('&lt;a href=&quot;x&quot; onclick=&#39;y&#39;&gt;&amp;&lt;/a&gt;');
+    const html = page({
+      passes: [row({ groupId: '"><script>1</script>', lastError: '<img src=x onerror=alert(1)>' })],
+      failed: [{ id: '7', kinds: ['<b>k</b>'], attempts: 1, error: '</td><script>2</script>', receivedAt: 'x' }],
+      authPause: { until: NOW + 60_000, failures: 2, since: NOW - 60_000, message: '<i>Unauthenticated</i>' },
+    });
+    expect(html).not.toMatch(/<script>|<img|<b>k|<i>U/);
+    expect(html).toContain('&lt;img src=x onerror=alert(1)&gt;');
+    expect(html).toContain('id="auth-pause"');
+  });
+
+  it('shows drift as count and percent, marked above 1 %', () => {
+    expect(page()).toContain('data-field="drift">10 (1.00 %)</td>');
+    expect(page({ passes: [row({ drift: 11, mirrored: 989 })] })).toContain('class="num stale" data-field="drift">11 (1.10 %)');
+    expect(page({ passes: [row({ drift: null, upstreamCount: null })] })).toContain('data-field="drift">–<');
+  });
+
+  it('shows no banner when the pause is over, and uses the nonce on its only style block', () => {
+    expect(page({ authPause: { until: NOW - 1, failures: 1, since: NOW - 60_000, message: 'x' } })).not.toContain('auth-pause');
+    const html = page();
+    expect(html.match(/<style/g)).toHaveLength(1);
+    expect(html).toContain('<style nonce="n0nce">');
+    expect(html).not.toMatch(/ style="|<script|https?:\/\//);
+  });
+
+  it('formats ages for people', () => {
+    expect(formatAge(59_000)).toBe('59 s');
+    expect(formatAge(600_000)).toBe('10 min');
+    expect(formatAge(5 * 3_600_000)).toBe('5 h');
+    expect(formatAge(3 * 86_400_000)).toBe('3 d');
+  });
+});
