@@ -11,7 +11,7 @@ import { ConfigError, loadConfig, needsForRole, ROLES, secretsOf, type Role } fr
 import { runMigrations } from './db/migrate.js';
 import { SUBSCRIBER_TYPES, type SubscriberType } from './db/schema.js';
 import { openDatabase } from './db/client.js';
-import { createScrubber } from './log.js';
+import { createScrubber } from './ground/log.js';
 import { describeConnectionError, startService, type RunningService } from './start.js';
 import { enqueueBackfills, waitForPass, type BackfillTarget } from './sync/backfill.js';
 import { createSyncQueue } from './sync/schedule.js';
@@ -228,7 +228,7 @@ const replay: Handler = async (args) => {
   }
   const config = loadConfig(process.env, ['database']);
   const { createDeliveryConsumer, replayDeliveries } = await import('./webhooks/consumer.js');
-  const { createLogger } = await import('./log.js');
+  const { createLogger } = await import('./ground/log.js');
   const database = openDatabase(config.databaseUrl, { max: 2 });
   const consumer = createDeliveryConsumer({
     pool: database.pool,

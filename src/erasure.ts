@@ -4,7 +4,7 @@
  * erased subscriber not redacted yet.
  */
 import { awaitingRedaction, eraseOutOfGroups, logForgotten, markRedacted } from './mirror/erasure.js';
-import type { Queryable } from './webhooks/inbox.js';
+import type { Queryable } from './ground/queryable.js';
 import { redactDeliveries } from './webhooks/redact.js';
 
 /** How often the worker runs it: the delay of the two timer paths. */

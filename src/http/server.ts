@@ -8,8 +8,8 @@
  */
 import http from 'node:http';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
-import type { Logger } from '../log.js';
-import type { Metrics } from './metrics.js';
+import type { Logger } from '../ground/log.js';
+import type { Metrics } from '../ground/metrics.js';
 
 export interface ReadinessCheck {
   name: string;

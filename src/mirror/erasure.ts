@@ -9,7 +9,7 @@
  * - every erased subscriber (either reason) is logged in `erasures`, so the stored deliveries that
  *   carry its data are redacted once (`src/webhooks/redact.ts`).
  */
-import type { Queryable } from '../webhooks/inbox.js';
+import type { Queryable } from '../ground/queryable.js';
 
 /** The columns `erasePersonalData` (normalize.ts) empties, as SQL. */
 const ERASE_SET = `email = null, name = null, ip_address = null, optin_ip = null, fields = '{}'::jsonb, extra = '{}'::jsonb`;

@@ -36,7 +36,7 @@
 import { isLosslessNumber } from 'lossless-json';
 import type { z } from 'zod';
 import type { MirrorSource } from '../db/schema.js';
-import { assertTimeZone, TimezoneError } from '../time.js';
+import { assertTimeZone, TimezoneError } from '../ground/time.js';
 import { describeValue, idRule } from './rules.js';
 import {
   automationRow,
@@ -49,7 +49,7 @@ import {
   webhookSubscriberRowSchema,
 } from './schemas.js';
 
-export { isCanonicalTimestamp } from '../time.js';
+export { isCanonicalTimestamp } from '../ground/time.js';
 export { LEGACY_KNOWN_KEYS, WEBHOOK_ENVELOPE_KEYS, WEBHOOK_KNOWN_KEYS } from './schemas.js';
 
 // ---------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@
  */
 import { isLosslessNumber } from 'lossless-json';
 import { z } from 'zod';
-import { parseIsoTimestamp, parseLegacyTimestamp, TimestampError } from '../time.js';
+import { parseIsoTimestamp, parseLegacyTimestamp, TimestampError } from '../ground/time.js';
 
 /** The type of a value, never the value itself. */
 export function describeValue(value: unknown): string {

@@ -19,7 +19,7 @@
  * Pure and path-independent: both paths' rows are normalized first, and the store keeps this value
  * as `subscribers.version_at`, the column its newer-than guard compares.
  */
-import { latestTimestamp } from '../time.js';
+import { latestTimestamp } from '../ground/time.js';
 import type { SubscriberValues } from './normalize.js';
 
 /** The values a version time is computed from (a normalized subscriber; columns not carried are null). */

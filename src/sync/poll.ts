@@ -17,8 +17,8 @@
  */
 import type pg from 'pg';
 import type { SubscriberType } from '../db/schema.js';
-import type { Logger } from '../log.js';
-import { addDays, DAY_MS, dayInZone, formatEpochMs, latestTimestamp } from '../time.js';
+import type { Logger } from '../ground/log.js';
+import { addDays, DAY_MS, dayInZone, formatEpochMs, latestTimestamp } from '../ground/time.js';
 import { normalizeLegacySubscriber, SUBSCRIBER_FIELDS, type SubscriberRow } from '../mirror/normalize.js';
 import { versionTime } from '../mirror/version.js';
 import { type PageCapKnowledge } from '../upstream/legacy.js';

@@ -7,9 +7,9 @@
  */
 import type { SubscriberType } from '../db/schema.js';
 
-import type { Queryable } from '../db/queryable.js';
+import type { Queryable } from '../ground/queryable.js';
 
-export type { Queryable } from '../db/queryable.js';
+export type { Queryable } from '../ground/queryable.js';
 
 export type PassMode = 'incremental' | 'full';
 

@@ -7,8 +7,8 @@ import { DelayedError, UnrecoverableError, Worker, type ConnectionOptions, type 
 import type { Redis } from 'ioredis';
 import type pg from 'pg';
 import { SUBSCRIBER_TYPES, type SubscriberType } from '../db/schema.js';
-import type { Metrics } from '../http/metrics.js';
-import type { Logger } from '../log.js';
+import type { Metrics } from '../ground/metrics.js';
+import type { Logger } from '../ground/log.js';
 import { UpstreamAuthError } from '../upstream/http.js';
 import type { LegacyClient } from '../upstream/legacy.js';
 import { authPauseKey, clearAuthPause, isPaused, readAuthPause, recordAuthFailure } from './auth-pause.js';

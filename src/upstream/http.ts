@@ -14,7 +14,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parse as parseLossless } from 'lossless-json';
 import pRetry from 'p-retry';
-import { createScrubber, type SecretScrubber } from '../log.js';
+import { createScrubber, type SecretScrubber } from '../ground/log.js';
 
 // ---------------------------------------------------------------------------------------------
 // Errors

@@ -10,9 +10,9 @@
  * from evidence churn cannot fake; an incremental pass stops at the first page shorter than any cap
  * the service can have. One page is held at a time (invariant 8).
  */
-import type { Logger } from '../log.js';
+import type { Logger } from '../ground/log.js';
 import { SUBSCRIBER_TYPES, type SubscriberType } from '../db/schema.js';
-import { isRealDate } from '../time.js';
+import { isRealDate } from '../ground/time.js';
 import {
   createHttpClient,
   isPlainObject,

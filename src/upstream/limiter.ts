@@ -26,7 +26,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import Bottleneck from 'bottleneck';
 import { Redis, type RedisOptions } from 'ioredis';
-import type { Logger } from '../log.js';
+import type { Logger } from '../ground/log.js';
 import type { RequestGate } from './http.js';
 
 export type LimiterMode = 'redis' | 'memory' | 'off';

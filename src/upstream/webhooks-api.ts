@@ -12,7 +12,7 @@
  * 422 → each field error (DESIGN.md "Facts": `{message, errors: {field: [...]}}`).
  */
 import { z } from 'zod';
-import type { Logger } from '../log.js';
+import type { Logger } from '../ground/log.js';
 import {
   createHttpClient,
   isPlainObject,

@@ -12,7 +12,7 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import type pg from 'pg';
 import { ConfigError, type Config } from '../config.js';
-import { createScrubber, type Logger, type SecretScrubber } from '../log.js';
+import { createScrubber, type Logger, type SecretScrubber } from '../ground/log.js';
 import {
   createWebhooksApi,
   isWebhookId,

@@ -28,12 +28,12 @@
 import { Queue, Worker, type ConnectionOptions, type Job, type JobsOptions } from 'bullmq';
 import type pg from 'pg';
 import type { DeliveryStatus } from '../db/schema.js';
-import type { Metrics } from '../http/metrics.js';
-import type { Logger } from '../log.js';
+import type { Metrics } from '../ground/metrics.js';
+import type { Logger } from '../ground/log.js';
 import { NormalizeError } from '../mirror/normalize.js';
 import { applyPlan, planDelivery, type ApplyCounts } from './apply.js';
 import { deliveryKinds, parseDelivery, PayloadError } from './payloads.js';
-import { repeat } from '../repeat.js';
+import { repeat } from '../ground/repeat.js';
 import { purgeDeliveries } from './inbox.js';
 
 export const EVENTS_QUEUE = 'events';

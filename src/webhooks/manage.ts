@@ -12,7 +12,7 @@
  * upstream is created again. The table is not a mirrored table, so plain parameterized SQL is used.
  */
 import type pg from 'pg';
-import type { Queryable } from '../db/queryable.js';
+import type { Queryable } from '../ground/queryable.js';
 import { EVENT_KINDS, EVENT_REGISTRY, type EventKind } from './payloads.js';
 import {
   WebhookNotFoundError,
@@ -73,7 +73,7 @@ function isHttpUrl(value: string): boolean {
 // ---------------------------------------------------------------------------------------------
 
 /** A pool, or one checked-out connection (register runs every statement on the one holding its lock). */
-export type { Queryable } from '../db/queryable.js';
+export type { Queryable } from '../ground/queryable.js';
 
 export interface StoredEndpoint {
   id: string;

@@ -10,7 +10,7 @@
  */
 import { isUtf8 } from 'node:buffer';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { Logger } from '../log.js';
+import type { Logger } from '../ground/log.js';
 import {
   createInboxWriter,
   loadSecrets,

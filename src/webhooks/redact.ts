@@ -7,7 +7,7 @@
  * (invariant 6).
  */
 import { isLosslessNumber, parse, stringify } from 'lossless-json';
-import type { Queryable } from './inbox.js';
+import type { Queryable } from '../ground/queryable.js';
 
 /** Subscriber keys that are not personal data; every other key of a matching subscriber object goes. */
 const KEPT_KEYS = new Set([

@@ -24,7 +24,7 @@ import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { openDatabase } from '../../src/db/client.js';
 import { buildServer } from '../../src/http/server.js';
-import { createLogger } from '../../src/log.js';
+import { createLogger } from '../../src/ground/log.js';
 import { createDeliveryConsumer } from '../../src/webhooks/consumer.js';
 import { registerWebhookRoute } from '../../src/webhooks/receiver.js';
 import { deleteKeysByPrefix } from '../helpers/redis-prefix.js';

@@ -11,7 +11,7 @@
  */
 import pg from 'pg';
 import type { SubscriberType } from '../../src/db/schema.js';
-import { createLogger } from '../../src/log.js';
+import { createLogger } from '../../src/ground/log.js';
 import { runPass, type PassDeps } from '../../src/sync/poll.js';
 import { createLegacyClient } from '../../src/upstream/legacy.js';
 import { createLimiter } from '../../src/upstream/limiter.js';

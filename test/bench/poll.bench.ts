@@ -33,7 +33,7 @@ import os from 'node:os';
 import path from 'node:path';
 import type pg from 'pg';
 import { SUBSCRIBER_TYPES, type SubscriberType } from '../../src/db/schema.js';
-import { createLogger } from '../../src/log.js';
+import { createLogger } from '../../src/ground/log.js';
 import { normalizeLegacySubscriber, SUBSCRIBER_FIELDS, type SubscriberRow } from '../../src/mirror/normalize.js';
 import { SUBSCRIBER_COLUMN_OF, upsertMemberships, upsertSubscribers, withTransaction } from '../../src/mirror/store.js';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';

@@ -21,7 +21,7 @@ import type { FastifyInstance } from 'fastify';
 import type pg from 'pg';
 import { openDatabase } from '../../src/db/client.js';
 import { buildServer } from '../../src/http/server.js';
-import { createLogger } from '../../src/log.js';
+import { createLogger } from '../../src/ground/log.js';
 import type { InboxWriterOptions } from '../../src/webhooks/inbox.js';
 import { parseDelivery } from '../../src/webhooks/payloads.js';
 import { registerWebhookRoute } from '../../src/webhooks/receiver.js';

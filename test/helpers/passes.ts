@@ -1,7 +1,7 @@
 /** Waiting for the poll path to have covered every configured group × type. */
 import { SUBSCRIBER_TYPES } from '../../src/db/schema.js';
 import { collectStatus, type StatusRow } from '../../src/sync/status.js';
-import type { Queryable } from '../../src/db/queryable.js';
+import type { Queryable } from '../../src/ground/queryable.js';
 import { waitFor } from './wait.js';
 
 /** Resolves once every group × type (all five types) has a successful pass and a known upstream count. */

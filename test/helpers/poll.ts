@@ -3,7 +3,7 @@
  */
 import { afterAll, afterEach, beforeAll } from 'vitest';
 import type { SubscriberType } from '../../src/db/schema.js';
-import { createLogger } from '../../src/log.js';
+import { createLogger } from '../../src/ground/log.js';
 import type { Simulator } from '../../src/simulator/index.js';
 import { runPass, type PassDeps, type PassResult } from '../../src/sync/poll.js';
 import { createLegacyClient } from '../../src/upstream/legacy.js';

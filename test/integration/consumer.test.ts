@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from 'vitest';
 import { buildServer } from '../../src/http/server.js';
-import { createLogger, type Logger } from '../../src/log.js';
+import { createLogger, type Logger } from '../../src/ground/log.js';
 import { normalizeLegacySubscriber } from '../../src/mirror/normalize.js';
 import { upsertMemberships, upsertSubscribers } from '../../src/mirror/store.js';
 import type { EventKind } from '../../src/webhooks/payloads.js';

@@ -18,7 +18,7 @@ import { afterEach, describe, expect, test } from 'vitest';
 import { openDatabase, type Database } from '../../src/db/client.js';
 import type { SubscriberType } from '../../src/db/schema.js';
 import { buildServer } from '../../src/http/server.js';
-import { createLogger } from '../../src/log.js';
+import { createLogger } from '../../src/ground/log.js';
 import { isoMicros, startSimulator, type Simulator, type SubscriberView, type World } from '../../src/simulator/index.js';
 import { ALL_EVENT_KINDS, BATCH_ONLY_KINDS } from '../../src/simulator/kinds.js';
 import { mulberry32 } from '../../src/simulator/prng.js';

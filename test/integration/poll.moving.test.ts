@@ -6,7 +6,7 @@
  */
 import { Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import { createLogger } from '../../src/log.js';
+import { createLogger } from '../../src/ground/log.js';
 import { SUBSCRIBER_FIELDS } from '../../src/mirror/normalize.js';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { runPass, type PassDeps } from '../../src/sync/poll.js';

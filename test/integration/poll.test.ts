@@ -11,7 +11,7 @@ import { UpstreamAuthError } from '../../src/upstream/http.js';
 import { createLegacyClient, overlapFor } from '../../src/upstream/legacy.js';
 import { createLimiter } from '../../src/upstream/limiter.js';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
-import { createLogger } from '../../src/log.js';
+import { createLogger } from '../../src/ground/log.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { diffSubscribers, expectedFromWorld, readMembers, readMirroredSubscribers } from '../helpers/mirror.js';
 import { passAllTypes, passDeps } from '../helpers/poll.js';

@@ -10,7 +10,7 @@ import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from 'vitest';
 import { openDatabase } from '../../src/db/client.js';
 import { buildServer } from '../../src/http/server.js';
-import { createLogger } from '../../src/log.js';
+import { createLogger } from '../../src/ground/log.js';
 import { bodySha256 } from '../../src/webhooks/inbox.js';
 import { registerWebhookRoute, type WebhookRoute } from '../../src/webhooks/receiver.js';
 import { signBody } from '../../src/webhooks/signature.js';

@@ -6,8 +6,8 @@
 import { Redis } from 'ioredis';
 import { QueueEvents } from 'bullmq';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createMetrics } from '../../src/http/metrics.js';
-import { createLogger } from '../../src/log.js';
+import { createMetrics } from '../../src/ground/metrics.js';
+import { createLogger } from '../../src/ground/log.js';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { tryAcquirePassLock } from '../../src/sync/lock.js';
 import { PASS_JOB_OPTIONS, createSyncQueue, enqueueBackfill, enqueueResume, type PassJobResult } from '../../src/sync/schedule.js';

@@ -14,7 +14,7 @@ import { storeDelivery } from '../../src/webhooks/inbox.js';
 import { deliveryKinds, parseDelivery } from '../../src/webhooks/payloads.js';
 import { runPass, type PassDeps } from '../../src/sync/poll.js';
 import type { LegacyClient, LegacyPage } from '../../src/upstream/legacy.js';
-import { createLogger } from '../../src/log.js';
+import { createLogger } from '../../src/ground/log.js';
 
 let tdb: TestDatabase;
 const { logger } = createLogger({ level: 'silent' });

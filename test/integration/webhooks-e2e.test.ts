@@ -14,7 +14,7 @@ import type { FastifyInstance } from 'fastify';
 import { afterEach, describe, expect, test } from 'vitest';
 import { openDatabase, type Database } from '../../src/db/client.js';
 import { buildServer } from '../../src/http/server.js';
-import { createLogger } from '../../src/log.js';
+import { createLogger } from '../../src/ground/log.js';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { ALL_EVENT_KINDS, BATCH_ONLY_KINDS, type EventKind } from '../../src/simulator/kinds.js';
 import { mulberry32 } from '../../src/simulator/prng.js';

@@ -1,7 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import { Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import { createLogger, createScrubber, REDACTED, usePretty } from '../../src/log.js';
+import { createLogger, createScrubber, REDACTED, usePretty } from '../../src/ground/log.js';
 
 function capture() {
   const lines: string[] = [];

@@ -1,5 +1,5 @@
 import { describe, expect, test } from 'vitest';
-import { parseIsoTimestamp, parseLegacyTimestamp, TimestampError, TimezoneError } from '../../src/time.js';
+import { parseIsoTimestamp, parseLegacyTimestamp, TimestampError, TimezoneError } from '../../src/ground/time.js';
 
 describe('parseLegacyTimestamp', () => {
   test.each([

@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { repeat } from '../../src/repeat.js';
+import { repeat } from '../../src/ground/repeat.js';
 
 describe('repeat', () => {
   beforeEach(() => vi.useFakeTimers());

@@ -15,7 +15,7 @@ import {
   type ClassifyContext,
   type RequestGate,
 } from '../../src/upstream/http.js';
-import { createScrubber } from '../../src/log.js';
+import { createScrubber } from '../../src/ground/log.js';
 
 const API_KEY = 'sk-live-4f1c9a7e2b6d';
 

@@ -9,7 +9,7 @@ import {
   type DateFilter,
   type LegacyPage,
 } from '../../src/upstream/legacy.js';
-import { isRealDate } from '../../src/time.js';
+import { isRealDate } from '../../src/ground/time.js';
 import { UpstreamAuthError, UpstreamBodyError } from '../../src/upstream/http.js';
 
 const API_KEY = 'legacy-key-0a9b8c7d6e';

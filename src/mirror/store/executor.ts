@@ -8,9 +8,9 @@
  */
 import { createHash } from 'node:crypto';
 import type pg from 'pg';
-import type { Queryable } from '../../db/queryable.js';
+import type { Queryable } from '../../ground/queryable.js';
 
-export type { Queryable } from '../../db/queryable.js';
+export type { Queryable } from '../../ground/queryable.js';
 
 interface Result<R> {
   rows: R[];

@@ -1,7 +1,7 @@
 /** Value checks and small helpers shared by the store's table families. */
 import { isLosslessNumber, stringify as losslessStringify } from 'lossless-json';
 import { MIRROR_SOURCES, type MirrorSource } from '../../db/schema.js';
-import { isCanonicalTimestamp } from '../../time.js';
+import { isCanonicalTimestamp } from '../../ground/time.js';
 
 /**
  * JSON text for a `jsonb` parameter. `extra` may hold lossless-json numbers or bigints (ids above
