@@ -1,12 +1,11 @@
 /**
- * Upstream shapes → the row shapes `store.ts` writes (DESIGN.md "Layout": upstream → normalize →
+ * Upstream shapes → the row shapes `store.ts` writes (docs/architecture.md, "Modules and what they may import": upstream → normalize →
  * store). Pure functions: no I/O, no clock, no config reads (the source timezone is an argument).
  * The validation and the mapping are the schemas of `schemas.ts` (the same ones the webhook receiver
  * validates deliveries with); this module holds the row shapes and turns a schema's first issue
  * into a {@link NormalizeError} naming the upstream field.
  *
- * Two subscriber shapes exist upstream: the legacy Single Subscriber of the poll path (DESIGN.md
- * "Facts") and the §2.2 Subscriber embedded in webhook payloads. Both become a {@link SubscriberRow}
+ * Two subscriber shapes exist upstream: the legacy Single Subscriber of the poll path (docs/upstream.md, "Legacy Single Subscriber") and the Subscriber object (docs/upstream.md) embedded in webhook payloads. Both become a {@link SubscriberRow}
  * whose `provided` list says which columns that payload actually carried, so the store never nulls a
  * column only the other path knows (e.g. `source` from webhooks, the legacy-only keys in `extra`).
  *
@@ -22,7 +21,7 @@
  * - **`fields`** is an object `{key: string | null}` in both shapes. An `email` key is dropped: the
  *   address lives in the `email` column, webhook `fields` never carry it, and keeping it would make
  *   the two paths' rows differ (a spurious write on every tie) and leave a copy of personal data
- *   outside the column forgetting erases. Non-string scalar values become strings (§2.2: "all values
+ *   outside the column forgetting erases. Non-string scalar values become strings (docs/upstream.md, "Subscriber object": "all values
  *   are strings"); `name` stays in `fields` as well as in the `name` column.
  * - **Unknown keys** go to `extra` with their values as received (a lossless-json `LosslessNumber`
  *   or a bigint is fine: the store serializes them without loss). Webhook envelope keys of flat
@@ -114,7 +113,7 @@ export const SUBSCRIBER_FIELDS = [
 ] as const satisfies readonly SubscriberField[];
 
 /**
- * Columns erased when a subscriber is forgotten (DESIGN.md "SQL contract": a forgotten subscriber
+ * Columns erased when a subscriber is forgotten (docs/sql.md, "Tables": a forgotten subscriber
  * keeps its id and timestamps; its personal data is erased). `extra` is erased whole: its keys are
  * unknown to us, so none can be vouched for as non-personal (e.g. legacy `user_agent`).
  */
@@ -136,19 +135,19 @@ export interface SubscriberRow {
   provided: readonly SubscriberField[];
 }
 
-/** A group as embedded in payloads (§2.3). A null name means "not known", never "erase". */
+/** A group as embedded in payloads (docs/upstream.md, "Objects in payloads"). A null name means "not known", never "erase". */
 export interface GroupRow {
   id: string;
   name: string | null;
 }
 
-/** An automation as embedded in payloads (§2.3). */
+/** An automation as embedded in payloads (docs/upstream.md, "Objects in payloads"). */
 export interface AutomationRow {
   id: string;
   name: string | null;
 }
 
-/** A campaign as embedded in payloads or the flat `campaign.sent` payload (§2.3). Nulls mean "not known". */
+/** A campaign as embedded in payloads or the flat `campaign.sent` payload (docs/upstream.md, "Objects in payloads"). Nulls mean "not known". */
 export interface CampaignRow {
   id: string;
   name: string | null;
@@ -316,7 +315,7 @@ export interface LegacyNormalizeOptions {
 }
 
 /**
- * A legacy Single Subscriber (poll path; DESIGN.md "Facts", `spec/examples/legacy-single-subscriber.json`)
+ * A legacy Single Subscriber (poll path; docs/upstream.md, "Legacy Single Subscriber", `test/fixtures/mirror/legacy-single-subscriber.json`)
  * → {@link SubscriberRow} with `via: 'poll'`.
  *
  * Mapping: `type`→status, `opened`/`clicked`→opensCount/clicksCount, `opened_rate`/`clicked_rate`→
@@ -340,7 +339,7 @@ export function normalizeLegacySubscriber(raw: Record<string, unknown>, opts: Le
 }
 
 /**
- * A §2.2 Subscriber (the `subscriber` of a nested or batched item, or a flat payload itself) →
+ * A subscriber object (docs/upstream.md, "Subscriber object"; the `subscriber` of a nested or batched item, or a flat payload itself) →
  * {@link SubscriberRow} with `via: 'webhook'`.
  *
  * Timestamps are ISO 8601 with a zone and keep all six fractional digits. The `name` column comes

@@ -45,7 +45,7 @@ export interface DeliveryJobData {
 
 const DIGITS = /^\d+$/;
 
-/** BullMQ job ids must not be all digits nor contain ':' (DESIGN.md "Traps"). */
+/** BullMQ job ids must not be all digits nor contain ':' (docs/architecture.md, "Traps we work around"). */
 export function deliveryJobId(id: string): string {
   assertDeliveryId(id);
   return `delivery-${id}`;
@@ -318,7 +318,7 @@ function hasKnownEvents(body: unknown): boolean {
 
 export interface DeliveryConsumerDeps {
   pool: pg.Pool;
-  /** BullMQ connection of the worker (blocking: `maxRetriesPerRequest: null`, DESIGN.md "Traps"). */
+  /** BullMQ connection of the worker (blocking: `maxRetriesPerRequest: null`, docs/architecture.md, "Traps we work around"). */
   connection: ConnectionOptions;
   /**
    * Connection of the queue that `enqueue` adds to. The receiver calls `enqueue` on the HTTP path,
@@ -550,7 +550,7 @@ export function createDeliveryConsumer(deps: DeliveryConsumerDeps): DeliveryCons
       if (waiting.length > 0) flushAdds();
       await Promise.allSettled([...adding]);
       if (worker) {
-        // worker.close() waits for active jobs forever (DESIGN.md "Traps"): race it.
+        // worker.close() waits for active jobs forever (docs/architecture.md, "Traps we work around"): race it.
         const closing = worker.close();
         const deadline = new Promise<'timeout'>((resolve) => setTimeout(() => resolve('timeout'), timeoutMs).unref());
         if ((await Promise.race([closing.then(() => 'closed' as const), deadline])) === 'timeout') {
