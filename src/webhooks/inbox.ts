@@ -16,11 +16,7 @@
  */
 import { createHash } from 'node:crypto';
 import { DELIVERY_STATUSES, type DeliveryStatus } from '../db/schema.js';
-
 import type { Queryable } from '../ground/queryable.js';
-
-/** The inbox runs on a `pg.Pool` (a fake in unit tests). */
-export type { Queryable } from '../ground/queryable.js';
 
 export type InboxStatus = Extract<DeliveryStatus, 'pending' | 'ignored' | 'failed'>;
 
