@@ -157,6 +157,37 @@ interface Pending {
   reject(error: unknown): void;
 }
 
+/** How many rows from the head of the queue the next statement takes, and their body bytes. */
+function nextBatchSize(queue: readonly Pending[], maxBatch: number, maxBatchBytes: number): { n: number; bytes: number } {
+  let bytes = 0;
+  let n = 0;
+  // Always take at least one row, however large, so a big body cannot block the queue.
+  while (n < queue.length && n < maxBatch) {
+    const size = (queue[n] as Pending).row.bodyText.length;
+    if (n > 0 && bytes + size > maxBatchBytes) break;
+    bytes += size;
+    n++;
+  }
+  return { n, bytes };
+}
+
+type BatchStats = { batches: number; rows: number; failedBatches: number; maxBatchSeen: number };
+
+/** Writes one batch in one statement and settles each of its requests. */
+async function runBatch(pool: Queryable, batch: Pending[], stats: BatchStats): Promise<void> {
+  stats.batches++;
+  stats.rows += batch.length;
+  stats.maxBatchSeen = Math.max(stats.maxBatchSeen, batch.length);
+  try {
+    const results = await writeRows(pool, batch.map((p) => p.row));
+    batch.forEach((p, i) => p.resolve(results[i] as StoredDelivery));
+  } catch (error) {
+    stats.failedBatches++;
+    // Durability first (invariant 1): no request of a statement that did not commit gets a 2xx.
+    for (const p of batch) p.reject(error);
+  }
+}
+
 export function createInboxWriter(pool: Queryable, options: InboxWriterOptions = {}): InboxWriter {
   const maxBatch = Math.max(1, options.maxBatch ?? 256);
   const maxWaitMs = Math.max(0, options.maxWaitMs ?? 2);
@@ -170,18 +201,10 @@ export function createInboxWriter(pool: Queryable, options: InboxWriterOptions =
   let timer: NodeJS.Timeout | undefined;
   let closed = false;
   const idleWaiters: Array<() => void> = [];
-  const stats = { batches: 0, rows: 0, failedBatches: 0, maxBatchSeen: 0 };
+  const stats: BatchStats = { batches: 0, rows: 0, failedBatches: 0, maxBatchSeen: 0 };
 
   function takeBatch(): Pending[] {
-    let bytes = 0;
-    let n = 0;
-    // Always take at least one row, however large, so a big body cannot block the queue.
-    while (n < queue.length && n < maxBatch) {
-      const size = (queue[n] as Pending).row.bodyText.length;
-      if (n > 0 && bytes + size > maxBatchBytes) break;
-      bytes += size;
-      n++;
-    }
+    const { n, bytes } = nextBatchSize(queue, maxBatch, maxBatchBytes);
     const batch = queue.slice(0, n);
     queue = queue.slice(n);
     queuedBytes -= bytes;
@@ -196,7 +219,7 @@ export function createInboxWriter(pool: Queryable, options: InboxWriterOptions =
     while (inFlight < maxConcurrent && queue.length > 0) {
       const batch = takeBatch();
       inFlight++;
-      void runBatch(batch).finally(() => {
+      void runBatch(pool, batch, stats).finally(() => {
         inFlight--;
         // Rows that queued while every connection was busy have waited a whole statement already.
         if (queue.length > 0) flush();
@@ -212,20 +235,6 @@ export function createInboxWriter(pool: Queryable, options: InboxWriterOptions =
       return;
     }
     timer ??= setTimeout(flush, maxWaitMs);
-  }
-
-  async function runBatch(batch: Pending[]): Promise<void> {
-    stats.batches++;
-    stats.rows += batch.length;
-    stats.maxBatchSeen = Math.max(stats.maxBatchSeen, batch.length);
-    try {
-      const results = await writeRows(pool, batch.map((p) => p.row));
-      batch.forEach((p, i) => p.resolve(results[i] as StoredDelivery));
-    } catch (error) {
-      stats.failedBatches++;
-      // Durability first (invariant 1): no request of a statement that did not commit gets a 2xx.
-      for (const p of batch) p.reject(error);
-    }
   }
 
   return {

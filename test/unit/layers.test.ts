@@ -92,14 +92,14 @@ interface Import {
 }
 
 /** The relative imports of one file: `import`, `import type`, `export … from`, literal `import()`. */
-export function importsOf(file: string, text: string): Import[] {
+function importsOf(file: string, text: string): Import[] {
   const found = ts.preProcessFile(text, true, true).importedFiles.map((f) => f.fileName);
   return found
     .filter((spec) => spec.startsWith('.'))
     .map((spec) => ({ from: rel(file), to: rel(path.resolve(path.dirname(file), spec)).replace(/\.js$/, '.ts') }));
 }
 
-export function unitOf(file: string): string | undefined {
+function unitOf(file: string): string | undefined {
   if (file.startsWith(SIMULATOR)) return SIMULATOR;
   let best: string | undefined;
   for (const { unit } of LAYERS) {
@@ -112,7 +112,7 @@ export function unitOf(file: string): string | undefined {
 const rankOf = (unit: string) => LAYERS.find((l) => l.unit === unit)?.rank;
 
 /** Why `imp` breaks the direction, or null. */
-export function directionViolation(imp: Import): string | null {
+function directionViolation(imp: Import): string | null {
   const a = unitOf(imp.from);
   const b = unitOf(imp.to);
   if (imp.to.startsWith('../')) return `${imp.from} imports ${imp.to}, outside src/`;
@@ -130,7 +130,7 @@ export function directionViolation(imp: Import): string | null {
 }
 
 /** Cycles' paths (at least one in each group of files that reach each other), e.g. `a.ts -> b.ts -> a.ts`. */
-export function cycles(edges: ReadonlyArray<readonly [string, string]>): string[] {
+function cycles(edges: ReadonlyArray<readonly [string, string]>): string[] {
   const next = new Map<string, string[]>();
   for (const [a, b] of edges) if (a !== b) next.set(a, [...(next.get(a) ?? []), b]);
   const reported: string[] = [];
@@ -193,7 +193,7 @@ function drizzleTables(): Map<string, string> {
 }
 
 /** The tables a file writes: SQL text, and drizzle `.insert(t)` / `.update(t)` / `.delete(t)` of a schema table. */
-export function tablesWritten(text: string, drizzle: ReadonlyMap<string, string>): string[] {
+function tablesWritten(text: string, drizzle: ReadonlyMap<string, string>): string[] {
   const source = ts.createSourceFile('x.ts', text, ts.ScriptTarget.Latest, true);
   const written: string[] = [];
   for (const literal of literalTexts(source)) {
@@ -220,7 +220,7 @@ export function tablesWritten(text: string, drizzle: ReadonlyMap<string, string>
 }
 
 /** Why a file's write to `table` is not allowed, or null. */
-export function ownershipViolation(file: string, table: string): string | null {
+function ownershipViolation(file: string, table: string): string | null {
   if (table === '${}') {
     return file in (DYNAMIC_WRITERS as object) ? null : `${file} writes a table named at run time: list it in DYNAMIC_WRITERS with its tables`;
   }
