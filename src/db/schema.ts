@@ -296,6 +296,27 @@ export const subscriberActivity = pgTable(
   ],
 );
 
+/**
+ * Personal data in `subscriber_activity`, per column (exhaustive, like {@link SUBSCRIBER_COLUMN_ROLES}):
+ * `link-query` marks a link whose query string can carry the subscriber's data (`?email=…`); ids,
+ * kinds and times are not personal. Erasing link query strings of erased subscribers is issue 19's
+ * (no code erases them yet); this is where it reads which columns to clear.
+ */
+export const SUBSCRIBER_ACTIVITY_PERSONAL = {
+  id: false,
+  kind: false,
+  subscriberId: false,
+  groupId: false,
+  automationId: false,
+  campaignId: false,
+  linkUrl: 'link-query',
+  occurredAt: false,
+  subscriberUpdatedAt: false,
+  deliveryId: false,
+  itemIndex: false,
+  mirroredAt: false,
+} as const satisfies Record<keyof typeof subscriberActivity.$inferSelect, false | 'link-query'>;
+
 export const SYNC_RUN_STATUSES = ['running', 'succeeded', 'failed'] as const;
 export type SyncRunStatus = (typeof SYNC_RUN_STATUSES)[number];
 
