@@ -37,7 +37,7 @@ import { isLosslessNumber } from 'lossless-json';
 import type { z } from 'zod';
 import { assertTimeZone, TimezoneError } from '../ground/time.js';
 import { describeValue, idRule } from './rules.js';
-import type { AutomationRow, CampaignRow, GroupRow, SubscriberRow, SubscriberValues } from './rows.js';
+import type { AutomationRow, CampaignRow, GroupRow, SubscriberRow } from './rows.js';
 import {
   automationRow,
   automationSchema,
@@ -46,8 +46,10 @@ import {
   groupRow,
   groupSchema,
   legacySubscriberRowSchema,
+  upstreamKeysOf,
   webhookSubscriberRowSchema,
 } from './schemas.js';
+import { PERSONAL_FIELDS, type SubscriberField, type SubscriberValues } from '../db/subscriber-columns.js';
 
 export { isCanonicalTimestamp } from '../ground/time.js';
 export { LEGACY_KNOWN_KEYS, WEBHOOK_ENVELOPE_KEYS, WEBHOOK_KNOWN_KEYS } from './schemas.js';
@@ -56,8 +58,11 @@ export * from './rows.js';
 // ---------------------------------------------------------------------------------------------
 // Errors
 
-/** Field names whose values are personal data and so never appear in error text. */
-const PERSONAL_KEYS = new Set(['email', 'name', 'signup_ip', 'confirmation_ip', 'ip_address', 'optin_ip', 'fields']);
+/**
+ * Upstream field names whose values are personal data and so never appear in error text: the keys
+ * (webhook and legacy) of the personal columns.
+ */
+const PERSONAL_KEYS: ReadonlySet<string> = new Set(upstreamKeysOf(PERSONAL_FIELDS));
 
 /**
  * An upstream object that cannot be mirrored: names the upstream field (`date_updated`,
@@ -214,16 +219,4 @@ export function normalizeAutomation(raw: unknown): AutomationRow {
  */
 export function normalizeCampaign(raw: unknown, opts: { sent?: boolean } = {}): CampaignRow {
   return campaignRow(parseWith(campaignSchema, asObject(raw, 'campaign'), 'campaign.'), opts);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Forgetting
-
-/**
- * A copy of `values` with the {@link PERSONAL_FIELDS} erased (null, or `{}` for `fields`/`extra`);
- * id, status, counters and timestamps stay. The store applies this to every row whose resulting
- * `forget_at` is set.
- */
-export function erasePersonalData(values: SubscriberValues): SubscriberValues {
-  return { ...values, email: null, name: null, ipAddress: null, optinIp: null, fields: {}, extra: {} };
 }

@@ -8,70 +8,18 @@ import type { MirrorSource } from '../db/schema.js';
 // ---------------------------------------------------------------------------------------------
 // Row shapes
 
-/**
- * Every data column of `subscribers`, keyed like the drizzle schema. Timestamps are canonical UTC
- * strings (`2024-05-28T10:30:29.000000Z`).
- */
-export interface SubscriberValues {
-  /** Canonical decimal id (invariant 6). */
-  id: string;
-  email: string | null;
-  name: string | null;
-  status: string | null;
-  source: string | null;
-  sent: number | null;
-  opensCount: number | null;
-  clicksCount: number | null;
-  openRate: number | null;
-  clickRate: number | null;
-  ipAddress: string | null;
-  subscribedAt: string | null;
-  unsubscribedAt: string | null;
-  createdAt: string | null;
-  /** Upstream version time; never null (see the module note on the `created_at` fallback). */
-  updatedAt: string;
-  deletedAt: string | null;
-  forgetAt: string | null;
-  optedInAt: string | null;
-  optinIp: string | null;
-  fields: Record<string, string | null>;
-  /** Upstream keys with no column. Merged key-by-key into the stored object by the store. */
-  extra: Record<string, unknown>;
-}
-
-/** A data column other than the key. */
-export type SubscriberField = Exclude<keyof SubscriberValues, 'id'>;
-
-/** All {@link SubscriberField}s in table order. */
-export const SUBSCRIBER_FIELDS = [
-  'email',
-  'name',
-  'status',
-  'source',
-  'sent',
-  'opensCount',
-  'clicksCount',
-  'openRate',
-  'clickRate',
-  'ipAddress',
-  'subscribedAt',
-  'unsubscribedAt',
-  'createdAt',
-  'updatedAt',
-  'deletedAt',
-  'forgetAt',
-  'optedInAt',
-  'optinIp',
-  'fields',
-  'extra',
-] as const satisfies readonly SubscriberField[];
-
-/**
- * Columns erased when a subscriber is forgotten (DESIGN.md "SQL contract": a forgotten subscriber
- * keeps its id and timestamps; its personal data is erased). `extra` is erased whole: its keys are
- * unknown to us, so none can be vouched for as non-personal (e.g. legacy `user_agent`).
- */
-export const PERSONAL_FIELDS = ['email', 'name', 'ipAddress', 'optinIp', 'fields', 'extra'] as const satisfies readonly SubscriberField[];
+// The subscriber row shape, its fields and what forgetting erases derive from the registry of
+// columns (`src/db/schema.ts`): a forgotten subscriber keeps its id and timestamps; its personal
+// data is erased.
+export {
+  emptyValues,
+  erasePersonalData,
+  PERSONAL_FIELDS,
+  SUBSCRIBER_FIELDS,
+  type SubscriberField,
+  type SubscriberValues,
+} from '../db/subscriber-columns.js';
+import type { SubscriberField, SubscriberValues } from '../db/subscriber-columns.js';
 
 /**
  * One subscriber version as one path saw it.
@@ -136,31 +84,4 @@ export interface ActivityRow {
   deliveryId?: string | bigint | null;
   /** Position of the event in its delivery (0 for an unbatched one). */
   itemIndex?: number | null;
-}
-
-/** A row with only its id and version: every other column null (objects empty). */
-export function emptyValues(id: string, updatedAt: string): SubscriberValues {
-  return {
-    id,
-    email: null,
-    name: null,
-    status: null,
-    source: null,
-    sent: null,
-    opensCount: null,
-    clicksCount: null,
-    openRate: null,
-    clickRate: null,
-    ipAddress: null,
-    subscribedAt: null,
-    unsubscribedAt: null,
-    createdAt: null,
-    updatedAt,
-    deletedAt: null,
-    forgetAt: null,
-    optedInAt: null,
-    optinIp: null,
-    fields: {},
-    extra: {},
-  };
 }

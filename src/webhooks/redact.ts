@@ -9,39 +9,19 @@
 import { isLosslessNumber, parse, stringify } from 'lossless-json';
 import type { Queryable } from '../ground/queryable.js';
 import { deliveriesMentioning, replaceDeliveryBody } from './inbox.js';
+import { SUBSCRIBER_EMPTIED, SUBSCRIBER_KEPT_KEYS, SUBSCRIBER_MARKER_KEYS } from '../mirror/personal-data.js';
 
 /** Subscriber keys that are not personal data; every other key of a matching subscriber object goes. */
-const KEPT_KEYS = new Set([
-  'id',
-  'status',
-  'source',
-  'type',
-  'sent',
-  'opens_count',
-  'clicks_count',
-  'open_rate',
-  'click_rate',
-  'subscribed_at',
-  'unsubscribed_at',
-  'created_at',
-  'updated_at',
-  'date_created',
-  'date_updated',
-  'date_subscribe',
-  'date_unsubscribe',
-  'deleted_at',
-  'forget_at',
-  'opted_in_at',
-]);
+const KEPT_KEYS = SUBSCRIBER_KEPT_KEYS;
 
 /**
  * Keys whose presence marks an object as a subscriber, not a group or campaign with the same id
  * (`name` is not one: groups and campaigns have names).
  */
-const PERSONAL_KEYS = ['email', 'fields', 'ip_address', 'optin_ip'];
+const PERSONAL_KEYS = SUBSCRIBER_MARKER_KEYS;
 
 /** Emptied rather than removed, so the body keeps the shape the parser expects (like a forget upstream). */
-const EMPTIED: Record<string, unknown> = { email: '', name: null, fields: {}, ip_address: null, optin_ip: null };
+const EMPTIED = SUBSCRIBER_EMPTIED;
 
 function idText(value: unknown): string | null {
   if (typeof value === 'string') return value;
