@@ -31,6 +31,7 @@ import {
   incrementalStep,
   startFullPass,
   startIncrementalPass,
+  type PagingContext,
   type PagingStepFunction,
   type PassPosition,
 } from './legacy/paging.js';
@@ -269,6 +270,85 @@ function subscribersPath(groupId: string, type: SubscriberType | undefined): str
   return `/api/v2/groups/${groupId}/subscribers${type ? `/${type}` : ''}`;
 }
 
+/** What a client knows of the cap for callers that keep no knowledge themselves, and where it logs. */
+interface ClientCaps {
+  own: PageCapKnowledge;
+  /** The cap learned last (`effectiveLimit()`). */
+  learnedCap: number | undefined;
+  logger: Logger | undefined;
+}
+
+/** Logs a change of the learned cap once and tells the caller. */
+function reportCap(client: ClientCaps, knowledge: PageCapKnowledge, page: PageOptions, groupId: string): void {
+  client.learnedCap = knowledge.cap ?? undefined;
+  const logger = client.logger;
+  const context = { groupId, type: page.type, requestedLimit: page.limit, effectiveLimit: knowledge.cap ?? page.limit };
+  page.onEffectiveLimit?.(knowledge.cap ?? page.limit);
+  if (knowledge.cap === null) logger?.info(context, `legacy API serves pages longer than the cap learned before; no cap assumed`);
+  else {
+    logger?.warn(context, `legacy API caps list pages at ${knowledge.cap} rows (asked for ${page.limit}); using ${knowledge.cap} as the effective page size`);
+  }
+}
+
+/**
+ * Keeps the cap knowledge a pass's steps return: reported to the caller when it keeps its own,
+ * else kept by this client; a change of the cap is logged once.
+ */
+function capKeeper(client: ClientCaps, id: string, page: PageOptions): CapKeeper {
+  const store = (next: PageCapKnowledge): void => {
+    if (page.capKnowledge) page.onCapKnowledge?.(next);
+    else client.own = next;
+  };
+  let current = page.capKnowledge ?? client.own;
+  // A cap given for certain is no news to report.
+  const known = withKnownCap(current, page.effectiveLimit);
+  if (known !== current) store((current = known));
+  return {
+    current: () => current,
+    keep(next) {
+      if (next === current) return;
+      const capChanged = next.cap !== current.cap;
+      store((current = next));
+      if (capChanged) reportCap(client, next, page, id);
+    },
+  };
+}
+
+/** Where a pass keeps the cap knowledge its steps return. */
+interface CapKeeper {
+  current(): PageCapKnowledge;
+  keep(next: PageCapKnowledge): void;
+}
+
+/** What a pass needs besides its steps: the requests, the knowledge, and the error for a service that ignores offset. */
+interface PassIo {
+  context: PagingContext;
+  read(offset: number): Promise<{ rows: LegacySubscriberRecord[]; serviceTime: number | null }>;
+  caps: CapKeeper;
+  ignoresOffset(offset: number, farOffset: number): Error;
+}
+
+/**
+ * The I/O of a pass: reads the page each step asks for and hands pages to the consumer one at a
+ * time (invariant 8). What to read next and when to stop is the step's (legacy/paging.ts).
+ */
+async function* walkPass<S extends PassPosition>(io: PassIo, step: PagingStepFunction<S>, start: S): AsyncGenerator<LegacyPage, void, undefined> {
+  for (let state = start; ; ) {
+    const { rows, serviceTime } = await io.read(state.offset);
+    let next = step(state, { rows }, io.caps.current(), io.context);
+    io.caps.keep(next.knowledge);
+    if (next.kind === 'probe') {
+      next = step(state, { rows, probe: (await io.read(next.offset)).rows }, io.caps.current(), io.context);
+      io.caps.keep(next.knowledge);
+    }
+    if (next.kind === 'ignores-offset') throw io.ignoresOffset(next.offset, next.farOffset);
+    if (next.kind === 'probe') throw new Error('paging step asked for a second probe of the same page');
+    if (next.kind !== 'back' && next.page) yield { ...next.page, serviceTime };
+    if (next.kind === 'end') return;
+    state = next.state;
+  }
+}
+
 export function createLegacyClient(options: LegacyClientOptions): LegacyClient {
   if (!options.apiKey) throw new TypeError('legacy client: apiKey is required');
   const header = options.apiKeyHeader ?? DEFAULT_API_KEY_HEADER;
@@ -281,10 +361,8 @@ export function createLegacyClient(options: LegacyClientOptions): LegacyClient {
     secrets: [options.apiKey],
     gate: options.limiter,
   });
-  const logger = options.logger;
-  let learnedCap: number | undefined;
   // What this client learned, for callers that do not keep the knowledge themselves.
-  let ownKnowledge = emptyCapKnowledge();
+  const caps: ClientCaps = { own: emptyCapKnowledge(), learnedCap: undefined, logger: options.logger };
 
   async function listGroupSubscribers(groupId: GroupId, list: ListOptions): Promise<LegacySubscriberRecord[]> {
     return (await fetchList(groupId, list)).rows;
@@ -311,75 +389,25 @@ export function createLegacyClient(options: LegacyClientOptions): LegacyClient {
     return validateCount(response.body, { label: LEGACY_LABEL, method: 'GET', path }, response.status);
   }
 
-  /** Logs a change of the learned cap once and tells the caller. */
-  function reportCap(knowledge: PageCapKnowledge, page: PageOptions, groupId: string): void {
-    learnedCap = knowledge.cap ?? undefined;
-    const context = { groupId, type: page.type, requestedLimit: page.limit, effectiveLimit: knowledge.cap ?? page.limit };
-    page.onEffectiveLimit?.(knowledge.cap ?? page.limit);
-    if (knowledge.cap === null) logger?.info(context, `legacy API serves pages longer than the cap learned before; no cap assumed`);
-    else {
-      logger?.warn(context, `legacy API caps list pages at ${knowledge.cap} rows (asked for ${page.limit}); using ${knowledge.cap} as the effective page size`);
-    }
-  }
-
   // An async generator, so bad options reject the first `next()` like any other failure.
   async function* pages(groupId: GroupId, page: PageOptions): AsyncGenerator<LegacyPage, void, undefined> {
     const id = checkPageOptions(groupId, page);
     const startOffset = page.startOffset ?? 0;
-    if (page.mode === 'incremental') yield* walk(id, page, incrementalStep, startIncrementalPass(startOffset));
-    else yield* walk(id, page, fullStep, startFullPass(startOffset, page.startTail, page.limit));
-  }
-
-  /**
-   * The I/O of a pass: reads the page each step asks for, hands pages to the consumer one at a
-   * time (invariant 8), and keeps the cap knowledge the steps return (reported to the caller, or
-   * kept by this client when the caller keeps none).
-   */
-  async function* walk<S extends PassPosition>(
-    id: string,
-    page: PageOptions,
-    step: PagingStepFunction<S>,
-    start: S,
-  ): AsyncGenerator<LegacyPage, void, undefined> {
-    const context = { limit: page.limit, knownLength: page.knownLength, list: `${id}/${page.type ?? 'all'}` };
-    const read = (offset: number) => fetchList(id, { type: page.type, limit: page.limit, offset, filters: page.filters, signal: page.signal });
-    let knowledge = page.capKnowledge ?? ownKnowledge;
-    const keep = (next: PageCapKnowledge): void => {
-      if (next === knowledge) return;
-      const capChanged = next.cap !== knowledge.cap;
-      knowledge = next;
-      if (page.capKnowledge) page.onCapKnowledge?.(next);
-      else ownKnowledge = next;
-      if (capChanged) reportCap(next, page, id);
+    const pass: PassIo = {
+      context: { limit: page.limit, knownLength: page.knownLength, list: `${id}/${page.type ?? 'all'}` },
+      read: (offset) => fetchList(id, { type: page.type, limit: page.limit, offset, filters: page.filters, signal: page.signal }),
+      caps: capKeeper(caps, id, page),
+      ignoresOffset: (offset, farOffset) => ignoresOffset(id, page.type, offset, farOffset),
     };
-    // A cap given for certain is no news to report.
-    const known = withKnownCap(knowledge, page.effectiveLimit);
-    if (known !== knowledge) {
-      knowledge = known;
-      if (page.capKnowledge) page.onCapKnowledge?.(known);
-      else ownKnowledge = known;
-    }
-    for (let state = start; ; ) {
-      const { rows, serviceTime } = await read(state.offset);
-      let next = step(state, { rows }, knowledge, context);
-      keep(next.knowledge);
-      if (next.kind === 'probe') {
-        next = step(state, { rows, probe: (await read(next.offset)).rows }, knowledge, context);
-        keep(next.knowledge);
-      }
-      if (next.kind === 'ignores-offset') throw ignoresOffset(id, page.type, next.offset, next.farOffset);
-      if (next.kind === 'probe') throw new Error('paging step asked for a second probe of the same page');
-      if (next.kind !== 'back' && next.page) yield { ...next.page, serviceTime };
-      if (next.kind === 'end') return;
-      state = next.state;
-    }
+    if (page.mode === 'incremental') yield* walkPass(pass, incrementalStep, startIncrementalPass(startOffset));
+    else yield* walkPass(pass, fullStep, startFullPass(startOffset, page.startTail, page.limit));
   }
 
   return {
     listGroupSubscribers,
     count,
     pages,
-    effectiveLimit: () => learnedCap,
+    effectiveLimit: () => caps.learnedCap,
     stats: () => http.stats(),
   };
 }
