@@ -10,8 +10,8 @@
  * `normalize.ts`.
  */
 import { z } from 'zod';
-import type { AutomationRow, CampaignRow, GroupRow, SubscriberField, SubscriberRow, SubscriberValues } from './normalize.js';
-import { emptyValues, SUBSCRIBER_FIELDS } from './normalize.js';
+import type { AutomationRow, CampaignRow, GroupRow, SubscriberField, SubscriberRow, SubscriberValues } from './rows.js';
+import { emptyValues, SUBSCRIBER_FIELDS } from './rows.js';
 import {
   fieldsRule,
   floatRule,
