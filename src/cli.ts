@@ -39,7 +39,7 @@ commands:
   demo [--subscribers N] [--churn N]   simulator + service + webhooks on this machine
   help                                 show this text
 
-configuration comes from the environment (and .env); see README.md.`;
+configuration comes from the environment (and .env); see docs/operations.md.`;
 
 type Handler = (args: string[]) => Promise<number>;
 

@@ -1,5 +1,5 @@
 /**
- * Environment → one typed, validated Config (DESIGN.md "Operator contract").
+ * Environment → one typed, validated Config (docs/operations.md, "Configuration").
  *
  * Every variable is checked at once so an operator sees every mistake in one message, not one per
  * restart. Requirements depend on the role: polling needs the legacy URL, key and groups; the receiver
@@ -50,7 +50,7 @@ export interface Config {
   webhookBodyMemoryBytes: number;
   /** Personal data of a subscriber out of every configured group for this long is erased (0: never). */
   eraseOutOfGroupsAfterMs: number;
-  /** Limits of the public listener (README "Public surface"). */
+  /** Limits of the public listener (docs/operations.md, "Public surface"). */
   http: {
     headersTimeoutMs: number;
     requestTimeoutMs: number;
@@ -266,7 +266,7 @@ const envSchema = z.object({
   WEBHOOK_BODY_MEMORY: z.preprocess(emptyToUndefined, optionalInt(1024, 16 * 1024 * 1024 * 1024)),
   // 0 disables; otherwise at least a day, so one failed reconciliation never erases anybody.
   ERASE_OUT_OF_GROUPS_AFTER: z.preprocess(emptyToUndefined, duration('30d', 0)),
-  // The service gives up on a delivery after 3 s (spec §6.3): every legitimate request is complete
+  // The service gives up on a delivery after 3 s (docs/upstream.md, "Delivery and retries"): every legitimate request is complete
   // well within these; a client dripping bytes is cut off after them.
   HTTP_HEADERS_TIMEOUT: z.preprocess(emptyToUndefined, duration('5s', 1000)),
   HTTP_REQUEST_TIMEOUT: z.preprocess(emptyToUndefined, duration('10s', 1000)),

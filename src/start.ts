@@ -91,7 +91,7 @@ export async function startService(config: Config, role: Role): Promise<RunningS
   redis.connect().catch(() => {});
   const metrics = createMetrics();
   initSeries(metrics, DELIVERY_STATUSES);
-  // BullMQ's blocking connections must retry forever (maxRetriesPerRequest: null, DESIGN.md "Traps");
+  // BullMQ's blocking connections must retry forever (maxRetriesPerRequest: null, docs/architecture.md, "Traps we work around");
   // the queues that the HTTP path adds to fail fast instead.
   const workerConnection = { url: config.redisUrl, maxRetriesPerRequest: null };
   const queueConnection = { url: config.redisUrl, maxRetriesPerRequest: 1 };
@@ -188,7 +188,7 @@ function boundPort(app: { server: { address(): unknown } }, fallback: number): n
 }
 
 /**
- * The erasure chores of the worker (README "Data protection"): forgotten subscribers' data redacted
+ * The erasure chores of the worker (docs/security.md, "Personal data and erasure"): forgotten subscribers' data redacted
  * in stored deliveries, and subscribers out of every configured group past the period erased.
  */
 function startErasure(config: Config, pool: pg.Pool, log: Logger): Repeating {

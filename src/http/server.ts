@@ -18,8 +18,8 @@ export interface ReadinessCheck {
 }
 
 /**
- * Limits of a listener (README "Public surface"). Every legitimate request (the service gives up
- * after 3 s, spec §6.3) completes well within the timeouts; a client dripping bytes does not.
+ * Limits of a listener (docs/operations.md, "Public surface"). Every legitimate request (the service gives up
+ * after 3 s, docs/upstream.md, "Delivery and retries") completes well within the timeouts; a client dripping bytes does not.
  */
 export interface ListenerLimits {
   /** Time to receive the request headers. */

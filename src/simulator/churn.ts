@@ -146,7 +146,7 @@ export class Churn {
 
 /**
  * Page churn: mutations applied right after a legacy list page is served, i.e. between the pages of
- * a pass that reads with offset paging (DESIGN.md "Facts": each member leaving ahead of the read
+ * a pass that reads with offset paging (docs/upstream.md, "Legacy lists": each member leaving ahead of the read
  * position hides one row at the next page boundary). Each page served of an unfiltered list of the
  * chosen group triggers `leave` removals (from rows the pass already read, the case that shifts
  * the rest up), `join` new members and `retype` type changes of members still ahead.

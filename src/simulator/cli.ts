@@ -155,7 +155,7 @@ function isHttpUrl(text: string): boolean {
   }
 }
 
-/** Spec §6.1: deleted/open/click need a batchable webhook, so the target gets two webhooks. */
+/** docs/upstream.md, "Event kinds": deleted/open/click need a batchable webhook, so the target gets two webhooks. */
 export function registerTargetWebhooks(sim: Simulator, url: string): Webhook[] {
   const direct = ALL_EVENT_KINDS.filter((kind) => !BATCH_ONLY_KINDS.includes(kind));
   return [

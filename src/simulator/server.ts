@@ -64,7 +64,7 @@ const ROUTES = {
   webhook: `${WEBHOOKS_PREFIX}/:webhookId`,
 } as const;
 
-/** Spec §5.2: the preflight answers, but without the key header, so browsers cannot send it. */
+/** docs/upstream.md, "Authentication": the preflight answers, but without the key header, so browsers cannot send it. */
 const PREFLIGHT_HEADERS = {
   'Access-Control-Allow-Origin': '*',
   'Access-Control-Allow-Methods': 'GET, POST, PUT, DELETE, OPTIONS',

@@ -1,7 +1,7 @@
 /**
  * The simulated account: groups, subscribers, automations and campaigns, with every mutation the
  * issue lists. A mutation stamps the subscriber's updated_at (µs, never going backwards) and emits
- * the matching spec §6.1 event carrying the subscriber as it is after the change.
+ * the matching event (docs/upstream.md, "Event kinds") carrying the subscriber as it is after the change.
  */
 import { ID_FAMILY, EMPTY_FIELDS, derivePerson, ipFromString, ipToString, sequenceId, subscriberIdScheme } from './identity.js';
 import type { IdScheme } from './identity.js';

@@ -64,7 +64,7 @@ export class UpstreamHttpError extends UpstreamError {
 }
 
 /**
- * The service rejected our credential: legacy error codes 1 / 302 (spec §7, with any status, since
+ * The service rejected our credential: legacy error codes 1 / 302 (docs/upstream.md, "Errors"; with any status, since
  * the body is authoritative), or HTTP 401/403. Never retried (invariant 9): the same key fails again.
  */
 export class UpstreamAuthError extends UpstreamHttpError {
@@ -156,7 +156,7 @@ const INTEGER_TEXT = /^-?\d+$/;
 
 /**
  * lossless-json number parser: integers beyond Number.MAX_SAFE_INTEGER stay strings of digits
- * (legacy ids such as 1261159647788771324; `JSON.parse` would corrupt them, DESIGN.md "Traps");
+ * (legacy ids such as 1261159647788771324; `JSON.parse` would corrupt them, docs/architecture.md, "Traps we work around");
  * every other number becomes a JS number.
  */
 export function parseJsonNumber(text: string): number | string {
@@ -196,7 +196,7 @@ function retryAfterHeaderToMs(raw: string, nowMs: number): number | undefined {
 
 /**
  * How long the service asked us to wait, in ms, or undefined when it did not say.
- * Reads `X-RateLimit-Retry-After` (seconds; DESIGN.md "Facts") and `Retry-After` (seconds or an
+ * Reads `X-RateLimit-Retry-After` (seconds; docs/upstream.md, "Limits") and `Retry-After` (seconds or an
  * HTTP-date) and takes the larger, so we never wait less than either says. `X-RateLimit-Reset` is a
  * fallback only when neither is present, and only when the remaining count is 0.
  */
@@ -227,7 +227,7 @@ export function parseRetryAfter(headers: Headers, nowMs: number = Date.now()): n
 // Response classification (pure, unit-tested)
 // ---------------------------------------------------------------------------------------------
 
-/** Legacy auth error codes (spec §7): 1 `Unauthorized`, 302 `API-Key Unauthorized`. */
+/** Legacy auth error codes (docs/upstream.md, "Errors"): 1 `Unauthorized`, 302 `API-Key Unauthorized`. */
 export const AUTH_ERROR_CODES: ReadonlySet<number> = new Set([1, 302]);
 
 export interface ClassifyContext extends RequestTarget {
@@ -255,7 +255,7 @@ interface ErrorBody {
   message: string | undefined;
 }
 
-/** `{error: {code: <integer>, message: <string>}}` (spec §7). */
+/** `{error: {code: <integer>, message: <string>}}` (docs/upstream.md, "Errors"). */
 function readErrorBody(body: unknown): ErrorBody | undefined {
   if (!isPlainObject(body)) return undefined;
   const error = body.error;
@@ -265,7 +265,7 @@ function readErrorBody(body: unknown): ErrorBody | undefined {
   return { code, message: typeof error.message === 'string' ? error.message : undefined };
 }
 
-/** `{message: "..."}` as the webhook interface answers errors (DESIGN.md "Facts"). */
+/** `{message: "..."}` as the webhook interface answers errors (docs/upstream.md, "Errors"). */
 function readMessage(body: unknown): string | undefined {
   if (isPlainObject(body) && typeof body.message === 'string') return body.message;
   return undefined;
@@ -291,7 +291,7 @@ function where(ctx: RequestTarget): string {
 
 /**
  * Decides what an answer means. The body is authoritative for auth errors: the legacy API may send
- * `{error:{code:302}}` with 200 or 401 alike (spec §7 leaves the status unspecified).
+ * `{error:{code:302}}` with 200 or 401 alike (docs/upstream.md, "Errors": the status is undocumented).
  */
 export function classifyResponse(ctx: ClassifyContext, status: number, headers: Headers, text: string): Classified {
   let body: unknown;

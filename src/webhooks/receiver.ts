@@ -6,7 +6,7 @@
  * Answers (invariant 9): missing/forged signature 401, malformed JSON or a non-object body 400,
  * oversized 413, inbox unavailable 503. Everything signed and well-formed gets 200, including a
  * delivery we cannot apply (stored `failed` with the reason) or do not know (stored `ignored`): a
- * 4xx/5xx for a business reason would only make the service redeliver it (spec §6.3).
+ * 4xx/5xx for a business reason would only make the service redeliver it (docs/upstream.md, "Delivery and retries").
  */
 import { isUtf8 } from 'node:buffer';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
@@ -55,7 +55,7 @@ export interface ReceiverDeps {
   onOutcome?: (outcome: ReceiverOutcome, durationMs: number) => void;
   /** Inbox batching (see `createInboxWriter`). */
   inbox?: InboxWriterOptions;
-  /** The service gives up after 3 s (spec §6.3): answer 503 before that rather than time out. */
+  /** The service gives up after 3 s (docs/upstream.md, "Delivery and retries"): answer 503 before that rather than time out. */
   storeTimeoutMs?: number;
   /** How long loaded endpoint secrets are trusted before a background reload. */
   secretsTtlMs?: number;
@@ -74,7 +74,7 @@ export interface WebhookRoute {
 
 /**
  * Registers the route in its own encapsulated context, so its catch-all raw-body parser and error
- * handler apply to this route only (DESIGN.md "Traps": take the body as a Buffer, verify, then parse
+ * handler apply to this route only (docs/architecture.md, "Traps we work around": take the body as a Buffer, verify, then parse
  * with Fastify's safe JSON parser). Call before `listen()`/`ready()`.
  */
 export function registerWebhookRoute(app: FastifyInstance, deps: ReceiverDeps): WebhookRoute {

@@ -1,5 +1,5 @@
 /**
- * Throughput of `upsertSubscribers` (DESIGN.md "Traps": the drizzle row builder managed ~6k rows/s;
+ * Throughput of `upsertSubscribers` (docs/architecture.md, "Traps we work around": the drizzle row builder managed ~6k rows/s;
  * the goal is ≥ 40k rows/s and ≥ 0.5× raw COPY) against the fastest ways to put the same rows in
  * the same table:
  *

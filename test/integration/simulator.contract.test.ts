@@ -1,5 +1,5 @@
 /**
- * Contract suite for the simulator: walks spec §4–§8 (plus DESIGN "Facts") row by row over HTTP.
+ * Contract suite for the simulator: walks docs/upstream.md, "Endpoints" to "Limits", and the facts beyond the docs there row by row over HTTP.
  * Needs no database: only the simulator and small node:http receivers for deliveries.
  */
 import { createHmac } from 'node:crypto';
@@ -141,9 +141,9 @@ const TYPES = ['active', 'unsubscribed', 'bounced', 'junk', 'unconfirmed'];
 const ISO_MICROS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/;
 const YMD_HIS = /^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$/;
 
-// ---------------------------------------------------------------- §4.1 legacy reads
+// ---------------------------------------------------------------- "Legacy lists" (docs/upstream.md) legacy reads
 
-describe('§4.1 legacy group subscribers', () => {
+describe('"Legacy lists" (docs/upstream.md) legacy group subscribers', () => {
   it('GET /groups/:id/subscribers answers a bare array of Single Subscriber objects', async () => {
     const s = await sim({ subscribers: 200, groups: 3, seed: 11 });
     const groupId = s.world.groupIds()[0] ?? '';
@@ -275,9 +275,9 @@ describe('§4.1 legacy group subscribers', () => {
   });
 });
 
-// ---------------------------------------------------------------- §4.1 filters
+// ---------------------------------------------------------------- "Legacy lists" (docs/upstream.md) filters
 
-describe('§4.1 legacy date filters', () => {
+describe('"Legacy lists" (docs/upstream.md) legacy date filters', () => {
   it.each([
     ['filters[date_sent][$gt]=2024-01-01'],
     ['filters[date_updated][$ne]=2024-01-01'],
@@ -354,9 +354,9 @@ describe('§4.1 legacy date filters', () => {
   });
 });
 
-// ---------------------------------------------------------------- §5 authentication and CORS
+// ---------------------------------------------------------------- "Authentication" (docs/upstream.md) authentication and CORS
 
-describe('§5 legacy authentication', () => {
+describe('"Authentication" (docs/upstream.md) legacy authentication', () => {
   it('answers a missing key with code 1 and a wrong key with code 302, both HTTP 401', async () => {
     const s = await sim({ subscribers: 5, apiKey: 'right' });
     const path = `/groups/${s.world.groupIds()[0]}/subscribers`;
@@ -391,9 +391,9 @@ describe('§5 legacy authentication', () => {
   });
 });
 
-// ---------------------------------------------------------------- §8 / Facts: rate limit
+// ---------------------------------------------------------------- "Limits" (docs/upstream.md) / Facts: rate limit
 
-describe('§8 legacy rate limit', () => {
+describe('"Limits" (docs/upstream.md) legacy rate limit', () => {
   it('carries X-RateLimit-* on every response and answers 429 past the limit', async () => {
     const s = await sim({ subscribers: 5, rateLimit: 5, rateLimitMode: 'sliding', rateLimitWindowMs: 60_000 });
     const groupId = s.world.groupIds()[0] ?? '';
@@ -491,9 +491,9 @@ describe('fault injection', () => {
   });
 });
 
-// ---------------------------------------------------------------- §4.2 webhook management
+// ---------------------------------------------------------------- "Webhook management" (docs/upstream.md) webhook management
 
-describe('§4.2 webhook management', () => {
+describe('"Webhook management" (docs/upstream.md) webhook management', () => {
   it('requires the bearer token: 401 {"message":"Unauthenticated."}', async () => {
     const s = await sim({ subscribers: 0 });
     for (const token of [null, 'wrong']) {
@@ -613,13 +613,13 @@ describe('§4.2 webhook management', () => {
   });
 });
 
-// ---------------------------------------------------------------- §6 deliveries
+// ---------------------------------------------------------------- "Webhook deliveries" (docs/upstream.md) deliveries
 
 function kindOf(payload: Record<string, unknown>): string {
   return String(payload['event'] ?? payload['type']);
 }
 
-describe('§6 webhook deliveries', () => {
+describe('"Webhook deliveries" (docs/upstream.md) webhook deliveries', () => {
   it('delivers every kind in its shape, signed with the webhook secret', async () => {
     const target = await receiver();
     const s = await sim({ subscribers: 20, groups: 2, largeIds: true, batchIntervalMs: 60_000 });

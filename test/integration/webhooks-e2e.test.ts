@@ -171,7 +171,7 @@ async function drain(h: Harness): Promise<void> {
 
 type Mutation = (world: World, id: string, rng: () => number) => unknown;
 
-/** Every mutation of the world, so every kind of spec §6.1 is emitted. */
+/** Every mutation of the world, so every kind (docs/upstream.md, "Event kinds") is emitted. */
 const MUTATIONS: Record<string, Mutation> = {
   updateFields: (w, id, rng) => w.updateFields(id, { city: `City ${Math.floor(rng() * 1000)}`, last_name: `L${Math.floor(rng() * 99)}` }),
   changeEmail: (w, id, rng) => w.updateFields(id, { email: `moved.${Math.floor(rng() * 1e6)}@example.com` }),

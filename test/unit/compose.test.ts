@@ -20,7 +20,7 @@ interface Service {
 }
 
 // No Docker engine runs here, so the compose file is checked structurally: it must parse and
-// describe the production topology DESIGN.md and the README promise.
+// describe the production topology docs/operations.md and docs/security.md promise.
 describe('docker-compose.yml', () => {
   const compose = parse(readFileSync(path.join(ROOT, 'docker-compose.yml'), 'utf8'), { merge: true }) as {
     services: Record<string, Service>;

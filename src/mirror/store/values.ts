@@ -57,7 +57,7 @@ export const EMPTY_COUNTS: UpsertCounts = { inserted: 0, updated: 0, unchanged: 
 
 /**
  * Indices of the rows to keep, one per key: the newest by `at`, and on a tie the later one in the
- * array (DESIGN.md "Traps": duplicate keys inside one `INSERT … ON CONFLICT` fail). Canonical
+ * array (docs/architecture.md, "Traps we work around": duplicate keys inside one `INSERT … ON CONFLICT` fail). Canonical
  * timestamps compare as strings. Indices come back in input order.
  */
 export function newestPerKey<T>(rows: readonly T[], key: (row: T) => string, at: (row: T) => string): number[] {
