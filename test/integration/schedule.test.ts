@@ -135,7 +135,7 @@ describe('poll scheduling', () => {
     // The expired holder's release must not free the lock someone else now holds.
     await second!.release();
     expect(await tryAcquirePassLock(redis, key)).toBeNull();
-    await third!.release();
+    await third.release();
   });
 
   it('pauses polling after an auth failure with a doubling back-off, and clears on success', async () => {
