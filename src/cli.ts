@@ -53,7 +53,7 @@ function parse<T extends NonNullable<ParseArgsConfig['options']>>(args: string[]
 
 const start: Handler = async (args) => {
   const { values } = parse(args, { role: { type: 'string', default: 'all' } });
-  const role = values.role as string;
+  const role = values.role;
   if (!(ROLES as readonly string[]).includes(role)) {
     throw new UsageError(`--role must be one of ${ROLES.join(', ')}, got "${role}"`);
   }
@@ -62,6 +62,7 @@ const start: Handler = async (args) => {
   // must stop the process at once, not wait for Docker's SIGKILL. Nothing is half-done by exiting then:
   // each migration is a transaction Postgres rolls back when the connection goes, and nothing has been
   // received or applied yet.
+  // eslint-disable-next-line prefer-const -- assigned once start-up is done; the signal handler reads it before
   let service: RunningService | undefined;
   let stopped: () => void = () => {};
   const done = new Promise<void>((resolve) => (stopped = resolve));

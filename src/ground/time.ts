@@ -172,7 +172,7 @@ const DAY_CACHE_LIMIT = 10_000;
  */
 function steadyDayOffset(fmt: Intl.DateTimeFormat, localMs: number): number | null {
   let days = dayOffsetCache.get(fmt);
-  if (!days) dayOffsetCache.set(fmt, (days = new Map()));
+  if (!days) dayOffsetCache.set(fmt, (days = new Map<number, number | null>()));
   const day = Math.floor(localMs / DAY_MS);
   let offset = days.get(day);
   if (offset === undefined) {

@@ -58,6 +58,7 @@ export interface ServerOptions {
 export function buildServer(options: ServerOptions): FastifyInstance {
   const limits = options.limits ?? DEFAULT_LISTENER_LIMITS;
   const app = Fastify({
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-type-assertion -- it sets Fastify's logger type parameter: without it the instance is not a plain FastifyInstance
     loggerInstance: options.logger.child({ component: 'http', listener: options.name ?? 'public' }) as FastifyBaseLogger,
     // One line per request at webhook rates would drown the logs; metrics count requests instead.
     logController: new LogController({ disableRequestLogging: true }),

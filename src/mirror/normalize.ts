@@ -48,7 +48,7 @@ import {
   upstreamKeysOf,
   webhookSubscriberRowSchema,
 } from './schemas.js';
-import { PERSONAL_FIELDS, type SubscriberField, type SubscriberValues } from '../db/subscriber-columns.js';
+import { PERSONAL_FIELDS } from '../db/subscriber-columns.js';
 
 export { isCanonicalTimestamp } from '../ground/time.js';
 export { LEGACY_KNOWN_KEYS, WEBHOOK_ENVELOPE_KEYS, WEBHOOK_KNOWN_KEYS } from './schemas.js';

@@ -34,12 +34,12 @@ type Ctx = z.core.$RefinementCtx;
 export function forward<T>(ctx: Ctx, result: z.ZodSafeParseResult<T>): T {
   if (result.success) return result.data;
   for (const i of result.error.issues) ctx.addIssue({ code: 'custom', message: i.message, path: [...i.path], input: (i as { input?: unknown }).input });
-  return z.NEVER as never;
+  return z.NEVER;
 }
 
 function issue(ctx: Ctx, value: unknown, message: string): never {
   ctx.addIssue({ code: 'custom', message, input: value });
-  return z.NEVER as never;
+  return z.NEVER;
 }
 
 // ---------------------------------------------------------------------------------------------

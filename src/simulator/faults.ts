@@ -105,7 +105,7 @@ function defaults(): Required<FaultSettings> {
 }
 
 function withoutUndefined(settings: FaultSettings): FaultSettings {
-  return Object.fromEntries(Object.entries(settings).filter(([, v]) => v !== undefined)) as FaultSettings;
+  return Object.fromEntries(Object.entries(settings).filter(([, v]) => v !== undefined));
 }
 
 export const HTML_ERROR_PAGE =

@@ -477,7 +477,7 @@ function buildPath(path: string, query: HttpRequest['query']): string {
   if (query === undefined) return path;
   const params = new URLSearchParams();
   if (Symbol.iterator in query) {
-    for (const [k, v] of query as Iterable<readonly [string, string]>) params.append(k, v);
+    for (const [k, v] of query) params.append(k, v);
   } else {
     for (const [k, v] of Object.entries(query)) if (v !== undefined) params.append(k, String(v));
   }

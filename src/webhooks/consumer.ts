@@ -152,10 +152,10 @@ export function createDeliveryConsumer(deps: DeliveryConsumerDeps): DeliveryCons
   return {
     queue,
     worker,
-    enqueue: adds.enqueue,
+    enqueue: adds.enqueue.bind(adds),
     enqueueDeliveries: addAll,
-    sweep: sweeper.run,
-    purge: purger.run,
+    sweep: sweeper.run.bind(sweeper),
+    purge: purger.run.bind(purger),
     async close(timeoutMs) {
       await Promise.all([sweeper.stop(), purger.stop()]);
       await adds.settle();

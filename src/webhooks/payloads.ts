@@ -181,7 +181,7 @@ function nestedParser(spec: KindSpec): ItemParser {
   return (item, _ownKeys, path) => {
     const result = schema.safeParse(item);
     return result.success
-      ? { ok: true, data: result.data as Record<string, unknown> }
+      ? { ok: true, data: result.data }
       : { ok: false, issues: toIssues(result.error, path) };
   };
 }

@@ -292,6 +292,7 @@ function reject(
     bytes: Buffer.isBuffer(request.body) ? request.body.length : Number(request.headers['content-length'] ?? 0),
     contentType: request.headers['content-type'],
     // The message only: at a high rate of failures (database down) stacks would drown the log.
+    // eslint-disable-next-line @typescript-eslint/no-base-to-string -- whatever was thrown, if not an Error
     ...(error ? { error: error instanceof Error ? `${error.name}: ${error.message}` : String(error) } : {}),
   };
   if (status === 503) ctx.log.error(line, 'webhook delivery not stored');

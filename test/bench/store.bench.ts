@@ -25,7 +25,6 @@ import {
   type SubscriberValues,
 } from '../../src/mirror/normalize.js';
 import { upsertSubscribers } from '../../src/mirror/store.js';
-import { versionTime } from '../../src/mirror/version.js';
 import { configureHistory } from '../../src/mirror/history.js';
 import { copyFromStdin, copyRows, SUBSCRIBER_COPY_COLUMNS, subscriberCopyTuple } from './lib/copy.js';
 import { SUBSCRIBER_TABLE_COLUMNS } from '../../src/db/subscriber-columns.js';

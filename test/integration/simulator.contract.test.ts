@@ -10,6 +10,7 @@ import { isSafeNumber, parse as losslessParse } from 'lossless-json';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ALL_EVENT_KINDS, BATCH_ONLY_KINDS, startSimulator } from '../../src/simulator/index.js';
 import type { EventKind, Simulator, SimulatorOptions } from '../../src/simulator/index.js';
+import { waitFor } from '../helpers/wait.js';
 
 // ---------------------------------------------------------------- helpers
 
@@ -481,12 +482,11 @@ describe('fault injection', () => {
   });
 
   it('closes at once even while a request hangs', async () => {
-    const s = await startSimulator({ subscribers: 5, faults: { hangRate: 1 } });
+    // An hour-long hang: a close that waited for it would outlast the test's timeout.
+    const s = await startSimulator({ subscribers: 5, faults: { hangRate: 1, hangMs: 3_600_000 } });
     const pending = legacy(s, `/groups/${s.world.groupIds()[0]}/subscribers`).catch((error: unknown) => error);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-    const started = performance.now();
+    await waitFor('the request to hang in the simulator', () => s.requests.some((r) => r.fault === 'hang'), 10_000);
     await s.close();
-    expect(performance.now() - started).toBeLessThan(5_000); // not the default 60 s hang
     expect(await pending).toBeInstanceOf(Error);
   });
 });
@@ -706,13 +706,11 @@ describe('"Webhook deliveries" (docs/upstream.md) webhook deliveries', () => {
     const hook = await createHook(s, { url: target.url, events: ['campaign.open', 'campaign.click'], batchable: true });
     const id = s.world.members(s.world.groupIds()[0] ?? '')[0] ?? '';
     const opensBefore = s.world.subscriber(id)?.opensCount ?? 0;
-    const started = performance.timeOrigin + performance.now();
     s.world.open(id);
     s.world.open(id);
     s.world.click(id, { url: 'https://example.com/a' });
+    // Within 5 s, far under the default interval of a minute: the 300 ms interval sent it.
     await target.waitFor(1, 5_000);
-    const arrivedAfter = (target.received[0]?.at ?? 0) - started;
-    expect(arrivedAfter).toBeLessThan(300 + 500);
     const body = target.received[0]?.body ?? '';
     expect(target.received[0]?.headers['signature']).toBe(hmac(body, hook.secret));
     const payload = JSON.parse(body) as { events: Record<string, unknown>[]; total: number };
@@ -761,8 +759,8 @@ describe('"Webhook deliveries" (docs/upstream.md) webhook deliveries', () => {
     expect(attempts.slice(0, 3).map((a) => a.nextRetryInMs)).toEqual(expected);
     for (let i = 0; i < 3; i++) {
       const gap = (attempts[i + 1]?.startedAt ?? 0) - (attempts[i]?.finishedAt ?? 0);
+      // Only a lower bound: a loaded machine fires timers late, never early.
       expect(gap, `gap before attempt ${i + 2}`).toBeGreaterThanOrEqual((expected[i] ?? 0) - 2);
-      expect(gap, `gap before attempt ${i + 2}`).toBeLessThan((expected[i] ?? 0) + 300);
     }
   });
 
@@ -789,8 +787,8 @@ describe('"Webhook deliveries" (docs/upstream.md) webhook deliveries', () => {
     await s.deliveries.idle(10_000);
     const [first, second] = s.deliveries.attempts;
     expect(first).toMatchObject({ attempt: 1, status: null, ok: false, error: 'timeout' });
+    // The receiver never answers the first attempt: only the 200 ms delivery timeout can end it.
     expect(first?.latencyMs).toBeGreaterThanOrEqual(190);
-    expect(first?.latencyMs).toBeLessThan(2_000);
     expect(second).toMatchObject({ attempt: 2, status: 200, ok: true });
   });
 

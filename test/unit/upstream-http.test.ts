@@ -367,7 +367,7 @@ describe('http client requests', () => {
     await http.request({ path: '/api/v2/groups/5/subscribers', query: { limit: 10, offset: 0, skip: undefined } });
     const call = calls[0];
     expect(call?.url).toBe('http://upstream.test/api/v2/groups/5/subscribers?limit=10&offset=0');
-    const sent = new Headers(call?.init.headers as Record<string, string>);
+    const sent = new Headers(call?.init.headers);
     expect(sent.get('x-service-apikey')).toBe(API_KEY);
     expect(sent.get('content-type')).toBe('application/json');
     expect(call?.init.redirect).toBe('manual');
