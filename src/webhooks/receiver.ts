@@ -73,6 +73,8 @@ export interface WebhookRoute {
   secrets: SecretCache;
   /** The shared body budget (its `used()` is what bodies being read hold now). */
   bodies: BodyBudget;
+  /** Where rejections are logged (sampled, with a periodic summary). */
+  rejections: RejectionLog;
 }
 
 /**
@@ -129,7 +131,7 @@ export function registerWebhookRoute(app: FastifyInstance, deps: ReceiverDeps): 
     });
   });
 
-  return { writer, secrets, bodies };
+  return { writer, secrets, bodies, rejections };
 }
 
 function announcedLength(request: FastifyRequest): number | undefined {
