@@ -116,6 +116,7 @@ describe('admin API and metrics', () => {
         ADMIN_TOKEN,
         PORT: '0',
         OPS_PORT: '0',
+        TRUST_PROXY: 'true',
         LOG_LEVEL: 'silent',
         METRICS_REFRESH_EVERY: '1s',
       },
@@ -135,10 +136,18 @@ describe('admin API and metrics', () => {
     await deleteInstallKeys(prefix);
   });
 
+  let prober = 0;
+  // Failed tokens are throttled per client (5 a minute): each wrong-token probe comes from a client of
+  // its own (X-Forwarded-For, TRUST_PROXY=true), so the probes here stay below the limit.
+  const clientFor = (token: string | null) => (token && token !== ADMIN_TOKEN ? { 'x-forwarded-for': `192.0.2.${++prober}` } : {});
   const admin = (path: string, init: RequestInit = {}, token: string | null = ADMIN_TOKEN) =>
     fetch(`${opsBase}${path}`, {
       ...init,
-      headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), ...(init.body ? { 'content-type': 'application/json' } : {}) },
+      headers: {
+        ...(token ? { authorization: `Bearer ${token}` } : {}),
+        ...(init.body ? { 'content-type': 'application/json' } : {}),
+        ...clientFor(token),
+      },
     });
 
   it('rejects missing and wrong tokens on every admin route', async () => {
