@@ -67,13 +67,9 @@ function sameSecret(presented: string, token: string): boolean {
   return presented.length > 0 && timingSafeEqual(a, b);
 }
 
-/** The token from `Authorization: Bearer …` or as the password of `Authorization: Basic …`. */
-export function tokenMatches(header: string | undefined, token: string): boolean {
-  return sameSecret(presentedToken(header)?.token ?? '', token);
-}
-
 type HeaderScheme = 'bearer' | 'basic';
 
+/** The token from `Authorization: Bearer …` or as the password of `Authorization: Basic …`. */
 function presentedToken(header: string | undefined): { scheme: HeaderScheme; token: string } | null {
   const bearer = /^Bearer\s+(.+)$/i.exec(header ?? '')?.[1]?.trim();
   if (bearer) return { scheme: 'bearer', token: bearer };
@@ -170,7 +166,7 @@ interface AuditNote {
 }
 
 function auditAction(request: FastifyRequest, path: string, credentialsPresented: boolean): AuditAction | null {
-  if (path === '/admin/login') return request.method === 'POST' ? 'login' : null;
+  if (path === '/admin/login') return request.method === 'POST' ? 'login' : credentialsPresented ? 'auth' : null;
   if (path === '/admin/logout') return 'logout';
   if (path === '/admin/backfill') return 'backfill';
   if (path.startsWith('/admin/queues') && !SAFE_METHODS.has(request.method)) return 'queues';
@@ -189,75 +185,64 @@ function auditOutcome(status: number): AuditOutcome {
 const AUDIT_ACTIONS: AuditAction[] = ['login', 'logout', 'backfill', 'queues', 'auth'];
 const AUDIT_OUTCOMES: AuditOutcome[] = ['succeeded', 'failed', 'refused', 'throttled', 'rejected', 'error'];
 
+/** What the hooks and routes of the admin scope share. */
+interface Guard {
+  deps: AdminDeps;
+  log: Logger;
+  throttle: LoginThrottle;
+  notes: WeakMap<FastifyRequest, AuditNote>;
+}
+
+function note(g: Guard, request: FastifyRequest, extra: AuditNote): void {
+  g.notes.set(request, { ...g.notes.get(request), ...extra });
+}
+
+/** 429 while the client is throttled; the first refusal of a window is logged, the rest counted. */
+async function throttled(g: Guard, request: FastifyRequest, reply: FastifyReply): Promise<boolean> {
+  const retryAfter = g.throttle.retryAfterSeconds(request.ip);
+  if (retryAfter === 0) return false;
+  note(g, request, { log: g.throttle.firstRefusal(request.ip) });
+  await reply.code(429).header('retry-after', String(retryAfter)).send({ error: 'too many failed logins; try again later' });
+  return true;
+}
+
+/** The method that authenticated the request, or null; answers 429 itself for a throttled client. */
+async function authenticate(g: Guard, request: FastifyRequest, reply: FastifyReply): Promise<AuthMethod | null> {
+  const presented = presentedToken(request.headers.authorization);
+  if (presented) {
+    note(g, request, { via: presented.scheme });
+    if (await throttled(g, request, reply)) return null;
+    if (sameSecret(presented.token, g.deps.token)) return presented.scheme;
+    g.throttle.failed(request.ip);
+    return null;
+  }
+  const cookie = cookieValue(request.headers.cookie, SESSION_COOKIE);
+  if (cookie === undefined) return null;
+  note(g, request, { via: 'cookie' });
+  return (await g.deps.sessions.valid(cookie)) ? 'cookie' : null;
+}
+
+function sessionCookie(g: Guard, request: FastifyRequest, value: string, maxAgeSeconds: number): string {
+  const secure = !g.deps.cookieInsecure || request.protocol === 'https' ? '; Secure' : '';
+  return `${SESSION_COOKIE}=${value}; Path=/admin; HttpOnly; SameSite=Strict; Max-Age=${maxAgeSeconds}${secure}`;
+}
+
 export async function registerAdminRoutes(app: FastifyInstance, deps: AdminDeps): Promise<void> {
-  const log = deps.logger.child({ component: 'admin' });
-  const throttle = createLoginThrottle(deps.loginThrottle ?? { max: 5, windowMs: 60_000 });
-  const notes = new WeakMap<FastifyRequest, AuditNote>();
-  const note = (request: FastifyRequest, extra: AuditNote) => notes.set(request, { ...notes.get(request), ...extra });
+  const g: Guard = {
+    deps,
+    log: deps.logger.child({ component: 'admin' }),
+    throttle: createLoginThrottle(deps.loginThrottle ?? { max: 5, windowMs: 60_000 }),
+    notes: new WeakMap(),
+  };
   for (const action of AUDIT_ACTIONS) for (const outcome of AUDIT_OUTCOMES) deps.metrics?.adminActions.inc({ action, outcome }, 0);
-
-  /** 429 while the client is throttled; the first refusal of a window is logged, the rest counted. */
-  const throttled = async (request: FastifyRequest, reply: FastifyReply): Promise<boolean> => {
-    const retryAfter = throttle.retryAfterSeconds(request.ip);
-    if (retryAfter === 0) return false;
-    note(request, { log: throttle.firstRefusal(request.ip) });
-    await reply.code(429).header('retry-after', String(retryAfter)).send({ error: 'too many failed logins; try again later' });
-    return true;
-  };
-
-  const sessionCookie = (request: FastifyRequest, value: string, maxAgeSeconds: number): string => {
-    const secure = !deps.cookieInsecure || request.protocol === 'https' ? '; Secure' : '';
-    return `${SESSION_COOKIE}=${value}; Path=/admin; HttpOnly; SameSite=Strict; Max-Age=${maxAgeSeconds}${secure}`;
-  };
 
   await app.register(async (admin) => {
     // The login and logout forms post urlencoded; this parser exists only inside the admin scope, and
-    // the onRequest hook refuses form bodies on every other route.
+    // the guard refuses form bodies on every other route.
     admin.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string', bodyLimit: 4_096 }, (_request, body, done) => {
       done(null, Object.fromEntries(new URLSearchParams(body as string)));
     });
-
-    admin.addHook('onRequest', async (request: FastifyRequest, reply: FastifyReply) => {
-      const path = request.url.split('?')[0] ?? '';
-      if (OPEN_PATHS.has(path)) return;
-      const method = await authenticate(request, reply);
-      if (reply.sent) return;
-      const changes = !SAFE_METHODS.has(request.method);
-      if (method && method !== 'bearer' && changes && !sameOrigin(request)) {
-        await reply.code(403).send({ error: 'cross-site request refused' });
-        return;
-      }
-      if (method && changes && !acceptableBody(request, path)) {
-        await reply.code(415).send({ error: 'send a JSON body (application/json)' });
-        return;
-      }
-      if (method) return;
-      if (path === '/admin/basic') {
-        // Asks the browser for its password dialog; the token then goes as the Basic password.
-        await reply.code(401).header('www-authenticate', 'Basic realm="subscriber-mirror admin", charset="UTF-8"').send({ error: 'unauthorized' });
-      } else if (wantsHtml(request)) {
-        await sendHtml(reply.header('www-authenticate', 'Bearer'), 401, (nonce) => renderLoginPage(nonce, null));
-      } else {
-        await reply.code(401).header('www-authenticate', 'Bearer').send({ error: 'unauthorized' });
-      }
-    });
-
-    /** The method that authenticated the request, or null; answers 429 itself for a throttled client. */
-    const authenticate = async (request: FastifyRequest, reply: FastifyReply): Promise<AuthMethod | null> => {
-      const presented = presentedToken(request.headers.authorization);
-      if (presented) {
-        note(request, { via: presented.scheme });
-        if (await throttled(request, reply)) return null;
-        if (sameSecret(presented.token, deps.token)) return presented.scheme;
-        throttle.failed(request.ip);
-        return null;
-      }
-      const cookie = cookieValue(request.headers.cookie, SESSION_COOKIE);
-      if (cookie === undefined) return null;
-      note(request, { via: 'cookie' });
-      return (await deps.sessions.valid(cookie)) ? 'cookie' : null;
-    };
-
+    admin.addHook('onRequest', async (request, reply) => guardRequest(g, request, reply));
     // Framing headers on every answer of the scope, the dashboard's pages and its errors included.
     admin.addHook('onSend', async (_request, reply, payload) => {
       reply.header('x-frame-options', 'DENY');
@@ -265,149 +250,193 @@ export async function registerAdminRoutes(app: FastifyInstance, deps: AdminDeps)
       if (!reply.hasHeader('content-security-policy')) reply.header('content-security-policy', "frame-ancestors 'none'");
       return payload;
     });
-
-    admin.addHook('onResponse', async (request, reply) => {
-      const path = request.url.split('?')[0] ?? '';
-      const n = notes.get(request);
-      const action = auditAction(request, path, n?.via !== undefined);
-      if (!action) return;
-      const outcome = auditOutcome(reply.statusCode);
-      // Safe requests are audited only when their credentials failed (a script polling with Bearer is no event).
-      if (SAFE_METHODS.has(request.method) && outcome !== 'failed' && outcome !== 'throttled') return;
-      deps.metrics?.adminActions.inc({ action, outcome });
-      if (n?.log === false) return;
-      const line = {
-        action,
-        outcome,
-        status: reply.statusCode,
-        method: request.method,
-        route: request.routeOptions.url ?? path,
-        via: n?.via ?? 'none',
-        ip: request.ip,
-        ...(request.params && typeof request.params === 'object' ? { params: request.params } : {}),
-        ...n?.detail,
-      };
-      if (outcome === 'succeeded') log.info(line, 'admin action');
-      else if (action === 'login' || action === 'auth') log.warn(line, 'admin login failed');
-      else log.warn(line, 'admin action refused');
-    });
-
-    admin.get('/admin/login', async (request, reply) => {
-      if (presentedToken(request.headers.authorization) && tokenMatches(request.headers.authorization, deps.token)) {
-        return reply.redirect('/admin/', 303);
-      }
-      if (await deps.sessions.valid(cookieValue(request.headers.cookie, SESSION_COOKIE))) return reply.redirect('/admin/', 303);
-      return sendHtml(reply, 200, (nonce) => renderLoginPage(nonce, null));
-    });
-
-    admin.post('/admin/login', async (request, reply) => {
-      note(request, { via: 'form' });
-      if (!sameOrigin(request)) return reply.code(403).send({ error: 'cross-site login refused' });
-      if (await throttled(request, reply)) return reply;
-      const body = request.body as { token?: unknown } | undefined;
-      const presented = typeof body?.token === 'string' ? body.token : '';
-      if (!sameSecret(presented, deps.token)) {
-        throttle.failed(request.ip);
-        return sendHtml(reply, 401, (nonce) => renderLoginPage(nonce, 'Wrong token.'));
-      }
-      let session: string;
-      try {
-        session = await deps.sessions.create();
-      } catch {
-        // Sessions live in Redis; Bearer and Basic do not need it.
-        return sendHtml(reply, 503, (nonce) => renderLoginPage(nonce, 'Cannot store the session now (Redis unavailable); try again, or use HTTP Basic.'));
-      }
-      reply.header('set-cookie', sessionCookie(request, session, SESSION_MS / 1000));
-      return reply.redirect('/admin/', 303);
-    });
-
-    admin.post('/admin/logout', async (request, reply) => {
-      // Server-side: a copy of the cookie is worthless from now on.
-      await deps.sessions.revoke(cookieValue(request.headers.cookie, SESSION_COOKIE));
-      reply.header('set-cookie', sessionCookie(request, '', 0));
-      return reply.redirect('/admin/login', 303);
-    });
-
-    admin.get('/admin/basic', async (_request, reply) => reply.redirect('/admin/', 303));
-    admin.get('/admin', async (_request, reply) => reply.redirect('/admin/', 303));
-
-    admin.get('/admin/', async (_request, reply) => {
-      const [passes, authPause, inbox, failed] = await Promise.all([
-        collectStatus(deps.pool, deps.configured),
-        deps.authPause ? deps.authPause().catch(() => null) : null,
-        countDeliveriesByStatus(deps.pool),
-        latestFailedDeliveries(deps.pool, 10),
-      ]);
-      const now = Date.now();
-      return sendHtml(reply, 200, (nonce) =>
-        renderStatusPage(
-          {
-            now,
-            everyMs: deps.syncEveryMs,
-            passes,
-            authPause: isPaused(authPause, now) ? authPause : null,
-            inbox,
-            failed,
-            refreshSeconds: REFRESH_SECONDS,
-            links: [
-              { href: '/admin/queues', label: 'Queues (BullMQ)' },
-              { href: '/metrics', label: 'Metrics' },
-              { href: '/admin/status', label: 'Status (JSON)' },
-            ],
-          },
-          nonce,
-        ),
-      );
-    });
-
-    admin.post('/admin/backfill', async (request, reply) => {
-      const parsed = parseBackfillBody(request.body, deps.configured);
-      if (typeof parsed === 'string') return reply.code(400).send({ error: parsed });
-      note(request, { detail: { group: parsed.groupId, types: parsed.types } });
-      const jobs = await enqueueBackfills(
-        deps.syncQueue,
-        parsed.types.map((type) => ({ groupId: parsed.groupId, type })),
-      );
-      return reply.code(202).send({ jobs, jobId: jobs[0]?.jobId });
-    });
-
-    admin.get<{ Params: { id: string } }>('/admin/jobs/:id', async (request, reply) => {
-      const job = await deps.syncQueue.getJob(request.params.id);
-      if (!job) return reply.code(404).send({ error: `job ${request.params.id} not found` });
-      return {
-        id: job.id,
-        name: job.name,
-        data: job.data,
-        state: await job.getState(),
-        progress: job.progress,
-        result: job.returnvalue ?? null,
-        failedReason: job.failedReason ?? null,
-        createdAt: new Date(job.timestamp).toISOString(),
-        finishedAt: job.finishedOn ? new Date(job.finishedOn).toISOString() : null,
-      };
-    });
-
-    admin.get('/admin/status', async () => ({
-      authPause: deps.authPause ? await deps.authPause().catch(() => null) : null,
-      passes: await collectStatus(deps.pool, deps.configured),
-    }));
-
-    // The dashboard's page links Google Fonts: without internet (where operators often run this) that
-    // is a failed request and a console error on every load. Its own CSS falls back to system fonts.
-    admin.addHook('onSend', async (request, reply, payload) => {
-      if (typeof payload !== 'string' || !request.url.startsWith('/admin/queues')) return payload;
-      if (!String(reply.getHeader('content-type') ?? '').startsWith('text/html')) return payload;
-      return payload.replace(EXTERNAL_STYLESHEET, '');
-    });
-
-    const board = new FastifyAdapter();
-    board.setBasePath('/admin/queues');
-    createBullBoard({
-      queues: [deps.syncQueue, ...(deps.extraQueues ?? [])].map((q) => new BullMQAdapter(q)),
-      serverAdapter: board,
-    });
-    await admin.register(board.registerPlugin(), { prefix: '/admin/queues' });
+    admin.addHook('onResponse', async (request, reply) => audit(g, request, reply));
+    registerSessionRoutes(admin, g);
+    registerStatusRoutes(admin, g);
+    await registerDashboard(admin, deps);
   });
+}
+
+/** Authentication, then for changes: same origin (unless Bearer) and a JSON body. */
+async function guardRequest(g: Guard, request: FastifyRequest, reply: FastifyReply): Promise<void> {
+  const path = request.url.split('?')[0] ?? '';
+  if (OPEN_PATHS.has(path)) return;
+  const method = await authenticate(g, request, reply);
+  if (reply.sent) return;
+  const changes = !SAFE_METHODS.has(request.method);
+  if (method && method !== 'bearer' && changes && !sameOrigin(request)) {
+    await reply.code(403).send({ error: 'cross-site request refused' });
+    return;
+  }
+  if (method && changes && !acceptableBody(request, path)) {
+    await reply.code(415).send({ error: 'send a JSON body (application/json)' });
+    return;
+  }
+  if (method) return;
+  if (path === '/admin/basic') {
+    // Asks the browser for its password dialog; the token then goes as the Basic password.
+    await reply.code(401).header('www-authenticate', 'Basic realm="subscriber-mirror admin", charset="UTF-8"').send({ error: 'unauthorized' });
+  } else if (wantsHtml(request)) {
+    await sendHtml(reply.header('www-authenticate', 'Bearer'), 401, (nonce) => renderLoginPage(nonce, null));
+  } else {
+    await reply.code(401).header('www-authenticate', 'Bearer').send({ error: 'unauthorized' });
+  }
+}
+
+/** One line (never a token, a cookie or a body) and one count per action or failed login. */
+function audit(g: Guard, request: FastifyRequest, reply: FastifyReply): void {
+  const path = request.url.split('?')[0] ?? '';
+  const n = g.notes.get(request);
+  const action = auditAction(request, path, n?.via !== undefined);
+  if (!action) return;
+  const outcome = auditOutcome(reply.statusCode);
+  // Safe requests are audited only when their credentials failed (a script polling with Bearer is no event).
+  if (SAFE_METHODS.has(request.method) && outcome !== 'failed' && outcome !== 'throttled') return;
+  g.deps.metrics?.adminActions.inc({ action, outcome });
+  if (n?.log === false) return;
+  const params = request.params && typeof request.params === 'object' && Object.keys(request.params).length > 0 ? request.params : undefined;
+  const line = {
+    action,
+    outcome,
+    status: reply.statusCode,
+    method: request.method,
+    route: request.routeOptions.url ?? path,
+    via: n?.via ?? 'none',
+    ip: request.ip,
+    ...(params ? { params } : {}),
+    ...n?.detail,
+  };
+  if (outcome === 'succeeded') g.log.info(line, 'admin action');
+  else if (action === 'login' || action === 'auth') g.log.warn(line, 'admin login failed');
+  else g.log.warn(line, 'admin action refused');
+}
+
+function registerSessionRoutes(admin: FastifyInstance, g: Guard): void {
+  const { deps } = g;
+  admin.get('/admin/login', async (request, reply) => {
+    // Outside the guard (the form must show to anyone), so credentials sent here are throttled here:
+    // otherwise this page would tell a guesser which token is right, at any rate.
+    if (request.headers.authorization !== undefined) {
+      const method = await authenticate(g, request, reply);
+      if (reply.sent) return reply;
+      if (method) return reply.redirect('/admin/', 303);
+      return sendHtml(reply, 401, (nonce) => renderLoginPage(nonce, null));
+    }
+    if (await deps.sessions.valid(cookieValue(request.headers.cookie, SESSION_COOKIE))) return reply.redirect('/admin/', 303);
+    return sendHtml(reply, 200, (nonce) => renderLoginPage(nonce, null));
+  });
+
+  admin.post('/admin/login', async (request, reply) => {
+    note(g, request, { via: 'form' });
+    if (!sameOrigin(request)) return reply.code(403).send({ error: 'cross-site login refused' });
+    if (await throttled(g, request, reply)) return reply;
+    const body = request.body as { token?: unknown } | undefined;
+    const presented = typeof body?.token === 'string' ? body.token : '';
+    if (!sameSecret(presented, deps.token)) {
+      g.throttle.failed(request.ip);
+      return sendHtml(reply, 401, (nonce) => renderLoginPage(nonce, 'Wrong token.'));
+    }
+    let session: string;
+    try {
+      session = await deps.sessions.create();
+    } catch {
+      // Sessions live in Redis; Bearer and Basic do not need it.
+      return sendHtml(reply, 503, (nonce) => renderLoginPage(nonce, 'Cannot store the session now (Redis unavailable); try again, or use HTTP Basic.'));
+    }
+    reply.header('set-cookie', sessionCookie(g, request, session, SESSION_MS / 1000));
+    return reply.redirect('/admin/', 303);
+  });
+
+  admin.post('/admin/logout', async (request, reply) => {
+    // Server-side: a copy of the cookie is worthless from now on.
+    await deps.sessions.revoke(cookieValue(request.headers.cookie, SESSION_COOKIE));
+    reply.header('set-cookie', sessionCookie(g, request, '', 0));
+    return reply.redirect('/admin/login', 303);
+  });
+
+  admin.get('/admin/basic', async (_request, reply) => reply.redirect('/admin/', 303));
+  admin.get('/admin', async (_request, reply) => reply.redirect('/admin/', 303));
+}
+
+function registerStatusRoutes(admin: FastifyInstance, g: Guard): void {
+  admin.get('/admin/', async (_request, reply) => {
+    const [passes, authPause, inbox, failed] = await Promise.all([
+      collectStatus(g.deps.pool, g.deps.configured),
+      g.deps.authPause ? g.deps.authPause().catch(() => null) : null,
+      countDeliveriesByStatus(g.deps.pool),
+      latestFailedDeliveries(g.deps.pool, 10),
+    ]);
+    const now = Date.now();
+    return sendHtml(reply, 200, (nonce) =>
+      renderStatusPage(
+        {
+          now,
+          everyMs: g.deps.syncEveryMs,
+          passes,
+          authPause: isPaused(authPause, now) ? authPause : null,
+          inbox,
+          failed,
+          refreshSeconds: REFRESH_SECONDS,
+          links: [
+            { href: '/admin/queues', label: 'Queues (BullMQ)' },
+            { href: '/metrics', label: 'Metrics' },
+            { href: '/admin/status', label: 'Status (JSON)' },
+          ],
+        },
+        nonce,
+      ),
+    );
+  });
+
+  admin.post('/admin/backfill', async (request, reply) => {
+    const parsed = parseBackfillBody(request.body, g.deps.configured);
+    if (typeof parsed === 'string') return reply.code(400).send({ error: parsed });
+    note(g, request, { detail: { group: parsed.groupId, types: parsed.types } });
+    const jobs = await enqueueBackfills(
+      g.deps.syncQueue,
+      parsed.types.map((type) => ({ groupId: parsed.groupId, type })),
+    );
+    return reply.code(202).send({ jobs, jobId: jobs[0]?.jobId });
+  });
+
+  admin.get<{ Params: { id: string } }>('/admin/jobs/:id', async (request, reply) => {
+    const job = await g.deps.syncQueue.getJob(request.params.id);
+    if (!job) return reply.code(404).send({ error: `job ${request.params.id} not found` });
+    return {
+      id: job.id,
+      name: job.name,
+      data: job.data,
+      state: await job.getState(),
+      progress: job.progress,
+      result: job.returnvalue ?? null,
+      failedReason: job.failedReason ?? null,
+      createdAt: new Date(job.timestamp).toISOString(),
+      finishedAt: job.finishedOn ? new Date(job.finishedOn).toISOString() : null,
+    };
+  });
+
+  admin.get('/admin/status', async () => ({
+    authPause: g.deps.authPause ? await g.deps.authPause().catch(() => null) : null,
+    passes: await collectStatus(g.deps.pool, g.deps.configured),
+  }));
+}
+
+async function registerDashboard(admin: FastifyInstance, deps: AdminDeps): Promise<void> {
+  // The dashboard's page links Google Fonts: without internet (where operators often run this) that
+  // is a failed request and a console error on every load. Its own CSS falls back to system fonts.
+  admin.addHook('onSend', async (request, reply, payload) => {
+    if (typeof payload !== 'string' || !request.url.startsWith('/admin/queues')) return payload;
+    if (!String(reply.getHeader('content-type') ?? '').startsWith('text/html')) return payload;
+    return payload.replace(EXTERNAL_STYLESHEET, '');
+  });
+
+  const board = new FastifyAdapter();
+  board.setBasePath('/admin/queues');
+  createBullBoard({
+    queues: [deps.syncQueue, ...(deps.extraQueues ?? [])].map((q) => new BullMQAdapter(q)),
+    serverAdapter: board,
+  });
+  await admin.register(board.registerPlugin(), { prefix: '/admin/queues' });
 }
 
 /** Form bodies on our own forms only; JSON (or no body) everywhere else. */

@@ -243,6 +243,11 @@ describe('admin login', () => {
       expect((await fetch(`${base}/admin/status`, { headers: { authorization: `Bearer guess-${i}-0123456789abcdef`, 'x-forwarded-for': guesser } })).status).toBe(401);
     }
     expect((await login(TOKEN, as(guesser))).status).toBe(429);
+    // The login page itself answers credentials sent to it: the same throttle.
+    const pageGuesser = newClient();
+    const loginPage = (token: string) => fetch(`${base}/admin/login`, { redirect: 'manual', headers: { authorization: basic('me', token), 'x-forwarded-for': pageGuesser } });
+    for (let i = 0; i < 5; i += 1) expect((await loginPage(`guess-${i}-0123456789abcdef`)).status).toBe(401);
+    expect((await loginPage(TOKEN)).status).toBe(429);
   });
 
   it('counts every admin action and failed login in a metric', async () => {

@@ -139,7 +139,7 @@ describe('admin API and metrics', () => {
   let prober = 0;
   // Failed tokens are throttled per client (5 a minute): each wrong-token probe comes from a client of
   // its own (X-Forwarded-For, TRUST_PROXY=true), so the probes here stay below the limit.
-  const clientFor = (token: string | null) => (token && token !== ADMIN_TOKEN ? { 'x-forwarded-for': `192.0.2.${++prober}` } : {});
+  const clientFor = (token: string | null): Record<string, string> => (token && token !== ADMIN_TOKEN ? { 'x-forwarded-for': `192.0.2.${++prober}` } : {});
   const admin = (path: string, init: RequestInit = {}, token: string | null = ADMIN_TOKEN) =>
     fetch(`${opsBase}${path}`, {
       ...init,
