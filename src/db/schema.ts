@@ -34,47 +34,130 @@ export type SubscriberType = (typeof SUBSCRIBER_TYPES)[number];
 export const MIRROR_SOURCES = ['poll', 'webhook'] as const;
 export type MirrorSource = (typeof MIRROR_SOURCES)[number];
 
-export const subscribers = pgTable(
-  'subscribers',
-  {
-    id: text('id').primaryKey(),
-    email: text('email'),
-    name: text('name'),
-    status: text('status'),
-    source: text('source'),
-    sent: integer('sent'),
-    opensCount: integer('opens_count'),
-    clicksCount: integer('clicks_count'),
-    openRate: doublePrecision('open_rate'),
-    clickRate: doublePrecision('click_rate'),
-    ipAddress: text('ip_address'),
-    subscribedAt: tstz('subscribed_at'),
-    unsubscribedAt: tstz('unsubscribed_at'),
-    createdAt: tstz('created_at'),
-    /** Upstream `updated_at` / `date_updated`: the only clock that orders versions (invariant 2). */
-    updatedAt: tstz('updated_at'),
-    deletedAt: tstz('deleted_at'),
-    forgetAt: tstz('forget_at'),
-    optedInAt: tstz('opted_in_at'),
-    optinIp: text('optin_ip'),
-    fields: jsonb('fields').$type<Record<string, string | null>>().notNull().default(sql`'{}'::jsonb`),
-    /** Upstream keys we do not map to a column, kept so nothing the service sends is lost. */
-    extra: jsonb('extra').$type<Record<string, unknown>>().notNull().default(sql`'{}'::jsonb`),
-    mirroredAt: tstz('mirrored_at').notNull().defaultNow(),
-    mirroredVia: text('mirrored_via').$type<MirrorSource>().notNull(),
-    /**
-     * The stored version's place in the order of versions (`versionTime` in src/mirror/version.ts):
-     * the latest of `updated_at` and the times of the state it asserts (`unsubscribed_at` when
-     * unsubscribed, `deleted_at`). The newer-than guard compares it (invariant 2).
-     */
-    versionAt: tstz('version_at').notNull(),
-  },
-  (t) => [
-    index('subscribers_email_idx').on(sql`lower(${t.email})`),
-    index('subscribers_status_idx').on(t.status),
-    index('subscribers_updated_at_idx').on(t.updatedAt),
-  ],
-);
+/**
+ * The columns of `subscribers`, declared once. Each one's role is in {@link SUBSCRIBER_COLUMN_ROLES};
+ * everything else that names subscriber columns (the past-versions table and the `subscriber_versions`
+ * view below, the store's statements, history, erasure, the row types, the benchmarks) derives from
+ * the two (`src/db/subscriber-columns.ts`).
+ */
+const subscriberColumns = {
+  id: text('id').primaryKey(),
+  email: text('email'),
+  name: text('name'),
+  status: text('status'),
+  source: text('source'),
+  sent: integer('sent'),
+  opensCount: integer('opens_count'),
+  clicksCount: integer('clicks_count'),
+  openRate: doublePrecision('open_rate'),
+  clickRate: doublePrecision('click_rate'),
+  ipAddress: text('ip_address'),
+  subscribedAt: tstz('subscribed_at'),
+  unsubscribedAt: tstz('unsubscribed_at'),
+  createdAt: tstz('created_at'),
+  /** Upstream `updated_at` / `date_updated`: the only clock that orders versions (invariant 2). */
+  updatedAt: tstz('updated_at'),
+  deletedAt: tstz('deleted_at'),
+  forgetAt: tstz('forget_at'),
+  optedInAt: tstz('opted_in_at'),
+  optinIp: text('optin_ip'),
+  fields: jsonb('fields').$type<Record<string, string | null>>().notNull().default(sql`'{}'::jsonb`),
+  /** Upstream keys we do not map to a column, kept so nothing the service sends is lost. */
+  extra: jsonb('extra').$type<Record<string, unknown>>().notNull().default(sql`'{}'::jsonb`),
+  mirroredAt: tstz('mirrored_at').notNull().defaultNow(),
+  mirroredVia: text('mirrored_via').$type<MirrorSource>().notNull(),
+  /**
+   * The stored version's place in the order of versions (`versionTime` in src/mirror/version.ts):
+   * the latest of `updated_at` and the times of the state it asserts (`unsubscribed_at` when
+   * unsubscribed, `deleted_at`). The newer-than guard compares it (invariant 2).
+   */
+  versionAt: tstz('version_at').notNull(),
+};
+
+export const subscribers = pgTable('subscribers', subscriberColumns, (t) => [
+  index('subscribers_email_idx').on(sql`lower(${t.email})`),
+  index('subscribers_status_idx').on(t.status),
+  index('subscribers_updated_at_idx').on(t.updatedAt),
+]);
+
+/**
+ * What a column of `subscribers` is:
+ * - `key`: the id;
+ * - `content`: upstream data that makes a version: a change is a new version, kept in every version
+ *   (`subscriber_versions_past`, the `subscriber_versions` view, `subscribers_as_of`);
+ * - `current`: upstream data kept for the current version only (a change still rewrites the row,
+ *   but history does not keep it: rates move with every campaign, and the IPs and `extra` are
+ *   personal data history has no use for);
+ * - `version`: the version time (`version_at`);
+ * - `bookkeeping`: ours, not upstream's (`mirrored_at`, `mirrored_via`).
+ *
+ * `personal`: erased when the subscriber is forgotten or erased, in every version that keeps it
+ * (a forgotten subscriber keeps its id, status, counters and timestamps). `merge`: a jsonb object
+ * merged key by key into the stored one instead of replacing it.
+ */
+export type SubscriberColumnRole = 'key' | 'content' | 'current' | 'version' | 'bookkeeping';
+
+export interface SubscriberColumnInfo {
+  readonly role: SubscriberColumnRole;
+  readonly personal?: true;
+  readonly merge?: true;
+}
+
+/**
+ * The role of every column of `subscribers`. The `satisfies` makes it exhaustive: a column added to
+ * the table without a role here does not compile. `extra` is personal whole: its keys are unknown to
+ * us, so none can be vouched for as non-personal (e.g. legacy `user_agent`).
+ */
+export const SUBSCRIBER_COLUMN_ROLES = {
+  id: { role: 'key' },
+  email: { role: 'content', personal: true },
+  name: { role: 'content', personal: true },
+  status: { role: 'content' },
+  source: { role: 'content' },
+  sent: { role: 'content' },
+  opensCount: { role: 'content' },
+  clicksCount: { role: 'content' },
+  openRate: { role: 'current' },
+  clickRate: { role: 'current' },
+  ipAddress: { role: 'current', personal: true },
+  subscribedAt: { role: 'content' },
+  unsubscribedAt: { role: 'content' },
+  createdAt: { role: 'content' },
+  updatedAt: { role: 'content' },
+  deletedAt: { role: 'content' },
+  forgetAt: { role: 'content' },
+  optedInAt: { role: 'current' },
+  optinIp: { role: 'current', personal: true },
+  fields: { role: 'content', personal: true, merge: true },
+  extra: { role: 'current', personal: true, merge: true },
+  mirroredAt: { role: 'bookkeeping' },
+  mirroredVia: { role: 'bookkeeping' },
+  versionAt: { role: 'version' },
+} as const satisfies Record<keyof typeof subscribers.$inferSelect, SubscriberColumnInfo>;
+
+type Roles = typeof SUBSCRIBER_COLUMN_ROLES;
+/** Keys (drizzle names) of the `subscribers` columns whose role is `R`. */
+export type SubscriberKeyOfRole<R extends SubscriberColumnRole> = { [K in keyof Roles]: Roles[K]['role'] extends R ? K : never }[keyof Roles];
+/** The content columns: what makes a version, kept in every version. */
+export type SubscriberContentKey = SubscriberKeyOfRole<'content'>;
+
+/** Keys of the columns whose role is one of `roles`, in table order. */
+export function subscriberKeysOfRole<R extends SubscriberColumnRole>(...roles: R[]): SubscriberKeyOfRole<R>[] {
+  return (Object.keys(subscriberColumns) as (keyof Roles)[]).filter((k) =>
+    (roles as SubscriberColumnRole[]).includes(SUBSCRIBER_COLUMN_ROLES[k].role),
+  ) as SubscriberKeyOfRole<R>[];
+}
+
+const SUBSCRIBER_CONTENT_KEYS = subscriberKeysOfRole('content');
+
+/** The SQL names of the content columns, in table order (as the view and the past table list them). */
+export const SUBSCRIBER_CONTENT_COLUMNS: readonly string[] = SUBSCRIBER_CONTENT_KEYS.map((k) => subscribers[k].name);
+
+/** The content column builders (shared with the past-versions table, whose columns they are too). */
+const subscriberContentColumns = Object.fromEntries(SUBSCRIBER_CONTENT_KEYS.map((k) => [k, subscriberColumns[k]])) as Pick<
+  typeof subscriberColumns,
+  SubscriberContentKey
+>;
 
 /**
  * History (issue #13): every version of a subscriber the mirror has seen except the current one,
@@ -97,20 +180,7 @@ export const subscriberVersionsPast = pgTable(
     via: text('via').$type<MirrorSource>().notNull(),
     /** Our clock, when the mirror learned this version. */
     recordedAt: tstz('recorded_at').notNull().defaultNow(),
-    email: text('email'),
-    name: text('name'),
-    status: text('status'),
-    source: text('source'),
-    sent: integer('sent'),
-    opensCount: integer('opens_count'),
-    clicksCount: integer('clicks_count'),
-    subscribedAt: tstz('subscribed_at'),
-    unsubscribedAt: tstz('unsubscribed_at'),
-    createdAt: tstz('created_at'),
-    updatedAt: tstz('updated_at'),
-    deletedAt: tstz('deleted_at'),
-    forgetAt: tstz('forget_at'),
-    fields: jsonb('fields').$type<Record<string, string | null>>().notNull().default(sql`'{}'::jsonb`),
+    ...subscriberContentColumns,
   },
   (t) => [primaryKey({ columns: [t.subscriberId, t.validFrom] })],
 );
@@ -225,6 +295,27 @@ export const subscriberActivity = pgTable(
     index('subscriber_activity_campaign_idx').on(t.campaignId, t.kind),
   ],
 );
+
+/**
+ * Personal data in `subscriber_activity`, per column (exhaustive, like {@link SUBSCRIBER_COLUMN_ROLES}):
+ * `link-query` marks a link whose query string can carry the subscriber's data (`?email=…`); ids,
+ * kinds and times are not personal. Erasing link query strings of erased subscribers is issue 19's
+ * (no code erases them yet); this is where it reads which columns to clear.
+ */
+export const SUBSCRIBER_ACTIVITY_PERSONAL = {
+  id: false,
+  kind: false,
+  subscriberId: false,
+  groupId: false,
+  automationId: false,
+  campaignId: false,
+  linkUrl: 'link-query',
+  occurredAt: false,
+  subscriberUpdatedAt: false,
+  deliveryId: false,
+  itemIndex: false,
+  mirroredAt: false,
+} as const satisfies Record<keyof typeof subscriberActivity.$inferSelect, false | 'link-query'>;
 
 export const SYNC_RUN_STATUSES = ['running', 'succeeded', 'failed'] as const;
 export type SyncRunStatus = (typeof SYNC_RUN_STATUSES)[number];
@@ -425,11 +516,56 @@ export const erasures = pgTable('erasures', {
   deliveriesRedactedAt: tstz('deliveries_redacted_at'),
 });
 
+/** The content columns as view columns: the same names and types, nullable, without defaults. */
+function subscriberContentViewColumns() {
+  const out: Record<string, ReturnType<typeof text | typeof integer | typeof doublePrecision | typeof tstz | typeof jsonb>> = {};
+  for (const key of SUBSCRIBER_CONTENT_KEYS) {
+    const column = subscribers[key];
+    const make = VIEW_COLUMN_BUILDERS[column.columnType];
+    if (!make) throw new Error(`subscriber_versions: no view column for ${column.name} (${column.columnType})`);
+    out[key] = make(column.name);
+  }
+  return out as unknown as Pick<typeof subscriberColumns, SubscriberContentKey>;
+}
+
+const VIEW_COLUMN_BUILDERS: Record<string, (name: string) => ReturnType<typeof text | typeof integer | typeof doublePrecision | typeof tstz | typeof jsonb>> = {
+  PgText: (name) => text(name),
+  PgInteger: (name) => integer(name),
+  PgDoublePrecision: (name) => doublePrecision(name),
+  PgTimestampString: (name) => tstz(name),
+  PgJsonb: (name) => jsonb(name),
+};
+
+/** Column lists wrapped seven to a line, as the migration that created the view wrote them. */
+function wrapColumns(columns: readonly string[], indent: string): string {
+  const lines: string[] = [];
+  for (let i = 0; i < columns.length; i += 7) lines.push(columns.slice(i, i + 7).join(', '));
+  return lines.join(`,\n${indent}`);
+}
+
+/** The view's definition from the content columns (drizzle-kit compares it to the last migration's). */
+function subscriberVersionsSql(): string {
+  const [first, ...rest] = wrapColumns(SUBSCRIBER_CONTENT_COLUMNS, '').split('\n');
+  const outer = `via, recorded_at, ${first}${rest.length > 0 ? `\n       ${rest.join('\n       ')}` : ''}`;
+  const inner = (head: string) => `${head}, ${wrapColumns(SUBSCRIBER_CONTENT_COLUMNS, '         ')}`;
+  return `
+select subscriber_id, valid_from,
+       lead(valid_from) over (partition by subscriber_id order by valid_from) as valid_to,
+       ${outer}
+from (
+  select ${inner('subscriber_id, valid_from, via, recorded_at')}
+    from subscriber_versions_past
+  union all
+  select ${inner('id, version_at, mirrored_via, mirrored_at')}
+    from subscribers
+) v`;
+}
+
 /**
  * Every version of every subscriber (issue #13): the past versions and the current `subscribers`
  * rows, with `valid_to`, the next version's `valid_from` (null for the current version). A filter on
  * `subscriber_id` is pushed below the window into both tables' primary keys, so one subscriber's
- * timeline reads its own rows only.
+ * timeline reads its own rows only. Its columns and definition derive from the content columns.
  */
 export const subscriberVersions = pgView('subscriber_versions', {
   subscriberId: text('subscriber_id'),
@@ -437,31 +573,5 @@ export const subscriberVersions = pgView('subscriber_versions', {
   validTo: tstz('valid_to'),
   via: text('via').$type<MirrorSource>(),
   recordedAt: tstz('recorded_at'),
-  email: text('email'),
-  name: text('name'),
-  status: text('status'),
-  source: text('source'),
-  sent: integer('sent'),
-  opensCount: integer('opens_count'),
-  clicksCount: integer('clicks_count'),
-  subscribedAt: tstz('subscribed_at'),
-  unsubscribedAt: tstz('unsubscribed_at'),
-  createdAt: tstz('created_at'),
-  updatedAt: tstz('updated_at'),
-  deletedAt: tstz('deleted_at'),
-  forgetAt: tstz('forget_at'),
-  fields: jsonb('fields').$type<Record<string, string | null>>(),
-}).as(sql`
-select subscriber_id, valid_from,
-       lead(valid_from) over (partition by subscriber_id order by valid_from) as valid_to,
-       via, recorded_at, email, name, status, source, sent, opens_count, clicks_count,
-       subscribed_at, unsubscribed_at, created_at, updated_at, deleted_at, forget_at, fields
-from (
-  select subscriber_id, valid_from, via, recorded_at, email, name, status, source, sent, opens_count, clicks_count,
-         subscribed_at, unsubscribed_at, created_at, updated_at, deleted_at, forget_at, fields
-    from subscriber_versions_past
-  union all
-  select id, version_at, mirrored_via, mirrored_at, email, name, status, source, sent, opens_count, clicks_count,
-         subscribed_at, unsubscribed_at, created_at, updated_at, deleted_at, forget_at, fields
-    from subscribers
-) v`);
+  ...subscriberContentViewColumns(),
+}).as(sql.raw(subscriberVersionsSql()));

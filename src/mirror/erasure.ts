@@ -9,12 +9,14 @@
  * - every erased subscriber (either reason) is logged in `erasures`, so the stored deliveries that
  *   carry its data are redacted once (`src/webhooks/redact.ts`).
  */
+import { eraseSetSql, holdsAnySql, SUBSCRIBER_CONTENT, SUBSCRIBER_DATA_COLUMNS } from '../db/subscriber-columns.js';
 import type { Queryable } from '../ground/queryable.js';
 
-/** The columns `erasePersonalData` (normalize.ts) empties, as SQL. */
-const ERASE_SET = `email = null, name = null, ip_address = null, optin_ip = null, fields = '{}'::jsonb, extra = '{}'::jsonb`;
-const HAS_PERSONAL_DATA = `(s.email is not null or s.name is not null or s.ip_address is not null or s.optin_ip is not null
-        or s.fields <> '{}'::jsonb or s.extra <> '{}'::jsonb)`;
+/** The personal columns (the registry, `src/db/schema.ts`): of the current row, and of past versions. */
+const PERSONAL = SUBSCRIBER_DATA_COLUMNS.filter((c) => c.personal);
+const PERSONAL_CONTENT = SUBSCRIBER_CONTENT.filter((c) => c.personal);
+const ERASE_SET = eraseSetSql(PERSONAL);
+const HAS_PERSONAL_DATA = holdsAnySql('s', PERSONAL);
 
 /**
  * Who has been out of every configured group for longer than the period, confirmed by a complete
@@ -52,9 +54,9 @@ erased as (
 -- History (issue #13): the same personal columns in every past version (the current one is the
 -- subscribers row above).
 erased_history as (
-  update subscriber_versions_past v set email = null, name = null, fields = '{}'::jsonb
+  update subscriber_versions_past v set ${eraseSetSql(PERSONAL_CONTENT)}
     from candidates where v.subscriber_id = candidates.id
-     and (v.email is not null or v.name is not null or v.fields <> '{}'::jsonb)
+     and ${holdsAnySql('v', PERSONAL_CONTENT)}
   returning 1
 )
 insert into erasures (subscriber_id, reason)

@@ -22,9 +22,11 @@
  * of that second. So a poll version is not recorded when a webhook version of the same second is
  * known, and a webhook version replaces poll versions of its second that are earlier than it.
  */
-import type { SubscriberField, SubscriberRow } from './normalize.js';
+import { erasedSql, eraseSetSql, holdsAnySql, SUBSCRIBER_CONTENT } from '../db/subscriber-columns.js';
+import type { SubscriberRow } from './normalize.js';
 import { jsonbArrayFromParam, arrayLiteral } from './pg-params.js';
-import { run, type Queryable } from './store/executor.js';
+import { run } from './store/executor.js';
+import type { Queryable } from '../ground/queryable.js';
 import { versionTime } from './version.js';
 
 // ---------------------------------------------------------------------------------------------
@@ -54,42 +56,8 @@ export async function configureHistory(exec: Queryable, next: HistorySettings): 
 // ---------------------------------------------------------------------------------------------
 // Subscriber versions
 
-type PgType = 'text' | 'int4' | 'timestamptz' | 'jsonb';
-
-interface ContentColumn {
-  field: SubscriberField;
-  column: string;
-  type: PgType;
-  /** Erased in every version when the subscriber is forgotten. */
-  personal: boolean;
-}
-
-const content = (field: SubscriberField, column: string, type: PgType, personal = false): ContentColumn => ({
-  field,
-  column,
-  type,
-  personal,
-});
-
-/** The content columns of `subscriber_versions`, in table order. */
-export const VERSION_CONTENT: readonly ContentColumn[] = [
-  content('email', 'email', 'text', true),
-  content('name', 'name', 'text', true),
-  content('status', 'status', 'text'),
-  content('source', 'source', 'text'),
-  content('sent', 'sent', 'int4'),
-  content('opensCount', 'opens_count', 'int4'),
-  content('clicksCount', 'clicks_count', 'int4'),
-  content('subscribedAt', 'subscribed_at', 'timestamptz'),
-  content('unsubscribedAt', 'unsubscribed_at', 'timestamptz'),
-  content('createdAt', 'created_at', 'timestamptz'),
-  content('updatedAt', 'updated_at', 'timestamptz'),
-  content('deletedAt', 'deleted_at', 'timestamptz'),
-  content('forgetAt', 'forget_at', 'timestamptz'),
-  content('fields', 'fields', 'jsonb', true),
-];
-
-const ERASED: Record<PgType, string> = { text: 'null', int4: 'null', timestamptz: 'null', jsonb: `'{}'::jsonb` };
+/** The content columns of `subscriber_versions`, in table order (the registry in `src/db/schema.ts`). */
+export const VERSION_CONTENT = SUBSCRIBER_CONTENT;
 
 function contentMask(row: SubscriberRow): number {
   let mask = 0;
@@ -119,7 +87,7 @@ function versionSql(mask: number): string {
     if (c.type === 'jsonb') value = provided(i) ? `c.${c.column}` : `coalesce(c.p_${c.column}, '{}'::jsonb)`;
     else if (c.field === 'forgetAt') value = forgetExpr;
     else value = provided(i) ? `c.${c.column}` : `c.p_${c.column}`;
-    if (c.personal) value = `case when ${forgetExpr} is not null or c.forgotten then ${ERASED[c.type]} else ${value} end`;
+    if (c.personal) value = `case when ${forgetExpr} is not null or c.forgotten then ${erasedSql(c)} else ${value} end`;
     return `${value} as ${c.column}`;
   });
   const row = (prefix: string) => `row(${cols.map((c) => `${prefix}${c}`).join(', ')})`;
@@ -257,7 +225,7 @@ export async function recordVersions(exec: Queryable, rows: readonly SubscriberR
 // Personal data and retention
 
 /**
- * Erases personal data (email, name, fields) from every version of the given subscribers. The
+ * Erases personal data (the personal content columns) from every version of the given subscribers. The
  * upsert erases new versions of forgotten subscribers itself; this clears the ones recorded before.
  * Returns the number of versions changed.
  */
@@ -266,9 +234,8 @@ export async function eraseVersions(exec: Queryable, subscriberIds: readonly str
   const personal = VERSION_CONTENT.filter((c) => c.personal);
   const res = await run(
     exec,
-    `update subscriber_versions_past set ${personal.map((c) => `${c.column} = ${ERASED[c.type]}`).join(', ')}
-      where subscriber_id = any($1::text[])
-        and (${personal.map((c) => (c.type === 'jsonb' ? `${c.column} <> '{}'::jsonb` : `${c.column} is not null`)).join(' or ')})`,
+    `update subscriber_versions_past v set ${eraseSetSql(personal)}
+      where v.subscriber_id = any($1::text[]) and ${holdsAnySql('v', personal)}`,
     [arrayLiteral(subscriberIds)],
   );
   return res.rowCount;

@@ -10,8 +10,8 @@
  * `normalize.ts`.
  */
 import { z } from 'zod';
-import type { AutomationRow, CampaignRow, GroupRow, SubscriberField, SubscriberRow, SubscriberValues } from './normalize.js';
-import { emptyValues, SUBSCRIBER_FIELDS } from './normalize.js';
+import type { AutomationRow, CampaignRow, GroupRow, SubscriberRow } from './rows.js';
+import { emptyValues, SUBSCRIBER_FIELDS, type SubscriberField, type SubscriberValues } from '../db/subscriber-columns.js';
 import {
   fieldsRule,
   floatRule,
@@ -152,6 +152,28 @@ export const LEGACY_KNOWN_KEYS: ReadonlySet<string> = new Set([
   'date_updated',
   'fields',
 ]);
+
+const WEBHOOK_KEY_FIELD: Readonly<Record<string, SubscriberField>> = { ...WEBHOOK_COLUMNS, name: 'name', updated_at: 'updatedAt', fields: 'fields' };
+const LEGACY_KEY_FIELD: Readonly<Record<string, SubscriberField>> = {
+  ...LEGACY_COLUMNS,
+  signup_timestamp: 'subscribedAt',
+  date_subscribe: 'subscribedAt',
+  date_updated: 'updatedAt',
+  fields: 'fields',
+};
+
+const keysOf = (map: Readonly<Record<string, SubscriberField>>, fields: readonly SubscriberField[]) =>
+  Object.entries(map).filter(([, field]) => fields.includes(field));
+
+/** The §2.2 (webhook) keys that fill one of `fields`, each with its field. */
+export function webhookKeysOf(fields: readonly SubscriberField[]): [string, SubscriberField][] {
+  return keysOf(WEBHOOK_KEY_FIELD, fields);
+}
+
+/** Every upstream key (webhook and legacy naming) that fills one of `fields`. */
+export function upstreamKeysOf(fields: readonly SubscriberField[]): string[] {
+  return [...new Set([...keysOf(WEBHOOK_KEY_FIELD, fields), ...keysOf(LEGACY_KEY_FIELD, fields)].map(([key]) => key))];
+}
 
 const legacySchemas = new Map<string, z.ZodType<SubscriberRow>>();
 

@@ -21,7 +21,6 @@ import type { Logger } from '../ground/log.js';
 import { addDays, DAY_MS, dayInZone, formatEpochMs, latestTimestamp } from '../ground/time.js';
 import { normalizeLegacySubscriber, SUBSCRIBER_FIELDS, type SubscriberRow } from '../mirror/normalize.js';
 import { versionTime } from '../mirror/version.js';
-import { type PageCapKnowledge } from '../upstream/legacy.js';
 import {
   removeMembersNotSeenSince,
   upsertMemberships,
@@ -29,7 +28,7 @@ import {
   withTransaction,
   type UpsertCounts,
 } from '../mirror/store.js';
-import type { LegacyClient, DateFilter, FilterKey } from '../upstream/legacy.js';
+import type { DateFilter, FilterKey, LegacyClient, LegacyPage, PageCapKnowledge, PageOptions } from '../upstream/legacy.js';
 import {
   markRunFailed,
   markRunStarted,
@@ -207,6 +206,94 @@ function capKnowledgeOf(stored: Awaited<ReturnType<typeof readPaging>>): PageCap
   return { cap: stored.cap, longestPage: stored.longestPage, candidate: stored.candidate };
 }
 
+/** What a pass reads: its lists, and what its pages are committed and reported with. */
+interface PassPlan {
+  /** Each call starts one read of the list (a full pass has one, an incremental one per date filter). */
+  reads: Array<() => AsyncGenerator<LegacyPage, void, undefined>>;
+  /** Full pass: when it started, the `seen_at` its memberships get; null for an incremental pass (no checkpoint). */
+  seenAt: string | null;
+  upstreamCount: number | null;
+  filterDay: string | null;
+}
+
+type PageReadOptions = Pick<PageOptions, 'capKnowledge' | 'onCapKnowledge'>;
+
+/**
+ * Opens (or resumes) a full pass, or sets the day an incremental pass filters from. `caps` is read
+ * when each read starts, so a read begins with what the reads before it learned.
+ */
+async function planPass(
+  deps: PassDeps,
+  log: Logger,
+  groupId: string,
+  type: SubscriberType,
+  mode: PassMode,
+  cursor: string | null,
+  ceiling: string,
+  caps: () => PageReadOptions,
+): Promise<PassPlan> {
+  if (mode === 'full') {
+    const open = await openFullPass(deps.pool, groupId, type);
+    const upstreamCount = await deps.legacy.count(groupId, type);
+    await saveUpstreamCount(deps.pool, groupId, type, upstreamCount);
+    if (open.offset > 0) log.info({ offset: open.offset }, 'resuming full pass from its checkpoint');
+    const read = () =>
+      deps.legacy.pages(groupId, {
+        type,
+        limit: deps.pageSize,
+        startOffset: open.offset,
+        startTail: open.tailIds,
+        mode: 'full',
+        knownLength: upstreamCount,
+        ...caps(),
+      });
+    return { reads: [read], seenAt: open.startedAt, upstreamCount, filterDay: null };
+  }
+  // A cursor that ran away before this release (or a clock jump here) is read from the ceiling.
+  const filterDay = incrementalFilterDay(minTimestamp(cursor as string, ceiling), deps.lookbackMs, deps.sourceTimezone);
+  const reads = incrementalFilterKeys(type).map((key) => () => {
+    const filters: DateFilter[] = [{ key, op: '$gt', date: filterDay }];
+    return deps.legacy.pages(groupId, { type, limit: deps.pageSize, mode: 'incremental', filters, ...caps() });
+  });
+  return { reads, seenAt: null, upstreamCount: null, filterDay };
+}
+
+/** What a pass's pages added up to so far (also reported when it fails). */
+interface PassTotals {
+  counts: UpsertCounts;
+  rowsSeen: number;
+  /** Full pass: pages that could not be joined to the previous one. */
+  gaps: number;
+  tally: CursorTally;
+}
+
+/** One loop for every read of a pass: each page commits (with its checkpoint in a full pass), then reports progress. */
+async function commitPages(
+  deps: PassDeps,
+  log: Logger,
+  pass: { groupId: string; type: SubscriberType; mode: PassMode },
+  plan: PassPlan,
+  totals: PassTotals,
+): Promise<void> {
+  for (const read of plan.reads) {
+    for await (const page of read()) {
+      const rows = listedRows(deps, page.rows);
+      if (!page.continuous) {
+        totals.gaps += 1;
+        log.warn({ offset: page.offset }, 'the list shifted by more than the page overlap; this pass proves no removal');
+      }
+      const checkpoint =
+        plan.seenAt === null ? null : { seenAt: plan.seenAt, nextOffset: page.nextOffset, tailIds: page.tail, continuous: page.continuous };
+      addCounts(totals.counts, await commitPage(deps, pass.groupId, pass.type, rows, checkpoint));
+      totals.rowsSeen += rows.length;
+      totals.tally.add(rows, page.serviceTime);
+      await deps.onProgress?.({ mode: pass.mode, offset: page.nextOffset, rowsSeen: totals.rowsSeen, total: plan.upstreamCount });
+      // A full pass resumes from its checkpoint; an incremental one just leaves the cursor where it was.
+      if (deps.shouldStop?.()) throw new PassInterruptedError(page.nextOffset);
+    }
+  }
+}
+
 export async function runPass(
   deps: PassDeps,
   groupId: string,
@@ -220,69 +307,29 @@ export async function runPass(
   await markRunStarted(deps.pool, groupId, type, mode);
   log.info({ mode }, 'pass started');
   const requestsBefore = deps.legacy.stats().requests;
-  const counts: UpsertCounts = { inserted: 0, updated: 0, unchanged: 0, skipped: 0 };
-  let rowsSeen = 0;
-  const tally = new CursorTally(Date.now());
-  const caps = capKnowledgeOf(await readPaging(deps.pool));
+  const totals: PassTotals = {
+    counts: { inserted: 0, updated: 0, unchanged: 0, skipped: 0 },
+    rowsSeen: 0,
+    gaps: 0,
+    tally: new CursorTally(Date.now()),
+  };
+  const { counts, tally } = totals;
+  let caps = capKnowledgeOf(await readPaging(deps.pool));
+  const capOptions = (): PageReadOptions => ({ capKnowledge: caps, onCapKnowledge: (k) => (caps = k) });
   const requests = () => deps.legacy.stats().requests - requestsBefore;
 
   try {
-    let filterDay: string | null = null;
     let removed = 0;
-    let gaps = 0;
-    let upstreamCount: number | null = null;
-    if (mode === 'full') {
-      const open = await openFullPass(deps.pool, groupId, type);
-      upstreamCount = await deps.legacy.count(groupId, type);
-      await saveUpstreamCount(deps.pool, groupId, type, upstreamCount);
-      if (open.offset > 0) log.info({ offset: open.offset }, 'resuming full pass from its checkpoint');
-      const pages = deps.legacy.pages(groupId, {
-        type,
-        limit: deps.pageSize,
-        startOffset: open.offset,
-        startTail: open.tailIds,
-        mode: 'full',
-        capKnowledge: caps,
-        knownLength: upstreamCount,
-      });
-      for await (const page of pages) {
-        const rows = listedRows(deps, page.rows);
-        if (!page.continuous) {
-          gaps += 1;
-          log.warn({ offset: page.offset }, 'the list shifted by more than the page overlap; this pass proves no removal');
-        }
-        const checkpoint = { seenAt: open.startedAt, nextOffset: page.nextOffset, tailIds: page.tail, continuous: page.continuous };
-        addCounts(counts, await commitPage(deps, groupId, type, rows, checkpoint));
-        rowsSeen += rows.length;
-        tally.add(rows, page.serviceTime);
-        await deps.onProgress?.({ mode, offset: page.nextOffset, rowsSeen, total: upstreamCount });
-        if (deps.shouldStop?.()) throw new PassInterruptedError(page.nextOffset);
-      }
-    } else {
-      // A cursor that ran away before this release (or a clock jump here) is read from the ceiling.
-      const cursor = minTimestamp(state?.cursor as string, tally.ceiling);
-      filterDay = incrementalFilterDay(cursor, deps.lookbackMs, deps.sourceTimezone);
-      for (const key of incrementalFilterKeys(type)) {
-        const filters: DateFilter[] = [{ key, op: '$gt', date: filterDay }];
-        const pages = deps.legacy.pages(groupId, { type, limit: deps.pageSize, mode: 'incremental', filters, capKnowledge: caps });
-        for await (const page of pages) {
-          const rows = listedRows(deps, page.rows);
-          addCounts(counts, await commitPage(deps, groupId, type, rows, null));
-          rowsSeen += rows.length;
-          tally.add(rows, page.serviceTime);
-          await deps.onProgress?.({ mode, offset: page.nextOffset, rowsSeen, total: null });
-          // An incremental pass has no checkpoint: stopping early just leaves the cursor where it was.
-          if (deps.shouldStop?.()) throw new PassInterruptedError(page.nextOffset);
-        }
-      }
-    }
+    const plan = await planPass(deps, log, groupId, type, mode, state?.cursor ?? null, tally.ceiling, capOptions);
+    const { upstreamCount, filterDay } = plan;
+    await commitPages(deps, log, { groupId, type, mode }, plan, totals);
 
     const rowsWritten = counts.inserted + counts.updated;
     await markRunSucceeded(deps.pool, groupId, type, {
       mode,
       maxUpdatedAt: tally.maxVersion,
       rowsWritten,
-      rowsSeen,
+      rowsSeen: totals.rowsSeen,
       requests: requests(),
       fullCompleted: mode === 'full',
       upstreamCount,
@@ -297,10 +344,10 @@ export async function runPass(
     }
     // After the pass is recorded complete, so that it counts towards the removal cutoff.
     if (mode === 'full') removed = await removeUnseenMembers(deps, groupId);
-    log.info({ mode, rowsSeen, rowsWritten, removed, gaps, requests: requests(), filterDay }, 'pass succeeded');
+    log.info({ mode, rowsSeen: totals.rowsSeen, rowsWritten, removed, gaps: totals.gaps, requests: requests(), filterDay }, 'pass succeeded');
     return {
       mode,
-      rowsSeen,
+      rowsSeen: totals.rowsSeen,
       rowsWritten,
       counts,
       requests: requests(),
@@ -308,7 +355,7 @@ export async function runPass(
       maxUpdatedAt: tally.maxVersion,
       filterDay,
       futureRows: tally.futureRows,
-      gaps,
+      gaps: totals.gaps,
     };
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
@@ -316,7 +363,7 @@ export async function runPass(
       mode,
       error: message,
       rowsWritten: counts.inserted + counts.updated,
-      rowsSeen,
+      rowsSeen: totals.rowsSeen,
       requests: requests(),
     }).catch((e: unknown) => log.error({ err: e }, 'could not record the failed pass'));
     throw error;

@@ -12,6 +12,7 @@ import type { Logger } from '../ground/log.js';
 import { UpstreamAuthError } from '../upstream/http.js';
 import type { LegacyClient } from '../upstream/legacy.js';
 import { authPauseKey, clearAuthPause, isPaused, readAuthPause, recordAuthFailure } from './auth-pause.js';
+import { decide, type DecisionJob, type DecisionState, type Need } from './decide.js';
 import { tryAcquirePassLock, type HeldLock } from './lock.js';
 import { PassInterruptedError, runPass, type PassProgress } from './poll.js';
 import { SYNC_QUEUE, enqueueResume, fullPassDedupId, fullPassKey, type LastFullPasses, type PassJobData, type PassJobResult } from './schedule.js';
@@ -77,147 +78,43 @@ function assertJobData(data: unknown): asserts data is PassJobData {
   }
 }
 
+/** What the worker's functions share. */
+interface WorkerContext {
+  deps: SyncWorkerDeps;
+  log: Logger;
+  pauseKey: string;
+  /** The worker is shutting down: running passes stop at their next checkpoint. */
+  closing: () => boolean;
+}
+
 export function createSyncWorker(deps: SyncWorkerDeps): SyncWorker {
   let closing = false;
   const log = deps.logger.child({ component: 'sync-worker' });
-  const pauseKey = authPauseKey(deps.prefix, deps.apiKey);
+  const ctx: WorkerContext = { deps, log, pauseKey: authPauseKey(deps.prefix, deps.apiKey), closing: () => closing };
 
+  /** Runs `decide` (decide.ts): gathers each fact it asks for, then does what it decided. */
   const process = async (job: Job<PassJobData, PassJobResult>, token?: string): Promise<PassJobResult> => {
     assertJobData(job.data);
-    const { groupId, type, mode, trigger } = job.data;
-
-    const pause = await readAuthPause(deps.redis, pauseKey);
-    deps.metrics?.authPaused.set(isPaused(pause) ? 1 : 0);
-    if (isPaused(pause)) {
-      const until = new Date(pause.until).toISOString();
-      // A manual backfill must not report success; a scheduled tick just waits for the next one.
-      if (trigger === 'backfill') throw new UnrecoverableError(`polling is paused until ${until}: ${pause.message}`);
-      return skipped(`auth paused until ${until}`);
-    }
-
-    const wantedKey = passWantedKey(deps.prefix, groupId, type);
-    // A full pass comes once per RECONCILE_EVERY: dropping a scheduled one because another pass
-    // held the lock would postpone removals and unstamped changes by a whole interval (issue 11).
-    const mustRun = trigger !== 'schedule' || mode === 'full';
-    if (trigger === 'schedule') {
-      const waiting = await deps.redis.get(wantedKey).catch(() => null);
-      // Another full pass (backfill, resume or scheduled) waits for its turn; a waiting scheduled
-      // full pass finds its own mark here and goes on.
-      if (waiting !== null && waiting !== (job.id ?? '1')) return skipped('a backfill of this group and type is waiting for its turn');
-    }
-    const lock = await tryAcquirePassLock(deps.redis, passLockKey(deps.prefix, groupId, type));
-    if (!lock) {
-      // What it meets is itself a full pass: the tick is served (the next one comes in
-      // RECONCILE_EVERY), and queueing it would run full passes back to back when one takes longer.
-      if (trigger === 'schedule' && mode === 'full' && (await fullPassRunning(groupId, type))) {
-        return skipped('a full pass of this group and type is running');
-      }
-      if (mustRun && token) {
-        // Someone else is running this (group, type): try again shortly instead of dropping the
-        // request, and keep scheduled ticks from taking the lock first meanwhile.
-        const retryMs = deps.busyRetryMs ?? 5_000;
-        await deps.redis.set(wantedKey, job.id ?? '1', 'PX', Math.max(3 * retryMs, 15_000));
-        await job.moveToDelayed(Date.now() + retryMs, token);
-        throw new DelayedError();
-      }
-      return skipped('another pass of this group and type is running');
-    }
-    if (mustRun) await deps.redis.del(wantedKey).catch(() => 0);
-    if (trigger === 'resume' && !(await hasOpenFullPass(groupId, type, lock))) {
-      // The pass it was meant to continue finished meanwhile (it was running elsewhere, or here).
-      await lock.release();
-      return skipped('no open full pass to resume');
-    }
+    const { mode, trigger } = job.data;
     // A scheduler's job is added ahead of its due time, with the rest as delay.
-    const dueAt = job.timestamp + (job.opts.delay ?? 0);
-    if (trigger === 'schedule' && mode === 'full' && (await fullPassCompletedSince(groupId, type, dueAt, lock))) {
-      // It waited behind a pass that turned out to be full (the first pass of a type with no
-      // cursor, or a backfill): that pass served this tick.
-      await lock.release();
-      return skipped('a full pass of this group and type completed after this one was due');
-    }
-    return runLocked(job, lock);
-  };
-
-  const fullPassRunning = async (groupId: string, type: SubscriberType): Promise<boolean> => {
-    const state = await readSyncState(deps.pool, groupId, type).catch(() => null);
-    return state?.lastStatus === 'running' && state.lastMode === 'full';
-  };
-
-  const fullPassCompletedSince = async (groupId: string, type: SubscriberType, sinceMs: number, lock: HeldLock): Promise<boolean> => {
+    const decisionJob: DecisionJob = { mode, trigger, id: job.id ?? '1', dueAt: job.timestamp + (job.opts.delay ?? 0), canWait: Boolean(token) };
+    const state: DecisionState = {};
+    const held: { lock: HeldLock | null } = { lock: null };
     try {
-      const completed = (await readSyncState(deps.pool, groupId, type))?.lastFullCompletedAt;
-      return completed != null && Date.parse(completed) >= sinceMs;
-    } catch (error) {
-      await lock.release();
-      throw error;
-    }
-  };
-
-  const hasOpenFullPass = async (groupId: string, type: SubscriberType, lock: HeldLock): Promise<boolean> => {
-    try {
-      return (await readSyncState(deps.pool, groupId, type))?.fullOffset != null;
-    } catch (error) {
-      await lock.release();
-      throw error;
-    }
-  };
-
-  const runLocked = async (job: Job<PassJobData, PassJobResult>, lock: HeldLock): Promise<PassJobResult> => {
-    const { groupId, type, mode } = job.data;
-    const startedAt = Date.now();
-    try {
-      const result = await runPass(
-        {
-          pool: deps.pool,
-          legacy: deps.legacyFactory(),
-          logger: log,
-          sourceTimezone: deps.sourceTimezone,
-          lookbackMs: deps.lookbackMs,
-          pageSize: deps.pageSize,
-          groupTypes: deps.types,
-          // Best effort: progress lives in Redis, which may have lost the job (restart without
-          // persistence); the pass's real state is in Postgres and must not fail with it.
-          onProgress: (p: PassProgress) => job.updateProgress({ ...p }).catch(() => {}),
-          shouldStop: () => closing || lock.lost,
-        },
-        groupId,
-        type,
-        mode,
-      );
-      await clearAuthPause(deps.redis, pauseKey).catch(() => {});
-      deps.metrics?.authPaused.set(0);
-      deps.metrics?.passDuration.observe({ mode: result.mode, outcome: 'succeeded' }, (Date.now() - startedAt) / 1000);
-      deps.metrics?.rowsWritten.inc({ via: 'poll', result: 'inserted' }, result.counts.inserted);
-      deps.metrics?.rowsWritten.inc({ via: 'poll', result: 'updated' }, result.counts.updated);
-      deps.metrics?.rowsWritten.inc({ via: 'poll', result: 'unchanged' }, result.counts.unchanged);
-      deps.metrics?.rowsWritten.inc({ via: 'poll', result: 'skipped' }, result.counts.skipped);
-      if (result.futureRows > 0) deps.metrics?.futureRows.inc({ group: groupId, type }, result.futureRows);
-      if (result.gaps > 0) deps.metrics?.passGaps.inc({ group: groupId, type }, result.gaps);
-      if (result.removed > 0) deps.metrics?.membersRemoved.inc({ via: 'poll' }, result.removed);
-      return {
-        status: 'succeeded',
-        rowsSeen: result.rowsSeen,
-        rowsWritten: result.rowsWritten,
-        requests: result.requests,
-      };
-    } catch (error) {
-      deps.metrics?.passDuration.observe({ mode, outcome: 'failed' }, (Date.now() - startedAt) / 1000);
-      deps.metrics?.syncErrors.inc({ mode, error: (error as Error).name ?? 'Error' });
-      if (error instanceof UpstreamAuthError) {
-        const pause = await recordAuthFailure(deps.redis, pauseKey, error.message, Date.now(), deps.authPauseLimits);
-        deps.metrics?.authPaused.set(1);
-        log.error(
-          { groupId, type, failures: pause.failures, pausedUntil: new Date(pause.until).toISOString() },
-          `${error.message}; polling paused`,
-        );
-        throw new UnrecoverableError(error.message);
+      for (;;) {
+        const action = decide(decisionJob, state);
+        if (action.kind === 'need') await gather(ctx, job.data, action.need, state, held);
+        else if (action.kind === 'skip') return skipped(action.reason);
+        else if (action.kind === 'fail') throw new UnrecoverableError(action.reason);
+        else if (action.kind === 'wait') return await waitForTurn(ctx, job, token as string);
+        else {
+          const lock = held.lock as HeldLock;
+          held.lock = null; // runLocked releases it
+          return await runLocked(ctx, job, lock);
+        }
       }
-      if (error instanceof PassInterruptedError) log.info({ groupId, type }, error.message);
-      else log.error({ groupId, type, err: error }, 'pass failed');
-      throw error;
     } finally {
-      await lock.release();
+      await held.lock?.release();
     }
   };
 
@@ -244,6 +141,113 @@ export function createSyncWorker(deps: SyncWorkerDeps): SyncWorker {
       }
     },
   };
+}
+
+/** Reads the fact `decide` asked for (or makes the effect) into `state`. */
+async function gather(ctx: WorkerContext, data: PassJobData, need: Need, state: DecisionState, held: { lock: HeldLock | null }): Promise<void> {
+  const { deps, pauseKey } = ctx;
+  const { groupId, type } = data;
+  const wantedKey = passWantedKey(deps.prefix, groupId, type);
+  switch (need) {
+    case 'paused': {
+      const pause = await readAuthPause(deps.redis, pauseKey);
+      state.paused = isPaused(pause) ? pause : null;
+      deps.metrics?.authPaused.set(state.paused ? 1 : 0);
+      return;
+    }
+    case 'waiting':
+      state.waiting = await deps.redis.get(wantedKey).catch(() => null);
+      return;
+    case 'lock':
+      held.lock = await tryAcquirePassLock(deps.redis, passLockKey(deps.prefix, groupId, type));
+      state.locked = held.lock !== null;
+      return;
+    case 'clear-wanted':
+      await deps.redis.del(wantedKey).catch(() => 0);
+      state.wantedCleared = true;
+      return;
+    case 'full-pass-running': {
+      const sync = await readSyncState(deps.pool, groupId, type).catch(() => null);
+      state.fullPassRunning = sync?.lastStatus === 'running' && sync.lastMode === 'full';
+      return;
+    }
+    case 'open-full-pass':
+      state.openFullPass = (await readSyncState(deps.pool, groupId, type))?.fullOffset != null;
+      return;
+    case 'last-full-completed': {
+      const completed = (await readSyncState(deps.pool, groupId, type))?.lastFullCompletedAt;
+      state.lastFullCompletedAt = completed != null ? Date.parse(completed) : null;
+      return;
+    }
+  }
+}
+
+/** Someone else runs this (group, type): marks it wanted (scheduled ticks skip meanwhile) and tries again shortly. */
+async function waitForTurn(ctx: WorkerContext, job: Job<PassJobData, PassJobResult>, token: string): Promise<never> {
+  const { deps } = ctx;
+  const retryMs = deps.busyRetryMs ?? 5_000;
+  await deps.redis.set(passWantedKey(deps.prefix, job.data.groupId, job.data.type), job.id ?? '1', 'PX', Math.max(3 * retryMs, 15_000));
+  await job.moveToDelayed(Date.now() + retryMs, token);
+  throw new DelayedError();
+}
+
+async function runLocked(ctx: WorkerContext, job: Job<PassJobData, PassJobResult>, lock: HeldLock): Promise<PassJobResult> {
+  const { deps, log, pauseKey } = ctx;
+  const { groupId, type, mode } = job.data;
+  const startedAt = Date.now();
+  try {
+    const result = await runPass(
+      {
+        pool: deps.pool,
+        legacy: deps.legacyFactory(),
+        logger: log,
+        sourceTimezone: deps.sourceTimezone,
+        lookbackMs: deps.lookbackMs,
+        pageSize: deps.pageSize,
+        groupTypes: deps.types,
+        // Best effort: progress lives in Redis, which may have lost the job (restart without
+        // persistence); the pass's real state is in Postgres and must not fail with it.
+        onProgress: (p: PassProgress) => job.updateProgress({ ...p }).catch(() => {}),
+        shouldStop: () => ctx.closing() || lock.lost,
+      },
+      groupId,
+      type,
+      mode,
+    );
+    await clearAuthPause(deps.redis, pauseKey).catch(() => {});
+    deps.metrics?.authPaused.set(0);
+    deps.metrics?.passDuration.observe({ mode: result.mode, outcome: 'succeeded' }, (Date.now() - startedAt) / 1000);
+    deps.metrics?.rowsWritten.inc({ via: 'poll', result: 'inserted' }, result.counts.inserted);
+    deps.metrics?.rowsWritten.inc({ via: 'poll', result: 'updated' }, result.counts.updated);
+    deps.metrics?.rowsWritten.inc({ via: 'poll', result: 'unchanged' }, result.counts.unchanged);
+    deps.metrics?.rowsWritten.inc({ via: 'poll', result: 'skipped' }, result.counts.skipped);
+    if (result.futureRows > 0) deps.metrics?.futureRows.inc({ group: groupId, type }, result.futureRows);
+    if (result.gaps > 0) deps.metrics?.passGaps.inc({ group: groupId, type }, result.gaps);
+    if (result.removed > 0) deps.metrics?.membersRemoved.inc({ via: 'poll' }, result.removed);
+    return {
+      status: 'succeeded',
+      rowsSeen: result.rowsSeen,
+      rowsWritten: result.rowsWritten,
+      requests: result.requests,
+    };
+  } catch (error) {
+    deps.metrics?.passDuration.observe({ mode, outcome: 'failed' }, (Date.now() - startedAt) / 1000);
+    deps.metrics?.syncErrors.inc({ mode, error: (error as Error).name ?? 'Error' });
+    if (error instanceof UpstreamAuthError) {
+      const pause = await recordAuthFailure(deps.redis, pauseKey, error.message, Date.now(), deps.authPauseLimits);
+      deps.metrics?.authPaused.set(1);
+      log.error(
+        { groupId, type, failures: pause.failures, pausedUntil: new Date(pause.until).toISOString() },
+        `${error.message}; polling paused`,
+      );
+      throw new UnrecoverableError(error.message);
+    }
+    if (error instanceof PassInterruptedError) log.info({ groupId, type }, error.message);
+    else log.error({ groupId, type, err: error }, 'pass failed');
+    throw error;
+  } finally {
+    await lock.release();
+  }
 }
 
 /**

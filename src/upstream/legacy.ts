@@ -9,6 +9,9 @@
  * tail moved away), reports any page it could not join to the previous one, and learns the cap only
  * from evidence churn cannot fake; an incremental pass stops at the first page shorter than any cap
  * the service can have. One page is held at a time (invariant 8).
+ *
+ * The paging decisions are pure steps in `legacy/paging.ts` (and the cap knowledge, a value, in
+ * `legacy/cap-knowledge.ts`); `pages()` here only makes the requests they ask for.
  */
 import type { Logger } from '../ground/log.js';
 import { SUBSCRIBER_TYPES, type SubscriberType } from '../db/schema.js';
@@ -22,6 +25,19 @@ import {
   type RequestGate,
   type RequestTarget,
 } from './http.js';
+import { emptyCapKnowledge, withKnownCap, type PageCapKnowledge } from './legacy/cap-knowledge.js';
+import {
+  fullStep,
+  incrementalStep,
+  startFullPass,
+  startIncrementalPass,
+  type PagingContext,
+  type PagingStepFunction,
+  type PassPosition,
+} from './legacy/paging.js';
+
+export { emptyCapKnowledge, type PageCapKnowledge } from './legacy/cap-knowledge.js';
+export { overlapFor } from './legacy/paging.js';
 
 export const LEGACY_LABEL = 'legacy API';
 export const DEFAULT_API_KEY_HEADER = 'X-Service-ApiKey';
@@ -154,23 +170,6 @@ export interface ListOptions {
   signal?: AbortSignal;
 }
 
-/**
- * What this install knows about the service's silent page cap (DESIGN.md "Facts"). The cap belongs
- * to the service, so there is one per install, shared by every (group, type) and every pass.
- */
-export interface PageCapKnowledge {
-  /** The cap, learned only from evidence churn cannot fake (see `observeShortPage`); null = none known. */
-  cap: number | null;
-  /** The longest page the service ever served: it caps no lower, so a shorter page is a list's end. */
-  longestPage: number;
-  /** A short page that was followed by more rows, not yet seen a second time: its length and where it was served. */
-  candidate: { length: number; where: string } | null;
-}
-
-export function emptyCapKnowledge(): PageCapKnowledge {
-  return { cap: null, longestPage: 0, candidate: null };
-}
-
 export interface PageOptions {
   type?: SubscriberType;
   /** The `limit` asked for on every request (SYNC_PAGE_SIZE); it never shrinks. */
@@ -186,8 +185,13 @@ export interface PageOptions {
    * the service can have.
    */
   mode: 'full' | 'incremental';
-  /** Install-wide cap knowledge (persisted by the caller); updated in place as pages arrive. */
+  /** Install-wide cap knowledge (persisted by the caller) the pass starts from; never written to. */
   capKnowledge?: PageCapKnowledge;
+  /**
+   * Called with the new knowledge whenever a response changes it (also when the pass then fails):
+   * the caller keeps the latest value and persists it.
+   */
+  onCapKnowledge?: (knowledge: PageCapKnowledge) => void;
   /**
    * How long the list was when the pass began (its `/count`). A short page is taken as evidence of a
    * cap only where this says the list went on well beyond it; without it nothing is learned.
@@ -220,23 +224,6 @@ export interface LegacyPage {
   serviceTime: number | null;
 }
 
-/**
- * Rows each full-pass request re-reads from the previous page: about 4 % of a page (1 to 20 rows),
- * so up to that many members may leave ahead of the read position between two requests without a
- * skip, for ~4 % more requests. Below the page length, so every request moves on; a page of one
- * row is read again at the same offset (that request also shows whether the list ends there).
- */
-export function overlapFor(pageLength: number): number {
-  if (pageLength <= 1) return pageLength;
-  return Math.min(20, Math.max(1, Math.floor(pageLength / 25)), pageLength - 1);
-}
-
-/** An offset past any real list (9 digits, what the service's validation accepts). */
-const FAR_OFFSET = 999_999_999;
-
-/** How many pages back a full pass looks for the previous page after a shift larger than the overlap. */
-const MAX_STEP_BACKS = 3;
-
 export interface LegacyClient {
   listGroupSubscribers(groupId: GroupId, options: ListOptions): Promise<LegacySubscriberRecord[]>;
   count(groupId: GroupId, type?: SubscriberType, options?: { signal?: AbortSignal }): Promise<number>;
@@ -257,23 +244,109 @@ export interface LegacyClientOptions {
   logger?: Logger;
 }
 
+/** Checks what `pages()` is given before any request; returns the normalized group id. */
+function checkPageOptions(groupId: GroupId, page: PageOptions): string {
+  const id = normalizeGroupId(groupId);
+  if (page.type !== undefined) assertSubscriberType(page.type);
+  assertCount('limit', page.limit, 1);
+  const mode: unknown = page.mode;
+  if (mode !== 'full' && mode !== 'incremental') throw new TypeError(`page mode must be full or incremental, got ${JSON.stringify(mode)}`);
+  if (page.effectiveLimit !== undefined) assertCount('effectiveLimit', page.effectiveLimit, 1);
+  if (page.filters) buildFilters(page.filters); // fail before the first request
+  assertCount('startOffset', page.startOffset ?? 0, 0);
+  return id;
+}
+
+function ignoresOffset(groupId: string, type: SubscriberType | undefined, offset: number, farOffset: number): UpstreamBodyError {
+  const path = subscribersPath(groupId, type);
+  return new UpstreamBodyError(
+    `${LEGACY_LABEL} returned the same page at offsets ${offset} and ${farOffset} on GET ${path}; it seems to ignore offset`,
+    { label: LEGACY_LABEL, method: 'GET', path },
+    200,
+  );
+}
+
 function subscribersPath(groupId: string, type: SubscriberType | undefined): string {
   return `/api/v2/groups/${groupId}/subscribers${type ? `/${type}` : ''}`;
 }
 
-interface PageFingerprint {
-  length: number;
-  firstId: string;
-  lastId: string;
+/** What a client knows of the cap for callers that keep no knowledge themselves, and where it logs. */
+interface ClientCaps {
+  own: PageCapKnowledge;
+  /** The cap learned last (`effectiveLimit()`). */
+  learnedCap: number | undefined;
+  logger: Logger | undefined;
 }
 
-/** Enough to recognise a repeated page without holding the previous page (invariant 8). */
-function fingerprint(rows: LegacySubscriberRecord[]): PageFingerprint {
-  return { length: rows.length, firstId: String(rows[0]?.id), lastId: String(rows.at(-1)?.id) };
+/** Logs a change of the learned cap once and tells the caller. */
+function reportCap(client: ClientCaps, knowledge: PageCapKnowledge, page: PageOptions, groupId: string): void {
+  client.learnedCap = knowledge.cap ?? undefined;
+  const logger = client.logger;
+  const context = { groupId, type: page.type, requestedLimit: page.limit, effectiveLimit: knowledge.cap ?? page.limit };
+  page.onEffectiveLimit?.(knowledge.cap ?? page.limit);
+  if (knowledge.cap === null) logger?.info(context, `legacy API serves pages longer than the cap learned before; no cap assumed`);
+  else {
+    logger?.warn(context, `legacy API caps list pages at ${knowledge.cap} rows (asked for ${page.limit}); using ${knowledge.cap} as the effective page size`);
+  }
 }
 
-function sameFingerprint(a: PageFingerprint, b: PageFingerprint): boolean {
-  return a.length === b.length && a.firstId === b.firstId && a.lastId === b.lastId;
+/**
+ * Keeps the cap knowledge a pass's steps return: reported to the caller when it keeps its own,
+ * else kept by this client; a change of the cap is logged once.
+ */
+function capKeeper(client: ClientCaps, id: string, page: PageOptions): CapKeeper {
+  const store = (next: PageCapKnowledge): void => {
+    if (page.capKnowledge) page.onCapKnowledge?.(next);
+    else client.own = next;
+  };
+  let current = page.capKnowledge ?? client.own;
+  // A cap given for certain is no news to report.
+  const known = withKnownCap(current, page.effectiveLimit);
+  if (known !== current) store((current = known));
+  return {
+    current: () => current,
+    keep(next) {
+      if (next === current) return;
+      const capChanged = next.cap !== current.cap;
+      store((current = next));
+      if (capChanged) reportCap(client, next, page, id);
+    },
+  };
+}
+
+/** Where a pass keeps the cap knowledge its steps return. */
+interface CapKeeper {
+  current(): PageCapKnowledge;
+  keep(next: PageCapKnowledge): void;
+}
+
+/** What a pass needs besides its steps: the requests, the knowledge, and the error for a service that ignores offset. */
+interface PassIo {
+  context: PagingContext;
+  read(offset: number): Promise<{ rows: LegacySubscriberRecord[]; serviceTime: number | null }>;
+  caps: CapKeeper;
+  ignoresOffset(offset: number, farOffset: number): Error;
+}
+
+/**
+ * The I/O of a pass: reads the page each step asks for and hands pages to the consumer one at a
+ * time (invariant 8). What to read next and when to stop is the step's (legacy/paging.ts).
+ */
+async function* walkPass<S extends PassPosition>(io: PassIo, step: PagingStepFunction<S>, start: S): AsyncGenerator<LegacyPage, void, undefined> {
+  for (let state = start; ; ) {
+    const { rows, serviceTime } = await io.read(state.offset);
+    let next = step(state, { rows }, io.caps.current(), io.context);
+    io.caps.keep(next.knowledge);
+    if (next.kind === 'probe') {
+      next = step(state, { rows, probe: (await io.read(next.offset)).rows }, io.caps.current(), io.context);
+      io.caps.keep(next.knowledge);
+    }
+    if (next.kind === 'ignores-offset') throw io.ignoresOffset(next.offset, next.farOffset);
+    if (next.kind === 'probe') throw new Error('paging step asked for a second probe of the same page');
+    if (next.kind !== 'back' && next.page) yield { ...next.page, serviceTime };
+    if (next.kind === 'end') return;
+    state = next.state;
+  }
 }
 
 export function createLegacyClient(options: LegacyClientOptions): LegacyClient {
@@ -288,10 +361,8 @@ export function createLegacyClient(options: LegacyClientOptions): LegacyClient {
     secrets: [options.apiKey],
     gate: options.limiter,
   });
-  const logger = options.logger;
-  let learnedCap: number | undefined;
   // What this client learned, for callers that do not keep the knowledge themselves.
-  const ownKnowledge = emptyCapKnowledge();
+  const caps: ClientCaps = { own: emptyCapKnowledge(), learnedCap: undefined, logger: options.logger };
 
   async function listGroupSubscribers(groupId: GroupId, list: ListOptions): Promise<LegacySubscriberRecord[]> {
     return (await fetchList(groupId, list)).rows;
@@ -318,143 +389,25 @@ export function createLegacyClient(options: LegacyClientOptions): LegacyClient {
     return validateCount(response.body, { label: LEGACY_LABEL, method: 'GET', path }, response.status);
   }
 
-  /** Logs a change of the learned cap once and tells the caller. */
-  function reportCap(knowledge: PageCapKnowledge, page: PageOptions, groupId: string): void {
-    learnedCap = knowledge.cap ?? undefined;
-    const context = { groupId, type: page.type, requestedLimit: page.limit, effectiveLimit: knowledge.cap ?? page.limit };
-    page.onEffectiveLimit?.(knowledge.cap ?? page.limit);
-    if (knowledge.cap === null) logger?.info(context, `legacy API serves pages longer than the cap learned before; no cap assumed`);
-    else {
-      logger?.warn(context, `legacy API caps list pages at ${knowledge.cap} rows (asked for ${page.limit}); using ${knowledge.cap} as the effective page size`);
-    }
-  }
-
+  // An async generator, so bad options reject the first `next()` like any other failure.
   async function* pages(groupId: GroupId, page: PageOptions): AsyncGenerator<LegacyPage, void, undefined> {
-    const id = normalizeGroupId(groupId);
-    if (page.type !== undefined) assertSubscriberType(page.type);
-    assertCount('limit', page.limit, 1);
-    if (page.mode !== 'full' && page.mode !== 'incremental') throw new TypeError(`page mode must be full or incremental, got ${JSON.stringify(page.mode)}`);
-    if (page.effectiveLimit !== undefined) assertCount('effectiveLimit', page.effectiveLimit, 1);
-    if (page.filters) buildFilters(page.filters); // fail before the first request
-    let offset = page.startOffset ?? 0;
-    assertCount('startOffset', offset, 0);
-    const knowledge = page.capKnowledge ?? ownKnowledge;
-    if (page.effectiveLimit !== undefined && knowledge.cap === null) {
-      knowledge.cap = page.effectiveLimit;
-      knowledge.longestPage = Math.max(knowledge.longestPage, page.effectiveLimit);
-    }
-    const list = `${id}/${page.type ?? 'all'}`;
-    const effective = () => Math.min(page.limit, knowledge.cap ?? page.limit);
-
-    // Full mode: the previous page's ids, how many of them the next request re-reads, and the
-    // length of the previous page when it was short (a cap, or the list's end for now).
-    let previous: Set<string> | null = page.startTail && page.startTail.length > 0 ? new Set(page.startTail) : null;
-    let previousPrint: PageFingerprint | undefined;
-    let overlap = previous ? Math.min(previous.size, overlapFor(page.limit)) : 0;
-    let shortBefore: { length: number; offset: number } | undefined;
-    let stepBacks = 0;
-    let probed = false;
-    let continuous = offset === 0 || previous !== null;
-
-    for (;;) {
-      const { rows, serviceTime } = await fetchList(id, { type: page.type, limit: page.limit, offset, filters: page.filters, signal: page.signal });
-      if (rows.length > knowledge.longestPage) knowledge.longestPage = rows.length;
-      if (knowledge.cap !== null && rows.length > knowledge.cap) {
-        // The service now sends more than the cap we knew: it was lifted or raised.
-        knowledge.cap = null;
-        knowledge.candidate = null;
-        reportCap(knowledge, page, id);
-      }
-
-      if (page.mode === 'incremental') {
-        if (rows.length === 0) return;
-        yield { offset, rows, limit: effective(), nextOffset: offset + rows.length, tail: [], continuous: true, serviceTime };
-        offset += rows.length;
-        // A short page ends the pass only when the service has served longer pages: then it is no
-        // cap. Otherwise one more request settles it (never in steady state: full passes serve long pages).
-        if (rows.length < page.limit && rows.length < knowledge.longestPage) return;
-        if (rows.length < page.limit && knowledge.cap !== null && rows.length < knowledge.cap) return;
-        continue;
-      }
-
-      const current = fingerprint(rows);
-      if (!probed && previousPrint && current.length > 1 && sameFingerprint(previousPrint, current)) {
-        // An overlapping page starts inside the previous one, never at its first row. Members joining
-        // ahead of the read position can repeat a page (the list shifted down by one step); a
-        // service that ignores offset repeats it everywhere. One request far past any list tells.
-        probed = true;
-        const far = await fetchList(id, { type: page.type, limit: page.limit, offset: FAR_OFFSET, filters: page.filters, signal: page.signal });
-        if (far.rows.length > 0 && sameFingerprint(fingerprint(far.rows), current)) {
-          const path = subscribersPath(id, page.type);
-          throw new UpstreamBodyError(
-            `${LEGACY_LABEL} returned the same page at offsets ${offset} and ${FAR_OFFSET} on GET ${path}; it seems to ignore offset`,
-            { label: LEGACY_LABEL, method: 'GET', path },
-            200,
-          );
-        }
-      }
-      const joined = previous === null || rows.some((r) => previous?.has(String(r.id)));
-      if (!joined && offset > 0 && stepBacks < MAX_STEP_BACKS) {
-        // More members left ahead of the read position than the overlap covers: the previous
-        // page's rows moved up. Look for them one page earlier instead of skipping rows.
-        stepBacks += 1;
-        offset = Math.max(0, offset - Math.max(1, effective() - overlap));
-        continue;
-      }
-      if (!joined && offset > 0) continuous = false;
-      if (!joined && offset === 0) continuous = true; // read from the top again: nothing before it can be missed
-      stepBacks = 0;
-      const fresh = previous ? rows.filter((r) => !previous?.has(String(r.id))) : rows;
-      if (shortBefore !== undefined && fresh.length > 0) observeShortPage(knowledge, shortBefore, list, page, id);
-      // The end: this page held only rows the request re-read on purpose (or none at all).
-      if (rows.length === 0 || (fresh.length === 0 && joined && rows.length <= overlap)) {
-        // A gap found on the last request must still reach the caller, who decides what it proves.
-        if (!continuous) yield { offset, rows: [], limit: effective(), nextOffset: offset, tail: [], continuous, serviceTime };
-        return;
-      }
-      overlap = overlapFor(rows.length);
-      const nextOffset = offset + rows.length - overlap;
-      const tail = rows.slice(rows.length - Math.max(overlap, 1)).map((r) => String(r.id));
-      yield { offset, rows: fresh, limit: effective(), nextOffset, tail, continuous, serviceTime };
-      shortBefore = rows.length < effective() ? { length: rows.length, offset } : undefined;
-      previous = new Set(rows.map((r) => String(r.id)));
-      previousPrint = current;
-      continuous = true;
-      offset = nextOffset;
-    }
-  }
-
-  /**
-   * A page shorter than asked was followed by more rows: either the service caps pages at that
-   * length, or the list grew between the two requests (churn: the demo "learned" caps of 355, 277
-   * and 359, its whole growing lists). Growth cannot fake all of: (a) the list's count at the start
-   * of the pass held at least two such pages beyond this offset, (b) the service never served a
-   * longer page, (c) the same length was seen so twice. Only then is it the cap.
-   */
-  function observeShortPage(
-    knowledge: PageCapKnowledge,
-    short: { length: number; offset: number },
-    list: string,
-    page: PageOptions,
-    groupId: string,
-  ): void {
-    if (knowledge.cap !== null || short.length < knowledge.longestPage) return;
-    if (page.knownLength === undefined || page.knownLength < short.offset + 2 * short.length) return;
-    const seen = knowledge.candidate;
-    if (seen && seen.length === short.length) {
-      knowledge.cap = short.length;
-      knowledge.candidate = null;
-      reportCap(knowledge, page, groupId);
-      return;
-    }
-    knowledge.candidate = { length: short.length, where: `${list}@${short.offset}` };
+    const id = checkPageOptions(groupId, page);
+    const startOffset = page.startOffset ?? 0;
+    const pass: PassIo = {
+      context: { limit: page.limit, knownLength: page.knownLength, list: `${id}/${page.type ?? 'all'}` },
+      read: (offset) => fetchList(id, { type: page.type, limit: page.limit, offset, filters: page.filters, signal: page.signal }),
+      caps: capKeeper(caps, id, page),
+      ignoresOffset: (offset, farOffset) => ignoresOffset(id, page.type, offset, farOffset),
+    };
+    if (page.mode === 'incremental') yield* walkPass(pass, incrementalStep, startIncrementalPass(startOffset));
+    else yield* walkPass(pass, fullStep, startFullPass(startOffset, page.startTail, page.limit));
   }
 
   return {
     listGroupSubscribers,
     count,
     pages,
-    effectiveLimit: () => learnedCap,
+    effectiveLimit: () => caps.learnedCap,
     stats: () => http.stats(),
   };
 }

@@ -248,17 +248,40 @@ export function createLimiter(options: LimiterOptions): Limiter {
   validatePositiveInt('perMinute', options.perMinute);
   validatePositiveInt('windowMs', windowMs);
   if (mode === 'off') return createUnlimited(windowMs);
+  const limiter = new SpacedLimiter(spacedSettings(options, mode, windowMs));
+  // Methods bound, so callers may pass them around.
+  return {
+    schedule: (fn, scheduleOptions) => limiter.schedule(fn, scheduleOptions),
+    pauseFor: (ms) => limiter.pauseFor(ms),
+    pausedForMs: () => limiter.pausedForMs(),
+    stats: () => limiter.stats(),
+    close: () => limiter.close(),
+  };
+}
 
+/** What a spaced limiter is built from: the options checked, and the spacing derived from them. */
+interface SpacedSettings {
+  mode: 'redis' | 'memory';
+  perWindow: number;
+  windowMs: number;
+  minTime: number;
+  maxConcurrent: number;
+  /** Job expiration handed to Bottleneck. */
+  expiration: number;
+  readyTimeoutMs: number;
+  maxRebuilds: number;
+  /** Bottleneck id (`<prefix>:<name>`); empty in memory mode. */
+  id: string;
+  redisUrl: string | undefined;
+  redisOptions: RedisOptions;
+  logger: Logger | undefined;
+}
+
+function spacedSettings(options: LimiterOptions, mode: 'redis' | 'memory', windowMs: number): SpacedSettings {
   const safetyMs = options.safetyMs ?? Math.max(MIN_SAFETY_MS, Math.ceil(windowMs / 50));
   const maxConcurrent = options.maxConcurrent ?? 4;
   validatePositiveInt('maxConcurrent', maxConcurrent);
   const minTime = spacingMs(options.perMinute, windowMs, safetyMs);
-  // Redis counts expiration from registration, which precedes the start by up to (maxConcurrent+1) slots.
-  const expiration = (options.jobExpirationMs ?? 120_000) + (maxConcurrent + 1) * minTime;
-  const readyTimeoutMs = options.readyTimeoutMs ?? 10_000;
-  const maxRebuilds = options.maxRebuilds ?? 3;
-  const logger = options.logger;
-
   let redisUrl: string | undefined;
   let id = '';
   if (mode === 'redis') {
@@ -267,34 +290,58 @@ export function createLimiter(options: LimiterOptions): Limiter {
     redisUrl = options.redisUrl;
     id = `${options.prefix}:${options.name ?? 'legacy'}`;
   }
-  const redisOptions: RedisOptions = { maxRetriesPerRequest: 2, connectTimeout: 5_000, ...options.redisOptions };
+  return {
+    mode,
+    perWindow: options.perMinute,
+    windowMs,
+    minTime,
+    maxConcurrent,
+    // Redis counts expiration from registration, which precedes the start by up to (maxConcurrent+1) slots.
+    expiration: (options.jobExpirationMs ?? 120_000) + (maxConcurrent + 1) * minTime,
+    readyTimeoutMs: options.readyTimeoutMs ?? 10_000,
+    maxRebuilds: options.maxRebuilds ?? 3,
+    id,
+    redisUrl,
+    redisOptions: { maxRetriesPerRequest: 2, connectTimeout: 5_000, ...options.redisOptions },
+    logger: options.logger,
+  };
+}
 
-  const counters = { scheduled: 0, started: 0, waiting: 0, waitMsTotal: 0, pauses: 0, rebuilds: 0 };
-  let closed = false;
-  let lastWarnAt = 0;
+/** The `redis` and `memory` limiters: Bottleneck spacing (see header), rebuilt when its Redis state is lost. */
+class SpacedLimiter {
+  private readonly counters = { scheduled: 0, started: 0, waiting: 0, waitMsTotal: 0, pauses: 0, rebuilds: 0 };
+  private closed = false;
+  private lastWarnAt = 0;
+  private readonly pause: PauseStore;
+  private current: Generation;
+  private readonly settings: SpacedSettings;
 
-  const pause: PauseStore =
-    mode === 'redis' ? redisPause(pauseClient(), `b_${id}_pause`) : localPause();
-
-  function warnThrottled(error: unknown): void {
-    const now = Date.now();
-    if (now - lastWarnAt < 30_000) return;
-    lastWarnAt = now;
-    logger?.warn({ limiter: id || 'memory', err: error }, 'rate limiter error');
+  constructor(settings: SpacedSettings) {
+    this.settings = settings;
+    this.pause = settings.mode === 'redis' ? redisPause(this.pauseClient(), `b_${settings.id}_pause`) : localPause();
+    this.current = this.createGeneration();
   }
 
-  function pauseClient(): Redis {
-    const client = new Redis(redisUrl as string, redisOptions);
-    client.on('error', (error: unknown) => warnThrottled(error));
+  private warnThrottled(error: unknown): void {
+    const now = Date.now();
+    if (now - this.lastWarnAt < 30_000) return;
+    this.lastWarnAt = now;
+    this.settings.logger?.warn({ limiter: this.settings.id || 'memory', err: error }, 'rate limiter error');
+  }
+
+  private pauseClient(): Redis {
+    const client = new Redis(this.settings.redisUrl as string, this.settings.redisOptions);
+    client.on('error', (error: unknown) => this.warnThrottled(error));
     return client;
   }
 
-  function createGeneration(): Generation {
+  private createGeneration(): Generation {
+    const { mode, minTime, maxConcurrent, id } = this.settings;
     if (mode === 'memory') {
       const bottleneck = new Bottleneck({ minTime, maxConcurrent });
       return { bottleneck, dispose: async () => {}, ready: Promise.resolve(), failed: false, retired: false };
     }
-    const client = new Redis(redisUrl as string, redisOptions);
+    const client = new Redis(this.settings.redisUrl as string, this.settings.redisOptions);
     const connection = new Bottleneck.IORedisConnection({ client, Redis });
     const bottleneck = new Bottleneck({ id, datastore: 'ioredis', connection, minTime, maxConcurrent });
     const generation: Generation = {
@@ -306,8 +353,8 @@ export function createLimiter(options: LimiterOptions): Limiter {
         await connection.disconnect(false);
       },
     };
-    connection.on('error', (error: unknown) => warnThrottled(error));
-    bottleneck.on('error', (error: unknown) => onBottleneckError(generation, error));
+    connection.on('error', (error: unknown) => this.warnThrottled(error));
+    bottleneck.on('error', (error: unknown) => this.onBottleneckError(generation, error));
     generation.ready = bottleneck.ready().then(async () => {
       // See header: a fresh or rebuilt state must not hand out a slot next to one the lost state issued.
       await client.eval(PUSH_NEXT_REQUEST_LUA, 1, `b_${id}_settings`, String(Date.now() + (maxConcurrent + 1) * minTime));
@@ -319,29 +366,27 @@ export function createLimiter(options: LimiterOptions): Limiter {
     return generation;
   }
 
-  let current = createGeneration();
-
-  function onBottleneckError(generation: Generation, error: unknown): void {
-    if (generation.retired || closed) return;
-    if (isLostStateError(error)) rebuild(generation, error);
-    else warnThrottled(error);
+  private onBottleneckError(generation: Generation, error: unknown): void {
+    if (generation.retired || this.closed) return;
+    if (isLostStateError(error)) this.rebuild(generation, error);
+    else this.warnThrottled(error);
   }
 
   /** Replaces `generation` unless someone already did; synchronous so concurrent callers rebuild once. */
-  function rebuild(generation: Generation, cause: unknown): void {
-    if (generation !== current || closed) return;
+  private rebuild(generation: Generation, cause: unknown): void {
+    if (generation !== this.current || this.closed) return;
     generation.retired = true;
-    counters.rebuilds += 1;
-    logger?.warn(
-      { limiter: id, reason: cause instanceof Error ? cause.message : String(cause) },
+    this.counters.rebuilds += 1;
+    this.settings.logger?.warn(
+      { limiter: this.settings.id, reason: cause instanceof Error ? cause.message : String(cause) },
       'rate limiter state in Redis lost or unusable; rebuilding the Bottleneck instance (DESIGN.md trap: Bottleneck 2.19.5 on Redis 7)',
     );
-    current = createGeneration();
-    void retire(generation);
+    this.current = this.createGeneration();
+    void this.retire(generation);
   }
 
   /** Drops the old instance's waiting jobs (their callers retry on the new one) and closes its connections. */
-  async function retire(generation: Generation, waitMs: number = expiration): Promise<void> {
+  private async retire(generation: Generation, waitMs: number = this.settings.expiration): Promise<void> {
     generation.retired = true;
     try {
       await withTimeout(
@@ -356,42 +401,43 @@ export function createLimiter(options: LimiterOptions): Limiter {
   }
 
   /** The usable instance; an instance whose start-up failed is replaced once per call. */
-  async function currentGeneration(): Promise<Generation> {
+  private async currentGeneration(): Promise<Generation> {
+    const { readyTimeoutMs } = this.settings;
     for (let attempt = 0; ; attempt++) {
-      if (closed) throw new LimiterClosedError();
-      const generation = current;
+      if (this.closed) throw new LimiterClosedError();
+      const generation = this.current;
       try {
         await withTimeout(generation.ready, readyTimeoutMs, `rate limiter could not reach Redis within ${readyTimeoutMs} ms`);
       } catch (error) {
         // A timeout means Redis is unreachable: fail fast. A rejected start-up would never recover.
         if (!generation.failed || attempt > 0) throw error;
-        rebuild(generation, error);
+        this.rebuild(generation, error);
         continue;
       }
-      if (closed) throw new LimiterClosedError();
+      if (this.closed) throw new LimiterClosedError();
       return generation;
     }
   }
 
-  async function waitWhilePaused(signal: AbortSignal | undefined): Promise<void> {
+  private async waitWhilePaused(signal: AbortSignal | undefined): Promise<void> {
     for (;;) {
-      const remaining = await pause.remainingMs();
+      const remaining = await this.pause.remainingMs();
       if (remaining <= 0) return;
       await abortableSleep(remaining, signal);
     }
   }
 
   /** One pass through Bottleneck; rebuilds and retries when the shared state was lost before `fn` started. */
-  async function runInSlot<T>(fn: () => Promise<T>, signal: AbortSignal | undefined, onStart: () => void): Promise<JobOutcome<T>> {
-    for (let rebuildsLeft = maxRebuilds; ; ) {
-      const generation = await currentGeneration();
+  private async runInSlot<T>(fn: () => Promise<T>, signal: AbortSignal | undefined, onStart: () => void): Promise<JobOutcome<T>> {
+    for (let rebuildsLeft = this.settings.maxRebuilds; ; ) {
+      const generation = await this.currentGeneration();
       let started = false;
       try {
-        const job = generation.bottleneck.schedule({ expiration }, async (): Promise<JobOutcome<T>> => {
+        const job = generation.bottleneck.schedule({ expiration: this.settings.expiration }, async (): Promise<JobOutcome<T>> => {
           if (generation.retired) throw new LimiterUnavailableError('rate limiter instance retired');
           // An abandoned job still takes its slot, but sends nothing.
           signal?.throwIfAborted();
-          if ((await pause.remainingMs()) > 0) return PAUSED;
+          if ((await this.pause.remainingMs()) > 0) return PAUSED;
           started = true;
           onStart();
           return { value: await fn() };
@@ -400,20 +446,21 @@ export function createLimiter(options: LimiterOptions): Limiter {
       } catch (error) {
         // Never run `fn` twice: once it started, its outcome is the caller's.
         if (started) throw error;
-        if (closed) throw new LimiterClosedError();
+        if (this.closed) throw new LimiterClosedError();
         if (signal?.aborted) throw error;
         const recoverable = generation.retired || isLostStateError(error);
         if (!recoverable || rebuildsLeft <= 0) throw error;
         rebuildsLeft -= 1;
-        rebuild(generation, error);
+        this.rebuild(generation, error);
       }
     }
   }
 
-  async function schedule<T>(fn: () => Promise<T>, scheduleOptions?: { signal?: AbortSignal }): Promise<T> {
-    if (closed) throw new LimiterClosedError();
+  async schedule<T>(fn: () => Promise<T>, scheduleOptions?: { signal?: AbortSignal }): Promise<T> {
+    if (this.closed) throw new LimiterClosedError();
     const signal = scheduleOptions?.signal;
     const queuedAt = performance.now();
+    const counters = this.counters;
     counters.scheduled += 1;
     counters.waiting += 1;
     let counted = false;
@@ -425,8 +472,8 @@ export function createLimiter(options: LimiterOptions): Limiter {
     };
     try {
       for (;;) {
-        await waitWhilePaused(signal);
-        const outcome = await runInSlot(fn, signal, onStart);
+        await this.waitWhilePaused(signal);
+        const outcome = await this.runInSlot(fn, signal, onStart);
         if (outcome !== PAUSED) return outcome.value;
       }
     } finally {
@@ -434,23 +481,28 @@ export function createLimiter(options: LimiterOptions): Limiter {
     }
   }
 
-  return {
-    schedule,
-    async pauseFor(ms) {
-      if (!(ms > 0)) return;
-      counters.pauses += 1;
-      await pause.pauseFor(ms);
-    },
-    pausedForMs: () => pause.remainingMs(),
-    stats: () => ({ mode, perWindow: options.perMinute, windowMs, minTimeMs: minTime, ...counters }),
-    async close() {
-      if (closed) return;
-      closed = true;
-      // Requests in flight have their own timeout; do not hold shutdown much longer for them.
-      await retire(current, Math.min(expiration, CLOSE_WAIT_MS));
-      await pause.close();
-    },
-  };
+  async pauseFor(ms: number): Promise<void> {
+    if (!(ms > 0)) return;
+    this.counters.pauses += 1;
+    await this.pause.pauseFor(ms);
+  }
+
+  pausedForMs(): Promise<number> {
+    return this.pause.remainingMs();
+  }
+
+  stats(): LimiterStats {
+    const { mode, perWindow, windowMs, minTime } = this.settings;
+    return { mode, perWindow, windowMs, minTimeMs: minTime, ...this.counters };
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    // Requests in flight have their own timeout; do not hold shutdown much longer for them.
+    await this.retire(this.current, Math.min(this.settings.expiration, CLOSE_WAIT_MS));
+    await this.pause.close();
+  }
 }
 
 /** `rateLimit off`: no spacing, no Redis; still honours a 429's pause in this process. */

@@ -34,14 +34,14 @@ import path from 'node:path';
 import type pg from 'pg';
 import { SUBSCRIBER_TYPES, type SubscriberType } from '../../src/db/schema.js';
 import { createLogger } from '../../src/ground/log.js';
-import { normalizeLegacySubscriber, SUBSCRIBER_FIELDS, type SubscriberRow } from '../../src/mirror/normalize.js';
-import { SUBSCRIBER_COLUMN_OF, upsertMemberships, upsertSubscribers, withTransaction } from '../../src/mirror/store.js';
+import { normalizeLegacySubscriber, type SubscriberRow } from '../../src/mirror/normalize.js';
+import { upsertMemberships, upsertSubscribers, withTransaction } from '../../src/mirror/store.js';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { runPass, type PassDeps } from '../../src/sync/poll.js';
 import { markRunStarted, saveFullCheckpoint } from '../../src/sync/state.js';
 import { createLegacyClient, type LegacyClient } from '../../src/upstream/legacy.js';
 import { createLimiter } from '../../src/upstream/limiter.js';
-import { copyFromStdin, copyRows } from './lib/copy.js';
+import { copyFromStdin, copyRows, SUBSCRIBER_COPY_COLUMNS, subscriberCopyTuple } from './lib/copy.js';
 import { argText, isMain } from './lib/cli.js';
 import { figure, printTable, round, timed, writeJson, type BenchResult } from './lib/report.js';
 import { createScratchDatabase, type ScratchDatabase } from './lib/scratch-db.js';
@@ -181,13 +181,12 @@ async function storeOnly(s: Setup, pages: readonly KeptPage[], expect: 'inserted
   if (matched !== total) throw new Error(`store only: ${matched} of ${total} rows ${expect}`);
 }
 
-const COPY_SUBSCRIBER_COLUMNS = ['id', ...SUBSCRIBER_FIELDS.map((f) => SUBSCRIBER_COLUMN_OF[f]), 'mirrored_at', 'mirrored_via'];
 const COPY_MEMBER_COLUMNS = ['group_id', 'subscriber_id', 'type', 'added_at', 'source_updated_at', 'last_seen_at', 'mirrored_at', 'mirrored_via'];
 
 /** Pre-encodes the raw COPY data (outside the timing, as the store bench's baseline does). */
 function encodeCopy(s: Setup, pages: readonly KeptPage[]): { subscribers: Buffer[]; members: Buffer[] } {
   const now = new Date().toISOString();
-  const subscribers = pages.map(({ rows }) => copyRows(rows.map((r) => [r.values.id, ...SUBSCRIBER_FIELDS.map((f) => r.values[f]), now, r.via])));
+  const subscribers = pages.map(({ rows }) => copyRows(rows.map((r) => subscriberCopyTuple(r, now))));
   const members = pages.map(({ type, rows }) =>
     copyRows(rows.map((r) => [s.groupId, r.values.id, type, r.values.updatedAt, r.values.updatedAt, now, now, 'poll'])),
   );
@@ -197,7 +196,7 @@ function encodeCopy(s: Setup, pages: readonly KeptPage[]): { subscribers: Buffer
 async function rawCopy(s: Setup, encoded: { subscribers: Buffer[]; members: Buffer[] }, rows: number): Promise<void> {
   const client = await s.scratch.pool.connect();
   try {
-    const a = await copyFromStdin(client, `copy subscribers (${COPY_SUBSCRIBER_COLUMNS.join(', ')}) from stdin`, encoded.subscribers);
+    const a = await copyFromStdin(client, `copy subscribers (${SUBSCRIBER_COPY_COLUMNS.join(', ')}) from stdin`, encoded.subscribers);
     const b = await copyFromStdin(client, `copy group_members (${COPY_MEMBER_COLUMNS.join(', ')}) from stdin`, encoded.members);
     if (a !== rows || b !== rows) throw new Error(`raw COPY wrote ${a} subscribers and ${b} memberships, expected ${rows}`);
   } finally {

@@ -24,10 +24,11 @@ import {
   type SubscriberRow,
   type SubscriberValues,
 } from '../../src/mirror/normalize.js';
-import { SUBSCRIBER_COLUMN_OF, upsertSubscribers } from '../../src/mirror/store.js';
+import { upsertSubscribers } from '../../src/mirror/store.js';
 import { versionTime } from '../../src/mirror/version.js';
 import { configureHistory } from '../../src/mirror/history.js';
-import { copyFromStdin, copyRows } from './lib/copy.js';
+import { copyFromStdin, copyRows, SUBSCRIBER_COPY_COLUMNS, subscriberCopyTuple } from './lib/copy.js';
+import { SUBSCRIBER_TABLE_COLUMNS } from '../../src/db/subscriber-columns.js';
 import { arrayLiteral, jsonbArrayFromParam } from '../../src/mirror/pg-params.js';
 import { figure, printTable, timed, writeJson, type BenchFigure, type BenchResult } from './lib/report.js';
 import { createScratchDatabase } from './lib/scratch-db.js';
@@ -88,24 +89,14 @@ function pages<T>(items: readonly T[], size: number): T[][] {
 }
 
 /** Every column the store writes, `version_at` included (the baselines write the same rows). */
-const COPY_COLUMNS = ['id', ...SUBSCRIBER_FIELDS.map((f) => SUBSCRIBER_COLUMN_OF[f]), 'mirrored_at', 'mirrored_via', 'version_at'];
+const COPY_COLUMNS = SUBSCRIBER_COPY_COLUMNS;
+const copyTuple = subscriberCopyTuple;
 
-function copyTuple(row: SubscriberRow, now: string): unknown[] {
-  return [row.values.id, ...SUBSCRIBER_FIELDS.map((f) => row.values[f]), now, row.via, versionTime(row.values)];
-}
-
-const UNNEST_TYPES: Record<string, string> = {
-  sent: 'int4',
-  opens_count: 'int4',
-  clicks_count: 'int4',
-  open_rate: 'float8',
-  click_rate: 'float8',
-  fields: 'jsonb',
-  extra: 'jsonb',
-};
-
+/** Postgres type of each column (the registry). */
 function unnestType(column: string): string {
-  return UNNEST_TYPES[column] ?? (column.endsWith('_at') ? 'timestamptz' : 'text');
+  const c = SUBSCRIBER_TABLE_COLUMNS.find((t) => t.column === column);
+  if (!c) throw new Error(`subscribers has no column ${column}`);
+  return c.type;
 }
 
 /** The columns the unnest variants pass as arrays (mirrored_at is now()), and their typed parameters. */
@@ -119,12 +110,11 @@ async function insertUnnest(client: pg.ClientBase, rows: readonly SubscriberRow[
 }
 
 function unnestParams(cols: readonly string[], rows: readonly SubscriberRow[]): string[] {
+  const now = new Date().toISOString();
+  const tuples = rows.map((r) => subscriberCopyTuple(r, now));
   return cols.map((c) => {
-    if (c === 'id') return arrayLiteral(rows.map((r) => r.values.id));
-    if (c === 'mirrored_via') return arrayLiteral(rows.map((r) => r.via));
-    if (c === 'version_at') return arrayLiteral(rows.map((r) => versionTime(r.values)));
-    const field = SUBSCRIBER_FIELDS.find((f) => SUBSCRIBER_COLUMN_OF[f] === c)!;
-    const column = rows.map((r) => r.values[field]);
+    const i = COPY_COLUMNS.indexOf(c);
+    const column = tuples.map((t) => t[i]);
     return unnestType(c) === 'jsonb' ? JSON.stringify(column) : arrayLiteral(column);
   });
 }

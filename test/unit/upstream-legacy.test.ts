@@ -8,6 +8,7 @@ import {
   normalizeGroupId,
   type DateFilter,
   type LegacyPage,
+  type PageCapKnowledge,
 } from '../../src/upstream/legacy.js';
 import { isRealDate } from '../../src/ground/time.js';
 import { UpstreamAuthError, UpstreamBodyError } from '../../src/upstream/http.js';
@@ -263,9 +264,10 @@ describe('legacy page iterator', () => {
       // adversary: every page then looks the same.
       const service = listService(ids, { between: (_offset, served) => ids.push(...range((next += served), Math.max(1, served - 1))) });
       const client = legacy(service);
-      const knowledge = { cap: null, longestPage: 0, candidate: null };
+      let knowledge: PageCapKnowledge = { cap: null, longestPage: 0, candidate: null };
       const pages = [];
-      for await (const page of client.pages('1', { limit: 500, mode: 'full', knownLength: start, capKnowledge: knowledge })) {
+      const onCapKnowledge = (k: PageCapKnowledge) => (knowledge = k);
+      for await (const page of client.pages('1', { limit: 500, mode: 'full', knownLength: start, capKnowledge: knowledge, onCapKnowledge })) {
         pages.push(page);
         if (pages.length > 6) break;
       }
@@ -356,8 +358,10 @@ describe('legacy page iterator', () => {
 
   it('incremental pass never ends at a cap it has not learned: a page as long as any served is checked', async () => {
     const service = fakeService(150, { cap: 100 });
-    const knowledge = { cap: null, longestPage: 60, candidate: null };
-    const pages = await collect(legacy(service).pages('1', { limit: 500, mode: 'incremental', capKnowledge: knowledge }));
+    let knowledge: PageCapKnowledge = { cap: null, longestPage: 60, candidate: null };
+    const pages = await collect(
+      legacy(service).pages('1', { limit: 500, mode: 'incremental', capKnowledge: knowledge, onCapKnowledge: (k) => (knowledge = k) }),
+    );
     expect(pages.flatMap((p) => p.rows)).toHaveLength(150);
     expect(service.urls).toHaveLength(2);
     expect(knowledge.longestPage).toBe(100);

@@ -5,15 +5,19 @@
 import pg from 'pg';
 import {
   erasePersonalData,
-  PERSONAL_FIELDS,
+  SUBSCRIBER_COLUMN_NAMES,
+  SUBSCRIBER_COLUMN_OF,
+  SUBSCRIBER_DATA_COLUMNS,
   SUBSCRIBER_FIELDS,
+  type SubscriberColumn,
   type SubscriberField,
-  type SubscriberRow,
-} from '../normalize.js';
+} from '../../db/subscriber-columns.js';
+import type { SubscriberRow } from '../normalize.js';
 import { arrayLiteral, jsonbArrayFromParam } from '../pg-params.js';
 import { versionTime } from '../version.js';
 import { eraseVersions, forgottenIds, historyEnabled, recordVersions } from '../history.js';
-import { run, withTransaction, type Queryable } from './executor.js';
+import type { Queryable } from '../../ground/queryable.js';
+import { run, withTransaction } from './executor.js';
 import {
   assertId,
   assertTimestamp,
@@ -21,63 +25,17 @@ import {
   assertVia,
   newestPerKey,
   toJsonText,
-  type PgType,
   type UpsertCounts,
 } from './values.js';
 
-interface ColumnSpec {
-  field: SubscriberField;
-  column: string;
-  type: PgType;
-  /** jsonb merged key by key into the stored object instead of replacing it. */
-  merge: boolean;
-  /** Erased when the subscriber is forgotten. */
-  personal: boolean;
-}
+/** The data columns of `subscribers` (the registry in `src/db/schema.ts`), in table order. */
+type ColumnSpec = SubscriberColumn<SubscriberField>;
+const SUBSCRIBER_SPECS: readonly ColumnSpec[] = SUBSCRIBER_DATA_COLUMNS;
 
-const PERSONAL: ReadonlySet<SubscriberField> = new Set(PERSONAL_FIELDS);
-
-function spec(field: SubscriberField, column: string, type: PgType): ColumnSpec {
-  return { field, column, type, merge: field === 'fields' || field === 'extra', personal: PERSONAL.has(field) };
-}
-
-/** Data columns of `subscribers`, in table order (`src/db/schema.ts`). */
-const SUBSCRIBER_SPECS: readonly ColumnSpec[] = [
-  spec('email', 'email', 'text'),
-  spec('name', 'name', 'text'),
-  spec('status', 'status', 'text'),
-  spec('source', 'source', 'text'),
-  spec('sent', 'sent', 'int4'),
-  spec('opensCount', 'opens_count', 'int4'),
-  spec('clicksCount', 'clicks_count', 'int4'),
-  spec('openRate', 'open_rate', 'float8'),
-  spec('clickRate', 'click_rate', 'float8'),
-  spec('ipAddress', 'ip_address', 'text'),
-  spec('subscribedAt', 'subscribed_at', 'timestamptz'),
-  spec('unsubscribedAt', 'unsubscribed_at', 'timestamptz'),
-  spec('createdAt', 'created_at', 'timestamptz'),
-  spec('updatedAt', 'updated_at', 'timestamptz'),
-  spec('deletedAt', 'deleted_at', 'timestamptz'),
-  spec('forgetAt', 'forget_at', 'timestamptz'),
-  spec('optedInAt', 'opted_in_at', 'timestamptz'),
-  spec('optinIp', 'optin_ip', 'text'),
-  spec('fields', 'fields', 'jsonb'),
-  spec('extra', 'extra', 'jsonb'),
-];
-
-/** SQL column of each {@link SubscriberField}. */
-export const SUBSCRIBER_COLUMN_OF: Readonly<Record<SubscriberField, string>> = Object.fromEntries(
-  SUBSCRIBER_SPECS.map((s) => [s.field, s.column]),
-) as Record<SubscriberField, string>;
+export { SUBSCRIBER_COLUMN_OF };
 
 /** Every column of `subscribers` this module writes, in table order (tests compare it to the table). */
-export const SUBSCRIBER_COLUMNS: readonly string[] = [
-  'id',
-  ...SUBSCRIBER_SPECS.map((s) => s.column),
-  'mirrored_at',
-  'mirrored_via',
-  'version_at',
-];
+export const SUBSCRIBER_COLUMNS: readonly string[] = SUBSCRIBER_COLUMN_NAMES;
 
 const FIELD_BIT = new Map<SubscriberField, number>(SUBSCRIBER_FIELDS.map((f, i) => [f, 2 ** i]));
 /** `updatedAt` and `extra` are written for every row (see {@link SubscriberRow}). */
@@ -208,8 +166,8 @@ function validateSubscriberRow(row: SubscriberRow, index: number): number {
  *   (a poll row never clears `source`/`deleted_at`/`forget_at`; a webhook never clears the legacy
  *   keys in `extra`). `fields` and `extra` are merged key by key (incoming keys win), so one path's
  *   keys survive the other's writes; a key dropped upstream therefore stays until forgotten.
- * - **Forget**: when the resulting `forget_at` is set, `email`, `name`, `ip_address`, `optin_ip`,
- *   `fields` and `extra` are erased (id, status, counters and timestamps stay). An older row cannot
+ * - **Forget**: when the resulting `forget_at` is set, the personal columns (`personal` in the
+ *   registry, `src/db/schema.ts`) are erased (id, status, counters and timestamps stay). An older row cannot
  *   bring the data back (the guard skips it) and neither can a newer poll row, which does not carry
  *   `forget_at` so the stored one still applies. (The real service stops listing deleted
  *   subscribers anyway.) Deletion alone (`deleted_at`) erases nothing.

@@ -72,4 +72,4 @@ export function newestPerKey<T>(rows: readonly T[], key: (row: T) => string, at:
 }
 
 /** Postgres types of the store's array parameters. */
-export type PgType = 'text' | 'int4' | 'float8' | 'timestamptz' | 'jsonb';
+export type { PgType } from '../../db/subscriber-columns.js';

@@ -7,6 +7,10 @@
  * chunk in the socket at once, which is fine for a benchmark, not for production streaming.
  */
 import type pg from 'pg';
+import type { SubscriberKeyOfRole } from '../../../src/db/schema.js';
+import { SUBSCRIBER_COLUMN_NAMES, SUBSCRIBER_TABLE_COLUMNS, type SubscriberField } from '../../../src/db/subscriber-columns.js';
+import type { SubscriberRow } from '../../../src/mirror/normalize.js';
+import { versionTime } from '../../../src/mirror/version.js';
 
 interface CopyConnection {
   query(text: string): void;
@@ -80,4 +84,26 @@ export function copyRows(rows: readonly (readonly unknown[])[]): Buffer {
   let out = '';
   for (const row of rows) out += `${row.map(copyValue).join('\t')}\n`;
   return Buffer.from(out, 'utf8');
+}
+
+// ---------------------------------------------------------------------------------------------
+// `subscribers` rows as COPY data, every column from the registry (src/db/schema.ts)
+
+/** Columns of `subscribers` that are not upstream data: how a benchmark fills each one. */
+const OWN_COLUMNS: Record<SubscriberKeyOfRole<'key' | 'version' | 'bookkeeping'>, (row: SubscriberRow, now: string) => unknown> = {
+  id: (row) => row.values.id,
+  versionAt: (row) => versionTime(row.values),
+  mirroredAt: (_row, now) => now,
+  mirroredVia: (row) => row.via,
+};
+
+/** Every column of `subscribers`, in table order: the column list of a COPY that writes what the store writes. */
+export const SUBSCRIBER_COPY_COLUMNS: readonly string[] = SUBSCRIBER_COLUMN_NAMES;
+
+/** One row's values in {@link SUBSCRIBER_COPY_COLUMNS} order (`now` is `mirrored_at`). */
+export function subscriberCopyTuple(row: SubscriberRow, now: string): unknown[] {
+  return SUBSCRIBER_TABLE_COLUMNS.map((c) => {
+    const own = (OWN_COLUMNS as Partial<Record<string, (row: SubscriberRow, now: string) => unknown>>)[c.field];
+    return own ? own(row, now) : row.values[c.field as SubscriberField];
+  });
 }

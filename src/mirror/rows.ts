@@ -1,0 +1,87 @@
+/**
+ * The row shapes the store writes, what the normalizers and the schemas of `schemas.ts` produce.
+ * Their own module so that `schemas.ts` and `normalize.ts` both depend on it rather than on each
+ * other (no file cycle; `normalize.ts` re-exports everything here for its importers).
+ */
+import type { MirrorSource } from '../db/schema.js';
+
+// ---------------------------------------------------------------------------------------------
+// Row shapes
+
+// The subscriber row shape, its fields and what forgetting erases derive from the registry of
+// columns (`src/db/schema.ts`): a forgotten subscriber keeps its id and timestamps; its personal
+// data is erased.
+export {
+  emptyValues,
+  erasePersonalData,
+  PERSONAL_FIELDS,
+  SUBSCRIBER_FIELDS,
+  type SubscriberField,
+  type SubscriberValues,
+} from '../db/subscriber-columns.js';
+import type { SubscriberField, SubscriberValues } from '../db/subscriber-columns.js';
+
+/**
+ * One subscriber version as one path saw it.
+ *
+ * `values` holds every column; only the ones listed in `provided` are written (a column whose
+ * upstream key was absent keeps its stored value, so a webhook never nulls a poll-only column and
+ * vice versa). Columns not provided are `null` in `values` and must be ignored. `updatedAt` and
+ * `extra` are always provided; `fields` and `extra` are merged key by key into the stored objects.
+ */
+export interface SubscriberRow {
+  /** Which path brought it; stored in `mirrored_via`. */
+  via: MirrorSource;
+  values: SubscriberValues;
+  /** Columns this payload carried, in {@link SUBSCRIBER_FIELDS} order, without duplicates. */
+  provided: readonly SubscriberField[];
+}
+
+/** A group as embedded in payloads (§2.3). A null name means "not known", never "erase". */
+export interface GroupRow {
+  id: string;
+  name: string | null;
+}
+
+/** An automation as embedded in payloads (§2.3). */
+export interface AutomationRow {
+  id: string;
+  name: string | null;
+}
+
+/** A campaign as embedded in payloads or the flat `campaign.sent` payload (§2.3). Nulls mean "not known". */
+export interface CampaignRow {
+  id: string;
+  name: string | null;
+  totalRecipients: number | null;
+  previewUrl: string | null;
+  /** The payload's `date`. */
+  date: string | null;
+  /** Set from `date` when normalized from a `campaign.sent` event. */
+  sentAt: string | null;
+}
+
+/**
+ * One applied event: each item of each delivery is one row, keyed by (`deliveryId`, `itemIndex`), so
+ * applying the same delivery again writes nothing while two identical items are two events.
+ */
+export interface ActivityRow {
+  /** The event kind, e.g. `campaign.open`. */
+  kind: string;
+  subscriberId: string | null;
+  groupId?: string | null;
+  automationId?: string | null;
+  campaignId?: string | null;
+  linkUrl?: string | null;
+  /**
+   * When the event reached us: the receipt time of its delivery. Payloads carry no event time, so
+   * for an open or a click this is the best time the service gives. Null when not known.
+   */
+  occurredAt: string | null;
+  /** The subscriber's `updated_at` in the event (an open or a click does not move it). */
+  subscriberUpdatedAt?: string | null;
+  /** `webhook_deliveries.id` the event came from. */
+  deliveryId?: string | bigint | null;
+  /** Position of the event in its delivery (0 for an unbatched one). */
+  itemIndex?: number | null;
+}

@@ -1,0 +1,115 @@
+/**
+ * What the sync worker does with a pass job, as a pure decision (the worker in `worker.ts` runs it).
+ *
+ * The decision needs facts that cost a round trip (the auth pause, a waiting backfill's mark, the
+ * pass lock, the sync state), and some only on some branches. So `decide` is asked again each time
+ * a fact arrives: it answers with the next fact or effect it needs (`need`), or with what to do
+ * (`run`, `skip`, `wait`, `fail`). The worker gathers facts in exactly the order asked, so the
+ * requests it makes are those of the decision tree, no more.
+ */
+import type { AuthPause } from './auth-pause.js';
+import type { PassJobData } from './schedule.js';
+
+/** The job as the decision sees it. */
+export interface DecisionJob {
+  mode: PassJobData['mode'];
+  trigger: PassJobData['trigger'];
+  /** The job's id (its mark in the "wanted" key). */
+  id: string;
+  /** When the job was due: a scheduler's job is added ahead of its due time, with the rest as delay. */
+  dueAt: number;
+  /** The worker can put the job back with a delay (BullMQ gave it a token). */
+  canWait: boolean;
+}
+
+/** Facts gathered so far; `undefined` = not gathered yet. */
+export interface DecisionState {
+  /** The auth pause in force when it was read, or null. */
+  paused?: AuthPause | null;
+  /** The id of a job waiting for its turn at this (group, type) ("wanted" key), or null. */
+  waiting?: string | null;
+  /** Whether this worker got the pass lock. */
+  locked?: boolean;
+  /** The "wanted" mark was removed after taking the lock. */
+  wantedCleared?: boolean;
+  /** The sync state says a full pass of this (group, type) is running. */
+  fullPassRunning?: boolean;
+  /** The sync state has an open full-pass checkpoint. */
+  openFullPass?: boolean;
+  /** When the last full pass completed (epoch ms), null if never. */
+  lastFullCompletedAt?: number | null;
+}
+
+/** A fact to read, or an effect to make, before deciding on. */
+export type Need = 'paused' | 'waiting' | 'lock' | 'clear-wanted' | 'full-pass-running' | 'open-full-pass' | 'last-full-completed';
+
+export type Action =
+  | { kind: 'need'; need: Need }
+  /** Run the pass (the lock is held). */
+  | { kind: 'run' }
+  /** Do nothing, successfully; the worker releases the lock if it holds it. */
+  | { kind: 'skip'; reason: string }
+  /** Mark the (group, type) wanted and try again shortly: another pass holds it. */
+  | { kind: 'wait' }
+  /** Fail the job for good. */
+  | { kind: 'fail'; reason: string };
+
+const need = (what: Need): Action => ({ kind: 'need', need: what });
+
+export function decide(job: DecisionJob, state: DecisionState): Action {
+  if (state.paused === undefined) return need('paused');
+  if (state.paused !== null) {
+    const until = new Date(state.paused.until).toISOString();
+    // A manual backfill must not report success; a scheduled tick just waits for the next one.
+    if (job.trigger === 'backfill') return { kind: 'fail', reason: `polling is paused until ${until}: ${state.paused.message}` };
+    return { kind: 'skip', reason: `auth paused until ${until}` };
+  }
+  if (job.trigger === 'schedule') {
+    if (state.waiting === undefined) return need('waiting');
+    // Another full pass (backfill, resume or scheduled) waits for its turn; a waiting scheduled
+    // full pass finds its own mark here and goes on.
+    if (state.waiting !== null && state.waiting !== job.id) return { kind: 'skip', reason: 'a backfill of this group and type is waiting for its turn' };
+  }
+  if (state.locked === undefined) return need('lock');
+  return state.locked ? decideLocked(job, state) : decideBusy(job, state);
+}
+
+/**
+ * A full pass comes once per RECONCILE_EVERY: dropping a scheduled one because another pass held
+ * the lock would postpone removals and unstamped changes by a whole interval (issue 11).
+ */
+function mustRun(job: DecisionJob): boolean {
+  return job.trigger !== 'schedule' || job.mode === 'full';
+}
+
+/** Another pass holds the lock of this (group, type). */
+function decideBusy(job: DecisionJob, state: DecisionState): Action {
+  if (job.trigger === 'schedule' && job.mode === 'full') {
+    if (state.fullPassRunning === undefined) return need('full-pass-running');
+    // What it meets is itself a full pass: the tick is served (the next one comes in
+    // RECONCILE_EVERY), and queueing it would run full passes back to back when one takes longer.
+    if (state.fullPassRunning) return { kind: 'skip', reason: 'a full pass of this group and type is running' };
+  }
+  // Try again shortly instead of dropping the request, and keep scheduled ticks from taking the lock first meanwhile.
+  if (mustRun(job) && job.canWait) return { kind: 'wait' };
+  return { kind: 'skip', reason: 'another pass of this group and type is running' };
+}
+
+/** This worker holds the lock. */
+function decideLocked(job: DecisionJob, state: DecisionState): Action {
+  if (mustRun(job) && !state.wantedCleared) return need('clear-wanted');
+  if (job.trigger === 'resume') {
+    if (state.openFullPass === undefined) return need('open-full-pass');
+    // The pass it was meant to continue finished meanwhile (it was running elsewhere, or here).
+    if (!state.openFullPass) return { kind: 'skip', reason: 'no open full pass to resume' };
+  }
+  if (job.trigger === 'schedule' && job.mode === 'full') {
+    if (state.lastFullCompletedAt === undefined) return need('last-full-completed');
+    // It waited behind a pass that turned out to be full (the first pass of a type with no
+    // cursor, or a backfill): that pass served this tick.
+    if (state.lastFullCompletedAt !== null && state.lastFullCompletedAt >= job.dueAt) {
+      return { kind: 'skip', reason: 'a full pass of this group and type completed after this one was due' };
+    }
+  }
+  return { kind: 'run' };
+}

@@ -1,0 +1,299 @@
+/**
+ * The paging steps of `upstream/legacy/paging.ts` as tables: given what a pass has seen (its state),
+ * the page just read and the page-cap knowledge, what the step does next. `upstream-legacy.test.ts`
+ * runs the same steps through the client against fake services.
+ */
+import { describe, expect, it } from 'vitest';
+import {
+  emptyCapKnowledge,
+  noteServedPage,
+  observeShortPage,
+  withKnownCap,
+  type PageCapKnowledge,
+} from '../../src/upstream/legacy/cap-knowledge.js';
+import {
+  FAR_OFFSET,
+  fingerprint,
+  fullStep,
+  incrementalStep,
+  MAX_STEP_BACKS,
+  overlapFor,
+  startFullPass,
+  startIncrementalPass,
+  type FullPassState,
+  type PagingContext,
+} from '../../src/upstream/legacy/paging.js';
+
+type Row = { id: number };
+/** Rows with ids `from`, `from + 1`, … (`n` of them). */
+const rows = (from: number, n: number): Row[] => Array.from({ length: n }, (_, i) => ({ id: from + i }));
+const ids = (list: readonly Row[]) => list.map((r) => r.id);
+const knowledge = (over: Partial<PageCapKnowledge> = {}): PageCapKnowledge => ({ ...emptyCapKnowledge(), ...over });
+const context: PagingContext = { limit: 10, list: '7/active' };
+
+/** `expected` as a partial match; a `page: undefined` in it means the step emits no page. */
+function expectStep(step: object, expected: Record<string, unknown>): void {
+  const { page, ...rest } = expected;
+  expect(step).toMatchObject(rest);
+  if (!('page' in expected)) return;
+  if (page === undefined) expect((step as { page?: unknown }).page).toBeUndefined();
+  else expect(step).toMatchObject({ page });
+}
+
+/** The state after a full-pass page of `previous` rows read at `offset - previous.length + overlap`. */
+function after(previous: Row[], offset: number, over: Partial<FullPassState> = {}): FullPassState {
+  return {
+    offset,
+    previous: new Set(previous.map((r) => String(r.id))),
+    previousPrint: fingerprint(previous),
+    overlap: overlapFor(previous.length),
+    shortBefore: null,
+    stepBacks: 0,
+    probed: false,
+    continuous: true,
+    ...over,
+  };
+}
+
+describe('overlapFor', () => {
+  it.each([
+    [0, 0],
+    [1, 1],
+    [2, 1],
+    [10, 1],
+    [50, 2],
+    [100, 4],
+    [500, 20],
+    [1000, 20],
+  ])('a page of %i rows is re-read by %i', (length, overlap) => {
+    expect(overlapFor(length)).toBe(overlap);
+  });
+});
+
+describe('startFullPass', () => {
+  it.each([
+    ['from the top', 0, undefined, { offset: 0, overlap: 0, continuous: true, previous: null }],
+    ['resumed with the saved tail', 38, ['39', '40'], { offset: 38, overlap: 1, continuous: true, previous: new Set(['39', '40']) }],
+    ['resumed without a tail: cannot prove it skipped nothing', 40, undefined, { offset: 40, overlap: 0, continuous: false, previous: null }],
+    ['resumed with an empty tail', 40, [], { offset: 40, overlap: 0, continuous: false, previous: null }],
+  ] as const)('%s', (_name, offset, tail, expected) => {
+    expect(startFullPass(offset, tail, 10)).toMatchObject(expected);
+  });
+});
+
+describe('fullStep', () => {
+  const page1 = rows(1, 10);
+  const cases: Array<{
+    name: string;
+    state: FullPassState;
+    page: Row[];
+    probe?: Row[];
+    known?: PageCapKnowledge;
+    knownLength?: number;
+    expected: Record<string, unknown>;
+  }> = [
+    {
+      name: 'first page: emitted whole, the next request re-reads its last row',
+      state: startFullPass(0, undefined, 10),
+      page: page1,
+      expected: { kind: 'next', page: { offset: 0, rows: page1, nextOffset: 9, tail: ['10'], continuous: true }, state: { offset: 9, overlap: 1 } },
+    },
+    {
+      name: 'overlap found: the re-read row is left out',
+      state: after(page1, 9),
+      page: rows(10, 10),
+      expected: { kind: 'next', page: { offset: 9, rows: rows(11, 9), nextOffset: 18, tail: ['19'], continuous: true }, state: { offset: 18 } },
+    },
+    {
+      name: 'members left ahead of the read position, fewer than the overlap: still joined, nothing skipped',
+      state: after(rows(1, 100), 96),
+      page: rows(100, 100),
+      expected: { kind: 'next', page: { offset: 96, rows: rows(101, 99), continuous: true } },
+    },
+    {
+      name: 'one member left with an overlap of one: not joined, step back',
+      state: after(page1, 9),
+      page: rows(11, 10),
+      expected: { kind: 'back', state: { offset: 0, stepBacks: 1 } },
+    },
+    {
+      name: 'shift beyond the overlap: step back one page (less the overlap)',
+      state: after(rows(11, 10), 18),
+      page: rows(40, 10),
+      expected: { kind: 'back', state: { offset: 9, stepBacks: 1, previous: new Set(ids(rows(11, 10)).map(String)) } },
+    },
+    {
+      name: 'step back never goes below offset 0',
+      state: after(rows(1, 10), 5, { overlap: 1 }),
+      page: rows(40, 10),
+      expected: { kind: 'back', state: { offset: 0, stepBacks: 1 } },
+    },
+    {
+      name: `still not found after ${MAX_STEP_BACKS} step backs: a gap, reported on the page`,
+      state: after(rows(11, 10), 18, { stepBacks: MAX_STEP_BACKS }),
+      page: rows(40, 10),
+      expected: { kind: 'next', page: { offset: 18, rows: rows(40, 10), continuous: false }, state: { offset: 27, stepBacks: 0, continuous: true } },
+    },
+    {
+      name: 'stepped back to the top without finding it: nothing before offset 0 can be missed',
+      state: after(rows(11, 10), 0, { stepBacks: 2 }),
+      page: rows(40, 10),
+      expected: { kind: 'next', page: { offset: 0, continuous: true } },
+    },
+    {
+      name: 'a gap found on the last request still reaches the caller, as an empty page',
+      state: after(rows(11, 10), 18, { stepBacks: MAX_STEP_BACKS }),
+      page: [],
+      expected: { kind: 'end', page: { offset: 18, rows: [], nextOffset: 18, tail: [], continuous: false } },
+    },
+    {
+      name: 'end: only the re-read row came back',
+      state: after(page1, 9),
+      page: rows(10, 1),
+      expected: { kind: 'end', page: undefined },
+    },
+    {
+      name: 'end: an empty list',
+      state: startFullPass(0, undefined, 10),
+      page: [],
+      expected: { kind: 'end', page: undefined },
+    },
+    {
+      name: 'an empty page after a page: the list shrank, step back to find it',
+      state: after(page1, 9),
+      page: [],
+      expected: { kind: 'back', state: { offset: 0, stepBacks: 1 } },
+    },
+    {
+      name: 'a page of one row is read again at the same offset',
+      state: startFullPass(0, undefined, 10),
+      page: rows(1, 1),
+      expected: { kind: 'next', page: { nextOffset: 0, tail: ['1'] }, state: { offset: 0, overlap: 1 } },
+    },
+    {
+      name: 'the same page again: ask for a page far past any list first',
+      state: after(rows(1, 3), 2),
+      page: rows(1, 3),
+      expected: { kind: 'probe', offset: FAR_OFFSET },
+    },
+    {
+      name: 'the far page is the same page too: the service ignores offset',
+      state: after(rows(1, 3), 2),
+      page: rows(1, 3),
+      probe: rows(1, 3),
+      expected: { kind: 'ignores-offset', offset: 2, farOffset: FAR_OFFSET },
+    },
+    {
+      name: 'the far page is empty: members joined ahead; go on, and never probe again this pass',
+      state: after(rows(1, 3), 2),
+      page: rows(1, 3),
+      probe: [],
+      expected: { kind: 'next', page: { offset: 2, rows: [], nextOffset: 4 }, state: { offset: 4, probed: true } },
+    },
+    {
+      name: 'a repeat after the probe was spent is taken as it is',
+      state: after(rows(1, 3), 2, { probed: true }),
+      page: rows(1, 3),
+      expected: { kind: 'next', page: { rows: [] }, state: { offset: 4, probed: true } },
+    },
+  ];
+
+  it.each(cases)('$name', ({ state, page, probe, known, knownLength, expected }) => {
+    const step = fullStep(state, probe === undefined ? { rows: page } : { rows: page, probe }, known ?? knowledge(), { ...context, knownLength });
+    expectStep(step, expected);
+  });
+
+  it('never writes into the state or the knowledge it is given', () => {
+    const state = after(rows(1, 10), 9, { shortBefore: { length: 10, offset: 0 } });
+    const known = knowledge({ cap: null, longestPage: 10, candidate: { length: 10, where: '7/active@0' } });
+    const frozenState = structuredClone(state);
+    const frozenKnowledge = structuredClone(known);
+    const step = fullStep(state, { rows: rows(10, 10) }, known, { ...context, limit: 100, knownLength: 1000 });
+    expect(step.knowledge.cap).toBe(10);
+    expect(state).toEqual(frozenState);
+    expect(known).toEqual(frozenKnowledge);
+  });
+});
+
+describe('full pass: short pages and cap learning', () => {
+  // The pass asks for 100 and the service served 50 at offset 0; the next page (offset 49) has more.
+  const short = { length: 50, offset: 0 };
+  const state = after(rows(1, 50), 49, { shortBefore: short });
+  const next = rows(50, 50);
+  it.each([
+    ['first short page inside a long list: a candidate', knowledge({ longestPage: 50 }), 1000, { cap: null, candidate: { length: 50, where: '7/active@0' } }, 100],
+    ['the same length seen twice: the cap', knowledge({ longestPage: 50, candidate: { length: 50, where: '7/active@900' } }), 1000, { cap: 50, candidate: null }, 50],
+    ['a candidate of another length is replaced', knowledge({ longestPage: 50, candidate: { length: 40, where: 'x' } }), 1000, { cap: null, candidate: { length: 50 } }, 100],
+    ['no count for the pass: nothing learned', knowledge({ longestPage: 50 }), undefined, { cap: null, candidate: null }, 100],
+    ['the count does not hold two such pages beyond it (growth): nothing learned', knowledge({ longestPage: 50 }), 99, { cap: null, candidate: null }, 100],
+    ['the service served longer pages before: nothing learned', knowledge({ longestPage: 80 }), 1000, { cap: null, candidate: null }, 100],
+  ] as const)('%s', (_name, known, knownLength, learned, limit) => {
+    const step = fullStep(state, { rows: next }, known, { limit: 100, list: '7/active', knownLength });
+    expect(step).toMatchObject({ kind: 'next', knowledge: learned, page: { limit } });
+  });
+
+  it('a short page at the end of the list teaches nothing (no rows followed)', () => {
+    const step = fullStep(state, { rows: rows(50, 1) }, knowledge({ longestPage: 50, candidate: { length: 50, where: 'x' } }), {
+      limit: 100,
+      list: '7/active',
+      knownLength: 1000,
+    });
+    expect(step).toMatchObject({ kind: 'end', knowledge: { cap: null } });
+  });
+
+  it.each([
+    ['a page shorter than the page size in force is remembered as short', rows(1, 30), { length: 30, offset: 0 }],
+    ['a page as long as the cap is not short', rows(1, 50), null],
+  ] as const)('%s', (_name, page, shortBefore) => {
+    const step = fullStep(startFullPass(0, undefined, 100), { rows: [...page] }, knowledge({ cap: 50, longestPage: 50 }), { limit: 100, list: 'l' });
+    expect(step).toMatchObject({ kind: 'next', state: { shortBefore } });
+  });
+
+  it('a page longer than the known cap drops it', () => {
+    const step = fullStep(startFullPass(0, undefined, 100), { rows: rows(1, 80) }, knowledge({ cap: 50, longestPage: 50 }), { limit: 100, list: 'l' });
+    expect(step).toMatchObject({ kind: 'next', knowledge: { cap: null, longestPage: 80, candidate: null }, page: { limit: 100 } });
+  });
+});
+
+describe('incrementalStep', () => {
+  it.each([
+    ['an empty page ends the pass', 0, knowledge(), { kind: 'end', page: undefined }],
+    ['a full page: read on', 10, knowledge(), { kind: 'next', state: { offset: 30 }, page: { offset: 20, nextOffset: 30, continuous: true } }],
+    ['shorter than a page served before: the end', 4, knowledge({ longestPage: 10 }), { kind: 'end', page: { offset: 20, nextOffset: 24 } }],
+    ['shorter than the known cap: the end', 4, knowledge({ cap: 8, longestPage: 4 }), { kind: 'end', page: { limit: 8 } }],
+    ['as long as any page served, no cap known: one more request settles it', 4, knowledge({ longestPage: 3 }), { kind: 'next', state: { offset: 24 } }],
+    ['as long as the known cap: read on', 8, knowledge({ cap: 8, longestPage: 8 }), { kind: 'next', state: { offset: 28 }, page: { limit: 8 } }],
+  ] as const)('%s', (_name, length, known, expected) => {
+    const step = incrementalStep({ offset: 20 }, { rows: rows(1, length) }, known, context);
+    expectStep(step, expected);
+  });
+
+  it('starts where it is told', () => {
+    expect(startIncrementalPass()).toEqual({ offset: 0 });
+    expect(startIncrementalPass(40)).toEqual({ offset: 40 });
+  });
+});
+
+describe('cap knowledge', () => {
+  it.each([
+    ['a longer page raises the longest page', knowledge({ longestPage: 10 }), 20, knowledge({ longestPage: 20 })],
+    ['a shorter page changes nothing', knowledge({ longestPage: 10 }), 5, knowledge({ longestPage: 10 })],
+    ['a page longer than the cap drops cap and candidate', knowledge({ cap: 10, longestPage: 10, candidate: { length: 5, where: 'x' } }), 12, knowledge({ longestPage: 12 })],
+  ] as const)('noteServedPage: %s', (_name, before, length, after) => {
+    expect(noteServedPage(before, length)).toEqual(after);
+  });
+
+  it('returns the same object when nothing changed', () => {
+    const known = knowledge({ longestPage: 10 });
+    expect(noteServedPage(known, 10)).toBe(known);
+    expect(observeShortPage(known, { length: 5, offset: 0 }, 100, 'l')).toBe(known);
+    expect(withKnownCap(known, undefined)).toBe(known);
+  });
+
+  it.each([
+    ['sets a cap given for certain', knowledge({ longestPage: 10 }), 50, knowledge({ cap: 50, longestPage: 50 })],
+    ['keeps a cap already known', knowledge({ cap: 20, longestPage: 20 }), 50, knowledge({ cap: 20, longestPage: 20 })],
+  ] as const)('withKnownCap: %s', (_name, before, cap, after) => {
+    expect(withKnownCap(before, cap)).toEqual(after);
+  });
+});
