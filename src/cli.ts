@@ -101,8 +101,11 @@ const healthcheck: Handler = async (args) => {
   parse(args, {});
   const config = loadConfig(process.env, []);
   const port = config.opsPort ?? config.port;
+  const bound = config.opsPort !== undefined ? config.opsHost : config.host;
+  // A wildcard bind answers on loopback; a specific address only there.
+  const host = ['0.0.0.0', '::', 'localhost'].includes(bound) ? '127.0.0.1' : bound.includes(':') ? `[${bound}]` : bound;
   try {
-    const res = await fetch(`http://127.0.0.1:${port}/readyz`, { signal: AbortSignal.timeout(2_500) });
+    const res = await fetch(`http://${host}:${port}/readyz`, { signal: AbortSignal.timeout(2_500) });
     process.stdout.write(`${res.status} ${await res.text()}\n`);
     return res.ok ? 0 : 1;
   } catch (error) {
@@ -134,6 +137,13 @@ function backfillTargets(values: { group?: string; type?: string; all?: boolean 
   }
   const groups = values.all ? config.sync.groups : [values.group as string];
   if (groups.length === 0) throw new UsageError('--all needs SYNC_GROUPS to name at least one group');
+  // Only what the service is configured to mirror: a backfill must not pull in another group's people.
+  if (values.group !== undefined && !config.sync.groups.includes(values.group)) {
+    throw new UsageError(`--group ${values.group} is not configured; configured groups (SYNC_GROUPS): ${config.sync.groups.join(', ') || 'none'}`);
+  }
+  if (values.type !== undefined && !(config.sync.types as readonly string[]).includes(values.type)) {
+    throw new UsageError(`--type ${values.type} is not configured; configured types (SYNC_TYPES): ${config.sync.types.join(', ')}`);
+  }
   const types: SubscriberType[] = values.type ? [values.type as SubscriberType] : [...config.sync.types];
   return groups.flatMap((groupId) => types.map((type) => ({ groupId, type })));
 }
@@ -325,6 +335,7 @@ export async function main(argv: string[]): Promise<number> {
         const v = process.env[name];
         if (v) scrub.add(v);
       }
+      for (const v of (process.env.WEBHOOK_SECRETS ?? '').split(',')) if (v.trim()) scrub.add(v.trim());
     }
     process.stderr.write(`subscriber-mirror: ${scrub((error as Error).message ?? String(error))}\n`);
     return 1;

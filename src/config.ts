@@ -5,6 +5,7 @@
  * restart. Requirements depend on the role: polling needs the legacy URL, key and groups; the receiver
  * does not; `webhooks` commands need the management URL and token.
  */
+import { isIP } from 'node:net';
 import { z } from 'zod';
 import { SUBSCRIBER_TYPES, type SubscriberType } from './db/schema.js';
 
@@ -66,8 +67,21 @@ export interface Config {
     retentionMs: number | undefined;
   };
   port: number;
-  /** Port of /metrics, /admin and the detailed /readyz; undefined: they share PORT. */
+  /** Bind address of the public listener (HOST). */
+  host: string;
+  /**
+   * Port of /metrics, /admin and the detailed /readyz. Undefined: they are not served at all, unless
+   * `opsOnPublicPort` puts them on PORT.
+   */
   opsPort: number | undefined;
+  /** Bind address of the ops listener (OPS_HOST). */
+  opsHost: string;
+  /** ADMIN_ON_PUBLIC_PORT: serve admin, /metrics and the detailed /readyz on PORT (no OPS_PORT). */
+  opsOnPublicPort: boolean;
+  /** ADMIN_COOKIE_INSECURE: admin session cookie without `Secure` on plain-http requests. */
+  adminCookieInsecure: boolean;
+  /** TRUST_PROXY (Fastify's trustProxy): client address, protocol and host from X-Forwarded-* headers. */
+  trustProxy: boolean | number | string[];
   webhookPath: string;
   adminToken: string | undefined;
   logLevel: (typeof LOG_LEVELS)[number];
@@ -112,6 +126,7 @@ function isValidTimezone(tz: string): boolean {
 }
 
 const DEFAULT_BODY_MEMORY = 64 * 1024 * 1024;
+const MIN_WEBHOOK_SECRET = 16;
 
 const emptyToUndefined = (v: unknown) => (typeof v === 'string' && v.trim() === '' ? undefined : v);
 const optionalString = z.preprocess(emptyToUndefined, z.string().optional());
@@ -174,6 +189,52 @@ function wholeNumberIn(v: string, min: number, max: number, ctx: z.RefinementCtx
   }
   return n;
 }
+
+/** `true`/`false` (any case; also 1/0, yes/no); unset is false. */
+const flag = z.preprocess(
+  (v) => (typeof v === 'string' ? v.trim().toLowerCase() || undefined : v),
+  z
+    .enum(['true', 'false', '1', '0', 'yes', 'no'], { message: 'must be true or false' })
+    .default('false')
+    .transform((v) => v === 'true' || v === '1' || v === 'yes'),
+);
+
+/** An IP address or a host name to bind a listener to. */
+const bindAddress = (fallback: string) =>
+  z.preprocess(
+    emptyToUndefined,
+    z
+      .string()
+      .default(fallback)
+      .refine((v) => isIP(v) !== 0 || /^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$/.test(v), 'must be an IP address (e.g. 127.0.0.1, 0.0.0.0, ::) or a host name'),
+  );
+
+/**
+ * TRUST_PROXY: unset/false (the socket's peer is the client), true (trust every X-Forwarded-For hop:
+ * only when nothing but the proxy can reach the port), a hop count, or the proxies' addresses/CIDRs.
+ */
+const trustProxy = z.preprocess(
+  emptyToUndefined,
+  z
+    .string()
+    .optional()
+    .transform((v, ctx): boolean | number | string[] => {
+      const text = (v ?? 'false').trim().toLowerCase();
+      if (text === 'false') return false;
+      if (text === 'true') return true;
+      if (/^\d{1,2}$/.test(text)) return Number(text);
+      const list = commaList(text);
+      const bad = list.filter((entry) => {
+        const [address, bits, extra] = entry.split('/');
+        return extra !== undefined || isIP(address ?? '') === 0 || (bits !== undefined && !/^\d{1,3}$/.test(bits));
+      });
+      if (list.length === 0 || bad.length > 0) {
+        ctx.addIssue({ code: 'custom', message: 'must be true, false, a hop count, or comma-separated proxy addresses/CIDRs (e.g. 10.0.0.1,172.16.0.0/12)' });
+        return z.NEVER;
+      }
+      return list;
+    }),
+);
 
 const commaList = (v: string | undefined) =>
   (v ?? '')
@@ -254,7 +315,19 @@ const envSchema = z.object({
   WEBHOOK_SECRETS: z
     .string()
     .optional()
-    .transform((v) => commaList(v)),
+    .transform((v, ctx) => {
+      const secrets = commaList(v);
+      // Positions and lengths only: the values are secrets.
+      const short = secrets.flatMap((s, i) => (s.length < MIN_WEBHOOK_SECRET ? [`#${i + 1} has ${s.length}`] : []));
+      if (short.length > 0) {
+        ctx.addIssue({
+          code: 'custom',
+          message: `each secret must be at least ${MIN_WEBHOOK_SECRET} characters (it is all that proves a delivery comes from the service); secret ${short.join(', secret ')}`,
+        });
+        return z.NEVER;
+      }
+      return secrets;
+    }),
   WEBHOOK_MAX_BODY: z.preprocess(emptyToUndefined, intInRange(10 * 1024 * 1024, 1024, 1024 * 1024 * 1024)),
   // At least an hour: the service retries a delivery for about 20 minutes, and the stored body hash
   // is what makes those retries duplicates.
@@ -280,7 +353,14 @@ const envSchema = z.object({
   // Unset keeps every version. At least an hour, so a typo like 10s cannot wipe history in a minute.
   HISTORY_RETENTION: z.preprocess(emptyToUndefined, duration('0s', 3_600_000).optional()),
   PORT: z.preprocess(emptyToUndefined, intInRange(8080, 0, 65_535)),
+  HOST: bindAddress('0.0.0.0'),
   OPS_PORT: z.preprocess(emptyToUndefined, optionalInt(0, 65_535)),
+  // Loopback by default: outside a container nothing else needs the ops port. The image sets 0.0.0.0
+  // (Prometheus scrapes over the compose network), where the port is still never published.
+  OPS_HOST: bindAddress('127.0.0.1'),
+  ADMIN_ON_PUBLIC_PORT: flag,
+  ADMIN_COOKIE_INSECURE: flag,
+  TRUST_PROXY: trustProxy,
   WEBHOOK_PATH: z.preprocess(
     emptyToUndefined,
     z
@@ -377,7 +457,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, needs: ConfigNe
     metricsRefreshMs: e.METRICS_REFRESH_EVERY,
     history: { enabled: e.HISTORY === 'on', retentionMs: e.HISTORY_RETENTION },
     port: e.PORT,
+    host: e.HOST,
     opsPort: e.OPS_PORT,
+    opsHost: e.OPS_HOST,
+    opsOnPublicPort: e.ADMIN_ON_PUBLIC_PORT,
+    adminCookieInsecure: e.ADMIN_COOKIE_INSECURE,
+    trustProxy: e.TRUST_PROXY,
     webhookPath: e.WEBHOOK_PATH,
     adminToken: e.ADMIN_TOKEN,
     logLevel: e.LOG_LEVEL,
@@ -402,7 +487,15 @@ function crossChecks(e: z.infer<typeof envSchema>): string[] {
     problems.push('HTTP_HEADERS_TIMEOUT: must not be longer than HTTP_REQUEST_TIMEOUT');
   }
   if (e.OPS_PORT !== undefined && e.OPS_PORT !== 0 && e.OPS_PORT === e.PORT) {
-    problems.push('OPS_PORT: must differ from PORT (unset it to serve everything on PORT)');
+    problems.push('OPS_PORT: must differ from PORT (or unset it and set ADMIN_ON_PUBLIC_PORT=true to serve everything on PORT)');
+  }
+  if (e.ADMIN_ON_PUBLIC_PORT && e.OPS_PORT !== undefined) {
+    problems.push('ADMIN_ON_PUBLIC_PORT: set either OPS_PORT or ADMIN_ON_PUBLIC_PORT=true, not both');
+  }
+  if (e.ADMIN_TOKEN !== undefined && e.OPS_PORT === undefined && !e.ADMIN_ON_PUBLIC_PORT) {
+    problems.push(
+      'ADMIN_TOKEN: the admin pages are served on OPS_PORT only; set OPS_PORT (e.g. 9090), or ADMIN_ON_PUBLIC_PORT=true to serve them on PORT',
+    );
   }
   return problems;
 }

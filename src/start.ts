@@ -7,7 +7,7 @@
  * Roles: `receiver` serves the webhook route and stores deliveries (enqueueing them); `worker` runs
  * the poll passes and applies stored deliveries; `all` does both. Every role serves /healthz and
  * /readyz on PORT; /metrics, the detailed /readyz and (with ADMIN_TOKEN) the admin API are on OPS_PORT
- * when it is set, on PORT otherwise.
+ * when it is set, on PORT with ADMIN_ON_PUBLIC_PORT=true, and nowhere otherwise.
  */
 import type { ConnectionOptions } from 'bullmq';
 import { Redis } from 'ioredis';
@@ -19,6 +19,7 @@ import { migrationsPending, runMigrations } from './db/migrate.js';
 import { configureHistory, purgeHistory } from './mirror/history.js';
 import { repeat, type Repeating } from './ground/repeat.js';
 import { registerAdminRoutes } from './http/admin.js';
+import { createSessionStore } from './http/sessions.js';
 import { createMetrics, initSeries, type Metrics } from './ground/metrics.js';
 import { DELIVERY_STATUSES } from './db/schema.js';
 import { countDeliveriesByStatus } from './webhooks/inbox.js';
@@ -40,8 +41,8 @@ export interface RunningService {
   stop(reason: string): Promise<void>;
   /** The bound HTTP port (useful with PORT=0 in tests). */
   port: number;
-  /** The bound ops port (OPS_PORT), or `port` when everything shares PORT. */
-  opsPort: number;
+  /** The bound ops port (OPS_PORT), `port` when everything shares PORT, null when nothing serves it. */
+  opsPort: number | null;
 }
 
 export class StartupError extends Error {
@@ -122,9 +123,10 @@ export async function startService(config: Config, role: Role): Promise<RunningS
 
   const separateOps = config.opsPort !== undefined;
   const readiness = readinessChecks(database.pool, redis, polling, receives && !polls);
-  const server = buildServer({ logger: log, readiness, metrics, limits: config.http, public: separateOps, name: 'public' });
+  const trustProxy = config.trustProxy;
+  const server = buildServer({ logger: log, readiness, metrics, limits: config.http, public: !config.opsOnPublicPort, name: 'public', trustProxy });
   // The ops listener is internal (never published): default limits, and no body budget (no webhook route).
-  const ops = separateOps ? buildServer({ logger: log, readiness, metrics, name: 'ops' }) : server;
+  const ops = separateOps ? buildServer({ logger: log, readiness, metrics, name: 'ops', trustProxy }) : config.opsOnPublicPort ? server : null;
   const route = receives
     ? registerWebhookRoute(server, {
         path: config.webhookPath,
@@ -137,7 +139,8 @@ export async function startService(config: Config, role: Role): Promise<RunningS
         onOutcome: (outcome) => metrics.deliveries.inc({ outcome: OUTCOME_LABEL[outcome] }),
       })
     : null;
-  if (config.adminToken) {
+  // Config refuses ADMIN_TOKEN without somewhere to serve it; `ops` is set whenever the token is.
+  if (config.adminToken && ops) {
     const apiKey = config.legacy.apiKey;
     await registerAdminRoutes(ops, {
       token: config.adminToken,
@@ -147,14 +150,19 @@ export async function startService(config: Config, role: Role): Promise<RunningS
       configured: { groups: config.sync.groups, types: config.sync.types },
       authPause: apiKey ? () => readAuthPause(redis, authPauseKey(config.redisPrefix, apiKey)) : undefined,
       syncEveryMs: config.sync.everyMs,
+      sessions: createSessionStore(redis, { prefix: config.redisPrefix, token: config.adminToken }),
+      logger: log,
+      metrics,
+      cookieInsecure: config.adminCookieInsecure,
     });
   }
 
-  await server.listen({ port: config.port, host: '0.0.0.0' });
+  await server.listen({ port: config.port, host: config.host });
   const port = boundPort(server, config.port);
-  if (ops !== server) await ops.listen({ port: config.opsPort, host: '0.0.0.0' });
-  const opsPort = ops === server ? port : boundPort(ops, config.opsPort ?? 0);
+  if (ops && ops !== server) await ops.listen({ port: config.opsPort, host: config.opsHost });
+  const opsPort = ops === null ? null : ops === server ? port : boundPort(ops, config.opsPort ?? 0);
   log.info({ port, opsPort, receives, polls, admin: Boolean(config.adminToken) }, 'service started');
+  if (!ops) log.info('no OPS_PORT: /metrics, the admin pages and the detailed /readyz are not served');
 
   let stopping: Promise<void> | undefined;
   const stop = (reason: string) => {
@@ -166,7 +174,7 @@ export async function startService(config: Config, role: Role): Promise<RunningS
       //    A third of the deadline at most: then open connections (a dripping upload) are closed.
       const drained = await closeWithin(server, Math.max(500, Math.floor(config.shutdownTimeoutMs / 3)));
       if (drained === 'forced') log.warn('closed HTTP connections still open at the shutdown deadline');
-      if (ops !== server) await closeWithin(ops, 1_000);
+      if (ops && ops !== server) await closeWithin(ops, 1_000);
       await route?.writer.close();
       // 2. A running pass stops at its next checkpoint; running applies finish.
       await Promise.all([polling?.stop(config.shutdownTimeoutMs), consumer.close(config.shutdownTimeoutMs)]);

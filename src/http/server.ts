@@ -1,7 +1,8 @@
 /**
- * The HTTP listeners. The public one (PORT) is the only port the internet reaches: the webhook route
- * and a bare health answer. The ops one (OPS_PORT) serves /metrics, /admin and the detailed /readyz;
- * without OPS_PORT those share PORT (development, the demo).
+ * The HTTP listeners. The public one (PORT, bound to HOST) is the only port the internet reaches: the
+ * webhook route and a bare health answer. The ops one (OPS_PORT, bound to OPS_HOST) serves /metrics,
+ * /admin and the detailed /readyz; without OPS_PORT they are not served, unless ADMIN_ON_PUBLIC_PORT
+ * puts them on PORT (development, the demo).
  *
  * Routes are registered by the modules that own them; this file builds the Fastify instances with
  * the listener limits and the health endpoints.
@@ -53,6 +54,8 @@ export interface ServerOptions {
   public?: boolean;
   /** Name in logs and metrics ('public' or 'ops'). */
   name?: string;
+  /** TRUST_PROXY: client address, protocol and host from X-Forwarded-* (Fastify's trustProxy). */
+  trustProxy?: boolean | number | string[];
 }
 
 export function buildServer(options: ServerOptions): FastifyInstance {
@@ -65,6 +68,7 @@ export function buildServer(options: ServerOptions): FastifyInstance {
     // Behind a proxy the default 72 s keep-alive outlives the proxy's; keep it short and explicit.
     keepAliveTimeout: 5_000,
     return503OnClosing: true,
+    trustProxy: trustProxyOption(options.trustProxy),
     serverFactory: (handler) => createLimitedServer(handler, limits),
   });
 
@@ -89,6 +93,12 @@ export function buildServer(options: ServerOptions): FastifyInstance {
   }
 
   return app;
+}
+
+/** A hop count means: trust that many proxies nearest to us (Fastify's types take it as a function). */
+function trustProxyOption(value: ServerOptions['trustProxy']): boolean | string[] | ((address: string, hop: number) => boolean) {
+  if (typeof value === 'number') return (_address, hop) => hop < value;
+  return value ?? false;
 }
 
 /**

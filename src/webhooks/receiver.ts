@@ -23,6 +23,7 @@ import {
 } from './inbox.js';
 import { BodyError, createBodyBudget, readBody, type BodyBudget } from './body.js';
 import { deliveryKinds, parseDelivery, PayloadError, peekKinds } from './payloads.js';
+import { createRejectionLog, type RejectionLog, type RejectionLogOptions } from './rejections.js';
 import { verifySignature } from './signature.js';
 
 export type ReceiverOutcome =
@@ -63,6 +64,8 @@ export interface ReceiverDeps {
   secretsMissRefreshMs?: number;
   /** Longest wait for loading endpoint secrets. */
   secretsLoadTimeoutMs?: number;
+  /** How rejections are logged: a few samples and a summary per period (see rejections.ts). */
+  rejections?: RejectionLogOptions;
 }
 
 export interface WebhookRoute {
@@ -70,6 +73,8 @@ export interface WebhookRoute {
   secrets: SecretCache;
   /** The shared body budget (its `used()` is what bodies being read hold now). */
   bodies: BodyBudget;
+  /** Where rejections are logged (sampled, with a periodic summary). */
+  rejections: RejectionLog;
 }
 
 /**
@@ -88,7 +93,8 @@ export function registerWebhookRoute(app: FastifyInstance, deps: ReceiverDeps): 
   const log = deps.logger.child({ component: 'webhook-receiver' });
   // Rejects `__proto__` / `constructor.prototype` keys instead of silently dropping them.
   const jsonParser = app.getDefaultJsonParser('error', 'error');
-  const ctx: HandlerContext = { deps, writer, secrets, log, parseJson: (req, text) => runParser(jsonParser, req, text) };
+  const rejections = createRejectionLog(log, deps.rejections);
+  const ctx: HandlerContext = { deps, writer, secrets, log, rejections, parseJson: (req, text) => runParser(jsonParser, req, text) };
   const bodies = createBodyBudget(deps.bodyMemoryBytes ?? Math.max(64 * 1024 * 1024, deps.maxBodyBytes));
   const releases = new WeakMap<FastifyRequest, () => void>();
   const release = (request: FastifyRequest) => {
@@ -119,10 +125,13 @@ export function registerWebhookRoute(app: FastifyInstance, deps: ReceiverDeps): 
     scope.addHook('onResponse', async (request) => release(request));
     // Load endpoint secrets at start rather than on the first delivery (never blocks startup).
     scope.addHook('onReady', async () => void secrets.current());
-    scope.addHook('onClose', async () => writer.close());
+    scope.addHook('onClose', async () => {
+      rejections.close();
+      await writer.close();
+    });
   });
 
-  return { writer, secrets, bodies };
+  return { writer, secrets, bodies, rejections };
 }
 
 function announcedLength(request: FastifyRequest): number | undefined {
@@ -138,6 +147,7 @@ interface HandlerContext {
   writer: InboxWriter;
   secrets: SecretCache;
   log: Logger;
+  rejections: RejectionLog;
   parseJson(request: FastifyRequest, text: string): { ok: true; value: unknown } | { ok: false };
 }
 
@@ -272,7 +282,7 @@ function verifyAgainst(
 }
 
 // ---------------------------------------------------------------------------------------------
-// Rejections (one log line each, invariant 10: never the signature nor a secret)
+// Rejections (sampled lines and a periodic summary, invariant 10: never the signature nor a secret)
 
 function reject(
   ctx: HandlerContext,
@@ -285,18 +295,17 @@ function reject(
 ): FastifyReply {
   const outcome: ReceiverOutcome =
     status === 401 ? 'unauthorized' : status === 400 ? 'bad_request' : status === 413 ? 'too_large' : 'unavailable';
-  const line = {
+  const announced = Number(request.headers['content-length'] ?? 0);
+  ctx.rejections.record({
     status,
     reason,
     ip: request.ip,
-    bytes: Buffer.isBuffer(request.body) ? request.body.length : Number(request.headers['content-length'] ?? 0),
+    bytes: Buffer.isBuffer(request.body) ? request.body.length : Number.isFinite(announced) ? announced : 0,
     contentType: request.headers['content-type'],
     // The message only: at a high rate of failures (database down) stacks would drown the log.
     // eslint-disable-next-line @typescript-eslint/no-base-to-string -- whatever was thrown, if not an Error
     ...(error ? { error: error instanceof Error ? `${error.name}: ${error.message}` : String(error) } : {}),
-  };
-  if (status === 503) ctx.log.error(line, 'webhook delivery not stored');
-  else ctx.log.warn(line, 'webhook delivery rejected');
+  });
   ctx.deps.onOutcome?.(outcome, performance.now() - started);
   return reply.code(status).send({ error: PUBLIC_REASONS[status] });
 }

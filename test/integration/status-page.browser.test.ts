@@ -34,6 +34,9 @@ function serviceEnv(database: TestDatabase, sim: Simulator, prefix: string, apiK
     SYNC_EVERY: '30s',
     API_RATE_LIMIT: '100000',
     ADMIN_TOKEN: token,
+    // One plain-http port on this machine, as in the demo.
+    ADMIN_ON_PUBLIC_PORT: 'true',
+    ADMIN_COOKIE_INSECURE: 'true',
     PORT: '0',
     LOG_LEVEL: 'silent',
   };

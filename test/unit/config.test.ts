@@ -61,6 +61,12 @@ describe('loadConfig', () => {
     expect(config.eraseOutOfGroupsAfterMs).toBe(30 * 86_400_000);
     expect(config.http).toEqual({ headersTimeoutMs: 5_000, requestTimeoutMs: 10_000, idleTimeoutMs: 10_000, maxConnections: 1_000 });
     expect(config.opsPort).toBeUndefined();
+    // The public listener on every interface (webhooks come from outside); the ops one on loopback.
+    expect(config.host).toBe('0.0.0.0');
+    expect(config.opsHost).toBe('127.0.0.1');
+    expect(config.opsOnPublicPort).toBe(false);
+    expect(config.adminCookieInsecure).toBe(false);
+    expect(config.trustProxy).toBe(false);
     expect(config.metricsRefreshMs).toBe(15_000);
     expect(config.history).toEqual({ enabled: true, retentionMs: undefined });
   });
@@ -95,6 +101,9 @@ describe('loadConfig', () => {
     [{ PORT: '8080', OPS_PORT: '8080' }, /OPS_PORT: must differ from PORT/],
     [{ OPS_PORT: 'ops' }, /OPS_PORT: "ops" is not a whole number/],
     [{ HTTP_REQUEST_TIMEOUT: '100ms' }, /HTTP_REQUEST_TIMEOUT: "100ms" is shorter than 1s/],
+    // Admin on the public port only when asked for explicitly.
+    [{ ADMIN_TOKEN: 'a'.repeat(32) }, /ADMIN_TOKEN: the admin pages are served on OPS_PORT only; set OPS_PORT \(e\.g\. 9090\), or ADMIN_ON_PUBLIC_PORT=true/],
+    [{ ADMIN_ON_PUBLIC_PORT: 'true', OPS_PORT: '9090' }, /ADMIN_ON_PUBLIC_PORT: set either OPS_PORT or ADMIN_ON_PUBLIC_PORT=true, not both/],
   ])('rejects inconsistent settings %o', (env, pattern) => {
     const problems = problemsOf(env);
     expect(problems).toHaveLength(1);
@@ -117,8 +126,13 @@ describe('loadConfig', () => {
         RECONCILE_EVERY: '12h',
         SYNC_PAGE_SIZE: '500',
         API_RATE_LIMIT: '120',
-        WEBHOOK_SECRETS: 'old-secret, new-secret',
+        WEBHOOK_SECRETS: 'old-secret-0123456789, new-secret-0123456789',
         PORT: '9090',
+        OPS_PORT: '9091',
+        HOST: '::',
+        OPS_HOST: '10.0.0.5',
+        ADMIN_COOKIE_INSECURE: 'TRUE',
+        TRUST_PROXY: '10.0.0.1, 172.16.0.0/12',
         WEBHOOK_PATH: '/hooks/mailer',
         ADMIN_TOKEN: 'a'.repeat(32),
         LOG_LEVEL: 'debug',
@@ -137,8 +151,17 @@ describe('loadConfig', () => {
     expect(config.sync.reconcileEveryMs).toBe(12 * 3_600_000);
     expect(config.sync.pageSize).toBe(500);
     expect(config.apiRateLimit).toBe(120);
-    expect(config.webhookSecrets).toEqual(['old-secret', 'new-secret']);
+    expect(config.webhookSecrets).toEqual(['old-secret-0123456789', 'new-secret-0123456789']);
     expect(config.port).toBe(9090);
+    expect(config.opsPort).toBe(9091);
+    expect(config.host).toBe('::');
+    expect(config.opsHost).toBe('10.0.0.5');
+    expect(config.adminCookieInsecure).toBe(true);
+    expect(config.trustProxy).toEqual(['10.0.0.1', '172.16.0.0/12']);
+    expect(loadConfig({ TRUST_PROXY: 'true' }).trustProxy).toBe(true);
+    expect(loadConfig({ TRUST_PROXY: '2' }).trustProxy).toBe(2);
+    const shared = loadConfig({ ADMIN_TOKEN: 'a'.repeat(32), ADMIN_ON_PUBLIC_PORT: 'true' });
+    expect([shared.opsOnPublicPort, shared.opsPort]).toEqual([true, undefined]);
     expect(config.webhookPath).toBe('/hooks/mailer');
     expect(config.legacy.sourceTimezone).toBe('Europe/Vilnius');
     expect(config.webhooksApi).toEqual({ url: 'https://connect.example.com', token: 'tok-abcdef' });
@@ -174,6 +197,14 @@ describe('loadConfig', () => {
     ['HISTORY', 'yes', /HISTORY: must be on or off/],
     ['HISTORY_RETENTION', '30m', /HISTORY_RETENTION: "30m" is shorter than 1h/],
     ['HISTORY_RETENTION', 'forever', /HISTORY_RETENTION: "forever" is not a duration/],
+    ['WEBHOOK_SECRETS', 'abc', /WEBHOOK_SECRETS: each secret must be at least 16 characters .*; secret #1 has 3$/],
+    ['WEBHOOK_SECRETS', 'long-enough-secret-01,short-one', /WEBHOOK_SECRETS: each secret must be at least 16 characters .*; secret #2 has 9$/],
+    ['HOST', 'not an address!', /HOST: must be an IP address/],
+    ['OPS_HOST', 'bad host/x', /OPS_HOST: must be an IP address/],
+    ['ADMIN_ON_PUBLIC_PORT', 'sure', /ADMIN_ON_PUBLIC_PORT: must be true or false/],
+    ['ADMIN_COOKIE_INSECURE', 'maybe', /ADMIN_COOKIE_INSECURE: must be true or false/],
+    ['TRUST_PROXY', 'proxy.example.com', /TRUST_PROXY: must be true, false, a hop count, or comma-separated proxy addresses/],
+    ['TRUST_PROXY', '10.0.0.1/12/3', /TRUST_PROXY: must be true, false, a hop count/],
   ])('rejects a bad %s (%s) with a message naming it', (name, value, pattern) => {
     const problems = problemsOf({ [name]: value });
     expect(problems).toHaveLength(1);
@@ -206,7 +237,7 @@ describe('loadConfig', () => {
   it('never echoes secret values in its messages', () => {
     const error = (() => {
       try {
-        loadConfig({ MAILER_API_KEY: 'supersecretkey', ADMIN_TOKEN: 'tiny-secret', SYNC_EVERY: 'x' });
+        loadConfig({ MAILER_API_KEY: 'supersecretkey', ADMIN_TOKEN: 'tiny-secret', WEBHOOK_SECRETS: 'weak-whsec', SYNC_EVERY: 'x' });
       } catch (e) {
         return e as Error;
       }
@@ -214,10 +245,12 @@ describe('loadConfig', () => {
     })();
     expect(error.message).not.toContain('supersecretkey');
     expect(error.message).not.toContain('tiny-secret');
+    expect(error.message).toContain('WEBHOOK_SECRETS');
+    expect(error.message).not.toContain('weak-whsec');
   });
 
   it('lists secrets for redaction', () => {
-    const config = loadConfig({ ...POLL_ENV, WEBHOOK_SECRETS: 'whsec-1', MAILER_WEBHOOKS_TOKEN: 'tok-2' });
-    expect(secretsOf(config).sort()).toEqual(['k-123456789', 'tok-2', 'whsec-1']);
+    const config = loadConfig({ ...POLL_ENV, WEBHOOK_SECRETS: 'whsec-1-0123456789', MAILER_WEBHOOKS_TOKEN: 'tok-2' });
+    expect(secretsOf(config).sort()).toEqual(['k-123456789', 'tok-2', 'whsec-1-0123456789']);
   });
 });
