@@ -16,11 +16,10 @@ const FUNCTION_LINES = { max: 80, skipBlankLines: true, skipComments: true, IIFE
  */
 const OVERSIZED = {
   // Not split yet.
-  'src/ground/metrics.ts': 135, // createMetrics: mostly the metric declarations
   'src/http/admin.ts': 112, // registerAdminRoutes and its plugin callback
   'src/mirror/history.ts': 90, // versionSql: mostly one SQL text
   'src/simulator/index.ts': 92, // startSimulator
-  'src/start.ts': 101, // startService (and startPolling, 86)
+  'src/start.ts': 86, // startPolling
   'src/upstream/http.ts': 110, // createHttpClient
   'src/upstream/webhooks-api.ts': 96, // createWebhooksApi
   'test/bench/freshness.bench.ts': 113, // benchFreshness
@@ -86,7 +85,8 @@ export default defineConfig(
   },
   {
     // Declarative: a test is a list of cases, a corpus a table of inputs; their length is their content.
-    files: ['test/**/*.test.ts', 'test/faults/helpers/*-corpus.ts'],
+    // The metrics registry is one declaration per metric.
+    files: ['test/**/*.test.ts', 'test/faults/helpers/*-corpus.ts', 'src/ground/metrics.ts'],
     rules: { 'max-lines-per-function': 'off' },
   },
   {

@@ -14,7 +14,7 @@ import { Redis } from 'ioredis';
 import type pg from 'pg';
 import type { Config, Role } from './config.js';
 import { secretsOf } from './config.js';
-import { openDatabase } from './db/client.js';
+import { openDatabase, type Database } from './db/client.js';
 import { migrationsPending, runMigrations } from './db/migrate.js';
 import { configureHistory, purgeHistory } from './mirror/history.js';
 import { repeat, type Repeating } from './ground/repeat.js';
@@ -65,19 +65,14 @@ const OUTCOME_LABEL: Record<ReceiverOutcome, string> = {
   unavailable: 'unavailable',
 };
 
-export async function startService(config: Config, role: Role): Promise<RunningService> {
-  const { logger } = createLogger({ level: config.logLevel, secrets: secretsOf(config), format: config.logFormat });
-  const log = logger.child({ role });
-
+/** Migrates (under the advisory lock) and opens the pool with HISTORY applied; a clear StartupError otherwise. */
+async function openMigratedDatabase(config: Config, role: Role, log: Logger): Promise<Database> {
   try {
     const { applied } = await runMigrations(config.databaseUrl);
     log.info({ applied }, 'migrations up to date');
   } catch (error) {
     throw new StartupError(`cannot migrate the database: ${describeConnectionError(error)}`);
   }
-
-  const polls = role === 'all' || role === 'worker';
-  const receives = role === 'all' || role === 'receiver';
   const database = openDatabase(config.databaseUrl, { applicationName: `subscriber-mirror-${role}`, max: 20 });
   try {
     await configureHistory(database.pool, { enabled: config.history.enabled });
@@ -85,6 +80,43 @@ export async function startService(config: Config, role: Role): Promise<RunningS
     await database.close();
     throw new StartupError(`cannot apply HISTORY: ${describeConnectionError(error)}`);
   }
+  return database;
+}
+
+interface AdminDeps {
+  pool: Database['pool'];
+  redis: Redis;
+  syncQueue: Parameters<typeof registerAdminRoutes>[1]['syncQueue'];
+  consumer: DeliveryConsumer;
+  log: Logger;
+  metrics: Metrics;
+}
+
+/** The status page, bull-board and the admin API, on the ops listener (or the public one when opted in). */
+async function registerAdmin(ops: Parameters<typeof registerAdminRoutes>[0], config: Config, token: string, deps: AdminDeps): Promise<void> {
+  const apiKey = config.legacy.apiKey;
+  await registerAdminRoutes(ops, {
+    token,
+    pool: deps.pool,
+    syncQueue: deps.syncQueue,
+    extraQueues: [deps.consumer.queue],
+    configured: { groups: config.sync.groups, types: config.sync.types },
+    authPause: apiKey ? () => readAuthPause(deps.redis, authPauseKey(config.redisPrefix, apiKey)) : undefined,
+    syncEveryMs: config.sync.everyMs,
+    sessions: createSessionStore(deps.redis, { prefix: config.redisPrefix, token }),
+    logger: deps.log,
+    metrics: deps.metrics,
+    cookieInsecure: config.adminCookieInsecure,
+  });
+}
+
+export async function startService(config: Config, role: Role): Promise<RunningService> {
+  const { logger } = createLogger({ level: config.logLevel, secrets: secretsOf(config), format: config.logFormat });
+  const log = logger.child({ role });
+
+  const database = await openMigratedDatabase(config, role, log);
+  const polls = role === 'all' || role === 'worker';
+  const receives = role === 'all' || role === 'receiver';
   const historyPurger = polls ? startHistoryPurge(database.pool, config.history.retentionMs, log) : null;
   // The HTTP path must fail fast when Redis is down (readiness), unlike BullMQ's blocking connections.
   const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1, enableOfflineQueue: false, lazyConnect: true });
@@ -140,22 +172,7 @@ export async function startService(config: Config, role: Role): Promise<RunningS
       })
     : null;
   // Config refuses ADMIN_TOKEN without somewhere to serve it; `ops` is set whenever the token is.
-  if (config.adminToken && ops) {
-    const apiKey = config.legacy.apiKey;
-    await registerAdminRoutes(ops, {
-      token: config.adminToken,
-      pool: database.pool,
-      syncQueue,
-      extraQueues: [consumer.queue],
-      configured: { groups: config.sync.groups, types: config.sync.types },
-      authPause: apiKey ? () => readAuthPause(redis, authPauseKey(config.redisPrefix, apiKey)) : undefined,
-      syncEveryMs: config.sync.everyMs,
-      sessions: createSessionStore(redis, { prefix: config.redisPrefix, token: config.adminToken }),
-      logger: log,
-      metrics,
-      cookieInsecure: config.adminCookieInsecure,
-    });
-  }
+  if (config.adminToken && ops) await registerAdmin(ops, config, config.adminToken, { pool: database.pool, redis, syncQueue, consumer, log, metrics });
 
   await server.listen({ port: config.port, host: config.host });
   const port = boundPort(server, config.port);

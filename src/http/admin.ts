@@ -146,7 +146,7 @@ function parseBackfillBody(body: unknown, configured: AdminDeps['configured']): 
     return `group ${groupId} is not configured; configured groups (SYNC_GROUPS): ${configured.groups.join(', ') || 'none'}`;
   }
   if (type === undefined || type === null) return { groupId, types: [...configured.types] };
-  if (!(configured.types as readonly string[]).includes(type as string)) {
+  if (!(configured.types as readonly string[]).includes(type)) {
     return `type ${String(type)} is not configured; configured types (SYNC_TYPES): ${configured.types.join(', ')}`;
   }
   return { groupId, types: [type as SubscriberType] };
