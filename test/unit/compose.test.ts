@@ -48,13 +48,15 @@ const TINY_HEALTHCHECK = ['CMD', 'node', 'dist/healthcheck.js'];
 
 /**
  * The Postgres health check: healthy only once the service's role logs in over TCP (the entrypoint's
- * init server listens on the unix socket only), with the password from the container's environment
- * (`$$` keeps it from Compose's interpolation).
+ * init server listens on the unix socket only) on the container's own address, where the password is
+ * checked, with the password from the container's environment (`$$` keeps it from Compose's
+ * interpolation).
  */
 function expectTcpLoginHealthcheck(pg: Service): void {
   const test = pg.healthcheck?.test ?? [];
   expect(test[0]).toBe('CMD-SHELL');
-  expect(test[1]).toMatch(/^PGPASSWORD="\$\$MIRROR_DB_PASSWORD" psql -w -h 127\.0\.0\.1 -U mirror -d mirror /);
+  // Not 127.0.0.1: the image trusts it without a password.
+  expect(test[1]).toMatch(/^PGPASSWORD="\$\$MIRROR_DB_PASSWORD" psql -w -h "\$\$HOSTNAME" -U mirror -d mirror /);
   expect(test.join(' ')).not.toContain('pg_isready');
   expect(seconds(pg.healthcheck?.start_period)).toBeGreaterThanOrEqual(60);
 }
