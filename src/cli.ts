@@ -27,7 +27,7 @@ const USAGE = `usage: subscriber-mirror <command> [options]
 commands:
   start [--role all|worker|receiver]   migrate, then run the service (default role: all)
   migrate                              apply database migrations and exit
-  healthcheck                          exit 0 when the local service is ready (the image's HEALTHCHECK)
+  healthcheck                          exit 0 when the local service is ready (as dist/healthcheck.js)
   backfill (--group ID | --all) [--type T] [--wait]
                                        enqueue full passes (all configured types unless --type)
   status [--json]                      per group × type: cursor, last run, rows, drift
@@ -99,19 +99,12 @@ const start: Handler = async (args) => {
  */
 const healthcheck: Handler = async (args) => {
   parse(args, {});
-  const config = loadConfig(process.env, []);
-  const port = config.opsPort ?? config.port;
-  const bound = config.opsPort !== undefined ? config.opsHost : config.host;
-  // A wildcard bind answers on loopback; a specific address only there.
-  const host = ['0.0.0.0', '::', 'localhost'].includes(bound) ? '127.0.0.1' : bound.includes(':') ? `[${bound}]` : bound;
-  try {
-    const res = await fetch(`http://${host}:${port}/readyz`, { signal: AbortSignal.timeout(2_500) });
-    process.stdout.write(`${res.status} ${await res.text()}\n`);
-    return res.ok ? 0 : 1;
-  } catch (error) {
-    process.stdout.write(`not answering on port ${port}: ${(error as Error).message}\n`);
-    return 1;
-  }
+  // The same code as the image's HEALTHCHECK (dist/healthcheck.js), here with .env read too.
+  const { runHealthcheck } = await import('./healthcheck.js');
+  const { code, message } = await runHealthcheck(process.env);
+  if (code === 2) throw new ConfigError([message]);
+  process.stdout.write(`${message}\n`);
+  return code;
 };
 
 const migrate: Handler = async (args) => {
