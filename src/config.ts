@@ -134,6 +134,9 @@ function isValidTimezone(tz: string): boolean {
 
 const DEFAULT_BODY_MEMORY = 64 * 1024 * 1024;
 
+/** Requests per minute per account each platform allows (API_RATE_LIMIT's default). */
+const DEFAULT_RATE_LIMIT = { legacy: 60, current: 120 } as const;
+
 const emptyToUndefined = (v: unknown) => (typeof v === 'string' && v.trim() === '' ? undefined : v);
 const optionalString = z.preprocess(emptyToUndefined, z.string().optional());
 
@@ -277,7 +280,8 @@ const envSchema = z.object({
   SYNC_LOOKBACK: z.preprocess(emptyToUndefined, duration('1d', 0)),
   RECONCILE_EVERY: z.preprocess(emptyToUndefined, duration('24h', 1000)),
   SYNC_PAGE_SIZE: z.preprocess(emptyToUndefined, intInRange(1000, 1, 10_000)),
-  API_RATE_LIMIT: z.preprocess(emptyToUndefined, intInRange(60, 1, 100_000)),
+  // Default by source: the legacy API allows 60 a minute, the current platform 120 (docs/upstream-current.md).
+  API_RATE_LIMIT: z.preprocess(emptyToUndefined, optionalInt(1, 100_000)),
   WEBHOOK_SECRETS: z
     .string()
     .optional()
@@ -431,7 +435,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, needs: ConfigNe
       reconcileEveryMs: e.RECONCILE_EVERY,
       pageSize: e.SYNC_PAGE_SIZE,
     },
-    apiRateLimit: e.API_RATE_LIMIT,
+    apiRateLimit: e.API_RATE_LIMIT ?? DEFAULT_RATE_LIMIT[syncSourceOf(env)],
     upstreamTimeoutMs: e.MAILER_TIMEOUT,
     webhookSecrets: e.WEBHOOK_SECRETS,
     webhookMaxBodyBytes: e.WEBHOOK_MAX_BODY,

@@ -50,7 +50,7 @@ describe('loadConfig', () => {
       reconcileEveryMs: 86_400_000,
       pageSize: 1000,
     });
-    expect(config.apiRateLimit).toBe(60);
+    expect(config.apiRateLimit).toBe(120);
     expect(config.webhookSecrets).toEqual([]);
     expect(config.port).toBe(8080);
     expect(config.webhookPath).toBe('/webhooks');
@@ -260,6 +260,12 @@ describe('the read source (SYNC_SOURCE) and the current API settings', () => {
     expect(problems.map((p) => p.split(':')[0])).toEqual(['MAILER_API_URL', 'MAILER_API_TOKEN']);
     expect(problems.join('\n')).not.toContain('tok-other-9');
     expect(problems.join('\n')).not.toContain('tok-current-1');
+  });
+
+  it('defaults API_RATE_LIMIT by source: 60 a minute for the legacy API, 120 for the current platform', () => {
+    expect(loadConfig(POLL_ENV).apiRateLimit).toBe(60);
+    expect(loadConfig(CURRENT_ENV).apiRateLimit).toBe(120);
+    expect(loadConfig({ ...CURRENT_ENV, API_RATE_LIMIT: '100' }).apiRateLimit).toBe(100);
   });
 
   it('accepts a webhook-only install (no read settings at all): nothing reconciles', () => {
