@@ -231,7 +231,8 @@ const replay: Handler = async (args) => {
     throw new UsageError(`--since is not a real date: "${values.since}"`);
   }
   const config = loadConfig(process.env, ['database']);
-  const { createDeliveryConsumer, replayDeliveries } = await import('./webhooks/consumer.js');
+  const { createDeliveryConsumer } = await import('./webhooks/consumer.js');
+  const { replayDeliveries } = await import('./webhooks/replay.js');
   const { createLogger } = await import('./ground/log.js');
   const database = openDatabase(config.databaseUrl, { max: 2 });
   const consumer = createDeliveryConsumer({

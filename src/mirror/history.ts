@@ -24,7 +24,8 @@
  */
 import type { SubscriberField, SubscriberRow } from './normalize.js';
 import { jsonbArrayFromParam, arrayLiteral } from './pg-params.js';
-import { run, type Queryable } from './store/executor.js';
+import { run } from './store/executor.js';
+import type { Queryable } from '../ground/queryable.js';
 import { versionTime } from './version.js';
 
 // ---------------------------------------------------------------------------------------------

@@ -11,8 +11,8 @@
  */
 import { z } from 'zod';
 import type { MirrorSource } from '../db/schema.js';
-import type { AutomationRow, CampaignRow, GroupRow, SubscriberField, SubscriberRow, SubscriberValues } from './normalize.js';
-import { emptyValues, SUBSCRIBER_FIELDS } from './normalize.js';
+import type { AutomationRow, CampaignRow, GroupRow, SubscriberField, SubscriberRow, SubscriberValues } from './rows.js';
+import { emptyValues, SUBSCRIBER_FIELDS } from './rows.js';
 import {
   fieldsRule,
   floatRule,

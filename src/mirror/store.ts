@@ -24,7 +24,7 @@
  * - `ON CONFLICT DO UPDATE … WHERE` re-checks the guard against the latest committed version of the
  *   row under its lock, so concurrent writers (poll and consumer) cannot regress a row either.
  */
-export { withTransaction, type Queryable } from './store/executor.js';
+export { withTransaction } from './store/executor.js';
 export type { UpsertCounts } from './store/values.js';
 export { SUBSCRIBER_COLUMNS, SUBSCRIBER_COLUMN_OF, upsertSubscribers } from './store/subscribers.js';
 export {

@@ -9,8 +9,6 @@ import type { SubscriberType } from '../db/schema.js';
 
 import type { Queryable } from '../ground/queryable.js';
 
-export type { Queryable } from '../ground/queryable.js';
-
 export type PassMode = 'incremental' | 'full';
 
 export interface SyncStateRow {

@@ -3,7 +3,8 @@
  * last error, rows mirrored, upstream count, drift and rows dated in the future. Reads only our own tables: the upstream count
  * is the one the last full pass fetched, so `status` never spends the shared rate limit.
  */
-import type { Queryable, SyncStateRow } from './state.js';
+import type { Queryable } from '../ground/queryable.js';
+import type { SyncStateRow } from './state.js';
 import { listSyncStates } from './state.js';
 
 export interface StatusRow {

@@ -15,12 +15,9 @@
  * the statement is sent.
  */
 import { createHash } from 'node:crypto';
+import type pg from 'pg';
 import { DELIVERY_STATUSES, type DeliveryStatus } from '../db/schema.js';
-
 import type { Queryable } from '../ground/queryable.js';
-
-/** The inbox runs on a `pg.Pool` (a fake in unit tests). */
-export type { Queryable } from '../ground/queryable.js';
 
 export type InboxStatus = Extract<DeliveryStatus, 'pending' | 'ignored' | 'failed'>;
 
@@ -160,6 +157,37 @@ interface Pending {
   reject(error: unknown): void;
 }
 
+/** How many rows from the head of the queue the next statement takes, and their body bytes. */
+function nextBatchSize(queue: readonly Pending[], maxBatch: number, maxBatchBytes: number): { n: number; bytes: number } {
+  let bytes = 0;
+  let n = 0;
+  // Always take at least one row, however large, so a big body cannot block the queue.
+  while (n < queue.length && n < maxBatch) {
+    const size = (queue[n] as Pending).row.bodyText.length;
+    if (n > 0 && bytes + size > maxBatchBytes) break;
+    bytes += size;
+    n++;
+  }
+  return { n, bytes };
+}
+
+type BatchStats = { batches: number; rows: number; failedBatches: number; maxBatchSeen: number };
+
+/** Writes one batch in one statement and settles each of its requests. */
+async function runBatch(pool: Queryable, batch: Pending[], stats: BatchStats): Promise<void> {
+  stats.batches++;
+  stats.rows += batch.length;
+  stats.maxBatchSeen = Math.max(stats.maxBatchSeen, batch.length);
+  try {
+    const results = await writeRows(pool, batch.map((p) => p.row));
+    batch.forEach((p, i) => p.resolve(results[i] as StoredDelivery));
+  } catch (error) {
+    stats.failedBatches++;
+    // Durability first (invariant 1): no request of a statement that did not commit gets a 2xx.
+    for (const p of batch) p.reject(error);
+  }
+}
+
 export function createInboxWriter(pool: Queryable, options: InboxWriterOptions = {}): InboxWriter {
   const maxBatch = Math.max(1, options.maxBatch ?? 256);
   const maxWaitMs = Math.max(0, options.maxWaitMs ?? 2);
@@ -173,18 +201,10 @@ export function createInboxWriter(pool: Queryable, options: InboxWriterOptions =
   let timer: NodeJS.Timeout | undefined;
   let closed = false;
   const idleWaiters: Array<() => void> = [];
-  const stats = { batches: 0, rows: 0, failedBatches: 0, maxBatchSeen: 0 };
+  const stats: BatchStats = { batches: 0, rows: 0, failedBatches: 0, maxBatchSeen: 0 };
 
   function takeBatch(): Pending[] {
-    let bytes = 0;
-    let n = 0;
-    // Always take at least one row, however large, so a big body cannot block the queue.
-    while (n < queue.length && n < maxBatch) {
-      const size = (queue[n] as Pending).row.bodyText.length;
-      if (n > 0 && bytes + size > maxBatchBytes) break;
-      bytes += size;
-      n++;
-    }
+    const { n, bytes } = nextBatchSize(queue, maxBatch, maxBatchBytes);
     const batch = queue.slice(0, n);
     queue = queue.slice(n);
     queuedBytes -= bytes;
@@ -199,7 +219,7 @@ export function createInboxWriter(pool: Queryable, options: InboxWriterOptions =
     while (inFlight < maxConcurrent && queue.length > 0) {
       const batch = takeBatch();
       inFlight++;
-      void runBatch(batch).finally(() => {
+      void runBatch(pool, batch, stats).finally(() => {
         inFlight--;
         // Rows that queued while every connection was busy have waited a whole statement already.
         if (queue.length > 0) flush();
@@ -215,20 +235,6 @@ export function createInboxWriter(pool: Queryable, options: InboxWriterOptions =
       return;
     }
     timer ??= setTimeout(flush, maxWaitMs);
-  }
-
-  async function runBatch(batch: Pending[]): Promise<void> {
-    stats.batches++;
-    stats.rows += batch.length;
-    stats.maxBatchSeen = Math.max(stats.maxBatchSeen, batch.length);
-    try {
-      const results = await writeRows(pool, batch.map((p) => p.row));
-      batch.forEach((p, i) => p.resolve(results[i] as StoredDelivery));
-    } catch (error) {
-      stats.failedBatches++;
-      // Durability first (invariant 1): no request of a statement that did not commit gets a 2xx.
-      for (const p of batch) p.reject(error);
-    }
   }
 
   return {
@@ -415,6 +421,169 @@ function sanitizeForJsonb(value: unknown): unknown {
     return out;
   }
   return value;
+}
+
+// ---------------------------------------------------------------------------------------------
+// After the receipt: the consumer's, the replay's, the sweeper's and the redaction's statements.
+// This module is the only one that writes `webhook_deliveries` (docs/architecture.md, table owners);
+// the others call these.
+
+/** An apply's locked row. */
+export type LockedDelivery = { status: DeliveryStatus; body: unknown; receivedAt: string };
+
+/**
+ * The `select … for update` that opens an apply, as text to send after `begin` and the
+ * transaction's settings in one simple query (the id is a validated string of digits, inlined).
+ */
+export function lockDeliverySql(id: string): string {
+  return `select status, body, to_char(received_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as "receivedAt" from webhook_deliveries where id = ${id} for update`;
+}
+
+/**
+ * Marks the row done and commits, in one simple query (statements after a failing one are not run,
+ * so a failed mark never commits). Returns `applied_at − received_at` in ms as `lagMs`. The id is a
+ * validated string of digits; texts go through `escapeLiteral`.
+ */
+export function finishDeliverySql(
+  client: pg.ClientBase,
+  id: string,
+  status: 'applied' | 'ignored',
+  note: string | null,
+  kinds: readonly string[],
+  eventCount: number,
+): string {
+  // Postgres text cannot hold NUL; the writer above replaces it the same way.
+  const literal = (text: string) => client.escapeLiteral(text.replaceAll('\u0000', '\ufffd'));
+  const kindsSql = kinds.length === 0 ? `'{}'::text[]` : `array[${kinds.map(literal).join(', ')}]::text[]`;
+  return `
+update webhook_deliveries
+   set status = '${status}', applied_at = ${status === 'applied' ? 'clock_timestamp()' : 'applied_at'},
+       updated_at = clock_timestamp(), attempts = attempts + 1, error = ${note === null ? 'null' : literal(note)},
+       kinds = ${kindsSql}, event_count = ${Math.trunc(eventCount)}
+ where id = ${id}
+returning (extract(epoch from (coalesce(applied_at, clock_timestamp()) - received_at)) * 1000)::float8 as "lagMs";
+commit`;
+}
+
+const FAILED_SQL = `
+update webhook_deliveries
+   set attempts = attempts + 1, error = $2, updated_at = clock_timestamp(),
+       status = case when $3 then 'failed' else status end
+ where id = $1 and status = 'pending'
+returning attempts, status`;
+
+/**
+ * Records a failed apply on a row still `pending`: one more attempt, its error, and `failed` when
+ * `markFailed`. Undefined when the row is no longer pending (another apply finished it).
+ */
+export async function recordFailedAttempt(
+  pool: Queryable,
+  id: string,
+  error: string,
+  markFailed: boolean,
+): Promise<{ attempts: number; status: DeliveryStatus } | undefined> {
+  const { rows } = await pool.query<{ attempts: number; status: DeliveryStatus }>({
+    name: 'sm_consumer_failed',
+    text: FAILED_SQL,
+    values: [id, error, markFailed],
+  });
+  return rows[0];
+}
+
+export async function deliveryStatus(pool: Queryable, id: string): Promise<DeliveryStatus | 'missing'> {
+  const { rows } = await pool.query<{ status: DeliveryStatus }>('select status from webhook_deliveries where id = $1', [id]);
+  return rows[0]?.status ?? 'missing';
+}
+
+/** Which rows a replay considers: received at or after `since`, and among `ids`; null: no bound. */
+export interface ReplayFilter {
+  since: string | null;
+  ids: string[] | null;
+}
+
+const REOPEN_FAILED_SQL = `
+update webhook_deliveries set status = 'pending', updated_at = clock_timestamp()
+ where status = 'failed'
+   and ($1::timestamptz is null or received_at >= $1::timestamptz)
+   and ($2::bigint[] is null or id = any($2::bigint[]))
+returning id::text as id`;
+
+const IGNORED_SQL = `
+select d.id::text as id, d.body from webhook_deliveries d
+ where d.status = 'ignored'
+   and ($1::timestamptz is null or d.received_at >= $1::timestamptz)
+   and ($2::bigint[] is null or d.id = any($2::bigint[]))
+ order by d.id`;
+
+const REOPEN_IGNORED_SQL = `
+update webhook_deliveries set status = 'pending', updated_at = clock_timestamp()
+ where status = 'ignored' and id = any($1::bigint[])
+returning id::text as id`;
+
+/** Sets matching `failed` rows back to `pending`; returns their ids (attempts are kept). */
+export async function reopenFailed(pool: Queryable, filter: ReplayFilter): Promise<string[]> {
+  const { rows } = await pool.query<{ id: string }>(REOPEN_FAILED_SQL, [filter.since, filter.ids]);
+  return rows.map((r) => r.id);
+}
+
+/** Matching `ignored` rows with their bodies, in id order. */
+export async function ignoredDeliveries(pool: Queryable, filter: ReplayFilter): Promise<Array<{ id: string; body: unknown }>> {
+  return (await pool.query<{ id: string; body: unknown }>(IGNORED_SQL, [filter.since, filter.ids])).rows;
+}
+
+/** Sets these `ignored` rows back to `pending`; returns the ids that were still ignored. */
+export async function reopenIgnored(pool: Queryable, ids: readonly string[]): Promise<string[]> {
+  if (ids.length === 0) return [];
+  const { rows } = await pool.query<{ id: string }>(REOPEN_IGNORED_SQL, [ids]);
+  return rows.map((r) => r.id);
+}
+
+// Qualified names: a bare id in ORDER BY would be the text output column, and "10" < "5".
+const PENDING_SQL = `
+select d.id::text as id, d.received_at::text as "receivedAt" from webhook_deliveries d
+ where d.status = 'pending' and d.received_at < now() - make_interval(secs => $1::float8 / 1000)
+   and ($2::timestamptz is null or (d.received_at, d.id) > ($2::timestamptz, $3::bigint))
+ order by d.received_at, d.id
+ limit $4`;
+
+/** A position in the pending rows, in (received_at, id) order. */
+export interface PendingCursor {
+  receivedAt: string;
+  id: string;
+}
+
+/** Up to `limit` pending rows received more than `graceMs` ago, after `cursor`, in (received_at, id) order. */
+export async function pendingDeliveries(
+  pool: Queryable,
+  graceMs: number,
+  cursor: PendingCursor | null,
+  limit: number,
+): Promise<PendingCursor[]> {
+  const { rows } = await pool.query<PendingCursor>(PENDING_SQL, [graceMs, cursor?.receivedAt ?? null, cursor?.id ?? null, limit]);
+  return rows;
+}
+
+// Any `id` anywhere in the body equal to one of the ids; pages by delivery id.
+const MENTIONING_SQL = `
+select id::text, body::text as body from webhook_deliveries d
+ where d.id > $2::bigint
+   and exists (select 1 from jsonb_path_query(d.body, 'lax $.**.id') v where v #>> '{}' = any($1::text[]))
+ order by d.id
+ limit $3`;
+
+/** Up to `limit` deliveries after id `afterId` whose body has an `id` among `ids`, with their bodies as text. */
+export async function deliveriesMentioning(
+  pool: Queryable,
+  ids: readonly string[],
+  afterId: string,
+  limit: number,
+): Promise<Array<{ id: string; body: string }>> {
+  return (await pool.query<{ id: string; body: string }>(MENTIONING_SQL, [ids, afterId, limit])).rows;
+}
+
+/** Replaces a stored body (redaction); status, hash and attempts stay. */
+export async function replaceDeliveryBody(pool: Queryable, id: string, body: string): Promise<void> {
+  await pool.query('update webhook_deliveries set body = $2::jsonb, updated_at = now() where id = $1', [id, body]);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -72,9 +72,6 @@ function isHttpUrl(value: string): boolean {
 // webhook_endpoints
 // ---------------------------------------------------------------------------------------------
 
-/** A pool, or one checked-out connection (register runs every statement on the one holding its lock). */
-export type { Queryable } from '../ground/queryable.js';
-
 export interface StoredEndpoint {
   id: string;
   name: string | null;

@@ -11,6 +11,7 @@
 import { isUtf8 } from 'node:buffer';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from '../ground/log.js';
+import type { Queryable } from '../ground/queryable.js';
 import {
   createInboxWriter,
   loadSecrets,
@@ -18,7 +19,6 @@ import {
   type EndpointSecret,
   type InboxWriter,
   type InboxWriterOptions,
-  type Queryable,
   type StoredDelivery,
 } from './inbox.js';
 import { BodyError, createBodyBudget, readBody, type BodyBudget } from './body.js';

@@ -8,6 +8,7 @@
  */
 import { isLosslessNumber, parse, stringify } from 'lossless-json';
 import type { Queryable } from '../ground/queryable.js';
+import { deliveriesMentioning, replaceDeliveryBody } from './inbox.js';
 
 /** Subscriber keys that are not personal data; every other key of a matching subscriber object goes. */
 const KEPT_KEYS = new Set([
@@ -71,26 +72,21 @@ export function redactBody(text: string, ids: ReadonlySet<string>): string | nul
   return changed ? (stringify(body) ?? null) : null;
 }
 
-// Finds candidates in SQL (any `id` anywhere equal to one of the ids), pages by delivery id.
-const CANDIDATES_SQL = `
-select id::text, body::text as body from webhook_deliveries d
- where d.id > $2::bigint
-   and exists (select 1 from jsonb_path_query(d.body, 'lax $.**.id') v where v #>> '{}' = any($1::text[]))
- order by d.id
- limit $3`;
-
-/** Redacts every stored delivery that carries one of `subscriberIds`; returns how many were rewritten. */
+/**
+ * Redacts every stored delivery that carries one of `subscriberIds`; returns how many were rewritten.
+ * The inbox finds the candidates in SQL (any `id` anywhere equal to one of the ids), paging by id.
+ */
 export async function redactDeliveries(pool: Queryable, subscriberIds: readonly string[], batch = 200): Promise<number> {
   if (subscriberIds.length === 0) return 0;
   const ids = new Set(subscriberIds);
   let cursor = '0';
   let rewritten = 0;
   for (;;) {
-    const { rows } = await pool.query(CANDIDATES_SQL, [subscriberIds, cursor, batch]);
-    for (const row of rows as Array<{ id: string; body: string }>) {
+    const rows = await deliveriesMentioning(pool, subscriberIds, cursor, batch);
+    for (const row of rows) {
       const redacted = redactBody(row.body, ids);
       if (redacted === null) continue;
-      await pool.query('update webhook_deliveries set body = $2::jsonb, updated_at = now() where id = $1', [row.id, redacted]);
+      await replaceDeliveryBody(pool, row.id, redacted);
       rewritten += 1;
     }
     if (rows.length < batch) return rewritten;

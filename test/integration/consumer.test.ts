@@ -15,13 +15,9 @@ import type { EventKind } from '../../src/webhooks/payloads.js';
 import { storeDelivery, type DeliveryRecord } from '../../src/webhooks/inbox.js';
 import { registerWebhookRoute } from '../../src/webhooks/receiver.js';
 import { signBody } from '../../src/webhooks/signature.js';
-import {
-  applyDelivery,
-  createDeliveryConsumer,
-  replayDeliveries,
-  type DeliveryConsumer,
-  type DeliveryConsumerDeps,
-} from '../../src/webhooks/consumer.js';
+import { applyDelivery } from '../../src/webhooks/apply-job.js';
+import { createDeliveryConsumer, type DeliveryConsumer, type DeliveryConsumerDeps } from '../../src/webhooks/consumer.js';
+import { replayDeliveries } from '../../src/webhooks/replay.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { iso, readActivityKeys } from '../helpers/mirror.js';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';

@@ -9,7 +9,7 @@ import { legacySubscriber, readMember, readSubscriber, webhookSubscriber } from 
 import { normalizeLegacySubscriber, normalizeWebhookSubscriber } from '../../src/mirror/normalize.js';
 import { upsertSubscribers, withTransaction } from '../../src/mirror/store.js';
 import { applyPlan, planDelivery } from '../../src/webhooks/apply.js';
-import { applyDelivery } from '../../src/webhooks/consumer.js';
+import { applyDelivery } from '../../src/webhooks/apply-job.js';
 import { storeDelivery } from '../../src/webhooks/inbox.js';
 import { deliveryKinds, parseDelivery } from '../../src/webhooks/payloads.js';
 import { runPass, type PassDeps } from '../../src/sync/poll.js';

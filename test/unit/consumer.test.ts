@@ -5,7 +5,8 @@
 import { describe, expect, test } from 'vitest';
 import { NormalizeError } from '../../src/mirror/normalize.js';
 import { EFFECTS, membershipRounds, mergeById, planDelivery, type MembershipFact } from '../../src/webhooks/apply.js';
-import { deliveryJobId, deliveryJobOptions, isPermanent } from '../../src/webhooks/consumer.js';
+import { isPermanent } from '../../src/webhooks/apply-job.js';
+import { deliveryJobId, deliveryJobOptions } from '../../src/webhooks/consumer.js';
 import { EVENT_KINDS, EVENT_REGISTRY, parseDelivery, PayloadError, type EventKind } from '../../src/webhooks/payloads.js';
 import { fixture, loadFixtures } from '../fixtures/webhooks/index.js';
 import { webhookSubscriber } from '../fixtures/mirror/rows.js';

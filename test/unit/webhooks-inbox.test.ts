@@ -3,7 +3,8 @@
  * statements run against Postgres in test/integration/receiver.test.ts.
  */
 import { describe, expect, test } from 'vitest';
-import { bodySha256, createInboxWriter, type DeliveryRecord, type Queryable } from '../../src/webhooks/inbox.js';
+import type { Queryable } from '../../src/ground/queryable.js';
+import { bodySha256, createInboxWriter, type DeliveryRecord } from '../../src/webhooks/inbox.js';
 import { createSecretCache } from '../../src/webhooks/receiver.js';
 
 interface Call {

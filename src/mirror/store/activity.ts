@@ -1,6 +1,7 @@
 /** `subscriber_activity`: one row per applied event. */
 import type { ActivityRow } from '../normalize.js';
-import { run, type Queryable } from './executor.js';
+import { run } from './executor.js';
+import type { Queryable } from '../../ground/queryable.js';
 import { assertTimestampOrNull } from './values.js';
 
 const ACTIVITY_INSERT_SQL = `

@@ -10,8 +10,6 @@ import { createHash } from 'node:crypto';
 import type pg from 'pg';
 import type { Queryable } from '../../ground/queryable.js';
 
-export type { Queryable } from '../../ground/queryable.js';
-
 interface Result<R> {
   rows: R[];
   rowCount: number;

@@ -3,7 +3,8 @@
  * removals only a complete full pass may infer.
  */
 import type { MirrorSource } from '../../db/schema.js';
-import { run, type Queryable } from './executor.js';
+import { run } from './executor.js';
+import type { Queryable } from '../../ground/queryable.js';
 import { assertId, assertTimestamp, assertVia, newestPerKey, type UpsertCounts } from './values.js';
 
 /** One current member as listed by a poll page or announced by `subscriber.added_to_group`. */

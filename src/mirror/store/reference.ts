@@ -1,6 +1,7 @@
 /** `groups`, `automations`, `campaigns`: reference rows embedded in payloads. */
 import type { AutomationRow, CampaignRow, GroupRow } from '../normalize.js';
-import { run, type Queryable } from './executor.js';
+import { run } from './executor.js';
+import type { Queryable } from '../../ground/queryable.js';
 import { assertId, assertTimestampOrNull, EMPTY_COUNTS, type PgType, type UpsertCounts } from './values.js';
 
 

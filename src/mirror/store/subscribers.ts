@@ -13,7 +13,8 @@ import {
 import { arrayLiteral, jsonbArrayFromParam } from '../pg-params.js';
 import { versionTime } from '../version.js';
 import { eraseVersions, forgottenIds, historyEnabled, recordVersions } from '../history.js';
-import { run, withTransaction, type Queryable } from './executor.js';
+import type { Queryable } from '../../ground/queryable.js';
+import { run, withTransaction } from './executor.js';
 import {
   assertId,
   assertTimestamp,
