@@ -2,8 +2,14 @@
  * Environment → one typed, validated Config (docs/operations.md, "Configuration").
  *
  * Every variable is checked at once so an operator sees every mistake in one message, not one per
- * restart. Requirements depend on the role: polling needs the legacy URL, key and groups; the receiver
- * does not; `webhooks` commands need the management URL and token.
+ * restart. Requirements depend on the role: polling needs the read settings of its source (the legacy
+ * URL, key and groups, or the current API's URL, token and groups); the receiver does not; `webhooks`
+ * commands need the management URL and token.
+ *
+ * The current platform serves reads and webhook management on one host with one token, so
+ * `MAILER_API_URL`/`MAILER_API_TOKEN` and `MAILER_WEBHOOKS_URL`/`MAILER_WEBHOOKS_TOKEN` are two names
+ * for the same pair: either configures both. An install with no read settings at all (no legacy
+ * settings, no `SYNC_SOURCE`, no `SYNC_GROUPS`) only receives webhooks: nothing reconciles.
  */
 import { isIP } from 'node:net';
 import { z } from 'zod';
@@ -12,8 +18,16 @@ import { SUBSCRIBER_TYPES, type SubscriberType } from './db/schema.js';
 export const ROLES = ['all', 'worker', 'receiver'] as const;
 export type Role = (typeof ROLES)[number];
 
-/** What the caller is about to do, which decides which variables are required. */
-export type ConfigNeed = 'poll' | 'receive' | 'manage-webhooks' | 'database';
+/** Where full and incremental reads come from: the legacy v2 API or the current platform's API. */
+export const SYNC_SOURCES = ['legacy', 'current'] as const;
+export type SyncSource = (typeof SYNC_SOURCES)[number];
+
+/**
+ * What the caller is about to do, which decides which variables are required. `poll` needs the read
+ * settings of the chosen source; `reconcile` too, unless there are no read settings at all (a
+ * webhook-only install).
+ */
+export type ConfigNeed = 'poll' | 'reconcile' | 'receive' | 'manage-webhooks' | 'database';
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 export const LOG_FORMATS = ['auto', 'json', 'pretty'] as const;
@@ -29,8 +43,15 @@ export interface Config {
     apiKeyHeader: string;
     sourceTimezone: string;
   };
+  /** The current platform's API (MAILER_API_URL/MAILER_API_TOKEN or their MAILER_WEBHOOKS_* aliases). */
+  currentApi: { url: string | undefined; token: string | undefined };
+  /** Webhook management: the same host and token as `currentApi`. */
   webhooksApi: { url: string | undefined; token: string | undefined };
   sync: {
+    /** SYNC_SOURCE; default legacy when legacy settings are given, else current. */
+    source: SyncSource;
+    /** False for a webhook-only install (no read settings at all): nothing reconciles. */
+    reconciles: boolean;
     groups: string[];
     types: SubscriberType[];
     everyMs: number;
@@ -127,6 +148,9 @@ function isValidTimezone(tz: string): boolean {
 
 const DEFAULT_BODY_MEMORY = 64 * 1024 * 1024;
 const MIN_WEBHOOK_SECRET = 16;
+
+/** Requests per minute per account each platform allows (API_RATE_LIMIT's default). */
+const DEFAULT_RATE_LIMIT = { legacy: 60, current: 120 } as const;
 
 const emptyToUndefined = (v: unknown) => (typeof v === 'string' && v.trim() === '' ? undefined : v);
 const optionalString = z.preprocess(emptyToUndefined, z.string().optional());
@@ -305,13 +329,20 @@ const envSchema = z.object({
   MAILER_TIMEOUT: z.preprocess(emptyToUndefined, duration('30s', 1000)),
   MAILER_WEBHOOKS_URL: httpUrl('the webhook-management host, without /api/webhooks'),
   MAILER_WEBHOOKS_TOKEN: optionalString,
+  MAILER_API_URL: httpUrl('the current API host, without /api'),
+  MAILER_API_TOKEN: optionalString,
+  SYNC_SOURCE: z.preprocess(
+    (v) => (typeof v === 'string' ? v.trim().toLowerCase() || undefined : v),
+    z.enum(SYNC_SOURCES, { message: `must be ${SYNC_SOURCES.join(' or ')}` }).optional(),
+  ),
   SYNC_GROUPS: groupIds,
   SYNC_TYPES: subscriberTypes,
   SYNC_EVERY: z.preprocess(emptyToUndefined, duration('5m', 1000)),
   SYNC_LOOKBACK: z.preprocess(emptyToUndefined, duration('1d', 0)),
   RECONCILE_EVERY: z.preprocess(emptyToUndefined, duration('24h', 1000)),
   SYNC_PAGE_SIZE: z.preprocess(emptyToUndefined, intInRange(1000, 1, 10_000)),
-  API_RATE_LIMIT: z.preprocess(emptyToUndefined, intInRange(60, 1, 100_000)),
+  // Default by source: the legacy API allows 60 a minute, the current platform 120 (docs/upstream-current.md).
+  API_RATE_LIMIT: z.preprocess(emptyToUndefined, optionalInt(1, 100_000)),
   WEBHOOK_SECRETS: z
     .string()
     .optional()
@@ -377,20 +408,67 @@ const envSchema = z.object({
   SHUTDOWN_TIMEOUT: z.preprocess(emptyToUndefined, duration('30s', 0)),
 });
 
-/** Which variables each need requires, beyond the always-validated ones. */
-const REQUIRED_BY_NEED: Record<ConfigNeed, Array<keyof z.infer<typeof envSchema>>> = {
-  poll: ['MAILER_LEGACY_URL', 'MAILER_API_KEY', 'SYNC_GROUPS'],
-  receive: [],
-  'manage-webhooks': ['MAILER_WEBHOOKS_URL', 'MAILER_WEBHOOKS_TOKEN'],
-  database: [],
+type EnvName = keyof z.infer<typeof envSchema>;
+
+/** A required setting: its name, and the other names it may be given under. */
+interface Setting {
+  name: EnvName;
+  aliases?: EnvName[];
+}
+
+const READS_BY_SOURCE: Record<SyncSource, Setting[]> = {
+  legacy: [{ name: 'MAILER_LEGACY_URL' }, { name: 'MAILER_API_KEY' }, { name: 'SYNC_GROUPS' }],
+  current: [
+    { name: 'MAILER_API_URL', aliases: ['MAILER_WEBHOOKS_URL'] },
+    { name: 'MAILER_API_TOKEN', aliases: ['MAILER_WEBHOOKS_TOKEN'] },
+    { name: 'SYNC_GROUPS' },
+  ],
 };
 
-const REQUIRED_REASON: Record<ConfigNeed, string> = {
-  poll: 'polling',
-  receive: 'the webhook receiver',
-  'manage-webhooks': 'webhooks commands',
-  database: 'database commands',
+const MANAGE_WEBHOOKS: Setting[] = [
+  { name: 'MAILER_WEBHOOKS_URL', aliases: ['MAILER_API_URL'] },
+  { name: 'MAILER_WEBHOOKS_TOKEN', aliases: ['MAILER_API_TOKEN'] },
+];
+
+const present = (env: NodeJS.ProcessEnv, name: string): boolean => {
+  const raw = env[name];
+  return raw !== undefined && raw.trim() !== '';
 };
+
+/** Settings that ask for reads: any legacy read setting, SYNC_SOURCE or SYNC_GROUPS. */
+function readSettingsGiven(env: NodeJS.ProcessEnv): boolean {
+  return ['MAILER_LEGACY_URL', 'MAILER_API_KEY', 'SYNC_SOURCE', 'SYNC_GROUPS'].some((name) => present(env, name));
+}
+
+/** SYNC_SOURCE, or its default: legacy when legacy settings are given, else current. */
+export function syncSourceOf(env: NodeJS.ProcessEnv): SyncSource {
+  const given = env.SYNC_SOURCE?.trim().toLowerCase();
+  if (given === 'legacy' || given === 'current') return given;
+  return present(env, 'MAILER_LEGACY_URL') || present(env, 'MAILER_API_KEY') ? 'legacy' : 'current';
+}
+
+/** One problem per required setting missing under every one of its names. */
+function missing(env: NodeJS.ProcessEnv, required: Setting[], reason: string): string[] {
+  return required
+    .filter((r) => ![r.name, ...(r.aliases ?? [])].some((name) => present(env, name)))
+    .map((r) => `${r.name}: required for ${reason}${r.aliases ? ` (or ${r.aliases.join(', ')})` : ''}`);
+}
+
+function problemsOfNeed(env: NodeJS.ProcessEnv, need: ConfigNeed): string[] {
+  const source = syncSourceOf(env);
+  const reason = source === 'legacy' ? 'polling' : 'polling the current API';
+  switch (need) {
+    case 'poll':
+      return missing(env, READS_BY_SOURCE[source], reason);
+    case 'reconcile':
+      return readSettingsGiven(env) ? missing(env, READS_BY_SOURCE[source], reason) : [];
+    case 'manage-webhooks':
+      return missing(env, MANAGE_WEBHOOKS, 'webhooks commands');
+    case 'receive':
+    case 'database':
+      return [];
+  }
+}
 
 export function needsForRole(role: Role): ConfigNeed[] {
   if (role === 'worker') return ['poll'];
@@ -411,13 +489,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, needs: ConfigNe
       problems.push(`${name}: ${issue.message}`);
     }
   }
-  for (const need of needs) {
-    for (const name of REQUIRED_BY_NEED[need]) {
-      const raw = env[name];
-      const present = raw !== undefined && raw.trim() !== '';
-      if (!present) problems.push(`${name}: required for ${REQUIRED_REASON[need]}`);
-    }
-  }
+  for (const need of needs) problems.push(...problemsOfNeed(env, need));
   if (result.success) problems.push(...crossChecks(result.data));
   if (problems.length > 0 || !result.success) throw new ConfigError([...new Set(problems)]);
   const e = result.data;
@@ -431,8 +503,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, needs: ConfigNe
       apiKeyHeader: e.MAILER_API_KEY_HEADER,
       sourceTimezone: e.MAILER_SOURCE_TZ,
     },
-    webhooksApi: { url: e.MAILER_WEBHOOKS_URL, token: e.MAILER_WEBHOOKS_TOKEN },
+    currentApi: { url: e.MAILER_API_URL ?? e.MAILER_WEBHOOKS_URL, token: e.MAILER_API_TOKEN ?? e.MAILER_WEBHOOKS_TOKEN },
+    webhooksApi: { url: e.MAILER_API_URL ?? e.MAILER_WEBHOOKS_URL, token: e.MAILER_API_TOKEN ?? e.MAILER_WEBHOOKS_TOKEN },
     sync: {
+      source: syncSourceOf(env),
+      reconciles: readSettingsGiven(env),
       groups: e.SYNC_GROUPS,
       types: e.SYNC_TYPES,
       everyMs: e.SYNC_EVERY,
@@ -440,7 +515,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, needs: ConfigNe
       reconcileEveryMs: e.RECONCILE_EVERY,
       pageSize: e.SYNC_PAGE_SIZE,
     },
-    apiRateLimit: e.API_RATE_LIMIT,
+    apiRateLimit: e.API_RATE_LIMIT ?? DEFAULT_RATE_LIMIT[syncSourceOf(env)],
     upstreamTimeoutMs: e.MAILER_TIMEOUT,
     webhookSecrets: e.WEBHOOK_SECRETS,
     webhookMaxBodyBytes: e.WEBHOOK_MAX_BODY,
@@ -486,6 +561,13 @@ function crossChecks(e: z.infer<typeof envSchema>): string[] {
   if (e.HTTP_HEADERS_TIMEOUT > e.HTTP_REQUEST_TIMEOUT) {
     problems.push('HTTP_HEADERS_TIMEOUT: must not be longer than HTTP_REQUEST_TIMEOUT');
   }
+  // Two names for one setting: both given and different is a mistake whichever was meant.
+  if (e.MAILER_API_URL !== undefined && e.MAILER_WEBHOOKS_URL !== undefined && e.MAILER_API_URL !== e.MAILER_WEBHOOKS_URL) {
+    problems.push('MAILER_API_URL: differs from MAILER_WEBHOOKS_URL, its alias (reads and webhook management share one host); set one of them');
+  }
+  if (e.MAILER_API_TOKEN !== undefined && e.MAILER_WEBHOOKS_TOKEN !== undefined && e.MAILER_API_TOKEN !== e.MAILER_WEBHOOKS_TOKEN) {
+    problems.push('MAILER_API_TOKEN: differs from MAILER_WEBHOOKS_TOKEN, its alias (one token serves reads and webhook management); set one of them');
+  }
   if (e.OPS_PORT !== undefined && e.OPS_PORT !== 0 && e.OPS_PORT === e.PORT) {
     problems.push('OPS_PORT: must differ from PORT (or unset it and set ADMIN_ON_PUBLIC_PORT=true to serve everything on PORT)');
   }
@@ -502,7 +584,6 @@ function crossChecks(e: z.infer<typeof envSchema>): string[] {
 
 /** Values that must never be printed; `log.ts` also redacts them wherever they appear in text. */
 export function secretsOf(config: Config): string[] {
-  return [config.legacy.apiKey, config.webhooksApi.token, config.adminToken, ...config.webhookSecrets].filter(
-    (s): s is string => typeof s === 'string' && s.length > 0,
-  );
+  const secrets = [config.legacy.apiKey, config.currentApi.token, config.webhooksApi.token, config.adminToken, ...config.webhookSecrets];
+  return [...new Set(secrets.filter((s): s is string => typeof s === 'string' && s.length > 0))];
 }

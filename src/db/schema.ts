@@ -31,7 +31,8 @@ const tstz = (name: string) => timestamp(name, { withTimezone: true, precision: 
 export const SUBSCRIBER_TYPES = ['active', 'unsubscribed', 'bounced', 'junk', 'unconfirmed'] as const;
 export type SubscriberType = (typeof SUBSCRIBER_TYPES)[number];
 
-export const MIRROR_SOURCES = ['poll', 'webhook'] as const;
+/** Which path wrote a row: the legacy poll, a webhook, or a read of the current API (issue 22). */
+export const MIRROR_SOURCES = ['poll', 'webhook', 'current'] as const;
 export type MirrorSource = (typeof MIRROR_SOURCES)[number];
 
 /**

@@ -44,6 +44,7 @@ import {
   campaignSchema,
   groupRow,
   groupSchema,
+  currentSubscriberRowSchema,
   legacySubscriberRowSchema,
   upstreamKeysOf,
   webhookSubscriberRowSchema,
@@ -197,6 +198,24 @@ export function normalizeLegacySubscriber(raw: Record<string, unknown>, opts: Le
  */
 export function normalizeWebhookSubscriber(raw: Record<string, unknown>): SubscriberRow {
   return parseWith(webhookSubscriberRowSchema, asObject(raw, 'subscriber'));
+}
+
+/**
+ * A member as the current API lists it (docs/upstream-current.md, "Subscriber objects") →
+ * {@link SubscriberRow} with `via: 'current'`: the webhook mapping above, with list dates
+ * (`Y-m-d H:i:s`, zoneless) read in `sourceTimezone` (`MAILER_SOURCE_TZ`).
+ *
+ * @throws {NormalizeError} as {@link normalizeWebhookSubscriber}, and for an unknown `sourceTimezone`.
+ */
+export function normalizeCurrentSubscriber(raw: Record<string, unknown>, opts: LegacyNormalizeOptions): SubscriberRow {
+  const obj = asObject(raw, 'subscriber');
+  try {
+    assertTimeZone(opts.sourceTimezone);
+  } catch (err) {
+    if (err instanceof TimezoneError) throw new NormalizeError('sourceTimezone', err.message);
+    throw err;
+  }
+  return parseWith(currentSubscriberRowSchema(opts.sourceTimezone), obj);
 }
 
 /** A payload `group` object `{id, name}` → {@link GroupRow}. @throws {NormalizeError} */

@@ -10,6 +10,7 @@
  * `normalize.ts`.
  */
 import { z } from 'zod';
+import type { MirrorSource } from '../db/schema.js';
 import type { AutomationRow, CampaignRow, GroupRow, SubscriberRow } from './rows.js';
 import { emptyValues, SUBSCRIBER_FIELDS, type SubscriberField, type SubscriberValues } from '../db/subscriber-columns.js';
 import {
@@ -111,6 +112,11 @@ export type WebhookSubscriber = z.output<typeof subscriberSchema>;
 
 /** A validated subscriber object (docs/upstream.md) → its {@link SubscriberRow} (`via: 'webhook'`). */
 export function webhookSubscriberRow(s: WebhookSubscriber): SubscriberRow {
+  return subscriberRowOf(s, 'webhook');
+}
+
+/** The §2.2 mapping, for the webhook payloads and the current API's lists alike. */
+function subscriberRowOf(s: WebhookSubscriber, via: MirrorSource): SubscriberRow {
   const o = s as Record<string, unknown>;
   const createdAt = (o.created_at as string | null | undefined) ?? null;
   const values = emptyValues(s.id, ((o.updated_at as string | null | undefined) ?? createdAt) as string);
@@ -128,11 +134,36 @@ export function webhookSubscriberRow(s: WebhookSubscriber): SubscriberRow {
     provided.add('name');
   }
   values.extra = collectExtra(o, WEBHOOK_KNOWN_KEYS);
-  return { via: 'webhook', values, provided: SUBSCRIBER_FIELDS.filter((f) => provided.has(f)) };
+  return { via, values, provided: SUBSCRIBER_FIELDS.filter((f) => provided.has(f)) };
 }
 
 /** The webhook subscriber shape, validated and normalized in one parse. */
 export const webhookSubscriberRowSchema = subscriberSchema.transform(webhookSubscriberRow);
+
+// ---------------------------------------------------------------------------------------------
+// Current API list subscriber (docs/upstream-current.md): the §2.2 shape with zoneless dates
+
+const currentSchemas = new Map<string, z.ZodType<SubscriberRow>>();
+
+/**
+ * A member as the current API lists it, read in `timeZone` (checked by the caller) → its
+ * {@link SubscriberRow} (`via: 'current'`). The §2.2 keys and mapping, with the dates of lists
+ * (`Y-m-d H:i:s`, read like the legacy ones; a value with a zone is read by its own zone).
+ */
+export function currentSubscriberRowSchema(timeZone: string): z.ZodType<SubscriberRow> {
+  let schema = currentSchemas.get(timeZone);
+  if (schema) return schema;
+  const time = legacyTimestampRule(timeZone);
+  schema = subscriberObject(
+    { text: WEBHOOK_TEXT, int: WEBHOOK_INT, float: WEBHOOK_FLOAT, time: WEBHOOK_TIME },
+    { numbers: WEBHOOK_NUMBERS, time },
+    { name: textRule, updated_at: time, fields: fieldsRule },
+  )
+    .check(requireClock('updated_at', 'created_at', 'the subscriber has neither updated_at nor created_at, so its version cannot be ordered'))
+    .transform((s) => subscriberRowOf(s as WebhookSubscriber, 'current'));
+  currentSchemas.set(timeZone, schema);
+  return schema;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Legacy Single Subscriber (poll)

@@ -83,6 +83,28 @@ export class UpstreamAuthError extends UpstreamHttpError {
   }
 }
 
+/**
+ * A legacy group endpoint answered 404 `{"error":{"message":"Endpoint not found"}}` without a `code`:
+ * what an account moved to the service's current platform gets for every legacy request
+ * (docs/upstream-current.md, "Moved accounts"). The same key fails the same way every time, so it is
+ * an auth error (polling with that key pauses, invariant 9) with a message naming what to configure.
+ */
+export class UpstreamMovedAccountError extends UpstreamAuthError {
+  constructor(target: RequestTarget, serviceMessage: string | undefined, body?: unknown) {
+    const said = serviceMessage === undefined ? '' : `: ${serviceMessage}`;
+    super(
+      `${target.label} answered HTTP 404${said} on ${target.method} ${target.path}: this account has moved to the ` +
+        `service's current platform, which has no legacy interface. Read it from the current API instead: set ` +
+        `MAILER_API_URL and MAILER_API_TOKEN (an API token of the current platform) and SYNC_SOURCE=current`,
+      target,
+      404,
+      undefined,
+      serviceMessage,
+      body,
+    );
+  }
+}
+
 /** HTTP 429. `retryAfterMs` is what the service asked for (or the configured default without a header). */
 export class UpstreamRateLimitError extends UpstreamHttpError {
   override readonly retryable = true;
@@ -265,6 +287,15 @@ function readErrorBody(body: unknown): ErrorBody | undefined {
   return { code, message: typeof error.message === 'string' ? error.message : undefined };
 }
 
+/** Legacy group endpoints (docs/upstream.md, "Legacy lists"): a 404 there without an error code means the account moved. */
+const LEGACY_GROUP_PATH = /^\/api\/v2\/groups\//;
+
+/** `{error: {message}}` with no `code` key: the body a moved account's legacy requests get. */
+function readCodelessError(body: unknown): { message: string | undefined } | undefined {
+  if (!isPlainObject(body) || !isPlainObject(body.error) || 'code' in body.error) return undefined;
+  return { message: typeof body.error.message === 'string' ? body.error.message : undefined };
+}
+
 /** `{message: "..."}` as the webhook interface answers errors (docs/upstream.md, "Errors"). */
 function readMessage(body: unknown): string | undefined {
   if (isPlainObject(body) && typeof body.message === 'string') return body.message;
@@ -330,6 +361,11 @@ export function classifyResponse(ctx: ClassifyContext, status: number, headers: 
     const said = serverText(apiError?.message ?? readMessage(body) ?? '', ctx.scrub);
     const message = `${ctx.label} rejected the ${ctx.credentialName} (HTTP ${status}${said ? `: ${said}` : ''} on ${where(ctx)})`;
     return { ok: false, error: new UpstreamAuthError(message, ctx, status, apiError?.code, said || undefined, errorBody()) };
+  }
+  const codeless = status === 404 && LEGACY_GROUP_PATH.test(ctx.path) ? readCodelessError(body) : undefined;
+  if (codeless) {
+    const said = codeless.message === undefined ? undefined : serverText(codeless.message, ctx.scrub);
+    return { ok: false, error: new UpstreamMovedAccountError(ctx, said, errorBody()) };
   }
   if (status >= 300 && status < 400) {
     // Redirects are not followed: fetch would resend our credential header to wherever it points.

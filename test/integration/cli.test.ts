@@ -81,6 +81,17 @@ describe('subscriber-mirror CLI', () => {
     expect(result.stderr).not.toContain('secret-key-0001');
   });
 
+  it('start refuses to read the current API until that source is wired, naming SYNC_SOURCE', async () => {
+    const result = await runCli(['start', '--role', 'worker'], {
+      MAILER_API_URL: 'http://127.0.0.1:1',
+      MAILER_API_TOKEN: 'token-not-to-print',
+      SYNC_GROUPS: '1',
+    });
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain('SYNC_SOURCE: reading the current API is not wired into start yet');
+    expect(result.stderr).not.toContain('token-not-to-print');
+  });
+
   it('start with an unreachable DATABASE_URL exits non-zero with one clear line and no stack trace', async () => {
     const result = await runCli(['start', '--role', 'receiver'], {
       DATABASE_URL: 'postgres://postgres:pw-not-to-print@127.0.0.1:1/nowhere',

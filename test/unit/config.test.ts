@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ConfigError, loadConfig, needsForRole, parseDuration, secretsOf } from '../../src/config.js';
+import { ConfigError, loadConfig, needsForRole, parseDuration, secretsOf, syncSourceOf } from '../../src/config.js';
 
 const POLL_ENV = {
   MAILER_LEGACY_URL: 'https://legacy.example.com/',
@@ -41,6 +41,8 @@ describe('loadConfig', () => {
     expect(config.legacy.apiKeyHeader).toBe('X-Service-ApiKey');
     expect(config.legacy.sourceTimezone).toBe('UTC');
     expect(config.sync).toEqual({
+      source: 'current',
+      reconciles: false,
       groups: [],
       types: ['active', 'unsubscribed', 'bounced', 'junk', 'unconfirmed'],
       everyMs: 300_000,
@@ -48,7 +50,7 @@ describe('loadConfig', () => {
       reconcileEveryMs: 86_400_000,
       pageSize: 1000,
     });
-    expect(config.apiRateLimit).toBe(60);
+    expect(config.apiRateLimit).toBe(120);
     expect(config.webhookSecrets).toEqual([]);
     expect(config.port).toBe(8080);
     expect(config.webhookPath).toBe('/webhooks');
@@ -216,23 +218,18 @@ describe('loadConfig', () => {
     expect(problems.map((p) => p.split(':')[0]).sort()).toEqual(['PORT', 'SYNC_EVERY', 'SYNC_TYPES']);
   });
 
-  it('requires the legacy URL, key and groups for polling only', () => {
-    const problems = problemsOf({}, needsForRole('worker'));
+  it('requires the legacy URL, key and groups for polling the legacy API only', () => {
+    const problems = problemsOf({ SYNC_SOURCE: 'legacy' }, needsForRole('worker'));
     expect(problems).toEqual([
       'MAILER_LEGACY_URL: required for polling',
       'MAILER_API_KEY: required for polling',
       'SYNC_GROUPS: required for polling',
     ]);
+    expect(problemsOf({ MAILER_API_KEY: 'k-123456789' }, ['poll'])).toEqual(['MAILER_LEGACY_URL: required for polling', 'SYNC_GROUPS: required for polling']);
     expect(() => loadConfig({}, needsForRole('receiver'))).not.toThrow();
     expect(() => loadConfig(POLL_ENV, needsForRole('all'))).not.toThrow();
   });
 
-  it('requires the management URL and token for webhooks commands', () => {
-    expect(problemsOf({}, ['manage-webhooks'])).toEqual([
-      'MAILER_WEBHOOKS_URL: required for webhooks commands',
-      'MAILER_WEBHOOKS_TOKEN: required for webhooks commands',
-    ]);
-  });
 
   it('never echoes secret values in its messages', () => {
     const error = (() => {
@@ -252,5 +249,85 @@ describe('loadConfig', () => {
   it('lists secrets for redaction', () => {
     const config = loadConfig({ ...POLL_ENV, WEBHOOK_SECRETS: 'whsec-1-0123456789', MAILER_WEBHOOKS_TOKEN: 'tok-2' });
     expect(secretsOf(config).sort()).toEqual(['k-123456789', 'tok-2', 'whsec-1-0123456789']);
+  });
+});
+
+describe('the read source (SYNC_SOURCE) and the current API settings', () => {
+  const CURRENT_ENV = { MAILER_API_URL: 'https://connect.example.com/', MAILER_API_TOKEN: 'tok-current-1', SYNC_GROUPS: '111' };
+
+  it('defaults to legacy when legacy settings are given, else to current; SYNC_SOURCE overrides', () => {
+    expect(loadConfig(POLL_ENV, ['poll']).sync.source).toBe('legacy');
+    expect(syncSourceOf({ MAILER_API_KEY: 'k-1' })).toBe('legacy');
+    expect(syncSourceOf({ MAILER_LEGACY_URL: 'https://legacy.example.com' })).toBe('legacy');
+    expect(loadConfig(CURRENT_ENV, ['poll']).sync.source).toBe('current');
+    expect(loadConfig({}).sync.source).toBe('current');
+    expect(loadConfig({ ...POLL_ENV, ...CURRENT_ENV, SYNC_SOURCE: 'Current' }, ['poll']).sync.source).toBe('current');
+    expect(loadConfig({ ...POLL_ENV, ...CURRENT_ENV, SYNC_SOURCE: 'legacy' }, ['poll']).sync.source).toBe('legacy');
+    expect(problemsOf({ SYNC_SOURCE: 'v3' })).toEqual(['SYNC_SOURCE: must be legacy or current']);
+  });
+
+  it('requires the current API URL, token and groups for polling the current API, under either name', () => {
+    expect(problemsOf({ SYNC_SOURCE: 'current' }, ['poll'])).toEqual([
+      'MAILER_API_URL: required for polling the current API (or MAILER_WEBHOOKS_URL)',
+      'MAILER_API_TOKEN: required for polling the current API (or MAILER_WEBHOOKS_TOKEN)',
+      'SYNC_GROUPS: required for polling the current API',
+    ]);
+    const config = loadConfig(CURRENT_ENV, ['poll']);
+    expect(config.currentApi).toEqual({ url: 'https://connect.example.com', token: 'tok-current-1' });
+    const aliased = loadConfig({ MAILER_WEBHOOKS_URL: 'https://connect.example.com', MAILER_WEBHOOKS_TOKEN: 'tok-2', SYNC_GROUPS: '1' }, ['poll']);
+    expect(aliased.sync.source).toBe('current');
+    expect(aliased.currentApi).toEqual({ url: 'https://connect.example.com', token: 'tok-2' });
+  });
+
+  it('lets one pair configure both reads and webhook management', () => {
+    const config = loadConfig({ MAILER_API_URL: 'https://connect.example.com', MAILER_API_TOKEN: 'tok-3' }, ['manage-webhooks']);
+    expect(config.webhooksApi).toEqual({ url: 'https://connect.example.com', token: 'tok-3' });
+    expect(config.currentApi).toEqual(config.webhooksApi);
+    const same = loadConfig({ ...CURRENT_ENV, MAILER_WEBHOOKS_URL: 'https://connect.example.com', MAILER_WEBHOOKS_TOKEN: 'tok-current-1' }, ['poll', 'manage-webhooks']);
+    expect(same.webhooksApi).toEqual(same.currentApi);
+    expect(secretsOf(same)).toEqual(['tok-current-1']);
+  });
+
+  it('rejects the two names of one setting given different values, without echoing the tokens', () => {
+    const problems = problemsOf({ ...CURRENT_ENV, MAILER_WEBHOOKS_URL: 'https://other.example.com', MAILER_WEBHOOKS_TOKEN: 'tok-other-9' });
+    expect(problems.map((p) => p.split(':')[0])).toEqual(['MAILER_API_URL', 'MAILER_API_TOKEN']);
+    expect(problems.join('\n')).not.toContain('tok-other-9');
+    expect(problems.join('\n')).not.toContain('tok-current-1');
+  });
+
+  it('defaults API_RATE_LIMIT by source: 60 a minute for the legacy API, 120 for the current platform', () => {
+    expect(loadConfig(POLL_ENV).apiRateLimit).toBe(60);
+    expect(loadConfig(CURRENT_ENV).apiRateLimit).toBe(120);
+    expect(loadConfig({ ...CURRENT_ENV, API_RATE_LIMIT: '100' }).apiRateLimit).toBe(100);
+  });
+
+  it('accepts a webhook-only install (no read settings at all): nothing reconciles', () => {
+    const webhooksOnly = { MAILER_API_URL: 'https://connect.example.com', MAILER_API_TOKEN: 'tok-4', WEBHOOK_SECRETS: 'whsec-1' };
+    const config = loadConfig(webhooksOnly, ['reconcile', 'receive', 'manage-webhooks']);
+    expect(config.sync.reconciles).toBe(false);
+    expect(config.sync.groups).toEqual([]);
+    expect(loadConfig({}, ['reconcile', 'receive']).sync.reconciles).toBe(false);
+    expect(loadConfig(POLL_ENV, ['reconcile']).sync.reconciles).toBe(true);
+    expect(loadConfig(CURRENT_ENV, ['reconcile']).sync.reconciles).toBe(true);
+  });
+
+  it('still requires every read setting once any is given', () => {
+    expect(problemsOf({ SYNC_GROUPS: '111' }, ['reconcile'])).toEqual([
+      'MAILER_API_URL: required for polling the current API (or MAILER_WEBHOOKS_URL)',
+      'MAILER_API_TOKEN: required for polling the current API (or MAILER_WEBHOOKS_TOKEN)',
+    ]);
+    expect(problemsOf({ MAILER_API_KEY: 'k-1' }, ['reconcile'])).toEqual(['MAILER_LEGACY_URL: required for polling', 'SYNC_GROUPS: required for polling']);
+    expect(problemsOf({ SYNC_SOURCE: 'current', MAILER_WEBHOOKS_URL: 'https://c.example.com' }, ['reconcile'])).toEqual([
+      'MAILER_API_TOKEN: required for polling the current API (or MAILER_WEBHOOKS_TOKEN)',
+      'SYNC_GROUPS: required for polling the current API',
+    ]);
+  });
+
+  it('accepts MAILER_API_TOKEN for webhooks commands and names the missing ones', () => {
+    expect(problemsOf({}, ['manage-webhooks'])).toEqual([
+      'MAILER_WEBHOOKS_URL: required for webhooks commands (or MAILER_API_URL)',
+      'MAILER_WEBHOOKS_TOKEN: required for webhooks commands (or MAILER_API_TOKEN)',
+    ]);
+    expect(problemsOf({ MAILER_API_URL: 'nope' }).map((p) => p.split(':')[0])).toEqual(['MAILER_API_URL']);
   });
 });

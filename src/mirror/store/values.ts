@@ -35,7 +35,7 @@ export function assertId(value: unknown, what: string): asserts value is string 
 }
 
 export function assertVia(value: unknown): asserts value is MirrorSource {
-  if (!(MIRROR_SOURCES as readonly unknown[]).includes(value)) throw new TypeError(`via: expected poll or webhook, got ${String(value)}`);
+  if (!(MIRROR_SOURCES as readonly unknown[]).includes(value)) throw new TypeError(`via: expected one of ${MIRROR_SOURCES.join(', ')}, got ${String(value)}`);
 }
 
 /** Counts of one bulk upsert; they add up to the number of input rows. */
