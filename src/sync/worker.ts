@@ -14,7 +14,8 @@ import type { LegacyClient } from '../upstream/legacy.js';
 import { authPauseKey, clearAuthPause, isPaused, readAuthPause, recordAuthFailure } from './auth-pause.js';
 import { decide, type DecisionJob, type DecisionState, type Need } from './decide.js';
 import { tryAcquirePassLock, type HeldLock } from './lock.js';
-import { PassInterruptedError, runPass, type PassProgress } from './poll.js';
+import { PassInterruptedError, type PassProgress } from './poll.js';
+import { legacySource, type ReadSource } from './source.js';
 import { SYNC_QUEUE, enqueueResume, fullPassDedupId, fullPassKey, type LastFullPasses, type PassJobData, type PassJobResult } from './schedule.js';
 import { listSyncStates, readSyncState, type SyncStateRow } from './state.js';
 
@@ -26,7 +27,9 @@ export interface SyncWorkerDeps {
   connection: ConnectionOptions;
   prefix: string;
   /** A fresh client per pass, so the per-pass request count is exact; all share one limiter. */
-  legacyFactory: () => LegacyClient;
+  legacyFactory?: () => LegacyClient;
+  /** Where passes read from (source.ts); the legacy API through `legacyFactory` when not given. */
+  source?: ReadSource;
   apiKey: string;
   logger: Logger;
   sourceTimezone: string;
@@ -191,19 +194,22 @@ async function waitForTurn(ctx: WorkerContext, job: Job<PassJobData, PassJobResu
   throw new DelayedError();
 }
 
+/** The configured read source, else the legacy API from the worker's legacy settings. */
+function readSourceOf(deps: SyncWorkerDeps): ReadSource {
+  if (deps.source) return deps.source;
+  if (!deps.legacyFactory) throw new Error('sync worker: neither a read source nor a legacy client factory was given');
+  return legacySource({ legacyFactory: deps.legacyFactory, sourceTimezone: deps.sourceTimezone, lookbackMs: deps.lookbackMs, pageSize: deps.pageSize });
+}
+
 async function runLocked(ctx: WorkerContext, job: Job<PassJobData, PassJobResult>, lock: HeldLock): Promise<PassJobResult> {
   const { deps, log, pauseKey } = ctx;
   const { groupId, type, mode } = job.data;
   const startedAt = Date.now();
   try {
-    const result = await runPass(
+    const result = await readSourceOf(deps).runPass(
       {
         pool: deps.pool,
-        legacy: deps.legacyFactory(),
         logger: log,
-        sourceTimezone: deps.sourceTimezone,
-        lookbackMs: deps.lookbackMs,
-        pageSize: deps.pageSize,
         groupTypes: deps.types,
         // Best effort: progress lives in Redis, which may have lost the job (restart without
         // persistence); the pass's real state is in Postgres and must not fail with it.
@@ -217,13 +223,14 @@ async function runLocked(ctx: WorkerContext, job: Job<PassJobData, PassJobResult
     await clearAuthPause(deps.redis, pauseKey).catch(() => {});
     deps.metrics?.authPaused.set(0);
     deps.metrics?.passDuration.observe({ mode: result.mode, outcome: 'succeeded' }, (Date.now() - startedAt) / 1000);
-    deps.metrics?.rowsWritten.inc({ via: 'poll', result: 'inserted' }, result.counts.inserted);
-    deps.metrics?.rowsWritten.inc({ via: 'poll', result: 'updated' }, result.counts.updated);
-    deps.metrics?.rowsWritten.inc({ via: 'poll', result: 'unchanged' }, result.counts.unchanged);
-    deps.metrics?.rowsWritten.inc({ via: 'poll', result: 'skipped' }, result.counts.skipped);
+    const via = readSourceOf(deps).via;
+    deps.metrics?.rowsWritten.inc({ via, result: 'inserted' }, result.counts.inserted);
+    deps.metrics?.rowsWritten.inc({ via, result: 'updated' }, result.counts.updated);
+    deps.metrics?.rowsWritten.inc({ via, result: 'unchanged' }, result.counts.unchanged);
+    deps.metrics?.rowsWritten.inc({ via, result: 'skipped' }, result.counts.skipped);
     if (result.futureRows > 0) deps.metrics?.futureRows.inc({ group: groupId, type }, result.futureRows);
     if (result.gaps > 0) deps.metrics?.passGaps.inc({ group: groupId, type }, result.gaps);
-    if (result.removed > 0) deps.metrics?.membersRemoved.inc({ via: 'poll' }, result.removed);
+    if (result.removed > 0) deps.metrics?.membersRemoved.inc({ via }, result.removed);
     return {
       status: 'succeeded',
       rowsSeen: result.rowsSeen,
