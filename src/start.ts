@@ -144,8 +144,7 @@ export async function startService(config: Config, role: Role): Promise<RunningS
     retentionMs: config.webhookRetentionMs,
     failedRetentionMs: config.webhookFailedRetentionMs,
   });
-  const polling = polls && config.sync.reconciles ? await startPolling(config, database.pool, redis, workerConnection, log, metrics) : null;
-  if (polls && !config.sync.reconciles) log.warn(NOTHING_RECONCILES);
+  const polling = polls ? await startReads(config, database.pool, redis, workerConnection, log, metrics) : null;
   const syncQueue = polling?.queue ?? createSyncQueue(queueConnection, config.redisPrefix);
   // The receiver runs without Redis (readiness ignores it): its errors go through the logger, not raw to stderr.
   if (!polling) syncQueue.on('error', (error) => log.debug({ err: describeConnectionError(error) }, 'sync queue error'));
@@ -386,6 +385,14 @@ function createReadSource(config: Config, limiter: Limiter, log: Logger, metrics
       http: { timeoutMs: config.upstreamTimeoutMs, hooks },
     });
   return legacySource({ ...common, legacyFactory, lookbackMs: config.sync.lookbackMs });
+}
+
+/** The poll path when read settings are given; a webhook-only install says that nothing reconciles. */
+async function startReads(...args: Parameters<typeof startPolling>): Promise<Polling | null> {
+  const [config, , , , log] = args;
+  if (config.sync.reconciles) return startPolling(...args);
+  log.warn(NOTHING_RECONCILES);
+  return null;
 }
 
 /** Schedules passes for the configured groups, resumes open full passes, and runs the sync worker. */

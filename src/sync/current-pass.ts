@@ -16,11 +16,26 @@ import type { SubscriberType } from '../db/schema.js';
 import { formatEpochMs, latestTimestamp } from '../ground/time.js';
 import { normalizeCurrentSubscriber, SUBSCRIBER_FIELDS, type SubscriberRow } from '../mirror/normalize.js';
 import { versionTime } from '../mirror/version.js';
-import { removeMembersNotSeenSince, upsertGroups, upsertMemberships, upsertSubscribers, withTransaction, type UpsertCounts } from '../mirror/store.js';
+import {
+  removeMembersNotSeenSince,
+  upsertGroups,
+  upsertMemberships,
+  upsertSubscribers,
+  withTransaction,
+  type UpsertCounts,
+} from '../mirror/store.js';
 import type { CurrentClient } from '../upstream/current/client.js';
 import { PassInterruptedError, type PassResult } from './poll.js';
 import type { PassContext, ReadSource } from './source.js';
-import { markRunFailed, markRunStarted, markRunSucceeded, openCursorPass, removalCutoff, saveCursorCheckpoint, saveUpstreamCount } from './state.js';
+import {
+  markRunFailed,
+  markRunStarted,
+  markRunSucceeded,
+  openCursorPass,
+  removalCutoff,
+  saveCursorCheckpoint,
+  saveUpstreamCount,
+} from './state.js';
 
 export interface CurrentSourceOptions {
   /** A fresh client per pass, so the per-pass request count is exact; all share one limiter. */
@@ -37,7 +52,8 @@ export function currentSource(options: CurrentSourceOptions): ReadSource {
     name: 'current',
     incremental: false,
     via: 'current',
-    runPass: (ctx, groupId, type) => runCurrentPass({ ...ctx, ...options, client: options.clientFactory() }, groupId, type),
+    runPass: (ctx, groupId, type) =>
+      runCurrentPass({ ...ctx, ...options, client: options.clientFactory() }, groupId, type),
   };
 }
 
@@ -51,7 +67,10 @@ interface CurrentPassDeps extends PassContext {
 function listedRows(deps: CurrentPassDeps, raws: readonly Record<string, unknown>[]): SubscriberRow[] {
   return raws.map((raw) => {
     const row = normalizeCurrentSubscriber(raw, { sourceTimezone: deps.sourceTimezone });
-    return { ...row, provided: SUBSCRIBER_FIELDS.filter((f) => f === 'deletedAt' || row.provided.includes(f)) };
+    return {
+      ...row,
+      provided: SUBSCRIBER_FIELDS.filter((f) => f === 'deletedAt' || row.provided.includes(f)),
+    };
   });
 }
 
@@ -70,13 +89,23 @@ interface CursorTotals {
 }
 
 /** Reads the list from the checkpoint to its end; each page commits with the cursor after it. */
-async function commitCursorPages(deps: CurrentPassDeps, groupId: string, type: SubscriberType, totals: CursorTotals): Promise<void> {
+async function commitCursorPages(
+  deps: CurrentPassDeps,
+  groupId: string,
+  type: SubscriberType,
+  totals: CursorTotals,
+): Promise<void> {
   const open = await openCursorPass(deps.pool, groupId, type);
   // The last page committed and the pass stopped before it was recorded complete: nothing left to read.
   if (open.pages > 0 && open.cursor === null) return;
-  if (open.pages > 0) deps.logger.info({ pages: open.pages }, 'resuming full pass from its cursor checkpoint');
+  if (open.pages > 0)
+    deps.logger.info({ pages: open.pages }, 'resuming full pass from its cursor checkpoint');
   let pages = open.pages;
-  for await (const page of deps.client.pages(groupId, { status: type, limit: deps.pageSize, cursor: open.cursor })) {
+  for await (const page of deps.client.pages(groupId, {
+    status: type,
+    limit: deps.pageSize,
+    cursor: open.cursor,
+  })) {
     const rows = listedRows(deps, page.rows);
     pages += 1;
     const checkpoint = { nextCursor: page.nextCursor, pages };
@@ -90,7 +119,12 @@ async function commitCursorPages(deps: CurrentPassDeps, groupId: string, type: S
     addCounts(totals.counts, counts);
     totals.rowsSeen += rows.length;
     for (const r of rows) totals.maxVersion = latestTimestamp(totals.maxVersion, versionTime(r.values));
-    await deps.onProgress?.({ mode: 'full', offset: totals.rowsSeen, rowsSeen: totals.rowsSeen, total: totals.upstreamCount });
+    await deps.onProgress?.({
+      mode: 'full',
+      offset: totals.rowsSeen,
+      rowsSeen: totals.rowsSeen,
+      total: totals.upstreamCount,
+    });
     if (deps.shouldStop?.() && page.nextCursor !== null) throw new PassInterruptedError(pages);
   }
 }
@@ -103,13 +137,22 @@ async function readCounts(deps: CurrentPassDeps, groupId: string, type: Subscrib
   return group.counts[type];
 }
 
-export async function runCurrentPass(deps: CurrentPassDeps, groupId: string, type: SubscriberType): Promise<PassResult> {
+export async function runCurrentPass(
+  deps: CurrentPassDeps,
+  groupId: string,
+  type: SubscriberType,
+): Promise<PassResult> {
   const log = deps.logger.child({ groupId, type, source: 'current' });
   await markRunStarted(deps.pool, groupId, type, 'full');
   log.info({ mode: 'full' }, 'pass started');
   const requestsBefore = deps.client.stats().requests;
   const requests = () => deps.client.stats().requests - requestsBefore;
-  const totals: CursorTotals = { counts: { inserted: 0, updated: 0, unchanged: 0, skipped: 0 }, rowsSeen: 0, maxVersion: null, upstreamCount: null };
+  const totals: CursorTotals = {
+    counts: { inserted: 0, updated: 0, unchanged: 0, skipped: 0 },
+    rowsSeen: 0,
+    maxVersion: null,
+    upstreamCount: null,
+  };
   const written = () => totals.counts.inserted + totals.counts.updated;
   try {
     totals.upstreamCount = await readCounts(deps, groupId, type);
@@ -125,13 +168,31 @@ export async function runCurrentPass(deps: CurrentPassDeps, groupId: string, typ
     });
     // After the pass is recorded complete, so that it counts towards the removal cutoff.
     const removed = await removeUnseenMembers(deps, groupId);
-    log.info({ mode: 'full', rowsSeen: totals.rowsSeen, rowsWritten: written(), removed, requests: requests() }, 'pass succeeded');
-    return { mode: 'full', rowsSeen: totals.rowsSeen, rowsWritten: written(), counts: totals.counts, requests: requests(), removed, maxUpdatedAt: totals.maxVersion, filterDay: null, futureRows: 0, gaps: 0 };
+    log.info(
+      { mode: 'full', rowsSeen: totals.rowsSeen, rowsWritten: written(), removed, requests: requests() },
+      'pass succeeded',
+    );
+    return {
+      mode: 'full',
+      rowsSeen: totals.rowsSeen,
+      rowsWritten: written(),
+      counts: totals.counts,
+      requests: requests(),
+      removed,
+      maxUpdatedAt: totals.maxVersion,
+      filterDay: null,
+      futureRows: 0,
+      gaps: 0,
+    };
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
-    await markRunFailed(deps.pool, groupId, type, { mode: 'full', error: message, rowsWritten: written(), rowsSeen: totals.rowsSeen, requests: requests() }).catch(
-      (e: unknown) => log.error({ err: e }, 'could not record the failed pass'),
-    );
+    await markRunFailed(deps.pool, groupId, type, {
+      mode: 'full',
+      error: message,
+      rowsWritten: written(),
+      rowsSeen: totals.rowsSeen,
+      requests: requests(),
+    }).catch((e: unknown) => log.error({ err: e }, 'could not record the failed pass'));
     throw error;
   }
 }
@@ -142,6 +203,7 @@ async function removeUnseenMembers(deps: CurrentPassDeps, groupId: string): Prom
   if (!cutoff) return 0;
   const now = formatEpochMs(Date.now());
   let removed = 0;
-  for (const type of deps.groupTypes) removed += await removeMembersNotSeenSince(deps.pool, groupId, cutoff, now, { type, via: 'current' });
+  for (const type of deps.groupTypes)
+    removed += await removeMembersNotSeenSince(deps.pool, groupId, cutoff, now, { type, via: 'current' });
   return removed;
 }

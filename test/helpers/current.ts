@@ -17,7 +17,10 @@ import { ALL_TYPES } from './poll.js';
 const { logger: silent } = createLogger({ level: 'silent' });
 
 /** The current source against `sim` (Bearer = the simulator's token), page size 100 unless given. */
-export function currentTestSource(sim: Simulator, options: { pageSize?: number; limiter?: RequestGate } = {}): ReadSource {
+export function currentTestSource(
+  sim: Simulator,
+  options: { pageSize?: number; limiter?: RequestGate } = {},
+): ReadSource {
   return currentSource({
     sourceTimezone: 'UTC',
     pageSize: options.pageSize ?? 100,
@@ -31,12 +34,20 @@ export function currentTestSource(sim: Simulator, options: { pageSize?: number; 
   });
 }
 
-export function passContext(database: TestDatabase, overrides: Partial<PassContext> & { logger?: Logger } = {}): PassContext {
+export function passContext(
+  database: TestDatabase,
+  overrides: Partial<PassContext> & { logger?: Logger } = {},
+): PassContext {
   return { pool: database.pool, logger: silent, groupTypes: ALL_TYPES, ...overrides };
 }
 
 /** One full pass of each status, in order. */
-export async function currentPassAllTypes(source: ReadSource, ctx: PassContext, groupId: string, types: readonly SubscriberType[] = ALL_TYPES): Promise<PassResult[]> {
+export async function currentPassAllTypes(
+  source: ReadSource,
+  ctx: PassContext,
+  groupId: string,
+  types: readonly SubscriberType[] = ALL_TYPES,
+): Promise<PassResult[]> {
   const results = [];
   for (const type of types) results.push(await source.runPass(ctx, groupId, type, 'full'));
   return results;
@@ -45,6 +56,7 @@ export async function currentPassAllTypes(source: ReadSource, ctx: PassContext, 
 /** The current API's rendering of every given subscriber, normalized: what the mirror must hold after a pass. */
 export function expectedFromWorldCurrent(world: World, ids: Iterable<string>): Map<string, SubscriberValues> {
   const out = new Map<string, SubscriberValues>();
-  for (const id of ids) out.set(id, normalizeCurrentSubscriber(world.renderCurrent(id), { sourceTimezone: 'UTC' }).values);
+  for (const id of ids)
+    out.set(id, normalizeCurrentSubscriber(world.renderCurrent(id), { sourceTimezone: 'UTC' }).values);
   return out;
 }

@@ -40,17 +40,27 @@ afterEach(async () => {
 });
 
 /** Starts the simulator, registers its webhooks to the service's port, then starts the service with `reads`. */
-async function start(simOptions: Parameters<typeof startSimulator>[0], reads: (sim: Simulator) => Record<string, string>): Promise<Setup> {
+async function start(
+  simOptions: Parameters<typeof startSimulator>[0],
+  reads: (sim: Simulator) => Record<string, string>,
+): Promise<Setup> {
   const sim = await startSimulator({ largeIds: true, timeScale: 0.001, ...simOptions });
   const database = await createTestDatabase({ migrated: false });
   const prefix = uniquePrefix('i22');
   const port = await freePort();
   const url = `http://127.0.0.1:${port}/webhooks`;
-  sim.webhooks.register({ name: 'plain', url, events: ALL_EVENT_KINDS.filter((k) => !BATCH_ONLY_KINDS.includes(k)), batchable: false });
+  sim.webhooks.register({
+    name: 'plain',
+    url,
+    events: ALL_EVENT_KINDS.filter((k) => !BATCH_ONLY_KINDS.includes(k)),
+    batchable: false,
+  });
   sim.webhooks.register({ name: 'batched', url, events: ALL_EVENT_KINDS, batchable: true });
   // The service takes secrets of 16 characters or more; the simulator's own are shorter. Its live
   // records (what deliveries sign with) are those `subscribedTo` hands out.
-  const secrets = sim.webhooks.subscribedTo('subscriber.updated').map((hook) => (hook.secret = `${hook.secret}-long-enough-secret`));
+  const secrets = sim.webhooks
+    .subscribedTo('subscriber.updated')
+    .map((hook) => (hook.secret = `${hook.secret}-long-enough-secret`));
   expect(secrets).toHaveLength(2);
   const env = {
     DATABASE_URL: database.url,
@@ -74,7 +84,8 @@ async function start(simOptions: Parameters<typeof startSimulator>[0], reads: (s
   return (setup = { sim, database, service, env, port, opsPort, prefix });
 }
 
-const admin = (s: Setup, path: string) => fetch(`http://127.0.0.1:${s.opsPort}${path}`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+const admin = (s: Setup, path: string) =>
+  fetch(`http://127.0.0.1:${s.opsPort}${path}`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
 
 describe('SYNC_SOURCE=current', () => {
   it('initial mirror exact by cursor passes; a change by webhook within a second; a change no event announces by the next full pass', async () => {
@@ -88,7 +99,15 @@ describe('SYNC_SOURCE=current', () => {
     const groupId = s.sim.world.groupIds()[0]!;
     await waitForFullPasses(s.database.pool, [groupId]);
     const expected = expectedFromWorldCurrent(s.sim.world, s.sim.world.members(groupId));
-    expect(diffSubscribers(expected, await readMirroredSubscribers(s.database.pool), ['email', 'status', 'fields', 'updatedAt', 'sent'])).toEqual([]);
+    expect(
+      diffSubscribers(expected, await readMirroredSubscribers(s.database.pool), [
+        'email',
+        'status',
+        'fields',
+        'updatedAt',
+        'sent',
+      ]),
+    ).toEqual([]);
     // No incremental reads exist: only full passes, one per status.
     expect(s.sim.requests.filter((r) => r.api === 'legacy')).toEqual([]);
     expect(s.sim.requests.filter((r) => r.api === 'current' && r.status === 429)).toEqual([]);
@@ -96,7 +115,16 @@ describe('SYNC_SOURCE=current', () => {
     const id = s.sim.world.members(groupId, 'active')[0]!;
     const changedAt = Date.now();
     s.sim.world.updateFields(id, { city: 'by-webhook' });
-    await waitFor('the webhook change', async () => ((await readMirroredSubscribers(s.database.pool)).get(id)?.fields as Record<string, unknown> | undefined)?.city === 'by-webhook', 10_000, 10);
+    await waitFor(
+      'the webhook change',
+      async () =>
+        (
+          (await readMirroredSubscribers(s.database.pool)).get(id)?.fields as
+            Record<string, unknown> | undefined
+        )?.city === 'by-webhook',
+      10_000,
+      10,
+    );
     const latencyMs = Date.now() - changedAt;
     process.stdout.write(`[figure] current source: change by webhook mirrored after ${latencyMs} ms\n`);
 
@@ -105,11 +133,16 @@ describe('SYNC_SOURCE=current', () => {
     // of the webhook's own second cannot be told newer than it (docs/upstream-current.md).
     await sleep(1_100);
     s.sim.world.sendCampaign({ groupIds: [groupId] });
-    const backfill = await runCli(['backfill', '--group', groupId, '--type', 'active', '--wait'], s.env, { timeoutMs: 60_000 });
+    const backfill = await runCli(['backfill', '--group', groupId, '--type', 'active', '--wait'], s.env, {
+      timeoutMs: 60_000,
+    });
     expect(backfill.code, backfill.stderr).toBe(0);
     const after = await readMirroredSubscribers(s.database.pool);
     expect(after.get(id)?.sent).toBe(s.sim.world.renderCurrent(id).sent);
-    const { rows } = await s.database.pool.query<{ via: string }>(`select distinct mirrored_via as via from subscribers where id = any($1::text[])`, [s.sim.world.members(groupId, 'active').slice(1, 50)]);
+    const { rows } = await s.database.pool.query<{ via: string }>(
+      `select distinct mirrored_via as via from subscribers where id = any($1::text[])`,
+      [s.sim.world.members(groupId, 'active').slice(1, 50)],
+    );
     expect(rows).toEqual([{ via: 'current' }]);
   }, 180_000);
 });
@@ -124,24 +157,38 @@ describe('a webhook-only install (no read settings at all)', () => {
     await mutate(s.sim.world, ids, 20, rng);
     await s.sim.deliveries.settle(30_000);
     expect(s.sim.deliveries.attempts.filter((a) => a.status === 401)).toEqual([]);
-    await waitFor('every delivery applied', async () => {
-      const { rows } = await s.database.pool.query<{ waiting: number; applied: number }>(
-        `select count(*) filter (where status <> 'applied')::int as waiting, count(*) filter (where status = 'applied')::int as applied from webhook_deliveries`,
-      );
-      return rows[0]?.waiting === 0 && rows[0].applied > 0 ? true : undefined;
-    }, 30_000, 50);
+    await waitFor(
+      'every delivery applied',
+      async () => {
+        const { rows } = await s.database.pool.query<{ waiting: number; applied: number }>(
+          `select count(*) filter (where status <> 'applied')::int as waiting, count(*) filter (where status = 'applied')::int as applied from webhook_deliveries`,
+        );
+        return rows[0]?.waiting === 0 && rows[0].applied > 0 ? true : undefined;
+      },
+      30_000,
+      50,
+    );
     const kinds = new Set(s.sim.world.events.map((e) => e.kind));
     expect([...kinds].sort()).toEqual([...ALL_EVENT_KINDS].sort());
     const comparison = await compareWebhookEffects(s.database.pool, s.sim.world);
     expect(comparison.problems).toEqual([]);
 
-    expect(s.service.lines.some((l) => typeof l === 'object' && l.level !== undefined && String(l.msg).includes('nothing reconciles'))).toBe(true);
+    expect(
+      s.service.lines.some(
+        (l) => typeof l === 'object' && l.level !== undefined && String(l.msg).includes('nothing reconciles'),
+      ),
+    ).toBe(true);
     const ready = await fetch(`http://127.0.0.1:${s.opsPort}/readyz`);
     expect(ready.status).toBe(200);
     const status = await runCli(['status', '--json'], s.env);
-    expect(JSON.parse(status.stdout)).toMatchObject({ source: null, notice: expect.stringContaining('nothing reconciles') });
+    expect(JSON.parse(status.stdout)).toMatchObject({
+      source: null,
+      notice: expect.stringContaining('nothing reconciles'),
+    });
     expect((await runCli(['status'], s.env)).stdout).toContain('nothing reconciles');
-    expect(await (await admin(s, '/admin/status')).json()).toMatchObject({ notice: expect.stringContaining('nothing reconciles') });
+    expect(await (await admin(s, '/admin/status')).json()).toMatchObject({
+      notice: expect.stringContaining('nothing reconciles'),
+    });
     expect(await (await admin(s, '/admin/')).text()).toContain('nothing reconciles');
   }, 120_000);
 });
@@ -153,8 +200,18 @@ describe('a legacy key whose account moved to the current platform', () => {
       MAILER_API_KEY: sim.apiKey,
       SYNC_GROUPS: sim.world.groupIds().join(','),
     }));
-    const moved = (text: string) => text.includes('current platform') && text.includes('MAILER_API_URL') && text.includes('MAILER_API_TOKEN') && text.includes('SYNC_SOURCE=current');
-    const line = await waitFor('the pause in the log', async () => s.service.lines.find((l) => typeof l === 'object' && String(l.msg).includes('polling paused')), 30_000, 50);
+    const moved = (text: string) =>
+      text.includes('current platform') &&
+      text.includes('MAILER_API_URL') &&
+      text.includes('MAILER_API_TOKEN') &&
+      text.includes('SYNC_SOURCE=current');
+    const line = await waitFor(
+      'the pause in the log',
+      async () =>
+        s.service.lines.find((l) => typeof l === 'object' && String(l.msg).includes('polling paused')),
+      30_000,
+      50,
+    );
     expect(moved(String((line as Record<string, unknown>).msg))).toBe(true);
     const ready = await fetch(`http://127.0.0.1:${s.opsPort}/readyz`);
     expect(ready.status).toBe(503);

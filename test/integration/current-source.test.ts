@@ -12,7 +12,12 @@ import { readSyncState } from '../../src/sync/state.js';
 import { collectStatus } from '../../src/sync/status.js';
 import { createLimiter } from '../../src/upstream/limiter.js';
 import type { TestDatabase } from '../helpers/db.js';
-import { currentPassAllTypes, currentTestSource, expectedFromWorldCurrent, passContext } from '../helpers/current.js';
+import {
+  currentPassAllTypes,
+  currentTestSource,
+  expectedFromWorldCurrent,
+  passContext,
+} from '../helpers/current.js';
 import { diffSubscribers, readMembers, readMirroredSubscribers } from '../helpers/mirror.js';
 import { ALL_TYPES, passFixture } from '../helpers/poll.js';
 
@@ -24,7 +29,9 @@ async function mirrorEqualsWorld(database: TestDatabase, sim: Simulator, groupId
   const fields = SUBSCRIBER_FIELDS.filter((f) => f !== 'deletedAt' && f !== 'forgetAt');
   expect(diffSubscribers(expected, actual, fields)).toEqual([]);
   const current = (await readMembers(database.pool, groupId)).filter((m) => m.removedAt === null);
-  const want = [...sim.world.memberships()].filter((m) => m.groupId === groupId).map((m) => `${m.subscriberId}:${m.type}`);
+  const want = [...sim.world.memberships()]
+    .filter((m) => m.groupId === groupId)
+    .map((m) => `${m.subscriberId}:${m.type}`);
   expect(current.map((m) => `${m.subscriberId}:${m.type}`).sort()).toEqual(want.sort());
 }
 
@@ -32,26 +39,45 @@ describe('current API source: full passes by cursor', () => {
   const fixture = passFixture();
 
   it('initial mirror exact (ids above 2^53, mirrored_via current, counts = drift 0) with a page cap below the asked limit', async () => {
-    const sim = (fixture.sim = await startSimulator({ subscribers: 3_000, groups: 1, rateLimit: false, largeIds: true, seed: 5 }));
+    const sim = (fixture.sim = await startSimulator({
+      subscribers: 3_000,
+      groups: 1,
+      rateLimit: false,
+      largeIds: true,
+      seed: 5,
+    }));
     const database = fixture.database;
     const groupId = sim.world.groupIds()[0]!;
-    const results = await currentPassAllTypes(currentTestSource(sim, { pageSize: 500 }), passContext(database), groupId);
+    const results = await currentPassAllTypes(
+      currentTestSource(sim, { pageSize: 500 }),
+      passContext(database),
+      groupId,
+    );
     await mirrorEqualsWorld(database, sim, groupId);
     const ids = [...(await readMirroredSubscribers(database.pool)).keys()];
     expect(ids.filter((id) => BigInt(id) > TWO_53).length).toBeGreaterThan(100);
-    const { rows } = await database.pool.query<{ via: string; n: number }>('select mirrored_via as via, count(*)::int as n from subscribers group by 1');
+    const { rows } = await database.pool.query<{ via: string; n: number }>(
+      'select mirrored_via as via, count(*)::int as n from subscribers group by 1',
+    );
     expect(rows).toEqual([{ via: 'current', n: ids.length }]);
     const status = await collectStatus(database.pool, { groups: [groupId], types: ALL_TYPES });
     expect(status.map((r) => r.drift)).toEqual(ALL_TYPES.map(() => 0));
     // The cap (100) is below the asked 500: the pass follows the cursor, never the page length.
     const members = sim.world.memberCount(groupId);
-    const minimum = ALL_TYPES.reduce((n, t) => n + Math.max(1, Math.ceil(sim.world.members(groupId, t).length / 100)), 0) + ALL_TYPES.length;
+    const minimum =
+      ALL_TYPES.reduce((n, t) => n + Math.max(1, Math.ceil(sim.world.members(groupId, t).length / 100)), 0) +
+      ALL_TYPES.length;
     expect(results.reduce((n, r) => n + r.rowsSeen, 0)).toBe(members);
     expect(results.reduce((n, r) => n + r.requests, 0)).toBeLessThanOrEqual(minimum + ALL_TYPES.length);
   });
 
   it('churn on every page (leaves, joins, status changes): 0 false removals, every leaver ended within two passes, then equal to the world', async () => {
-    const sim = (fixture.sim = await startSimulator({ subscribers: 8_000, groups: 1, rateLimit: false, seed: 23 }));
+    const sim = (fixture.sim = await startSimulator({
+      subscribers: 8_000,
+      groups: 1,
+      rateLimit: false,
+      seed: 23,
+    }));
     const database = fixture.database;
     const groupId = sim.world.groupIds()[0]!;
     const source = currentTestSource(sim);
@@ -59,7 +85,11 @@ describe('current API source: full passes by cursor', () => {
     const leftAt = new Map<string, number>();
     sim.world.onEvent((e) => {
       if (!e.subscriberId) return;
-      if ((e.kind === 'subscriber.removed_from_group' && e.group?.id === groupId) || e.kind === 'subscriber.deleted') leftAt.set(e.subscriberId, Date.now());
+      if (
+        (e.kind === 'subscriber.removed_from_group' && e.group?.id === groupId) ||
+        e.kind === 'subscriber.deleted'
+      )
+        leftAt.set(e.subscriberId, Date.now());
     });
     const rounds: number[] = [];
     const endedAfter = new Map<string, number>();
@@ -75,7 +105,8 @@ describe('current API source: full passes by cursor', () => {
       for (const [id, at] of leftAt) {
         const passesSince = rounds.filter((start) => start > at).length;
         if (removed.has(id) && !endedAfter.has(id)) endedAfter.set(id, passesSince);
-        if (passesSince >= 2 && known.has(id)) expect(removed.has(id), `member ${id} left before two complete passes`).toBe(true);
+        if (passesSince >= 2 && known.has(id))
+          expect(removed.has(id), `member ${id} left before two complete passes`).toBe(true);
       }
     };
     sim.pageChurn.set({ groupId, leave: 2, join: 2, retype: 3 });
@@ -99,37 +130,71 @@ describe('current API source: full passes by cursor', () => {
   }, 300_000);
 
   it('a pass stopped after a page resumes at its cursor checkpoint: no page read twice, the mirror exact', async () => {
-    const sim = (fixture.sim = await startSimulator({ subscribers: 2_000, groups: 1, rateLimit: false, seed: 7 }));
+    const sim = (fixture.sim = await startSimulator({
+      subscribers: 2_000,
+      groups: 1,
+      rateLimit: false,
+      seed: 7,
+    }));
     const database = fixture.database;
     const groupId = sim.world.groupIds()[0]!;
     const source = currentTestSource(sim);
     let pages = 0;
     const stopping = passContext(database, { shouldStop: () => ++pages >= 3 });
-    await expect(source.runPass(stopping, groupId, 'active', 'full')).rejects.toBeInstanceOf(PassInterruptedError);
+    await expect(source.runPass(stopping, groupId, 'active', 'full')).rejects.toBeInstanceOf(
+      PassInterruptedError,
+    );
     const open = await readSyncState(database.pool, groupId, 'active');
     expect(open?.fullOffset).toBe(3);
-    expect((await database.pool.query('select full_cursor from sync_state where group_id = $1 and type = $2', [groupId, 'active'])).rows[0].full_cursor).toEqual(expect.any(String));
+    expect(
+      (
+        await database.pool.query('select full_cursor from sync_state where group_id = $1 and type = $2', [
+          groupId,
+          'active',
+        ])
+      ).rows[0].full_cursor,
+    ).toEqual(expect.any(String));
     sim.clearRequests();
     const resumed = await source.runPass(passContext(database), groupId, 'active', 'full');
     const active = sim.world.members(groupId, 'active').length;
     // The rest of the list (the counts request, then the pages after the checkpoint).
     expect(resumed.rowsSeen).toBe(active - 300);
-    expect(sim.requests.filter((r) => r.api === 'current' && !r.url.includes('cursor=') && r.url.includes('/subscribers'))).toHaveLength(0);
+    expect(
+      sim.requests.filter(
+        (r) => r.api === 'current' && !r.url.includes('cursor=') && r.url.includes('/subscribers'),
+      ),
+    ).toHaveLength(0);
     const state = await readSyncState(database.pool, groupId, 'active');
     expect(state?.fullOffset).toBeNull();
     expect(state?.lastFullCompletedAt).not.toBeNull();
-    await currentPassAllTypes(source, passContext(database), groupId, ALL_TYPES.filter((t) => t !== 'active'));
+    await currentPassAllTypes(
+      source,
+      passContext(database),
+      groupId,
+      ALL_TYPES.filter((t) => t !== 'active'),
+    );
     await mirrorEqualsWorld(database, sim, groupId);
   });
 
   it('the shared limiter keeps the 120-a-window budget: busiest window ≤ 120, no 429 (window scaled to 3 s)', async () => {
     const windowMs = 3_000;
-    const sim = (fixture.sim = await startSimulator({ subscribers: 3_000, groups: 1, rateLimitWindowMs: windowMs, currentRateLimit: 120, currentPageCap: 10, seed: 3 }));
+    const sim = (fixture.sim = await startSimulator({
+      subscribers: 3_000,
+      groups: 1,
+      rateLimitWindowMs: windowMs,
+      currentRateLimit: 120,
+      currentPageCap: 10,
+      seed: 3,
+    }));
     const database = fixture.database;
     const groupId = sim.world.groupIds()[0]!;
     const limiter = createLimiter({ mode: 'memory', perMinute: 120, windowMs });
     try {
-      const results = await currentPassAllTypes(currentTestSource(sim, { limiter }), passContext(database), groupId);
+      const results = await currentPassAllTypes(
+        currentTestSource(sim, { limiter }),
+        passContext(database),
+        groupId,
+      );
       const requests = results.reduce((n, r) => n + r.requests, 0);
       expect(requests).toBeGreaterThan(300);
       expect(sim.requests.filter((r) => r.api === 'current' && r.status === 429)).toEqual([]);
