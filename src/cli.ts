@@ -36,7 +36,8 @@ commands:
   webhooks replay [--status failed|ignored] [--since DATE]
                                        re-apply stored deliveries
   simulator [options]                  run the mailing-service simulator
-  demo [--subscribers N] [--churn N]   simulator + service + webhooks on this machine
+  demo [--subscribers N] [--churn N] [--source legacy|current]
+                                       simulator + service + webhooks on this machine
   help                                 show this text
 
 configuration comes from the environment (and .env); see docs/operations.md.`;
