@@ -4,11 +4,12 @@
  * reported for context) with the baseline measured in the same run, the ratio, the goal and whether
  * it is met, plus the machine; writes everything to `bench-results.json` at the repo root.
  *
- * Names: store, poll, webhooks (= webhooks + freshness), freshness, memory. Default: all, in that
+ * Names: store, poll, current, webhooks (= webhooks + freshness), freshness, memory. Default: all, in that
  * order, with a Postgres CHECKPOINT before each.
  * Flags (defaults fit a few minutes on 2 cores):
  *   --store-rows 50000 --store-repeats 3
  *   --poll-subscribers 50000 --poll-repeats 2 --poll-types all|active,…
+ *   --current-subscribers 50000
  *   --memory-sizes 100000,1000000     (--quick: 100000,300000)
  *   --webhooks-seconds 5 --webhooks-connections 64
  *   --freshness-seconds 10 --freshness-rate 500
@@ -27,6 +28,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import type { SubscriberType } from '../../src/db/schema.js';
+import { benchCurrent, type CurrentBenchFigures } from './current.bench.js';
 import { benchFreshness, type FreshnessResult } from './freshness.bench.js';
 import { printTable, round, type BenchFigure, type BenchResult } from './lib/report.js';
 import { describeMachine, formatMachine, type MachineInfo } from './lib/machine.js';
@@ -47,12 +49,13 @@ import { benchWebhooks, type WebhookBenchFigures } from './webhooks.bench.js';
  * Run order. Memory goes last: its parent process (this one) holds the 1M-subscriber simulator world,
  * and the GC of that heap would otherwise land in the webhook benchmarks, whose receiver runs here too.
  */
-const BENCHES = ['store', 'poll', 'webhooks', 'freshness', 'memory'] as const;
+const BENCHES = ['store', 'poll', 'current', 'webhooks', 'freshness', 'memory'] as const;
 type BenchName = (typeof BENCHES)[number];
 /** What each name on the command line selects. */
 const SELECTS: Record<BenchName, BenchName[]> = {
   store: ['store'],
   poll: ['poll'],
+  current: ['current'],
   memory: ['memory'],
   webhooks: ['webhooks', 'freshness'],
   freshness: ['freshness'],
@@ -80,6 +83,7 @@ interface RunOptions {
   pollSubscribers: number;
   pollRepeats: number;
   pollTypes: SubscriberType[] | null;
+  currentSubscribers: number;
   memorySizes: number[];
   webhooksSeconds: number;
   webhooksConnections: number;
@@ -130,6 +134,7 @@ const SMOKE = {
   storeHistoryRows: 2_000,
   pollSubscribers: 2_000,
   pollRepeats: 1,
+  currentSubscribers: 2_000,
   memorySizes: [5_000, 10_000],
   webhooksSeconds: 1,
   webhooksConnections: 8,
@@ -156,7 +161,7 @@ function parseArgs(argv: readonly string[]): RunOptions {
     else throw new UsageError(`unknown benchmark "${arg}" (choose from ${BENCHES.join(', ')})`);
   }
   const known = new Set([
-    'store-rows', 'store-repeats', 'poll-subscribers', 'poll-repeats', 'poll-types', 'memory-sizes',
+    'store-rows', 'store-repeats', 'poll-subscribers', 'poll-repeats', 'poll-types', 'current-subscribers', 'memory-sizes',
     'webhooks-seconds', 'webhooks-connections', 'freshness-seconds', 'freshness-rate', 'json',
   ]);
   const unknown = [...flags.keys()].filter((f) => !known.has(f));
@@ -192,6 +197,7 @@ function parseArgs(argv: readonly string[]): RunOptions {
     pollSubscribers: num('poll-subscribers', smoke ? SMOKE.pollSubscribers : 50_000),
     pollRepeats: num('poll-repeats', smoke ? SMOKE.pollRepeats : 2),
     pollTypes,
+    currentSubscribers: num('current-subscribers', smoke ? SMOKE.currentSubscribers : 50_000),
     memorySizes,
     webhooksSeconds: num('webhooks-seconds', smoke ? SMOKE.webhooksSeconds : 5),
     webhooksConnections: num('webhooks-connections', smoke ? SMOKE.webhooksConnections : 64),
@@ -207,6 +213,7 @@ const USAGE = `usage: npm run bench [-- NAME…] [--quick | --smoke] [flags]
   NAME: ${BENCHES.join(', ')} (webhooks also runs freshness); default all
   --store-rows N (50000)  --store-repeats N (3)
   --poll-subscribers N (50000)  --poll-repeats N (2)  --poll-types all|active,… (all)
+  --current-subscribers N (50000)
   --memory-sizes A,B (100000,1000000; --quick: 100000,300000)
   --webhooks-seconds N (5)  --webhooks-connections N (64)
   --freshness-seconds N (10)  --freshness-rate N (500)
@@ -343,6 +350,31 @@ function pollRows(p: PollBenchFigures): SummaryRow[] {
       baseline: p.types.length,
       goals: [],
       note: `${p.requests.incrementalTickRows} rows in the lookback window; the unsubscribed type also reads date_unsubscribe`,
+    }),
+  ];
+}
+
+function currentRows(c: CurrentBenchFigures): SummaryRow[] {
+  return [
+    row({
+      bench: 'current',
+      figure: 'full pass by cursor, requests',
+      value: c.requests.fullPass,
+      unit: 'requests',
+      baselineLabel: 'minimum: pages of 100 + 1 count, per status',
+      baseline: c.requests.minimum,
+      goals: [{ on: 'ratio', op: '<=', target: 1.01 }],
+      note: `${c.members.toLocaleString('en-US')} members; 500 asked per page, ${c.pageCap} served; ${c.rowsPerSecond.toLocaleString('en-US')} rows/s end to end without a rate limit`,
+    }),
+    row({
+      bench: 'current',
+      figure: 'first full mirror of 1M members at 120/min (computed)',
+      value: c.million.minutes,
+      unit: 'min',
+      baselineLabel: null,
+      baseline: null,
+      goals: [],
+      note: `${c.million.requests.toLocaleString('en-US')} requests (the measured ratio to the minimum applied to 1M), 2 % limiter margin`,
     }),
   ];
 }
@@ -517,6 +549,7 @@ async function settle(databaseUrl: string): Promise<void> {
 interface Results {
   store?: BenchResult;
   poll?: PollBenchFigures;
+  current?: CurrentBenchFigures;
   memory?: MemoryBenchFigures;
   webhooks?: WebhookBenchFigures;
   freshness?: FreshnessResult;
@@ -546,6 +579,11 @@ async function runOne(name: BenchName, o: RunOptions, results: Results, log: (li
       });
       results.poll = r;
       return pollRows(r);
+    }
+    case 'current': {
+      const r = await benchCurrent({ subscribers: o.currentSubscribers, databaseUrl: o.databaseUrl, log });
+      results.current = r;
+      return currentRows(r);
     }
     case 'memory': {
       const r = await benchMemory({ sizes: o.memorySizes, databaseUrl: o.databaseUrl, log });
