@@ -55,31 +55,37 @@ function readSettings(
   return { ...webhooks, SYNC_SOURCE: 'legacy', MAILER_LEGACY_URL: sim.url, MAILER_API_KEY: sim.apiKey };
 }
 
-export async function runDemo(argv: string[]): Promise<void> {
+interface DemoOptions {
+  subscribers: number;
+  churn: number;
+  port: number;
+  source: 'legacy' | 'current';
+}
+
+function parseDemoArgs(argv: string[]): DemoOptions {
   let values;
   try {
     ({ values } = parseArgs({
       args: argv,
-      options: {
-        subscribers: { type: 'string' },
-        churn: { type: 'string' },
-        port: { type: 'string' },
-        source: { type: 'string' },
-      },
+      options: { subscribers: { type: 'string' }, churn: { type: 'string' }, port: { type: 'string' }, source: { type: 'string' } },
       strict: true,
       allowPositionals: false,
     }));
   } catch (error) {
-    throw new DemoUsageError(
-      `${(error as Error).message}\nusage: subscriber-mirror demo [--subscribers N] [--churn N] [--port N] [--source legacy|current]`,
-    );
+    throw new DemoUsageError(`${(error as Error).message}\nusage: subscriber-mirror demo [--subscribers N] [--churn N] [--port N] [--source legacy|current]`);
   }
-  const subscribers = positiveInt('subscribers', values.subscribers, 5_000);
-  const churn = positiveInt('churn', values.churn, 5);
-  const port = positiveInt('port', values.port, 8080);
   const source = values.source ?? 'legacy';
-  if (source !== 'legacy' && source !== 'current')
-    throw new DemoUsageError(`--source must be legacy or current, got "${source}"`);
+  if (source !== 'legacy' && source !== 'current') throw new DemoUsageError(`--source must be legacy or current, got "${source}"`);
+  return {
+    subscribers: positiveInt('subscribers', values.subscribers, 5_000),
+    churn: positiveInt('churn', values.churn, 5),
+    port: positiveInt('port', values.port, 8080),
+    source,
+  };
+}
+
+export async function runDemo(argv: string[]): Promise<void> {
+  const { subscribers, churn, port, source } = parseDemoArgs(argv);
 
   // Service-side delays (batch interval, delivery retries) run 20x faster so changes show quickly;
   // the legacy rate limit stays the real 60 per minute.
