@@ -20,8 +20,6 @@ const OVERSIZED = {
   'src/mirror/history.ts': 90, // versionSql: mostly one SQL text
   'src/simulator/index.ts': 92, // startSimulator
   'src/start.ts': 86, // startPolling
-  'src/upstream/http.ts': 110, // createHttpClient
-  'src/upstream/webhooks-api.ts': 96, // createWebhooksApi
   'test/bench/freshness.bench.ts': 113, // benchFreshness
   'test/bench/poll.bench.ts': 151, // benchPoll
   'test/bench/store.bench.ts': 155, // benchStore
