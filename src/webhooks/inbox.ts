@@ -442,7 +442,8 @@ export function lockDeliverySql(id: string): string {
 /**
  * Marks the row done and commits, in one simple query (statements after a failing one are not run,
  * so a failed mark never commits). Returns `applied_at − received_at` in ms as `lagMs`. The id is a
- * validated string of digits; texts go through `escapeLiteral`.
+ * validated string of digits; texts go through `escapeLiteral`. `beforeCommit`: one more statement
+ * (a query whose result the caller reads, second in the results), run in the transaction.
  */
 export function finishDeliverySql(
   client: pg.ClientBase,
@@ -451,6 +452,7 @@ export function finishDeliverySql(
   note: string | null,
   kinds: readonly string[],
   eventCount: number,
+  beforeCommit: string | null = null,
 ): string {
   // Postgres text cannot hold NUL; the writer above replaces it the same way.
   const literal = (text: string) => client.escapeLiteral(text.replaceAll('\u0000', '\ufffd'));
@@ -461,7 +463,7 @@ update webhook_deliveries
        updated_at = clock_timestamp(), attempts = attempts + 1, error = ${note === null ? 'null' : literal(note)},
        kinds = ${kindsSql}, event_count = ${Math.trunc(eventCount)}
  where id = ${id}
-returning (extract(epoch from (coalesce(applied_at, clock_timestamp()) - received_at)) * 1000)::float8 as "lagMs";
+returning (extract(epoch from (coalesce(applied_at, clock_timestamp()) - received_at)) * 1000)::float8 as "lagMs";${beforeCommit === null ? '' : `\n${beforeCommit};`}
 commit`;
 }
 
@@ -579,6 +581,40 @@ export async function deliveriesMentioning(
   limit: number,
 ): Promise<Array<{ id: string; body: string }>> {
   return (await pool.query<{ id: string; body: string }>(MENTIONING_SQL, [ids, afterId, limit])).rows;
+}
+
+// Deliveries that mention an erased subscriber and were received since its last check (less a margin
+// for receipts still in flight then), with the erased ids each mentions; pages by delivery id.
+const MENTIONING_ERASED_SQL = `
+select d.id::text as id, d.body::text as body, array_agg(distinct e.subscriber_id) as ids
+  from webhook_deliveries d
+  cross join lateral jsonb_path_query(d.body, 'lax $.**.id') v
+  join erasures e on e.subscriber_id = v #>> '{}'
+ where d.id > $3::bigint
+   and e.deliveries_redacted_at < $1::timestamptz
+   and d.received_at >= e.deliveries_redacted_at - make_interval(secs => $2::float8 / 1000)
+ group by d.id
+ order by d.id
+ limit $4`;
+
+/**
+ * Up to `limit` deliveries after id `afterId` that mention a subscriber of `erasures` checked before
+ * `checkedBefore` and were received since that check (less `marginMs`), with the ids they mention.
+ */
+export async function deliveriesMentioningErasedSince(
+  pool: Queryable,
+  checkedBefore: string,
+  marginMs: number,
+  afterId: string,
+  limit: number,
+): Promise<Array<{ id: string; body: string; ids: string[] }>> {
+  return (await pool.query<{ id: string; body: string; ids: string[] }>(MENTIONING_ERASED_SQL, [checkedBefore, marginMs, afterId, limit])).rows;
+}
+
+/** One stored body as text, or null when the row is gone. */
+export async function deliveryBody(pool: Queryable, id: string): Promise<string | null> {
+  const { rows } = await pool.query<{ body: string }>('select body::text as body from webhook_deliveries where id = $1', [id]);
+  return rows[0]?.body ?? null;
 }
 
 /** Replaces a stored body (redaction); status, hash and attempts stay. */
