@@ -51,12 +51,20 @@ export function bodySha256(raw: Buffer): string {
 
 // Batched by id so one purge never holds many row locks or one huge transaction; the status index
 // (status, received_at) finds the candidates.
+// The hash of each purged row stays (`webhook_delivery_hashes`): a replay of the same bytes after the
+// retention is still a duplicate, and its personal data is not stored again.
 const PURGE_SQL = `
-delete from webhook_deliveries where id in (
-  select id from webhook_deliveries
-   where (status in ('applied', 'ignored') and received_at < now() - make_interval(secs => $1::float8 / 1000))
-      or (status in ('failed', 'pending') and received_at < now() - make_interval(secs => $3::float8 / 1000))
-   limit $2)`;
+with purged as (
+  delete from webhook_deliveries where id in (
+    select id from webhook_deliveries
+     where (status in ('applied', 'ignored') and received_at < now() - make_interval(secs => $1::float8 / 1000))
+        or (status in ('failed', 'pending') and received_at < now() - make_interval(secs => $3::float8 / 1000))
+     limit $2)
+  returning id, body_sha256, status, received_at
+)
+insert into webhook_delivery_hashes (body_sha256, delivery_id, status, received_at)
+select decode(body_sha256, 'hex'), id, status, received_at from purged
+on conflict (body_sha256) do nothing`;
 
 /**
  * Deletes applied and ignored deliveries received more than `olderThanMs` ago, and failed and pending
@@ -295,12 +303,17 @@ const INSERT_SQL = `
          t.endpoint_id, t.status, t.error
     from unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[])
          with ordinality as t(sha, body, kinds, event_count, endpoint_id, status, error, ord)
+   where not exists (select 1 from webhook_delivery_hashes h where h.body_sha256 = decode(t.sha, 'hex'))
    order by t.ord
   on conflict (body_sha256) do nothing
   returning id::text as id, body_sha256 as sha, status`;
 
+// A purged delivery's hash answers like its row did (its id and last status; its body is gone).
 const EXISTING_SQL = `
-  select id::text as id, body_sha256 as sha, status from webhook_deliveries where body_sha256 = any($1::text[])`;
+  select id::text as id, body_sha256 as sha, status from webhook_deliveries where body_sha256 = any($1::text[])
+  union all
+  select delivery_id::text, encode(body_sha256, 'hex'), status from webhook_delivery_hashes
+   where body_sha256 = any(array(select decode(x, 'hex') from unnest($1::text[]) x))`;
 
 type ResultRow = { id: string; sha: string; status: DeliveryStatus };
 
