@@ -1,5 +1,5 @@
 /**
- * One erasure run (the worker's timer, docs/security.md "Erasure"): erase subscribers out of every
+ * One erasure run (the worker's timer, docs/security.md, "Personal data and erasure"): erase subscribers out of every
  * configured group past the period, log forgotten ones, then check every erased subscriber again:
  * past versions (whatever HISTORY is or was), activity links, stored deliveries not redacted yet and
  * those received since the last check. What the run erased once stays erased, however late a copy
