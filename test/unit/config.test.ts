@@ -302,7 +302,7 @@ describe('the read source (SYNC_SOURCE) and the current API settings', () => {
   });
 
   it('accepts a webhook-only install (no read settings at all): nothing reconciles', () => {
-    const webhooksOnly = { MAILER_API_URL: 'https://connect.example.com', MAILER_API_TOKEN: 'tok-4', WEBHOOK_SECRETS: 'whsec-1' };
+    const webhooksOnly = { MAILER_API_URL: 'https://connect.example.com', MAILER_API_TOKEN: 'tok-4', WEBHOOK_SECRETS: 'whsec-1-0123456789' };
     const config = loadConfig(webhooksOnly, ['reconcile', 'receive', 'manage-webhooks']);
     expect(config.sync.reconciles).toBe(false);
     expect(config.sync.groups).toEqual([]);
