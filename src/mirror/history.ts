@@ -254,6 +254,26 @@ export async function eraseVersions(exec: Queryable, subscriberIds: readonly str
   return res.rowCount;
 }
 
+/**
+ * Erases the personal content of every past version of every erased subscriber (`erasures`) that
+ * still holds some: all of a forgotten one's, and an erased-out-of-groups one's recorded up to its
+ * erasure (it may have come back since). Each erasure run checks them all again, whatever HISTORY is
+ * now and was when the versions were recorded. Returns the number of versions changed.
+ */
+export async function eraseVersionsOfErased(exec: Queryable): Promise<number> {
+  const personal = VERSION_CONTENT.filter((c) => c.personal);
+  const res = await run(
+    exec,
+    `update subscriber_versions_past v set ${eraseSetSql(personal)}
+       from erasures e
+      where v.subscriber_id = e.subscriber_id
+        and (e.reason = 'forget' or v.recorded_at <= e.erased_at)
+        and ${holdsAnySql('v', personal)}`,
+    [],
+  );
+  return res.rowCount;
+}
+
 /** Ids in `rows` whose version is being forgotten (`forget_at` provided and set). */
 export function forgottenIds(rows: readonly SubscriberRow[]): string[] {
   return [...new Set(rows.filter((r) => r.values.forgetAt !== null && r.provided.includes('forgetAt')).map((r) => r.values.id))];
