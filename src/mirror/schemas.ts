@@ -160,7 +160,7 @@ export function currentSubscriberRowSchema(timeZone: string): z.ZodType<Subscrib
     { name: textRule, updated_at: time, fields: fieldsRule },
   )
     .check(requireClock('updated_at', 'created_at', 'the subscriber has neither updated_at nor created_at, so its version cannot be ordered'))
-    .transform((s) => subscriberRowOf(s as WebhookSubscriber, 'current'));
+    .transform((s) => subscriberRowOf(s, 'current'));
   currentSchemas.set(timeZone, schema);
   return schema;
 }

@@ -21,7 +21,7 @@ function fakeFetch(replies: Reply[]): { fetch: typeof fetch; sent: Sent[] } {
     if (typeof reply === 'string') return new Response(reply, { status: 200, headers: { 'content-type': 'application/json' } });
     return new Response(JSON.stringify(reply.body), { status: reply.status ?? 200, headers: { 'content-type': 'application/json', ...reply.headers } });
   };
-  return { fetch: fetchImpl as typeof fetch, sent };
+  return { fetch: fetchImpl, sent };
 }
 
 function client(replies: Reply[]) {
