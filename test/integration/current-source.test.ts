@@ -5,7 +5,8 @@
  * budget per shorter window); ids above 2^53. Webhooks off throughout (passes alone).
  */
 import { describe, expect, it } from 'vitest';
-import { SUBSCRIBER_FIELDS } from '../../src/mirror/normalize.js';
+import { normalizeCurrentSubscriber, normalizeWebhookSubscriber, SUBSCRIBER_FIELDS } from '../../src/mirror/normalize.js';
+import { upsertSubscribers } from '../../src/mirror/store.js';
 import { CURRENT_REQUESTS, startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { PassInterruptedError } from '../../src/sync/poll.js';
 import { readSyncState } from '../../src/sync/state.js';
@@ -204,4 +205,29 @@ describe('current API source: full passes by cursor', () => {
       await limiter.close();
     }
   }, 120_000);
+});
+
+describe('history: list versions of the current API are second-granular, as poll ones', () => {
+  const fixture = passFixture();
+
+  it('a webhook version of the same second replaces a listed version without keeping it as a past version', async () => {
+    const { pool } = fixture.database;
+    const base = { email: 'coarse@example.com', status: 'active', created_at: '2026-01-01 09:00:00', fields: { city: 'listed' } };
+    const listed = normalizeCurrentSubscriber({ id: '9007199254740993', ...base, updated_at: '2026-01-01 10:00:00' }, { sourceTimezone: 'UTC' });
+    const webhook = normalizeWebhookSubscriber({
+      id: '9007199254740993',
+      ...base,
+      created_at: '2026-01-01T09:00:00.000000Z',
+      updated_at: '2026-01-01T10:00:00.500000Z',
+      fields: { city: 'by-webhook' },
+    });
+    const later = normalizeWebhookSubscriber({ id: '9007199254740993', ...base, created_at: '2026-01-01T09:00:00.000000Z', updated_at: '2026-01-01T10:00:02.000000Z', fields: { city: 'later' } });
+    await upsertSubscribers(pool, [listed]);
+    await upsertSubscribers(pool, [webhook]);
+    // The listed version is the same change as the webhook's, dated to its second: not a version of its own.
+    expect((await pool.query('select via from subscriber_versions_past')).rows).toEqual([]);
+    await upsertSubscribers(pool, [later]);
+    expect((await pool.query('select via from subscriber_versions_past')).rows).toEqual([{ via: 'webhook' }]);
+    await pool.query('truncate subscriber_versions_past');
+  });
 });
