@@ -143,7 +143,7 @@ async function registerAdmin(ops: Parameters<typeof registerAdminRoutes>[0], con
     extraQueues: [deps.consumer.queue],
     configured: { groups: config.sync.groups, types: config.sync.types },
     authPause: apiKey ? () => readAuthPause(deps.redis, authPauseKey(config.redisPrefix, apiKey)) : undefined,
-    syncEveryMs: config.sync.source === 'current' ? config.sync.reconcileEveryMs : config.sync.everyMs,
+    syncEveryMs: passIntervalMs(config),
     ...(config.sync.reconciles ? {} : { notice: NOTHING_RECONCILES }),
     sessions: createSessionStore(deps.redis, { prefix: config.redisPrefix, token }),
     logger: deps.log,
@@ -337,6 +337,11 @@ async function recordQueueDepths(metrics: Metrics, queues: Array<{ name: string;
   }
 }
 
+/** How often a pass of each group × type is due: SYNC_EVERY, or RECONCILE_EVERY for the current API (full passes only). */
+function passIntervalMs(config: Config): number {
+  return config.sync.source === 'current' ? config.sync.reconcileEveryMs : config.sync.everyMs;
+}
+
 /** Cursor age and drift per group × type, from our own tables (no upstream requests). */
 async function recordSyncGauges(metrics: Metrics, pool: pg.Pool, config: Config): Promise<void> {
   try {
@@ -344,7 +349,7 @@ async function recordSyncGauges(metrics: Metrics, pool: pg.Pool, config: Config)
     const now = Date.now();
     for (const r of rows) {
       const labels = { group: r.groupId, type: r.type };
-      metrics.syncInterval.set(labels, config.sync.everyMs / 1000);
+      metrics.syncInterval.set(labels, passIntervalMs(config) / 1000);
       metrics.mirrored.set(labels, r.mirrored);
       if (r.cursor) metrics.cursorAge.set(labels, Math.max(0, (now - Date.parse(r.cursor)) / 1000));
       if (r.lastSuccessAt) metrics.lastSuccess.set(labels, Date.parse(r.lastSuccessAt) / 1000);
