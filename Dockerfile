@@ -1,7 +1,7 @@
-# syntax=docker/dockerfile:1
-# Production image. Node is pinned to the exact release CI runs the test suite on (.ci/run reads
-# NODE_VERSION from this line and fetches the same binary from the npm registry): Node 24, an LTS
-# line (README "Test it").
+# Production image. No `# syntax=` line: BuildKit uses its built-in Dockerfile frontend, so a build
+# needs only the base image below (no frontend image fetched from a registry). Node is pinned to the
+# exact release CI runs the test suite on (.ci/run reads NODE_VERSION from this line and fetches the
+# same binary from the npm registry): Node 24, an LTS line (README "Test it").
 ARG NODE_VERSION=24.21.0
 
 FROM node:${NODE_VERSION}-bookworm-slim AS build
@@ -10,20 +10,31 @@ COPY package.json package-lock.json ./
 RUN npm ci --ignore-scripts
 COPY tsconfig.json ./
 COPY src ./src
-RUN npm run build && npm prune --omit=dev
+RUN npm run build
+
+# What the runtime stage gets: the production dependencies only. TypeScript and the @types packages are
+# "devOptional" in the lockfile (a peerOptional of valibot, under @bull-board), so --omit=dev keeps
+# them (26 MB); nothing loads them at run time.
+FROM node:${NODE_VERSION}-bookworm-slim AS deps
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --ignore-scripts && rm -rf node_modules/typescript node_modules/@types node_modules/.bin/tsc node_modules/.bin/tsserver
 
 FROM node:${NODE_VERSION}-bookworm-slim
-ENV NODE_ENV=production
+# The ops port (admin, /metrics, detailed /readyz) on every interface of the container: it is never
+# published, and Prometheus scrapes it over the compose network (docs/security.md).
+ENV NODE_ENV=production OPS_PORT=9090 OPS_HOST=0.0.0.0
 WORKDIR /app
-COPY --from=build /app/node_modules ./node_modules
+COPY --from=deps /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
 COPY package.json ./
 COPY drizzle ./drizzle
 USER node
-# 8080: the public webhook port. 9090: the ops port (set OPS_PORT=9090 to use it), never published.
+# 8080: the public webhook port. 9090: the ops port, never to be published.
 EXPOSE 8080 9090
-# Asks /readyz on OPS_PORT when set, on PORT otherwise.
-HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=5 CMD ["node", "dist/cli.js", "healthcheck"]
+# dist/healthcheck.js asks /readyz on OPS_PORT when set, on PORT otherwise, and loads nothing of the
+# application (docs/compose.md, "Health checks").
+HEALTHCHECK --interval=10s --timeout=10s --start-period=60s --retries=3 CMD ["node", "dist/healthcheck.js"]
 # `docker run` without --init: node is PID 1, and the CLI installs its SIGTERM/SIGINT handlers before
 # any start-up work, so a stop is never ignored. Compose adds an init (`init: true`) all the same.
 ENTRYPOINT ["node", "--enable-source-maps", "dist/cli.js"]

@@ -82,6 +82,11 @@ export async function runDemo(argv: string[]): Promise<void> {
       RECONCILE_EVERY: process.env.RECONCILE_EVERY ?? '15m',
       REDIS_PREFIX: process.env.REDIS_PREFIX ?? 'subscriber-mirror-demo',
       PORT: String(port),
+      // On this machine only: the demo serves its admin page (and /metrics) on its one port, over
+      // plain http, so it must not listen on the network.
+      HOST: process.env.HOST || '127.0.0.1',
+      ...(process.env.OPS_PORT ? {} : { ADMIN_ON_PUBLIC_PORT: 'true' }),
+      ADMIN_COOKIE_INSECURE: process.env.ADMIN_COOKIE_INSECURE || 'true',
       ADMIN_TOKEN: adminToken,
       LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn',
     },
@@ -102,8 +107,8 @@ export async function runDemo(argv: string[]): Promise<void> {
       '',
       `subscriber-mirror demo is running (Ctrl-C to stop)`,
       `  simulator: ${sim.url}  (${subscribers} subscribers, groups ${sim.world.groupIds().join(', ')}, ${churn} changes/s)`,
-      `  service:   http://127.0.0.1:${service.port}  (/readyz, /metrics; webhooks at ${config.webhookPath})`,
-      `  status:    http://127.0.0.1:${service.port}/admin/  (log in with the admin token ${adminToken})`,
+      `  service:   http://127.0.0.1:${service.port}  (/readyz${service.opsPort === service.port ? ', /metrics' : ''}; webhooks at ${config.webhookPath})`,
+      `  status:    http://127.0.0.1:${service.opsPort ?? service.port}/admin/  (log in with the admin token ${adminToken})`,
       `  database:  ${databaseUrl}`,
       '',
       'Subscribers appear within a minute. Try:',

@@ -1,5 +1,5 @@
 /**
- * One erasure run (the worker's timer, README "Data protection"): erase subscribers out of every
+ * One erasure run (the worker's timer, docs/security.md, "Personal data and erasure"): erase subscribers out of every
  * configured group past the period, log forgotten ones, then redact the stored deliveries of every
  * erased subscriber not redacted yet.
  */

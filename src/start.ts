@@ -7,18 +7,19 @@
  * Roles: `receiver` serves the webhook route and stores deliveries (enqueueing them); `worker` runs
  * the poll passes and applies stored deliveries; `all` does both. Every role serves /healthz and
  * /readyz on PORT; /metrics, the detailed /readyz and (with ADMIN_TOKEN) the admin API are on OPS_PORT
- * when it is set, on PORT otherwise.
+ * when it is set, on PORT with ADMIN_ON_PUBLIC_PORT=true, and nowhere otherwise.
  */
 import type { ConnectionOptions } from 'bullmq';
 import { Redis } from 'ioredis';
 import type pg from 'pg';
 import type { Config, Role } from './config.js';
 import { secretsOf } from './config.js';
-import { openDatabase } from './db/client.js';
+import { openDatabase, type Database } from './db/client.js';
 import { migrationsPending, runMigrations } from './db/migrate.js';
 import { configureHistory, purgeHistory } from './mirror/history.js';
 import { repeat, type Repeating } from './ground/repeat.js';
 import { registerAdminRoutes } from './http/admin.js';
+import { createSessionStore } from './http/sessions.js';
 import { createMetrics, initSeries, type Metrics } from './ground/metrics.js';
 import { DELIVERY_STATUSES } from './db/schema.js';
 import { countDeliveriesByStatus } from './webhooks/inbox.js';
@@ -40,8 +41,8 @@ export interface RunningService {
   stop(reason: string): Promise<void>;
   /** The bound HTTP port (useful with PORT=0 in tests). */
   port: number;
-  /** The bound ops port (OPS_PORT), or `port` when everything shares PORT. */
-  opsPort: number;
+  /** The bound ops port (OPS_PORT), `port` when everything shares PORT, null when nothing serves it. */
+  opsPort: number | null;
 }
 
 export class StartupError extends Error {
@@ -64,19 +65,14 @@ const OUTCOME_LABEL: Record<ReceiverOutcome, string> = {
   unavailable: 'unavailable',
 };
 
-export async function startService(config: Config, role: Role): Promise<RunningService> {
-  const { logger } = createLogger({ level: config.logLevel, secrets: secretsOf(config), format: config.logFormat });
-  const log = logger.child({ role });
-
+/** Migrates (under the advisory lock) and opens the pool with HISTORY applied; a clear StartupError otherwise. */
+async function openMigratedDatabase(config: Config, role: Role, log: Logger): Promise<Database> {
   try {
     const { applied } = await runMigrations(config.databaseUrl);
     log.info({ applied }, 'migrations up to date');
   } catch (error) {
     throw new StartupError(`cannot migrate the database: ${describeConnectionError(error)}`);
   }
-
-  const polls = role === 'all' || role === 'worker';
-  const receives = role === 'all' || role === 'receiver';
   const database = openDatabase(config.databaseUrl, { applicationName: `subscriber-mirror-${role}`, max: 20 });
   try {
     await configureHistory(database.pool, { enabled: config.history.enabled });
@@ -84,6 +80,43 @@ export async function startService(config: Config, role: Role): Promise<RunningS
     await database.close();
     throw new StartupError(`cannot apply HISTORY: ${describeConnectionError(error)}`);
   }
+  return database;
+}
+
+interface AdminDeps {
+  pool: Database['pool'];
+  redis: Redis;
+  syncQueue: Parameters<typeof registerAdminRoutes>[1]['syncQueue'];
+  consumer: DeliveryConsumer;
+  log: Logger;
+  metrics: Metrics;
+}
+
+/** The status page, bull-board and the admin API, on the ops listener (or the public one when opted in). */
+async function registerAdmin(ops: Parameters<typeof registerAdminRoutes>[0], config: Config, token: string, deps: AdminDeps): Promise<void> {
+  const apiKey = config.legacy.apiKey;
+  await registerAdminRoutes(ops, {
+    token,
+    pool: deps.pool,
+    syncQueue: deps.syncQueue,
+    extraQueues: [deps.consumer.queue],
+    configured: { groups: config.sync.groups, types: config.sync.types },
+    authPause: apiKey ? () => readAuthPause(deps.redis, authPauseKey(config.redisPrefix, apiKey)) : undefined,
+    syncEveryMs: config.sync.everyMs,
+    sessions: createSessionStore(deps.redis, { prefix: config.redisPrefix, token }),
+    logger: deps.log,
+    metrics: deps.metrics,
+    cookieInsecure: config.adminCookieInsecure,
+  });
+}
+
+export async function startService(config: Config, role: Role): Promise<RunningService> {
+  const { logger } = createLogger({ level: config.logLevel, secrets: secretsOf(config), format: config.logFormat });
+  const log = logger.child({ role });
+
+  const database = await openMigratedDatabase(config, role, log);
+  const polls = role === 'all' || role === 'worker';
+  const receives = role === 'all' || role === 'receiver';
   const historyPurger = polls ? startHistoryPurge(database.pool, config.history.retentionMs, log) : null;
   // The HTTP path must fail fast when Redis is down (readiness), unlike BullMQ's blocking connections.
   const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1, enableOfflineQueue: false, lazyConnect: true });
@@ -91,7 +124,7 @@ export async function startService(config: Config, role: Role): Promise<RunningS
   redis.connect().catch(() => {});
   const metrics = createMetrics();
   initSeries(metrics, DELIVERY_STATUSES);
-  // BullMQ's blocking connections must retry forever (maxRetriesPerRequest: null, DESIGN.md "Traps");
+  // BullMQ's blocking connections must retry forever (maxRetriesPerRequest: null, docs/architecture.md, "Traps we work around");
   // the queues that the HTTP path adds to fail fast instead.
   const workerConnection = { url: config.redisUrl, maxRetriesPerRequest: null };
   const queueConnection = { url: config.redisUrl, maxRetriesPerRequest: 1 };
@@ -122,9 +155,10 @@ export async function startService(config: Config, role: Role): Promise<RunningS
 
   const separateOps = config.opsPort !== undefined;
   const readiness = readinessChecks(database.pool, redis, polling, receives && !polls);
-  const server = buildServer({ logger: log, readiness, metrics, limits: config.http, public: separateOps, name: 'public' });
+  const trustProxy = config.trustProxy;
+  const server = buildServer({ logger: log, readiness, metrics, limits: config.http, public: !config.opsOnPublicPort, name: 'public', trustProxy });
   // The ops listener is internal (never published): default limits, and no body budget (no webhook route).
-  const ops = separateOps ? buildServer({ logger: log, readiness, metrics, name: 'ops' }) : server;
+  const ops = separateOps ? buildServer({ logger: log, readiness, metrics, name: 'ops', trustProxy }) : config.opsOnPublicPort ? server : null;
   const route = receives
     ? registerWebhookRoute(server, {
         path: config.webhookPath,
@@ -137,24 +171,15 @@ export async function startService(config: Config, role: Role): Promise<RunningS
         onOutcome: (outcome) => metrics.deliveries.inc({ outcome: OUTCOME_LABEL[outcome] }),
       })
     : null;
-  if (config.adminToken) {
-    const apiKey = config.legacy.apiKey;
-    await registerAdminRoutes(ops, {
-      token: config.adminToken,
-      pool: database.pool,
-      syncQueue,
-      extraQueues: [consumer.queue],
-      configured: { groups: config.sync.groups, types: config.sync.types },
-      authPause: apiKey ? () => readAuthPause(redis, authPauseKey(config.redisPrefix, apiKey)) : undefined,
-      syncEveryMs: config.sync.everyMs,
-    });
-  }
+  // Config refuses ADMIN_TOKEN without somewhere to serve it; `ops` is set whenever the token is.
+  if (config.adminToken && ops) await registerAdmin(ops, config, config.adminToken, { pool: database.pool, redis, syncQueue, consumer, log, metrics });
 
-  await server.listen({ port: config.port, host: '0.0.0.0' });
+  await server.listen({ port: config.port, host: config.host });
   const port = boundPort(server, config.port);
-  if (ops !== server) await ops.listen({ port: config.opsPort, host: '0.0.0.0' });
-  const opsPort = ops === server ? port : boundPort(ops, config.opsPort ?? 0);
+  if (ops && ops !== server) await ops.listen({ port: config.opsPort, host: config.opsHost });
+  const opsPort = ops === null ? null : ops === server ? port : boundPort(ops, config.opsPort ?? 0);
   log.info({ port, opsPort, receives, polls, admin: Boolean(config.adminToken) }, 'service started');
+  if (!ops) log.info('no OPS_PORT: /metrics, the admin pages and the detailed /readyz are not served');
 
   let stopping: Promise<void> | undefined;
   const stop = (reason: string) => {
@@ -166,7 +191,7 @@ export async function startService(config: Config, role: Role): Promise<RunningS
       //    A third of the deadline at most: then open connections (a dripping upload) are closed.
       const drained = await closeWithin(server, Math.max(500, Math.floor(config.shutdownTimeoutMs / 3)));
       if (drained === 'forced') log.warn('closed HTTP connections still open at the shutdown deadline');
-      if (ops !== server) await closeWithin(ops, 1_000);
+      if (ops && ops !== server) await closeWithin(ops, 1_000);
       await route?.writer.close();
       // 2. A running pass stops at its next checkpoint; running applies finish.
       await Promise.all([polling?.stop(config.shutdownTimeoutMs), consumer.close(config.shutdownTimeoutMs)]);
@@ -188,7 +213,7 @@ function boundPort(app: { server: { address(): unknown } }, fallback: number): n
 }
 
 /**
- * The erasure chores of the worker (README "Data protection"): forgotten subscribers' data redacted
+ * The erasure chores of the worker (docs/security.md, "Personal data and erasure"): forgotten subscribers' data redacted
  * in stored deliveries, and subscribers out of every configured group past the period erased.
  */
 function startErasure(config: Config, pool: pg.Pool, log: Logger): Repeating {

@@ -2,7 +2,7 @@
  * Applies the committed drizzle migrations under a Postgres advisory lock.
  *
  * drizzle's `migrate()` takes no lock and concurrent replicas starting at once were seen to fail
- * (DESIGN.md "Traps"), so every replica serializes on one session-level advisory lock held on a
+ * (docs/architecture.md, "Traps we work around"), so every replica serializes on one session-level advisory lock held on a
  * dedicated connection; the ones that wait then find nothing left to apply.
  */
 import { fileURLToPath } from 'node:url';

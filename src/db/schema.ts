@@ -1,5 +1,5 @@
 /**
- * The SQL contract (DESIGN.md "SQL contract"). Table and column names here are part of the product:
+ * The SQL contract (docs/sql.md, "Tables"). Table and column names here are part of the product:
  * users query them directly, so renaming one is a breaking change that needs a migration and a note.
  *
  * Ids are `text` everywhere (invariant 6: legacy ids exceed 2^53). Timestamps are `timestamptz`
@@ -31,7 +31,8 @@ const tstz = (name: string) => timestamp(name, { withTimezone: true, precision: 
 export const SUBSCRIBER_TYPES = ['active', 'unsubscribed', 'bounced', 'junk', 'unconfirmed'] as const;
 export type SubscriberType = (typeof SUBSCRIBER_TYPES)[number];
 
-export const MIRROR_SOURCES = ['poll', 'webhook'] as const;
+/** Which path wrote a row: the legacy poll, a webhook, or a read of the current API (issue 22). */
+export const MIRROR_SOURCES = ['poll', 'webhook', 'current'] as const;
 export type MirrorSource = (typeof MIRROR_SOURCES)[number];
 
 /**
@@ -363,7 +364,7 @@ export const syncState = pgTable(
 );
 
 /**
- * What this install knows about the service's silent page cap (DESIGN.md "Facts"): one row, because
+ * What this install knows about the service's silent page cap (docs/upstream.md, "Legacy lists"): one row, because
  * the cap is the service's, not a group's. Written by the poller only.
  */
 export const upstreamPaging = pgTable(
@@ -405,14 +406,14 @@ export const webhookDeliveries = pgTable(
 );
 
 export const webhookEndpoints = pgTable('webhook_endpoints', {
-  /** The service-side webhook id (spec §2.1). */
+  /** The service-side webhook id (docs/upstream.md, "Webhook object"). */
   id: text('id').primaryKey(),
   name: text('name'),
   url: text('url').notNull(),
   events: text('events').array().notNull(),
   enabled: boolean('enabled').notNull().default(true),
   batchable: boolean('batchable').notNull().default(false),
-  /** Signs deliveries (spec §6.4). Never logged. */
+  /** Signs deliveries (docs/upstream.md, "Signature"). Never logged. */
   secret: text('secret').notNull(),
   createdAt: tstz('created_at').notNull().defaultNow(),
   updatedAt: tstz('updated_at').notNull().defaultNow(),
@@ -420,7 +421,7 @@ export const webhookEndpoints = pgTable('webhook_endpoints', {
 
 // ---------------------------------------------------------------------------------------------
 // Views: the common questions, answered once (issue #6 part 6). Their names and columns are part of
-// the SQL contract like the tables' (README "Querying the mirror"). Each is a plain view over the
+// the SQL contract like the tables' (docs/sql.md). Each is a plain view over the
 // mirrored tables, so it is always current and costs nothing to keep; the definitions are written as
 // SQL, not built from the table objects, because users read them back with `\d+ <view>`.
 
@@ -504,7 +505,7 @@ from subscribers
 where updated_at >= now() - interval '1 day'`);
 
 // ---------------------------------------------------------------------------------------------
-// Erasure log (README "Data protection"): whose personal data the service erased and why, so the
+// Erasure log (docs/security.md, "Personal data and erasure"): whose personal data the service erased and why, so the
 // stored deliveries that carry it are redacted once. Ids only: it holds no personal data itself.
 
 export const ERASURE_REASONS = ['forget', 'out_of_groups'] as const;

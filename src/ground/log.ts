@@ -54,14 +54,16 @@ export function createScrubber(initial: Iterable<string> = []): SecretScrubber {
   const secrets = new Set<string>();
   const scrub = ((text: string): string => {
     let out = text.replace(URL_PASSWORD, `$1${REDACTED}$3`);
-    for (const secret of secrets) {
+    // Longest first: a secret inside another must not leave the longer one's remainder in clear.
+    for (const secret of [...secrets].sort((a, b) => b.length - a.length)) {
       if (out.includes(secret)) out = out.split(secret).join(REDACTED);
     }
     return out;
   }) as SecretScrubber;
   scrub.add = (secret: string) => {
-    // Very short values would redact ordinary words; config already demands real-length secrets.
-    if (secret.length >= 4) secrets.add(secret);
+    // Every configured secret, whatever its length: a short one may redact ordinary text too, which
+    // is the lesser harm (config demands real-length secrets where it decides their length).
+    if (secret.length > 0) secrets.add(secret);
   };
   for (const s of initial) scrub.add(s);
   return scrub;

@@ -29,6 +29,7 @@ export interface Metrics {
   upstreamCount: Gauge<'group' | 'type'>;
   mirrored: Gauge<'group' | 'type'>;
   inbox: Gauge<'status'>;
+  adminActions: Counter<'action' | 'outcome'>;
 }
 
 export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metrics {
@@ -174,6 +175,12 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
       name: 'subscriber_mirror_webhook_inbox_deliveries',
       help: 'Stored webhook deliveries by status (pending, applied, failed, ignored)',
       labelNames: ['status'],
+      registers,
+    }),
+    adminActions: new Counter({
+      name: 'subscriber_mirror_admin_actions_total',
+      help: 'Admin requests that change something or present credentials: login, logout, backfill, queues (BullMQ dashboard actions), auth (credentials on any other request); outcome succeeded, failed (wrong credentials), refused (cross-site), throttled, rejected (bad request), error',
+      labelNames: ['action', 'outcome'],
       registers,
     }),
   };

@@ -8,7 +8,7 @@
  * lexicographically in time order (years 0001–9999), which the store relies on to deduplicate a
  * batch without a round trip.
  *
- * Legacy `Y-m-d H:i:s` values have no zone (DESIGN.md "Facts": configurable, UTC by default); they are
+ * Legacy `Y-m-d H:i:s` values have no zone (docs/upstream.md, "Legacy Single Subscriber": configurable, UTC by default); they are
  * read in an IANA zone with `Intl.DateTimeFormat`, so no tz database dependency is needed.
  */
 
@@ -172,7 +172,7 @@ const DAY_CACHE_LIMIT = 10_000;
  */
 function steadyDayOffset(fmt: Intl.DateTimeFormat, localMs: number): number | null {
   let days = dayOffsetCache.get(fmt);
-  if (!days) dayOffsetCache.set(fmt, (days = new Map()));
+  if (!days) dayOffsetCache.set(fmt, (days = new Map<number, number | null>()));
   const day = Math.floor(localMs / DAY_MS);
   let offset = days.get(day);
   if (offset === undefined) {

@@ -1,30 +1,39 @@
 /**
- * Admin routes, registered only when ADMIN_TOKEN is set (otherwise they do not exist: 404).
+ * Admin routes, registered only when ADMIN_TOKEN is set (otherwise they do not exist: 404), and only
+ * on the ops listener unless ADMIN_ON_PUBLIC_PORT says otherwise.
  *
  * Every route, the status page and the BullMQ dashboard included, needs ADMIN_TOKEN, compared in
  * constant time, presented one of three ways:
  * - `Authorization: Bearer <token>` (scripts, the JSON API);
  * - `Authorization: Basic` with the token as password (curl -u, the browser's password dialog);
- * - a session cookie set by the login form: HttpOnly, SameSite=Strict, Path=/admin, holding an expiry
- *   and an HMAC of it keyed by the token (never the token itself), so changing ADMIN_TOKEN ends every
- *   session.
- * The token never travels in a URL. Cookie-authenticated requests that change something must prove
- * they come from our own pages (Origin or Sec-Fetch-Site), on top of SameSite=Strict: no CSRF.
+ * - a session cookie set by the login form: HttpOnly, SameSite=Strict, Path=/admin, Secure (unless
+ *   ADMIN_COOKIE_INSECURE), naming a session kept in Redis (sessions.ts): logout and a new ADMIN_TOKEN
+ *   end it server-side.
+ * The token never travels in a URL. Browsers send Basic credentials and cookies on their own, so every
+ * request that changes something (any method but GET/HEAD/OPTIONS), the dashboard's actions included,
+ * must prove it comes from our own pages (Origin or Sec-Fetch-Site) unless it carries Bearer, which no
+ * browser adds by itself: no CSRF. Form bodies are accepted by the login and logout forms only, JSON
+ * elsewhere. Failed credentials are throttled per client; every action and every failed login is
+ * logged and counted. No /admin page may be framed.
  */
-import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { createBullBoard } from '@bull-board/api';
 import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
 import { FastifyAdapter } from '@bull-board/fastify';
 import type { Queue } from 'bullmq';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type pg from 'pg';
+import type { Logger } from '../ground/log.js';
+import type { Metrics } from '../ground/metrics.js';
 import { SUBSCRIBER_TYPES, type SubscriberType } from '../db/schema.js';
 import { enqueueBackfills } from '../sync/backfill.js';
 import type { PassJobData, PassJobResult } from '../sync/schedule.js';
 import { isPaused, type AuthPause } from '../sync/auth-pause.js';
 import { collectStatus } from '../sync/status.js';
 import { countDeliveriesByStatus, latestFailedDeliveries } from '../webhooks/inbox.js';
+import { SESSION_MS, type SessionStore } from './sessions.js';
 import { renderLoginPage, renderStatusPage } from './status-page.js';
+import { createLoginThrottle, type LoginThrottle } from './throttle.js';
 
 export interface AdminDeps {
   token: string;
@@ -32,16 +41,24 @@ export interface AdminDeps {
   syncQueue: Queue<PassJobData, PassJobResult>;
   /** Other queues shown on the dashboard (e.g. webhook deliveries). */
   extraQueues?: Queue[];
+  /** SYNC_GROUPS and SYNC_TYPES: backfill accepts nothing else. */
   configured: { groups: readonly string[]; types: readonly SubscriberType[] };
   /** The API-key pause of the poll path (null when not polling or not paused). */
   authPause?: () => Promise<AuthPause | null>;
   /** SYNC_EVERY in ms: the status page colours freshness against it. */
   syncEveryMs: number;
+  sessions: SessionStore;
+  logger: Logger;
+  metrics?: Metrics;
+  /** ADMIN_COOKIE_INSECURE: no `Secure` on the cookie of a plain-http request (local use). */
+  cookieInsecure?: boolean;
+  /** Failed credentials allowed per client within the window before 429 (default 5 per minute). */
+  loginThrottle?: { max: number; windowMs: number };
 }
 
 const SESSION_COOKIE = 'sm_admin';
-const SESSION_MS = 12 * 3_600_000;
 const REFRESH_SECONDS = 15;
+const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 
 /** Hashing both sides gives equal lengths, so timingSafeEqual never throws and length is not leaked. */
 function sameSecret(presented: string, token: string): boolean {
@@ -50,35 +67,17 @@ function sameSecret(presented: string, token: string): boolean {
   return presented.length > 0 && timingSafeEqual(a, b);
 }
 
-/** The token from `Authorization: Bearer …` or as the password of `Authorization: Basic …`. */
-export function tokenMatches(header: string | undefined, token: string): boolean {
-  return sameSecret(presentedToken(header) ?? '', token);
-}
+type HeaderScheme = 'bearer' | 'basic';
 
-function presentedToken(header: string | undefined): string | null {
+/** The token from `Authorization: Bearer …` or as the password of `Authorization: Basic …`. */
+function presentedToken(header: string | undefined): { scheme: HeaderScheme; token: string } | null {
   const bearer = /^Bearer\s+(.+)$/i.exec(header ?? '')?.[1]?.trim();
-  if (bearer) return bearer;
+  if (bearer) return { scheme: 'bearer', token: bearer };
   const basic = /^Basic\s+([A-Za-z0-9+/=]+)\s*$/i.exec(header ?? '')?.[1];
   if (!basic) return null;
   const decoded = Buffer.from(basic, 'base64').toString('utf8');
   const colon = decoded.indexOf(':');
-  return colon < 0 ? null : decoded.slice(colon + 1);
-}
-
-function sessionMac(token: string, expires: number): string {
-  return createHmac('sha256', token).update(`subscriber-mirror admin session ${expires}`).digest('base64url');
-}
-
-export function sessionValue(token: string, now = Date.now()): string {
-  const expires = now + SESSION_MS;
-  return `${expires}.${sessionMac(token, expires)}`;
-}
-
-export function sessionValid(value: string | undefined, token: string, now = Date.now()): boolean {
-  const match = /^(\d{1,15})\.([A-Za-z0-9_-]{43})$/.exec(value ?? '');
-  if (!match) return false;
-  const expires = Number(match[1]);
-  return expires > now && sameSecret(match[2] as string, sessionMac(token, expires));
+  return colon < 0 ? null : { scheme: 'basic', token: decoded.slice(colon + 1) };
 }
 
 function cookieValue(header: string | undefined, name: string): string | undefined {
@@ -91,7 +90,8 @@ function cookieValue(header: string | undefined, name: string): string | undefin
 
 /**
  * True when the request comes from a page of this origin. Browsers send Origin on every cross-site
- * POST and Sec-Fetch-Site on every request; a request with neither is not a browser's.
+ * POST and Sec-Fetch-Site on every request; a request with neither is not a browser's. The host is
+ * the one the client asked for (X-Forwarded-Host behind a trusted proxy, TRUST_PROXY).
  */
 export function sameOrigin(request: FastifyRequest): boolean {
   const site = request.headers['sec-fetch-site'];
@@ -101,30 +101,24 @@ export function sameOrigin(request: FastifyRequest): boolean {
   // own forms): Sec-Fetch-Site decides then.
   if (origin !== undefined && origin !== 'null') {
     if (!URL.canParse(origin)) return false;
-    return new URL(origin).host === request.headers.host;
+    return new URL(origin).host === request.host;
   }
   return typeof site === 'string';
 }
 
-type AuthMethod = 'header' | 'cookie';
-
-function authenticate(request: FastifyRequest, token: string): AuthMethod | null {
-  if (tokenMatches(request.headers.authorization, token)) return 'header';
-  if (sessionValid(cookieValue(request.headers.cookie, SESSION_COOKIE), token)) return 'cookie';
-  return null;
-}
+type AuthMethod = HeaderScheme | 'cookie';
 
 function wantsHtml(request: FastifyRequest): boolean {
   return request.method === 'GET' && /text\/html/.test(request.headers.accept ?? '');
 }
 
+/** Our own pages: a strict policy. Every other /admin answer gets framing headers in `onSend`. */
 function sendHtml(reply: FastifyReply, status: number, render: (nonce: string) => string): FastifyReply {
   const nonce = randomBytes(16).toString('base64');
   return reply
     .code(status)
     .header('content-type', 'text/html; charset=utf-8')
     .header('cache-control', 'no-store')
-    .header('x-content-type-options', 'nosniff')
     .header('referrer-policy', 'same-origin')
     .header(
       'content-security-policy',
@@ -133,12 +127,9 @@ function sendHtml(reply: FastifyReply, status: number, render: (nonce: string) =
     .send(render(nonce));
 }
 
-function sessionCookie(request: FastifyRequest, value: string, maxAgeSeconds: number): string {
-  const secure = request.protocol === 'https' ? '; Secure' : '';
-  return `${SESSION_COOKIE}=${value}; Path=/admin; HttpOnly; SameSite=Strict; Max-Age=${maxAgeSeconds}${secure}`;
-}
-
 const OPEN_PATHS = new Set(['/admin/login']);
+/** The only routes that take form bodies: our own login and logout forms. */
+const FORM_PATHS = new Set(['/admin/login', '/admin/logout']);
 
 const EXTERNAL_STYLESHEET = /<link\s+href="https:\/\/fonts\.googleapis\.com\/[^"]*"\s+rel="stylesheet">/g;
 
@@ -147,137 +138,313 @@ function parseBackfillBody(body: unknown, configured: AdminDeps['configured']): 
   const { group, type } = body as { group?: unknown; type?: unknown };
   const groupId = typeof group === 'number' && Number.isSafeInteger(group) ? String(group) : group;
   if (typeof groupId !== 'string' || !/^\d{1,30}$/.test(groupId)) return 'group must be a numeric group id';
-  if (type === undefined || type === null) return { groupId, types: [...configured.types] };
-  if (typeof type !== 'string' || !(SUBSCRIBER_TYPES as readonly string[]).includes(type)) {
+  if (type !== undefined && type !== null && (typeof type !== 'string' || !(SUBSCRIBER_TYPES as readonly string[]).includes(type))) {
     return `type must be one of ${SUBSCRIBER_TYPES.join(', ')}`;
+  }
+  // Only what the service is configured to mirror: a backfill must not pull in another group's people.
+  if (!configured.groups.includes(groupId)) {
+    return `group ${groupId} is not configured; configured groups (SYNC_GROUPS): ${configured.groups.join(', ') || 'none'}`;
+  }
+  if (type === undefined || type === null) return { groupId, types: [...configured.types] };
+  if (!(configured.types as readonly string[]).includes(type)) {
+    return `type ${String(type)} is not configured; configured types (SYNC_TYPES): ${configured.types.join(', ')}`;
   }
   return { groupId, types: [type as SubscriberType] };
 }
 
+// ---------------------------------------------------------------------------------------------
+// The audit trail: one line and one count per action or failed login
+
+type AuditAction = 'login' | 'logout' | 'backfill' | 'queues' | 'auth';
+type AuditOutcome = 'succeeded' | 'failed' | 'refused' | 'throttled' | 'rejected' | 'error';
+
+interface AuditNote {
+  via?: AuthMethod | 'form';
+  /** False for the repeated refusals of a throttled client: counted, not logged. */
+  log?: boolean;
+  detail?: Record<string, unknown>;
+}
+
+function auditAction(request: FastifyRequest, path: string, credentialsPresented: boolean): AuditAction | null {
+  if (path === '/admin/login') return request.method === 'POST' ? 'login' : credentialsPresented ? 'auth' : null;
+  if (path === '/admin/logout') return 'logout';
+  if (path === '/admin/backfill') return 'backfill';
+  if (path.startsWith('/admin/queues') && !SAFE_METHODS.has(request.method)) return 'queues';
+  if (!SAFE_METHODS.has(request.method)) return 'auth';
+  return credentialsPresented ? 'auth' : null;
+}
+
+function auditOutcome(status: number): AuditOutcome {
+  if (status < 400) return 'succeeded';
+  if (status === 401) return 'failed';
+  if (status === 403) return 'refused';
+  if (status === 429) return 'throttled';
+  return status < 500 ? 'rejected' : 'error';
+}
+
+const AUDIT_ACTIONS: AuditAction[] = ['login', 'logout', 'backfill', 'queues', 'auth'];
+const AUDIT_OUTCOMES: AuditOutcome[] = ['succeeded', 'failed', 'refused', 'throttled', 'rejected', 'error'];
+
+/** What the hooks and routes of the admin scope share. */
+interface Guard {
+  deps: AdminDeps;
+  log: Logger;
+  throttle: LoginThrottle;
+  notes: WeakMap<FastifyRequest, AuditNote>;
+}
+
+function note(g: Guard, request: FastifyRequest, extra: AuditNote): void {
+  g.notes.set(request, { ...g.notes.get(request), ...extra });
+}
+
+/** 429 while the client is throttled; the first refusal of a window is logged, the rest counted. */
+async function throttled(g: Guard, request: FastifyRequest, reply: FastifyReply): Promise<boolean> {
+  const retryAfter = g.throttle.retryAfterSeconds(request.ip);
+  if (retryAfter === 0) return false;
+  note(g, request, { log: g.throttle.firstRefusal(request.ip) });
+  await reply.code(429).header('retry-after', String(retryAfter)).send({ error: 'too many failed logins; try again later' });
+  return true;
+}
+
+/** The method that authenticated the request, or null; answers 429 itself for a throttled client. */
+async function authenticate(g: Guard, request: FastifyRequest, reply: FastifyReply): Promise<AuthMethod | null> {
+  const presented = presentedToken(request.headers.authorization);
+  if (presented) {
+    note(g, request, { via: presented.scheme });
+    if (await throttled(g, request, reply)) return null;
+    if (sameSecret(presented.token, g.deps.token)) return presented.scheme;
+    g.throttle.failed(request.ip);
+    return null;
+  }
+  const cookie = cookieValue(request.headers.cookie, SESSION_COOKIE);
+  if (cookie === undefined) return null;
+  note(g, request, { via: 'cookie' });
+  return (await g.deps.sessions.valid(cookie)) ? 'cookie' : null;
+}
+
+function sessionCookie(g: Guard, request: FastifyRequest, value: string, maxAgeSeconds: number): string {
+  const secure = !g.deps.cookieInsecure || request.protocol === 'https' ? '; Secure' : '';
+  return `${SESSION_COOKIE}=${value}; Path=/admin; HttpOnly; SameSite=Strict; Max-Age=${maxAgeSeconds}${secure}`;
+}
+
 export async function registerAdminRoutes(app: FastifyInstance, deps: AdminDeps): Promise<void> {
+  const g: Guard = {
+    deps,
+    log: deps.logger.child({ component: 'admin' }),
+    throttle: createLoginThrottle(deps.loginThrottle ?? { max: 5, windowMs: 60_000 }),
+    notes: new WeakMap(),
+  };
+  for (const action of AUDIT_ACTIONS) for (const outcome of AUDIT_OUTCOMES) deps.metrics?.adminActions.inc({ action, outcome }, 0);
+
   await app.register(async (admin) => {
-    // The login form posts urlencoded; this parser exists only inside the admin scope.
+    // The login and logout forms post urlencoded; this parser exists only inside the admin scope, and
+    // the guard refuses form bodies on every other route.
     admin.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string', bodyLimit: 4_096 }, (_request, body, done) => {
       done(null, Object.fromEntries(new URLSearchParams(body as string)));
     });
-
-    admin.addHook('onRequest', async (request: FastifyRequest, reply: FastifyReply) => {
-      const path = request.url.split('?')[0] ?? '';
-      if (OPEN_PATHS.has(path)) return;
-      const method = authenticate(request, deps.token);
-      if (method === 'cookie' && !['GET', 'HEAD'].includes(request.method) && !sameOrigin(request)) {
-        await reply.code(403).send({ error: 'cross-site request refused' });
-        return;
-      }
-      if (method) return;
-      if (path === '/admin/basic') {
-        // Asks the browser for its password dialog; the token then goes as the Basic password.
-        await reply.code(401).header('www-authenticate', 'Basic realm="subscriber-mirror admin", charset="UTF-8"').send({ error: 'unauthorized' });
-      } else if (wantsHtml(request)) {
-        await sendHtml(reply.header('www-authenticate', 'Bearer'), 401, (nonce) => renderLoginPage(nonce, null));
-      } else {
-        await reply.code(401).header('www-authenticate', 'Bearer').send({ error: 'unauthorized' });
-      }
+    admin.addHook('onRequest', async (request, reply) => guardRequest(g, request, reply));
+    // Framing headers on every answer of the scope, the dashboard's pages and its errors included.
+    admin.addHook('onSend', async (_request, reply, payload) => {
+      reply.header('x-frame-options', 'DENY');
+      reply.header('x-content-type-options', 'nosniff');
+      if (!reply.hasHeader('content-security-policy')) reply.header('content-security-policy', "frame-ancestors 'none'");
+      return payload;
     });
-
-    admin.get('/admin/login', async (request, reply) => {
-      if (authenticate(request, deps.token)) return reply.redirect('/admin/', 303);
-      return sendHtml(reply, 200, (nonce) => renderLoginPage(nonce, null));
-    });
-
-    admin.post('/admin/login', async (request, reply) => {
-      if (!sameOrigin(request)) return reply.code(403).send({ error: 'cross-site login refused' });
-      const body = request.body as { token?: unknown } | undefined;
-      const presented = typeof body?.token === 'string' ? body.token : '';
-      if (!sameSecret(presented, deps.token)) {
-        return sendHtml(reply, 401, (nonce) => renderLoginPage(nonce, 'Wrong token.'));
-      }
-      reply.header('set-cookie', sessionCookie(request, sessionValue(deps.token), SESSION_MS / 1000));
-      return reply.redirect('/admin/', 303);
-    });
-
-    admin.post('/admin/logout', async (request, reply) => {
-      reply.header('set-cookie', sessionCookie(request, '', 0));
-      return reply.redirect('/admin/login', 303);
-    });
-
-    admin.get('/admin/basic', async (_request, reply) => reply.redirect('/admin/', 303));
-    admin.get('/admin', async (_request, reply) => reply.redirect('/admin/', 303));
-
-    admin.get('/admin/', async (_request, reply) => {
-      const [passes, authPause, inbox, failed] = await Promise.all([
-        collectStatus(deps.pool, deps.configured),
-        deps.authPause ? deps.authPause().catch(() => null) : null,
-        countDeliveriesByStatus(deps.pool),
-        latestFailedDeliveries(deps.pool, 10),
-      ]);
-      const now = Date.now();
-      return sendHtml(reply, 200, (nonce) =>
-        renderStatusPage(
-          {
-            now,
-            everyMs: deps.syncEveryMs,
-            passes,
-            authPause: isPaused(authPause, now) ? authPause : null,
-            inbox,
-            failed,
-            refreshSeconds: REFRESH_SECONDS,
-            links: [
-              { href: '/admin/queues', label: 'Queues (BullMQ)' },
-              { href: '/metrics', label: 'Metrics' },
-              { href: '/admin/status', label: 'Status (JSON)' },
-            ],
-          },
-          nonce,
-        ),
-      );
-    });
-
-    admin.post('/admin/backfill', async (request, reply) => {
-      const parsed = parseBackfillBody(request.body, deps.configured);
-      if (typeof parsed === 'string') return reply.code(400).send({ error: parsed });
-      const jobs = await enqueueBackfills(
-        deps.syncQueue,
-        parsed.types.map((type) => ({ groupId: parsed.groupId, type })),
-      );
-      return reply.code(202).send({ jobs, jobId: jobs[0]?.jobId });
-    });
-
-    admin.get<{ Params: { id: string } }>('/admin/jobs/:id', async (request, reply) => {
-      const job = await deps.syncQueue.getJob(request.params.id);
-      if (!job) return reply.code(404).send({ error: `job ${request.params.id} not found` });
-      return {
-        id: job.id,
-        name: job.name,
-        data: job.data,
-        state: await job.getState(),
-        progress: job.progress,
-        result: job.returnvalue ?? null,
-        failedReason: job.failedReason ?? null,
-        createdAt: new Date(job.timestamp).toISOString(),
-        finishedAt: job.finishedOn ? new Date(job.finishedOn).toISOString() : null,
-      };
-    });
-
-    admin.get('/admin/status', async () => ({
-      authPause: deps.authPause ? await deps.authPause().catch(() => null) : null,
-      passes: await collectStatus(deps.pool, deps.configured),
-    }));
-
-    // The dashboard's page links Google Fonts: without internet (where operators often run this) that
-    // is a failed request and a console error on every load. Its own CSS falls back to system fonts.
-    admin.addHook('onSend', async (request, reply, payload) => {
-      if (typeof payload !== 'string' || !request.url.startsWith('/admin/queues')) return payload;
-      if (!String(reply.getHeader('content-type') ?? '').startsWith('text/html')) return payload;
-      return payload.replace(EXTERNAL_STYLESHEET, '');
-    });
-
-    const board = new FastifyAdapter();
-    board.setBasePath('/admin/queues');
-    createBullBoard({
-      queues: [deps.syncQueue, ...(deps.extraQueues ?? [])].map((q) => new BullMQAdapter(q)),
-      serverAdapter: board,
-    });
-    await admin.register(board.registerPlugin(), { prefix: '/admin/queues' });
+    admin.addHook('onResponse', async (request, reply) => audit(g, request, reply));
+    registerSessionRoutes(admin, g);
+    registerStatusRoutes(admin, g);
+    await registerDashboard(admin, deps);
   });
+}
+
+/** Authentication, then for changes: same origin (unless Bearer) and a JSON body. */
+async function guardRequest(g: Guard, request: FastifyRequest, reply: FastifyReply): Promise<void> {
+  const path = request.url.split('?')[0] ?? '';
+  if (OPEN_PATHS.has(path)) return;
+  const method = await authenticate(g, request, reply);
+  if (reply.sent) return;
+  const changes = !SAFE_METHODS.has(request.method);
+  if (method && method !== 'bearer' && changes && !sameOrigin(request)) {
+    await reply.code(403).send({ error: 'cross-site request refused' });
+    return;
+  }
+  if (method && changes && !acceptableBody(request, path)) {
+    await reply.code(415).send({ error: 'send a JSON body (application/json)' });
+    return;
+  }
+  if (method) return;
+  if (path === '/admin/basic') {
+    // Asks the browser for its password dialog; the token then goes as the Basic password.
+    await reply.code(401).header('www-authenticate', 'Basic realm="subscriber-mirror admin", charset="UTF-8"').send({ error: 'unauthorized' });
+  } else if (wantsHtml(request)) {
+    await sendHtml(reply.header('www-authenticate', 'Bearer'), 401, (nonce) => renderLoginPage(nonce, null));
+  } else {
+    await reply.code(401).header('www-authenticate', 'Bearer').send({ error: 'unauthorized' });
+  }
+}
+
+/** One line (never a token, a cookie or a body) and one count per action or failed login. */
+function audit(g: Guard, request: FastifyRequest, reply: FastifyReply): void {
+  const path = request.url.split('?')[0] ?? '';
+  const n = g.notes.get(request);
+  const action = auditAction(request, path, n?.via !== undefined);
+  if (!action) return;
+  const outcome = auditOutcome(reply.statusCode);
+  // Safe requests are audited only when their credentials failed (a script polling with Bearer is no event).
+  if (SAFE_METHODS.has(request.method) && outcome !== 'failed' && outcome !== 'throttled') return;
+  g.deps.metrics?.adminActions.inc({ action, outcome });
+  if (n?.log === false) return;
+  const params = request.params && typeof request.params === 'object' && Object.keys(request.params).length > 0 ? request.params : undefined;
+  const line = {
+    action,
+    outcome,
+    status: reply.statusCode,
+    method: request.method,
+    route: request.routeOptions.url ?? path,
+    via: n?.via ?? 'none',
+    ip: request.ip,
+    ...(params ? { params } : {}),
+    ...n?.detail,
+  };
+  if (outcome === 'succeeded') g.log.info(line, 'admin action');
+  else if (action === 'login' || action === 'auth') g.log.warn(line, 'admin login failed');
+  else g.log.warn(line, 'admin action refused');
+}
+
+function registerSessionRoutes(admin: FastifyInstance, g: Guard): void {
+  const { deps } = g;
+  admin.get('/admin/login', async (request, reply) => {
+    // Outside the guard (the form must show to anyone), so credentials sent here are throttled here:
+    // otherwise this page would tell a guesser which token is right, at any rate.
+    if (request.headers.authorization !== undefined) {
+      const method = await authenticate(g, request, reply);
+      if (reply.sent) return reply;
+      if (method) return reply.redirect('/admin/', 303);
+      return sendHtml(reply, 401, (nonce) => renderLoginPage(nonce, null));
+    }
+    if (await deps.sessions.valid(cookieValue(request.headers.cookie, SESSION_COOKIE))) return reply.redirect('/admin/', 303);
+    return sendHtml(reply, 200, (nonce) => renderLoginPage(nonce, null));
+  });
+
+  admin.post('/admin/login', async (request, reply) => {
+    note(g, request, { via: 'form' });
+    if (!sameOrigin(request)) return reply.code(403).send({ error: 'cross-site login refused' });
+    if (await throttled(g, request, reply)) return reply;
+    const body = request.body as { token?: unknown } | undefined;
+    const presented = typeof body?.token === 'string' ? body.token : '';
+    if (!sameSecret(presented, deps.token)) {
+      g.throttle.failed(request.ip);
+      return sendHtml(reply, 401, (nonce) => renderLoginPage(nonce, 'Wrong token.'));
+    }
+    let session: string;
+    try {
+      session = await deps.sessions.create();
+    } catch {
+      // Sessions live in Redis; Bearer and Basic do not need it.
+      return sendHtml(reply, 503, (nonce) => renderLoginPage(nonce, 'Cannot store the session now (Redis unavailable); try again, or use HTTP Basic.'));
+    }
+    reply.header('set-cookie', sessionCookie(g, request, session, SESSION_MS / 1000));
+    return reply.redirect('/admin/', 303);
+  });
+
+  admin.post('/admin/logout', async (request, reply) => {
+    // Server-side: a copy of the cookie is worthless from now on.
+    await deps.sessions.revoke(cookieValue(request.headers.cookie, SESSION_COOKIE));
+    reply.header('set-cookie', sessionCookie(g, request, '', 0));
+    return reply.redirect('/admin/login', 303);
+  });
+
+  admin.get('/admin/basic', async (_request, reply) => reply.redirect('/admin/', 303));
+  admin.get('/admin', async (_request, reply) => reply.redirect('/admin/', 303));
+}
+
+function registerStatusRoutes(admin: FastifyInstance, g: Guard): void {
+  admin.get('/admin/', async (_request, reply) => {
+    const [passes, authPause, inbox, failed] = await Promise.all([
+      collectStatus(g.deps.pool, g.deps.configured),
+      g.deps.authPause ? g.deps.authPause().catch(() => null) : null,
+      countDeliveriesByStatus(g.deps.pool),
+      latestFailedDeliveries(g.deps.pool, 10),
+    ]);
+    const now = Date.now();
+    return sendHtml(reply, 200, (nonce) =>
+      renderStatusPage(
+        {
+          now,
+          everyMs: g.deps.syncEveryMs,
+          passes,
+          authPause: isPaused(authPause, now) ? authPause : null,
+          inbox,
+          failed,
+          refreshSeconds: REFRESH_SECONDS,
+          links: [
+            { href: '/admin/queues', label: 'Queues (BullMQ)' },
+            { href: '/metrics', label: 'Metrics' },
+            { href: '/admin/status', label: 'Status (JSON)' },
+          ],
+        },
+        nonce,
+      ),
+    );
+  });
+
+  admin.post('/admin/backfill', async (request, reply) => {
+    const parsed = parseBackfillBody(request.body, g.deps.configured);
+    if (typeof parsed === 'string') return reply.code(400).send({ error: parsed });
+    note(g, request, { detail: { group: parsed.groupId, types: parsed.types } });
+    const jobs = await enqueueBackfills(
+      g.deps.syncQueue,
+      parsed.types.map((type) => ({ groupId: parsed.groupId, type })),
+    );
+    return reply.code(202).send({ jobs, jobId: jobs[0]?.jobId });
+  });
+
+  admin.get<{ Params: { id: string } }>('/admin/jobs/:id', async (request, reply) => {
+    const job = await g.deps.syncQueue.getJob(request.params.id);
+    if (!job) return reply.code(404).send({ error: `job ${request.params.id} not found` });
+    return {
+      id: job.id,
+      name: job.name,
+      data: job.data,
+      state: await job.getState(),
+      progress: job.progress,
+      result: job.returnvalue ?? null,
+      failedReason: job.failedReason ?? null,
+      createdAt: new Date(job.timestamp).toISOString(),
+      finishedAt: job.finishedOn ? new Date(job.finishedOn).toISOString() : null,
+    };
+  });
+
+  admin.get('/admin/status', async () => ({
+    authPause: g.deps.authPause ? await g.deps.authPause().catch(() => null) : null,
+    passes: await collectStatus(g.deps.pool, g.deps.configured),
+  }));
+}
+
+async function registerDashboard(admin: FastifyInstance, deps: AdminDeps): Promise<void> {
+  // The dashboard's page links Google Fonts: without internet (where operators often run this) that
+  // is a failed request and a console error on every load. Its own CSS falls back to system fonts.
+  admin.addHook('onSend', async (request, reply, payload) => {
+    if (typeof payload !== 'string' || !request.url.startsWith('/admin/queues')) return payload;
+    if (!String(reply.getHeader('content-type') ?? '').startsWith('text/html')) return payload;
+    return payload.replace(EXTERNAL_STYLESHEET, '');
+  });
+
+  const board = new FastifyAdapter();
+  board.setBasePath('/admin/queues');
+  createBullBoard({
+    queues: [deps.syncQueue, ...(deps.extraQueues ?? [])].map((q) => new BullMQAdapter(q)),
+    serverAdapter: board,
+  });
+  await admin.register(board.registerPlugin(), { prefix: '/admin/queues' });
+}
+
+/** Form bodies on our own forms only; JSON (or no body) everywhere else. */
+function acceptableBody(request: FastifyRequest, path: string): boolean {
+  const length = request.headers['content-length'];
+  const hasBody = request.headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0');
+  if (!hasBody) return true;
+  const media = (request.headers['content-type'] ?? '').split(';')[0]?.trim().toLowerCase();
+  if (media === 'application/json') return true;
+  return media === 'application/x-www-form-urlencoded' && FORM_PATHS.has(path);
 }

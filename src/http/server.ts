@@ -1,7 +1,8 @@
 /**
- * The HTTP listeners. The public one (PORT) is the only port the internet reaches: the webhook route
- * and a bare health answer. The ops one (OPS_PORT) serves /metrics, /admin and the detailed /readyz;
- * without OPS_PORT those share PORT (development, the demo).
+ * The HTTP listeners. The public one (PORT, bound to HOST) is the only port the internet reaches: the
+ * webhook route and a bare health answer. The ops one (OPS_PORT, bound to OPS_HOST) serves /metrics,
+ * /admin and the detailed /readyz; without OPS_PORT they are not served, unless ADMIN_ON_PUBLIC_PORT
+ * puts them on PORT (development, the demo).
  *
  * Routes are registered by the modules that own them; this file builds the Fastify instances with
  * the listener limits and the health endpoints.
@@ -18,8 +19,8 @@ export interface ReadinessCheck {
 }
 
 /**
- * Limits of a listener (README "Public surface"). Every legitimate request (the service gives up
- * after 3 s, spec §6.3) completes well within the timeouts; a client dripping bytes does not.
+ * Limits of a listener (docs/operations.md, "Public surface"). Every legitimate request (the service gives up
+ * after 3 s, docs/upstream.md, "Delivery and retries") completes well within the timeouts; a client dripping bytes does not.
  */
 export interface ListenerLimits {
   /** Time to receive the request headers. */
@@ -53,17 +54,21 @@ export interface ServerOptions {
   public?: boolean;
   /** Name in logs and metrics ('public' or 'ops'). */
   name?: string;
+  /** TRUST_PROXY: client address, protocol and host from X-Forwarded-* (Fastify's trustProxy). */
+  trustProxy?: boolean | number | string[];
 }
 
 export function buildServer(options: ServerOptions): FastifyInstance {
   const limits = options.limits ?? DEFAULT_LISTENER_LIMITS;
   const app = Fastify({
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-type-assertion -- it sets Fastify's logger type parameter: without it the instance is not a plain FastifyInstance
     loggerInstance: options.logger.child({ component: 'http', listener: options.name ?? 'public' }) as FastifyBaseLogger,
     // One line per request at webhook rates would drown the logs; metrics count requests instead.
     logController: new LogController({ disableRequestLogging: true }),
     // Behind a proxy the default 72 s keep-alive outlives the proxy's; keep it short and explicit.
     keepAliveTimeout: 5_000,
     return503OnClosing: true,
+    trustProxy: trustProxyOption(options.trustProxy),
     serverFactory: (handler) => createLimitedServer(handler, limits),
   });
 
@@ -88,6 +93,12 @@ export function buildServer(options: ServerOptions): FastifyInstance {
   }
 
   return app;
+}
+
+/** A hop count means: trust that many proxies nearest to us (Fastify's types take it as a function). */
+function trustProxyOption(value: ServerOptions['trustProxy']): boolean | string[] | ((address: string, hop: number) => boolean) {
+  if (typeof value === 'number') return (_address, hop) => hop < value;
+  return value ?? false;
 }
 
 /**

@@ -26,6 +26,7 @@ export interface StatusPageData {
 const ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
 
 export function escapeHtml(value: unknown): string {
+  // eslint-disable-next-line @typescript-eslint/no-base-to-string -- any value a page shows, as String() renders it
   return String(value ?? '').replace(/[&<>"']/g, (c) => ESCAPES[c] ?? c);
 }
 

@@ -1,5 +1,5 @@
 /**
- * Erasure that does not depend on one webhook (README "Data protection").
+ * Erasure that does not depend on one webhook (docs/security.md, "Personal data and erasure").
  *
  * A forgotten subscriber is erased by the store when its `forget_at` arrives (webhook only: the poll
  * never carries it). Two more paths, run by the worker on a timer:

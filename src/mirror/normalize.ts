@@ -1,12 +1,11 @@
 /**
- * Upstream shapes → the row shapes `store.ts` writes (DESIGN.md "Layout": upstream → normalize →
+ * Upstream shapes → the row shapes `store.ts` writes (docs/architecture.md, "Modules and what they may import": upstream → normalize →
  * store). Pure functions: no I/O, no clock, no config reads (the source timezone is an argument).
  * The validation and the mapping are the schemas of `schemas.ts` (the same ones the webhook receiver
  * validates deliveries with); the row shapes are in `rows.ts` (re-exported here); this module turns a
  * schema's first issue into a {@link NormalizeError} naming the upstream field.
  *
- * Two subscriber shapes exist upstream: the legacy Single Subscriber of the poll path (DESIGN.md
- * "Facts") and the §2.2 Subscriber embedded in webhook payloads. Both become a {@link SubscriberRow}
+ * Two subscriber shapes exist upstream: the legacy Single Subscriber of the poll path (docs/upstream.md, "Legacy Single Subscriber") and the Subscriber object (docs/upstream.md) embedded in webhook payloads. Both become a {@link SubscriberRow}
  * whose `provided` list says which columns that payload actually carried, so the store never nulls a
  * column only the other path knows (e.g. `source` from webhooks, the legacy-only keys in `extra`).
  *
@@ -22,7 +21,7 @@
  * - **`fields`** is an object `{key: string | null}` in both shapes. An `email` key is dropped: the
  *   address lives in the `email` column, webhook `fields` never carry it, and keeping it would make
  *   the two paths' rows differ (a spurious write on every tie) and leave a copy of personal data
- *   outside the column forgetting erases. Non-string scalar values become strings (§2.2: "all values
+ *   outside the column forgetting erases. Non-string scalar values become strings (docs/upstream.md, "Subscriber object": "all values
  *   are strings"); `name` stays in `fields` as well as in the `name` column.
  * - **Unknown keys** go to `extra` with their values as received (a lossless-json `LosslessNumber`
  *   or a bigint is fine: the store serializes them without loss). Webhook envelope keys of flat
@@ -45,11 +44,12 @@ import {
   campaignSchema,
   groupRow,
   groupSchema,
+  currentSubscriberRowSchema,
   legacySubscriberRowSchema,
   upstreamKeysOf,
   webhookSubscriberRowSchema,
 } from './schemas.js';
-import { PERSONAL_FIELDS, type SubscriberField, type SubscriberValues } from '../db/subscriber-columns.js';
+import { PERSONAL_FIELDS } from '../db/subscriber-columns.js';
 
 export { isCanonicalTimestamp } from '../ground/time.js';
 export { LEGACY_KNOWN_KEYS, WEBHOOK_ENVELOPE_KEYS, WEBHOOK_KNOWN_KEYS } from './schemas.js';
@@ -162,7 +162,7 @@ export interface LegacyNormalizeOptions {
 }
 
 /**
- * A legacy Single Subscriber (poll path; DESIGN.md "Facts", `spec/examples/legacy-single-subscriber.json`)
+ * A legacy Single Subscriber (poll path; docs/upstream.md, "Legacy Single Subscriber", `test/fixtures/mirror/legacy-single-subscriber.json`)
  * → {@link SubscriberRow} with `via: 'poll'`.
  *
  * Mapping: `type`→status, `opened`/`clicked`→opensCount/clicksCount, `opened_rate`/`clicked_rate`→
@@ -186,7 +186,7 @@ export function normalizeLegacySubscriber(raw: Record<string, unknown>, opts: Le
 }
 
 /**
- * A §2.2 Subscriber (the `subscriber` of a nested or batched item, or a flat payload itself) →
+ * A subscriber object (docs/upstream.md, "Subscriber object"; the `subscriber` of a nested or batched item, or a flat payload itself) →
  * {@link SubscriberRow} with `via: 'webhook'`.
  *
  * Timestamps are ISO 8601 with a zone and keep all six fractional digits. The `name` column comes
@@ -198,6 +198,24 @@ export function normalizeLegacySubscriber(raw: Record<string, unknown>, opts: Le
  */
 export function normalizeWebhookSubscriber(raw: Record<string, unknown>): SubscriberRow {
   return parseWith(webhookSubscriberRowSchema, asObject(raw, 'subscriber'));
+}
+
+/**
+ * A member as the current API lists it (docs/upstream-current.md, "Subscriber objects") →
+ * {@link SubscriberRow} with `via: 'current'`: the webhook mapping above, with list dates
+ * (`Y-m-d H:i:s`, zoneless) read in `sourceTimezone` (`MAILER_SOURCE_TZ`).
+ *
+ * @throws {NormalizeError} as {@link normalizeWebhookSubscriber}, and for an unknown `sourceTimezone`.
+ */
+export function normalizeCurrentSubscriber(raw: Record<string, unknown>, opts: LegacyNormalizeOptions): SubscriberRow {
+  const obj = asObject(raw, 'subscriber');
+  try {
+    assertTimeZone(opts.sourceTimezone);
+  } catch (err) {
+    if (err instanceof TimezoneError) throw new NormalizeError('sourceTimezone', err.message);
+    throw err;
+  }
+  return parseWith(currentSubscriberRowSchema(opts.sourceTimezone), obj);
 }
 
 /** A payload `group` object `{id, name}` → {@link GroupRow}. @throws {NormalizeError} */

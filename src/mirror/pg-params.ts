@@ -18,6 +18,7 @@ export function arrayLiteral(values: readonly unknown[]): string {
       out += 'NULL';
       continue;
     }
+    // eslint-disable-next-line @typescript-eslint/no-base-to-string -- array elements: numbers, bigints, booleans
     const text = typeof v === 'string' ? v : String(v);
     out += text.includes('"') || text.includes('\\') ? `"${text.replace(/["\\]/g, '\\$&')}"` : `"${text}"`;
   }

@@ -37,19 +37,19 @@ export interface SubscriberRow {
   provided: readonly SubscriberField[];
 }
 
-/** A group as embedded in payloads (§2.3). A null name means "not known", never "erase". */
+/** A group as embedded in payloads (docs/upstream.md, "Objects in payloads"). A null name means "not known", never "erase". */
 export interface GroupRow {
   id: string;
   name: string | null;
 }
 
-/** An automation as embedded in payloads (§2.3). */
+/** An automation as embedded in payloads (docs/upstream.md, "Objects in payloads"). */
 export interface AutomationRow {
   id: string;
   name: string | null;
 }
 
-/** A campaign as embedded in payloads or the flat `campaign.sent` payload (§2.3). Nulls mean "not known". */
+/** A campaign as embedded in payloads or the flat `campaign.sent` payload (docs/upstream.md, "Objects in payloads"). Nulls mean "not known". */
 export interface CampaignRow {
   id: string;
   name: string | null;

@@ -1,8 +1,8 @@
 /**
  * The validation rules of upstream values, each written once as a zod schema whose output is the
  * canonical value the mirror stores. The payload schemas of both paths (`schemas.ts`: the legacy
- * Single Subscriber of the poll, the §2.2 subscriber of flat, nested and batched webhook payloads, the
- * §2.3 group, automation and campaign) are built from these, so the receiver's validation and the
+ * Single Subscriber of the poll, the subscriber object (docs/upstream.md) of flat, nested and batched webhook payloads, the
+ * group, automation and campaign objects of docs/upstream.md) are built from these, so the receiver's validation and the
  * rows the store writes can never disagree.
  *
  * Every rule but the id's is optional: an absent key stays absent (`undefined`), so the row builders
@@ -34,12 +34,12 @@ type Ctx = z.core.$RefinementCtx;
 export function forward<T>(ctx: Ctx, result: z.ZodSafeParseResult<T>): T {
   if (result.success) return result.data;
   for (const i of result.error.issues) ctx.addIssue({ code: 'custom', message: i.message, path: [...i.path], input: (i as { input?: unknown }).input });
-  return z.NEVER as never;
+  return z.NEVER;
 }
 
 function issue(ctx: Ctx, value: unknown, message: string): never {
   ctx.addIssue({ code: 'custom', message, input: value });
-  return z.NEVER as never;
+  return z.NEVER;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -116,7 +116,7 @@ const INTEGER_TEXT = /^-?\d+$/;
 const NUMBER_TEXT = /^-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?$/;
 
 /**
- * How numbers may arrive: the webhook spec (§2.2) sends JSON numbers; the legacy API also sends
+ * How numbers may arrive: the webhook spec (docs/upstream.md, "Subscriber object") sends JSON numbers; the legacy API also sends
  * numeric strings, and `""` for none.
  */
 export interface NumberForm {
@@ -180,7 +180,7 @@ export const textRule = z.unknown().transform((value, ctx): string | null | unde
 }).optional();
 
 // ---------------------------------------------------------------------------------------------
-// Custom fields (§2.2: "all values are strings")
+// Custom fields (docs/upstream.md, "Subscriber object": "all values are strings")
 
 function fieldText(value: unknown): string | null | undefined {
   if (value === null || value === undefined) return null;

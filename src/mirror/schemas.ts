@@ -1,15 +1,16 @@
 /**
  * One zod schema per upstream shape, built from the rules of `rules.ts`, and the transforms that
- * turn what they validated into the rows the store writes (DESIGN.md "Layout": upstream → normalize
+ * turn what they validated into the rows the store writes (docs/architecture.md, "Modules and what they may import": upstream → normalize
  * → store). The webhook receiver validates deliveries with these same schemas (`parseDelivery`), so
  * what it accepts is exactly what the consumer can mirror; the poll normalizes legacy rows with them.
  *
- * Shapes: the legacy Single Subscriber (poll), the §2.2 subscriber (the `subscriber` of a nested or
- * batched item, or a flat payload without its envelope keys), and the §2.3 group, automation and
- * campaign (also the flat `campaign.sent` payload). Mapping decisions are documented once in
+ * Shapes: the legacy Single Subscriber (poll), the subscriber object (docs/upstream.md; the `subscriber` of a nested or
+ * batched item, or a flat payload without its envelope keys), and the group, automation and
+ * campaign objects of docs/upstream.md, "Objects in payloads" (also the flat `campaign.sent` payload). Mapping decisions are documented once in
  * `normalize.ts`.
  */
 import { z } from 'zod';
+import type { MirrorSource } from '../db/schema.js';
 import type { AutomationRow, CampaignRow, GroupRow, SubscriberRow } from './rows.js';
 import { emptyValues, SUBSCRIBER_FIELDS, type SubscriberField, type SubscriberValues } from '../db/subscriber-columns.js';
 import {
@@ -46,7 +47,7 @@ function requireClock(updated: string, created: string, message: string) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Webhook subscriber (§2.2)
+// Webhook subscriber (docs/upstream.md, "Subscriber object")
 
 const WEBHOOK_TEXT = { email: 'email', status: 'status', source: 'source', ip_address: 'ipAddress', optin_ip: 'optinIp' } as const;
 const WEBHOOK_INT = { sent: 'sent', opens_count: 'opensCount', clicks_count: 'clicksCount' } as const;
@@ -61,10 +62,10 @@ const WEBHOOK_TIME = {
 } as const;
 const WEBHOOK_COLUMNS: Readonly<Record<string, SubscriberField>> = { ...WEBHOOK_TEXT, ...WEBHOOK_INT, ...WEBHOOK_FLOAT, ...WEBHOOK_TIME };
 
-/** Keys of flat payloads (§6.2) that belong to the envelope, not the subscriber. */
+/** Keys of flat payloads (docs/upstream.md, "Payload shapes") that belong to the envelope, not the subscriber. */
 export const WEBHOOK_ENVELOPE_KEYS: ReadonlySet<string> = new Set(['event', 'account_id']);
 
-/** §2.2 keys consumed by a column (plus the envelope keys); every other key goes to `extra`. */
+/** Subscriber object keys (docs/upstream.md) consumed by a column (plus the envelope keys); every other key goes to `extra`. */
 export const WEBHOOK_KNOWN_KEYS: ReadonlySet<string> = new Set([
   'id',
   'name',
@@ -99,7 +100,7 @@ function subscriberObject(keys: ColumnKeys, rules: { numbers: NumberForm; time: 
   );
 }
 
-/** The §2.2 subscriber object, values canonical, unknown keys kept as received. */
+/** The subscriber object (docs/upstream.md, "Subscriber object"), values canonical, unknown keys kept as received. */
 export const subscriberSchema = subscriberObject(
   { text: WEBHOOK_TEXT, int: WEBHOOK_INT, float: WEBHOOK_FLOAT, time: WEBHOOK_TIME },
   { numbers: WEBHOOK_NUMBERS, time: isoTimestampRule },
@@ -109,8 +110,13 @@ export const subscriberSchema = subscriberObject(
 /** As validated: ids, timestamps, numbers and texts canonical; unknown keys as received. */
 export type WebhookSubscriber = z.output<typeof subscriberSchema>;
 
-/** A validated §2.2 subscriber → its {@link SubscriberRow} (`via: 'webhook'`). */
+/** A validated subscriber object (docs/upstream.md) → its {@link SubscriberRow} (`via: 'webhook'`). */
 export function webhookSubscriberRow(s: WebhookSubscriber): SubscriberRow {
+  return subscriberRowOf(s, 'webhook');
+}
+
+/** The §2.2 mapping, for the webhook payloads and the current API's lists alike. */
+function subscriberRowOf(s: WebhookSubscriber, via: MirrorSource): SubscriberRow {
   const o = s as Record<string, unknown>;
   const createdAt = (o.created_at as string | null | undefined) ?? null;
   const values = emptyValues(s.id, ((o.updated_at as string | null | undefined) ?? createdAt) as string);
@@ -128,11 +134,36 @@ export function webhookSubscriberRow(s: WebhookSubscriber): SubscriberRow {
     provided.add('name');
   }
   values.extra = collectExtra(o, WEBHOOK_KNOWN_KEYS);
-  return { via: 'webhook', values, provided: SUBSCRIBER_FIELDS.filter((f) => provided.has(f)) };
+  return { via, values, provided: SUBSCRIBER_FIELDS.filter((f) => provided.has(f)) };
 }
 
 /** The webhook subscriber shape, validated and normalized in one parse. */
 export const webhookSubscriberRowSchema = subscriberSchema.transform(webhookSubscriberRow);
+
+// ---------------------------------------------------------------------------------------------
+// Current API list subscriber (docs/upstream-current.md): the §2.2 shape with zoneless dates
+
+const currentSchemas = new Map<string, z.ZodType<SubscriberRow>>();
+
+/**
+ * A member as the current API lists it, read in `timeZone` (checked by the caller) → its
+ * {@link SubscriberRow} (`via: 'current'`). The §2.2 keys and mapping, with the dates of lists
+ * (`Y-m-d H:i:s`, read like the legacy ones; a value with a zone is read by its own zone).
+ */
+export function currentSubscriberRowSchema(timeZone: string): z.ZodType<SubscriberRow> {
+  let schema = currentSchemas.get(timeZone);
+  if (schema) return schema;
+  const time = legacyTimestampRule(timeZone);
+  schema = subscriberObject(
+    { text: WEBHOOK_TEXT, int: WEBHOOK_INT, float: WEBHOOK_FLOAT, time: WEBHOOK_TIME },
+    { numbers: WEBHOOK_NUMBERS, time },
+    { name: textRule, updated_at: time, fields: fieldsRule },
+  )
+    .check(requireClock('updated_at', 'created_at', 'the subscriber has neither updated_at nor created_at, so its version cannot be ordered'))
+    .transform((s) => subscriberRowOf(s, 'current'));
+  currentSchemas.set(timeZone, schema);
+  return schema;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Legacy Single Subscriber (poll)
@@ -165,7 +196,7 @@ const LEGACY_KEY_FIELD: Readonly<Record<string, SubscriberField>> = {
 const keysOf = (map: Readonly<Record<string, SubscriberField>>, fields: readonly SubscriberField[]) =>
   Object.entries(map).filter(([, field]) => fields.includes(field));
 
-/** The §2.2 (webhook) keys that fill one of `fields`, each with its field. */
+/** The "Subscriber object" (docs/upstream.md) (webhook) keys that fill one of `fields`, each with its field. */
 export function webhookKeysOf(fields: readonly SubscriberField[]): [string, SubscriberField][] {
   return keysOf(WEBHOOK_KEY_FIELD, fields);
 }
@@ -214,7 +245,7 @@ function legacyRow(o: Record<string, unknown>, raw: Record<string, unknown>): Su
 }
 
 // ---------------------------------------------------------------------------------------------
-// Groups, automations, campaigns (§2.3)
+// Groups, automations, campaigns (docs/upstream.md, "Objects in payloads")
 
 export const groupSchema = z.looseObject({ id: idRule, name: textRule }, { error: objectError('group') });
 export const automationSchema = z.looseObject({ id: idRule, name: textRule }, { error: objectError('automation') });

@@ -1,6 +1,6 @@
 /**
  * The only code that writes the mirrored tables (`subscribers`, `groups`, `group_members`,
- * `campaigns`, `automations`, `subscriber_activity`; DESIGN.md "Layout"). Poll and webhook consumer
+ * `campaigns`, `automations`, `subscriber_activity`; docs/architecture.md, "Modules and what they may import"). Poll and webhook consumer
  * hand it normalized rows (`normalize.ts`) and never write SQL for these tables themselves.
  *
  * One module per table family under `store/`: `subscribers`, `memberships`, `reference` (groups,
@@ -9,10 +9,10 @@
  * several store calls and your own statements atomic (a poll page plus its checkpoint, invariant 3),
  * run them on one transaction: {@link withTransaction}.
  *
- * How writes stay correct (DESIGN.md invariants 2 and 5, STYLE.md "One guarded upsert"):
+ * How writes stay correct (docs/architecture.md, invariants 2 and 5, docs/architecture.md, "Conventions": one guarded upsert):
  * - One statement per call (per payload shape, see {@link upsertSubscribers}), built from `unnest`
  *   of one array parameter per column, so a page costs one round trip and stays far below the
- *   65,535 bind-parameter limit whatever its size (DESIGN.md "Traps": drizzle's row-object insert
+ *   65,535 bind-parameter limit whatever its size (docs/architecture.md, "Traps we work around": drizzle's row-object insert
  *   builder is ~6k rows/s, and duplicate keys inside one `INSERT … ON CONFLICT` fail, so batches are
  *   deduplicated first).
  * - A newer-than guard on the upstream version time (`version_at`, never our clock: `versionTime` in

@@ -146,7 +146,7 @@ export class Churn {
 
 /**
  * Page churn: mutations applied right after a legacy list page is served, i.e. between the pages of
- * a pass that reads with offset paging (DESIGN.md "Facts": each member leaving ahead of the read
+ * a pass that reads with offset paging (docs/upstream.md, "Legacy lists": each member leaving ahead of the read
  * position hides one row at the next page boundary). Each page served of an unfiltered list of the
  * chosen group triggers `leave` removals (from rows the pass already read, the case that shifts
  * the rest up), `join` new members and `retype` type changes of members still ahead.
@@ -175,6 +175,8 @@ export interface PageChurnServed {
   offset: number;
   rows: number;
   filtered: boolean;
+  /** The order the list was read in: legacy list order (default), or ascending id (current API cursor pages). */
+  order?: 'list' | 'id';
 }
 
 interface Settings {
@@ -245,7 +247,10 @@ export class PageChurn {
     if (!this.active || served.filtered || served.rows === 0) return;
     if (this.settings.groupId !== undefined && served.groupId !== this.settings.groupId) return;
     this.settings.pages -= 1;
-    const list = this.world.members(served.groupId, served.type ?? undefined);
+    const list =
+      served.order === 'id' && served.type !== null
+        ? this.world.membersById(served.groupId, served.type)
+        : this.world.members(served.groupId, served.type ?? undefined);
     const readSoFar = list.slice(0, served.offset + served.rows);
     const ahead = list.slice(served.offset + served.rows);
     const leaving = this.leavingNow();

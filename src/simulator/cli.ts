@@ -29,6 +29,8 @@ export const SIMULATOR_USAGE = `Usage: subscriber-mirror simulator [options]
   --time-scale X        multiplies batch interval, retry delays, rate-limit window (default 1)
   --rate-limit N|off    legacy requests per minute per endpoint (default 60)
   --page-cap N          silently cap legacy pages at N rows
+  --current-page-cap N  silently cap current-API member pages at N rows (default 100)
+  --moved-account       legacy group endpoints answer 404 as for an account moved to the current platform
   --timezone TZ         IANA name or offset like +14:00 (default UTC)
   --boundary B          midnight | whole-day (default midnight)
   --webhook-target URL  register webhooks for every event kind, delivering to URL
@@ -48,6 +50,8 @@ const FLAGS = {
   'time-scale': { type: 'string' },
   'rate-limit': { type: 'string' },
   'page-cap': { type: 'string' },
+  'current-page-cap': { type: 'string' },
+  'moved-account': { type: 'boolean' },
   timezone: { type: 'string' },
   boundary: { type: 'string' },
   'webhook-target': { type: 'string' },
@@ -114,6 +118,8 @@ export function parseSimulatorArgs(argv: readonly string[]): CliConfig {
   if (rateLimit === 'off' || rateLimit === 'false') options.rateLimit = false;
   else options.rateLimit = integer('rate-limit', rateLimit, 60, 1);
   if (values['page-cap'] !== undefined) options.pageCap = integer('page-cap', values['page-cap'], 100, 1);
+  if (values['current-page-cap'] !== undefined) options.currentPageCap = integer('current-page-cap', values['current-page-cap'], 100, 1);
+  if (values['moved-account']) options.movedAccount = true;
   if (values.timezone !== undefined) {
     try {
       parseZone(values.timezone);
@@ -155,7 +161,7 @@ function isHttpUrl(text: string): boolean {
   }
 }
 
-/** Spec §6.1: deleted/open/click need a batchable webhook, so the target gets two webhooks. */
+/** docs/upstream.md, "Event kinds": deleted/open/click need a batchable webhook, so the target gets two webhooks. */
 export function registerTargetWebhooks(sim: Simulator, url: string): Webhook[] {
   const direct = ALL_EVENT_KINDS.filter((kind) => !BATCH_ONLY_KINDS.includes(kind));
   return [
@@ -178,6 +184,7 @@ export async function runSimulatorCli(argv: string[], io: CliIo = {}): Promise<v
       `key header ${sim.apiKeyHeader}, groups ${groups.join(',')}, ${sim.world.count()} subscribers`,
   );
   print(`  try: curl -H '${sim.apiKeyHeader}: ${sim.apiKey}' '${sim.url}/api/v2/groups/${groups[0] ?? '1'}/subscribers?limit=2'`);
+  print(`  current API: curl -H 'Authorization: Bearer ${sim.webhooksToken}' '${sim.url}/api/groups/${groups[0] ?? '1'}/subscribers?filter[status]=active&limit=2'`);
   if (config.webhookTarget !== null) {
     for (const hook of registerTargetWebhooks(sim, config.webhookTarget)) {
       print(`  webhook ${hook.id} (${hook.batchable ? 'batchable' : 'direct'}) -> ${hook.url} secret ${hook.secret}`);

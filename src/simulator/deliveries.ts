@@ -1,5 +1,5 @@
 /**
- * Webhook delivery (spec §6.3–§6.5): one signed POST per event for plain webhooks, a batched body
+ * Webhook delivery (docs/upstream.md, "Delivery and retries", "Signature", "Batched payloads"): one signed POST per event for plain webhooks, a batched body
  * per interval for batchable ones; an attempt fails on non-2xx or timeout and is retried with the
  * identical body after the retry delays, then given up. Every attempt is recorded for tests.
  */

@@ -6,7 +6,7 @@
 import { mulberry32 } from './prng.js';
 import type { RequestApi } from './requests.js';
 
-export type FaultScope = 'legacy' | 'webhooks' | 'all';
+export type FaultScope = 'legacy' | 'webhooks' | 'current' | 'all';
 
 export interface FaultSettings {
   /** Fraction [0,1] of requests answered with `errorStatus` (default 500). */
@@ -96,7 +96,7 @@ export class Faults {
 
   private inScope(api: RequestApi): boolean {
     const scope = this.current.scope;
-    return scope === 'all' ? api === 'legacy' || api === 'webhooks' : api === scope;
+    return scope === 'all' ? api === 'legacy' || api === 'webhooks' || api === 'current' : api === scope;
   }
 }
 
@@ -105,7 +105,7 @@ function defaults(): Required<FaultSettings> {
 }
 
 function withoutUndefined(settings: FaultSettings): FaultSettings {
-  return Object.fromEntries(Object.entries(settings).filter(([, v]) => v !== undefined)) as FaultSettings;
+  return Object.fromEntries(Object.entries(settings).filter(([, v]) => v !== undefined));
 }
 
 export const HTML_ERROR_PAGE =

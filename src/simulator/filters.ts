@@ -1,5 +1,5 @@
 /**
- * Legacy list query parameters: `limit`, `offset` and `filters[<key>][<op>]=YYYY-MM-DD` (spec §4.1).
+ * Legacy list query parameters: `limit`, `offset` and `filters[<key>][<op>]=YYYY-MM-DD` (docs/upstream.md, "Legacy lists").
  * Fastify's default querystring parser does not nest `filters[a][b]`, so the raw query is read
  * with URLSearchParams here.
  */
@@ -13,7 +13,7 @@ export const FILTER_OPS = ['$gt', '$gte', '$lt', '$lte'] as const;
 export type FilterOp = (typeof FILTER_OPS)[number];
 
 /**
- * How a day-granular filter meets stored times, both undocumented upstream (DESIGN invariant 4):
+ * How a day-granular filter meets stored times, both undocumented upstream (docs/architecture.md, invariant 4):
  * `midnight` compares with D 00:00 (`$gt D` = after D 00:00); `whole-day` compares calendar days
  * (`$gt D` = from D+1 00:00 on).
  */

@@ -68,6 +68,12 @@ export interface SimulatorOptions extends WorldOptions {
   churn?: number;
   /** Mutations between the pages of a pass (members leaving, joining, changing type), default none. */
   pageChurn?: PageChurnSettings;
+  /** Current-API requests per window, one budget for the account (default 120; false: no limit; off too when `rateLimit` is false). */
+  currentRateLimit?: number | false;
+  /** Silently cap current-API member pages at this many rows whatever `limit` asks (default 100). */
+  currentPageCap?: number | null;
+  /** Every legacy group endpoint answers 404 `{"error":{"message":"Endpoint not found"}}` (an account moved to the current platform). */
+  movedAccount?: boolean;
   /** Faults active from the start (default none). */
   faults?: FaultSettings;
   /** Webhooks registered before the server starts. */
@@ -98,6 +104,12 @@ export interface Simulator {
   readonly pageChurn: PageChurn;
   /** Silently caps legacy pages from now on (null: no cap), as a service could without notice. */
   setPageCap(cap: number | null): void;
+  /** Silently caps current-API member pages from now on (null: no cap). */
+  setCurrentPageCap(cap: number | null): void;
+  /** Turns the moved-account mode of the legacy API on or off. */
+  setMovedAccount(moved: boolean): void;
+  /** The current API's rate limit, or null when disabled. */
+  readonly currentRateLimit: { limit: number; windowMs: number } | null;
   /** The effective rate limit, or null when disabled. */
   readonly rateLimit: { limit: number; windowMs: number; mode: RateLimitMode; scope: RateLimitScope } | null;
   /** Stops churn, timers and the server; waits for deliveries in flight. */
@@ -105,6 +117,14 @@ export interface Simulator {
 }
 
 const MINUTE_MS = 60_000;
+/** The current platform's documented limit: 120 requests a minute per account. */
+const CURRENT_RATE_LIMIT = 120;
+/** Rows the current API serves at most per member page, whatever `limit` asks (its docs disagree on the maximum). */
+const CURRENT_PAGE_CAP = 100;
+
+function checkCap(cap: number): void {
+  if (!(Number.isInteger(cap) && cap >= 1)) throw new RangeError(`page cap must be a whole number >= 1 or null, got ${cap}`);
+}
 const RETRY_DELAYS_S = [10, 100, 1000];
 
 export async function startSimulator(options: SimulatorOptions = {}): Promise<Simulator> {
@@ -135,6 +155,13 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
           options.rateLimitMode ?? 'fixed',
         );
   const rateLimitScope = options.rateLimitScope ?? 'endpoint';
+  const currentRate = options.rateLimit === false ? false : (options.currentRateLimit ?? CURRENT_RATE_LIMIT);
+  const currentLimiter =
+    currentRate === false
+      ? null
+      : new RateLimiter(currentRate, options.rateLimitWindowMs ?? MINUTE_MS * timeScale, options.rateLimitMode ?? 'fixed');
+  const currentPageCap = options.currentPageCap === undefined ? CURRENT_PAGE_CAP : options.currentPageCap;
+  if (currentPageCap !== null) checkCap(currentPageCap);
   const requests = new RequestLog();
   const faults = new Faults(seed, options.faults);
   const apiKeyHeader = options.apiKeyHeader ?? 'X-Service-ApiKey';
@@ -157,6 +184,10 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     shiftingOrder: options.shiftingOrder ?? false,
     logger: options.logger ?? false,
     onListPage: (served: Parameters<PageChurn['onPage']>[0]) => pageChurn.onPage(served),
+    currentLimiter,
+    currentPageCap,
+    movedAccount: options.movedAccount ?? false,
+    onCurrentPage: (served: Parameters<PageChurn['onPage']>[0]) => pageChurn.onPage(served),
   };
   const app = buildServer(serverConfig);
   const host = options.host ?? '127.0.0.1';
@@ -185,9 +216,17 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     churn,
     pageChurn,
     setPageCap(cap: number | null): void {
-      if (cap !== null && !(Number.isInteger(cap) && cap >= 1)) throw new RangeError(`page cap must be a whole number >= 1 or null, got ${cap}`);
+      if (cap !== null) checkCap(cap);
       serverConfig.pageCap = cap;
     },
+    setCurrentPageCap(cap: number | null): void {
+      if (cap !== null) checkCap(cap);
+      serverConfig.currentPageCap = cap;
+    },
+    setMovedAccount(moved: boolean): void {
+      serverConfig.movedAccount = moved;
+    },
+    currentRateLimit: currentLimiter ? { limit: currentLimiter.limit, windowMs: currentLimiter.windowMs } : null,
     rateLimit: limiter ? { limit: limiter.limit, windowMs: limiter.windowMs, mode: limiter.mode, scope: rateLimitScope } : null,
     close(): Promise<void> {
       closing ??= (async () => {
@@ -237,3 +276,5 @@ export type {
   WorldEvent,
 } from './kinds.js';
 export { isoMicros, parseIsoMicros, formatLocalDateTime, parseZone } from './time.js';
+export { CURRENT_DEFAULT_LIMIT, decodeCursor, encodeCursor } from './current.js';
+export { CURRENT_REQUESTS, LEGACY_REQUESTS } from './requests.js';

@@ -1,5 +1,5 @@
 /**
- * The 14 event kinds of spec §6.1 as one table: how each is shaped on the wire and which ones
+ * The 14 event kinds (docs/upstream.md, "Event kinds") as one table: how each is shaped on the wire and which ones
  * require a batchable webhook. Payload building and webhook validation both read this table.
  */
 
@@ -17,7 +17,7 @@ export type ContextObject = 'group' | 'automation' | 'campaign' | null;
 export interface KindSpec {
   readonly shape: PayloadShape;
   readonly context: ContextObject;
-  /** Spec §6.1: the webhook must be created with batchable true to subscribe to this kind. */
+  /** docs/upstream.md, "Event kinds": the webhook must be created with batchable true to subscribe to this kind. */
   readonly batchOnly: boolean;
 }
 
@@ -50,12 +50,12 @@ export function kindSpec(kind: EventKind): KindSpec {
   return EVENT_KINDS[kind];
 }
 
-/** Custom fields carried by every subscriber (spec §2.2 `fields`). */
+/** Custom fields carried by every subscriber (docs/upstream.md, "Subscriber object": `fields`). */
 export const FIELD_KEYS = ['name', 'last_name', 'company', 'country', 'city', 'phone', 'state', 'zip'] as const;
 export type FieldKey = (typeof FIELD_KEYS)[number];
 export type SubscriberFields = Record<FieldKey, string>;
 
-/** Spec §2.2: the subscriber as embedded in webhook payloads. */
+/** docs/upstream.md, "Subscriber object": the subscriber as embedded in webhook payloads. */
 export interface WebhookSubscriber {
   id: string;
   email: string;
@@ -122,7 +122,7 @@ export interface AutomationInfo {
   readonly name: string;
 }
 
-/** Spec §2.3 campaign object (also the flat campaign.sent fields). */
+/** Campaign object (docs/upstream.md, "Objects in payloads") (also the flat campaign.sent fields). */
 export interface CampaignInfo {
   readonly id: string;
   readonly name: string;

@@ -1,5 +1,5 @@
 /**
- * Delivery payloads of spec §6.2 / §6.5, built from a world event with the kinds table.
+ * Delivery payloads of docs/upstream.md, "Payload shapes" and "Batched payloads", built from a world event with the kinds table.
  */
 import { kindSpec } from './kinds.js';
 import type { WorldEvent } from './kinds.js';
@@ -19,7 +19,7 @@ export function directPayload(event: WorldEvent, accountId: number): Payload {
   }
 }
 
-/** One item of a batched body: the nested shape without account_id (spec §6.5). */
+/** One item of a batched body: the nested shape without account_id (docs/upstream.md, "Batched payloads"). */
 export function nestedItem(event: WorldEvent): Payload {
   const item: Payload = { type: event.kind };
   if (event.subscriber) item['subscriber'] = event.subscriber;

@@ -1,5 +1,5 @@
 /**
- * Legacy rate limit (DESIGN "Facts": 60 requests per minute, X-RateLimit-* headers, 429). Only
+ * Legacy rate limit (docs/upstream.md, "Limits": 60 requests per minute, X-RateLimit-* headers, 429). Only
  * accepted requests use up the budget, as in Laravel's throttle: a 429 does not extend the wait.
  */
 

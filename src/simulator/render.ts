@@ -1,6 +1,6 @@
 /**
  * Wire renderings of a subscriber: the legacy Single Subscriber (JSON text written by hand so that
- * ids above 2^53 appear as exact digits) and the webhook §2.2 object.
+ * ids above 2^53 appear as exact digits) and the webhook subscriber object (docs/upstream.md, "Subscriber object").
  */
 import type { LegacySubscriber } from './kinds.js';
 

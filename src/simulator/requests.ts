@@ -3,7 +3,7 @@
  * never exceeded the rate limit in any window).
  */
 
-export type RequestApi = 'legacy' | 'webhooks' | 'preflight' | 'other';
+export type RequestApi = 'legacy' | 'webhooks' | 'current' | 'preflight' | 'other';
 
 export interface RequestRecord {
   seq: number;
@@ -26,6 +26,9 @@ export type RequestFilter = (record: RequestRecord) => boolean;
 
 /** By default only legacy API calls count: they are what the rate limit governs. */
 export const LEGACY_REQUESTS: RequestFilter = (record) => record.api === 'legacy';
+
+/** Calls of the current API's group reads (its own limit of 120 a minute). */
+export const CURRENT_REQUESTS: RequestFilter = (record) => record.api === 'current';
 
 export class RequestLog {
   readonly records: RequestRecord[] = [];

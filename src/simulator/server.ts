@@ -16,6 +16,7 @@ import type { SubscriberType } from './kinds.js';
 import { rateLimitHeaders } from './rate-limit.js';
 import type { RateLimiter } from './rate-limit.js';
 import { legacyArrayJson } from './render.js';
+import { CURRENT_PREFIX, currentRateLimitHeaders, laravelMessage, registerCurrentRoutes } from './current.js';
 import type { RequestApi, RequestLog, RequestRecord } from './requests.js';
 import { VALIDATION_MESSAGE, pageEnvelope } from './webhooks.js';
 import type { WebhookRegistry, WebhookResult } from './webhooks.js';
@@ -40,6 +41,14 @@ export interface ServerConfig {
   shiftingOrder: boolean;
   /** Called after every legacy list page is served (the page-churn mode mutates the world here). */
   onListPage?: (served: ServedPage) => void;
+  /** The current API's limiter (120 a minute), null for none. */
+  currentLimiter: RateLimiter | null;
+  /** Silent cap of current-API member pages (read on every request), null for none. */
+  currentPageCap: number | null;
+  /** Every legacy group endpoint answers 404 without a code, as for an account moved to the current platform. */
+  movedAccount: boolean;
+  /** Called after every current-API member page is served. */
+  onCurrentPage?: (served: ServedPage) => void;
   logger: boolean;
 }
 
@@ -50,6 +59,8 @@ export interface ServedPage {
   offset: number;
   rows: number;
   filtered: boolean;
+  /** The list's order: the legacy list order, or ascending id (the current API's cursor key). */
+  order?: 'list' | 'id';
 }
 
 export const LEGACY_PREFIX = '/api/v2';
@@ -64,7 +75,7 @@ const ROUTES = {
   webhook: `${WEBHOOKS_PREFIX}/:webhookId`,
 } as const;
 
-/** Spec §5.2: the preflight answers, but without the key header, so browsers cannot send it. */
+/** docs/upstream.md, "Authentication": the preflight answers, but without the key header, so browsers cannot send it. */
 const PREFLIGHT_HEADERS = {
   'Access-Control-Allow-Origin': '*',
   'Access-Control-Allow-Methods': 'GET, POST, PUT, DELETE, OPTIONS',
@@ -98,6 +109,7 @@ export function buildServer(config: ServerConfig): FastifyInstance {
     records.set(request.raw, record);
     if (record.api === 'legacy') return legacyGate(config, request, reply, record);
     if (record.api === 'webhooks') return webhooksGate(config, request, reply, record);
+    if (record.api === 'current') return currentGate(config, request, reply, record);
     return undefined;
   });
   app.addHook('onResponse', async (request, reply) => {
@@ -112,6 +124,7 @@ export function buildServer(config: ServerConfig): FastifyInstance {
   app.options(`${WEBHOOKS_PREFIX}/*`, preflight);
   registerLegacyRoutes(app, config);
   registerWebhookRoutes(app, config);
+  registerCurrentRoutes(app, config);
   return app;
 }
 
@@ -120,6 +133,7 @@ function classify(request: FastifyRequest): RequestApi {
   if (request.method === 'OPTIONS') return 'preflight';
   if (path === LEGACY_PREFIX || path.startsWith(`${LEGACY_PREFIX}/`)) return 'legacy';
   if (path === WEBHOOKS_PREFIX || path.startsWith(`${WEBHOOKS_PREFIX}/`)) return 'webhooks';
+  if (path.startsWith(`${CURRENT_PREFIX}/`)) return 'current';
   return 'other';
 }
 
@@ -169,6 +183,26 @@ async function legacyGate(
   const key = headerValue(request, config.apiKeyHeader);
   if (key === undefined || key === '') return reply.code(401).type(JSON_TYPE).send(legacyError(1, 'Unauthorized'));
   if (key !== config.apiKey) return reply.code(401).type(JSON_TYPE).send(legacyError(302, 'API-Key Unauthorized'));
+  // Captured from real moved accounts: no `code` in the error object, unlike every other legacy error.
+  if (config.movedAccount) return reply.code(404).type(JSON_TYPE).send(JSON.stringify({ error: { message: 'Endpoint not found' } }));
+  return undefined;
+}
+
+/** The current API: its own limit (one budget for the account), faults, then the Bearer token. */
+async function currentGate(
+  config: ServerConfig,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  record: RequestRecord,
+): Promise<FastifyReply | undefined> {
+  reply.header('date', new Date(config.world.now()).toUTCString());
+  const decision = config.currentLimiter?.consume('account');
+  if (decision) reply.headers(currentRateLimitHeaders(decision));
+  const fault = config.faults.decide('current');
+  if (await applyFault(fault, request, reply, record, (_code, message) => laravelMessage(message))) return reply;
+  if (decision && !decision.allowed) return reply.code(429).type(JSON_TYPE).send(laravelMessage('Too Many Attempts.'));
+  const match = /^Bearer\s+(.+)$/i.exec(headerValue(request, 'authorization') ?? '');
+  if (!match || match[1] !== config.webhooksToken) return reply.code(401).type(JSON_TYPE).send(laravelMessage('Unauthenticated.'));
   return undefined;
 }
 

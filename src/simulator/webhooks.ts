@@ -1,6 +1,6 @@
 /**
- * Webhook resources (spec §2.1, §4.2): registry, Laravel-style validation (422 shape of
- * spec/examples/validation-error-422.json) and the Laravel page envelope of spec §2.4.
+ * Webhook resources (docs/upstream.md, "Webhook object" and "Webhook management"): registry, Laravel-style validation (422 shape in
+ * docs/upstream.md, "Webhook management") and the Laravel page envelope (docs/upstream.md, "Page envelope").
  */
 import { randomBytes } from 'node:crypto';
 import { BATCH_ONLY_KINDS, isEventKind } from './kinds.js';
@@ -209,7 +209,7 @@ function randomSecret(): string {
   return Array.from(bytes, (b) => SECRET_ALPHABET[b % SECRET_ALPHABET.length]).join('');
 }
 
-// ------------------------------------------------------------------ page envelope (spec §2.4)
+// ------------------------------------------------------------------ page envelope (docs/upstream.md, "Page envelope")
 
 export interface PageLink {
   url: string | null;

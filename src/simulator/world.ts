@@ -1,7 +1,7 @@
 /**
  * The simulated account: groups, subscribers, automations and campaigns, with every mutation the
  * issue lists. A mutation stamps the subscriber's updated_at (µs, never going backwards) and emits
- * the matching spec §6.1 event carrying the subscriber as it is after the change.
+ * the matching event (docs/upstream.md, "Event kinds") carrying the subscriber as it is after the change.
  */
 import { ID_FAMILY, EMPTY_FIELDS, derivePerson, ipFromString, ipToString, sequenceId, subscriberIdScheme } from './identity.js';
 import type { IdScheme } from './identity.js';
@@ -377,6 +377,64 @@ export class World {
   /** @internal */
   legacyJsonAt(slot: number): string {
     return legacyJson(this.legacyAt(slot));
+  }
+
+  /**
+   * Slots the current API lists for a group and status, ascending by id (its cursor's sort key; ids
+   * grow with the slot). Cached per world version like `listSlots`.
+   * @internal used by the HTTP layer
+   */
+  idOrderedSlots(groupIndex: number, type: SubscriberType): Uint32Array {
+    const key = `id|${groupIndex}|${type}`;
+    const hit = this.listCache.get(key);
+    if (hit && hit.version === this.changeVersion) return hit.slots;
+    const slots = this.listSlots(groupIndex, type, [], false).slice().sort();
+    this.listCache.delete(key);
+    this.listCache.set(key, { version: this.changeVersion, slots });
+    return slots;
+  }
+
+  /** Ids the current API lists for the group and status, in its order (ascending id). */
+  membersById(groupId: string, type: SubscriberType): string[] {
+    const group = this.groupById.get(groupId);
+    if (!group) return [];
+    return Array.from(this.idOrderedSlots(group.index, type), (slot) => this.idScheme.idOf(slot));
+  }
+
+  /** @internal */
+  slotOfId(id: string): number | undefined {
+    return this.idScheme.slotOf(id, this.table.count);
+  }
+
+  /** @internal */
+  idAt(slot: number): string {
+    return this.idScheme.idOf(slot);
+  }
+
+  /**
+   * The subscriber as the current API lists it: the §2.2 shape (string id, `status`, `fields`) with
+   * dates as `YYYY-MM-DD HH:MM:SS` in the world's zone, and without `deleted_at`/`forget_at`.
+   */
+  renderCurrent(id: string): Record<string, unknown> {
+    return this.currentAt(this.slotOrThrow(id));
+  }
+
+  /** @internal */
+  currentJsonAt(slot: number): string {
+    return JSON.stringify(this.currentAt(slot));
+  }
+
+  private currentAt(slot: number): Record<string, unknown> {
+    const { deleted_at: _deleted, forget_at: _forget, ...listed } = this.webhookAt(slot);
+    const t = this.table;
+    return {
+      ...listed,
+      subscribed_at: this.localDateTime(t.subscribedUs[slot]),
+      unsubscribed_at: this.localDateTime(t.unsubscribedUs[slot]),
+      created_at: this.localDateTime(t.createdUs[slot]),
+      updated_at: this.localDateTime(t.updatedUs[slot]),
+      opted_in_at: this.localDateTime(t.optedInUs[slot]),
+    };
   }
 
   private scanMembers(groupIndex: number, type: SubscriberType | null, ranges: readonly SecondsRange[], byUpdated: boolean): Uint32Array {

@@ -1,7 +1,7 @@
 /**
  * Manual backfill: enqueue full passes and optionally wait for them with progress.
  *
- * `QueueEvents` misses events emitted before it listens (DESIGN.md "Traps"), so the wait polls the
+ * `QueueEvents` misses events emitted before it listens (docs/architecture.md, "Traps we work around"), so the wait polls the
  * job's state and progress instead of relying on events alone.
  */
 import type { Job, Queue } from 'bullmq';

@@ -1,5 +1,5 @@
 /**
- * One poll pass for one (group, type) (DESIGN.md "Poll"). Takes its dependencies as arguments; the
+ * One poll pass for one (group, type) (docs/architecture.md, "Poll path"). Takes its dependencies as arguments; the
  * worker wires them.
  *
  * - incremental: `filters[date_updated][$gt]=<day>` (and, for `unsubscribed`, the same on
@@ -400,7 +400,7 @@ export async function runPass(
 /**
  * Ends the memberships two complete, gap-free full passes in a row of every configured type did
  * not list (the cutoff is the start of the earlier one; see `removalCutoff`). One pass is no proof:
- * offset paging over a changing list can skip a member (DESIGN invariant 11).
+ * offset paging over a changing list can skip a member (docs/architecture.md, invariant 11).
  */
 async function removeUnseenMembers(deps: PassDeps, groupId: string): Promise<number> {
   const cutoff = await removalCutoff(deps.pool, groupId, deps.groupTypes);

@@ -1,5 +1,5 @@
 /**
- * BullMQ job schedulers for the poll path (DESIGN.md "Poll"): one incremental scheduler per
+ * BullMQ job schedulers for the poll path (docs/architecture.md, "Poll path"): one incremental scheduler per
  * (group, type) every SYNC_EVERY and one full scheduler every RECONCILE_EVERY. `syncSchedules` is
  * idempotent (run at every start by every replica) and removes schedulers of groups or types that
  * are no longer configured.
@@ -43,7 +43,7 @@ export interface PassJobResult {
   gaps?: number;
 }
 
-// BullMQ job and scheduler ids must not contain ':' nor be all digits (DESIGN.md "Traps"), so group
+// BullMQ job and scheduler ids must not contain ':' nor be all digits (docs/architecture.md, "Traps we work around"), so group
 // ids are always prefixed.
 export function schedulerId(mode: PassMode, groupId: string, type: SubscriberType): string {
   return `${mode}-g${groupId}-${type}`;

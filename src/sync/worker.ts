@@ -135,7 +135,7 @@ export function createSyncWorker(deps: SyncWorkerDeps): SyncWorker {
     worker,
     async close(timeoutMs: number) {
       closing = true;
-      // worker.close() waits for active jobs forever (DESIGN.md "Traps"): race it.
+      // worker.close() waits for active jobs forever (docs/architecture.md, "Traps we work around"): race it.
       const closed = worker.close();
       const timer = new Promise<'timeout'>((resolve) => setTimeout(() => resolve('timeout'), timeoutMs).unref());
       if ((await Promise.race([closed.then(() => 'closed' as const), timer])) === 'timeout') {

@@ -64,7 +64,7 @@ export class UpstreamHttpError extends UpstreamError {
 }
 
 /**
- * The service rejected our credential: legacy error codes 1 / 302 (spec §7, with any status, since
+ * The service rejected our credential: legacy error codes 1 / 302 (docs/upstream.md, "Errors"; with any status, since
  * the body is authoritative), or HTTP 401/403. Never retried (invariant 9): the same key fails again.
  */
 export class UpstreamAuthError extends UpstreamHttpError {
@@ -80,6 +80,28 @@ export class UpstreamAuthError extends UpstreamHttpError {
     body?: unknown,
   ) {
     super(message, target, status, body);
+  }
+}
+
+/**
+ * A legacy group endpoint answered 404 `{"error":{"message":"Endpoint not found"}}` without a `code`:
+ * what an account moved to the service's current platform gets for every legacy request
+ * (docs/upstream-current.md, "Moved accounts"). The same key fails the same way every time, so it is
+ * an auth error (polling with that key pauses, invariant 9) with a message naming what to configure.
+ */
+export class UpstreamMovedAccountError extends UpstreamAuthError {
+  constructor(target: RequestTarget, serviceMessage: string | undefined, body?: unknown) {
+    const said = serviceMessage === undefined ? '' : `: ${serviceMessage}`;
+    super(
+      `${target.label} answered HTTP 404${said} on ${target.method} ${target.path}: this account has moved to the ` +
+        `service's current platform, which has no legacy interface. Read it from the current API instead: set ` +
+        `MAILER_API_URL and MAILER_API_TOKEN (an API token of the current platform) and SYNC_SOURCE=current`,
+      target,
+      404,
+      undefined,
+      serviceMessage,
+      body,
+    );
   }
 }
 
@@ -156,7 +178,7 @@ const INTEGER_TEXT = /^-?\d+$/;
 
 /**
  * lossless-json number parser: integers beyond Number.MAX_SAFE_INTEGER stay strings of digits
- * (legacy ids such as 1261159647788771324; `JSON.parse` would corrupt them, DESIGN.md "Traps");
+ * (legacy ids such as 1261159647788771324; `JSON.parse` would corrupt them, docs/architecture.md, "Traps we work around");
  * every other number becomes a JS number.
  */
 export function parseJsonNumber(text: string): number | string {
@@ -196,7 +218,7 @@ function retryAfterHeaderToMs(raw: string, nowMs: number): number | undefined {
 
 /**
  * How long the service asked us to wait, in ms, or undefined when it did not say.
- * Reads `X-RateLimit-Retry-After` (seconds; DESIGN.md "Facts") and `Retry-After` (seconds or an
+ * Reads `X-RateLimit-Retry-After` (seconds; docs/upstream.md, "Limits") and `Retry-After` (seconds or an
  * HTTP-date) and takes the larger, so we never wait less than either says. `X-RateLimit-Reset` is a
  * fallback only when neither is present, and only when the remaining count is 0.
  */
@@ -227,7 +249,7 @@ export function parseRetryAfter(headers: Headers, nowMs: number = Date.now()): n
 // Response classification (pure, unit-tested)
 // ---------------------------------------------------------------------------------------------
 
-/** Legacy auth error codes (spec §7): 1 `Unauthorized`, 302 `API-Key Unauthorized`. */
+/** Legacy auth error codes (docs/upstream.md, "Errors"): 1 `Unauthorized`, 302 `API-Key Unauthorized`. */
 export const AUTH_ERROR_CODES: ReadonlySet<number> = new Set([1, 302]);
 
 export interface ClassifyContext extends RequestTarget {
@@ -255,7 +277,7 @@ interface ErrorBody {
   message: string | undefined;
 }
 
-/** `{error: {code: <integer>, message: <string>}}` (spec §7). */
+/** `{error: {code: <integer>, message: <string>}}` (docs/upstream.md, "Errors"). */
 function readErrorBody(body: unknown): ErrorBody | undefined {
   if (!isPlainObject(body)) return undefined;
   const error = body.error;
@@ -265,7 +287,16 @@ function readErrorBody(body: unknown): ErrorBody | undefined {
   return { code, message: typeof error.message === 'string' ? error.message : undefined };
 }
 
-/** `{message: "..."}` as the webhook interface answers errors (DESIGN.md "Facts"). */
+/** Legacy group endpoints (docs/upstream.md, "Legacy lists"): a 404 there without an error code means the account moved. */
+const LEGACY_GROUP_PATH = /^\/api\/v2\/groups\//;
+
+/** `{error: {message}}` with no `code` key: the body a moved account's legacy requests get. */
+function readCodelessError(body: unknown): { message: string | undefined } | undefined {
+  if (!isPlainObject(body) || !isPlainObject(body.error) || 'code' in body.error) return undefined;
+  return { message: typeof body.error.message === 'string' ? body.error.message : undefined };
+}
+
+/** `{message: "..."}` as the webhook interface answers errors (docs/upstream.md, "Errors"). */
 function readMessage(body: unknown): string | undefined {
   if (isPlainObject(body) && typeof body.message === 'string') return body.message;
   return undefined;
@@ -291,7 +322,7 @@ function where(ctx: RequestTarget): string {
 
 /**
  * Decides what an answer means. The body is authoritative for auth errors: the legacy API may send
- * `{error:{code:302}}` with 200 or 401 alike (spec §7 leaves the status unspecified).
+ * `{error:{code:302}}` with 200 or 401 alike (docs/upstream.md, "Errors": the status is undocumented).
  */
 export function classifyResponse(ctx: ClassifyContext, status: number, headers: Headers, text: string): Classified {
   let body: unknown;
@@ -330,6 +361,11 @@ export function classifyResponse(ctx: ClassifyContext, status: number, headers: 
     const said = serverText(apiError?.message ?? readMessage(body) ?? '', ctx.scrub);
     const message = `${ctx.label} rejected the ${ctx.credentialName} (HTTP ${status}${said ? `: ${said}` : ''} on ${where(ctx)})`;
     return { ok: false, error: new UpstreamAuthError(message, ctx, status, apiError?.code, said || undefined, errorBody()) };
+  }
+  const codeless = status === 404 && LEGACY_GROUP_PATH.test(ctx.path) ? readCodelessError(body) : undefined;
+  if (codeless) {
+    const said = codeless.message === undefined ? undefined : serverText(codeless.message, ctx.scrub);
+    return { ok: false, error: new UpstreamMovedAccountError(ctx, said, errorBody()) };
   }
   if (status >= 300 && status < 400) {
     // Redirects are not followed: fetch would resend our credential header to wherever it points.
@@ -477,7 +513,7 @@ function buildPath(path: string, query: HttpRequest['query']): string {
   if (query === undefined) return path;
   const params = new URLSearchParams();
   if (Symbol.iterator in query) {
-    for (const [k, v] of query as Iterable<readonly [string, string]>) params.append(k, v);
+    for (const [k, v] of query) params.append(k, v);
   } else {
     for (const [k, v] of Object.entries(query)) if (v !== undefined) params.append(k, String(v));
   }

@@ -1,9 +1,9 @@
 /**
- * The legacy v2 read interface (spec §4.1): group subscribers (all or by type), their count, date
+ * The legacy v2 read interface (docs/upstream.md, "Legacy lists"): group subscribers (all or by type), their count, date
  * filters and offset paging. Every request goes through `http.ts` (timeouts, retries, typed errors,
  * lossless ids: invariant 6) and, when given, the shared rate limiter (invariant 7).
  *
- * Paging follows DESIGN.md "Facts": lists answer a bare array with no total, may silently cap the
+ * Paging follows docs/upstream.md, "Legacy lists": lists answer a bare array with no total, may silently cap the
  * page size, and shift under offset paging while members leave. A full pass therefore reads with
  * overlapping pages (each request re-reads the tail of the previous page and steps back when that
  * tail moved away), reports any page it could not join to the previous one, and learns the cap only
@@ -44,7 +44,7 @@ export const LEGACY_LABEL = 'legacy API';
 export const DEFAULT_API_KEY_HEADER = 'X-Service-ApiKey';
 
 // ---------------------------------------------------------------------------------------------
-// Filters (spec §4.1; day-granular, invariant 4)
+// Filters (docs/upstream.md, "Legacy lists"; day-granular, invariant 4)
 // ---------------------------------------------------------------------------------------------
 
 export const FILTER_KEYS = ['date_subscribe', 'date_unsubscribe', 'date_created', 'date_updated'] as const;
@@ -121,7 +121,7 @@ function assertCount(name: string, value: unknown, min: number): asserts value i
 // ---------------------------------------------------------------------------------------------
 
 /**
- * One element of a legacy list as received (DESIGN.md "Facts": unknown keys kept). `id` is a number
+ * One element of a legacy list as received (docs/upstream.md, "Legacy Single Subscriber": unknown keys kept). `id` is a number
  * when it fits in 2^53 and a string of digits when it does not (invariant 6); use `String(id)`.
  */
 export interface LegacySubscriberRecord {
@@ -240,7 +240,7 @@ export interface LegacyClientOptions {
   /** Legacy host without `/api/v2` (MAILER_LEGACY_URL). */
   baseUrl: string;
   apiKey: string;
-  /** Default `X-Service-ApiKey` (spec §5). */
+  /** Default `X-Service-ApiKey` (docs/upstream.md, "Authentication"). */
   apiKeyHeader?: string;
   limiter?: RequestGate;
   http?: Pick<HttpClientOptions, 'timeoutMs' | 'retry' | 'hooks' | 'defaultRetryAfterMs' | 'maxRetryAfterMs' | 'fetch'>;

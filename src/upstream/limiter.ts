@@ -14,7 +14,7 @@
  * A 429 pauses everyone: `pauseFor(ms)` sets a Redis key with that TTL; every replica checks it before
  * queueing and again when its slot comes, and waits it out instead of sending.
  *
- * Trap (DESIGN.md "Traps"): Bottleneck 2.19.5 never self-heals on Redis 7 because its scripts' errors
+ * Trap (docs/architecture.md, "Traps we work around"): Bottleneck 2.19.5 never self-heals on Redis 7 because its scripts' errors
  * now start with `ERR `, so after a Redis restart/flush or when its client registration expires,
  * every call fails with `ERR SETTINGS_KEY_NOT_FOUND` / `ERR UNKNOWN_CLIENT`. We rebuild the instance
  * on those errors (from `schedule()` or from its heartbeat) and retry jobs that had not started. A
@@ -112,7 +112,7 @@ export class LimiterUnavailableError extends Error {
   }
 }
 
-/** The two errors Bottleneck's own recovery misses on Redis 7 (DESIGN.md "Traps"). */
+/** The two errors Bottleneck's own recovery misses on Redis 7 (docs/architecture.md, "Traps we work around"). */
 export function isLostStateError(error: unknown): boolean {
   return error instanceof Error && /\b(SETTINGS_KEY_NOT_FOUND|UNKNOWN_CLIENT)\b/.test(error.message);
 }
@@ -379,7 +379,7 @@ class SpacedLimiter {
     this.counters.rebuilds += 1;
     this.settings.logger?.warn(
       { limiter: this.settings.id, reason: cause instanceof Error ? cause.message : String(cause) },
-      'rate limiter state in Redis lost or unusable; rebuilding the Bottleneck instance (DESIGN.md trap: Bottleneck 2.19.5 on Redis 7)',
+      'rate limiter state in Redis lost or unusable; rebuilding the Bottleneck instance (docs/architecture.md, "Traps we work around": Bottleneck 2.19.5 on Redis 7)',
     );
     this.current = this.createGeneration();
     void this.retire(generation);

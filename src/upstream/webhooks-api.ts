@@ -1,15 +1,15 @@
 /**
- * The webhook management interface (spec §4.2): list (every page), get, create, update, delete.
+ * The webhook management interface (docs/upstream.md, "Webhook management"): list (every page), get, create, update, delete.
  *
  * Requests go through `http.ts` (timeouts, retries, lossless JSON, typed errors) with
- * `Authorization: Bearer <token>` (DESIGN.md "Facts"); the token is scrubbed from every message
+ * `Authorization: Bearer <token>` (docs/upstream.md, "Webhook management"); the token is scrubbed from every message
  * (invariant 10). POST is retried only on 429 (http.ts), so a create is never sent twice after an
  * unclear failure.
  *
- * Answers are validated (spec §2.1 Webhook, §2.4 page envelope) so a changed service fails with a
+ * Answers are validated (docs/upstream.md, "Webhook object" and "Page envelope") so a changed service fails with a
  * message naming the field, not later with `undefined`. The service's error answers become one-line
  * errors a person can act on: 401 → the token was rejected, 404 → that webhook does not exist,
- * 422 → each field error (DESIGN.md "Facts": `{message, errors: {field: [...]}}`).
+ * 422 → each field error (docs/upstream.md, "Webhook management": `{message, errors: {field: [...]}}`).
  */
 import { z } from 'zod';
 import type { Logger } from '../ground/log.js';
@@ -27,7 +27,7 @@ import {
 export const WEBHOOKS_LABEL = 'webhook API';
 export const WEBHOOKS_PATH = '/api/webhooks';
 
-/** A webhook as the service describes it (spec §2.1), field names as on the wire. */
+/** A webhook as the service describes it (docs/upstream.md, "Webhook object"), field names as on the wire. */
 export interface Webhook {
   id: string;
   /** Optional label upstream; '' when absent. */
@@ -37,18 +37,18 @@ export interface Webhook {
   events: string[];
   enabled: boolean;
   batchable: boolean;
-  /** Signs deliveries (spec §6.4). Absent when an answer leaves it out; never print it. */
+  /** Signs deliveries (docs/upstream.md, "Signature"). Absent when an answer leaves it out; never print it. */
   secret: string | undefined;
   created_at: string | null;
   updated_at: string | null;
 }
 
-/** A webhook just created: the service always returns its secret then (spec/examples/webhook-create-response.json). */
+/** A webhook just created: the service always returns its secret then (docs/upstream.md, "Webhook management"). */
 export interface CreatedWebhook extends Webhook {
   secret: string;
 }
 
-/** Create body (spec §4.2). `events` are plain strings so callers (and tests) can send what they like. */
+/** Create body (docs/upstream.md, "Webhook management"). `events` are plain strings so callers (and tests) can send what they like. */
 export interface WebhookCreateBody {
   name?: string;
   url: string;
@@ -57,11 +57,11 @@ export interface WebhookCreateBody {
   batchable?: boolean;
 }
 
-/** Update body: the same parameters, all optional (spec §4.2). */
+/** Update body: the same parameters, all optional (docs/upstream.md, "Webhook management"). */
 export type WebhookUpdateBody = Partial<WebhookCreateBody>;
 
 export interface WebhooksApi {
-  /** Every webhook of the account, following `links.next` page by page (spec §2.4); deduplicated by id. */
+  /** Every webhook of the account, following `links.next` page by page (docs/upstream.md, "Page envelope"); deduplicated by id. */
   list(options?: { signal?: AbortSignal }): Promise<Webhook[]>;
   /** Throws WebhookNotFoundError on 404. */
   get(id: string, options?: { signal?: AbortSignal }): Promise<Webhook>;
@@ -91,7 +91,7 @@ export interface WebhooksApiOptions {
 /** The service refused the bearer token (HTTP 401/403). */
 export class WebhookAuthError extends UpstreamAuthError {}
 
-/** HTTP 404 for a webhook id (spec §7: no body). */
+/** HTTP 404 for a webhook id (docs/upstream.md, "Errors": no body). */
 export class WebhookNotFoundError extends UpstreamHttpError {
   constructor(
     readonly webhookId: string,
@@ -132,7 +132,7 @@ export function readFieldErrors(body: unknown): Record<string, string[]> {
 }
 
 /**
- * One line for a 422 (spec/examples/validation-error-422.json): each field with its messages, e.g.
+ * One line for a 422 (docs/upstream.md, "Webhook management"): each field with its messages, e.g.
  * `webhook API refused the request: events.0: The selected events.0 is invalid.; url: The url field is required.`
  * The generic top-level message ("The given data was invalid.") is used only when no field says more.
  */
@@ -188,10 +188,10 @@ export function translateError(error: unknown, webhookId?: string): unknown {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Response shapes (spec §2.1, §2.4)
+// Response shapes (docs/upstream.md, "Webhook object" and "Page envelope")
 // ---------------------------------------------------------------------------------------------
 
-/** Ids are numeric-looking strings (spec §2.1); a number is accepted while exact (invariant 6). */
+/** Ids are numeric-looking strings (docs/upstream.md, "Webhook object"); a number is accepted while exact (invariant 6). */
 const ID_TEXT = /^[A-Za-z0-9_-]{1,64}$/;
 
 export function isWebhookId(value: string): boolean {
@@ -270,7 +270,7 @@ function parseBody<T>(schema: z.ZodType<T>, body: unknown, what: string, target:
   );
 }
 
-/** Validates one page of the list (spec §2.4). Exported for unit tests. */
+/** Validates one page of the list (docs/upstream.md, "Page envelope"). Exported for unit tests. */
 export function parseEnvelope(body: unknown, target: RequestTarget = { label: WEBHOOKS_LABEL, method: 'GET', path: WEBHOOKS_PATH }): PageEnvelope {
   return parseBody(envelopeSchema, body, 'page of webhooks', target, 200);
 }
@@ -284,7 +284,7 @@ export function parseSingle(body: unknown, target: RequestTarget = { label: WEBH
 // Paging
 // ---------------------------------------------------------------------------------------------
 
-/** 50 per page (spec §8): 10 000 pages is half a million webhooks, far beyond any account. */
+/** 50 per page (docs/upstream.md, "Limits"): 10 000 pages is half a million webhooks, far beyond any account. */
 export const MAX_LIST_PAGES = 10_000;
 
 /**

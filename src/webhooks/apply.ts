@@ -1,6 +1,6 @@
 /**
  * What each event kind writes to the mirror (issue #5 part 3), as a table: `EFFECTS` has one entry
- * per kind of spec §6.1 listing its effects, so a new kind is one entry (STYLE.md "Table-driven").
+ * per kind (docs/upstream.md, "Event kinds") listing its effects, so a new kind is one entry (docs/architecture.md, "Conventions": table-driven).
  *
  * Two steps, so the per-kind logic is testable without a database:
  * - `planDelivery(events)` (pure) turns the events of one delivery into an {@link EffectPlan}: every
@@ -185,7 +185,7 @@ const activity: Effect<WithSubscriber> = (event, plan) => {
 
 const subscriberFact = [mirrorSubscriber, activity] as const;
 
-/** Spec §6.1 kinds → their effects, applied in this order to each event. */
+/** docs/upstream.md, "Event kinds" kinds → their effects, applied in this order to each event. */
 export const EFFECTS = {
   'subscriber.created': subscriberFact,
   'subscriber.updated': subscriberFact,

@@ -1,5 +1,5 @@
 /**
- * `subscriber-mirror webhooks list|get|register|update|delete` (DESIGN.md "Management").
+ * `subscriber-mirror webhooks list|get|register|update|delete` (docs/architecture.md, "Management").
  *
  * `src/cli.ts` loads the config (need `manage-webhooks`), opens the pool and calls
  * `runWebhooksCli`. Bad arguments throw `UsageError` (exit 2, message printed as is, so it carries
@@ -134,7 +134,7 @@ export interface UpdateArgs {
 
 /**
  * Checks everything decidable from the arguments alone before any request: known kinds and the
- * batchable rule of spec §6.1 when both --events and --batchable false are given. (With only one of
+ * batchable rule (docs/upstream.md, "Event kinds") when both --events and --batchable false are given. (With only one of
  * them, the rule depends on the webhook's current state; the service's 422 then says it.)
  */
 export function parseUpdateArgs(args: string[]): UpdateArgs {
@@ -168,7 +168,7 @@ export function parseUpdateArgs(args: string[]): UpdateArgs {
   if (patch.events !== undefined && patch.batchable === false) {
     const violations = batchableViolations(patch.events, false);
     if (violations.length > 0) {
-      throw usage(`webhooks update: ${violations.join(', ')} can only be delivered to a batchable webhook (spec §6.1); use --batchable true or drop them from --events`);
+      throw usage(`webhooks update: ${violations.join(', ')} can only be delivered to a batchable webhook (docs/upstream.md, "Event kinds"); use --batchable true or drop them from --events`);
     }
   }
   if (Object.keys(patch).length === 0) {
@@ -323,7 +323,7 @@ async function register(ctx: Context, args: string[]): Promise<number> {
   const result = await registerWebhooks(ctx.api, ctx.pool, options);
   for (const action of result.actions) ctx.print(formatRegisterAction(action));
   if (result.actions.some((a) => a.action === 'created')) {
-    // DESIGN.md "Management": register first, then catch up; overlap is safe, a gap is not.
+    // docs/architecture.md, "Management": register first, then catch up; overlap is safe, a gap is not.
     ctx.print('next: run `subscriber-mirror backfill --all` to catch up on changes made before the webhooks existed');
   }
   return 0;

@@ -27,7 +27,7 @@ export interface DeliveryJobData {
   deliveryId: string;
 }
 
-/** BullMQ job ids must not be all digits nor contain ':' (DESIGN.md "Traps"). */
+/** BullMQ job ids must not be all digits nor contain ':' (docs/architecture.md, "Traps we work around"). */
 export function deliveryJobId(id: string): string {
   assertDeliveryId(id);
   return `delivery-${id}`;
@@ -56,7 +56,7 @@ export function deliveryJobOptions(retry: RetryPolicy = DEFAULT_RETRY): JobsOpti
 
 export interface DeliveryConsumerDeps {
   pool: pg.Pool;
-  /** BullMQ connection of the worker (blocking: `maxRetriesPerRequest: null`, DESIGN.md "Traps"). */
+  /** BullMQ connection of the worker (blocking: `maxRetriesPerRequest: null`, docs/architecture.md, "Traps we work around"). */
   connection: ConnectionOptions;
   /**
    * Connection of the queue that `enqueue` adds to. The receiver calls `enqueue` on the HTTP path,
@@ -152,10 +152,10 @@ export function createDeliveryConsumer(deps: DeliveryConsumerDeps): DeliveryCons
   return {
     queue,
     worker,
-    enqueue: adds.enqueue,
+    enqueue: adds.enqueue.bind(adds),
     enqueueDeliveries: addAll,
-    sweep: sweeper.run,
-    purge: purger.run,
+    sweep: sweeper.run.bind(sweeper),
+    purge: purger.run.bind(purger),
     async close(timeoutMs) {
       await Promise.all([sweeper.stop(), purger.stop()]);
       await adds.settle();
@@ -237,7 +237,7 @@ function batchedAdds(addAll: (ids: readonly string[]) => Promise<void>) {
 }
 
 async function closeWorker(worker: Worker<DeliveryJobData>, timeoutMs: number, log: Logger): Promise<void> {
-  // worker.close() waits for active jobs forever (DESIGN.md "Traps"): race it.
+  // worker.close() waits for active jobs forever (docs/architecture.md, "Traps we work around"): race it.
   const closing = worker.close();
   const deadline = new Promise<'timeout'>((resolve) => setTimeout(() => resolve('timeout'), timeoutMs).unref());
   if ((await Promise.race([closing.then(() => 'closed' as const), deadline])) === 'timeout') {

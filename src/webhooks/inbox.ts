@@ -10,7 +10,7 @@
  * ~5.5k rows/s of one INSERT per request.
  *
  * The hot statement is hand-written SQL over `unnest` of array parameters, not drizzle's row builder
- * (DESIGN.md "Traps": its per-row JS cost, and the 65,535 bind-parameter limit a VALUES list would
+ * (docs/architecture.md, "Traps we work around": its per-row JS cost, and the 65,535 bind-parameter limit a VALUES list would
  * hit): seven parameters whatever the batch size. Duplicate hashes inside one batch are merged before
  * the statement is sent.
  */
@@ -92,7 +92,7 @@ export interface EndpointSecret {
   secret: string;
 }
 
-/** Secrets of the enabled webhooks this install manages (spec §2.1 `secret`, §6.4). */
+/** Secrets of the enabled webhooks this install manages (docs/upstream.md, "Webhook object" `secret`, and "Signature"). */
 export async function loadSecrets(pool: Queryable): Promise<EndpointSecret[]> {
   const { rows } = await pool.query(
     'select id, secret from webhook_endpoints where enabled and secret <> \'\' order by created_at, id',
@@ -240,7 +240,7 @@ export function createInboxWriter(pool: Queryable, options: InboxWriterOptions =
   return {
     store(delivery) {
       if (closed) return Promise.reject(new InboxClosedError());
-      // A hung database must not turn into unbounded memory: the service will redeliver (spec §6.3).
+      // A hung database must not turn into unbounded memory: the service will redeliver (docs/upstream.md, "Delivery and retries").
       if (queue.length >= maxQueued) return Promise.reject(new InboxOverloadedError(queue.length));
       return new Promise<StoredDelivery>((resolve, reject) => {
         const row = toRow(delivery);

@@ -1,11 +1,11 @@
 /**
- * The service-side webhooks this install manages (DESIGN.md "Management"), kept in step with the
- * `webhook_endpoints` table whose secrets the receiver verifies deliveries with (spec §6.4).
+ * The service-side webhooks this install manages (docs/architecture.md, "Management"), kept in step with the
+ * `webhook_endpoints` table whose secrets the receiver verifies deliveries with (docs/upstream.md, "Signature").
  *
  * `registerWebhooks` converges on two webhooks: a non-batchable one for the kinds that may be
  * delivered one by one, and a batchable one for the kinds the service only sends batched. The split
- * follows spec §6.1, which requires `batchable` for subscriber.deleted as well as campaign.open and
- * campaign.click (stricter than the parameter tables of §4.2), read from EVENT_REGISTRY.
+ * follows docs/upstream.md, "Webhook management", which requires `batchable` for subscriber.deleted as well as campaign.open and
+ * campaign.click (stricter than the parameter table of docs/upstream.md, "Webhook management"), read from EVENT_REGISTRY.
  *
  * "Ours" means: has a row in `webhook_endpoints`. Running register again with the same URL sends no
  * write to the service and rewrites no row; a changed URL (or name) is one PUT; a webhook deleted
@@ -23,13 +23,13 @@ import {
 } from '../upstream/webhooks-api.js';
 
 // ---------------------------------------------------------------------------------------------
-// The kinds split (spec §6.1)
+// The kinds split (docs/upstream.md, "Event kinds")
 // ---------------------------------------------------------------------------------------------
 
 /** Kinds the service delivers to a non-batchable webhook (campaign.sent included: it needs no batching). */
 export const REALTIME_KINDS: readonly EventKind[] = EVENT_KINDS.filter((kind) => !EVENT_REGISTRY[kind].requiresBatchable);
 
-/** Kinds that need `batchable: true` (spec §6.1): subscriber.deleted, campaign.click, campaign.open. */
+/** Kinds that need `batchable: true` (docs/upstream.md, "Event kinds"): subscriber.deleted, campaign.click, campaign.open. */
 export const BATCHED_KINDS: readonly EventKind[] = EVENT_KINDS.filter((kind) => EVENT_REGISTRY[kind].requiresBatchable);
 
 export type ManagedRole = 'realtime' | 'batched';
@@ -48,7 +48,7 @@ export function roleWebhookName(role: ManagedRole, name: string = DEFAULT_WEBHOO
 }
 
 /**
- * Kinds among `events` that a webhook with this `batchable` flag may not subscribe to (spec §6.1).
+ * Kinds among `events` that a webhook with this `batchable` flag may not subscribe to (docs/upstream.md, "Event kinds").
  * Empty when the combination is allowed.
  */
 export function batchableViolations(events: readonly string[], batchable: boolean): EventKind[] {

@@ -1,5 +1,5 @@
 /**
- * Every delivery shape of spec §6 → a list of typed events.
+ * Every delivery shape (docs/upstream.md, "Webhook deliveries") → a list of typed events.
  *
  * The 14 kinds are one table (`EVENT_REGISTRY`): which shapes a kind may arrive in and what it
  * carries. Parsers and the `WebhookEvent` type are both derived from it, so a new kind is one entry.
@@ -10,7 +10,7 @@
  * one per shape, built from the rules of src/mirror/rules.ts): ids become canonical decimal strings
  * (a number beyond 2^53 has already lost digits, invariant 6); a subscriber needs an id and an
  * `updated_at` or `created_at` (invariant 2: versions are ordered by them); timestamps need a zone;
- * known fields must have the types of spec §2.2/§2.3 and fit their columns. So what the consumer
+ * known fields must have the types of docs/upstream.md, "Subscriber object" and "Objects in payloads" and fit their columns. So what the consumer
  * could not apply is caught here and stored `failed` at once. An unknown kind is not an error: it is
  * reported so the delivery can be stored and left unapplied (invariant 9).
  *
@@ -34,14 +34,14 @@ export type CarriedPart = 'subscriber' | 'group' | 'automation' | 'campaign' | '
 
 export interface KindSpec {
   /**
-   * Shapes the kind may arrive in, alone or as an item of a batch (spec §6.2, §6.5):
+   * Shapes the kind may arrive in, alone or as an item of a batch (docs/upstream.md, "Payload shapes" and "Batched payloads"):
    * `flat` = subscriber fields at top level + `event`; `nested` = `type` + `subscriber` (+ objects);
    * `campaign` = campaign fields at top level + `event` (`campaign.sent`).
    */
   readonly shapes: readonly PayloadShape[];
   /** What an event of this kind carries; each is required in the payload except `linkUrl`. */
   readonly carries: readonly CarriedPart[];
-  /** Spec §6.1: the service only delivers this kind to webhooks registered with `batchable: true`. */
+  /** docs/upstream.md, "Event kinds": the service only delivers this kind to webhooks registered with `batchable: true`. */
   readonly requiresBatchable: boolean;
 }
 
@@ -49,7 +49,7 @@ const subscriberFact = { shapes: ['flat', 'nested'], carries: ['subscriber'], re
 const groupFact = { shapes: ['nested'], carries: ['subscriber', 'group'], requiresBatchable: false } as const;
 const automationFact = { shapes: ['nested'], carries: ['subscriber', 'automation'], requiresBatchable: false } as const;
 
-/** The event kinds of spec §6.1. */
+/** The event kinds (docs/upstream.md, "Event kinds"). */
 export const EVENT_REGISTRY = {
   'subscriber.created': subscriberFact,
   'subscriber.updated': subscriberFact,
@@ -75,10 +75,10 @@ export function isEventKind(kind: string): kind is EventKind {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Field schemas (spec §2.2, §2.3): the mirror's, so the receiver accepts exactly what it can mirror
+// Field schemas (docs/upstream.md, "Subscriber object" and "Objects in payloads"): the mirror's, so the receiver accepts exactly what it can mirror
 
 /**
- * account_id is an integer per spec §6.2, kept as text like every id; absent inside batches. Nothing
+ * account_id is an integer per docs/upstream.md, "Payload shapes", kept as text like every id; absent inside batches. Nothing
  * is keyed on it, so an integer beyond 2^53 (already imprecise once parsed) gives null rather than
  * failing the delivery; the stored body keeps its exact digits.
  */
@@ -113,7 +113,7 @@ export type EventOf<K extends EventKind> = Simplify<
     kind: K;
     /** The shape the event arrived in. */
     shape: PayloadShape;
-    /** True when the event was an item of a batched envelope (spec §6.5). */
+    /** True when the event was an item of a batched envelope (docs/upstream.md, "Batched payloads"). */
     batched: boolean;
     /** Position inside the delivery (0 for an unbatched one). */
     index: number;
@@ -124,7 +124,7 @@ export type EventOf<K extends EventKind> = Simplify<
   } & Pick<CarriedTypes, Carried<K>>
 >;
 
-/** Discriminated by `kind` over the 14 kinds of spec §6.1. */
+/** Discriminated by `kind` over the 14 kinds (docs/upstream.md, "Event kinds"). */
 export type WebhookEvent = { [K in EventKind]: EventOf<K> }[EventKind];
 
 export interface ParsedDelivery {
@@ -181,7 +181,7 @@ function nestedParser(spec: KindSpec): ItemParser {
   return (item, _ownKeys, path) => {
     const result = schema.safeParse(item);
     return result.success
-      ? { ok: true, data: result.data as Record<string, unknown> }
+      ? { ok: true, data: result.data }
       : { ok: false, issues: toIssues(result.error, path) };
   };
 }
@@ -203,8 +203,8 @@ function flatParser(objectSchema: z.ZodType): ItemParser {
 }
 
 /**
- * `campaign.sent`: the campaign's fields at top level (spec §6.2), or, as an item of a batch, wrapped
- * in a `campaign` object (spec §6.5 calls batch items "nested-shape items, each with type, subscriber,
+ * `campaign.sent`: the campaign's fields at top level (docs/upstream.md, "Payload shapes"), or, as an item of a batch, wrapped
+ * in a `campaign` object (docs/upstream.md, "Batched payloads", calls batch items "nested-shape items, each with type, subscriber,
  * campaign"; the simulator batches it so). Rejecting the wrapped form failed whole batches.
  */
 function campaignParser(): ItemParser {
@@ -322,7 +322,7 @@ function parseItem(
   events.push(buildEvent(kind, spec, shape, result.data, item, ownKeys, index, batched));
 }
 
-/** DESIGN.md "Facts": flat payloads name the kind in `event`, nested ones in `type`. */
+/** docs/upstream.md, "Payload shapes": flat payloads name the kind in `event`, nested ones in `type`. */
 function readKind(item: Record<string, unknown>, path: string): { kind: string; kindKey: 'event' | 'type' } {
   const kindKey = item.event != null ? 'event' : 'type';
   const kind = item[kindKey];

@@ -6,7 +6,7 @@
  * Answers (invariant 9): missing/forged signature 401, malformed JSON or a non-object body 400,
  * oversized 413, inbox unavailable 503. Everything signed and well-formed gets 200, including a
  * delivery we cannot apply (stored `failed` with the reason) or do not know (stored `ignored`): a
- * 4xx/5xx for a business reason would only make the service redeliver it (spec §6.3).
+ * 4xx/5xx for a business reason would only make the service redeliver it (docs/upstream.md, "Delivery and retries").
  */
 import { isUtf8 } from 'node:buffer';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
@@ -23,6 +23,7 @@ import {
 } from './inbox.js';
 import { BodyError, createBodyBudget, readBody, type BodyBudget } from './body.js';
 import { deliveryKinds, parseDelivery, PayloadError, peekKinds } from './payloads.js';
+import { createRejectionLog, type RejectionLog, type RejectionLogOptions } from './rejections.js';
 import { verifySignature } from './signature.js';
 
 export type ReceiverOutcome =
@@ -55,7 +56,7 @@ export interface ReceiverDeps {
   onOutcome?: (outcome: ReceiverOutcome, durationMs: number) => void;
   /** Inbox batching (see `createInboxWriter`). */
   inbox?: InboxWriterOptions;
-  /** The service gives up after 3 s (spec §6.3): answer 503 before that rather than time out. */
+  /** The service gives up after 3 s (docs/upstream.md, "Delivery and retries"): answer 503 before that rather than time out. */
   storeTimeoutMs?: number;
   /** How long loaded endpoint secrets are trusted before a background reload. */
   secretsTtlMs?: number;
@@ -63,6 +64,8 @@ export interface ReceiverDeps {
   secretsMissRefreshMs?: number;
   /** Longest wait for loading endpoint secrets. */
   secretsLoadTimeoutMs?: number;
+  /** How rejections are logged: a few samples and a summary per period (see rejections.ts). */
+  rejections?: RejectionLogOptions;
 }
 
 export interface WebhookRoute {
@@ -70,11 +73,13 @@ export interface WebhookRoute {
   secrets: SecretCache;
   /** The shared body budget (its `used()` is what bodies being read hold now). */
   bodies: BodyBudget;
+  /** Where rejections are logged (sampled, with a periodic summary). */
+  rejections: RejectionLog;
 }
 
 /**
  * Registers the route in its own encapsulated context, so its catch-all raw-body parser and error
- * handler apply to this route only (DESIGN.md "Traps": take the body as a Buffer, verify, then parse
+ * handler apply to this route only (docs/architecture.md, "Traps we work around": take the body as a Buffer, verify, then parse
  * with Fastify's safe JSON parser). Call before `listen()`/`ready()`.
  */
 export function registerWebhookRoute(app: FastifyInstance, deps: ReceiverDeps): WebhookRoute {
@@ -88,7 +93,8 @@ export function registerWebhookRoute(app: FastifyInstance, deps: ReceiverDeps): 
   const log = deps.logger.child({ component: 'webhook-receiver' });
   // Rejects `__proto__` / `constructor.prototype` keys instead of silently dropping them.
   const jsonParser = app.getDefaultJsonParser('error', 'error');
-  const ctx: HandlerContext = { deps, writer, secrets, log, parseJson: (req, text) => runParser(jsonParser, req, text) };
+  const rejections = createRejectionLog(log, deps.rejections);
+  const ctx: HandlerContext = { deps, writer, secrets, log, rejections, parseJson: (req, text) => runParser(jsonParser, req, text) };
   const bodies = createBodyBudget(deps.bodyMemoryBytes ?? Math.max(64 * 1024 * 1024, deps.maxBodyBytes));
   const releases = new WeakMap<FastifyRequest, () => void>();
   const release = (request: FastifyRequest) => {
@@ -119,10 +125,13 @@ export function registerWebhookRoute(app: FastifyInstance, deps: ReceiverDeps): 
     scope.addHook('onResponse', async (request) => release(request));
     // Load endpoint secrets at start rather than on the first delivery (never blocks startup).
     scope.addHook('onReady', async () => void secrets.current());
-    scope.addHook('onClose', async () => writer.close());
+    scope.addHook('onClose', async () => {
+      rejections.close();
+      await writer.close();
+    });
   });
 
-  return { writer, secrets, bodies };
+  return { writer, secrets, bodies, rejections };
 }
 
 function announcedLength(request: FastifyRequest): number | undefined {
@@ -138,6 +147,7 @@ interface HandlerContext {
   writer: InboxWriter;
   secrets: SecretCache;
   log: Logger;
+  rejections: RejectionLog;
   parseJson(request: FastifyRequest, text: string): { ok: true; value: unknown } | { ok: false };
 }
 
@@ -272,7 +282,7 @@ function verifyAgainst(
 }
 
 // ---------------------------------------------------------------------------------------------
-// Rejections (one log line each, invariant 10: never the signature nor a secret)
+// Rejections (sampled lines and a periodic summary, invariant 10: never the signature nor a secret)
 
 function reject(
   ctx: HandlerContext,
@@ -285,17 +295,17 @@ function reject(
 ): FastifyReply {
   const outcome: ReceiverOutcome =
     status === 401 ? 'unauthorized' : status === 400 ? 'bad_request' : status === 413 ? 'too_large' : 'unavailable';
-  const line = {
+  const announced = Number(request.headers['content-length'] ?? 0);
+  ctx.rejections.record({
     status,
     reason,
     ip: request.ip,
-    bytes: Buffer.isBuffer(request.body) ? request.body.length : Number(request.headers['content-length'] ?? 0),
+    bytes: Buffer.isBuffer(request.body) ? request.body.length : Number.isFinite(announced) ? announced : 0,
     contentType: request.headers['content-type'],
     // The message only: at a high rate of failures (database down) stacks would drown the log.
+    // eslint-disable-next-line @typescript-eslint/no-base-to-string -- whatever was thrown, if not an Error
     ...(error ? { error: error instanceof Error ? `${error.name}: ${error.message}` : String(error) } : {}),
-  };
-  if (status === 503) ctx.log.error(line, 'webhook delivery not stored');
-  else ctx.log.warn(line, 'webhook delivery rejected');
+  });
   ctx.deps.onOutcome?.(outcome, performance.now() - started);
   return reply.code(status).send({ error: PUBLIC_REASONS[status] });
 }

@@ -1,7 +1,7 @@
 /**
- * Delivery signatures (spec §6.4): `Signature` is the hex HMAC-SHA256 of the raw body, keyed with the
+ * Delivery signatures (docs/upstream.md, "Signature"): `Signature` is the hex HMAC-SHA256 of the raw body, keyed with the
  * webhook's secret. Verification works on the raw bytes, before any parsing, and never reveals which
- * part of a comparison failed (DESIGN.md "Traps": timingSafeEqual throws on unequal lengths, so the
+ * part of a comparison failed (docs/architecture.md, "Traps we work around": timingSafeEqual throws on unequal lengths, so the
  * decoded lengths are compared first).
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';

@@ -1,7 +1,7 @@
 /**
  * Child process of the memory benchmark (memory.bench.ts): runs one full poll pass of every given
  * type against a simulator in another process and reports its own peak RSS as one JSON line on
- * stdout. Kept apart from the simulator, which holds the whole world in memory (DESIGN.md
+ * stdout. Kept apart from the simulator, which holds the whole world in memory (docs/architecture.md,
  * invariant 8 is about the pass: memory must not grow with group size).
  *
  *   node --import tsx test/bench/memory-pass.child.ts '<MemoryChildConfig as JSON>'

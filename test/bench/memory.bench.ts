@@ -1,5 +1,5 @@
 /**
- * Peak RSS of a full poll pass (DESIGN.md invariant 8, "bounded memory"): goal ≤ 256 MB for a group
+ * Peak RSS of a full poll pass (docs/architecture.md, invariant 8, "bounded memory"): goal ≤ 256 MB for a group
  * of 100k and of 1M subscribers, and the 1M figure within 1.3× of the 100k one (memory must not
  * grow with group size).
  *

@@ -13,12 +13,15 @@
  *   --webhooks-seconds 5 --webhooks-connections 64
  *   --freshness-seconds 10 --freshness-rate 500
  *   --json PATH (default <repo>/bench-results.json)
+ *   --smoke: every size small (seconds per benchmark) and the JSON in the temp directory; what CI
+ *     runs so that a benchmark that no longer runs is noticed. Explicit flags still win.
  * Environment: DATABASE_URL, REDIS_URL (defaults: local Postgres and Redis).
  *
  * Benchmarks never fail on speed (conventions): the exit code is non-zero only when a benchmark
- * could not run or produced inconsistent results (they check what they wrote).
+ * could not run or produced inconsistent results (they check what they wrote), or when the JSON
+ * written lacks a selected benchmark's results.
  */
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -69,8 +72,11 @@ const GOALS = {
 
 interface RunOptions {
   benches: BenchName[];
+  smoke: boolean;
   storeRows: number;
   storeRepeats: number;
+  /** Subscribers of the history-size figure (undefined: the store bench's default, 1,000,000). */
+  storeHistoryRows: number | undefined;
   pollSubscribers: number;
   pollRepeats: number;
   pollTypes: SubscriberType[] | null;
@@ -114,13 +120,32 @@ const REPO_ROOT = path.resolve(HERE, '../..');
 
 class UsageError extends Error {}
 
+/**
+ * `--smoke` sizes: enough for every code path of every benchmark to run (two pages per poll type,
+ * two memory sizes for the growth ratio), a few seconds each. The figures mean nothing at this size.
+ */
+const SMOKE = {
+  storeRows: 2_000,
+  storeRepeats: 1,
+  storeHistoryRows: 2_000,
+  pollSubscribers: 2_000,
+  pollRepeats: 1,
+  memorySizes: [5_000, 10_000],
+  webhooksSeconds: 1,
+  webhooksConnections: 8,
+  freshnessSeconds: 2,
+  freshnessRate: 100,
+} as const;
+
 function parseArgs(argv: readonly string[]): RunOptions {
   const names: BenchName[] = [];
   const flags = new Map<string, string>();
   let quick = false;
+  let smoke = false;
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i] as string;
     if (arg === '--quick') quick = true;
+    else if (arg === '--smoke') smoke = true;
     else if (arg === '--help' || arg === '-h') throw new UsageError('');
     else if (arg.startsWith('--')) {
       const [flag, inline] = arg.split('=', 2) as [string, string | undefined];
@@ -145,7 +170,8 @@ function parseArgs(argv: readonly string[]): RunOptions {
   };
   const selected = names.length === 0 ? [...BENCHES] : BENCHES.filter((b) => names.some((n) => SELECTS[n].includes(b)));
   const sizesText = flags.get('memory-sizes');
-  const memorySizes = sizesText ? sizesText.split(',').map(Number) : [...(quick ? QUICK_MEMORY_SIZES : DEFAULT_MEMORY_SIZES)];
+  const defaultSizes = smoke ? SMOKE.memorySizes : quick ? QUICK_MEMORY_SIZES : DEFAULT_MEMORY_SIZES;
+  const memorySizes = sizesText ? sizesText.split(',').map(Number) : [...defaultSizes];
   if (memorySizes.some((n) => !Number.isSafeInteger(n) || n <= 0)) throw new UsageError(`--memory-sizes takes positive whole numbers, got ${sizesText}`);
   let pollTypes: SubscriberType[] | null = null;
   const typesText = flags.get('poll-types');
@@ -156,32 +182,36 @@ function parseArgs(argv: readonly string[]): RunOptions {
       throw new UsageError((error as Error).message.replace('--types', '--poll-types'));
     }
   }
+  const defaultJson = smoke ? path.join(os.tmpdir(), 'subscriber-mirror-bench-smoke.json') : path.join(REPO_ROOT, 'bench-results.json');
   return {
     benches: selected,
-    storeRows: num('store-rows', 50_000),
-    storeRepeats: num('store-repeats', 3),
-    pollSubscribers: num('poll-subscribers', 50_000),
-    pollRepeats: num('poll-repeats', 2),
+    smoke,
+    storeRows: num('store-rows', smoke ? SMOKE.storeRows : 50_000),
+    storeRepeats: num('store-repeats', smoke ? SMOKE.storeRepeats : 3),
+    storeHistoryRows: smoke ? SMOKE.storeHistoryRows : undefined,
+    pollSubscribers: num('poll-subscribers', smoke ? SMOKE.pollSubscribers : 50_000),
+    pollRepeats: num('poll-repeats', smoke ? SMOKE.pollRepeats : 2),
     pollTypes,
     memorySizes,
-    webhooksSeconds: num('webhooks-seconds', 5),
-    webhooksConnections: num('webhooks-connections', 64),
-    freshnessSeconds: num('freshness-seconds', 10),
-    freshnessRate: num('freshness-rate', GOALS.freshnessRate),
-    json: path.resolve(flags.get('json') ?? path.join(REPO_ROOT, 'bench-results.json')),
+    webhooksSeconds: num('webhooks-seconds', smoke ? SMOKE.webhooksSeconds : 5),
+    webhooksConnections: num('webhooks-connections', smoke ? SMOKE.webhooksConnections : 64),
+    freshnessSeconds: num('freshness-seconds', smoke ? SMOKE.freshnessSeconds : 10),
+    freshnessRate: num('freshness-rate', smoke ? SMOKE.freshnessRate : GOALS.freshnessRate),
+    json: path.resolve(flags.get('json') ?? defaultJson),
     databaseUrl: process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres',
     redisUrl: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
   };
 }
 
-const USAGE = `usage: npm run bench [-- NAME…] [--quick] [flags]
+const USAGE = `usage: npm run bench [-- NAME…] [--quick | --smoke] [flags]
   NAME: ${BENCHES.join(', ')} (webhooks also runs freshness); default all
   --store-rows N (50000)  --store-repeats N (3)
   --poll-subscribers N (50000)  --poll-repeats N (2)  --poll-types all|active,… (all)
   --memory-sizes A,B (100000,1000000; --quick: 100000,300000)
   --webhooks-seconds N (5)  --webhooks-connections N (64)
   --freshness-seconds N (10)  --freshness-rate N (500)
-  --json PATH (bench-results.json at the repo root)`;
+  --json PATH (bench-results.json at the repo root; --smoke: in the temp directory)
+  --smoke: small sizes, seconds per benchmark; fails only when a benchmark does not run`;
 
 // ---------------------------------------------------------------------------------------------
 // Rows of the combined table, one builder per benchmark
@@ -332,7 +362,7 @@ function memoryRows(m: MemoryBenchFigures): SummaryRow[] {
         { on: 'value', op: '<=', target: MEMORY_GOAL_MB },
         { on: 'ratio', op: '<=', target: MEMORY_GROWTH_GOAL },
       ],
-      note: `${compact(run.subscribers)} pass: ${run.rowsPerSecond.toLocaleString('en-US')} rows/s in the child, ${(run.passMs / 1000).toFixed(1)} s; RSS before the pass ${run.rssBeforeMb} MB`,
+      note: `${compact(run.subscribers)} pass: ${run.rowsPerSecond.toLocaleString('en-US')} rows/s in the child, ${(run.passMs / 1000).toFixed(1)} s; RSS before the pass ${run.rssBeforeMb} MB; simulator world seeded in ${(run.seedMs / 1000).toFixed(1)} s`,
     }),
   );
 }
@@ -495,7 +525,13 @@ interface Results {
 async function runOne(name: BenchName, o: RunOptions, results: Results, log: (line: string) => void): Promise<SummaryRow[]> {
   switch (name) {
     case 'store': {
-      const r = await benchStore({ rows: o.storeRows, repeats: o.storeRepeats, databaseUrl: o.databaseUrl, log });
+      const r = await benchStore({
+        rows: o.storeRows,
+        repeats: o.storeRepeats,
+        ...(o.storeHistoryRows === undefined ? {} : { historyRows: o.storeHistoryRows }),
+        databaseUrl: o.databaseUrl,
+        log,
+      });
       printTable(r);
       results.store = r;
       return storeRows(r);
@@ -580,7 +616,8 @@ async function main(): Promise<number> {
   const goalsChecked = rows.filter((r) => r.met !== null);
   const missed = goalsChecked.filter((r) => r.met === false);
   console.log('');
-  if (goalsChecked.length === 0) console.log('goals: none among the selected benchmarks');
+  if (options.smoke) console.log('goals: not judged in a smoke run (sizes too small for the figures to mean anything)');
+  else if (goalsChecked.length === 0) console.log('goals: none among the selected benchmarks');
   else {
     const list = missed.map((r) => `${r.bench} ${r.figure}`).join('; ');
     console.log(`goals: ${goalsChecked.length - missed.length}/${goalsChecked.length} met${missed.length ? ` (missed: ${list})` : ''}`);
@@ -601,7 +638,15 @@ async function main(): Promise<number> {
   };
   writeFileSync(options.json, `${JSON.stringify(json, null, 2)}\n`);
   console.log(`JSON: ${options.json}`);
-  return Object.keys(failed).length > 0 ? 1 : 0;
+  const missing = missingResults(options.json, options.benches);
+  if (missing.length > 0) console.error(`bench: ${options.json} has no results for ${missing.join(', ')}`);
+  return Object.keys(failed).length > 0 || missing.length > 0 ? 1 : 0;
+}
+
+/** The selected benchmarks whose results the JSON file, read back, does not hold. */
+function missingResults(file: string, benches: readonly BenchName[]): BenchName[] {
+  const written = JSON.parse(readFileSync(file, 'utf8')) as { results?: Partial<Record<BenchName, unknown>> };
+  return benches.filter((name) => written.results?.[name] === undefined || written.results[name] === null);
 }
 
 main().then(

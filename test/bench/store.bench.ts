@@ -1,5 +1,5 @@
 /**
- * Throughput of `upsertSubscribers` (DESIGN.md "Traps": the drizzle row builder managed ~6k rows/s;
+ * Throughput of `upsertSubscribers` (docs/architecture.md, "Traps we work around": the drizzle row builder managed ~6k rows/s;
  * the goal is ≥ 40k rows/s and ≥ 0.5× raw COPY) against the fastest ways to put the same rows in
  * the same table:
  *
@@ -25,7 +25,6 @@ import {
   type SubscriberValues,
 } from '../../src/mirror/normalize.js';
 import { upsertSubscribers } from '../../src/mirror/store.js';
-import { versionTime } from '../../src/mirror/version.js';
 import { configureHistory } from '../../src/mirror/history.js';
 import { copyFromStdin, copyRows, SUBSCRIBER_COPY_COLUMNS, subscriberCopyTuple } from './lib/copy.js';
 import { SUBSCRIBER_TABLE_COLUMNS } from '../../src/db/subscriber-columns.js';

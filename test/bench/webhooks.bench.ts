@@ -188,7 +188,7 @@ function registerBaselineRoutes(app: FastifyInstance): void {
       const check = verifySignature(raw, request.headers.signature as string | undefined, [SECRET]);
       if (!check.ok) return reply.code(401).send({ ok: false });
       let body: unknown;
-      jsonParser(request, raw.toString('utf8'), (error, value) => {
+      void jsonParser(request, raw.toString('utf8'), (error, value) => {
         body = error ? undefined : value;
       });
       const parsed = parseDelivery(body);

@@ -77,6 +77,8 @@ describe('fault 5: bad input', () => {
       WEBHOOK_MAX_BODY: String(MAX_BODY),
       WEBHOOK_PATH: PATH,
       ADMIN_TOKEN: secrets.adminToken,
+      // Admin is served on the ops listener only.
+      OPS_PORT: '0',
       PORT: '0',
       LOG_LEVEL: 'trace',
     };

@@ -73,6 +73,8 @@ describe('fault 6: churn during full passes', () => {
       RECONCILE_EVERY: '20s',
       API_RATE_LIMIT: '100000',
       ADMIN_TOKEN: secrets.adminToken,
+      // Admin is served on the ops listener only.
+      OPS_PORT: '0',
       PORT: '0',
       LOG_LEVEL: 'info',
     };

@@ -55,6 +55,8 @@ describe('fault 1: kill -9 of the worker during a 200k full pass', () => {
       RECONCILE_EVERY: '24h',
       API_RATE_LIMIT: '100000',
       ADMIN_TOKEN: secrets.adminToken,
+      // Admin is served on the ops listener only.
+      OPS_PORT: '0',
       PORT: '0',
       LOG_LEVEL: 'trace',
     };

@@ -106,6 +106,8 @@ describe('fault 2: Postgres restarted for 10 s under webhook load', () => {
         API_RATE_LIMIT: '100000',
         WEBHOOK_SECRETS: `${secrets.staticWebhookSecret},${extra.secret}`,
         ADMIN_TOKEN: secrets.adminToken,
+        // Admin is served on the ops listener only.
+        OPS_PORT: '0',
         PORT: String(port),
         LOG_LEVEL: 'trace',
       },

@@ -1,5 +1,5 @@
 /**
- * The public listener under attack (README "Public surface"), against a real `start --role receiver`
+ * The public listener under attack (docs/operations.md, "Public surface"), against a real `start --role receiver`
  * process: unauthenticated clients dripping huge announced uploads, and a flood of forged signatures.
  * Real signed deliveries sent meanwhile (from this process, one every 250 ms) must be answered 2xx
  * within the service's 3 s, and the receiver's RSS must stay bounded. The attackers run in their own

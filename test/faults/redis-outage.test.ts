@@ -67,6 +67,8 @@ describe('fault 3: Redis restarted without persistence mid-pass', () => {
       RECONCILE_EVERY: '24h',
       API_RATE_LIMIT: '100000',
       ADMIN_TOKEN: secrets.adminToken,
+      // Admin is served on the ops listener only.
+      OPS_PORT: '0',
       PORT: '0',
       LOG_LEVEL: 'trace',
     };

@@ -75,6 +75,8 @@ describe('fault 4: upstream chaos during incremental passes', () => {
       // Short, so that the requests the simulator leaves hanging time out within the minute of chaos.
       MAILER_TIMEOUT: '2s',
       ADMIN_TOKEN: secrets.adminToken,
+      // Admin is served on the ops listener only.
+      OPS_PORT: '0',
       PORT: '0',
       LOG_LEVEL: 'trace',
     };

@@ -46,6 +46,27 @@ describe('subscriber-mirror CLI', () => {
     expect(result.stderr).toContain('--role must be one of all, worker, receiver');
   });
 
+  it('start exits 2 on a weak webhook secret, naming WEBHOOK_SECRETS but not the secret', async () => {
+    const result = await runCli(['start', '--role', 'receiver'], { WEBHOOK_SECRETS: 'Zq9weak', PORT: '0' });
+    expect(result.code).toBe(2);
+    expect(result.stderr).toMatch(/WEBHOOK_SECRETS: each secret must be at least 16 characters/);
+    expect(result.stderr).not.toContain('Zq9weak');
+  });
+
+  it('backfill exits 2 for a group or type that is not configured, naming the configured ones, and queues nothing', async () => {
+    // REDIS_URL points nowhere: had the command tried to queue, it would fail with 1, not 2.
+    const env = { SYNC_GROUPS: '111,222', SYNC_TYPES: 'active', REDIS_URL: 'redis://127.0.0.1:1' };
+    const group = await runCli(['backfill', '--group', '333'], env);
+    expect(group.code).toBe(2);
+    expect(group.stderr).toContain('--group 333 is not configured; configured groups (SYNC_GROUPS): 111, 222');
+    const type = await runCli(['backfill', '--group', '111', '--type', 'bounced'], env);
+    expect(type.code).toBe(2);
+    expect(type.stderr).toContain('--type bounced is not configured; configured types (SYNC_TYPES): active');
+    const none = await runCli(['backfill', '--group', '111'], { REDIS_URL: 'redis://127.0.0.1:1' });
+    expect(none.code).toBe(2);
+    expect(none.stderr).toContain('configured groups (SYNC_GROUPS): none');
+  });
+
   it('exits 2 naming every bad variable, without echoing secrets', async () => {
     const result = await runCli(['start', '--role', 'worker'], {
       MAILER_API_KEY: 'secret-key-0001',
@@ -58,6 +79,17 @@ describe('subscriber-mirror CLI', () => {
     expect(result.stderr).toContain('MAILER_LEGACY_URL: required for polling');
     expect(result.stderr).toContain('SYNC_GROUPS: required for polling');
     expect(result.stderr).not.toContain('secret-key-0001');
+  });
+
+  it('start refuses to read the current API until that source is wired, naming SYNC_SOURCE', async () => {
+    const result = await runCli(['start', '--role', 'worker'], {
+      MAILER_API_URL: 'http://127.0.0.1:1',
+      MAILER_API_TOKEN: 'token-not-to-print',
+      SYNC_GROUPS: '1',
+    });
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain('SYNC_SOURCE: reading the current API is not wired into start yet');
+    expect(result.stderr).not.toContain('token-not-to-print');
   });
 
   it('start with an unreachable DATABASE_URL exits non-zero with one clear line and no stack trace', async () => {

@@ -1,7 +1,7 @@
 /**
  * The consumer against real Postgres and Redis: every fixture (each kind in each shape), signed with
  * a real HMAC and posted to a running receiver wired to the consumer, lands as the rows its kind
- * writes (STYLE.md "Fixtures per event"). Then exactly-once (invariant 5), never-regress across
+ * writes (docs/architecture.md, "Conventions": fixtures per event). Then exactly-once (invariant 5), never-regress across
  * both paths (invariant 2), retries, the sweeper and replay.
  */
 import type { AddressInfo } from 'node:net';
@@ -483,7 +483,7 @@ describe('memberships', () => {
     expect(await readActivityKeys(db.pool)).toHaveLength(3);
   });
 
-  test('a batched campaign.sent wrapped in a campaign object (spec §6.5 nested items, as the simulator sends it)', async () => {
+  test('a batched campaign.sent wrapped in a campaign object (docs/upstream.md, "Batched payloads": nested items, as the simulator sends it)', async () => {
     const campaign = { id: '801', name: 'July', total_recipients: 2, preview_url: 'https://p.example/801', date: T2 };
     const { row } = await postAndApply(JSON.stringify({ events: [{ type: 'campaign.sent', campaign }], total: 1 }));
     expect(row).toMatchObject({ status: 'applied', event_count: 1 });

@@ -1,5 +1,5 @@
 /**
- * Database roles (README "Querying the mirror"): the read-only analyst role the migrations create reads
+ * Database roles (docs/sql.md): the read-only analyst role the migrations create reads
  * the mirrored tables and views but neither webhook secrets nor raw delivery bodies; the service runs
  * as a non-superuser that owns its database.
  */

@@ -1,5 +1,5 @@
 /**
- * Erasure that does not depend on one delivery (README "Data protection"): forgetting redacts stored
+ * Erasure that does not depend on one delivery (docs/security.md, "Personal data and erasure"): forgetting redacts stored
  * bodies, failed and pending bodies age out, and a subscriber out of every configured group past the
  * period has its personal data erased.
  */

@@ -271,7 +271,7 @@ function pollDeps(db: TestDatabase, sim: Simulator): PassDeps {
 /** One SYNC_EVERY tick (incremental) and one reconcile (full) pass over every group and type. */
 /**
  * One incremental tick, then two full passes: a poll removal needs two complete full passes in a row
- * that missed the member (DESIGN invariant 11, issue 11), so an ended membership is only known then.
+ * that missed the member (docs/architecture.md, invariant 11, issue 11), so an ended membership is only known then.
  */
 async function pollEverything(deps: PassDeps, world: World): Promise<void> {
   for (const mode of ['incremental', 'full', 'full'] as const) {

@@ -1,6 +1,6 @@
 /**
  * The shared limiter on a real Redis (invariant 7), including the Bottleneck 2.19.5 / Redis 7 trap
- * from DESIGN.md: state lost in Redis must not stop scheduling.
+ * from docs/architecture.md, "Traps we work around": state lost in Redis must not stop scheduling.
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -142,7 +142,7 @@ describe('limiter shared through Redis', () => {
   });
 });
 
-describe('Bottleneck state lost in Redis (DESIGN.md trap)', () => {
+describe('Bottleneck state lost in Redis (docs/architecture.md, "Traps we work around")', () => {
   it('is real: a bare Bottleneck 2.19.5 on Redis 7 stays broken after its keys vanish', async () => {
     const prefix = newPrefix('bare');
     const id = `${prefix}:bare`;

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MIGRATIONS_FOLDER, runMigrations } from '../../src/db/migrate.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 
-/** The SQL contract of DESIGN.md, asserted from information_schema rather than from the ORM. */
+/** The SQL contract (docs/sql.md, "Tables"), asserted from information_schema rather than from the ORM. */
 const CONTRACT: Record<string, Record<string, string>> = {
   subscribers: {
     id: 'text',

@@ -1,5 +1,5 @@
 /**
- * Public and internal apart (README "Public surface"): with OPS_PORT set, /metrics, /admin and the
+ * Public and internal apart (docs/operations.md, "Public surface"): with OPS_PORT set, /metrics, /admin and the
  * detailed /readyz answer only on the ops port; the public port serves the webhook route and a bare
  * health answer that names no dependency and leaks no error text.
  */

@@ -1,5 +1,5 @@
 /**
- * The poll path against the simulator, real Postgres and an in-process limiter (DESIGN.md "Poll",
+ * The poll path against the simulator, real Postgres and an in-process limiter (docs/architecture.md, "Poll path",
  * invariants 2, 3, 4, 6, 8, 9).
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -121,7 +121,7 @@ describe('full pass', () => {
       const d = deps(database, sim, {
         pageSize: 100,
         legacy: createLegacyClient({ baseUrl: sim.url, apiKey: sim.apiKey, limiter }),
-        // Bottleneck 2.19.5 cannot heal on Redis 7 by itself (DESIGN.md "Traps"): wipe its keys halfway.
+        // Bottleneck 2.19.5 cannot heal on Redis 7 by itself (docs/architecture.md, "Traps we work around"): wipe its keys halfway.
         onProgress: async () => {
           if (++pages === 5) await deletePrefix(`b_${prefix}`);
         },

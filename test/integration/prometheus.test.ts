@@ -39,7 +39,7 @@ describe.skipIf(prometheusTool.skip)('a real Prometheus scraping subscriber-mirr
   let promLog = '';
 
   const query = async (expr: string): Promise<QueryAnswer> => {
-    const res = await fetch(`${promUrl}/api/v1/query?${new URLSearchParams({ query: expr })}`);
+    const res = await fetch(`${promUrl}/api/v1/query?${new URLSearchParams({ query: expr }).toString()}`);
     return (await res.json()) as QueryAnswer;
   };
 

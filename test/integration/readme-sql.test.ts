@@ -1,10 +1,10 @@
 /**
- * SQL for users (issue #6 part 6): the three views, and every ```sql example of README.md's
- * "Querying the mirror" section, run against a mirror populated through `src/mirror/store.ts` with a
- * small, hand-checked world. A README example that stops running, or stops answering its question,
- * fails here.
+ * SQL for users (issue #6 part 6): the three views, and every ```sql example of docs/sql.md (and of
+ * README.md, should it carry any), run against a mirror populated through `src/mirror/store.ts` with
+ * a small, hand-checked world. An example that stops running, or stops answering its question, fails
+ * here.
  */
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -26,38 +26,47 @@ import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { iso } from '../helpers/mirror.js';
 
 // ---------------------------------------------------------------------------------------------
-// The README examples
+// The documented examples
 
-const SECTION_TITLE = 'Querying the mirror';
+/** The examples' own page; every other page of docs/ and README.md may carry ```sql blocks too. */
+const SQL_PAGE = 'docs/sql.md';
+
+/** Every document whose ```sql blocks are executed here. */
+const DOCUMENTS = [
+  SQL_PAGE,
+  ...readdirSync(fileURLToPath(new URL('../../docs', import.meta.url)))
+    .filter((name) => name.endsWith('.md') && `docs/${name}` !== SQL_PAGE)
+    .sort()
+    .map((name) => `docs/${name}`),
+  'README.md',
+];
 
 interface Example {
+  /** Where the example is written. */
+  document: string;
   /** The last prose line before the block: what the example answers. */
   explanation: string;
   sql: string;
 }
 
-/** Every ```sql block of the README section, with the line that explains it. */
-function readmeExamples(): Example[] {
-  const readme = readFileSync(fileURLToPath(new URL('../../README.md', import.meta.url)), 'utf8');
-  const start = readme.search(new RegExp(`^## ${SECTION_TITLE}[ \\t]*$`, 'm'));
-  if (start < 0) return [];
-  const rest = readme.slice(start + 3);
-  const end = rest.search(/^## /m);
-  const section = end < 0 ? rest : rest.slice(0, end);
+/** Every ```sql block of a document, with the line that explains it. */
+function sqlExamples(document: string): Example[] {
+  const text = readFileSync(fileURLToPath(new URL(`../../${document}`, import.meta.url)), 'utf8');
   const examples: Example[] = [];
   let last = 0;
-  for (const match of section.matchAll(/^```sql[ \t]*\n([\s\S]*?)^```[ \t]*$/gm)) {
-    const prose = section.slice(last, match.index).split('\n').map((l) => l.trim()).filter((l) => l !== '');
-    examples.push({ explanation: prose.at(-1) ?? '', sql: match[1] ?? '' });
+  for (const match of text.matchAll(/^```sql[ \t]*\n([\s\S]*?)^```[ \t]*$/gm)) {
+    const prose = text.slice(last, match.index).split('\n').map((l) => l.trim()).filter((l) => l !== '');
+    examples.push({ document, explanation: prose.at(-1) ?? '', sql: match[1] ?? '' });
     last = match.index + match[0].length;
   }
   return examples;
 }
 
-const EXAMPLES = readmeExamples();
+const DOC_EXAMPLES = sqlExamples(SQL_PAGE);
+const EXAMPLES = DOCUMENTS.flatMap((d) => sqlExamples(d));
 
 // ---------------------------------------------------------------------------------------------
-// The world: two groups, ten subscribers, three campaigns (ids as in the README examples)
+// The world: two groups, ten subscribers, three campaigns (ids as in the documented examples)
 
 const NEWSLETTER = '1000001';
 const CUSTOMERS = '1000002'; // only ever polled: no name known
@@ -224,7 +233,7 @@ let readmeClock: Clock | undefined;
 
 const pick = (rows: TextRow[], ...columns: string[]) => rows.map((r) => Object.fromEntries(columns.map((c) => [c, r[c]])));
 
-/** What each README example must answer on the world above, keyed by its explanation line. */
+/** What each documented example must answer on the world above, keyed by its explanation line. */
 const EXPECTATIONS: Expectation[] = [
   {
     name: 'active members of a group',
@@ -285,7 +294,7 @@ const EXPECTATIONS: Expectation[] = [
     explanation: /by email/i,
     check: async (rows, example, client) => {
       expect(pick(rows, 'id', 'email', 'status')).toEqual([{ id: GUS, email: 'Gus@Example.COM', status: 'active' }]);
-      // The README promises the index: with sequential scans priced out, the plan must use it.
+      // docs/sql.md promises the index: with sequential scans priced out, the plan must use it.
       const plan = await runReadOnly(client, `explain ${example.sql}`, ['set local enable_seqscan = off']);
       expect(plan.map((r) => r['QUERY PLAN']).join('\n')).toContain('subscribers_email_idx');
     },
@@ -490,16 +499,16 @@ describe('SQL for users', () => {
     });
   });
 
-  describe(`README.md "${SECTION_TITLE}"`, () => {
-    it('has the section with at least 5 sql examples, among them every example checked here', () => {
-      expect(EXAMPLES.length, `README.md needs a "## ${SECTION_TITLE}" section with ${'```'}sql examples`).toBeGreaterThanOrEqual(5);
-      const missing = EXPECTATIONS.filter((e) => !EXAMPLES.some((x) => e.explanation.test(x.explanation))).map((e) => e.name);
+  describe('documented SQL examples', () => {
+    it(`${SQL_PAGE} has at least 5 sql examples, among them every example checked here`, () => {
+      expect(DOC_EXAMPLES.length, `${SQL_PAGE} needs ${'```'}sql examples`).toBeGreaterThanOrEqual(5);
+      const missing = EXPECTATIONS.filter((e) => !DOC_EXAMPLES.some((x) => e.explanation.test(x.explanation))).map((e) => e.name);
       expect(missing).toEqual([]);
     });
 
-    it.each(EXAMPLES.map((example, i) => [i + 1, example.explanation, example] as const))(
-      'example %i runs and answers its question: %s',
-      async (_n, _explanation, example) => {
+    it.each(EXAMPLES.map((example, i) => [i + 1, example.document, example.explanation, example] as const))(
+      'example %i (%s) runs and answers its question: %s',
+      async (_n, _document, _explanation, example) => {
         const rows = await runReadOnly(client, example.sql);
         const expectation = EXPECTATIONS.find((e) => e.explanation.test(example.explanation));
         if (expectation) await expectation.check(rows, example, client);

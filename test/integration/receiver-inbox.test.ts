@@ -100,7 +100,7 @@ describe('createInboxWriter', () => {
         ...records.map((r) => a.store(r)),
         ...[...records].reverse().map((r) => b.store(r)),
       ]);
-      const failed = results.filter((r) => r.status === 'rejected') as PromiseRejectedResult[];
+      const failed = results.filter((r): r is PromiseRejectedResult => r.status === 'rejected');
       expect(failed.map((f) => (f.reason as { code?: string }).code)).toEqual([]);
       const fulfilled = results.map((r) => (r as PromiseFulfilledResult<{ duplicate: boolean }>).value);
       expect(fulfilled.filter((r) => !r.duplicate)).toHaveLength(25);

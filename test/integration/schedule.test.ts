@@ -10,6 +10,7 @@ import {
   recordAuthFailure,
 } from '../../src/sync/auth-pause.js';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 
 const noFullPasses = () => Promise.resolve(new Map<string, number>());
 
@@ -117,21 +118,24 @@ describe('poll scheduling', () => {
 
   it('lets one holder at a time take a pass lock, and frees it on release or expiry', async () => {
     const key = `${prefix}:lock:g1:active`;
-    const first = await tryAcquirePassLock(redis, key, { ttlMs: 500, renewEveryMs: 100 });
+    // Renewed every 100 ms, a 2 s TTL survives a loaded machine's stalls; the lock must outlive it.
+    const ttlMs = 2_000;
+    const acquiredAt = Date.now();
+    const first = await tryAcquirePassLock(redis, key, { ttlMs, renewEveryMs: 100 });
     expect(first).not.toBeNull();
     expect(await tryAcquirePassLock(redis, key)).toBeNull();
-    await new Promise((r) => setTimeout(r, 700)); // renewed past its TTL while held
-    expect(await tryAcquirePassLock(redis, key)).toBeNull();
+    await waitFor('the first TTL to have run out', () => Date.now() > acquiredAt + ttlMs + 200, 10_000);
+    expect(await tryAcquirePassLock(redis, key)).toBeNull(); // renewed past its TTL while held
+    expect(first!.lost).toBe(false);
     await first!.release();
-    const second = await tryAcquirePassLock(redis, key, { ttlMs: 200, renewEveryMs: 10_000 });
+    const second = await tryAcquirePassLock(redis, key, { ttlMs: 200, renewEveryMs: 60_000 });
     expect(second).not.toBeNull();
-    await new Promise((r) => setTimeout(r, 300)); // a dead holder (no renewal) frees it by TTL
-    const third = await tryAcquirePassLock(redis, key, { ttlMs: 1000 });
-    expect(third).not.toBeNull();
+    // A dead holder (no renewal within the test) frees it by TTL: someone else gets it.
+    const third = await waitFor('the unrenewed lock to expire', () => tryAcquirePassLock(redis, key, { ttlMs: 30_000 }), 10_000);
     // The expired holder's release must not free the lock someone else now holds.
     await second!.release();
     expect(await tryAcquirePassLock(redis, key)).toBeNull();
-    await third!.release();
+    await third.release();
   });
 
   it('pauses polling after an auth failure with a doubling back-off, and clears on success', async () => {

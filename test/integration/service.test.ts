@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.js';
 import { startService, type RunningService } from '../../src/start.js';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
+import { createSyncQueue } from '../../src/sync/schedule.js';
 import { signBody } from '../../src/webhooks/signature.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { deleteInstallKeys, deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
@@ -26,7 +27,8 @@ describe('readiness', () => {
     pgProxy = await startTcpProxy(hostPort(database.url, 5432));
     redisProxy = await startTcpProxy(hostPort(redisUrl(), 6379));
     const config = loadConfig(
-      { DATABASE_URL: pgProxy.via(database.url), REDIS_URL: redisProxy.via(redisUrl()), REDIS_PREFIX: prefix, PORT: '0', LOG_LEVEL: 'silent', WEBHOOK_SECRETS: SECRET },
+      // The detailed /readyz is on the ops listener.
+      { DATABASE_URL: pgProxy.via(database.url), REDIS_URL: redisProxy.via(redisUrl()), REDIS_PREFIX: prefix, PORT: '0', OPS_PORT: '0', LOG_LEVEL: 'silent', WEBHOOK_SECRETS: SECRET },
       ['receive'],
     );
     service = await startService(config, 'receiver');
@@ -41,7 +43,7 @@ describe('readiness', () => {
   });
 
   const readyz = async () => {
-    const res = await fetch(`http://127.0.0.1:${service.port}/readyz`);
+    const res = await fetch(`http://127.0.0.1:${service.opsPort}/readyz`);
     return { status: res.status, body: (await res.json()) as { checks: Array<{ name: string; ok: boolean; reason?: string }> } };
   };
 
@@ -73,9 +75,11 @@ describe('readiness', () => {
   });
 
   it('has no admin routes without ADMIN_TOKEN', async () => {
-    for (const path of ['/admin/status', '/admin/queues', '/admin/jobs/1']) {
-      const res = await fetch(`http://127.0.0.1:${service.port}${path}`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
-      expect(res.status, path).toBe(404);
+    for (const port of [service.port, service.opsPort]) {
+      for (const path of ['/admin/status', '/admin/queues', '/admin/jobs/1']) {
+        const res = await fetch(`http://127.0.0.1:${port}${path}`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+        expect(res.status, `${port} ${path}`).toBe(404);
+      }
     }
   });
 });
@@ -88,6 +92,8 @@ describe('admin API and metrics', () => {
   let groupId: string;
   const secret = 'whsec-service-test-0001';
   let base: string;
+  let opsBase: string;
+  let queue: ReturnType<typeof createSyncQueue>;
 
   beforeAll(async () => {
     database = await createTestDatabase();
@@ -109,6 +115,8 @@ describe('admin API and metrics', () => {
         WEBHOOK_SECRETS: secret,
         ADMIN_TOKEN,
         PORT: '0',
+        OPS_PORT: '0',
+        TRUST_PROXY: 'true',
         LOG_LEVEL: 'silent',
         METRICS_REFRESH_EVERY: '1s',
       },
@@ -116,19 +124,30 @@ describe('admin API and metrics', () => {
     );
     service = await startService(config, 'all');
     base = `http://127.0.0.1:${service.port}`;
+    opsBase = `http://127.0.0.1:${service.opsPort}`;
+    queue = createSyncQueue({ url: redisUrl(), maxRetriesPerRequest: 1 }, prefix);
   });
 
   afterAll(async () => {
+    await queue?.close();
     await service.stop('test over');
     await sim.close();
     await database.drop();
     await deleteInstallKeys(prefix);
   });
 
+  let prober = 0;
+  // Failed tokens are throttled per client (5 a minute): each wrong-token probe comes from a client of
+  // its own (X-Forwarded-For, TRUST_PROXY=true), so the probes here stay below the limit.
+  const clientFor = (token: string | null): Record<string, string> => (token && token !== ADMIN_TOKEN ? { 'x-forwarded-for': `192.0.2.${++prober}` } : {});
   const admin = (path: string, init: RequestInit = {}, token: string | null = ADMIN_TOKEN) =>
-    fetch(`${base}${path}`, {
+    fetch(`${opsBase}${path}`, {
       ...init,
-      headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), ...(init.body ? { 'content-type': 'application/json' } : {}) },
+      headers: {
+        ...(token ? { authorization: `Bearer ${token}` } : {}),
+        ...(init.body ? { 'content-type': 'application/json' } : {}),
+        ...clientFor(token),
+      },
     });
 
   it('rejects missing and wrong tokens on every admin route', async () => {
@@ -147,6 +166,24 @@ describe('admin API and metrics', () => {
     expect(await bad.json()).toEqual({ error: 'group must be a numeric group id' });
     const badType = await admin('/admin/backfill', { method: 'POST', body: JSON.stringify({ group: groupId, type: 'vip' }) });
     expect(badType.status).toBe(400);
+  });
+
+  it('backfills only configured groups and types, naming them otherwise, and queues nothing', async () => {
+    const otherGroup = await admin('/admin/backfill', { method: 'POST', body: JSON.stringify({ group: '999999' }) });
+    expect(otherGroup.status).toBe(400);
+    expect(await otherGroup.json()).toEqual({ error: `group 999999 is not configured; configured groups (SYNC_GROUPS): ${groupId}` });
+    // A real type, but not one of SYNC_TYPES (active).
+    const otherType = await admin('/admin/backfill', { method: 'POST', body: JSON.stringify({ group: groupId, type: 'unsubscribed' }) });
+    expect(otherType.status).toBe(400);
+    expect(await otherType.json()).toEqual({ error: 'type unsubscribed is not configured; configured types (SYNC_TYPES): active' });
+    const jobs = await queue.getJobs(['waiting', 'prioritized', 'delayed', 'active', 'completed', 'failed']);
+    expect(jobs.filter((j) => j.data.groupId === '999999' || j.data.type === 'unsubscribed')).toEqual([]);
+  });
+
+  it('serves admin and /metrics on the ops port only', async () => {
+    for (const path of ['/metrics', '/admin/status', '/admin/queues']) {
+      expect((await fetch(`${base}${path}`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })).status, path).toBe(404);
+    }
   });
 
   it('runs a backfill started over HTTP to completion, reporting progress', async () => {
@@ -185,7 +222,7 @@ describe('admin API and metrics', () => {
     }, 20_000, 100);
     // Gauges read from Postgres are refreshed on a timer (METRICS_REFRESH_EVERY), not by the scrape.
     const text = await waitFor('drift gauge refreshed', async () => {
-      const scraped = await (await fetch(`${base}/metrics`)).text();
+      const scraped = await (await fetch(`${opsBase}/metrics`)).text();
       return /subscriber_mirror_sync_drift\{group="\d+",type="active"\} 0\b/.test(scraped) ? scraped : null;
     }, 20_000, 200);
     const value = (pattern: RegExp) => Number(pattern.exec(text)?.[1] ?? Number.NaN);

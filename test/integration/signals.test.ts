@@ -1,5 +1,5 @@
 /**
- * SIGTERM at every stage (README "Public surface", "Graceful shutdown"): during start-up (migrations
+ * SIGTERM at every stage (docs/operations.md, "Public surface" and "Graceful shutdown"): during start-up (migrations
  * waiting, Redis unreachable) the process exits 0 at once instead of ignoring the signal until Docker
  * kills it; with a client dripping an upload, it still exits 0 within SHUTDOWN_TIMEOUT (a shutdown
  * that outlived it would exit 1).

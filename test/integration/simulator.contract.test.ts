@@ -1,5 +1,5 @@
 /**
- * Contract suite for the simulator: walks spec §4–§8 (plus DESIGN "Facts") row by row over HTTP.
+ * Contract suite for the simulator: walks docs/upstream.md, "Endpoints" to "Limits", and the facts beyond the docs there row by row over HTTP.
  * Needs no database: only the simulator and small node:http receivers for deliveries.
  */
 import { createHmac } from 'node:crypto';
@@ -10,6 +10,7 @@ import { isSafeNumber, parse as losslessParse } from 'lossless-json';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ALL_EVENT_KINDS, BATCH_ONLY_KINDS, startSimulator } from '../../src/simulator/index.js';
 import type { EventKind, Simulator, SimulatorOptions } from '../../src/simulator/index.js';
+import { waitFor } from '../helpers/wait.js';
 
 // ---------------------------------------------------------------- helpers
 
@@ -141,9 +142,9 @@ const TYPES = ['active', 'unsubscribed', 'bounced', 'junk', 'unconfirmed'];
 const ISO_MICROS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/;
 const YMD_HIS = /^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$/;
 
-// ---------------------------------------------------------------- §4.1 legacy reads
+// ---------------------------------------------------------------- "Legacy lists" (docs/upstream.md) legacy reads
 
-describe('§4.1 legacy group subscribers', () => {
+describe('"Legacy lists" (docs/upstream.md) legacy group subscribers', () => {
   it('GET /groups/:id/subscribers answers a bare array of Single Subscriber objects', async () => {
     const s = await sim({ subscribers: 200, groups: 3, seed: 11 });
     const groupId = s.world.groupIds()[0] ?? '';
@@ -275,9 +276,9 @@ describe('§4.1 legacy group subscribers', () => {
   });
 });
 
-// ---------------------------------------------------------------- §4.1 filters
+// ---------------------------------------------------------------- "Legacy lists" (docs/upstream.md) filters
 
-describe('§4.1 legacy date filters', () => {
+describe('"Legacy lists" (docs/upstream.md) legacy date filters', () => {
   it.each([
     ['filters[date_sent][$gt]=2024-01-01'],
     ['filters[date_updated][$ne]=2024-01-01'],
@@ -354,9 +355,9 @@ describe('§4.1 legacy date filters', () => {
   });
 });
 
-// ---------------------------------------------------------------- §5 authentication and CORS
+// ---------------------------------------------------------------- "Authentication" (docs/upstream.md) authentication and CORS
 
-describe('§5 legacy authentication', () => {
+describe('"Authentication" (docs/upstream.md) legacy authentication', () => {
   it('answers a missing key with code 1 and a wrong key with code 302, both HTTP 401', async () => {
     const s = await sim({ subscribers: 5, apiKey: 'right' });
     const path = `/groups/${s.world.groupIds()[0]}/subscribers`;
@@ -391,9 +392,9 @@ describe('§5 legacy authentication', () => {
   });
 });
 
-// ---------------------------------------------------------------- §8 / Facts: rate limit
+// ---------------------------------------------------------------- "Limits" (docs/upstream.md) / Facts: rate limit
 
-describe('§8 legacy rate limit', () => {
+describe('"Limits" (docs/upstream.md) legacy rate limit', () => {
   it('carries X-RateLimit-* on every response and answers 429 past the limit', async () => {
     const s = await sim({ subscribers: 5, rateLimit: 5, rateLimitMode: 'sliding', rateLimitWindowMs: 60_000 });
     const groupId = s.world.groupIds()[0] ?? '';
@@ -481,19 +482,18 @@ describe('fault injection', () => {
   });
 
   it('closes at once even while a request hangs', async () => {
-    const s = await startSimulator({ subscribers: 5, faults: { hangRate: 1 } });
+    // An hour-long hang: a close that waited for it would outlast the test's timeout.
+    const s = await startSimulator({ subscribers: 5, faults: { hangRate: 1, hangMs: 3_600_000 } });
     const pending = legacy(s, `/groups/${s.world.groupIds()[0]}/subscribers`).catch((error: unknown) => error);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-    const started = performance.now();
+    await waitFor('the request to hang in the simulator', () => s.requests.some((r) => r.fault === 'hang'), 10_000);
     await s.close();
-    expect(performance.now() - started).toBeLessThan(5_000); // not the default 60 s hang
     expect(await pending).toBeInstanceOf(Error);
   });
 });
 
-// ---------------------------------------------------------------- §4.2 webhook management
+// ---------------------------------------------------------------- "Webhook management" (docs/upstream.md) webhook management
 
-describe('§4.2 webhook management', () => {
+describe('"Webhook management" (docs/upstream.md) webhook management', () => {
   it('requires the bearer token: 401 {"message":"Unauthenticated."}', async () => {
     const s = await sim({ subscribers: 0 });
     for (const token of [null, 'wrong']) {
@@ -613,13 +613,13 @@ describe('§4.2 webhook management', () => {
   });
 });
 
-// ---------------------------------------------------------------- §6 deliveries
+// ---------------------------------------------------------------- "Webhook deliveries" (docs/upstream.md) deliveries
 
 function kindOf(payload: Record<string, unknown>): string {
   return String(payload['event'] ?? payload['type']);
 }
 
-describe('§6 webhook deliveries', () => {
+describe('"Webhook deliveries" (docs/upstream.md) webhook deliveries', () => {
   it('delivers every kind in its shape, signed with the webhook secret', async () => {
     const target = await receiver();
     const s = await sim({ subscribers: 20, groups: 2, largeIds: true, batchIntervalMs: 60_000 });
@@ -706,13 +706,11 @@ describe('§6 webhook deliveries', () => {
     const hook = await createHook(s, { url: target.url, events: ['campaign.open', 'campaign.click'], batchable: true });
     const id = s.world.members(s.world.groupIds()[0] ?? '')[0] ?? '';
     const opensBefore = s.world.subscriber(id)?.opensCount ?? 0;
-    const started = performance.timeOrigin + performance.now();
     s.world.open(id);
     s.world.open(id);
     s.world.click(id, { url: 'https://example.com/a' });
+    // Within 5 s, far under the default interval of a minute: the 300 ms interval sent it.
     await target.waitFor(1, 5_000);
-    const arrivedAfter = (target.received[0]?.at ?? 0) - started;
-    expect(arrivedAfter).toBeLessThan(300 + 500);
     const body = target.received[0]?.body ?? '';
     expect(target.received[0]?.headers['signature']).toBe(hmac(body, hook.secret));
     const payload = JSON.parse(body) as { events: Record<string, unknown>[]; total: number };
@@ -761,8 +759,8 @@ describe('§6 webhook deliveries', () => {
     expect(attempts.slice(0, 3).map((a) => a.nextRetryInMs)).toEqual(expected);
     for (let i = 0; i < 3; i++) {
       const gap = (attempts[i + 1]?.startedAt ?? 0) - (attempts[i]?.finishedAt ?? 0);
+      // Only a lower bound: a loaded machine fires timers late, never early.
       expect(gap, `gap before attempt ${i + 2}`).toBeGreaterThanOrEqual((expected[i] ?? 0) - 2);
-      expect(gap, `gap before attempt ${i + 2}`).toBeLessThan((expected[i] ?? 0) + 300);
     }
   });
 
@@ -789,8 +787,8 @@ describe('§6 webhook deliveries', () => {
     await s.deliveries.idle(10_000);
     const [first, second] = s.deliveries.attempts;
     expect(first).toMatchObject({ attempt: 1, status: null, ok: false, error: 'timeout' });
+    // The receiver never answers the first attempt: only the 200 ms delivery timeout can end it.
     expect(first?.latencyMs).toBeGreaterThanOrEqual(190);
-    expect(first?.latencyMs).toBeLessThan(2_000);
     expect(second).toMatchObject({ attempt: 2, status: 200, ok: true });
   });
 

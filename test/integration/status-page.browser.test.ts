@@ -4,7 +4,7 @@
  * banner shows when the simulator rejects the key; a missing or wrong token gets no page; the same
  * login opens the BullMQ dashboard; nothing the page renders runs as script; no console errors.
  *
- * With STATUS_PAGE_SCREENSHOT=path the page after a pass is saved there (README's screenshot).
+ * With STATUS_PAGE_SCREENSHOT=path the page after a pass is saved there (the screenshot in docs/operations.md, "Status page").
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Page } from 'playwright-core';
@@ -34,6 +34,9 @@ function serviceEnv(database: TestDatabase, sim: Simulator, prefix: string, apiK
     SYNC_EVERY: '30s',
     API_RATE_LIMIT: '100000',
     ADMIN_TOKEN: token,
+    // One plain-http port on this machine, as in the demo.
+    ADMIN_ON_PUBLIC_PORT: 'true',
+    ADMIN_COOKIE_INSECURE: 'true',
     PORT: '0',
     LOG_LEVEL: 'silent',
   };

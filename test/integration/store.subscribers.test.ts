@@ -1,5 +1,5 @@
 /**
- * The guarded subscriber upsert against real Postgres (DESIGN.md invariants 2, 5, 6).
+ * The guarded subscriber upsert against real Postgres (docs/architecture.md, invariants 2, 5, 6).
  */
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { LosslessNumber, parse as losslessParse } from 'lossless-json';

@@ -70,7 +70,8 @@ describe('sync worker triggers', () => {
   const finished = async (jobId: string): Promise<PassJobResult> => {
     const job = await queue.getJob(jobId);
     if (!job) throw new Error(`job ${jobId} vanished`);
-    return (await job.waitUntilFinished(events, 30_000)) as PassJobResult;
+    const result: PassJobResult = await job.waitUntilFinished(events, 30_000);
+    return result;
   };
   const listRequests = () => sim.requests.filter((r) => r.api === 'legacy' && !r.url.includes('/count'));
 
@@ -153,7 +154,7 @@ describe('sync worker triggers', () => {
     const before = (await readSyncState(database.pool, groupId, 'active'))?.lastFullCompletedAt ?? null;
     const lock = await tryAcquirePassLock(redis, passLockKey(prefix, groupId, 'active'));
     expect(lock).not.toBeNull();
-    let releasedAt = 0;
+    let releasedAt: number;
     // What the full scheduler enqueues every RECONCILE_EVERY.
     const tick = await queue.add('full', { groupId, type: 'active', mode: 'full', trigger: 'schedule' }, PASS_JOB_OPTIONS);
     try {

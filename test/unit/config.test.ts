@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ConfigError, loadConfig, needsForRole, parseDuration, secretsOf } from '../../src/config.js';
+import { ConfigError, loadConfig, needsForRole, parseDuration, secretsOf, syncSourceOf } from '../../src/config.js';
 
 const POLL_ENV = {
   MAILER_LEGACY_URL: 'https://legacy.example.com/',
@@ -41,6 +41,8 @@ describe('loadConfig', () => {
     expect(config.legacy.apiKeyHeader).toBe('X-Service-ApiKey');
     expect(config.legacy.sourceTimezone).toBe('UTC');
     expect(config.sync).toEqual({
+      source: 'current',
+      reconciles: false,
       groups: [],
       types: ['active', 'unsubscribed', 'bounced', 'junk', 'unconfirmed'],
       everyMs: 300_000,
@@ -48,7 +50,7 @@ describe('loadConfig', () => {
       reconcileEveryMs: 86_400_000,
       pageSize: 1000,
     });
-    expect(config.apiRateLimit).toBe(60);
+    expect(config.apiRateLimit).toBe(120);
     expect(config.webhookSecrets).toEqual([]);
     expect(config.port).toBe(8080);
     expect(config.webhookPath).toBe('/webhooks');
@@ -61,6 +63,12 @@ describe('loadConfig', () => {
     expect(config.eraseOutOfGroupsAfterMs).toBe(30 * 86_400_000);
     expect(config.http).toEqual({ headersTimeoutMs: 5_000, requestTimeoutMs: 10_000, idleTimeoutMs: 10_000, maxConnections: 1_000 });
     expect(config.opsPort).toBeUndefined();
+    // The public listener on every interface (webhooks come from outside); the ops one on loopback.
+    expect(config.host).toBe('0.0.0.0');
+    expect(config.opsHost).toBe('127.0.0.1');
+    expect(config.opsOnPublicPort).toBe(false);
+    expect(config.adminCookieInsecure).toBe(false);
+    expect(config.trustProxy).toBe(false);
     expect(config.metricsRefreshMs).toBe(15_000);
     expect(config.history).toEqual({ enabled: true, retentionMs: undefined });
   });
@@ -95,6 +103,9 @@ describe('loadConfig', () => {
     [{ PORT: '8080', OPS_PORT: '8080' }, /OPS_PORT: must differ from PORT/],
     [{ OPS_PORT: 'ops' }, /OPS_PORT: "ops" is not a whole number/],
     [{ HTTP_REQUEST_TIMEOUT: '100ms' }, /HTTP_REQUEST_TIMEOUT: "100ms" is shorter than 1s/],
+    // Admin on the public port only when asked for explicitly.
+    [{ ADMIN_TOKEN: 'a'.repeat(32) }, /ADMIN_TOKEN: the admin pages are served on OPS_PORT only; set OPS_PORT \(e\.g\. 9090\), or ADMIN_ON_PUBLIC_PORT=true/],
+    [{ ADMIN_ON_PUBLIC_PORT: 'true', OPS_PORT: '9090' }, /ADMIN_ON_PUBLIC_PORT: set either OPS_PORT or ADMIN_ON_PUBLIC_PORT=true, not both/],
   ])('rejects inconsistent settings %o', (env, pattern) => {
     const problems = problemsOf(env);
     expect(problems).toHaveLength(1);
@@ -117,8 +128,13 @@ describe('loadConfig', () => {
         RECONCILE_EVERY: '12h',
         SYNC_PAGE_SIZE: '500',
         API_RATE_LIMIT: '120',
-        WEBHOOK_SECRETS: 'old-secret, new-secret',
+        WEBHOOK_SECRETS: 'old-secret-0123456789, new-secret-0123456789',
         PORT: '9090',
+        OPS_PORT: '9091',
+        HOST: '::',
+        OPS_HOST: '10.0.0.5',
+        ADMIN_COOKIE_INSECURE: 'TRUE',
+        TRUST_PROXY: '10.0.0.1, 172.16.0.0/12',
         WEBHOOK_PATH: '/hooks/mailer',
         ADMIN_TOKEN: 'a'.repeat(32),
         LOG_LEVEL: 'debug',
@@ -137,8 +153,17 @@ describe('loadConfig', () => {
     expect(config.sync.reconcileEveryMs).toBe(12 * 3_600_000);
     expect(config.sync.pageSize).toBe(500);
     expect(config.apiRateLimit).toBe(120);
-    expect(config.webhookSecrets).toEqual(['old-secret', 'new-secret']);
+    expect(config.webhookSecrets).toEqual(['old-secret-0123456789', 'new-secret-0123456789']);
     expect(config.port).toBe(9090);
+    expect(config.opsPort).toBe(9091);
+    expect(config.host).toBe('::');
+    expect(config.opsHost).toBe('10.0.0.5');
+    expect(config.adminCookieInsecure).toBe(true);
+    expect(config.trustProxy).toEqual(['10.0.0.1', '172.16.0.0/12']);
+    expect(loadConfig({ TRUST_PROXY: 'true' }).trustProxy).toBe(true);
+    expect(loadConfig({ TRUST_PROXY: '2' }).trustProxy).toBe(2);
+    const shared = loadConfig({ ADMIN_TOKEN: 'a'.repeat(32), ADMIN_ON_PUBLIC_PORT: 'true' });
+    expect([shared.opsOnPublicPort, shared.opsPort]).toEqual([true, undefined]);
     expect(config.webhookPath).toBe('/hooks/mailer');
     expect(config.legacy.sourceTimezone).toBe('Europe/Vilnius');
     expect(config.webhooksApi).toEqual({ url: 'https://connect.example.com', token: 'tok-abcdef' });
@@ -174,6 +199,14 @@ describe('loadConfig', () => {
     ['HISTORY', 'yes', /HISTORY: must be on or off/],
     ['HISTORY_RETENTION', '30m', /HISTORY_RETENTION: "30m" is shorter than 1h/],
     ['HISTORY_RETENTION', 'forever', /HISTORY_RETENTION: "forever" is not a duration/],
+    ['WEBHOOK_SECRETS', 'abc', /WEBHOOK_SECRETS: each secret must be at least 16 characters .*; secret #1 has 3$/],
+    ['WEBHOOK_SECRETS', 'long-enough-secret-01,short-one', /WEBHOOK_SECRETS: each secret must be at least 16 characters .*; secret #2 has 9$/],
+    ['HOST', 'not an address!', /HOST: must be an IP address/],
+    ['OPS_HOST', 'bad host/x', /OPS_HOST: must be an IP address/],
+    ['ADMIN_ON_PUBLIC_PORT', 'sure', /ADMIN_ON_PUBLIC_PORT: must be true or false/],
+    ['ADMIN_COOKIE_INSECURE', 'maybe', /ADMIN_COOKIE_INSECURE: must be true or false/],
+    ['TRUST_PROXY', 'proxy.example.com', /TRUST_PROXY: must be true, false, a hop count, or comma-separated proxy addresses/],
+    ['TRUST_PROXY', '10.0.0.1/12/3', /TRUST_PROXY: must be true, false, a hop count/],
   ])('rejects a bad %s (%s) with a message naming it', (name, value, pattern) => {
     const problems = problemsOf({ [name]: value });
     expect(problems).toHaveLength(1);
@@ -185,28 +218,23 @@ describe('loadConfig', () => {
     expect(problems.map((p) => p.split(':')[0]).sort()).toEqual(['PORT', 'SYNC_EVERY', 'SYNC_TYPES']);
   });
 
-  it('requires the legacy URL, key and groups for polling only', () => {
-    const problems = problemsOf({}, needsForRole('worker'));
+  it('requires the legacy URL, key and groups for polling the legacy API only', () => {
+    const problems = problemsOf({ SYNC_SOURCE: 'legacy' }, needsForRole('worker'));
     expect(problems).toEqual([
       'MAILER_LEGACY_URL: required for polling',
       'MAILER_API_KEY: required for polling',
       'SYNC_GROUPS: required for polling',
     ]);
+    expect(problemsOf({ MAILER_API_KEY: 'k-123456789' }, ['poll'])).toEqual(['MAILER_LEGACY_URL: required for polling', 'SYNC_GROUPS: required for polling']);
     expect(() => loadConfig({}, needsForRole('receiver'))).not.toThrow();
     expect(() => loadConfig(POLL_ENV, needsForRole('all'))).not.toThrow();
   });
 
-  it('requires the management URL and token for webhooks commands', () => {
-    expect(problemsOf({}, ['manage-webhooks'])).toEqual([
-      'MAILER_WEBHOOKS_URL: required for webhooks commands',
-      'MAILER_WEBHOOKS_TOKEN: required for webhooks commands',
-    ]);
-  });
 
   it('never echoes secret values in its messages', () => {
     const error = (() => {
       try {
-        loadConfig({ MAILER_API_KEY: 'supersecretkey', ADMIN_TOKEN: 'tiny-secret', SYNC_EVERY: 'x' });
+        loadConfig({ MAILER_API_KEY: 'supersecretkey', ADMIN_TOKEN: 'tiny-secret', WEBHOOK_SECRETS: 'weak-whsec', SYNC_EVERY: 'x' });
       } catch (e) {
         return e as Error;
       }
@@ -214,10 +242,92 @@ describe('loadConfig', () => {
     })();
     expect(error.message).not.toContain('supersecretkey');
     expect(error.message).not.toContain('tiny-secret');
+    expect(error.message).toContain('WEBHOOK_SECRETS');
+    expect(error.message).not.toContain('weak-whsec');
   });
 
   it('lists secrets for redaction', () => {
-    const config = loadConfig({ ...POLL_ENV, WEBHOOK_SECRETS: 'whsec-1', MAILER_WEBHOOKS_TOKEN: 'tok-2' });
-    expect(secretsOf(config).sort()).toEqual(['k-123456789', 'tok-2', 'whsec-1']);
+    const config = loadConfig({ ...POLL_ENV, WEBHOOK_SECRETS: 'whsec-1-0123456789', MAILER_WEBHOOKS_TOKEN: 'tok-2' });
+    expect(secretsOf(config).sort()).toEqual(['k-123456789', 'tok-2', 'whsec-1-0123456789']);
+  });
+});
+
+describe('the read source (SYNC_SOURCE) and the current API settings', () => {
+  const CURRENT_ENV = { MAILER_API_URL: 'https://connect.example.com/', MAILER_API_TOKEN: 'tok-current-1', SYNC_GROUPS: '111' };
+
+  it('defaults to legacy when legacy settings are given, else to current; SYNC_SOURCE overrides', () => {
+    expect(loadConfig(POLL_ENV, ['poll']).sync.source).toBe('legacy');
+    expect(syncSourceOf({ MAILER_API_KEY: 'k-1' })).toBe('legacy');
+    expect(syncSourceOf({ MAILER_LEGACY_URL: 'https://legacy.example.com' })).toBe('legacy');
+    expect(loadConfig(CURRENT_ENV, ['poll']).sync.source).toBe('current');
+    expect(loadConfig({}).sync.source).toBe('current');
+    expect(loadConfig({ ...POLL_ENV, ...CURRENT_ENV, SYNC_SOURCE: 'Current' }, ['poll']).sync.source).toBe('current');
+    expect(loadConfig({ ...POLL_ENV, ...CURRENT_ENV, SYNC_SOURCE: 'legacy' }, ['poll']).sync.source).toBe('legacy');
+    expect(problemsOf({ SYNC_SOURCE: 'v3' })).toEqual(['SYNC_SOURCE: must be legacy or current']);
+  });
+
+  it('requires the current API URL, token and groups for polling the current API, under either name', () => {
+    expect(problemsOf({ SYNC_SOURCE: 'current' }, ['poll'])).toEqual([
+      'MAILER_API_URL: required for polling the current API (or MAILER_WEBHOOKS_URL)',
+      'MAILER_API_TOKEN: required for polling the current API (or MAILER_WEBHOOKS_TOKEN)',
+      'SYNC_GROUPS: required for polling the current API',
+    ]);
+    const config = loadConfig(CURRENT_ENV, ['poll']);
+    expect(config.currentApi).toEqual({ url: 'https://connect.example.com', token: 'tok-current-1' });
+    const aliased = loadConfig({ MAILER_WEBHOOKS_URL: 'https://connect.example.com', MAILER_WEBHOOKS_TOKEN: 'tok-2', SYNC_GROUPS: '1' }, ['poll']);
+    expect(aliased.sync.source).toBe('current');
+    expect(aliased.currentApi).toEqual({ url: 'https://connect.example.com', token: 'tok-2' });
+  });
+
+  it('lets one pair configure both reads and webhook management', () => {
+    const config = loadConfig({ MAILER_API_URL: 'https://connect.example.com', MAILER_API_TOKEN: 'tok-3' }, ['manage-webhooks']);
+    expect(config.webhooksApi).toEqual({ url: 'https://connect.example.com', token: 'tok-3' });
+    expect(config.currentApi).toEqual(config.webhooksApi);
+    const same = loadConfig({ ...CURRENT_ENV, MAILER_WEBHOOKS_URL: 'https://connect.example.com', MAILER_WEBHOOKS_TOKEN: 'tok-current-1' }, ['poll', 'manage-webhooks']);
+    expect(same.webhooksApi).toEqual(same.currentApi);
+    expect(secretsOf(same)).toEqual(['tok-current-1']);
+  });
+
+  it('rejects the two names of one setting given different values, without echoing the tokens', () => {
+    const problems = problemsOf({ ...CURRENT_ENV, MAILER_WEBHOOKS_URL: 'https://other.example.com', MAILER_WEBHOOKS_TOKEN: 'tok-other-9' });
+    expect(problems.map((p) => p.split(':')[0])).toEqual(['MAILER_API_URL', 'MAILER_API_TOKEN']);
+    expect(problems.join('\n')).not.toContain('tok-other-9');
+    expect(problems.join('\n')).not.toContain('tok-current-1');
+  });
+
+  it('defaults API_RATE_LIMIT by source: 60 a minute for the legacy API, 120 for the current platform', () => {
+    expect(loadConfig(POLL_ENV).apiRateLimit).toBe(60);
+    expect(loadConfig(CURRENT_ENV).apiRateLimit).toBe(120);
+    expect(loadConfig({ ...CURRENT_ENV, API_RATE_LIMIT: '100' }).apiRateLimit).toBe(100);
+  });
+
+  it('accepts a webhook-only install (no read settings at all): nothing reconciles', () => {
+    const webhooksOnly = { MAILER_API_URL: 'https://connect.example.com', MAILER_API_TOKEN: 'tok-4', WEBHOOK_SECRETS: 'whsec-1-0123456789' };
+    const config = loadConfig(webhooksOnly, ['reconcile', 'receive', 'manage-webhooks']);
+    expect(config.sync.reconciles).toBe(false);
+    expect(config.sync.groups).toEqual([]);
+    expect(loadConfig({}, ['reconcile', 'receive']).sync.reconciles).toBe(false);
+    expect(loadConfig(POLL_ENV, ['reconcile']).sync.reconciles).toBe(true);
+    expect(loadConfig(CURRENT_ENV, ['reconcile']).sync.reconciles).toBe(true);
+  });
+
+  it('still requires every read setting once any is given', () => {
+    expect(problemsOf({ SYNC_GROUPS: '111' }, ['reconcile'])).toEqual([
+      'MAILER_API_URL: required for polling the current API (or MAILER_WEBHOOKS_URL)',
+      'MAILER_API_TOKEN: required for polling the current API (or MAILER_WEBHOOKS_TOKEN)',
+    ]);
+    expect(problemsOf({ MAILER_API_KEY: 'k-1' }, ['reconcile'])).toEqual(['MAILER_LEGACY_URL: required for polling', 'SYNC_GROUPS: required for polling']);
+    expect(problemsOf({ SYNC_SOURCE: 'current', MAILER_WEBHOOKS_URL: 'https://c.example.com' }, ['reconcile'])).toEqual([
+      'MAILER_API_TOKEN: required for polling the current API (or MAILER_WEBHOOKS_TOKEN)',
+      'SYNC_GROUPS: required for polling the current API',
+    ]);
+  });
+
+  it('accepts MAILER_API_TOKEN for webhooks commands and names the missing ones', () => {
+    expect(problemsOf({}, ['manage-webhooks'])).toEqual([
+      'MAILER_WEBHOOKS_URL: required for webhooks commands (or MAILER_API_URL)',
+      'MAILER_WEBHOOKS_TOKEN: required for webhooks commands (or MAILER_API_TOKEN)',
+    ]);
+    expect(problemsOf({ MAILER_API_URL: 'nope' }).map((p) => p.split(':')[0])).toEqual(['MAILER_API_URL']);
   });
 });

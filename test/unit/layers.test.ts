@@ -31,6 +31,7 @@ const LAYERS: ReadonlyArray<{ unit: string; rank: number }> = [
   { unit: 'start.ts', rank: EDGE },
   { unit: 'demo.ts', rank: EDGE },
   { unit: 'cli.ts', rank: EDGE },
+  { unit: 'healthcheck.ts', rank: EDGE }, // the image's HEALTHCHECK: imports node built-ins only
 ];
 
 /** A separate program (the service's adversary): it may import `ground/` only, and only edges start it. */

@@ -41,6 +41,11 @@ describe('logger redaction', () => {
     expect(parsed[4]?.url).toBe(`postgres://mirror:${REDACTED}@db:5432/x`);
   });
 
+  it('scrubs every secret it is given, however short, and a secret inside a longer one whole', () => {
+    const scrub = createScrubber(['abc', 'xyz-abc-xyz']);
+    expect(scrub('key abc and xyz-abc-xyz')).toBe(`key ${REDACTED} and ${REDACTED}`);
+  });
+
   it('scrubs secrets added after creation', () => {
     const scrub = createScrubber();
     scrub.add('later-secret');

@@ -1,8 +1,8 @@
 /**
  * monitoring/: the alert rules are tested with Prometheus's own `promtool test rules` (every alert
  * fires on series that should fire it and stays silent on series that should not), the Prometheus
- * config is checked by `promtool check config`, and the dashboard, the compose profile and the README
- * runbook agree with the rules. test/integration/prometheus.test.ts runs every expression against a
+ * config is checked by `promtool check config`, and the dashboard, the compose profile and the runbook
+ * of docs/operations.md agree with the rules. test/integration/prometheus.test.ts runs every expression against a
  * real scrape.
  */
 import { execFileSync } from 'node:child_process';
@@ -65,9 +65,11 @@ describe('alert rules', () => {
     expect(mine.some((c) => c.exp_alerts.length === 0), 'a silent case').toBe(true);
   });
 
-  it.each(alertRules().map((r) => r.alert as string))('%s has a runbook line in README "Monitoring"', (name) => {
-    const readme = readFileSync(path.join(ROOT, 'README.md'), 'utf8');
-    const section = readme.slice(readme.indexOf('## Monitoring'));
+  it.each(alertRules().map((r) => r.alert as string))('%s has a runbook line in docs/operations.md "Monitoring"', (name) => {
+    const operations = readFileSync(path.join(ROOT, 'docs/operations.md'), 'utf8');
+    const start = operations.indexOf('## Monitoring');
+    expect(start, 'docs/operations.md needs a "## Monitoring" section').toBeGreaterThanOrEqual(0);
+    const section = operations.slice(start);
     expect(section).toMatch(new RegExp(`\\*\\*${name}\\*\\*`));
   });
 });

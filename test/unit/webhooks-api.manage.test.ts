@@ -1,5 +1,5 @@
 /**
- * Pure parts of webhook management: the real-time / batched split of the 14 kinds (spec §6.1),
+ * Pure parts of webhook management: the real-time / batched split of the 14 kinds (docs/upstream.md, "Event kinds"),
  * argument checks of `webhooks update` / `register` (before any request), and output formatting.
  */
 import { describe, expect, it } from 'vitest';
@@ -28,7 +28,7 @@ function usageError(fn: () => unknown): UsageError {
   throw new Error('expected a UsageError');
 }
 
-describe('kinds split (spec §6.1)', () => {
+describe('kinds split (docs/upstream.md, "Event kinds")', () => {
   it('batched = exactly the three kinds that need batchable', () => {
     expect([...BATCHED_KINDS].sort()).toEqual(['campaign.click', 'campaign.open', 'subscriber.deleted']);
   });

@@ -79,7 +79,7 @@ async function rejection(promise: Promise<unknown>): Promise<Error> {
   throw new Error('expected a rejection');
 }
 
-describe('formatValidationError (spec/examples/validation-error-422.json shape)', () => {
+describe('formatValidationError (the 422 shape of docs/upstream.md, "Webhook management")', () => {
   it('lists every field with its messages on one line, without the generic top message', () => {
     const text = formatValidationError({
       message: 'The given data was invalid.',
@@ -107,7 +107,7 @@ describe('formatValidationError (spec/examples/validation-error-422.json shape)'
   });
 });
 
-describe('response validation (spec §2.1, §2.4)', () => {
+describe('response validation (docs/upstream.md, "Webhook object" and "Page envelope")', () => {
   it('accepts the page envelope and normalizes ids and flags', () => {
     const page = parseEnvelope(envelope([hook('68074372004316503'), hook('2', { id: 2, enabled: 1, batchable: 0, name: null, secret: null })], null));
     expect(page.data.map((w) => w.id)).toEqual(['68074372004316503', '2']);

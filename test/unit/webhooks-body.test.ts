@@ -1,5 +1,5 @@
 /**
- * Bounded body reading (README "Public surface"): sizes checked from Content-Length and as bytes
+ * Bounded body reading (docs/operations.md, "Public surface"): sizes checked from Content-Length and as bytes
  * arrive, one shared budget counted on arrival, a reserve that keeps room for small bodies.
  */
 import { PassThrough } from 'node:stream';

@@ -20,7 +20,7 @@ function itemsOf(body: Json): Json[] {
 }
 
 describe('registry', () => {
-  test('has exactly the 14 kinds of spec §6.1', () => {
+  test('has exactly the 14 kinds of docs/upstream.md "Event kinds"', () => {
     expect([...EVENT_KINDS].sort()).toEqual(
       [
         'subscriber.created',
@@ -41,7 +41,7 @@ describe('registry', () => {
     );
   });
 
-  test('spec §6.1: deleted, open and click need batchable webhooks', () => {
+  test('docs/upstream.md "Event kinds": deleted, open and click need batchable webhooks', () => {
     const batchOnly = EVENT_KINDS.filter((k) => EVENT_REGISTRY[k].requiresBatchable).sort();
     expect(batchOnly).toEqual(['campaign.click', 'campaign.open', 'subscriber.deleted']);
   });
@@ -73,7 +73,7 @@ describe('parseDelivery: every fixture', () => {
       expect(event.kind).toBe(f.kind);
       expect(event.index).toBe(i);
       expect(event.batched).toBe(f.shape === 'batched');
-      // Batched items carry no account_id (spec §6.5); top-level deliveries do.
+      // Batched items carry no account_id (docs/upstream.md, "Batched payloads"); top-level deliveries do.
       expect(event.accountId).toBe(f.shape === 'batched' ? null : '412873');
       const carries: readonly string[] = EVENT_REGISTRY[f.kind].carries;
       if ('subscriber' in event) {
@@ -287,7 +287,6 @@ describe('parseDelivery: garbage is a PayloadError with a clear message', () => 
     }
     expect(error).toBeInstanceOf(PayloadError);
     expect((error as PayloadError).message).toMatch(message);
-    expect((error as PayloadError).issues.length).toBeGreaterThanOrEqual(0);
   });
 
   test('every problem is listed, with its path, and no value is echoed', () => {

@@ -7,7 +7,7 @@ const body = Buffer.from('{"event":"subscriber.created","id":"130742518836315811
 const good = createHmac('sha256', secret).update(body).digest('hex');
 
 describe('signBody', () => {
-  test('is the hex HMAC-SHA256 of the raw bytes (spec §6.4)', () => {
+  test('is the hex HMAC-SHA256 of the raw bytes (docs/upstream.md, "Signature")', () => {
     expect(signBody(body, secret)).toBe(good);
     expect(signBody(body.toString('utf8'), secret)).toBe(good);
     expect(good).toMatch(/^[0-9a-f]{64}$/);

@@ -175,7 +175,7 @@ export async function endMemberships(exec: Queryable, subscriberId: string, at: 
  * (so a webhook add that happened meanwhile is kept). Sets `removed_at = at` (the caller's
  * completion time) and leaves `source_updated_at` alone: the inference has no upstream time, so any
  * later listing of the member re-adds it. The caller chooses `seenBefore` so that it is proof
- * (DESIGN invariant 11): the poll passes the start of the earlier of two complete, gap-free full
+ * (docs/architecture.md, invariant 11): the poll passes the start of the earlier of two complete, gap-free full
  * passes in a row (`removalCutoff` in src/sync/state.ts), because one pass over a list that changes
  * while it is read can skip a member.
  *

@@ -35,7 +35,7 @@ export function assertId(value: unknown, what: string): asserts value is string 
 }
 
 export function assertVia(value: unknown): asserts value is MirrorSource {
-  if (!(MIRROR_SOURCES as readonly unknown[]).includes(value)) throw new TypeError(`via: expected poll or webhook, got ${String(value)}`);
+  if (!(MIRROR_SOURCES as readonly unknown[]).includes(value)) throw new TypeError(`via: expected one of ${MIRROR_SOURCES.join(', ')}, got ${String(value)}`);
 }
 
 /** Counts of one bulk upsert; they add up to the number of input rows. */
@@ -57,7 +57,7 @@ export const EMPTY_COUNTS: UpsertCounts = { inserted: 0, updated: 0, unchanged: 
 
 /**
  * Indices of the rows to keep, one per key: the newest by `at`, and on a tie the later one in the
- * array (DESIGN.md "Traps": duplicate keys inside one `INSERT … ON CONFLICT` fail). Canonical
+ * array (docs/architecture.md, "Traps we work around": duplicate keys inside one `INSERT … ON CONFLICT` fail). Canonical
  * timestamps compare as strings. Indices come back in input order.
  */
 export function newestPerKey<T>(rows: readonly T[], key: (row: T) => string, at: (row: T) => string): number[] {
