@@ -157,10 +157,25 @@ async function departureFigures(options: Required<Pick<PassesBenchOptions, 'subs
 /** The 5-type group: first and later full pass of every type, and an incremental tick, in requests. */
 async function groupFigures(databaseUrl: string): Promise<PassesBenchFigures['group']> {
   const scratch = await createScratchDatabase(databaseUrl, 'passes_group');
-  const sim = await startSimulator({ subscribers: 0, groups: 1, rateLimit: false, seed: 14 });
+  // The members joined over the last 60 days (as a real list's did): an incremental tick's lookback
+  // window holds a few days of them, less than a page per type.
+  const total = GROUP_SIZES.reduce((n, [, size]) => n + size, 0);
+  const from = Date.now() - 60 * 86_400_000;
+  let now = from;
+  const sim = await startSimulator({ subscribers: 0, groups: 1, rateLimit: false, seed: 14, clock: () => now });
   try {
     const groupId = sim.world.groupIds()[0] as string;
-    for (const [type, n] of GROUP_SIZES) for (let i = 0; i < n; i++) sim.world.createSubscriber({ groups: [groupId], status: type });
+    let created = 0;
+    for (const [type, n] of GROUP_SIZES) {
+      for (let i = 0; i < n; i++) {
+        // Types interleaved in time: member k of every type joins at the same share of the 60 days.
+        now = from + ((i / Math.max(1, n)) * 60 * 86_400_000);
+        sim.world.createSubscriber({ groups: [groupId], status: type });
+        created += 1;
+      }
+    }
+    if (created !== total) throw new Error(`seeded ${created} members, expected ${total}`);
+    now = Date.now();
     const types = GROUP_SIZES.map(([t]) => t);
     const d = deps(sim, scratch, GROUP_PAGE, types);
     const every = async (mode: 'full' | 'incremental') => {
