@@ -126,6 +126,8 @@ export interface AfterPassFacts {
   confirmingPasses: number;
   /** The most confirming passes one job may run (every type of the group, twice, plus one). */
   maxConfirmingPasses: number;
+  /** Types configured for the group. */
+  groupTypes: number;
 }
 
 export type AfterPass = { kind: 'done'; reason: string } | { kind: 'confirm' };
@@ -139,6 +141,10 @@ export type AfterPass = { kind: 'done'; reason: string } | { kind: 'confirm' };
 export function decideAfterPass(job: Pick<DecisionJob, 'mode'>, facts: AfterPassFacts): AfterPass {
   if (job.mode !== 'full') return { kind: 'done', reason: 'an incremental pass proves no removal' };
   if (facts.awaitingProof === 0) return { kind: 'done', reason: 'no member awaits proof' };
+  // With several types, a member changing type between passes run back to back can be missed by
+  // every one of them while listed (the fault suite's churn scenario found such false removals):
+  // the proof needs the scheduled passes' spacing, so those confirm with the next scheduled round.
+  if (facts.groupTypes > 1) return { kind: 'done', reason: 'a group of several types confirms with its next scheduled full passes' };
   if (facts.confirmingPasses >= facts.maxConfirmingPasses) return { kind: 'done', reason: 'confirming passes spent; the next full pass goes on' };
   return { kind: 'confirm' };
 }

@@ -306,7 +306,12 @@ async function confirmRemovals(ctx: WorkerContext, job: Job<PassJobData, PassJob
   try {
     const maxConfirmingPasses = 2 * deps.types.length + 1;
     for (;;) {
-      const after = decideAfterPass({ mode: first.mode }, { awaitingProof: outcome.awaitingProof, confirmingPasses: outcome.passes, maxConfirmingPasses });
+      const after = decideAfterPass({ mode: first.mode }, {
+        awaitingProof: outcome.awaitingProof,
+        confirmingPasses: outcome.passes,
+        maxConfirmingPasses,
+        groupTypes: deps.types.length,
+      });
       if (after.kind === 'done' || first.startedAt === null || ctx.closing()) return outcome;
       const awaiting = await membersAwaitingProof(deps.pool, groupId, first.startedAt, { type });
       const next = passesToProve(await groupProofs(deps, groupId), awaiting.lastSeenAt === null ? null : Date.parse(awaiting.lastSeenAt), type)[0];

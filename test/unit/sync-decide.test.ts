@@ -114,12 +114,18 @@ describe('decide', () => {
 });
 
 describe('decideAfterPass: the confirming pass follows a full pass that missed members at once', () => {
-  const facts = { awaitingProof: 3, confirmingPasses: 0, maxConfirmingPasses: 11 };
+  const facts = { awaitingProof: 3, confirmingPasses: 0, maxConfirmingPasses: 3, groupTypes: 1 };
   it.each([
     ['a full pass that missed members: confirm', 'full', facts, { kind: 'confirm' }],
     ['a full pass that missed nobody: done', 'full', { ...facts, awaitingProof: 0 }, { kind: 'done', reason: 'no member awaits proof' }],
     ['an incremental pass: done', 'incremental', facts, { kind: 'done', reason: 'an incremental pass proves no removal' }],
-    ['confirming passes spent: done', 'full', { ...facts, confirmingPasses: 11 }, { kind: 'done', reason: 'confirming passes spent; the next full pass goes on' }],
+    ['confirming passes spent: done', 'full', { ...facts, confirmingPasses: 3 }, { kind: 'done', reason: 'confirming passes spent; the next full pass goes on' }],
+    [
+      'a group of several types: its next scheduled passes confirm (a member changing type between back-to-back passes could be missed by all)',
+      'full',
+      { ...facts, groupTypes: 5 },
+      { kind: 'done', reason: 'a group of several types confirms with its next scheduled full passes' },
+    ],
   ] as const)('%s', (_name, mode, given, expected) => {
     expect(decideAfterPass({ mode }, given)).toEqual(expected);
   });
