@@ -65,17 +65,55 @@ const OUTCOME_LABEL: Record<ReceiverOutcome, string> = {
   unavailable: 'unavailable',
 };
 
-/** Migrates (under the advisory lock) and opens the pool with HISTORY applied; a clear StartupError otherwise. */
-async function openMigratedDatabase(config: Config, role: Role, log: Logger): Promise<Database> {
+/**
+ * Workers migrate; so does a receiver whose database role may (one role for everything). Under its
+ * own least-privilege role (`subscriber_mirror_receiver`, docs/security.md) a receiver may not, and
+ * waits until a worker has applied every migration instead.
+ */
+async function migrateOrWait(databaseUrl: string, role: Role, log: Logger): Promise<void> {
   try {
-    const { applied } = await runMigrations(config.databaseUrl);
+    const { applied } = await runMigrations(databaseUrl);
     log.info({ applied }, 'migrations up to date');
+    return;
   } catch (error) {
-    throw new StartupError(`cannot migrate the database: ${describeConnectionError(error)}`);
+    const denied = sqlStateOf(error) === INSUFFICIENT_PRIVILEGE;
+    if (!(role === 'receiver' && denied)) throw new StartupError(`cannot migrate the database: ${describeConnectionError(error)}`);
   }
+  const database = openDatabase(databaseUrl, { applicationName: `subscriber-mirror-${role}`, max: 1 });
+  try {
+    for (let round = 0; ; round++) {
+      const pending = await migrationsPending(database.pool);
+      if (pending === 0) return;
+      if (round % 30 === 0) log.info({ pending }, 'this role may not migrate: waiting for a worker to apply the migrations');
+      await new Promise((resolve) => setTimeout(resolve, MIGRATION_WAIT_MS));
+    }
+  } catch (error) {
+    throw new StartupError(`cannot read the migration state: ${describeConnectionError(error)}`);
+  } finally {
+    await database.close();
+  }
+}
+
+/** SQLSTATE of a statement the role may not run (the receiver's role and DDL). */
+const INSUFFICIENT_PRIVILEGE = '42501';
+const MIGRATION_WAIT_MS = 1_000;
+
+/** The SQLSTATE of a Postgres error, also when drizzle wrapped it (its `cause`). */
+function sqlStateOf(error: unknown): string | undefined {
+  for (let e = error, depth = 0; e && typeof e === 'object' && depth < 3; e = (e as { cause?: unknown }).cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string') return code;
+  }
+  return undefined;
+}
+
+/** Migrates (or waits for a worker to) and opens the pool with HISTORY applied; a clear StartupError otherwise. */
+async function openMigratedDatabase(config: Config, role: Role, log: Logger): Promise<Database> {
+  await migrateOrWait(config.databaseUrl, role, log);
   const database = openDatabase(config.databaseUrl, { applicationName: `subscriber-mirror-${role}`, max: 20 });
   try {
-    await configureHistory(database.pool, { enabled: config.history.enabled });
+    // The receiver writes no mirrored row (and its own role may not write the setting).
+    if (role !== 'receiver') await configureHistory(database.pool, { enabled: config.history.enabled });
   } catch (error) {
     await database.close();
     throw new StartupError(`cannot apply HISTORY: ${describeConnectionError(error)}`);

@@ -12,6 +12,7 @@ import {
   bigserial,
   check,
   boolean,
+  customType,
   doublePrecision,
   index,
   integer,
@@ -404,6 +405,22 @@ export const webhookDeliveries = pgTable(
   },
   (t) => [index('webhook_deliveries_status_idx').on(t.status, t.receivedAt)],
 );
+
+/**
+ * The dedupe keys of purged deliveries (issue 19): a delivery's body goes at its retention, its hash
+ * stays here, so the same bytes replayed later (a captured delivery) are recognised as a duplicate
+ * and not stored again. No body, no personal data: 32 bytes of hash, the id and status it had.
+ */
+/** Raw bytes (a hash kept as 32 bytes rather than 64 hex characters: the table only grows). */
+const bytea = customType<{ data: Buffer; driverData: Buffer }>({ dataType: () => 'bytea' });
+
+export const webhookDeliveryHashes = pgTable('webhook_delivery_hashes', {
+  bodySha256: bytea('body_sha256').primaryKey(),
+  deliveryId: bigint('delivery_id', { mode: 'bigint' }).notNull(),
+  status: text('status').$type<DeliveryStatus>().notNull(),
+  receivedAt: tstz('received_at').notNull(),
+  purgedAt: tstz('purged_at').notNull().defaultNow(),
+});
 
 export const webhookEndpoints = pgTable('webhook_endpoints', {
   /** The service-side webhook id (docs/upstream.md, "Webhook object"). */

@@ -109,6 +109,29 @@ export async function awaitingRedaction(pool: Queryable, limit: number): Promise
   return (rows as Array<{ subscriber_id: string }>).map((r) => r.subscriber_id);
 }
 
-export async function markRedacted(pool: Queryable, ids: readonly string[]): Promise<void> {
-  await pool.query('update erasures set deliveries_redacted_at = now() where subscriber_id = any($1::text[])', [ids]);
+/** Marks the deliveries of `ids` redacted as of `at` (the database's time when the run began). */
+export async function markRedacted(pool: Queryable, ids: readonly string[], at: string): Promise<void> {
+  await pool.query('update erasures set deliveries_redacted_at = $2 where subscriber_id = any($1::text[])', [ids, at]);
+}
+
+/** Every erased subscriber checked before `at` has been checked again as of `at`. */
+export async function markChecked(pool: Queryable, at: string): Promise<number> {
+  const { rowCount } = await pool.query('update erasures set deliveries_redacted_at = $1 where deliveries_redacted_at < $1', [at]);
+  return rowCount ?? 0;
+}
+
+/** The database's clock, as text that keeps its microseconds. */
+export async function databaseNow(pool: Queryable): Promise<string> {
+  const { rows } = await pool.query<{ now: string }>('select now()::text as now');
+  return (rows[0] as { now: string }).now;
+}
+
+/**
+ * A query listing which of `ids` are forgotten (`forget_at` set), as SQL text with the ids inlined as
+ * literals: an apply runs it inside its final round trip, so the common case (nobody forgotten)
+ * costs nothing more. Its one row has `forgotten`, a text array.
+ */
+export function forgottenAmongSql(literal: (text: string) => string, ids: readonly string[]): string {
+  const list = ids.length === 0 ? `'{}'::text[]` : `array[${ids.map(literal).join(', ')}]::text[]`;
+  return `select array(select id from subscribers where id = any(${list}) and forget_at is not null) as forgotten`;
 }

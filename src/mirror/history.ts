@@ -77,12 +77,20 @@ const versionSqlCache = new Map<number, string>();
 function versionSql(mask: number): string {
   const cached = versionSqlCache.get(mask);
   if (cached) return cached;
-  const cols = VERSION_CONTENT.map((c) => c.column);
+  const text = versionStatement(mask);
+  versionSqlCache.set(mask, text);
+  return text;
+}
+
+/**
+ * The content columns of the version placed (in `versionSql`'s `c`): what the row provided, else the
+ * previous version's value; personal data erased when the subscriber is forgotten or being forgotten.
+ */
+function mergedContent(mask: number): string[] {
   const provided = (i: number) => (mask & (2 ** i)) !== 0;
-  const unnest = VERSION_CONTENT.map((c, i) => (c.type === 'jsonb' ? jsonbArrayFromParam(`$${i + 4}`) : `$${i + 4}::${c.type}[]`));
   const forgetIndex = VERSION_CONTENT.findIndex((c) => c.field === 'forgetAt');
   const forgetExpr = provided(forgetIndex) ? 'coalesce(c.forget_at, c.p_forget_at)' : 'c.p_forget_at';
-  const merged = VERSION_CONTENT.map((c, i) => {
+  return VERSION_CONTENT.map((c, i) => {
     let value: string;
     if (c.type === 'jsonb') value = provided(i) ? `c.${c.column}` : `coalesce(c.p_${c.column}, '{}'::jsonb)`;
     else if (c.field === 'forgetAt') value = forgetExpr;
@@ -90,8 +98,15 @@ function versionSql(mask: number): string {
     if (c.personal) value = `case when ${forgetExpr} is not null or c.forgotten then ${erasedSql(c)} else ${value} end`;
     return `${value} as ${c.column}`;
   });
+}
+
+/** The statement `versionSql` caches: mostly one SQL text, its column lists spelled from the registry. */
+function versionStatement(mask: number): string {
+  const cols = VERSION_CONTENT.map((c) => c.column);
+  const unnest = VERSION_CONTENT.map((c, i) => (c.type === 'jsonb' ? jsonbArrayFromParam(`$${i + 4}`) : `$${i + 4}::${c.type}[]`));
+  const merged = mergedContent(mask);
   const row = (prefix: string) => `row(${cols.map((c) => `${prefix}${c}`).join(', ')})`;
-  const text = `
+  return `
 with i as (
   select * from unnest($1::text[], $2::timestamptz[], $3::text[], ${unnest.join(', ')})
     as t(subscriber_id, valid_from, via, ${cols.join(', ')})
@@ -161,8 +176,6 @@ superseded as (
   returning 1
 )
 select (select count(*) from inserted)::int + (select count(*) from tied)::int as written`;
-  versionSqlCache.set(mask, text);
-  return text;
 }
 
 function versionParams(rows: readonly { row: SubscriberRow; at: string }[]): unknown[] {
@@ -237,6 +250,26 @@ export async function eraseVersions(exec: Queryable, subscriberIds: readonly str
     `update subscriber_versions_past v set ${eraseSetSql(personal)}
       where v.subscriber_id = any($1::text[]) and ${holdsAnySql('v', personal)}`,
     [arrayLiteral(subscriberIds)],
+  );
+  return res.rowCount;
+}
+
+/**
+ * Erases the personal content of every past version of every erased subscriber (`erasures`) that
+ * still holds some: all of a forgotten one's, and an erased-out-of-groups one's recorded up to its
+ * erasure (it may have come back since). Each erasure run checks them all again, whatever HISTORY is
+ * now and was when the versions were recorded. Returns the number of versions changed.
+ */
+export async function eraseVersionsOfErased(exec: Queryable): Promise<number> {
+  const personal = VERSION_CONTENT.filter((c) => c.personal);
+  const res = await run(
+    exec,
+    `update subscriber_versions_past v set ${eraseSetSql(personal)}
+       from erasures e
+      where v.subscriber_id = e.subscriber_id
+        and (e.reason = 'forget' or v.recorded_at <= e.erased_at)
+        and ${holdsAnySql('v', personal)}`,
+    [],
   );
   return res.rowCount;
 }

@@ -5,6 +5,7 @@
  * facts below about the bodies themselves.
  */
 import { PERSONAL_FIELDS, SUBSCRIBER_DATA_COLUMNS, SUBSCRIBER_FIELDS } from '../db/subscriber-columns.js';
+import { SUBSCRIBER_ACTIVITY_PERSONAL, subscriberActivity } from '../db/schema.js';
 import { upstreamKeysOf, webhookKeysOf } from './schemas.js';
 
 const NON_PERSONAL_FIELDS = SUBSCRIBER_FIELDS.filter((f) => !PERSONAL_FIELDS.includes(f));
@@ -34,3 +35,22 @@ export const SUBSCRIBER_EMPTIED: Readonly<Record<string, unknown>> = Object.from
     return [key, key in EMPTIED_OVERRIDES ? EMPTIED_OVERRIDES[key] : type === 'jsonb' ? {} : null];
   }),
 );
+
+/**
+ * A link without what can carry a subscriber's data: the query string, the fragment and any user
+ * info (`https://x.example/offer?email=…` → `https://x.example/offer`); scheme, host and path stay.
+ * The same rule as {@link linkWithoutQuerySql}, for the links inside stored delivery bodies.
+ */
+export function linkWithoutQuery(url: string): string {
+  return url.replace(/[?#][\s\S]*$/, '').replace(/^([a-z][a-z0-9+.-]*:\/\/)[^/@]*@/i, '$1');
+}
+
+/** {@link linkWithoutQuery} as a SQL expression over `expr` (a text column). */
+export function linkWithoutQuerySql(expr: string): string {
+  return `regexp_replace(regexp_replace(${expr}, '[?#].*$', ''), '^([a-z][a-z0-9+.-]*://)[^/@]*@', '\\1', 'i')`;
+}
+
+/** The columns of `subscriber_activity` holding links whose query strings an erasure removes (the registry). */
+export const ACTIVITY_LINK_COLUMNS: readonly string[] = (Object.keys(SUBSCRIBER_ACTIVITY_PERSONAL) as Array<keyof typeof SUBSCRIBER_ACTIVITY_PERSONAL>)
+  .filter((k) => SUBSCRIBER_ACTIVITY_PERSONAL[k] === 'link-query')
+  .map((k) => subscriberActivity[k].name);

@@ -561,10 +561,47 @@ function abortableSleep(ms: number, signal: AbortSignal | undefined): Promise<vo
 }
 
 export function createHttpClient(options: HttpClientOptions): HttpClient {
+  const client: ClientState = {
+    settings: clientSettings(options),
+    counters: { requests: 0, retries: 0, rateLimited: 0, failures: 0, retryAfterWaitMs: 0 },
+  };
+  const request = (req: HttpRequest): Promise<HttpResponse> => sendWithRetry(client, req);
+  return {
+    label: client.settings.label,
+    request,
+    async getJson(path, query, opts) {
+      const response = await request({ method: 'GET', path, query, signal: opts?.signal });
+      return response.body;
+    },
+    stats: () => ({ ...client.counters }),
+  };
+}
+
+/** What a client is built from: the options checked, with their defaults. */
+interface ClientSettings {
+  readonly baseUrl: string;
+  readonly label: string;
+  readonly credentialName: string;
+  readonly headers: Readonly<Record<string, string>>;
+  readonly scrub: SecretScrubber;
+  readonly timeoutMs: number;
+  readonly retry: RetryOptions;
+  readonly defaultRetryAfterMs: number;
+  readonly maxRetryAfterMs: number;
+  readonly doFetch: typeof fetch;
+  readonly hooks: HttpHooks;
+  readonly gate: RequestGate | undefined;
+}
+
+/** One client: its settings and the counters its calls update. */
+interface ClientState {
+  readonly settings: ClientSettings;
+  readonly counters: HttpStats;
+}
+
+function clientSettings(options: HttpClientOptions): ClientSettings {
   const baseUrl = options.baseUrl.replace(/\/+$/, '');
   if (!URL.canParse(baseUrl)) throw new TypeError(`${options.label}: base URL is not a valid URL`);
-  const label = options.label;
-  const credentialName = options.credentialName ?? 'credentials';
   const headers = { ...(options.headers ?? {}) };
   const scrub: SecretScrubber = createScrubber([...(options.secrets ?? []), ...Object.values(headers)]);
   // Header values like "Bearer <token>": the token alone must be scrubbed too.
@@ -572,115 +609,119 @@ export function createHttpClient(options: HttpClientOptions): HttpClient {
     const bearer = /^Bearer\s+(.+)$/i.exec(value);
     if (bearer?.[1]) scrub.add(bearer[1]);
   }
-  const timeoutMs = options.timeoutMs ?? 30_000;
-  const retry: RetryOptions = { ...DEFAULT_RETRY, ...options.retry };
-  const defaultRetryAfterMs = options.defaultRetryAfterMs ?? 60_000;
-  const maxRetryAfterMs = options.maxRetryAfterMs ?? 5 * 60_000;
-  const doFetch = options.fetch ?? globalThis.fetch;
-  const hooks = options.hooks ?? {};
-  const gate = options.gate;
-  const counters: HttpStats = { requests: 0, retries: 0, rateLimited: 0, failures: 0, retryAfterWaitMs: 0 };
-
-  async function attemptOnce(request: HttpRequest, target: RequestTarget, attempt: number): Promise<HttpResponse> {
-    request.signal?.throwIfAborted();
-    // The timeout starts when the attempt is sent, not while it queues in the limiter.
-    const timeoutSignal = AbortSignal.timeout(timeoutMs);
-    const signal = request.signal ? AbortSignal.any([timeoutSignal, request.signal]) : timeoutSignal;
-    const init: RequestInit = {
-      method: target.method,
-      headers: { accept: 'application/json', 'content-type': 'application/json', ...headers },
-      redirect: 'manual',
-      signal,
-    };
-    if (request.body !== undefined) init.body = JSON.stringify(request.body);
-    counters.requests += 1;
-    hooks.onRequest?.({ ...target, attempt });
-    const started = performance.now();
-    let status: number;
-    let responseHeaders: Headers;
-    let text: string;
-    try {
-      const response = await doFetch(`${baseUrl}${target.path}`, init);
-      status = response.status;
-      responseHeaders = response.headers;
-      text = await response.text();
-    } catch (error) {
-      throw fetchFailure(error, target, timeoutMs, timeoutSignal);
-    }
-    hooks.onResponse?.({ ...target, attempt, status, durationMs: performance.now() - started });
-    const classified = classifyResponse(
-      { ...target, credentialName, scrub, defaultRetryAfterMs },
-      status,
-      responseHeaders,
-      text,
-    );
-    if (!classified.ok) {
-      if (classified.error instanceof UpstreamRateLimitError) counters.rateLimited += 1;
-      throw classified.error;
-    }
-    return { status, headers: responseHeaders, body: classified.body };
-  }
-
-  /**
-   * Tells the other replicas to hold off. A failure here (Redis down) must not replace the 429 the
-   * caller should see, and this process still waits locally, so it is ignored.
-   */
-  async function sharePause(ms: number): Promise<void> {
-    try {
-      await gate?.pauseFor?.(ms);
-    } catch {
-      // see above
-    }
-  }
-
-  /** Called by p-retry only when a retry is still allowed; waits out what the service asked for. */
-  async function beforeRetry(error: Error, request: HttpRequest, target: RequestTarget, attempt: number): Promise<boolean> {
-    if (!(error instanceof UpstreamError) || !error.retryable) return false;
-    const idempotent = request.idempotent ?? (target.method !== 'POST');
-    if (!idempotent && !(error instanceof UpstreamRateLimitError)) return false;
-    const askedMs = error instanceof UpstreamHttpError ? (error.retryAfterMs ?? 0) : 0;
-    if (askedMs > maxRetryAfterMs) {
-      // Invariant 7: still honour it for every replica, but do not block this caller for that long.
-      await sharePause(askedMs);
-      return false;
-    }
-    if (askedMs > 0) {
-      await sharePause(askedMs);
-      await abortableSleep(askedMs, request.signal);
-      counters.retryAfterWaitMs += askedMs;
-    }
-    counters.retries += 1;
-    hooks.onRetry?.({ ...target, attempt, error, waitedMs: askedMs });
-    return true;
-  }
-
-  async function request(req: HttpRequest): Promise<HttpResponse> {
-    const target: RequestTarget = { label, method: req.method ?? 'GET', path: buildPath(req.path, req.query) };
-    const runAttempt = (attempt: number): Promise<HttpResponse> =>
-      gate ? gate.schedule(() => attemptOnce(req, target, attempt), { signal: req.signal }) : attemptOnce(req, target, attempt);
-    try {
-      return await pRetry(runAttempt, {
-        retries: retry.retries,
-        minTimeout: retry.minDelayMs,
-        maxTimeout: retry.maxDelayMs,
-        factor: 2,
-        randomize: retry.jitter,
-        signal: req.signal,
-        shouldRetry: ({ error, attemptNumber }) => beforeRetry(error, req, target, attemptNumber),
-      });
-    } catch (error) {
-      counters.failures += 1;
-      throw error;
-    }
-  }
-
   return {
-    label,
-    request,
-    async getJson(path, query, opts) {
-      const response = await request({ method: 'GET', path, query, signal: opts?.signal });
-      return response.body;
-    },
-    stats: () => ({ ...counters }),
+    baseUrl,
+    label: options.label,
+    credentialName: options.credentialName ?? 'credentials',
+    headers,
+    scrub,
+    timeoutMs: options.timeoutMs ?? 30_000,
+    retry: { ...DEFAULT_RETRY, ...options.retry },
+    defaultRetryAfterMs: options.defaultRetryAfterMs ?? 60_000,
+    maxRetryAfterMs: options.maxRetryAfterMs ?? 5 * 60_000,
+    doFetch: options.fetch ?? globalThis.fetch,
+    hooks: options.hooks ?? {},
+    gate: options.gate,
   };
+}
+
+/** One call: every attempt through the gate, retried by p-retry as `beforeRetry` allows. */
+async function sendWithRetry(client: ClientState, req: HttpRequest): Promise<HttpResponse> {
+  const { label, gate, retry } = client.settings;
+  const target: RequestTarget = { label, method: req.method ?? 'GET', path: buildPath(req.path, req.query) };
+  const runAttempt = (attempt: number): Promise<HttpResponse> =>
+    gate
+      ? gate.schedule(() => attemptOnce(client, req, target, attempt), { signal: req.signal })
+      : attemptOnce(client, req, target, attempt);
+  try {
+    return await pRetry(runAttempt, {
+      retries: retry.retries,
+      minTimeout: retry.minDelayMs,
+      maxTimeout: retry.maxDelayMs,
+      factor: 2,
+      randomize: retry.jitter,
+      signal: req.signal,
+      shouldRetry: ({ error, attemptNumber }) => beforeRetry(client, error, req, target, attemptNumber),
+    });
+  } catch (error) {
+    client.counters.failures += 1;
+    throw error;
+  }
+}
+
+async function attemptOnce(client: ClientState, request: HttpRequest, target: RequestTarget, attempt: number): Promise<HttpResponse> {
+  const { settings, counters } = client;
+  request.signal?.throwIfAborted();
+  // The timeout starts when the attempt is sent, not while it queues in the limiter.
+  const timeoutSignal = AbortSignal.timeout(settings.timeoutMs);
+  const signal = request.signal ? AbortSignal.any([timeoutSignal, request.signal]) : timeoutSignal;
+  const init: RequestInit = {
+    method: target.method,
+    headers: { accept: 'application/json', 'content-type': 'application/json', ...settings.headers },
+    redirect: 'manual',
+    signal,
+  };
+  if (request.body !== undefined) init.body = JSON.stringify(request.body);
+  counters.requests += 1;
+  settings.hooks.onRequest?.({ ...target, attempt });
+  const started = performance.now();
+  let status: number;
+  let responseHeaders: Headers;
+  let text: string;
+  try {
+    const response = await settings.doFetch(`${settings.baseUrl}${target.path}`, init);
+    status = response.status;
+    responseHeaders = response.headers;
+    text = await response.text();
+  } catch (error) {
+    throw fetchFailure(error, target, settings.timeoutMs, timeoutSignal);
+  }
+  settings.hooks.onResponse?.({ ...target, attempt, status, durationMs: performance.now() - started });
+  const { credentialName, scrub, defaultRetryAfterMs } = settings;
+  const classified = classifyResponse({ ...target, credentialName, scrub, defaultRetryAfterMs }, status, responseHeaders, text);
+  if (!classified.ok) {
+    if (classified.error instanceof UpstreamRateLimitError) counters.rateLimited += 1;
+    throw classified.error;
+  }
+  return { status, headers: responseHeaders, body: classified.body };
+}
+
+/**
+ * Tells the other replicas to hold off. A failure here (Redis down) must not replace the 429 the
+ * caller should see, and this process still waits locally, so it is ignored.
+ */
+async function sharePause(gate: RequestGate | undefined, ms: number): Promise<void> {
+  try {
+    await gate?.pauseFor?.(ms);
+  } catch {
+    // see above
+  }
+}
+
+/** Called by p-retry only when a retry is still allowed; waits out what the service asked for. */
+async function beforeRetry(
+  client: ClientState,
+  error: Error,
+  request: HttpRequest,
+  target: RequestTarget,
+  attempt: number,
+): Promise<boolean> {
+  const { settings, counters } = client;
+  if (!(error instanceof UpstreamError) || !error.retryable) return false;
+  const idempotent = request.idempotent ?? (target.method !== 'POST');
+  if (!idempotent && !(error instanceof UpstreamRateLimitError)) return false;
+  const askedMs = error instanceof UpstreamHttpError ? (error.retryAfterMs ?? 0) : 0;
+  if (askedMs > settings.maxRetryAfterMs) {
+    // Invariant 7: still honour it for every replica, but do not block this caller for that long.
+    await sharePause(settings.gate, askedMs);
+    return false;
+  }
+  if (askedMs > 0) {
+    await sharePause(settings.gate, askedMs);
+    await abortableSleep(askedMs, request.signal);
+    counters.retryAfterWaitMs += askedMs;
+  }
+  counters.retries += 1;
+  settings.hooks.onRetry?.({ ...target, attempt, error, waitedMs: askedMs });
+  return true;
 }

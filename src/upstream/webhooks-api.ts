@@ -19,6 +19,7 @@ import {
   UpstreamAuthError,
   UpstreamBodyError,
   UpstreamHttpError,
+  type HttpClient,
   type HttpClientOptions,
   type HttpStats,
   type RequestTarget,
@@ -315,9 +316,33 @@ function checkId(id: string): string {
 export function createWebhooksApi(options: WebhooksApiOptions): WebhooksApi {
   if (typeof options.token !== 'string' || options.token.trim() === '') throw new TypeError(`${WEBHOOKS_LABEL}: token is required`);
   const baseUrl = options.baseUrl.replace(/\/+$/, '');
+  const http = webhooksHttpClient(options, baseUrl);
+  const get = (id: string, opts?: { signal?: AbortSignal }): Promise<Webhook> => getWebhook(http, id, opts);
+  return {
+    list: (opts) => listWebhooks(http, baseUrl, opts),
+    get,
+    async find(id, opts) {
+      try {
+        return await get(id, opts);
+      } catch (error) {
+        if (error instanceof WebhookNotFoundError) return null;
+        throw error;
+      }
+    },
+    create: (body, opts) => createWebhook(http, body, opts),
+    update: (id, body, opts) => updateWebhook(http, id, body, opts),
+    async delete(id, opts) {
+      await call(http, { method: 'DELETE', path: itemPath(id), signal: opts?.signal }, id);
+    },
+    stats: () => http.stats(),
+  };
+}
+
+/** The HTTP client with the bearer token (scrubbed from messages) and a warning logged per retry. */
+function webhooksHttpClient(options: WebhooksApiOptions, baseUrl: string): HttpClient {
   const logger = options.logger;
   const userHooks = options.http?.hooks;
-  const http = createHttpClient({
+  return createHttpClient({
     ...options.http,
     baseUrl,
     label: WEBHOOKS_LABEL,
@@ -332,90 +357,96 @@ export function createWebhooksApi(options: WebhooksApiOptions): WebhooksApi {
       },
     },
   });
+}
 
-  async function call(
-    request: { method: 'GET' | 'POST' | 'PUT' | 'DELETE'; path: string; body?: unknown; signal?: AbortSignal | undefined },
-    webhookId?: string,
-  ): Promise<{ status: number; body: unknown; target: RequestTarget }> {
-    try {
-      const response = await http.request(request);
-      return { status: response.status, body: response.body, target: { label: WEBHOOKS_LABEL, method: request.method, path: request.path } };
-    } catch (error) {
-      throw translateError(error, webhookId);
+/** One request; the service's error answers become the webhook errors (`translateError`). */
+async function call(
+  http: HttpClient,
+  request: { method: 'GET' | 'POST' | 'PUT' | 'DELETE'; path: string; body?: unknown; signal?: AbortSignal | undefined },
+  webhookId?: string,
+): Promise<{ status: number; body: unknown; target: RequestTarget }> {
+  try {
+    const response = await http.request(request);
+    return { status: response.status, body: response.body, target: { label: WEBHOOKS_LABEL, method: request.method, path: request.path } };
+  } catch (error) {
+    throw translateError(error, webhookId);
+  }
+}
+
+function itemPath(id: string): string {
+  return `${WEBHOOKS_PATH}/${encodeURIComponent(checkId(id))}`;
+}
+
+async function listWebhooks(http: HttpClient, baseUrl: string, opts?: { signal?: AbortSignal }): Promise<Webhook[]> {
+  const byId = new Map<string, Webhook>();
+  const seen = new Set<string>();
+  let path: string | null = WEBHOOKS_PATH;
+  while (path !== null) {
+    if (seen.size >= MAX_LIST_PAGES) {
+      throw new UpstreamBodyError(`${WEBHOOKS_LABEL} list did not end after ${MAX_LIST_PAGES} pages`, { label: WEBHOOKS_LABEL, method: 'GET', path }, 200);
     }
+    seen.add(path);
+    const { status, body, target } = await call(http, { method: 'GET', path, signal: opts?.signal });
+    const page = parseBody(envelopeSchema, body, 'page of webhooks', target, status);
+    // Pages can shift while we read (a webhook created or deleted meanwhile): keep each id once.
+    for (const hook of page.data) if (!byId.has(hook.id)) byId.set(hook.id, hook);
+    const next = page.links.next;
+    if (next === null || next.trim() === '') break;
+    path = followNext(next, baseUrl, path, seen, { status, target });
   }
+  return [...byId.values()];
+}
 
-  const itemPath = (id: string): string => `${WEBHOOKS_PATH}/${encodeURIComponent(checkId(id))}`;
-
-  async function list(opts?: { signal?: AbortSignal }): Promise<Webhook[]> {
-    const byId = new Map<string, Webhook>();
-    const seen = new Set<string>();
-    let path: string | null = WEBHOOKS_PATH;
-    while (path !== null) {
-      if (seen.size >= MAX_LIST_PAGES) {
-        throw new UpstreamBodyError(`${WEBHOOKS_LABEL} list did not end after ${MAX_LIST_PAGES} pages`, { label: WEBHOOKS_LABEL, method: 'GET', path }, 200);
-      }
-      seen.add(path);
-      const { status, body, target } = await call({ method: 'GET', path, signal: opts?.signal });
-      const page = parseBody(envelopeSchema, body, 'page of webhooks', target, status);
-      // Pages can shift while we read (a webhook created or deleted meanwhile): keep each id once.
-      for (const hook of page.data) if (!byId.has(hook.id)) byId.set(hook.id, hook);
-      const next = page.links.next;
-      if (next === null || next.trim() === '') break;
-      let nextPath: string;
-      try {
-        nextPath = nextPagePath(next, baseUrl, path);
-      } catch (error) {
-        throw new UpstreamBodyError(`${WEBHOOKS_LABEL} answered a bad links.next on GET ${path}: ${(error as Error).message}`, target, status);
-      }
-      if (seen.has(nextPath)) {
-        throw new UpstreamBodyError(
-          `${WEBHOOKS_LABEL} links.next on GET ${path} points back to a page already read (${nextPath}); stopping instead of looping`,
-          target,
-          status,
-        );
-      }
-      path = nextPath;
-    }
-    return [...byId.values()];
+/** The path `links.next` names, or an error when it is malformed or leads back to a page already read. */
+function followNext(
+  next: string,
+  baseUrl: string,
+  path: string,
+  seen: ReadonlySet<string>,
+  answer: { status: number; target: RequestTarget },
+): string {
+  const { status, target } = answer;
+  let nextPath: string;
+  try {
+    nextPath = nextPagePath(next, baseUrl, path);
+  } catch (error) {
+    throw new UpstreamBodyError(`${WEBHOOKS_LABEL} answered a bad links.next on GET ${path}: ${(error as Error).message}`, target, status);
   }
-
-  async function get(id: string, opts?: { signal?: AbortSignal }): Promise<Webhook> {
-    const { status, body, target } = await call({ method: 'GET', path: itemPath(id), signal: opts?.signal }, id);
-    return parseBody(singleSchema, body, 'webhook', target, status).data;
+  if (seen.has(nextPath)) {
+    throw new UpstreamBodyError(
+      `${WEBHOOKS_LABEL} links.next on GET ${path} points back to a page already read (${nextPath}); stopping instead of looping`,
+      target,
+      status,
+    );
   }
+  return nextPath;
+}
 
-  async function find(id: string, opts?: { signal?: AbortSignal }): Promise<Webhook | null> {
-    try {
-      return await get(id, opts);
-    } catch (error) {
-      if (error instanceof WebhookNotFoundError) return null;
-      throw error;
-    }
+async function getWebhook(http: HttpClient, id: string, opts?: { signal?: AbortSignal }): Promise<Webhook> {
+  const { status, body, target } = await call(http, { method: 'GET', path: itemPath(id), signal: opts?.signal }, id);
+  return parseBody(singleSchema, body, 'webhook', target, status).data;
+}
+
+async function createWebhook(http: HttpClient, body: WebhookCreateBody, opts?: { signal?: AbortSignal }): Promise<CreatedWebhook> {
+  const response = await call(http, { method: 'POST', path: WEBHOOKS_PATH, body, signal: opts?.signal });
+  const hook = parseBody(singleSchema, response.body, 'webhook', response.target, response.status).data;
+  if (hook.secret === undefined) {
+    // Without it no delivery to this webhook can be verified; say so with the id so it can be deleted.
+    throw new UpstreamBodyError(
+      `${WEBHOOKS_LABEL} created webhook ${hook.id} but returned no secret (POST ${WEBHOOKS_PATH})`,
+      response.target,
+      response.status,
+    );
   }
+  return { ...hook, secret: hook.secret };
+}
 
-  async function create(body: WebhookCreateBody, opts?: { signal?: AbortSignal }): Promise<CreatedWebhook> {
-    const response = await call({ method: 'POST', path: WEBHOOKS_PATH, body, signal: opts?.signal });
-    const hook = parseBody(singleSchema, response.body, 'webhook', response.target, response.status).data;
-    if (hook.secret === undefined) {
-      // Without it no delivery to this webhook can be verified; say so with the id so it can be deleted.
-      throw new UpstreamBodyError(
-        `${WEBHOOKS_LABEL} created webhook ${hook.id} but returned no secret (POST ${WEBHOOKS_PATH})`,
-        response.target,
-        response.status,
-      );
-    }
-    return { ...hook, secret: hook.secret };
-  }
-
-  async function update(id: string, body: WebhookUpdateBody, opts?: { signal?: AbortSignal }): Promise<Webhook> {
-    const response = await call({ method: 'PUT', path: itemPath(id), body, signal: opts?.signal }, id);
-    return parseBody(singleSchema, response.body, 'webhook', response.target, response.status).data;
-  }
-
-  async function remove(id: string, opts?: { signal?: AbortSignal }): Promise<void> {
-    await call({ method: 'DELETE', path: itemPath(id), signal: opts?.signal }, id);
-  }
-
-  return { list, get, find, create, update, delete: remove, stats: () => http.stats() };
+async function updateWebhook(
+  http: HttpClient,
+  id: string,
+  body: WebhookUpdateBody,
+  opts?: { signal?: AbortSignal },
+): Promise<Webhook> {
+  const response = await call(http, { method: 'PUT', path: itemPath(id), body, signal: opts?.signal }, id);
+  return parseBody(singleSchema, response.body, 'webhook', response.target, response.status).data;
 }

@@ -20,9 +20,12 @@
 import type pg from 'pg';
 import type { DeliveryStatus } from '../db/schema.js';
 import { NormalizeError } from '../mirror/normalize.js';
-import { applyPlan, planDelivery, type ApplyCounts } from './apply.js';
+import { forgottenAmongSql } from '../mirror/erasure.js';
+import { eraseActivityLinks } from '../mirror/store/activity.js';
+import { applyPlan, planDelivery, type ApplyCounts, type EffectPlan } from './apply.js';
 import { deliveryStatus, finishDeliverySql, lockDeliverySql, recordFailedAttempt, type LockedDelivery } from './inbox.js';
 import { deliveryKinds, parseDelivery, PayloadError } from './payloads.js';
+import { redactDelivery } from './redact.js';
 
 const DIGITS = /^\d+$/;
 
@@ -134,11 +137,37 @@ async function applyLocked(client: pg.PoolClient, id: string, row: LockedDeliver
     await client.query(finishDeliverySql(client, id, 'ignored', note, kinds, 0));
     return { outcome: 'ignored' };
   }
-  const counts = await applyPlan(client, planDelivery(parsed.events, id, row.receivedAt));
+  const plan = planDelivery(parsed.events, id, row.receivedAt);
+  const counts = await applyPlan(client, plan);
+  const literal = (text: string) => client.escapeLiteral(text);
   const finished = (await client.query(
-    finishDeliverySql(client, id, 'applied', note, kinds, parsed.events.length),
-  )) as unknown as pg.QueryResult<{ lagMs: number }>[];
+    finishDeliverySql(client, id, 'applied', note, kinds, parsed.events.length, forgottenAmongSql(literal, subscribersOf(plan))),
+  )) as unknown as [pg.QueryResult<{ lagMs: number }>, pg.QueryResult<{ forgotten: string[] }>];
+  await redactForgotten(client, id, finished[1]?.rows[0]?.forgotten ?? []);
   return { outcome: 'applied', events: parsed.events.length, counts, lagMs: finished[0]?.rows[0]?.lagMs ?? 0 };
+}
+
+/** The subscriber ids a plan touches (its versions and its activity rows). */
+function subscribersOf(plan: EffectPlan): string[] {
+  const ids = new Set(plan.subscribers.map((r) => r.values.id));
+  for (const a of plan.activity) if (a.subscriberId) ids.add(a.subscriberId);
+  return [...ids];
+}
+
+/**
+ * A delivery that carries a forgotten subscriber (one that arrives after the forget, or the forget
+ * itself) is redacted as soon as it is applied, with the links of the subscriber's activity: no
+ * copy waits for the next erasure run. Right after the commit; a crash or an error in between
+ * leaves it to the run's re-check (`src/erasure.ts`).
+ */
+async function redactForgotten(client: pg.PoolClient, id: string, forgotten: readonly string[]): Promise<void> {
+  if (forgotten.length === 0) return;
+  try {
+    await redactDelivery(client, id, forgotten);
+    await eraseActivityLinks(client, forgotten);
+  } catch {
+    // The delivery is applied and committed: the next erasure run redacts what is left.
+  }
 }
 
 /**

@@ -51,12 +51,20 @@ export function bodySha256(raw: Buffer): string {
 
 // Batched by id so one purge never holds many row locks or one huge transaction; the status index
 // (status, received_at) finds the candidates.
+// The hash of each purged row stays (`webhook_delivery_hashes`): a replay of the same bytes after the
+// retention is still a duplicate, and its personal data is not stored again.
 const PURGE_SQL = `
-delete from webhook_deliveries where id in (
-  select id from webhook_deliveries
-   where (status in ('applied', 'ignored') and received_at < now() - make_interval(secs => $1::float8 / 1000))
-      or (status in ('failed', 'pending') and received_at < now() - make_interval(secs => $3::float8 / 1000))
-   limit $2)`;
+with purged as (
+  delete from webhook_deliveries where id in (
+    select id from webhook_deliveries
+     where (status in ('applied', 'ignored') and received_at < now() - make_interval(secs => $1::float8 / 1000))
+        or (status in ('failed', 'pending') and received_at < now() - make_interval(secs => $3::float8 / 1000))
+     limit $2)
+  returning id, body_sha256, status, received_at
+)
+insert into webhook_delivery_hashes (body_sha256, delivery_id, status, received_at)
+select decode(body_sha256, 'hex'), id, status, received_at from purged
+on conflict (body_sha256) do nothing`;
 
 /**
  * Deletes applied and ignored deliveries received more than `olderThanMs` ago, and failed and pending
@@ -295,12 +303,17 @@ const INSERT_SQL = `
          t.endpoint_id, t.status, t.error
     from unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[])
          with ordinality as t(sha, body, kinds, event_count, endpoint_id, status, error, ord)
+   where not exists (select 1 from webhook_delivery_hashes h where h.body_sha256 = decode(t.sha, 'hex'))
    order by t.ord
   on conflict (body_sha256) do nothing
   returning id::text as id, body_sha256 as sha, status`;
 
+// A purged delivery's hash answers like its row did (its id and last status; its body is gone).
 const EXISTING_SQL = `
-  select id::text as id, body_sha256 as sha, status from webhook_deliveries where body_sha256 = any($1::text[])`;
+  select id::text as id, body_sha256 as sha, status from webhook_deliveries where body_sha256 = any($1::text[])
+  union all
+  select delivery_id::text, encode(body_sha256, 'hex'), status from webhook_delivery_hashes
+   where body_sha256 = any(array(select decode(x, 'hex') from unnest($1::text[]) x))`;
 
 type ResultRow = { id: string; sha: string; status: DeliveryStatus };
 
@@ -442,7 +455,8 @@ export function lockDeliverySql(id: string): string {
 /**
  * Marks the row done and commits, in one simple query (statements after a failing one are not run,
  * so a failed mark never commits). Returns `applied_at − received_at` in ms as `lagMs`. The id is a
- * validated string of digits; texts go through `escapeLiteral`.
+ * validated string of digits; texts go through `escapeLiteral`. `beforeCommit`: one more statement
+ * (a query whose result the caller reads, second in the results), run in the transaction.
  */
 export function finishDeliverySql(
   client: pg.ClientBase,
@@ -451,6 +465,7 @@ export function finishDeliverySql(
   note: string | null,
   kinds: readonly string[],
   eventCount: number,
+  beforeCommit: string | null = null,
 ): string {
   // Postgres text cannot hold NUL; the writer above replaces it the same way.
   const literal = (text: string) => client.escapeLiteral(text.replaceAll('\u0000', '\ufffd'));
@@ -461,7 +476,7 @@ update webhook_deliveries
        updated_at = clock_timestamp(), attempts = attempts + 1, error = ${note === null ? 'null' : literal(note)},
        kinds = ${kindsSql}, event_count = ${Math.trunc(eventCount)}
  where id = ${id}
-returning (extract(epoch from (coalesce(applied_at, clock_timestamp()) - received_at)) * 1000)::float8 as "lagMs";
+returning (extract(epoch from (coalesce(applied_at, clock_timestamp()) - received_at)) * 1000)::float8 as "lagMs";${beforeCommit === null ? '' : `\n${beforeCommit};`}
 commit`;
 }
 
@@ -579,6 +594,40 @@ export async function deliveriesMentioning(
   limit: number,
 ): Promise<Array<{ id: string; body: string }>> {
   return (await pool.query<{ id: string; body: string }>(MENTIONING_SQL, [ids, afterId, limit])).rows;
+}
+
+// Deliveries that mention an erased subscriber and were received since its last check (less a margin
+// for receipts still in flight then), with the erased ids each mentions; pages by delivery id.
+const MENTIONING_ERASED_SQL = `
+select d.id::text as id, d.body::text as body, array_agg(distinct e.subscriber_id) as ids
+  from webhook_deliveries d
+  cross join lateral jsonb_path_query(d.body, 'lax $.**.id') v
+  join erasures e on e.subscriber_id = v #>> '{}'
+ where d.id > $3::bigint
+   and e.deliveries_redacted_at < $1::timestamptz
+   and d.received_at >= e.deliveries_redacted_at - make_interval(secs => $2::float8 / 1000)
+ group by d.id
+ order by d.id
+ limit $4`;
+
+/**
+ * Up to `limit` deliveries after id `afterId` that mention a subscriber of `erasures` checked before
+ * `checkedBefore` and were received since that check (less `marginMs`), with the ids they mention.
+ */
+export async function deliveriesMentioningErasedSince(
+  pool: Queryable,
+  checkedBefore: string,
+  marginMs: number,
+  afterId: string,
+  limit: number,
+): Promise<Array<{ id: string; body: string; ids: string[] }>> {
+  return (await pool.query<{ id: string; body: string; ids: string[] }>(MENTIONING_ERASED_SQL, [checkedBefore, marginMs, afterId, limit])).rows;
+}
+
+/** One stored body as text, or null when the row is gone. */
+export async function deliveryBody(pool: Queryable, id: string): Promise<string | null> {
+  const { rows } = await pool.query<{ body: string }>('select body::text as body from webhook_deliveries where id = $1', [id]);
+  return rows[0]?.body ?? null;
 }
 
 /** Replaces a stored body (redaction); status, hash and attempts stay. */

@@ -155,12 +155,15 @@ export class PayloadError extends Error {
 // ---------------------------------------------------------------------------------------------
 // Parsers, built once from the registry
 
+/** Where an event carries its link (`campaign.click`). */
+export const LINK_URL_KEY = 'link_url';
+
 const NESTED_KEYS: Record<CarriedPart, string> = {
   subscriber: 'subscriber',
   group: 'group',
   automation: 'automation',
   campaign: 'campaign',
-  linkUrl: 'link_url',
+  linkUrl: LINK_URL_KEY,
 };
 const PART_SCHEMAS = {
   subscriber: subscriberSchema,

@@ -8,8 +8,9 @@
  */
 import { isLosslessNumber, parse, stringify } from 'lossless-json';
 import type { Queryable } from '../ground/queryable.js';
-import { deliveriesMentioning, replaceDeliveryBody } from './inbox.js';
-import { SUBSCRIBER_EMPTIED, SUBSCRIBER_KEPT_KEYS, SUBSCRIBER_MARKER_KEYS } from '../mirror/personal-data.js';
+import { deliveriesMentioning, deliveriesMentioningErasedSince, deliveryBody, replaceDeliveryBody } from './inbox.js';
+import { linkWithoutQuery, SUBSCRIBER_EMPTIED, SUBSCRIBER_KEPT_KEYS, SUBSCRIBER_MARKER_KEYS } from '../mirror/personal-data.js';
+import { LINK_URL_KEY } from './payloads.js';
 
 /** Subscriber keys that are not personal data; every other key of a matching subscriber object goes. */
 const KEPT_KEYS = SUBSCRIBER_KEPT_KEYS;
@@ -23,13 +24,56 @@ const PERSONAL_KEYS = SUBSCRIBER_MARKER_KEYS;
 /** Emptied rather than removed, so the body keeps the shape the parser expects (like a forget upstream). */
 const EMPTIED = SUBSCRIBER_EMPTIED;
 
+/** Whether `value` already is what a redaction leaves (an already redacted body is not rewritten). */
+function isEmptied(value: unknown, emptied: unknown): boolean {
+  if (emptied === null || typeof emptied !== 'object') return value === emptied;
+  return typeof value === 'object' && value !== null && !Array.isArray(value) && Object.keys(value).length === 0;
+}
+
+/** Empties or removes the personal keys of one subscriber object; true when something changed. */
+function redactSubscriber(object: Record<string, unknown>): boolean {
+  let changed = false;
+  for (const key of Object.keys(object)) {
+    if (KEPT_KEYS.has(key)) continue;
+    if (!(key in EMPTIED)) {
+      delete object[key];
+      changed = true;
+    } else if (!isEmptied(object[key], EMPTIED[key])) {
+      object[key] = EMPTIED[key];
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+/** An event's link (`link_url` of a click) beside a redacted subscriber loses its query string. */
+function redactLink(object: Record<string, unknown>): boolean {
+  const link = object[LINK_URL_KEY];
+  if (typeof link !== 'string') return false;
+  const stripped = linkWithoutQuery(link);
+  if (stripped === link) return false;
+  object[LINK_URL_KEY] = stripped;
+  return true;
+}
+
 function idText(value: unknown): string | null {
   if (typeof value === 'string') return value;
   if (typeof value === 'number' || isLosslessNumber(value)) return String(value);
   return null;
 }
 
-/** Returns the body with the personal data of `ids` removed, or null when it carries none of them. */
+/** A subscriber object of one of `ids`: a matching id and a key only subscribers have. */
+function isSubscriberOf(value: unknown, ids: ReadonlySet<string>): value is Record<string, unknown> {
+  if (typeof value !== 'object' || value === null || Array.isArray(value) || isLosslessNumber(value)) return false;
+  const object = value as Record<string, unknown>;
+  const id = idText(object.id);
+  return id !== null && ids.has(id) && PERSONAL_KEYS.some((k) => k in object);
+}
+
+/**
+ * Returns the body with the personal data of `ids` removed (their subscriber objects, and the query
+ * strings of the links of the events that carry them), or null when it carries none still there.
+ */
 export function redactBody(text: string, ids: ReadonlySet<string>): string | null {
   const body = parse(text);
   let changed = false;
@@ -37,15 +81,8 @@ export function redactBody(text: string, ids: ReadonlySet<string>): string | nul
     if (Array.isArray(value)) return value.forEach(visit);
     if (typeof value !== 'object' || value === null || isLosslessNumber(value)) return;
     const object = value as Record<string, unknown>;
-    const id = idText(object.id);
-    if (id !== null && ids.has(id) && PERSONAL_KEYS.some((k) => k in object)) {
-      for (const key of Object.keys(object)) {
-        if (KEPT_KEYS.has(key)) continue;
-        if (key in EMPTIED) object[key] = EMPTIED[key];
-        else delete object[key];
-      }
-      changed = true;
-    }
+    if (isSubscriberOf(object, ids) && redactSubscriber(object)) changed = true;
+    if (Object.values(object).some((child) => isSubscriberOf(child, ids)) && redactLink(object)) changed = true;
     for (const child of Object.values(object)) visit(child);
   };
   visit(body);
@@ -72,4 +109,35 @@ export async function redactDeliveries(pool: Queryable, subscriberIds: readonly 
     if (rows.length < batch) return rewritten;
     cursor = (rows[rows.length - 1] as { id: string }).id;
   }
+}
+
+/**
+ * The re-check of an erasure run: every stored delivery received since its subscribers' last check
+ * (less `marginMs`, for receipts in flight then) that mentions an erased subscriber is redacted;
+ * returns how many were rewritten. Catches what arrived after the first redaction, whatever its
+ * status (an applied one was redacted at its apply already, so it is not rewritten again).
+ */
+export async function redactDeliveriesSince(pool: Queryable, checkedBefore: string, marginMs: number, batch = 200): Promise<number> {
+  let cursor = '0';
+  let rewritten = 0;
+  for (;;) {
+    const rows = await deliveriesMentioningErasedSince(pool, checkedBefore, marginMs, cursor, batch);
+    for (const row of rows) {
+      const redacted = redactBody(row.body, new Set(row.ids));
+      if (redacted === null) continue;
+      await replaceDeliveryBody(pool, row.id, redacted);
+      rewritten += 1;
+    }
+    if (rows.length < batch) return rewritten;
+    cursor = (rows[rows.length - 1] as { id: string }).id;
+  }
+}
+
+/** Redacts one delivery for `subscriberIds` (an apply found them forgotten); true when rewritten. */
+export async function redactDelivery(pool: Queryable, id: string, subscriberIds: readonly string[]): Promise<boolean> {
+  const body = await deliveryBody(pool, id);
+  const redacted = body === null ? null : redactBody(body, new Set(subscriberIds));
+  if (redacted === null) return false;
+  await replaceDeliveryBody(pool, id, redacted);
+  return true;
 }

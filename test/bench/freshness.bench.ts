@@ -97,67 +97,18 @@ export async function benchFreshness(options: FreshnessOptions = {}): Promise<Fr
     });
     await app.listen({ port: 0, host: '127.0.0.1' });
     const port = (app.server.address() as AddressInfo).port;
-    // Warm up connections, prepared statements and the JIT before measuring.
-    await runLoadGenerator<GeneratorResult>(GENERATOR, { port, secret: SECRET, rate: Math.min(rate, 200), seconds: 1, runId: 'warmup' } satisfies GeneratorConfig);
-    await waitDrained(database.pool, 30_000);
-    await database.pool.query('truncate webhook_deliveries, subscribers, subscriber_activity');
-
-    const pgBefore = await postgresCpuMs(database.pool, scratch.name);
-    const cpuBefore = process.cpuUsage();
-    const wallBefore = performance.now();
-    const load = await runLoadGenerator<GeneratorResult>(GENERATOR, { port, secret: SECRET, rate, seconds, runId: 'measure' } satisfies GeneratorConfig);
-    const drainMs = await waitDrained(database.pool, 120_000);
-    const cpu = process.cpuUsage(cpuBefore);
-    const wallMs = performance.now() - wallBefore;
-    const pgCpuMs = (await postgresCpuMs(database.pool, scratch.name)) - pgBefore;
-
-    const { rows } = await database.pool.query<{ lag: number[]; applied: number; first: number; last: number }>(`
-      select array_agg((extract(epoch from applied_at - received_at) * 1000)::float8) as lag,
-             count(*)::int as applied,
-             (extract(epoch from min(received_at)) * 1000)::float8 as first,
-             (extract(epoch from max(applied_at)) * 1000)::float8 as last
-        from webhook_deliveries where status = 'applied'`);
-    const stats = rows[0] ?? { lag: [], applied: 0, first: 0, last: 0 };
-    const lags = (stats.lag ?? []).map(Number).sort((a, b) => a - b);
-    const { rows: other } = await database.pool.query<{ status: string; n: number }>(
-      `select status, count(*)::int as n from webhook_deliveries where status <> 'applied' group by status`,
-    );
-    const settings = await database.pool.query<{ server_version: string }>('show server_version');
-
-    const figures: FreshnessFigure[] = [
-      { name: 'store → row committed p50', value: round(q(lags, 0.5), 1), unit: 'ms', goal: null },
-      { name: 'store → row committed p90', value: round(q(lags, 0.9), 1), unit: 'ms', goal: null },
-      { name: 'store → row committed p99', value: round(q(lags, 0.99), 1), unit: 'ms', goal: 1000 },
-      { name: 'store → row committed max', value: round(lags.at(-1) ?? 0, 1), unit: 'ms', goal: null },
-      { name: 'offered rate', value: round(load.sent / seconds, 0), unit: 'deliveries/s', goal: rate },
-      {
-        name: 'applied rate',
-        value: round(stats.applied / Math.max(0.001, (stats.last - stats.first) / 1000), 0),
-        unit: 'deliveries/s',
-        goal: rate,
-      },
-      { name: 'HTTP ack p50', value: load.p50Ms, unit: 'ms', goal: null },
-      { name: 'HTTP ack p99', value: load.p99Ms, unit: 'ms', goal: null },
-      { name: 'applied', value: stats.applied, unit: 'deliveries', goal: load.acknowledged },
-      { name: 'not 2xx or errors', value: load.non2xx + load.errors, unit: 'requests', goal: 0 },
-      { name: 'not applied (failed, ignored, pending)', value: other.reduce((n, r) => n + r.n, 0), unit: 'deliveries', goal: 0 },
-      { name: 'drain after last send', value: round(drainMs, 0), unit: 'ms', goal: null },
-      { name: 'service process CPU', value: round(((cpu.user + cpu.system) / 1000 / wallMs) * 100, 0), unit: '% of one core', goal: null },
-      { name: 'load generator CPU', value: load.generatorCpuPct, unit: '% of one core', goal: null },
-      // CPU per delivery does not depend on what else the machine runs (latency does): the figures
-      // to compare between runs on a shared machine.
-      { name: 'service CPU per delivery', value: round(((cpu.user + cpu.system) / Math.max(1, stats.applied)), 0), unit: 'µs', goal: null },
-      { name: 'Postgres CPU per delivery', value: round((pgCpuMs * 1000) / Math.max(1, stats.applied), 0), unit: 'µs', goal: null },
-    ];
+    const run = await measureLoad(database.pool, scratch.name, { port, rate, seconds });
+    const outcome = await readOutcome(database.pool);
+    const figures = freshnessFigures(run, outcome, { rate, seconds });
     const result: BenchResult = {
       bench: 'freshness',
-      rows: stats.applied,
+      rows: outcome.applied,
       startedAt: startedAt.toISOString(),
       durationMs: Date.now() - startedAt.getTime(),
       environment: {
         cpus: String(cpus().length),
         node: process.version,
-        postgres: settings.rows[0]?.server_version ?? '?',
+        postgres: outcome.serverVersion,
         load: `${round(loadBefore, 2)} → ${round(loadavg()[0] ?? 0, 2)}`,
         rate: String(rate),
         seconds: String(seconds),
@@ -166,15 +117,7 @@ export async function benchFreshness(options: FreshnessOptions = {}): Promise<Fr
       },
       figures: figures.map((f) => figure(f.name, f.value, f.unit, f.goal)),
     };
-    if (options.print !== false) {
-      printTable(result);
-      console.log(`  goal: p99 < 1000 ms at ${rate}/s; ${cpus().length} CPUs, load ${result.environment.load}`);
-    }
-    const json = options.json === undefined ? path.join(tmpdir(), 'subscriber-mirror-bench', 'freshness.json') : options.json;
-    if (json !== null) {
-      writeJson(json, result);
-      if (options.print !== false) console.log(`JSON: ${json}`);
-    }
+    report(result, options, rate);
     return { figures, result };
   } finally {
     await app.close();
@@ -182,6 +125,115 @@ export async function benchFreshness(options: FreshnessOptions = {}): Promise<Fr
     await database.close();
     await scratch.drop();
     await deleteKeysByPrefix(redisUrl, prefix);
+  }
+}
+
+/** What the measured run took: the generator's answer, and the time and CPU the service spent. */
+interface LoadRun {
+  load: GeneratorResult;
+  drainMs: number;
+  cpu: NodeJS.CpuUsage;
+  wallMs: number;
+  pgCpuMs: number;
+}
+
+/** A warm-up at up to 200/s (then emptied), then the measured run, drained to the last delivery. */
+async function measureLoad(
+  pool: import('pg').Pool,
+  databaseName: string,
+  load: { port: number; rate: number; seconds: number },
+): Promise<LoadRun> {
+  const { port, rate, seconds } = load;
+  // Warm up connections, prepared statements and the JIT before measuring.
+  await runLoadGenerator<GeneratorResult>(GENERATOR, { port, secret: SECRET, rate: Math.min(rate, 200), seconds: 1, runId: 'warmup' } satisfies GeneratorConfig);
+  await waitDrained(pool, 30_000);
+  await pool.query('truncate webhook_deliveries, subscribers, subscriber_activity');
+
+  const pgBefore = await postgresCpuMs(pool, databaseName);
+  const cpuBefore = process.cpuUsage();
+  const wallBefore = performance.now();
+  const generated = await runLoadGenerator<GeneratorResult>(GENERATOR, { port, secret: SECRET, rate, seconds, runId: 'measure' } satisfies GeneratorConfig);
+  const drainMs = await waitDrained(pool, 120_000);
+  const cpu = process.cpuUsage(cpuBefore);
+  const wallMs = performance.now() - wallBefore;
+  const pgCpuMs = (await postgresCpuMs(pool, databaseName)) - pgBefore;
+  return { load: generated, drainMs, cpu, wallMs, pgCpuMs };
+}
+
+/** What the inbox says of the measured deliveries: each one's lag, sorted, and the counts. */
+interface Outcome {
+  lags: number[];
+  applied: number;
+  first: number;
+  last: number;
+  notApplied: number;
+  serverVersion: string;
+}
+
+async function readOutcome(pool: import('pg').Pool): Promise<Outcome> {
+  const { rows } = await pool.query<{ lag: number[]; applied: number; first: number; last: number }>(`
+      select array_agg((extract(epoch from applied_at - received_at) * 1000)::float8) as lag,
+             count(*)::int as applied,
+             (extract(epoch from min(received_at)) * 1000)::float8 as first,
+             (extract(epoch from max(applied_at)) * 1000)::float8 as last
+        from webhook_deliveries where status = 'applied'`);
+  const stats = rows[0] ?? { lag: [], applied: 0, first: 0, last: 0 };
+  const lags = (stats.lag ?? []).map(Number).sort((a, b) => a - b);
+  const { rows: other } = await pool.query<{ status: string; n: number }>(
+    `select status, count(*)::int as n from webhook_deliveries where status <> 'applied' group by status`,
+  );
+  const settings = await pool.query<{ server_version: string }>('show server_version');
+  return {
+    lags,
+    applied: stats.applied,
+    first: stats.first,
+    last: stats.last,
+    notApplied: other.reduce((n, r) => n + r.n, 0),
+    serverVersion: settings.rows[0]?.server_version ?? '?',
+  };
+}
+
+function freshnessFigures(run: LoadRun, stats: Outcome, offered: { rate: number; seconds: number }): FreshnessFigure[] {
+  const { load, cpu, wallMs, pgCpuMs, drainMs } = run;
+  const { lags } = stats;
+  const { rate, seconds } = offered;
+  return [
+    { name: 'store → row committed p50', value: round(q(lags, 0.5), 1), unit: 'ms', goal: null },
+    { name: 'store → row committed p90', value: round(q(lags, 0.9), 1), unit: 'ms', goal: null },
+    { name: 'store → row committed p99', value: round(q(lags, 0.99), 1), unit: 'ms', goal: 1000 },
+    { name: 'store → row committed max', value: round(lags.at(-1) ?? 0, 1), unit: 'ms', goal: null },
+    { name: 'offered rate', value: round(load.sent / seconds, 0), unit: 'deliveries/s', goal: rate },
+    {
+      name: 'applied rate',
+      value: round(stats.applied / Math.max(0.001, (stats.last - stats.first) / 1000), 0),
+      unit: 'deliveries/s',
+      goal: rate,
+    },
+    { name: 'HTTP ack p50', value: load.p50Ms, unit: 'ms', goal: null },
+    { name: 'HTTP ack p99', value: load.p99Ms, unit: 'ms', goal: null },
+    { name: 'applied', value: stats.applied, unit: 'deliveries', goal: load.acknowledged },
+    { name: 'not 2xx or errors', value: load.non2xx + load.errors, unit: 'requests', goal: 0 },
+    { name: 'not applied (failed, ignored, pending)', value: stats.notApplied, unit: 'deliveries', goal: 0 },
+    { name: 'drain after last send', value: round(drainMs, 0), unit: 'ms', goal: null },
+    { name: 'service process CPU', value: round(((cpu.user + cpu.system) / 1000 / wallMs) * 100, 0), unit: '% of one core', goal: null },
+    { name: 'load generator CPU', value: load.generatorCpuPct, unit: '% of one core', goal: null },
+    // CPU per delivery does not depend on what else the machine runs (latency does): the figures
+    // to compare between runs on a shared machine.
+    { name: 'service CPU per delivery', value: round(((cpu.user + cpu.system) / Math.max(1, stats.applied)), 0), unit: 'µs', goal: null },
+    { name: 'Postgres CPU per delivery', value: round((pgCpuMs * 1000) / Math.max(1, stats.applied), 0), unit: 'µs', goal: null },
+  ];
+}
+
+/** Prints the table (unless `print: false`) and writes the JSON (unless `json: null`). */
+function report(result: BenchResult, options: FreshnessOptions, rate: number): void {
+  if (options.print !== false) {
+    printTable(result);
+    console.log(`  goal: p99 < 1000 ms at ${rate}/s; ${cpus().length} CPUs, load ${result.environment.load}`);
+  }
+  const json = options.json === undefined ? path.join(tmpdir(), 'subscriber-mirror-bench', 'freshness.json') : options.json;
+  if (json !== null) {
+    writeJson(json, result);
+    if (options.print !== false) console.log(`JSON: ${json}`);
   }
 }
 

@@ -183,108 +183,32 @@ export async function benchStore(opts: StoreBenchOptions): Promise<BenchResult> 
   try {
     const version = await client.query<{ v: string }>('show server_version');
     const fresh = Array.from({ length: n }, (_, i) => makeRow(i, 0));
-    const newer = Array.from({ length: n }, (_, i) => makeRow(i, 1));
-    const newest = Array.from({ length: n }, (_, i) => makeRow(i, 2));
-    const figures: BenchFigure[] = [];
-    const rate = (ms: number) => (n / ms) * 1000;
-
-
     // Warm up: plan caches, prepared statements, table files.
     await upsertSubscribers(client, fresh.slice(0, Math.min(2000, n)));
     await truncate(client);
 
-    const now = new Date().toISOString();
-    const copyText = `copy subscribers (${COPY_COLUMNS.join(', ')}) from stdin`;
-    const totals = { inserted: 0, updated: 0, unchanged: 0, skipped: 0 };
-    /** `transaction`: each page in BEGIN … COMMIT, as the poll and the consumer write it (history's statement joins it). */
-    const upsertAll = async (rows: SubscriberRow[], expect: keyof typeof totals, transaction = false) => {
-      for (const k of Object.keys(totals) as Array<keyof typeof totals>) totals[k] = 0;
-      for (const page of pages(rows, pageSize)) {
-        if (transaction) await client.query('begin');
-        const c = await upsertSubscribers(client, page);
-        if (transaction) await client.query('commit');
-        for (const k of Object.keys(totals) as Array<keyof typeof totals>) totals[k] += c[k];
-      }
-      if (totals[expect] !== n) throw new Error(`upsert expected ${n} ${expect}, got ${JSON.stringify(totals)}`);
-    };
-    const countVersions = async () => (await client.query<{ n: number }>('select count(*)::int as n from subscriber_versions_past')).rows[0]?.n ?? 0;
-    // The store's own scenarios measure the upsert alone; the history pair below measures it with HISTORY on and off.
-    await configureHistory(client, { enabled: false });
-
-    // Scenarios are interleaved per repeat so that load from other processes spreads over all of them.
     const times: Record<string, number[]> = {};
-    const record = (name: string, ms: number) => (times[name] ??= []).push(ms);
-    for (let r = 0; r < repeats; r++) {
-      log(`repeat ${r + 1}/${repeats}: COPY (one stream)…`);
-      const encoded = pages(fresh, pageSize).map((p) => copyRows(p.map((row) => copyTuple(row, now))));
-      record(
-        'copy_stream',
-        await timed(async () => {
-          const copied = await copyFromStdin(client, copyText, encoded);
-          if (copied !== n) throw new Error(`COPY wrote ${copied} rows, expected ${n}`);
-        }),
-      );
-      await truncate(client);
-
-      log(`repeat ${r + 1}/${repeats}: COPY (per page)…`);
-      record(
-        'copy_per_page',
-        await timed(async () => {
-          for (const page of pages(fresh, pageSize)) await copyFromStdin(client, copyText, [copyRows(page.map((row) => copyTuple(row, now)))]);
-        }),
-      );
-      if ((await countRows(client)) !== n) throw new Error('per-page COPY lost rows');
-      await truncate(client);
-
-      log(`repeat ${r + 1}/${repeats}: INSERT … SELECT unnest…`);
-      record(
-        'insert_unnest_plain',
-        await timed(async () => {
-          for (const page of pages(fresh, pageSize)) await insertUnnest(client, page);
-        }),
-      );
-      if ((await countRows(client)) !== n) throw new Error('plain insert lost rows');
-      await truncate(client);
-
-      log(`repeat ${r + 1}/${repeats}: upsertSubscribers insert / identical / update / older…`);
-      record('upsert_insert', await timed(() => upsertAll(fresh, 'inserted')));
-      record('upsert_identical', await timed(() => upsertAll(fresh, 'unchanged')));
-      record('upsert_update', await timed(() => upsertAll(newer, 'updated')));
-      record('upsert_older', await timed(() => upsertAll(fresh, 'skipped')));
-      log(`repeat ${r + 1}/${repeats}: UPDATE … FROM unnest (every row, no guard)…`);
-      // Same starting point as upsert_update: a table of n rows, each page version-bumped once.
-      record(
-        'update_unnest_plain',
-        await timed(async () => {
-          let updated = 0;
-          for (const page of pages(newest, pageSize)) updated += await updateUnnest(client, page);
-          if (updated !== n) throw new Error(`plain update wrote ${updated} rows, expected ${n}`);
-        }),
-      );
-      await truncate(client);
-
-      // HISTORY on against off, same rows, same transactions, back to back.
-      for (const mode of ['off', 'on'] as const) {
-        log(`repeat ${r + 1}/${repeats}: upsertSubscribers with HISTORY=${mode}: fresh / every row newer…`);
-        await configureHistory(client, { enabled: mode === 'on' });
-        record(`history_${mode}_insert`, await timed(() => upsertAll(fresh, 'inserted', true)));
-        record(`history_${mode}_update`, await timed(() => upsertAll(newer, 'updated', true)));
-        const versions = await countVersions();
-        // The current version is the subscribers row: fresh rows add no past version, each newer row pushes one.
-        if (versions !== (mode === 'on' ? n : 0)) throw new Error(`HISTORY=${mode} left ${versions} past versions for ${n} rows written twice`);
-        await configureHistory(client, { enabled: false });
-        await truncate(client);
-      }
-    }
-    /** Best-of-N rows/s (least disturbed run) with the median in the note. */
-    const best = (name: string) => rate(Math.min(...(times[name] ?? [Infinity])));
-    const median = (name: string) => {
-      const sorted = [...(times[name] ?? [])].sort((a, b) => a - b);
-      return rate(sorted[Math.floor(sorted.length / 2)] ?? Infinity);
+    const run: StoreRun = {
+      client,
+      n,
+      pageSize,
+      log,
+      fresh,
+      newer: Array.from({ length: n }, (_, i) => makeRow(i, 1)),
+      newest: Array.from({ length: n }, (_, i) => makeRow(i, 2)),
+      now: new Date().toISOString(),
+      record: (name, ms) => (times[name] ??= []).push(ms),
     };
-    const copyRate = best('copy_stream');
-    const scenario = (name: string, note: string, baseline: number | null = copyRate) =>
-      figure(name, best(name), 'rows/s', baseline, `${note}; best of ${repeats}, median ${Math.round(median(name)).toLocaleString('en-US')} rows/s`);
+
+    // The store's own scenarios measure the upsert alone; the history pair measures it with HISTORY on and off.
+    await configureHistory(client, { enabled: false });
+    // Scenarios are interleaved per repeat so that load from other processes spreads over all of them.
+    for (let r = 0; r < repeats; r++) {
+      const repeat = `repeat ${r + 1}/${repeats}`;
+      await timeBaselines(run, repeat);
+      await timeUpserts(run, repeat);
+      await timeHistory(run, repeat);
+    }
 
     const historyRows = opts.historyRows ?? 1_000_000;
     let bytesPerVersion = 0;
@@ -292,40 +216,8 @@ export async function benchStore(opts: StoreBenchOptions): Promise<BenchResult> 
       log(`history size: one version each for ${historyRows.toLocaleString('en-US')} subscribers…`);
       bytesPerVersion = await historyBytesPerVersion(client, historyRows);
     }
-
     log('normalize…');
-    const webhookRaw = fresh.slice(0, Math.min(n, 20_000)).map((r, i) => webhookPayload(r, i));
-    const legacyRaw = fresh.slice(0, Math.min(n, 20_000)).map((r, i) => legacyPayload(r, i));
-    const normWebMs = await timed(async () => {
-      for (const raw of webhookRaw) normalizeWebhookSubscriber(raw);
-    });
-    const normUtcMs = await timed(async () => {
-      for (const raw of legacyRaw) normalizeLegacySubscriber(raw, { sourceTimezone: 'UTC' });
-    });
-    const normZoneMs = await timed(async () => {
-      for (const raw of legacyRaw) normalizeLegacySubscriber(raw, { sourceTimezone: 'Europe/Berlin' });
-    });
-
-    figures.push(
-      scenario('copy_stream', 'COPY FROM STDIN, all rows in one statement (the baseline)', null),
-      scenario('copy_per_page', 'COPY FROM STDIN, one statement per page'),
-      scenario('insert_unnest_plain', 'INSERT … SELECT unnest per page, no ON CONFLICT, no guard'),
-      scenario('upsert_insert', 'upsertSubscribers, fresh rows'),
-      scenario('upsert_identical', 'same rows again: nothing written'),
-      scenario('upsert_update', 'every row newer: all updated'),
-      scenario('upsert_older', 'every row older: all skipped'),
-      scenario('update_unnest_plain', 'UPDATE … FROM unnest per page, every column, no guard: the cost of updating at all'),
-      figure('history_off_insert', best('history_off_insert'), 'rows/s', null, `HISTORY=off, fresh rows, each page in BEGIN … COMMIT; best of ${repeats}`),
-      figure('history_on_insert', best('history_on_insert'), 'rows/s', best('history_off_insert'), `HISTORY=on, fresh rows: the subscribers row is the current version, nothing more to write; best of ${repeats}`),
-      figure('history_off_update', best('history_off_update'), 'rows/s', null, `HISTORY=off, every row newer; best of ${repeats}`),
-      figure('history_on_update', best('history_on_update'), 'rows/s', best('history_off_update'), `HISTORY=on, every row newer: each replaced row moves to subscriber_versions_past in the same statement; best of ${repeats}`),
-      ...(historyRows > 0
-        ? [figure('history_bytes_per_version', bytesPerVersion, 'bytes', null, `subscriber_versions_past total size (heap, TOAST, primary key) / versions, one past version each for ${historyRows.toLocaleString('en-US')} subscribers`)]
-        : []),
-      figure('normalize_webhook', (webhookRaw.length / normWebMs) * 1000, 'rows/s'),
-      figure('normalize_legacy_utc', (legacyRaw.length / normUtcMs) * 1000, 'rows/s'),
-      figure('normalize_legacy_berlin', (legacyRaw.length / normZoneMs) * 1000, 'rows/s', null, 'zone offsets cached per local day; exact Intl path near transitions'),
-    );
+    const normalized = await timeNormalize(fresh.slice(0, Math.min(n, 20_000)));
     return {
       bench: 'store',
       rows: n,
@@ -339,12 +231,188 @@ export async function benchStore(opts: StoreBenchOptions): Promise<BenchResult> 
         cpus: String(os.cpus().length),
         loadavg: os.loadavg().map((l) => l.toFixed(2)).join(' '),
       },
-      figures,
+      figures: storeFigures({ times, n, repeats, historyRows, bytesPerVersion, normalized }),
     };
   } finally {
     client.release();
     await scratch.drop();
   }
+}
+
+/** What every scenario of one bench run shares: the connection, the rows, and where times go. */
+interface StoreRun {
+  client: pg.ClientBase;
+  n: number;
+  pageSize: number;
+  log: (line: string) => void;
+  /** The rows at version 0, 1 and 2: fresh, every row newer, newer again. */
+  fresh: SubscriberRow[];
+  newer: SubscriberRow[];
+  newest: SubscriberRow[];
+  /** mirrored_at of the COPY rows. */
+  now: string;
+  record(name: string, ms: number): void;
+}
+
+type UpsertCounts = { inserted: number; updated: number; unchanged: number; skipped: number };
+
+/**
+ * Upserts every row page by page and checks that all `n` of them were counted as `expect`.
+ * `transaction`: each page in BEGIN … COMMIT, as the poll and the consumer write it (history's statement joins it).
+ */
+async function upsertAll(run: StoreRun, rows: SubscriberRow[], expect: keyof UpsertCounts, transaction = false): Promise<void> {
+  const totals: UpsertCounts = { inserted: 0, updated: 0, unchanged: 0, skipped: 0 };
+  for (const page of pages(rows, run.pageSize)) {
+    if (transaction) await run.client.query('begin');
+    const c = await upsertSubscribers(run.client, page);
+    if (transaction) await run.client.query('commit');
+    for (const k of Object.keys(totals) as Array<keyof UpsertCounts>) totals[k] += c[k];
+  }
+  if (totals[expect] !== run.n) throw new Error(`upsert expected ${run.n} ${expect}, got ${JSON.stringify(totals)}`);
+}
+
+async function countVersions(client: pg.ClientBase): Promise<number> {
+  return (await client.query<{ n: number }>('select count(*)::int as n from subscriber_versions_past')).rows[0]?.n ?? 0;
+}
+
+/** The fastest ways to put the rows in: COPY in one stream (the baseline), COPY per page, plain INSERT per page. */
+async function timeBaselines(run: StoreRun, repeat: string): Promise<void> {
+  const { client, n, pageSize, fresh, now, log } = run;
+  const copyText = `copy subscribers (${COPY_COLUMNS.join(', ')}) from stdin`;
+  log(`${repeat}: COPY (one stream)…`);
+  const encoded = pages(fresh, pageSize).map((p) => copyRows(p.map((row) => copyTuple(row, now))));
+  run.record(
+    'copy_stream',
+    await timed(async () => {
+      const copied = await copyFromStdin(client, copyText, encoded);
+      if (copied !== n) throw new Error(`COPY wrote ${copied} rows, expected ${n}`);
+    }),
+  );
+  await truncate(client);
+
+  log(`${repeat}: COPY (per page)…`);
+  run.record(
+    'copy_per_page',
+    await timed(async () => {
+      for (const page of pages(fresh, pageSize)) await copyFromStdin(client, copyText, [copyRows(page.map((row) => copyTuple(row, now)))]);
+    }),
+  );
+  if ((await countRows(client)) !== n) throw new Error('per-page COPY lost rows');
+  await truncate(client);
+
+  log(`${repeat}: INSERT … SELECT unnest…`);
+  run.record(
+    'insert_unnest_plain',
+    await timed(async () => {
+      for (const page of pages(fresh, pageSize)) await insertUnnest(client, page);
+    }),
+  );
+  if ((await countRows(client)) !== n) throw new Error('plain insert lost rows');
+  await truncate(client);
+}
+
+/** The store's four scenarios, then the plain UPDATE that is the ceiling of "every row newer". */
+async function timeUpserts(run: StoreRun, repeat: string): Promise<void> {
+  const { client, n, pageSize, fresh, newer, newest, log } = run;
+  log(`${repeat}: upsertSubscribers insert / identical / update / older…`);
+  run.record('upsert_insert', await timed(() => upsertAll(run, fresh, 'inserted')));
+  run.record('upsert_identical', await timed(() => upsertAll(run, fresh, 'unchanged')));
+  run.record('upsert_update', await timed(() => upsertAll(run, newer, 'updated')));
+  run.record('upsert_older', await timed(() => upsertAll(run, fresh, 'skipped')));
+  log(`${repeat}: UPDATE … FROM unnest (every row, no guard)…`);
+  // Same starting point as upsert_update: a table of n rows, each page version-bumped once.
+  run.record(
+    'update_unnest_plain',
+    await timed(async () => {
+      let updated = 0;
+      for (const page of pages(newest, pageSize)) updated += await updateUnnest(client, page);
+      if (updated !== n) throw new Error(`plain update wrote ${updated} rows, expected ${n}`);
+    }),
+  );
+  await truncate(client);
+}
+
+/** HISTORY on against off, same rows, same transactions, back to back. */
+async function timeHistory(run: StoreRun, repeat: string): Promise<void> {
+  const { client, n, fresh, newer, log } = run;
+  for (const mode of ['off', 'on'] as const) {
+    log(`${repeat}: upsertSubscribers with HISTORY=${mode}: fresh / every row newer…`);
+    await configureHistory(client, { enabled: mode === 'on' });
+    run.record(`history_${mode}_insert`, await timed(() => upsertAll(run, fresh, 'inserted', true)));
+    run.record(`history_${mode}_update`, await timed(() => upsertAll(run, newer, 'updated', true)));
+    const versions = await countVersions(client);
+    // The current version is the subscribers row: fresh rows add no past version, each newer row pushes one.
+    if (versions !== (mode === 'on' ? n : 0)) throw new Error(`HISTORY=${mode} left ${versions} past versions for ${n} rows written twice`);
+    await configureHistory(client, { enabled: false });
+    await truncate(client);
+  }
+}
+
+/** How many payloads each normalizer took and how long, in ms. */
+interface NormalizeTimes {
+  webhookRows: number;
+  legacyRows: number;
+  webhookMs: number;
+  legacyUtcMs: number;
+  legacyZoneMs: number;
+}
+
+async function timeNormalize(sample: readonly SubscriberRow[]): Promise<NormalizeTimes> {
+  const webhookRaw = sample.map((r, i) => webhookPayload(r, i));
+  const legacyRaw = sample.map((r, i) => legacyPayload(r, i));
+  const webhookMs = await timed(async () => {
+    for (const raw of webhookRaw) normalizeWebhookSubscriber(raw);
+  });
+  const legacyUtcMs = await timed(async () => {
+    for (const raw of legacyRaw) normalizeLegacySubscriber(raw, { sourceTimezone: 'UTC' });
+  });
+  const legacyZoneMs = await timed(async () => {
+    for (const raw of legacyRaw) normalizeLegacySubscriber(raw, { sourceTimezone: 'Europe/Berlin' });
+  });
+  return { webhookRows: webhookRaw.length, legacyRows: legacyRaw.length, webhookMs, legacyUtcMs, legacyZoneMs };
+}
+
+interface StoreMeasures {
+  times: Record<string, number[]>;
+  n: number;
+  repeats: number;
+  historyRows: number;
+  bytesPerVersion: number;
+  normalized: NormalizeTimes;
+}
+
+/** The figures: best-of-N rows/s (least disturbed run) with the median in the note. */
+function storeFigures(m: StoreMeasures): BenchFigure[] {
+  const { times, n, repeats, historyRows, bytesPerVersion, normalized } = m;
+  const rate = (ms: number) => (n / ms) * 1000;
+  const best = (name: string) => rate(Math.min(...(times[name] ?? [Infinity])));
+  const median = (name: string) => {
+    const sorted = [...(times[name] ?? [])].sort((a, b) => a - b);
+    return rate(sorted[Math.floor(sorted.length / 2)] ?? Infinity);
+  };
+  const copyRate = best('copy_stream');
+  const scenario = (name: string, note: string, baseline: number | null = copyRate) =>
+    figure(name, best(name), 'rows/s', baseline, `${note}; best of ${repeats}, median ${Math.round(median(name)).toLocaleString('en-US')} rows/s`);
+  return [
+    scenario('copy_stream', 'COPY FROM STDIN, all rows in one statement (the baseline)', null),
+    scenario('copy_per_page', 'COPY FROM STDIN, one statement per page'),
+    scenario('insert_unnest_plain', 'INSERT … SELECT unnest per page, no ON CONFLICT, no guard'),
+    scenario('upsert_insert', 'upsertSubscribers, fresh rows'),
+    scenario('upsert_identical', 'same rows again: nothing written'),
+    scenario('upsert_update', 'every row newer: all updated'),
+    scenario('upsert_older', 'every row older: all skipped'),
+    scenario('update_unnest_plain', 'UPDATE … FROM unnest per page, every column, no guard: the cost of updating at all'),
+    figure('history_off_insert', best('history_off_insert'), 'rows/s', null, `HISTORY=off, fresh rows, each page in BEGIN … COMMIT; best of ${repeats}`),
+    figure('history_on_insert', best('history_on_insert'), 'rows/s', best('history_off_insert'), `HISTORY=on, fresh rows: the subscribers row is the current version, nothing more to write; best of ${repeats}`),
+    figure('history_off_update', best('history_off_update'), 'rows/s', null, `HISTORY=off, every row newer; best of ${repeats}`),
+    figure('history_on_update', best('history_on_update'), 'rows/s', best('history_off_update'), `HISTORY=on, every row newer: each replaced row moves to subscriber_versions_past in the same statement; best of ${repeats}`),
+    ...(historyRows > 0
+      ? [figure('history_bytes_per_version', bytesPerVersion, 'bytes', null, `subscriber_versions_past total size (heap, TOAST, primary key) / versions, one past version each for ${historyRows.toLocaleString('en-US')} subscribers`)]
+      : []),
+    figure('normalize_webhook', (normalized.webhookRows / normalized.webhookMs) * 1000, 'rows/s'),
+    figure('normalize_legacy_utc', (normalized.legacyRows / normalized.legacyUtcMs) * 1000, 'rows/s'),
+    figure('normalize_legacy_berlin', (normalized.legacyRows / normalized.legacyZoneMs) * 1000, 'rows/s', null, 'zone offsets cached per local day; exact Intl path near transitions'),
+  ];
 }
 
 function webhookPayload(row: SubscriberRow, i: number): Record<string, unknown> {

@@ -52,7 +52,7 @@ describe('the analyst role', () => {
     const { rows } = await db.pool.query<{ relation: string }>(
       `select c.relname as relation from pg_class c join pg_namespace n on n.oid = c.relnamespace
         where n.nspname = 'public' and c.relkind in ('r', 'v', 'm', 'p')
-          and c.relname not in ('webhook_deliveries', 'webhook_endpoints')
+          and c.relname not in ('webhook_deliveries', 'webhook_endpoints', 'webhook_delivery_hashes')
         order by 1`,
     );
     expect(rows.map((r) => r.relation)).toEqual(expect.arrayContaining(['subscribers', 'group_members', 'current_group_members', 'erasures']));
@@ -61,9 +61,15 @@ describe('the analyst role', () => {
     }
   });
 
-  it('reads a table created by a later migration without a grant of its own', async () => {
+  it('cannot read a table a later migration creates until that migration grants it (no default privileges)', async () => {
     await db.pool.query('create table later_mirrored_table (id text primary key)');
+    await expect(asAnalyst('select * from later_mirrored_table')).rejects.toThrow(/permission denied/);
+    await db.pool.query(`grant select on later_mirrored_table to ${ANALYST}`);
     await expect(asAnalyst('select * from later_mirrored_table')).resolves.toBeDefined();
+  });
+
+  it('does not read the dedupe hashes of purged deliveries', async () => {
+    await expect(asAnalyst('select * from webhook_delivery_hashes')).rejects.toThrow(/permission denied/);
   });
 
   it('reads delivery and endpoint metadata but neither webhook secrets nor raw bodies', async () => {
@@ -109,6 +115,10 @@ describe('the service role', () => {
     try {
       await admin.query(`create role ${owner} login nosuperuser nocreaterole nocreatedb`);
       await admin.query(`create database ${name} owner ${owner} template template0`);
+      // As Postgres 14 and older made it (15 no longer grants it): the migration revokes it itself.
+      const superuser = new pg.Client({ connectionString: withDatabase(base, name) });
+      await superuser.connect();
+      await superuser.query('grant create on schema public to public').finally(() => superuser.end());
       const url = withUser(withDatabase(base, name), owner);
       expect((await runMigrations(url)).applied).toBeGreaterThan(0);
       const client = new pg.Client({ connectionString: url });
@@ -123,6 +133,11 @@ describe('the service role', () => {
           [ANALYST],
         );
         expect(grants.rows[0]).toEqual({ secret: false, subscribers: true });
+        const create = await client.query(
+          `select exists (select 1 from pg_namespace n, aclexplode(n.nspacl) a
+                           where n.nspname = 'public' and a.grantee = 0 and a.privilege_type = 'CREATE') as public_creates`,
+        );
+        expect(create.rows[0]).toEqual({ public_creates: false });
       } finally {
         await client.end();
       }

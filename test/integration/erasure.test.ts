@@ -121,6 +121,23 @@ describe('failed and pending bodies age out', () => {
   });
 });
 
+describe('dedupe hashes outlive the bodies', () => {
+  it('a delivery replayed after its retention is recognised and not stored again', async () => {
+    const text = JSON.stringify({ type: 'subscriber.updated', subscriber: { id: '77', email: 'captured@example.com' } });
+    const first = await storeDelivery(db.pool, recordOf(text, 'pending'));
+    await db.pool.query(`update webhook_deliveries set status = 'applied', received_at = now() - interval '40 days' where id = $1`, [first.id]);
+    expect(await purgeDeliveries(db.pool, 30 * DAY)).toBeGreaterThanOrEqual(1);
+    const sha = bodySha256(Buffer.from(text));
+    const gone = await db.pool.query('select count(*)::int as n from webhook_deliveries where body_sha256 = $1', [sha]);
+    expect(gone.rows[0].n).toBe(0);
+
+    const replay = await storeDelivery(db.pool, recordOf(text, 'pending'));
+    expect(replay).toEqual({ id: first.id, duplicate: true, status: 'applied' });
+    const after = await db.pool.query(`select count(*)::int as n from webhook_deliveries where body::text like '%captured@example.com%'`);
+    expect(after.rows[0].n).toBe(0);
+  });
+});
+
 describe('subscribers out of every configured group', () => {
   const GROUPS = ['100', '200'];
   const TYPES = ['active', 'unsubscribed'];

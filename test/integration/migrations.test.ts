@@ -73,6 +73,13 @@ const CONTRACT: Record<string, Record<string, string>> = {
     error: 'text',
   },
   webhook_endpoints: { id: 'text', url: 'text', events: 'ARRAY', secret: 'text', batchable: 'boolean' },
+  webhook_delivery_hashes: {
+    body_sha256: 'bytea',
+    delivery_id: 'bigint',
+    status: 'text',
+    received_at: 'timestamp with time zone',
+    purged_at: 'timestamp with time zone',
+  },
   erasures: {
     subscriber_id: 'text',
     reason: 'text',

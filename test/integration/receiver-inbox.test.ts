@@ -152,11 +152,12 @@ describe('purgeDeliveries (WEBHOOK_RETENTION)', () => {
     expect(await purgeDeliveries(db.pool, 30 * DAY, { batch: 3 })).toBe(0);
   });
 
-  test('a purged delivery delivered again is stored anew (retention must outlast the service\'s retries)', async () => {
+  test('a purged delivery delivered again is a duplicate of the purged one: its hash outlives its body, nothing is stored again', async () => {
     const id = await stored('again', 'applied', 40);
     await purgeDeliveries(db.pool, 30 * DAY);
     const second = await storeDelivery(db.pool, record('again'));
-    expect(second.duplicate).toBe(false);
-    expect(second.id).not.toBe(id);
+    expect(second).toEqual({ id, duplicate: true, status: 'applied' });
+    const { rows } = await db.pool.query('select count(*)::int as n from webhook_deliveries where id = $1', [id]);
+    expect(rows[0]).toEqual({ n: 0 });
   });
 });

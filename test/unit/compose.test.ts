@@ -89,7 +89,7 @@ describe('docker-compose.yml', () => {
     });
     expect(service.restart).toBe('unless-stopped');
     expect(service.environment?.DATABASE_URL).toMatch(/^postgres:\/\/.*@postgres:5432\//);
-    expect(service.environment?.REDIS_URL).toBe('redis://redis:6379');
+    expect(service.environment?.REDIS_URL).toBe('redis://:${REDIS_PASSWORD:?set REDIS_PASSWORD in .env}@redis:6379');
     expect(service.command).toEqual(['start', '--role', name]);
     expect(service.healthcheck?.test).toEqual(TINY_HEALTHCHECK);
     // Room for a loaded host (a check once took 4.45 s) and for the migrations at start.
@@ -105,19 +105,19 @@ describe('docker-compose.yml', () => {
       expect(files, name).not.toContain('.env');
     }
     // Each setting lives in the file of the containers that need it.
-    expect(variablesOf('.env.example').sort()).toEqual(['MIRROR_DB_PASSWORD', 'POSTGRES_PASSWORD']);
+    const passwords = ['GRAFANA_ADMIN_PASSWORD', 'MIRROR_DB_PASSWORD', 'POSTGRES_PASSWORD', 'RECEIVER_DB_PASSWORD', 'REDIS_PASSWORD'];
+    expect(variablesOf('.env.example').sort()).toEqual(passwords);
     const worker = variablesOf('worker.env.example');
     const receiver = variablesOf('receiver.env.example');
     const shared = variablesOf('mirror.env.example');
-    for (const secret of ['MAILER_API_KEY', 'MAILER_WEBHOOKS_TOKEN']) {
+    for (const secret of ['MAILER_API_KEY', 'MAILER_WEBHOOKS_TOKEN', 'ADMIN_TOKEN']) {
       expect(worker).toContain(secret);
       expect([...receiver, ...shared]).not.toContain(secret);
     }
     expect(receiver).toContain('WEBHOOK_SECRETS');
     expect([...worker, ...shared]).not.toContain('WEBHOOK_SECRETS');
     for (const file of ['worker.env.example', 'receiver.env.example', 'mirror.env.example']) {
-      expect(variablesOf(file), file).not.toContain('MIRROR_DB_PASSWORD');
-      expect(variablesOf(file), file).not.toContain('POSTGRES_PASSWORD');
+      for (const password of passwords) expect(variablesOf(file), file).not.toContain(password);
     }
     // The filled-in copies hold secrets: never committed, never sent to the image build.
     for (const ignore of ['.gitignore', '.dockerignore']) {
@@ -161,11 +161,37 @@ describe('docker-compose.yml', () => {
     const init = readFileSync(path.join(ROOT, 'deploy/postgres/init-roles.sh'), 'utf8');
     expect(init).toMatch(/CREATE ROLE mirror LOGIN NOSUPERUSER/);
     expect(init).toMatch(/CREATE DATABASE mirror OWNER mirror/);
-    for (const name of ['receiver', 'worker']) {
-      const url = compose.services[name]?.environment?.DATABASE_URL ?? '';
-      expect(url.startsWith('postgres://mirror:${MIRROR_DB_PASSWORD:?'), name).toBe(true);
-      expect(compose.services[name]?.environment?.POSTGRES_PASSWORD, name).toBeUndefined();
+    expect(compose.services.worker?.environment?.DATABASE_URL?.startsWith('postgres://mirror:${MIRROR_DB_PASSWORD:?')).toBe(true);
+    for (const name of ['receiver', 'worker']) expect(compose.services[name]?.environment?.POSTGRES_PASSWORD, name).toBeUndefined();
+  });
+
+  // The receiver is the one container on the internet: whoever takes it over gets its environment
+  // and its database role (test/integration/db-receiver-role.test.ts tries that role).
+  it('gives the receiver its own database role and no credential beyond it', () => {
+    const receiver = compose.services.receiver!;
+    expect(receiver.environment?.DATABASE_URL).toBe(
+      'postgres://subscriber_mirror_receiver:${RECEIVER_DB_PASSWORD:?set RECEIVER_DB_PASSWORD in .env}@postgres:5432/mirror',
+    );
+    expect(compose.services.postgres?.environment?.RECEIVER_DB_PASSWORD).toMatch(/^\$\{RECEIVER_DB_PASSWORD:\?[^}]+\}$/);
+    expect(read('deploy/postgres/init-roles.sh')).toMatch(/CREATE ROLE subscriber_mirror_receiver LOGIN NOSUPERUSER .*PASSWORD :'rpw'/);
+    const environment = Object.keys(receiver.environment ?? {});
+    const files = ['mirror.env.example', 'receiver.env.example'].flatMap(variablesOf);
+    for (const secret of ['MAILER_API_KEY', 'MAILER_WEBHOOKS_TOKEN', 'ADMIN_TOKEN', 'MIRROR_DB_PASSWORD', 'POSTGRES_PASSWORD']) {
+      expect([...environment, ...files], secret).not.toContain(secret);
     }
+    expect(JSON.stringify(receiver.environment)).not.toContain('MIRROR_DB_PASSWORD');
+  });
+
+  it('has Redis require a password from .env, given to the services in REDIS_URL and to redis-cli', () => {
+    const redis = compose.services.redis!;
+    expect(redis.environment?.REDISCLI_AUTH).toMatch(/^\$\{REDIS_PASSWORD:\?[^}]+\}$/);
+    expect(redis.command?.join(' ')).toContain('--requirepass "$$REDISCLI_AUTH"');
+    // Not on the command line, which `ps` shows.
+    expect(redis.command?.join(' ')).not.toContain('${REDIS_PASSWORD');
+  });
+
+  it('gives Grafana an admin password from .env (not admin/admin)', () => {
+    expect(compose.services.grafana?.environment?.GF_SECURITY_ADMIN_PASSWORD).toMatch(/^\$\{GRAFANA_ADMIN_PASSWORD:\?[^}]+\}$/);
   });
 
   it('runs every production container with an init and pinned image tags', () => {

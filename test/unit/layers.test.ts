@@ -56,6 +56,7 @@ const TABLE_OWNERS: Readonly<Record<string, string>> = {
   sync_state: 'sync/state.ts',
   upstream_paging: 'sync/state.ts',
   webhook_deliveries: 'webhooks/inbox.ts',
+  webhook_delivery_hashes: 'webhooks/inbox.ts',
   webhook_endpoints: 'webhooks/manage.ts',
 };
 

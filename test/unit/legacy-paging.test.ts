@@ -407,3 +407,48 @@ describe('cap knowledge', () => {
     expect(withKnownCap(before, cap)).toEqual(after);
   });
 });
+
+describe('a full pass driven over a list that members leave after every request', () => {
+  /** Runs `fullStep` to its end over `size` rows read at `limit`, `perRequest` members already read leaving after each request. */
+  function drive(size: number, limit: number, perRequest: number) {
+    let list = rows(1, size);
+    const seen = new Set<number>();
+    let state = startFullPass(0, undefined, limit);
+    let known = knowledge();
+    let requests = 0;
+    let gaps = 0;
+    for (;;) {
+      const page = list.slice(state.offset, state.offset + limit);
+      requests += 1;
+      if (requests > 10 * size) throw new Error('the pass does not end');
+      const step = fullStep(state, { rows: page }, known, { limit, list: 'l', knownLength: size });
+      // A member the pass already read leaves: the first rows of the list, deterministically spread.
+      const readUpTo = Math.min(list.length, state.offset + page.length);
+      for (let i = 0; i < perRequest && readUpTo - i > 0; i++) list = list.filter((_, at) => at !== Math.floor(((i + 1) * readUpTo) / (perRequest + 1)));
+      known = step.knowledge;
+      if ((step.kind === 'next' || step.kind === 'end') && step.page) {
+        for (const r of step.page.rows) seen.add(r.id);
+        if (!step.page.continuous) gaps += 1;
+      }
+      if (step.kind === 'end') break;
+      if (step.kind !== 'next' && step.kind !== 'back') throw new Error(`unexpected ${step.kind}`);
+      state = step.state;
+    }
+    // Rows listed from start to end that the pass never emitted: a skip, allowed only where a gap was reported.
+    const skipped = list.filter((r) => !seen.has(r.id)).length;
+    return { requests, gaps, skipped };
+  }
+
+  const quiet = drive(800, 50, 0).requests;
+  it.each([1, 2, 4, 8])('%i per request over 800 rows at page 50: ends within 1.5x the quiet pass, skipping nothing', (perRequest) => {
+    const moving = drive(800, 50, perRequest);
+    expect(moving).toMatchObject({ gaps: 0, skipped: 0 });
+    expect(moving.requests).toBeLessThanOrEqual(1.5 * quiet);
+  });
+
+  it.each([20, 40])('%i per request (almost a page): still ends, at a bounded cost; a skip only where a gap is reported', (perRequest) => {
+    const moving = drive(800, 50, perRequest);
+    expect(moving.requests).toBeLessThanOrEqual(2 * quiet);
+    if (moving.skipped > 0) expect(moving.gaps).toBeGreaterThan(0);
+  });
+});

@@ -3,6 +3,7 @@ import type { ActivityRow } from '../normalize.js';
 import { run } from './executor.js';
 import type { Queryable } from '../../ground/queryable.js';
 import { assertTimestampOrNull } from './values.js';
+import { ACTIVITY_LINK_COLUMNS, linkWithoutQuerySql } from '../personal-data.js';
 
 const ACTIVITY_INSERT_SQL = `
 insert into subscriber_activity
@@ -49,5 +50,38 @@ export async function recordActivity(exec: Queryable, rows: readonly ActivityRow
     rows.map((r) => (r.deliveryId === null || r.deliveryId === undefined ? null : String(r.deliveryId))),
     rows.map((r) => r.itemIndex ?? null),
   ]);
+  return res.rowCount;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Erasure: links lose their query strings (the registry's `link-query` columns, src/db/schema.ts)
+
+const LINK_SET = ACTIVITY_LINK_COLUMNS.map((c) => `${c} = ${linkWithoutQuerySql(c)}`).join(', ');
+const LINK_HOLDS_QUERY = `(${ACTIVITY_LINK_COLUMNS.map((c) => `${c} is distinct from ${linkWithoutQuerySql(c)}`).join(' or ')})`;
+
+/** Strips the links of the activity rows of `subscriberIds` (a forgotten subscriber's delivery just applied). */
+export async function eraseActivityLinks(exec: Queryable, subscriberIds: readonly string[]): Promise<number> {
+  if (subscriberIds.length === 0) return 0;
+  const res = await run(exec, `update subscriber_activity set ${LINK_SET} where subscriber_id = any($1::text[]) and ${LINK_HOLDS_QUERY}`, [
+    [...subscriberIds],
+  ]);
+  return res.rowCount;
+}
+
+/**
+ * Strips the links of every erased subscriber's activity (`erasures`): all of a forgotten one's, and an
+ * erased-out-of-groups one's recorded up to its erasure (it may have come back since). Each erasure
+ * run checks them all again, so a row recorded after the erasure (a late delivery) is caught too.
+ */
+export async function eraseActivityLinksOfErased(exec: Queryable): Promise<number> {
+  const res = await run(
+    exec,
+    `update subscriber_activity a set ${LINK_SET}
+       from erasures e
+      where a.subscriber_id = e.subscriber_id
+        and (e.reason = 'forget' or a.mirrored_at <= e.erased_at)
+        and ${LINK_HOLDS_QUERY}`,
+    [],
+  );
   return res.rowCount;
 }

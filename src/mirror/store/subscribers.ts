@@ -203,6 +203,7 @@ export async function upsertSubscribers(exec: Queryable, rows: readonly Subscrib
   }
 
   const history = historyEnabled();
+  const forgotten = forgottenIds(rows);
   const apply = async (target: Queryable) => {
     const late = new Set<string>();
     for (const [mask, group] of groups) {
@@ -226,10 +227,11 @@ export async function upsertSubscribers(exec: Queryable, rows: readonly Subscrib
       const keptSet = new Set(kept);
       const older = rows.filter((row, i) => !keptSet.has(i) || late.has(row.values.id));
       await recordVersions(target, older);
-      await eraseVersions(target, forgottenIds(rows));
     }
+    // Also with HISTORY off: versions recorded while it was on keep personal data until erased here.
+    await eraseVersions(target, forgotten);
   };
-  if ((groups.size > 1 || history) && exec instanceof pg.Pool) await withTransaction(exec, apply);
+  if ((groups.size > 1 || history || forgotten.length > 0) && exec instanceof pg.Pool) await withTransaction(exec, apply);
   else await apply(exec);
   return counts;
 }
