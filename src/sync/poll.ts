@@ -335,7 +335,6 @@ export async function runPass(
   const requests = () => deps.legacy.stats().requests - requestsBefore;
 
   try {
-    let removed = 0;
     const plan = await planPass(deps, log, groupId, type, mode, state?.cursor ?? null, tally.ceiling, capOptions);
     const { upstreamCount, filterDay } = plan;
     await commitPages(deps, log, { groupId, type, mode }, plan, totals);
@@ -360,12 +359,9 @@ export async function runPass(
       );
     }
     // After the pass is recorded complete, so that it counts towards the removal cutoff.
-    if (mode === 'full') removed = await removeUnseenMembers(deps, groupId);
-    const awaitingProof = plan.seenAt === null ? null : await membersAwaitingProof(deps.pool, groupId, plan.seenAt, { type });
-    log.info(
-      { mode, rowsSeen: totals.rowsSeen, rowsWritten, removed, gaps: totals.gaps, stepBacks: totals.stepBacks, awaitingProof: awaitingProof?.count, requests: requests(), filterDay },
-      'pass succeeded',
-    );
+    const { removed, awaitingProof } = await settleRemovals(deps, groupId, type, plan.seenAt);
+    const { gaps, stepBacks } = totals;
+    log.info({ mode, rowsSeen: totals.rowsSeen, rowsWritten, removed, gaps, stepBacks, awaitingProof: awaitingProof?.count, requests: requests(), filterDay }, 'pass succeeded');
     return {
       mode,
       rowsSeen: totals.rowsSeen,
@@ -395,6 +391,22 @@ export async function runPass(
     // What the pages taught about the service's page cap is true whatever became of the pass.
     await savePaging(deps.pool, caps).catch((e: unknown) => log.warn({ err: e }, 'could not save the page cap knowledge'));
   }
+}
+
+/**
+ * After a full pass (started at `seenAt`) is recorded complete: ends what two passes proved gone,
+ * and counts the members of its type it did not list (awaiting a confirming pass). Nothing for an
+ * incremental pass (`seenAt` null).
+ */
+async function settleRemovals(
+  deps: PassDeps,
+  groupId: string,
+  type: SubscriberType,
+  seenAt: string | null,
+): Promise<{ removed: number; awaitingProof: AwaitingProof | null }> {
+  if (seenAt === null) return { removed: 0, awaitingProof: null };
+  const removed = await removeUnseenMembers(deps, groupId);
+  return { removed, awaitingProof: await membersAwaitingProof(deps.pool, groupId, seenAt, { type }) };
 }
 
 /**

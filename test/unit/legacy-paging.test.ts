@@ -31,7 +31,6 @@ import {
 type Row = { id: number };
 /** Rows with ids `from`, `from + 1`, … (`n` of them). */
 const rows = (from: number, n: number): Row[] => Array.from({ length: n }, (_, i) => ({ id: from + i }));
-const ids = (list: readonly Row[]) => list.map((r) => r.id);
 const knowledge = (over: Partial<PageCapKnowledge> = {}): PageCapKnowledge => ({ ...emptyCapKnowledge(), ...over });
 const context: PagingContext = { limit: 10, list: '7/active' };
 
