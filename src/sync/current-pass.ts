@@ -17,6 +17,7 @@ import { formatEpochMs, latestTimestamp } from '../ground/time.js';
 import { normalizeCurrentSubscriber, SUBSCRIBER_FIELDS, type SubscriberRow } from '../mirror/normalize.js';
 import { versionTime } from '../mirror/version.js';
 import {
+  membersAwaitingProof,
   removeMembersNotSeenSince,
   upsertGroups,
   upsertMemberships,
@@ -86,6 +87,8 @@ interface CursorTotals {
   rowsSeen: number;
   maxVersion: string | null;
   upstreamCount: number | null;
+  /** When the pass (perhaps resumed) started: the `seen_at` of what it listed. */
+  startedAt: string | null;
 }
 
 /** Reads the list from the checkpoint to its end; each page commits with the cursor after it. */
@@ -95,7 +98,8 @@ async function commitCursorPages(
   type: SubscriberType,
   totals: CursorTotals,
 ): Promise<void> {
-  const open = await openCursorPass(deps.pool, groupId, type);
+  const open = await openCursorPass(deps.pool, groupId, type, { restart: deps.restart ?? false });
+  totals.startedAt = open.startedAt;
   // The last page committed and the pass stopped before it was recorded complete: nothing left to read.
   if (open.pages > 0 && open.cursor === null) return;
   if (open.pages > 0)
@@ -152,6 +156,7 @@ export async function runCurrentPass(
     rowsSeen: 0,
     maxVersion: null,
     upstreamCount: null,
+    startedAt: null,
   };
   const written = () => totals.counts.inserted + totals.counts.updated;
   try {
@@ -168,8 +173,11 @@ export async function runCurrentPass(
     });
     // After the pass is recorded complete, so that it counts towards the removal cutoff.
     const removed = await removeUnseenMembers(deps, groupId);
+    // Members of this status the pass did not list and no newer fact covers: candidates, proven gone
+    // only by the next complete pass (the worker runs it at once: decideAfterPass, passesToProve).
+    const awaitingProof = totals.startedAt === null ? null : await membersAwaitingProof(deps.pool, groupId, totals.startedAt, { type });
     log.info(
-      { mode: 'full', rowsSeen: totals.rowsSeen, rowsWritten: written(), removed, requests: requests() },
+      { mode: 'full', rowsSeen: totals.rowsSeen, rowsWritten: written(), removed, awaitingProof: awaitingProof?.count, requests: requests() },
       'pass succeeded',
     );
     return {
@@ -183,6 +191,9 @@ export async function runCurrentPass(
       filterDay: null,
       futureRows: 0,
       gaps: 0,
+      stepBacks: 0,
+      startedAt: totals.startedAt,
+      awaitingProof,
     };
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);

@@ -21,6 +21,8 @@ export interface PassContext {
   groupTypes: readonly SubscriberType[];
   onProgress?: (progress: PassProgress) => void | Promise<void>;
   shouldStop?: () => boolean;
+  /** Full pass: start a new pass even when an older one left a checkpoint open (a backfill is served only by a pass that starts after it). */
+  restart?: boolean;
 }
 
 export interface ReadSource {
