@@ -175,9 +175,19 @@ export async function runCurrentPass(
     const removed = await removeUnseenMembers(deps, groupId);
     // Members of this status the pass did not list and no newer fact covers: candidates, proven gone
     // only by the next complete pass (the worker runs it at once: decideAfterPass, passesToProve).
-    const awaitingProof = totals.startedAt === null ? null : await membersAwaitingProof(deps.pool, groupId, totals.startedAt, { type });
+    const awaitingProof =
+      totals.startedAt === null
+        ? null
+        : await membersAwaitingProof(deps.pool, groupId, totals.startedAt, { type });
     log.info(
-      { mode: 'full', rowsSeen: totals.rowsSeen, rowsWritten: written(), removed, awaitingProof: awaitingProof?.count, requests: requests() },
+      {
+        mode: 'full',
+        rowsSeen: totals.rowsSeen,
+        rowsWritten: written(),
+        removed,
+        awaitingProof: awaitingProof?.count,
+        requests: requests(),
+      },
       'pass succeeded',
     );
     return {

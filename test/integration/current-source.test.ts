@@ -5,7 +5,11 @@
  * budget per shorter window); ids above 2^53. Webhooks off throughout (passes alone).
  */
 import { describe, expect, it } from 'vitest';
-import { normalizeCurrentSubscriber, normalizeWebhookSubscriber, SUBSCRIBER_FIELDS } from '../../src/mirror/normalize.js';
+import {
+  normalizeCurrentSubscriber,
+  normalizeWebhookSubscriber,
+  SUBSCRIBER_FIELDS,
+} from '../../src/mirror/normalize.js';
 import { upsertSubscribers } from '../../src/mirror/store.js';
 import { CURRENT_REQUESTS, startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { PassInterruptedError } from '../../src/sync/poll.js';
@@ -177,6 +181,29 @@ describe('current API source: full passes by cursor', () => {
     await mirrorEqualsWorld(database, sim, groupId);
   });
 
+  it('a backfill (restart) drops an open cursor checkpoint and reads from the first page; a pass that missed members reports them awaiting proof', async () => {
+    const sim = (fixture.sim = await startSimulator({
+      subscribers: 1_000,
+      groups: 1,
+      rateLimit: false,
+      seed: 9,
+    }));
+    const database = fixture.database;
+    const groupId = sim.world.groupIds()[0]!;
+    const source = currentTestSource(sim);
+    await currentPassAllTypes(source, passContext(database), groupId);
+    let pages = 0;
+    await expect(
+      source.runPass(passContext(database, { shouldStop: () => ++pages >= 2 }), groupId, 'active', 'full'),
+    ).rejects.toBeInstanceOf(PassInterruptedError);
+    const leaver = sim.world.members(groupId, 'active')[0]!;
+    sim.world.removeFromGroup(leaver, groupId);
+    const fresh = await source.runPass(passContext(database, { restart: true }), groupId, 'active', 'full');
+    expect(fresh.rowsSeen).toBe(sim.world.members(groupId, 'active').length);
+    expect(fresh.startedAt).not.toBeNull();
+    expect(fresh.awaitingProof?.count).toBe(1);
+  });
+
   it('the shared limiter keeps the 120-a-window budget: busiest window ≤ 120, no 429 (window scaled to 3 s)', async () => {
     const windowMs = 3_000;
     const sim = (fixture.sim = await startSimulator({
@@ -212,8 +239,16 @@ describe('history: list versions of the current API are second-granular, as poll
 
   it('a webhook version of the same second replaces a listed version without keeping it as a past version', async () => {
     const { pool } = fixture.database;
-    const base = { email: 'coarse@example.com', status: 'active', created_at: '2026-01-01 09:00:00', fields: { city: 'listed' } };
-    const listed = normalizeCurrentSubscriber({ id: '9007199254740993', ...base, updated_at: '2026-01-01 10:00:00' }, { sourceTimezone: 'UTC' });
+    const base = {
+      email: 'coarse@example.com',
+      status: 'active',
+      created_at: '2026-01-01 09:00:00',
+      fields: { city: 'listed' },
+    };
+    const listed = normalizeCurrentSubscriber(
+      { id: '9007199254740993', ...base, updated_at: '2026-01-01 10:00:00' },
+      { sourceTimezone: 'UTC' },
+    );
     const webhook = normalizeWebhookSubscriber({
       id: '9007199254740993',
       ...base,
@@ -221,7 +256,13 @@ describe('history: list versions of the current API are second-granular, as poll
       updated_at: '2026-01-01T10:00:00.500000Z',
       fields: { city: 'by-webhook' },
     });
-    const later = normalizeWebhookSubscriber({ id: '9007199254740993', ...base, created_at: '2026-01-01T09:00:00.000000Z', updated_at: '2026-01-01T10:00:02.000000Z', fields: { city: 'later' } });
+    const later = normalizeWebhookSubscriber({
+      id: '9007199254740993',
+      ...base,
+      created_at: '2026-01-01T09:00:00.000000Z',
+      updated_at: '2026-01-01T10:00:02.000000Z',
+      fields: { city: 'later' },
+    });
     await upsertSubscribers(pool, [listed]);
     await upsertSubscribers(pool, [webhook]);
     // The listed version is the same change as the webhook's, dated to its second: not a version of its own.
