@@ -14,7 +14,7 @@ import { openDatabase } from './db/client.js';
 import { createScrubber } from './ground/log.js';
 import { describeConnectionError, startService, type RunningService } from './start.js';
 import { enqueueBackfills, waitForPass, type BackfillTarget } from './sync/backfill.js';
-import { createSyncQueue } from './sync/schedule.js';
+import { createSyncQueue, type PassJobResult } from './sync/schedule.js';
 import { collectStatus, formatStatusTable } from './sync/status.js';
 import { authPauseKey, isPaused, readAuthPause } from './sync/auth-pause.js';
 
@@ -145,6 +145,14 @@ function backfillTargets(values: { group?: string; type?: string; all?: boolean 
   return groups.flatMap((groupId) => types.map((type) => ({ groupId, type })));
 }
 
+/** What a backfill's pass proved: members ended (with its confirming passes) and any still awaiting proof. */
+function endedText(result: PassJobResult): string {
+  if (result.removed === undefined) return '';
+  const confirming = result.confirmingPasses ? ` after ${result.confirmingPasses} confirming pass${result.confirmingPasses > 1 ? 'es' : ''}` : '';
+  const awaiting = result.awaitingProof ? `; ${result.awaitingProof} still awaiting proof (the next full pass confirms)` : '';
+  return `, ${result.removed} member${result.removed === 1 ? '' : 's'} ended${confirming}${awaiting}`;
+}
+
 const backfill: Handler = async (args) => {
   const { values } = parse(args, {
     group: { type: 'string' },
@@ -176,7 +184,7 @@ const backfill: Handler = async (args) => {
       });
       bar.stop();
       if (outcome.state === 'completed') {
-        process.stdout.write(`group ${j.groupId} ${j.type}: done, ${outcome.result.rowsSeen} rows read, ${outcome.result.rowsWritten} written\n`);
+        process.stdout.write(`group ${j.groupId} ${j.type}: done, ${outcome.result.rowsSeen} rows read, ${outcome.result.rowsWritten} written${endedText(outcome.result)}\n`);
       } else {
         failed += 1;
         process.stderr.write(`subscriber-mirror: group ${j.groupId} ${j.type}: pass failed: ${outcome.error}\n`);

@@ -346,6 +346,9 @@ async function recordSyncGauges(metrics: Metrics, pool: pg.Pool, config: Config)
       if (r.lastSuccessAt) metrics.lastSuccess.set(labels, Date.parse(r.lastSuccessAt) / 1000);
       if (r.upstreamCount !== null) metrics.upstreamCount.set(labels, r.upstreamCount);
       if (r.drift !== null) metrics.drift.set(labels, r.drift);
+      metrics.membersAwaitingProof.set(labels, r.awaitingProof);
+      // The series exists from the first scrape (dashboards and alerts read 0, not "no data").
+      metrics.passStepBacks.inc(labels, 0);
     }
   } catch {
     // Postgres unavailable: readiness reports it.

@@ -355,6 +355,8 @@ export const syncState = pgTable(
     prevProofStartedAt: tstz('prev_proof_started_at'),
     /** Rows dated after the service's now + the timezone margin in the last run (stored, cursor not moved). */
     futureRowsLastRun: integer('future_rows_last_run'),
+    /** Requests the last complete full pass spent stepping back (the list moved by more than the page overlap). */
+    stepBacksLastFull: integer('step_backs_last_full'),
     upstreamCount: integer('upstream_count'),
     upstreamCountAt: tstz('upstream_count_at'),
     updatedAt: tstz('updated_at').notNull().defaultNow(),

@@ -21,6 +21,8 @@ export interface Metrics {
   deliveryLag: Histogram;
   futureRows: Counter<'group' | 'type'>;
   passGaps: Counter<'group' | 'type'>;
+  passStepBacks: Counter<'group' | 'type'>;
+  membersAwaitingProof: Gauge<'group' | 'type'>;
   membersRemoved: Counter<'via'>;
   lastSuccess: Gauge<'group' | 'type'>;
   syncInterval: Gauge<'group' | 'type'>;
@@ -124,6 +126,18 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
     passGaps: new Counter({
       name: 'subscriber_mirror_full_pass_gaps_total',
       help: 'Full-pass pages that could not be joined to the previous page (the list shifted more than the overlap); such a pass proves no removal',
+      labelNames: ['group', 'type'],
+      registers,
+    }),
+    passStepBacks: new Counter({
+      name: 'subscriber_mirror_full_pass_step_backs_total',
+      help: 'Requests full passes spent stepping back because the list moved by more than the page overlap (members leaving during the pass)',
+      labelNames: ['group', 'type'],
+      registers,
+    }),
+    membersAwaitingProof: new Gauge({
+      name: 'subscriber_mirror_members_awaiting_proof',
+      help: 'Current members the last complete full pass did not list: ended only when a second pass confirms they left',
       labelNames: ['group', 'type'],
       registers,
     }),

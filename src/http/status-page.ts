@@ -72,6 +72,8 @@ function passRow(row: StatusRow, data: StatusPageData): string {
 <td class="num" data-field="mirrored">${escapeHtml(row.mirrored)}</td>
 <td class="num" data-field="upstream">${escapeHtml(row.upstreamCount ?? '–')}</td>
 <td class="num${drift.bad ? ' stale' : ''}" data-field="drift">${escapeHtml(drift.text)}</td>
+<td class="num" data-field="awaiting-proof" title="members the last full pass did not list; ended when a second pass confirms">${escapeHtml(row.awaitingProof)}</td>
+<td class="num" data-field="step-backs" title="requests the last full pass spent stepping back (the list moved under it)">${escapeHtml(row.stepBacks ?? '–')}</td>
 <td class="err">${escapeHtml(row.lastError ?? '')}</td>
 </tr>`;
 }
@@ -127,7 +129,7 @@ passes every ${escapeHtml(formatAge(data.everyMs))}: green within 1.5 intervals,
 ${pauseBanner(data.authPause, data.now)}
 <h2>Groups × types</h2>
 <table id="passes"><thead><tr><th>group</th><th>type</th><th>last success</th><th>last run</th><th>cursor</th>
-<th>mirrored</th><th>upstream</th><th>drift</th><th>last error</th></tr></thead>
+<th>mirrored</th><th>upstream</th><th>drift</th><th>awaiting proof</th><th>step backs</th><th>last error</th></tr></thead>
 <tbody>${data.passes.map((row) => passRow(row, data)).join('\n')}</tbody></table>
 <h2>Webhook inbox</h2>
 <table id="inbox"><thead><tr><th>status</th><th>deliveries</th></tr></thead><tbody>${inbox}</tbody></table>

@@ -29,6 +29,7 @@ export type { UpsertCounts } from './store/values.js';
 export { SUBSCRIBER_COLUMNS, SUBSCRIBER_COLUMN_OF, upsertSubscribers } from './store/subscribers.js';
 export {
   endMemberships,
+  membersAwaitingProof,
   removeMembersNotSeenSince,
   removeMembership,
   upsertMemberships,

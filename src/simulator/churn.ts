@@ -162,6 +162,11 @@ export interface PageChurnSettings {
   retype?: number;
   /** Stop after this many pages have triggered churn (default: never). A small list that gains members on every page would otherwise never end. */
   pages?: number;
+  /**
+   * Bursts of departures: every `every`-th page served, `leave` more members the pass already read
+   * leave at once (the unsubscribes right after a campaign), on top of `leave` per page.
+   */
+  burst?: { every: number; leave: number };
 }
 
 export interface PageChurnServed {
@@ -174,11 +179,23 @@ export interface PageChurnServed {
   order?: 'list' | 'id';
 }
 
+interface Settings {
+  leave: number;
+  join: number;
+  retype: number;
+  pages: number;
+  burst: { every: number; leave: number } | null;
+  groupId?: string;
+}
+
 export class PageChurn {
   private readonly rng: Rng;
-  private settings: { leave: number; join: number; retype: number; pages: number; groupId?: string } = { leave: 0, join: 0, retype: 0, pages: Infinity };
+  private settings: Settings = { leave: 0, join: 0, retype: 0, pages: Infinity, burst: null };
+  private served = 0;
   /** Mutations applied so far, by kind. */
   readonly applied = { leave: 0, join: 0, retype: 0 };
+  /** Ids of the members that left through page churn, in order (tests check each was ended). */
+  readonly left: string[] = [];
 
   constructor(
     private readonly world: World,
@@ -194,21 +211,35 @@ export class PageChurn {
     }
     const pages = settings.pages ?? Infinity;
     if (!(pages >= 0)) throw new RangeError(`page churn pages must be >= 0, got ${pages}`);
+    const burst = settings.burst ?? null;
+    if (burst && !(Number.isInteger(burst.every) && burst.every >= 1 && Number.isInteger(burst.leave) && burst.leave >= 0)) {
+      throw new RangeError(`page churn burst needs whole numbers every >= 1 and leave >= 0, got ${JSON.stringify(burst)}`);
+    }
     this.settings = {
       leave: settings.leave ?? 0,
       join: settings.join ?? 0,
       retype: settings.retype ?? 0,
       pages,
+      burst,
       ...(settings.groupId ? { groupId: settings.groupId } : {}),
     };
+    this.served = 0;
   }
 
   clear(): void {
-    this.settings = { leave: 0, join: 0, retype: 0, pages: Infinity };
+    this.settings = { leave: 0, join: 0, retype: 0, pages: Infinity, burst: null };
   }
 
   get active(): boolean {
-    return this.settings.pages > 0 && this.settings.leave + this.settings.join + this.settings.retype > 0;
+    const { leave, join, retype, burst, pages } = this.settings;
+    return pages > 0 && leave + join + retype + (burst?.leave ?? 0) > 0;
+  }
+
+  /** Members leaving after this page: the steady pace, plus a burst on every `burst.every`-th page. */
+  private leavingNow(): number {
+    const { leave, burst } = this.settings;
+    this.served += 1;
+    return leave + (burst && this.served % burst.every === 0 ? burst.leave : 0);
   }
 
   /** Called by the server after each list page. Filtered (incremental) reads are left alone. */
@@ -222,11 +253,13 @@ export class PageChurn {
         : this.world.members(served.groupId, served.type ?? undefined);
     const readSoFar = list.slice(0, served.offset + served.rows);
     const ahead = list.slice(served.offset + served.rows);
-    for (let i = 0; i < this.settings.leave && readSoFar.length > 0; i++) {
+    const leaving = this.leavingNow();
+    for (let i = 0; i < leaving && readSoFar.length > 0; i++) {
       const id = readSoFar.splice(Math.floor(this.rng() * readSoFar.length), 1)[0] as string;
       if (this.rng() < 0.5) this.world.removeFromGroup(id, served.groupId);
       else this.world.deleteSubscriber(id);
       this.applied.leave += 1;
+      this.left.push(id);
     }
     for (let i = 0; i < this.settings.join; i++) {
       this.world.createSubscriber({ groups: [served.groupId], status: served.type ?? 'active' });

@@ -113,3 +113,60 @@ function decideLocked(job: DecisionJob, state: DecisionState): Action {
   }
   return { kind: 'run' };
 }
+
+// ---------------------------------------------------------------------------------------------
+// After a full pass: the confirming pass (issue 11's proof, at once instead of a day later)
+// ---------------------------------------------------------------------------------------------
+
+/** What the worker knows after a full pass of the job's (group, type). */
+export interface AfterPassFacts {
+  /** Members of this group and type the pass did not list (still current, awaiting proof). */
+  awaitingProof: number;
+  /** Full passes this job already ran to confirm. */
+  confirmingPasses: number;
+  /** The most confirming passes one job may run (every type of the group, twice, plus one). */
+  maxConfirmingPasses: number;
+  /** Types configured for the group. */
+  groupTypes: number;
+}
+
+export type AfterPass = { kind: 'done'; reason: string } | { kind: 'confirm' };
+
+/**
+ * A full pass that missed members proves nothing alone (docs/architecture.md, invariant 11): the
+ * confirming passes follow at once, for a backfill (it returns with the mirror equal to the
+ * service) and for a scheduled full pass alike, instead of waiting for the next RECONCILE_EVERY.
+ * A resume finishes a pass some other job started; that job is gone, so it confirms too.
+ */
+export function decideAfterPass(job: Pick<DecisionJob, 'mode'>, facts: AfterPassFacts): AfterPass {
+  if (job.mode !== 'full') return { kind: 'done', reason: 'an incremental pass proves no removal' };
+  if (facts.awaitingProof === 0) return { kind: 'done', reason: 'no member awaits proof' };
+  // With several types, a member changing type between passes run back to back can be missed by
+  // every one of them while listed (the fault suite's churn scenario found such false removals):
+  // the proof needs the scheduled passes' spacing, so those confirm with the next scheduled round.
+  if (facts.groupTypes > 1) return { kind: 'done', reason: 'a group of several types confirms with its next scheduled full passes' };
+  if (facts.confirmingPasses >= facts.maxConfirmingPasses) return { kind: 'done', reason: 'confirming passes spent; the next full pass goes on' };
+  return { kind: 'confirm' };
+}
+
+/** The removal proof of one type of the group: starts of its last two complete, gap-free full passes (epoch ms). */
+export interface TypeProof<T extends string = string> {
+  type: T;
+  proofStartedAt: number | null;
+  prevProofStartedAt: number | null;
+}
+
+/**
+ * Full passes each type must still run before members last seen at `lastSeenAt` (null: never seen
+ * by a full pass) can be ended: the removal cutoff is the earliest start of the earlier of each
+ * type's last two gap-free passes, so every type needs two passes that started after it. `first`
+ * (the job's own type) comes first; types that need nothing are left out.
+ */
+export function passesToProve<T extends string>(proofs: readonly TypeProof<T>[], lastSeenAt: number | null, first: T): Array<{ type: T; passes: number }> {
+  const since = lastSeenAt ?? -Infinity;
+  const after = (at: number | null) => at !== null && at > since;
+  const needs = proofs
+    .map((p) => ({ type: p.type, passes: after(p.prevProofStartedAt) ? 0 : after(p.proofStartedAt) ? 1 : 2 }))
+    .filter((n) => n.passes > 0);
+  return [...needs.filter((n) => n.type === first), ...needs.filter((n) => n.type !== first)];
+}

@@ -22,12 +22,14 @@ import { addDays, DAY_MS, dayInZone, formatEpochMs, latestTimestamp } from '../g
 import { normalizeLegacySubscriber, SUBSCRIBER_FIELDS, type SubscriberRow } from '../mirror/normalize.js';
 import { versionTime } from '../mirror/version.js';
 import {
+  membersAwaitingProof,
   removeMembersNotSeenSince,
   upsertMemberships,
   upsertSubscribers,
   withTransaction,
   type UpsertCounts,
 } from '../mirror/store.js';
+import type { AwaitingProof } from '../mirror/store/memberships.js';
 import type { DateFilter, FilterKey, LegacyClient, LegacyPage, PageCapKnowledge, PageOptions } from '../upstream/legacy.js';
 import {
   markRunFailed,
@@ -63,6 +65,8 @@ export interface PassDeps {
   onProgress?: (progress: PassProgress) => void | Promise<void>;
   /** Checked after each committed page: a graceful shutdown stops at a checkpoint. */
   shouldStop?: () => boolean;
+  /** Full pass: start a new pass even when an older one left a checkpoint open (a backfill is served only by a pass that starts after it). */
+  restart?: boolean;
 }
 
 export interface PassProgress {
@@ -85,6 +89,15 @@ export interface PassResult {
   futureRows: number;
   /** Full pass: pages that could not be joined to the previous one (then the pass proves no removal). */
   gaps: number;
+  /** Full pass: requests spent stepping back because the list moved by more than the overlap. */
+  stepBacks: number;
+  /** Full pass: when it started (the `seen_at` of what it listed); null for an incremental pass. */
+  startedAt: string | null;
+  /**
+   * Full pass: current members of this group and type it did not list, still awaiting a second
+   * pass to prove they left, and the latest time any of them was seen; null for an incremental pass.
+   */
+  awaitingProof: AwaitingProof | null;
 }
 
 /** The pass stopped at a checkpoint because the process is shutting down; it resumes later. */
@@ -233,7 +246,7 @@ async function planPass(
   caps: () => PageReadOptions,
 ): Promise<PassPlan> {
   if (mode === 'full') {
-    const open = await openFullPass(deps.pool, groupId, type);
+    const open = await openFullPass(deps.pool, groupId, type, { restart: deps.restart ?? false });
     const upstreamCount = await deps.legacy.count(groupId, type);
     await saveUpstreamCount(deps.pool, groupId, type, upstreamCount);
     if (open.offset > 0) log.info({ offset: open.offset }, 'resuming full pass from its checkpoint');
@@ -264,6 +277,7 @@ interface PassTotals {
   rowsSeen: number;
   /** Full pass: pages that could not be joined to the previous one. */
   gaps: number;
+  stepBacks: number;
   tally: CursorTally;
 }
 
@@ -278,6 +292,7 @@ async function commitPages(
   for (const read of plan.reads) {
     for await (const page of read()) {
       const rows = listedRows(deps, page.rows);
+      totals.stepBacks += page.stepBacks ?? 0;
       if (!page.continuous) {
         totals.gaps += 1;
         log.warn({ offset: page.offset }, 'the list shifted by more than the page overlap; this pass proves no removal');
@@ -311,6 +326,7 @@ export async function runPass(
     counts: { inserted: 0, updated: 0, unchanged: 0, skipped: 0 },
     rowsSeen: 0,
     gaps: 0,
+    stepBacks: 0,
     tally: new CursorTally(Date.now()),
   };
   const { counts, tally } = totals;
@@ -319,7 +335,6 @@ export async function runPass(
   const requests = () => deps.legacy.stats().requests - requestsBefore;
 
   try {
-    let removed = 0;
     const plan = await planPass(deps, log, groupId, type, mode, state?.cursor ?? null, tally.ceiling, capOptions);
     const { upstreamCount, filterDay } = plan;
     await commitPages(deps, log, { groupId, type, mode }, plan, totals);
@@ -335,6 +350,7 @@ export async function runPass(
       upstreamCount,
       cursorCeiling: tally.ceiling,
       futureRows: tally.futureRows,
+      stepBacks: mode === 'full' ? totals.stepBacks : undefined,
     });
     if (tally.futureRows > 0) {
       log.warn(
@@ -343,8 +359,9 @@ export async function runPass(
       );
     }
     // After the pass is recorded complete, so that it counts towards the removal cutoff.
-    if (mode === 'full') removed = await removeUnseenMembers(deps, groupId);
-    log.info({ mode, rowsSeen: totals.rowsSeen, rowsWritten, removed, gaps: totals.gaps, requests: requests(), filterDay }, 'pass succeeded');
+    const { removed, awaitingProof } = await settleRemovals(deps, groupId, type, plan.seenAt);
+    const { gaps, stepBacks } = totals;
+    log.info({ mode, rowsSeen: totals.rowsSeen, rowsWritten, removed, gaps, stepBacks, awaitingProof: awaitingProof?.count, requests: requests(), filterDay }, 'pass succeeded');
     return {
       mode,
       rowsSeen: totals.rowsSeen,
@@ -356,6 +373,9 @@ export async function runPass(
       filterDay,
       futureRows: tally.futureRows,
       gaps: totals.gaps,
+      stepBacks: totals.stepBacks,
+      startedAt: plan.seenAt,
+      awaitingProof,
     };
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
@@ -371,6 +391,22 @@ export async function runPass(
     // What the pages taught about the service's page cap is true whatever became of the pass.
     await savePaging(deps.pool, caps).catch((e: unknown) => log.warn({ err: e }, 'could not save the page cap knowledge'));
   }
+}
+
+/**
+ * After a full pass (started at `seenAt`) is recorded complete: ends what two passes proved gone,
+ * and counts the members of its type it did not list (awaiting a confirming pass). Nothing for an
+ * incremental pass (`seenAt` null).
+ */
+async function settleRemovals(
+  deps: PassDeps,
+  groupId: string,
+  type: SubscriberType,
+  seenAt: string | null,
+): Promise<{ removed: number; awaitingProof: AwaitingProof | null }> {
+  if (seenAt === null) return { removed: 0, awaitingProof: null };
+  const removed = await removeUnseenMembers(deps, groupId);
+  return { removed, awaitingProof: await membersAwaitingProof(deps.pool, groupId, seenAt, { type }) };
 }
 
 /**

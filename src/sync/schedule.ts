@@ -23,7 +23,24 @@ export interface PassJobResult {
   reason?: string;
   rowsSeen: number;
   rowsWritten: number;
+  /** Every request of the job: its pass and the confirming passes. */
   requests: number;
+  /** The pass that served the job (a backfill: one that started after it was asked for). */
+  groupId?: string;
+  type?: SubscriberType;
+  mode?: PassMode;
+  /** When that pass started (ISO); null for an incremental pass. */
+  startedAt?: string | null;
+  /** Memberships ended by the pass and its confirming passes. */
+  removed?: number;
+  /** Full passes run at once after it because it missed members (issue 11's proof needs two). */
+  confirmingPasses?: number;
+  /** Members of this group and type the pass missed that are still current (not yet proven gone). */
+  awaitingProof?: number;
+  /** Requests the pass spent stepping back because the list moved by more than the overlap. */
+  stepBacks?: number;
+  /** Pages the pass could not join to the previous one (then it proves no removal). */
+  gaps?: number;
 }
 
 // BullMQ job and scheduler ids must not contain ':' nor be all digits (docs/architecture.md, "Traps we work around"), so group
@@ -167,12 +184,25 @@ export function fullPassDedupId(trigger: 'backfill' | 'resume', groupId: string,
   return `${trigger}-g${groupId}-${type}`;
 }
 
+/**
+ * A backfill is served only by a pass that starts after it was asked for: one that already started
+ * (active) reads a list that may have changed behind its read position, so a new backfill does not
+ * collapse into it but queues behind it (the pass lock makes it wait). One not started yet serves it.
+ */
+async function releaseStartedBackfill(queue: Queue<PassJobData, PassJobResult>, dedupId: string): Promise<void> {
+  const existing = await queue.getDeduplicationJobId(dedupId);
+  if (!existing) return;
+  const state = await queue.getJobState(existing);
+  if (state === 'active' || state === 'completed' || state === 'failed') await queue.removeDeduplicationKey(dedupId);
+}
+
 async function enqueueFullPass(
   queue: Queue<PassJobData, PassJobResult>,
   groupId: string,
   type: SubscriberType,
   trigger: 'backfill' | 'resume',
 ): Promise<string> {
+  if (trigger === 'backfill') await releaseStartedBackfill(queue, fullPassDedupId(trigger, groupId, type));
   const job = await queue.add(
     'full',
     { groupId, type, mode: 'full', trigger },

@@ -35,6 +35,8 @@ export interface SyncStateRow {
   proofStartedAt: string | null;
   prevProofStartedAt: string | null;
   futureRowsLastRun: number | null;
+  /** Step backs of the last complete full pass. */
+  stepBacksLastFull: number | null;
 }
 
 // Timestamps are rendered by Postgres as ISO strings with microseconds (UTC), never through JS Date.
@@ -48,7 +50,8 @@ const SELECT = `
          effective_limit as "effectiveLimit", upstream_count as "upstreamCount",
          ${iso('upstream_count_at')} as "upstreamCountAt", full_tail_ids as "fullTailIds",
          full_continuous as "fullContinuous", ${iso('proof_started_at')} as "proofStartedAt",
-         ${iso('prev_proof_started_at')} as "prevProofStartedAt", future_rows_last_run as "futureRowsLastRun"
+         ${iso('prev_proof_started_at')} as "prevProofStartedAt", future_rows_last_run as "futureRowsLastRun",
+         step_backs_last_full as "stepBacksLastFull"
     from sync_state`;
 
 function iso(column: string): string {
@@ -88,7 +91,14 @@ export interface OpenFullPass {
 }
 
 /** Opens a full pass (or keeps the open one): returns its start time and where to resume. */
-export async function openFullPass(db: Queryable, groupId: string, type: string): Promise<OpenFullPass> {
+export async function openFullPass(db: Queryable, groupId: string, type: string, opts: { restart?: boolean } = {}): Promise<OpenFullPass> {
+  // A restart drops an open checkpoint: the pass opened now starts from the top.
+  if (opts.restart) {
+    await db.query(`update sync_state set full_offset = null, full_tail_ids = null, updated_at = now() where group_id = $1 and type = $2 and full_offset is not null`, [
+      groupId,
+      type,
+    ]);
+  }
   const { rows } = await db.query<{ startedAt: string; offset: number; resumed: boolean; tailIds: string[] | null; continuous: boolean | null }>(
     `update sync_state
         set full_started_at = case when full_offset is null then now() else full_started_at end,
@@ -139,6 +149,8 @@ export interface RunSuccess {
   cursorCeiling?: string | null;
   /** Rows dated after the ceiling: stored, but they did not move the cursor. */
   futureRows?: number;
+  /** Full pass: requests spent stepping back (the list moved by more than the overlap); kept until the next full pass. */
+  stepBacks?: number;
 }
 
 export async function markRunSucceeded(db: Queryable, groupId: string, type: string, run: RunSuccess): Promise<void> {
@@ -158,6 +170,7 @@ export async function markRunSucceeded(db: Queryable, groupId: string, type: str
             future_rows_last_run = $9,
             upstream_count = coalesce($10, upstream_count),
             upstream_count_at = case when $10::int is null then upstream_count_at else now() end,
+            step_backs_last_full = coalesce($12::int, step_backs_last_full),
             updated_at = now()
       where group_id = $1 and type = $2`,
     [
@@ -172,6 +185,7 @@ export async function markRunSucceeded(db: Queryable, groupId: string, type: str
       run.futureRows ?? 0,
       run.upstreamCount ?? null,
       run.cursorCeiling ?? null,
+      run.stepBacks ?? null,
     ],
   );
 }

@@ -24,6 +24,10 @@ export interface StatusRow {
   drift: number | null;
   /** Rows of the last run dated after the service's now + 14 h (stored; the cursor did not follow them). */
   futureRows: number;
+  /** Current members the last complete gap-free full pass did not list: ended once a second pass confirms (invariant 11). */
+  awaitingProof: number;
+  /** Requests the last complete full pass spent stepping back (the list moved by more than the overlap); null before one. */
+  stepBacks: number | null;
 }
 
 export async function collectStatus(
@@ -36,6 +40,7 @@ export async function collectStatus(
        from group_members where removed_at is null group by group_id, type`,
   );
   const mirrored = new Map(counts.map((c) => [`${c.groupId}:${c.type}`, c.n]));
+  const awaiting = await countAwaitingProof(db);
   const keys = new Set<string>();
   for (const g of configured.groups) for (const t of configured.types) keys.add(`${g}:${t}`);
   for (const key of states.keys()) keys.add(key);
@@ -59,8 +64,24 @@ export async function collectStatus(
       upstreamCountAt: s?.upstreamCountAt ?? null,
       drift: upstream === null ? null : upstream - n,
       futureRows: s?.futureRowsLastRun ?? 0,
+      awaitingProof: awaiting.get(key) ?? 0,
+      stepBacks: s?.stepBacksLastFull ?? null,
     };
   });
+}
+
+/** Per `group:type`, current members not listed since the start of that type's last gap-free full pass (the poller's removal condition, one pass short). */
+async function countAwaitingProof(db: Queryable): Promise<Map<string, number>> {
+  const { rows } = await db.query<{ groupId: string; type: string; n: number }>(
+    `select m.group_id as "groupId", m.type, count(*)::int as n
+       from group_members m
+       join sync_state s on s.group_id = m.group_id and s.type = m.type
+      where m.removed_at is null and s.proof_started_at is not null
+        and (m.last_seen_at is null or m.last_seen_at < s.proof_started_at)
+        and (m.source_updated_at is null or m.source_updated_at < s.proof_started_at)
+      group by m.group_id, m.type`,
+  );
+  return new Map(rows.map((r) => [`${r.groupId}:${r.type}`, r.n]));
 }
 
 function short(ts: string | null): string {
@@ -69,7 +90,7 @@ function short(ts: string | null): string {
 
 /** A fixed-width table for terminals. */
 export function formatStatusTable(rows: readonly StatusRow[]): string {
-  const header = ['group', 'type', 'cursor', 'last run', 'last success', 'mirrored', 'upstream', 'drift', 'future', 'last error'];
+  const header = ['group', 'type', 'cursor', 'last run', 'last success', 'mirrored', 'upstream', 'drift', 'future', 'awaiting proof', 'step backs', 'last error'];
   const body = rows.map((r) => [
     r.groupId,
     r.type,
@@ -80,6 +101,8 @@ export function formatStatusTable(rows: readonly StatusRow[]): string {
     r.upstreamCount === null ? '-' : String(r.upstreamCount),
     r.drift === null ? '-' : String(r.drift),
     String(r.futureRows),
+    String(r.awaitingProof),
+    r.stepBacks === null ? '-' : String(r.stepBacks),
     r.lastError ? r.lastError.slice(0, 80) : '',
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...body.map((b) => (b[i] ?? '').length)));

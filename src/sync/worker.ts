@@ -12,9 +12,10 @@ import type { Logger } from '../ground/log.js';
 import { UpstreamAuthError } from '../upstream/http.js';
 import type { LegacyClient } from '../upstream/legacy.js';
 import { authPauseKey, clearAuthPause, isPaused, readAuthPause, recordAuthFailure } from './auth-pause.js';
-import { decide, type DecisionJob, type DecisionState, type Need } from './decide.js';
+import { decide, decideAfterPass, passesToProve, type DecisionJob, type DecisionState, type Need, type TypeProof } from './decide.js';
 import { tryAcquirePassLock, type HeldLock } from './lock.js';
-import { PassInterruptedError, runPass, type PassProgress } from './poll.js';
+import { membersAwaitingProof } from '../mirror/store.js';
+import { PassInterruptedError, runPass, type PassProgress, type PassResult } from './poll.js';
 import { SYNC_QUEUE, enqueueResume, fullPassDedupId, fullPassKey, type LastFullPasses, type PassJobData, type PassJobResult } from './schedule.js';
 import { listSyncStates, readSyncState, type SyncStateRow } from './state.js';
 
@@ -39,6 +40,8 @@ export interface SyncWorkerDeps {
   /** How long a backfill waits before trying again when its (group, type) is busy. */
   busyRetryMs?: number;
   authPauseLimits?: { minMs?: number; maxMs?: number };
+  /** How long a confirming pass waits for another type's pass lock before leaving the proof to the next full pass (default 30 min). */
+  confirmLockWaitMs?: number;
 }
 
 export interface SyncWorker {
@@ -191,9 +194,10 @@ async function waitForTurn(ctx: WorkerContext, job: Job<PassJobData, PassJobResu
   throw new DelayedError();
 }
 
-async function runLocked(ctx: WorkerContext, job: Job<PassJobData, PassJobResult>, lock: HeldLock): Promise<PassJobResult> {
+/** Runs one pass of (groupId, type) under `lock` and records its metrics; a failure is recorded and thrown. */
+async function runOnePass(ctx: WorkerContext, job: Job<PassJobData, PassJobResult>, type: SubscriberType, lock: HeldLock, restart: boolean): Promise<PassResult> {
   const { deps, log, pauseKey } = ctx;
-  const { groupId, type, mode } = job.data;
+  const { groupId, mode } = job.data;
   const startedAt = Date.now();
   try {
     const result = await runPass(
@@ -207,29 +211,17 @@ async function runLocked(ctx: WorkerContext, job: Job<PassJobData, PassJobResult
         groupTypes: deps.types,
         // Best effort: progress lives in Redis, which may have lost the job (restart without
         // persistence); the pass's real state is in Postgres and must not fail with it.
-        onProgress: (p: PassProgress) => job.updateProgress({ ...p }).catch(() => {}),
+        onProgress: (p: PassProgress) => job.updateProgress({ ...p, type }).catch(() => {}),
         shouldStop: () => ctx.closing() || lock.lost,
+        restart,
       },
       groupId,
       type,
-      mode,
+      type === job.data.type ? mode : 'full',
     );
     await clearAuthPause(deps.redis, pauseKey).catch(() => {});
-    deps.metrics?.authPaused.set(0);
-    deps.metrics?.passDuration.observe({ mode: result.mode, outcome: 'succeeded' }, (Date.now() - startedAt) / 1000);
-    deps.metrics?.rowsWritten.inc({ via: 'poll', result: 'inserted' }, result.counts.inserted);
-    deps.metrics?.rowsWritten.inc({ via: 'poll', result: 'updated' }, result.counts.updated);
-    deps.metrics?.rowsWritten.inc({ via: 'poll', result: 'unchanged' }, result.counts.unchanged);
-    deps.metrics?.rowsWritten.inc({ via: 'poll', result: 'skipped' }, result.counts.skipped);
-    if (result.futureRows > 0) deps.metrics?.futureRows.inc({ group: groupId, type }, result.futureRows);
-    if (result.gaps > 0) deps.metrics?.passGaps.inc({ group: groupId, type }, result.gaps);
-    if (result.removed > 0) deps.metrics?.membersRemoved.inc({ via: 'poll' }, result.removed);
-    return {
-      status: 'succeeded',
-      rowsSeen: result.rowsSeen,
-      rowsWritten: result.rowsWritten,
-      requests: result.requests,
-    };
+    recordPassMetrics(deps, groupId, type, result, startedAt);
+    return result;
   } catch (error) {
     deps.metrics?.passDuration.observe({ mode, outcome: 'failed' }, (Date.now() - startedAt) / 1000);
     deps.metrics?.syncErrors.inc({ mode, error: (error as Error).name ?? 'Error' });
@@ -245,9 +237,127 @@ async function runLocked(ctx: WorkerContext, job: Job<PassJobData, PassJobResult
     if (error instanceof PassInterruptedError) log.info({ groupId, type }, error.message);
     else log.error({ groupId, type, err: error }, 'pass failed');
     throw error;
-  } finally {
-    await lock.release();
   }
+}
+
+function recordPassMetrics(deps: SyncWorkerDeps, groupId: string, type: SubscriberType, result: PassResult, startedAt: number): void {
+  const metrics = deps.metrics;
+  if (!metrics) return;
+  metrics.authPaused.set(0);
+  metrics.passDuration.observe({ mode: result.mode, outcome: 'succeeded' }, (Date.now() - startedAt) / 1000);
+  for (const outcome of ['inserted', 'updated', 'unchanged', 'skipped'] as const) metrics.rowsWritten.inc({ via: 'poll', result: outcome }, result.counts[outcome]);
+  if (result.futureRows > 0) metrics.futureRows.inc({ group: groupId, type }, result.futureRows);
+  if (result.gaps > 0) metrics.passGaps.inc({ group: groupId, type }, result.gaps);
+  if (result.removed > 0) metrics.membersRemoved.inc({ via: 'poll' }, result.removed);
+  if (result.mode === 'full') {
+    metrics.passStepBacks.inc({ group: groupId, type }, result.stepBacks);
+  }
+}
+
+async function runLocked(ctx: WorkerContext, job: Job<PassJobData, PassJobResult>, lock: HeldLock): Promise<PassJobResult> {
+  const { groupId, type } = job.data;
+  let result: PassResult;
+  try {
+    // A backfill is served only by a pass that starts after it was asked for: an open checkpoint
+    // of an older pass is dropped, not resumed.
+    result = await runOnePass(ctx, job, type, lock, job.data.trigger === 'backfill');
+  } catch (error) {
+    await lock.release();
+    throw error;
+  }
+  const proof = await confirmRemovals(ctx, job, lock, result);
+  return {
+    status: 'succeeded',
+    rowsSeen: result.rowsSeen,
+    rowsWritten: result.rowsWritten,
+    requests: result.requests + proof.requests,
+    mode: result.mode,
+    startedAt: result.startedAt,
+    removed: result.removed + proof.removed,
+    confirmingPasses: proof.passes,
+    awaitingProof: proof.awaitingProof,
+    stepBacks: result.stepBacks,
+    gaps: result.gaps,
+    groupId,
+    type,
+  };
+}
+
+/** What the confirming passes after a job's pass did. */
+interface ProofOutcome {
+  passes: number;
+  removed: number;
+  requests: number;
+  /** Members of the job's (group, type) the job's pass missed that are still current: not proven gone. */
+  awaitingProof: number;
+}
+
+/**
+ * Runs the confirming full passes a pass that missed members needs (decideAfterPass, passesToProve)
+ * and releases `lock`. Its own type goes first under the lock it holds; each other type's pass takes
+ * that type's lock after this one is released, one at a time, so two jobs confirming at once never
+ * wait for each other's lock.
+ */
+async function confirmRemovals(ctx: WorkerContext, job: Job<PassJobData, PassJobResult>, lock: HeldLock, first: PassResult): Promise<ProofOutcome> {
+  const { deps } = ctx;
+  const { groupId, type } = job.data;
+  const outcome: ProofOutcome = { passes: 0, removed: 0, requests: 0, awaitingProof: first.awaitingProof?.count ?? 0 };
+  let held: HeldLock | null = lock;
+  try {
+    const maxConfirmingPasses = 2 * deps.types.length + 1;
+    for (;;) {
+      const after = decideAfterPass({ mode: first.mode }, {
+        awaitingProof: outcome.awaitingProof,
+        confirmingPasses: outcome.passes,
+        maxConfirmingPasses,
+        groupTypes: deps.types.length,
+      });
+      if (after.kind === 'done' || first.startedAt === null || ctx.closing()) return outcome;
+      const awaiting = await membersAwaitingProof(deps.pool, groupId, first.startedAt, { type });
+      const next = passesToProve(await groupProofs(deps, groupId), awaiting.lastSeenAt === null ? null : Date.parse(awaiting.lastSeenAt), type)[0];
+      if (!next) return outcome;
+      if (next.type !== type && held === lock) {
+        await lock.release();
+        held = null;
+      }
+      const own: HeldLock | null = held ?? (await waitForLock(ctx, groupId, next.type));
+      if (!own) return outcome;
+      try {
+        const confirm = await runOnePass(ctx, job, next.type, own, false);
+        outcome.passes += 1;
+        outcome.removed += confirm.removed;
+        outcome.requests += confirm.requests;
+      } finally {
+        if (own !== held) await own.release();
+      }
+      outcome.awaitingProof = (await membersAwaitingProof(deps.pool, groupId, first.startedAt, { type })).count;
+    }
+  } catch (error) {
+    // The job's own pass succeeded: a confirming pass that fails leaves the proof to the next full pass.
+    ctx.log.warn({ groupId, type, err: error }, 'confirming pass failed; members awaiting proof wait for the next full pass');
+    return outcome;
+  } finally {
+    await held?.release();
+  }
+}
+
+async function groupProofs(deps: SyncWorkerDeps, groupId: string): Promise<Array<TypeProof<SubscriberType>>> {
+  const states = new Map((await listSyncStates(deps.pool)).filter((s) => s.groupId === groupId).map((s) => [s.type, s]));
+  const at = (ts: string | null | undefined) => (ts ? Date.parse(ts) : null);
+  return deps.types.map((t) => ({ type: t, proofStartedAt: at(states.get(t)?.proofStartedAt), prevProofStartedAt: at(states.get(t)?.prevProofStartedAt) }));
+}
+
+/** Takes the pass lock of another type of the group, waiting while another pass holds it (bounded). */
+async function waitForLock(ctx: WorkerContext, groupId: string, type: SubscriberType): Promise<HeldLock | null> {
+  const { deps } = ctx;
+  const deadline = Date.now() + (deps.confirmLockWaitMs ?? 30 * 60_000);
+  const retryMs = Math.min(deps.busyRetryMs ?? 5_000, 1_000);
+  while (!ctx.closing() && Date.now() < deadline) {
+    const lock = await tryAcquirePassLock(deps.redis, passLockKey(deps.prefix, groupId, type));
+    if (lock) return lock;
+    await new Promise((resolve) => setTimeout(resolve, retryMs));
+  }
+  return null;
 }
 
 /**

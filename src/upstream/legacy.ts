@@ -27,6 +27,7 @@ import {
 } from './http.js';
 import { emptyCapKnowledge, withKnownCap, type PageCapKnowledge } from './legacy/cap-knowledge.js';
 import {
+  fullPassNeedsNoRead,
   fullStep,
   incrementalStep,
   startFullPass,
@@ -220,6 +221,8 @@ export interface LegacyPage {
    * more than the overlap and stepping back did not find it again): rows may have been skipped.
    */
   continuous: boolean;
+  /** Step backs made to join this page to the previous one (the list moved by more than the overlap); absent = 0. */
+  stepBacks?: number;
   /** The service's clock when it answered (its `Date` header, ms), null when it sent none. */
   serviceTime: number | null;
 }
@@ -400,7 +403,7 @@ export function createLegacyClient(options: LegacyClientOptions): LegacyClient {
       ignoresOffset: (offset, farOffset) => ignoresOffset(id, page.type, offset, farOffset),
     };
     if (page.mode === 'incremental') yield* walkPass(pass, incrementalStep, startIncrementalPass(startOffset));
-    else yield* walkPass(pass, fullStep, startFullPass(startOffset, page.startTail, page.limit));
+    else if (!fullPassNeedsNoRead(startOffset, pass.context)) yield* walkPass(pass, fullStep, startFullPass(startOffset, page.startTail, page.limit));
   }
 
   return {

@@ -4,11 +4,12 @@
  * reported for context) with the baseline measured in the same run, the ratio, the goal and whether
  * it is met, plus the machine; writes everything to `bench-results.json` at the repo root.
  *
- * Names: store, poll, webhooks (= webhooks + freshness), freshness, memory. Default: all, in that
+ * Names: store, poll, passes, webhooks (= webhooks + freshness), freshness, memory. Default: all, in that
  * order, with a Postgres CHECKPOINT before each.
  * Flags (defaults fit a few minutes on 2 cores):
  *   --store-rows 50000 --store-repeats 3
  *   --poll-subscribers 50000 --poll-repeats 2 --poll-types all|active,…
+ *   --passes-subscribers 20000 --passes-page-size 500
  *   --memory-sizes 100000,1000000     (--quick: 100000,300000)
  *   --webhooks-seconds 5 --webhooks-connections 64
  *   --freshness-seconds 10 --freshness-rate 500
@@ -39,6 +40,7 @@ import {
   QUICK_MEMORY_SIZES,
   type MemoryBenchFigures,
 } from './memory.bench.js';
+import { benchPasses, type PassesBenchFigures } from './passes.bench.js';
 import { benchPoll, parseTypes, type PollBenchFigures } from './poll.bench.js';
 import { benchStore } from './store.bench.js';
 import { benchWebhooks, type WebhookBenchFigures } from './webhooks.bench.js';
@@ -47,12 +49,13 @@ import { benchWebhooks, type WebhookBenchFigures } from './webhooks.bench.js';
  * Run order. Memory goes last: its parent process (this one) holds the 1M-subscriber simulator world,
  * and the GC of that heap would otherwise land in the webhook benchmarks, whose receiver runs here too.
  */
-const BENCHES = ['store', 'poll', 'webhooks', 'freshness', 'memory'] as const;
+const BENCHES = ['store', 'poll', 'passes', 'webhooks', 'freshness', 'memory'] as const;
 type BenchName = (typeof BENCHES)[number];
 /** What each name on the command line selects. */
 const SELECTS: Record<BenchName, BenchName[]> = {
   store: ['store'],
   poll: ['poll'],
+  passes: ['passes'],
   memory: ['memory'],
   webhooks: ['webhooks', 'freshness'],
   freshness: ['freshness'],
@@ -68,6 +71,10 @@ const GOALS = {
   freshnessP99Ms: 1_000,
   freshnessRate: 500,
   historyRatioToOff: 0.8,
+  /** Requests of a full pass under one departure per request ÷ the same pass over a quiet list (issue 20). */
+  departuresRatioToQuiet: 1.5,
+  /** Requests of a full pass of the 5-type group ÷ the minimum (issue 20). */
+  groupPassRatioToMinimum: 1.1,
 } as const;
 
 interface RunOptions {
@@ -80,6 +87,8 @@ interface RunOptions {
   pollSubscribers: number;
   pollRepeats: number;
   pollTypes: SubscriberType[] | null;
+  passesSubscribers: number;
+  passesPageSize: number;
   memorySizes: number[];
   webhooksSeconds: number;
   webhooksConnections: number;
@@ -130,6 +139,8 @@ const SMOKE = {
   storeHistoryRows: 2_000,
   pollSubscribers: 2_000,
   pollRepeats: 1,
+  passesSubscribers: 2_000,
+  passesPageSize: 50,
   memorySizes: [5_000, 10_000],
   webhooksSeconds: 1,
   webhooksConnections: 8,
@@ -156,7 +167,7 @@ function parseArgs(argv: readonly string[]): RunOptions {
     else throw new UsageError(`unknown benchmark "${arg}" (choose from ${BENCHES.join(', ')})`);
   }
   const known = new Set([
-    'store-rows', 'store-repeats', 'poll-subscribers', 'poll-repeats', 'poll-types', 'memory-sizes',
+    'store-rows', 'store-repeats', 'poll-subscribers', 'poll-repeats', 'poll-types', 'passes-subscribers', 'passes-page-size', 'memory-sizes',
     'webhooks-seconds', 'webhooks-connections', 'freshness-seconds', 'freshness-rate', 'json',
   ]);
   const unknown = [...flags.keys()].filter((f) => !known.has(f));
@@ -192,6 +203,8 @@ function parseArgs(argv: readonly string[]): RunOptions {
     pollSubscribers: num('poll-subscribers', smoke ? SMOKE.pollSubscribers : 50_000),
     pollRepeats: num('poll-repeats', smoke ? SMOKE.pollRepeats : 2),
     pollTypes,
+    passesSubscribers: num('passes-subscribers', smoke ? SMOKE.passesSubscribers : 20_000),
+    passesPageSize: num('passes-page-size', smoke ? SMOKE.passesPageSize : 500),
     memorySizes,
     webhooksSeconds: num('webhooks-seconds', smoke ? SMOKE.webhooksSeconds : 5),
     webhooksConnections: num('webhooks-connections', smoke ? SMOKE.webhooksConnections : 64),
@@ -207,6 +220,7 @@ const USAGE = `usage: npm run bench [-- NAME…] [--quick | --smoke] [flags]
   NAME: ${BENCHES.join(', ')} (webhooks also runs freshness); default all
   --store-rows N (50000)  --store-repeats N (3)
   --poll-subscribers N (50000)  --poll-repeats N (2)  --poll-types all|active,… (all)
+  --passes-subscribers N (20000)  --passes-page-size N (500)
   --memory-sizes A,B (100000,1000000; --quick: 100000,300000)
   --webhooks-seconds N (5)  --webhooks-connections N (64)
   --freshness-seconds N (10)  --freshness-rate N (500)
@@ -344,6 +358,39 @@ function pollRows(p: PollBenchFigures): SummaryRow[] {
       goals: [],
       note: `${p.requests.incrementalTickRows} rows in the lookback window; the unsubscribed type also reads date_unsubscribe`,
     }),
+  ];
+}
+
+function passesRows(p: PassesBenchFigures): SummaryRow[] {
+  const g = p.group;
+  const group = (figure: string, value: number) =>
+    row({
+      bench: 'passes',
+      figure,
+      value,
+      unit: 'requests',
+      baselineLabel: 'minimum: pages the members fill (≥ 1 per type) + 1 count, per type',
+      baseline: g.minimum,
+      goals: [{ on: 'ratio', op: '<=', target: GOALS.groupPassRatioToMinimum }],
+      note: 'group of 4,200 / 900 / 120 / 30 / 0 members, page 1000',
+    });
+  return [
+    group('5-type group, first full pass (fresh install)', g.first),
+    group('5-type group, later full pass', g.later),
+    row({ bench: 'passes', figure: '5-type group, incremental tick, unchanged', value: g.incrementalTick, unit: 'requests', baselineLabel: 'one per type', baseline: g.types, goals: [], note: 'the unsubscribed type also reads date_unsubscribe' }),
+    ...p.departures.map((d) =>
+      row({
+        bench: 'passes',
+        figure: `full pass, departures ${d.label}`,
+        value: d.requests,
+        unit: 'requests',
+        baselineLabel: 'the same pass over a quiet list',
+        baseline: d.quiet,
+        // Heavier churn is recorded, not held to a goal (issue 20): it must finish, with no false removal (the bench throws otherwise).
+        goals: d.label === '1 per request' ? [{ on: 'ratio', op: '<=', target: GOALS.departuresRatioToQuiet }] : [],
+        note: `${compact(p.members)} members, page ${p.pageSize}: ${d.stepBacks} step backs, ${d.gaps} gaps, ${d.left} left, ${d.falseRemovals} false removals, ${d.notEnded} leavers not ended by the confirming pass`,
+      }),
+    ),
   ];
 }
 
@@ -517,6 +564,7 @@ async function settle(databaseUrl: string): Promise<void> {
 interface Results {
   store?: BenchResult;
   poll?: PollBenchFigures;
+  passes?: PassesBenchFigures;
   memory?: MemoryBenchFigures;
   webhooks?: WebhookBenchFigures;
   freshness?: FreshnessResult;
@@ -546,6 +594,11 @@ async function runOne(name: BenchName, o: RunOptions, results: Results, log: (li
       });
       results.poll = r;
       return pollRows(r);
+    }
+    case 'passes': {
+      const r = await benchPasses({ subscribers: o.passesSubscribers, pageSize: o.passesPageSize, databaseUrl: o.databaseUrl, log });
+      results.passes = r;
+      return passesRows(r);
     }
     case 'memory': {
       const r = await benchMemory({ sizes: o.memorySizes, databaseUrl: o.databaseUrl, log });

@@ -2,7 +2,8 @@
  * Fault 6 (invariant 11, issue 11): churn during full passes. `start --role worker` runs its
  * scheduled full passes (every 20 s) over a group of 20,000 members with page size 500 while,
  * after every page the service serves, 3 members already read leave (removed from the group or
- * deleted), 2 join and 2 members ahead change type. Webhooks are off: only the poll can end a
+ * deleted), 2 join and 2 members ahead change type; then, for two more passes of every type, bursts on
+ * top (40 more members already read leave after every 5th request: issue 20). Webhooks are off: only the poll can end a
  * membership. Throughout: no member still listed upstream ever has `removed_at`; every member that
  * left is ended within two complete full passes that started after it left; once the churn stops,
  * the mirror equals the world.
@@ -134,6 +135,13 @@ describe('fault 6: churn during full passes', () => {
 
     // Three complete full passes of every type under churn.
     await until('3 full passes of every type under churn', (p) => TYPES.every((t) => completeOf(p, t) >= 3), 300_000);
+    // Then bursts on top (issue 20: the unsubscribes right after a campaign): 40 more members already
+    // read leave after every 5th request, for two more complete passes of every type.
+    const burstFrom = Date.now();
+    const leftBeforeBursts = sim.pageChurn.applied.leave;
+    sim.pageChurn.set({ groupId, leave: 3, join: 2, retype: 2, burst: { every: 5, leave: 40 } });
+    await until('2 full passes of every type under bursts', (p) => TYPES.every((t) => completeOf(p, t, burstFrom) >= 2), 300_000);
+    const leftInBursts = sim.pageChurn.applied.leave - leftBeforeBursts;
     const churned = { ...sim.pageChurn.applied };
     sim.pageChurn.clear();
     const calm = Date.now();
@@ -142,6 +150,7 @@ describe('fault 6: churn during full passes', () => {
     const passes = fullPasses(worker.lines);
 
     expect(churned.leave).toBeGreaterThan(100);
+    expect(leftInBursts).toBeGreaterThan(200);
     expect(churned.join).toBeGreaterThan(50);
     expect(churned.retype).toBeGreaterThan(50);
     expect(falseRemovals).toBe(0);
@@ -161,6 +170,8 @@ describe('fault 6: churn during full passes', () => {
       members,
       fullPasses: passes.filter((p) => p.endedAt !== null).length,
       leftDuringPasses: churned.leave,
+      leftDuringBurstPasses: leftInBursts,
+      stepBacks: worker.lines.reduce((n, l) => n + (l.msg === 'pass succeeded' && typeof l.stepBacks === 'number' ? l.stepBacks : 0), 0),
       joinedDuringPasses: churned.join,
       retypedDuringPasses: churned.retype,
       falseRemovals,
@@ -172,5 +183,5 @@ describe('fault 6: churn during full passes', () => {
       mirrored: comparison.currentMembers,
       seconds: Math.round((Date.now() - started) / 1000),
     });
-  }, 900_000);
+  }, 1_200_000);
 });

@@ -250,4 +250,43 @@ describe('admin API and metrics', () => {
     expect(value(/subscriber_mirror_sync_drift\{group="\d+",type="active"\} (-?\d+)/)).toBe(0);
     expect(value(/subscriber_mirror_http_requests_total\{method="POST",route="\/webhooks",status="200"\} (\d+)/)).toBe(1);
   });
+
+  it('an HTTP backfill asked while a backfill runs gets its own pass, and returns with the members who left before it ended (issue 20)', async () => {
+    await waitFor('first pass', async () => {
+      const s = (await (await admin('/admin/status')).json()) as { passes: Array<{ lastStatus: string }> };
+      return s.passes[0]?.lastStatus === 'succeeded';
+    }, 60_000, 100);
+    const ask = async () => {
+      const res = await admin('/admin/backfill', { method: 'POST', body: JSON.stringify({ group: groupId, type: 'active' }) });
+      expect(res.status).toBe(202);
+      return ((await res.json()) as { jobId: string }).jobId;
+    };
+    const job = async (id: string) =>
+      (await (await admin(`/admin/jobs/${id}`)).json()) as { state: string; result: { startedAt: string; removed: number; confirmingPasses: number; awaitingProof: number } | null };
+    // A burst of departures while a backfill runs (slowed down so the next one is asked meanwhile).
+    sim.faults.set({ delayMs: 25 });
+    const leftBefore = sim.pageChurn.left.length;
+    sim.pageChurn.set({ groupId, leave: 3 });
+    const running = await ask();
+    await waitFor('departures during the running pass', async () => (await job(running)).state === 'active' && sim.pageChurn.left.length - leftBefore >= 6, 30_000, 20);
+    const askedAt = Date.now();
+    const leavers = sim.pageChurn.left.slice(leftBefore);
+    const second = await ask();
+    expect(second).not.toBe(running);
+    await waitFor('running backfill done', async () => (await job(running)).state === 'completed', 60_000, 100);
+    sim.pageChurn.clear();
+    sim.faults.clear();
+    const done = await waitFor('second backfill done', async () => {
+      const j = await job(second);
+      return j.state === 'completed' ? j : null;
+    }, 60_000, 100);
+    expect(Date.parse(done.result?.startedAt ?? '')).toBeGreaterThanOrEqual(askedAt - 5);
+    expect(done.result).toMatchObject({ awaitingProof: 0 });
+    expect(done.result?.confirmingPasses).toBeGreaterThanOrEqual(1);
+    const { rows } = await database.pool.query<{ id: string }>(
+      `select subscriber_id::text as id from group_members where group_id = $1 and removed_at is null and subscriber_id::text = any($2::text[])`,
+      [groupId, leavers],
+    );
+    expect(rows).toEqual([]);
+  });
 });

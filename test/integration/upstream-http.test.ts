@@ -281,8 +281,9 @@ describe('page iterator against a service that caps pages', () => {
     expect(new Set(ids).size).toBe(TOTAL);
     expect(ids[0]).toBe('9007199254740993');
     expect(learned).toEqual([CAP]);
-    // Overlapping pages (each re-reads overlapFor(CAP) rows) cost a few more requests than the bare minimum.
-    expect(server.hits.length).toBeGreaterThanOrEqual(Math.ceil(TOTAL / CAP) + 1);
+    // Overlapping pages (each re-reads overlapFor(CAP) rows) cost a few more requests than the bare minimum;
+    // the last page, shorter than the cap, ends the list without another request.
+    expect(server.hits.length).toBeGreaterThanOrEqual(Math.ceil(TOTAL / CAP));
     expect(server.hits.length).toBeLessThanOrEqual(Math.ceil((TOTAL - CAP) / (CAP - overlapFor(CAP))) + 2);
   });
 

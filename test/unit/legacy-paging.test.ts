@@ -12,7 +12,11 @@ import {
   type PageCapKnowledge,
 } from '../../src/upstream/legacy/cap-knowledge.js';
 import {
+  adaptedOverlap,
   FAR_OFFSET,
+  fullPassNeedsNoRead,
+  measuredShift,
+  stepBackBudget,
   fingerprint,
   fullStep,
   incrementalStep,
@@ -27,7 +31,6 @@ import {
 type Row = { id: number };
 /** Rows with ids `from`, `from + 1`, … (`n` of them). */
 const rows = (from: number, n: number): Row[] => Array.from({ length: n }, (_, i) => ({ id: from + i }));
-const ids = (list: readonly Row[]) => list.map((r) => r.id);
 const knowledge = (over: Partial<PageCapKnowledge> = {}): PageCapKnowledge => ({ ...emptyCapKnowledge(), ...over });
 const context: PagingContext = { limit: 10, list: '7/active' };
 
@@ -40,15 +43,22 @@ function expectStep(step: object, expected: Record<string, unknown>): void {
   else expect(step).toMatchObject({ page });
 }
 
+/** Ids of `list` with the offsets they were read at (a page read at `at`). */
+const readAt = (list: readonly Row[], at: number) => new Map(list.map((r, i) => [String(r.id), at + i] as const));
+
 /** The state after a full-pass page of `previous` rows read at `offset - previous.length + overlap`. */
 function after(previous: Row[], offset: number, over: Partial<FullPassState> = {}): FullPassState {
+  const overlap = over.overlap ?? overlapFor(previous.length);
   return {
     offset,
-    previous: new Set(previous.map((r) => String(r.id))),
+    previous: readAt(previous, offset + overlap - previous.length),
     previousPrint: fingerprint(previous),
-    overlap: overlapFor(previous.length),
+    overlap,
+    shift: 0,
     shortBefore: null,
     stepBacks: 0,
+    stepBacksInPass: 0,
+    pages: 1,
     probed: false,
     continuous: true,
     ...over,
@@ -73,7 +83,7 @@ describe('overlapFor', () => {
 describe('startFullPass', () => {
   it.each([
     ['from the top', 0, undefined, { offset: 0, overlap: 0, continuous: true, previous: null }],
-    ['resumed with the saved tail', 38, ['39', '40'], { offset: 38, overlap: 1, continuous: true, previous: new Set(['39', '40']) }],
+    ['resumed with the saved tail', 38, ['39', '40'], { offset: 38, overlap: 1, continuous: true, previous: new Map([['39', 38], ['40', 39]]) }],
     ['resumed without a tail: cannot prove it skipped nothing', 40, undefined, { offset: 40, overlap: 0, continuous: false, previous: null }],
     ['resumed with an empty tail', 40, [], { offset: 40, overlap: 0, continuous: false, previous: null }],
   ] as const)('%s', (_name, offset, tail, expected) => {
@@ -111,22 +121,53 @@ describe('fullStep', () => {
       expected: { kind: 'next', page: { offset: 96, rows: rows(101, 99), continuous: true } },
     },
     {
-      name: 'one member left with an overlap of one: not joined, step back',
-      state: after(page1, 9),
-      page: rows(11, 10),
-      expected: { kind: 'back', state: { offset: 0, stepBacks: 1 } },
+      name: 'members left ahead of the read position: the shift is measured and the next overlap covers twice it',
+      state: after(rows(1, 100), 96),
+      page: rows(100, 100),
+      // Row 100 was read at offset 99 and is now at 96: three members left ahead of the read position.
+      expected: { kind: 'next', state: { shift: 3, overlap: overlapFor(100) + 6, offset: 96 + 100 - (overlapFor(100) + 6) } },
     },
     {
-      name: 'shift beyond the overlap: step back one page (less the overlap)',
-      state: after(rows(11, 10), 18),
+      name: 'a quiet list: no shift, the base overlap',
+      state: after(rows(1, 100), 96, { shift: 5, overlap: 14 }),
+      page: rows(87, 100),
+      expected: { kind: 'next', state: { shift: 0, overlap: overlapFor(100) } },
+    },
+    {
+      name: 'one member left with an overlap of one: not joined, step back only as far as that shows (one row)',
+      state: after(page1, 9),
+      page: rows(11, 10),
+      expected: { kind: 'back', state: { offset: 8, stepBacks: 1, stepBacksInPass: 1 } },
+    },
+    {
+      name: 'a shift measured before: the first step back covers twice it',
+      state: after(page1, 8, { shift: 3, overlap: 2 }),
       page: rows(40, 10),
-      expected: { kind: 'back', state: { offset: 9, stepBacks: 1, previous: new Set(ids(rows(11, 10)).map(String)) } },
+      expected: { kind: 'back', state: { offset: 8 - 6, stepBacks: 1 } },
+    },
+    {
+      name: 'still not joined: each step back goes twice as far as the one before',
+      state: after(rows(11, 10), 18, { stepBacks: 2 }),
+      page: rows(40, 10),
+      expected: { kind: 'back', state: { offset: 14, stepBacks: 3, previous: readAt(rows(11, 10), 9) } },
+    },
+    {
+      name: 'a step back never goes more than a page (less the overlap) at once',
+      state: after(rows(11, 10), 40, { stepBacks: 5 }),
+      page: rows(80, 10),
+      expected: { kind: 'back', state: { offset: 31, stepBacks: 6 } },
     },
     {
       name: 'step back never goes below offset 0',
-      state: after(rows(1, 10), 5, { overlap: 1 }),
+      state: after(rows(1, 10), 5, { overlap: 1, stepBacks: 3 }),
       page: rows(40, 10),
-      expected: { kind: 'back', state: { offset: 0, stepBacks: 1 } },
+      expected: { kind: 'back', state: { offset: 0, stepBacks: 4 } },
+    },
+    {
+      name: "the pass's step-back budget is spent: a gap, reported on the page, and the pass moves on",
+      state: after(rows(11, 10), 18, { stepBacksInPass: stepBackBudget(1) }),
+      page: rows(40, 10),
+      expected: { kind: 'next', page: { offset: 18, rows: rows(40, 10), continuous: false }, state: { offset: 27 } },
     },
     {
       name: `still not found after ${MAX_STEP_BACKS} step backs: a gap, reported on the page`,
@@ -162,7 +203,36 @@ describe('fullStep', () => {
       name: 'an empty page after a page: the list shrank, step back to find it',
       state: after(page1, 9),
       page: [],
-      expected: { kind: 'back', state: { offset: 0, stepBacks: 1 } },
+      expected: { kind: 'back', state: { offset: 8, stepBacks: 1 } },
+    },
+    {
+      name: 'a short page joined, shorter than a page the service served: the end, without another request',
+      state: after(page1, 9),
+      page: rows(10, 4),
+      known: knowledge({ longestPage: 10 }),
+      expected: { kind: 'end', page: { offset: 9, rows: rows(11, 3), continuous: true } },
+    },
+    {
+      name: 'a short first page on a fresh install that the count agrees with: the end',
+      state: startFullPass(0, undefined, 10),
+      page: rows(1, 4),
+      knownLength: 4,
+      expected: { kind: 'end', page: { offset: 0, rows: rows(1, 4) } },
+    },
+    {
+      name: 'a short first page on a fresh install that the count says goes on: maybe a cap, one more request',
+      state: startFullPass(0, undefined, 10),
+      page: rows(1, 4),
+      knownLength: 40,
+      expected: { kind: 'next', state: { offset: 3, shortBefore: { length: 4, offset: 0 } } },
+    },
+    {
+      name: 'a short page of a cap candidate\'s length: one more request',
+      state: after(page1, 9),
+      page: rows(10, 4),
+      known: knowledge({ longestPage: 10, candidate: { length: 4, where: 'x' } }),
+      knownLength: 13,
+      expected: { kind: 'next' },
     },
     {
       name: 'a page of one row is read again at the same offset',
@@ -220,16 +290,17 @@ describe('full pass: short pages and cap learning', () => {
   const short = { length: 50, offset: 0 };
   const state = after(rows(1, 50), 49, { shortBefore: short });
   const next = rows(50, 50);
+  // A short page that the count agrees with, or shorter than one served before, ends the pass.
   it.each([
-    ['first short page inside a long list: a candidate', knowledge({ longestPage: 50 }), 1000, { cap: null, candidate: { length: 50, where: '7/active@0' } }, 100],
-    ['the same length seen twice: the cap', knowledge({ longestPage: 50, candidate: { length: 50, where: '7/active@900' } }), 1000, { cap: 50, candidate: null }, 50],
-    ['a candidate of another length is replaced', knowledge({ longestPage: 50, candidate: { length: 40, where: 'x' } }), 1000, { cap: null, candidate: { length: 50 } }, 100],
-    ['no count for the pass: nothing learned', knowledge({ longestPage: 50 }), undefined, { cap: null, candidate: null }, 100],
-    ['the count does not hold two such pages beyond it (growth): nothing learned', knowledge({ longestPage: 50 }), 99, { cap: null, candidate: null }, 100],
-    ['the service served longer pages before: nothing learned', knowledge({ longestPage: 80 }), 1000, { cap: null, candidate: null }, 100],
-  ] as const)('%s', (_name, known, knownLength, learned, limit) => {
+    ['first short page inside a long list: a candidate', knowledge({ longestPage: 50 }), 1000, { cap: null, candidate: { length: 50, where: '7/active@0' } }, 100, 'next'],
+    ['the same length seen twice: the cap', knowledge({ longestPage: 50, candidate: { length: 50, where: '7/active@900' } }), 1000, { cap: 50, candidate: null }, 50, 'next'],
+    ['a candidate of another length is replaced', knowledge({ longestPage: 50, candidate: { length: 40, where: 'x' } }), 1000, { cap: null, candidate: { length: 50 } }, 100, 'next'],
+    ['no count for the pass: nothing learned', knowledge({ longestPage: 50 }), undefined, { cap: null, candidate: null }, 100, 'next'],
+    ['the count does not hold two such pages beyond it (growth): nothing learned', knowledge({ longestPage: 50 }), 99, { cap: null, candidate: null }, 100, 'end'],
+    ['the service served longer pages before: nothing learned', knowledge({ longestPage: 80 }), 1000, { cap: null, candidate: null }, 100, 'end'],
+  ] as const)('%s', (_name, known, knownLength, learned, limit, kind) => {
     const step = fullStep(state, { rows: next }, known, { limit: 100, list: '7/active', knownLength });
-    expect(step).toMatchObject({ kind: 'next', knowledge: learned, page: { limit } });
+    expect(step).toMatchObject({ kind, knowledge: learned, page: { limit } });
   });
 
   it('a short page at the end of the list teaches nothing (no rows followed)', () => {
@@ -242,16 +313,54 @@ describe('full pass: short pages and cap learning', () => {
   });
 
   it.each([
-    ['a page shorter than the page size in force is remembered as short', rows(1, 30), { length: 30, offset: 0 }],
-    ['a page as long as the cap is not short', rows(1, 50), null],
-  ] as const)('%s', (_name, page, shortBefore) => {
-    const step = fullStep(startFullPass(0, undefined, 100), { rows: [...page] }, knowledge({ cap: 50, longestPage: 50 }), { limit: 100, list: 'l' });
+    ['a page shorter than the page size in force is remembered as short', rows(1, 30), { length: 30, offset: 0 }, knowledge({ longestPage: 30 })],
+    ['a page as long as the cap is not short', rows(1, 50), null, knowledge({ cap: 50, longestPage: 50 })],
+  ] as const)('%s', (_name, page, shortBefore, known) => {
+    const step = fullStep(startFullPass(0, undefined, 100), { rows: [...page] }, known, { limit: 100, list: 'l', knownLength: 1000 });
     expect(step).toMatchObject({ kind: 'next', state: { shortBefore } });
+  });
+
+  it('a page shorter than the known cap ends the list at once', () => {
+    const step = fullStep(startFullPass(0, undefined, 100), { rows: rows(1, 30) }, knowledge({ cap: 50, longestPage: 50 }), { limit: 100, list: 'l' });
+    expect(step).toMatchObject({ kind: 'end', page: { rows: rows(1, 30) } });
   });
 
   it('a page longer than the known cap drops it', () => {
     const step = fullStep(startFullPass(0, undefined, 100), { rows: rows(1, 80) }, knowledge({ cap: 50, longestPage: 50 }), { limit: 100, list: 'l' });
     expect(step).toMatchObject({ kind: 'next', knowledge: { cap: null, longestPage: 80, candidate: null }, page: { limit: 100 } });
+  });
+});
+
+describe('fullPassNeedsNoRead', () => {
+  it.each([
+    ['a list counted empty at the start of a new pass', 0, 0, true],
+    ['a list counted empty, resumed past the top: read (the checkpoint says there were rows)', 40, 0, false],
+    ['a list with rows', 0, 3, false],
+    ['no count', 0, undefined, false],
+  ] as const)('%s', (_name, offset, knownLength, expected) => {
+    expect(fullPassNeedsNoRead(offset, { ...context, knownLength })).toBe(expected);
+  });
+});
+
+describe('adaptedOverlap and measuredShift', () => {
+  it.each([
+    [500, 0, 20],
+    [500, 1, 22],
+    [500, 4, 28],
+    [500, -3, 20],
+    [50, 30, 49],
+    [1, 5, 1],
+  ])('a page of %i rows after a shift of %i re-reads %i', (length, shift, overlap) => {
+    expect(adaptedOverlap(length, shift)).toBe(overlap);
+  });
+
+  it.each([
+    ['nothing moved', rows(6, 5), 5, 0],
+    ['two left ahead', rows(8, 5), 5, 2],
+    ['one joined ahead', rows(5, 5), 5, -1],
+    ['none of the previous rows here', rows(20, 5), 5, null],
+  ] as const)('%s', (_name, page, offset, shift) => {
+    expect(measuredShift(readAt(rows(1, 10), 0), page, offset)).toBe(shift);
   });
 });
 

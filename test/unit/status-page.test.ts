@@ -21,6 +21,8 @@ function row(over: Partial<StatusRow> = {}): StatusRow {
     upstreamCountAt: '2026-11-26T00:00:00Z',
     drift: 10,
     futureRows: 0,
+    awaitingProof: 0,
+    stepBacks: 0,
     ...over,
   };
 }
@@ -73,5 +75,14 @@ describe('status page', () => {
     expect(formatAge(600_000)).toBe('10 min');
     expect(formatAge(5 * 3_600_000)).toBe('5 h');
     expect(formatAge(3 * 86_400_000)).toBe('3 d');
+  });
+});
+
+describe('status page: removal proof', () => {
+  it('shows the members awaiting proof and the step backs of the last full pass', () => {
+    const html = page({ passes: [row({ awaitingProof: 17, stepBacks: 3 }), row({ type: 'junk', stepBacks: null })] });
+    expect(html).toMatch(/data-type="active"[\s\S]*?data-field="awaiting-proof"[^>]*>17</);
+    expect(html).toMatch(/data-type="active"[\s\S]*?data-field="step-backs"[^>]*>3</);
+    expect(html).toMatch(/data-type="junk"[\s\S]*?data-field="step-backs"[^>]*>–</);
   });
 });

@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { AuthPause } from '../../src/sync/auth-pause.js';
-import { decide, type Action, type DecisionJob, type DecisionState } from '../../src/sync/decide.js';
+import { decide, decideAfterPass, passesToProve, type Action, type DecisionJob, type DecisionState } from '../../src/sync/decide.js';
 
 const DUE = Date.parse('2026-11-26T12:00:00Z');
 const pause: AuthPause = { until: DUE + 60_000, failures: 1, message: 'HTTP 401 from the legacy API', since: DUE };
@@ -110,5 +110,47 @@ describe('decide', () => {
       asked: ['paused', 'waiting', 'lock'],
       action: { kind: 'skip', reason: 'another pass of this group and type is running' },
     });
+  });
+});
+
+describe('decideAfterPass: the confirming pass follows a full pass that missed members at once', () => {
+  const facts = { awaitingProof: 3, confirmingPasses: 0, maxConfirmingPasses: 3, groupTypes: 1 };
+  it.each([
+    ['a full pass that missed members: confirm', 'full', facts, { kind: 'confirm' }],
+    ['a full pass that missed nobody: done', 'full', { ...facts, awaitingProof: 0 }, { kind: 'done', reason: 'no member awaits proof' }],
+    ['an incremental pass: done', 'incremental', facts, { kind: 'done', reason: 'an incremental pass proves no removal' }],
+    ['confirming passes spent: done', 'full', { ...facts, confirmingPasses: 3 }, { kind: 'done', reason: 'confirming passes spent; the next full pass goes on' }],
+    [
+      'a group of several types: its next scheduled passes confirm (a member changing type between back-to-back passes could be missed by all)',
+      'full',
+      { ...facts, groupTypes: 5 },
+      { kind: 'done', reason: 'a group of several types confirms with its next scheduled full passes' },
+    ],
+  ] as const)('%s', (_name, mode, given, expected) => {
+    expect(decideAfterPass({ mode }, given)).toEqual(expected);
+  });
+});
+
+describe('passesToProve: every type needs two gap-free full passes that started after the member was last seen', () => {
+  const T0 = 1_000;
+  it.each([
+    ['both passes after: nothing to do', [{ type: 'active', proofStartedAt: T0 + 20, prevProofStartedAt: T0 + 10 }], T0, []],
+    ['only the last one after: one pass', [{ type: 'active', proofStartedAt: T0 + 20, prevProofStartedAt: T0 - 10 }], T0, [{ type: 'active', passes: 1 }]],
+    ['none after: two passes', [{ type: 'active', proofStartedAt: T0 - 5, prevProofStartedAt: T0 - 10 }], T0, [{ type: 'active', passes: 2 }]],
+    ['a pass that started at the very time the member was seen proves nothing', [{ type: 'active', proofStartedAt: T0, prevProofStartedAt: null }], T0, [{ type: 'active', passes: 2 }]],
+    ['never seen by a full pass: any two passes prove it', [{ type: 'active', proofStartedAt: 5, prevProofStartedAt: 1 }], null, []],
+    [
+      "the job's own type first, then the others in order",
+      [
+        { type: 'bounced', proofStartedAt: null, prevProofStartedAt: null },
+        { type: 'active', proofStartedAt: T0 + 1, prevProofStartedAt: T0 - 1 },
+        { type: 'junk', proofStartedAt: T0 + 2, prevProofStartedAt: T0 + 1 },
+        { type: 'unsubscribed', proofStartedAt: T0 + 1, prevProofStartedAt: T0 - 1 },
+      ],
+      T0,
+      [{ type: 'active', passes: 1 }, { type: 'bounced', passes: 2 }, { type: 'unsubscribed', passes: 1 }],
+    ],
+  ] as const)('%s', (_name, proofs, lastSeen, expected) => {
+    expect(passesToProve(proofs, lastSeen, 'active')).toEqual(expected);
   });
 });

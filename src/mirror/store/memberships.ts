@@ -206,3 +206,31 @@ export async function removeMembersNotSeenSince(
   return res.rowCount;
 }
 
+
+/** Current members one complete full pass did not list: what a second pass must confirm before they are ended. */
+export interface AwaitingProof {
+  count: number;
+  /** The latest `last_seen_at` among them (null when none, or never seen by a full pass). */
+  lastSeenAt: string | null;
+}
+
+/**
+ * Current memberships of `groupId` (of `type` when given) that no full pass listed since `seenBefore`
+ * and no newer fact covers: the same condition as {@link removeMembersNotSeenSince}, counted instead
+ * of ended.
+ */
+export async function membersAwaitingProof(exec: Queryable, groupId: string, seenBefore: string, opts: { type?: string } = {}): Promise<AwaitingProof> {
+  assertId(groupId, 'groupId');
+  assertTimestamp(seenBefore, 'seenBefore');
+  const res = await exec.query<{ count: number; lastSeenAt: string | null }>(
+    `select count(*)::int as count,
+            to_char(max(last_seen_at) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as "lastSeenAt"
+       from group_members
+      where group_id = $1 and removed_at is null
+        and (last_seen_at is null or last_seen_at < $2::timestamptz)
+        and (source_updated_at is null or source_updated_at < $2::timestamptz)
+        and ($3::text is null or type = $3::text)`,
+    [groupId, seenBefore, opts.type ?? null],
+  );
+  return res.rows[0] ?? { count: 0, lastSeenAt: null };
+}

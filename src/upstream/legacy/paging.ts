@@ -31,6 +31,8 @@ export interface EmittedPage<R extends PagedRow> {
   tail: string[];
   /** False when this full-pass page could not be joined to the previous one: rows may have been skipped (a gap). */
   continuous: boolean;
+  /** Step backs made to join this page to the previous one (0 for an incremental pass). */
+  stepBacks: number;
 }
 
 /** What a step is given about the pass; the same for every step of one pass. */
@@ -76,8 +78,22 @@ export type PagingStepFunction<S extends PassPosition> = <R extends PagedRow>(
 /** An offset past any real list (9 digits, what the service's validation accepts). */
 export const FAR_OFFSET = 999_999_999;
 
-/** How many pages back a full pass looks for the previous page after a shift larger than the overlap. */
-export const MAX_STEP_BACKS = 3;
+/**
+ * Step backs in a row a full pass makes looking for the previous page before it reports a gap. Each
+ * one goes back twice as far as the one before (from what the evidence requires: the shift is
+ * larger than the overlap), up to a page; six cover a shift of several pages.
+ */
+export const MAX_STEP_BACKS = 6;
+
+/**
+ * Step backs a whole pass may make beyond a few: one per four pages read. A list that keeps moving
+ * faster than any overlap then costs at most ~25 % more requests; past that budget the pass moves
+ * on and reports the page it could not join as a gap (it then proves no removal) instead of
+ * paging for ever.
+ */
+export function stepBackBudget(pagesRead: number): number {
+  return 4 + Math.floor(pagesRead / 4);
+}
 
 /**
  * Rows each full-pass request re-reads from the previous page: about 4 % of a page (1 to 20 rows),
@@ -88,6 +104,16 @@ export const MAX_STEP_BACKS = 3;
 export function overlapFor(pageLength: number): number {
   if (pageLength <= 1) return pageLength;
   return Math.min(20, Math.max(1, Math.floor(pageLength / 25)), pageLength - 1);
+}
+
+/**
+ * The overlap for the next request when the list just moved up by `shift` rows between two
+ * requests (members leaving ahead of the read position): the base overlap plus twice the shift, so
+ * the same pace (or a burst twice as large) is still re-read, never a whole page.
+ */
+export function adaptedOverlap(pageLength: number, shift: number): number {
+  if (pageLength <= 1) return pageLength;
+  return Math.min(pageLength - 1, overlapFor(pageLength) + 2 * Math.max(0, shift));
 }
 
 export interface PageFingerprint {
@@ -124,7 +150,7 @@ export const incrementalStep: PagingStepFunction<IncrementalPassState> = (state,
   const knowledge = noteServedPage(before, rows.length);
   if (rows.length === 0) return { kind: 'end', knowledge };
   const nextOffset = state.offset + rows.length;
-  const page = { offset: state.offset, rows, limit: effectivePageSize(context.limit, knowledge), nextOffset, tail: [], continuous: true };
+  const page = { offset: state.offset, rows, limit: effectivePageSize(context.limit, knowledge), nextOffset, tail: [], continuous: true, stepBacks: 0 };
   const short = rows.length < context.limit;
   if (short && rows.length < knowledge.longestPage) return { kind: 'end', knowledge, page };
   if (short && knowledge.cap !== null && rows.length < knowledge.cap) return { kind: 'end', knowledge, page };
@@ -136,15 +162,24 @@ export const incrementalStep: PagingStepFunction<IncrementalPassState> = (state,
 // ---------------------------------------------------------------------------------------------
 
 export interface FullPassState extends PassPosition {
-  /** Ids of the previous page (null before the first page of a pass started without a saved tail). */
-  readonly previous: ReadonlySet<string> | null;
+  /**
+   * Ids of the previous page, each with the offset it was read at (null before the first page of a
+   * pass started without a saved tail): finding one again tells how far the list moved.
+   */
+  readonly previous: ReadonlyMap<string, number> | null;
   readonly previousPrint: PageFingerprint | null;
   /** How many rows of the previous page the request at `offset` re-reads. */
   readonly overlap: number;
+  /** How far the list moved up between the last two requests that joined (members left ahead of the read position); 0 when quiet. */
+  readonly shift: number;
   /** The previous page when it was short (a cap, or the list's end for now). */
   readonly shortBefore: ShortPage | null;
   /** Step backs in a row looking for the previous page. */
   readonly stepBacks: number;
+  /** Step backs in this pass so far, held to `stepBackBudget(pages)`. */
+  readonly stepBacksInPass: number;
+  /** Pages read and joined (or given up on) in this pass so far. */
+  readonly pages: number;
   /** Whether the far request that tells a repeated page from a service ignoring offset was made. */
   readonly probed: boolean;
   /** False when rows before `offset` may have been skipped (a resume without a tail). */
@@ -153,14 +188,18 @@ export interface FullPassState extends PassPosition {
 
 /** A full pass from `startOffset`; `startTail` (ids of the page read before it) lets the first page prove it skipped nothing. */
 export function startFullPass(startOffset: number, startTail: readonly string[] | undefined, limit: number): FullPassState {
-  const previous = startTail && startTail.length > 0 ? new Set(startTail) : null;
+  // The saved tail is what the request at `startOffset` re-reads: its rows were read from there on.
+  const previous = startTail && startTail.length > 0 ? new Map(startTail.map((id, i) => [id, startOffset + i] as const)) : null;
   return {
     offset: startOffset,
     previous,
     previousPrint: null,
     overlap: previous ? Math.min(previous.size, overlapFor(limit)) : 0,
+    shift: 0,
     shortBefore: null,
     stepBacks: 0,
+    stepBacksInPass: 0,
+    pages: 0,
     probed: false,
     continuous: startOffset === 0 || previous !== null,
   };
@@ -173,6 +212,49 @@ export function startFullPass(startOffset: number, startTail: readonly string[] 
  */
 function needsProbe(state: FullPassState, current: PageFingerprint): boolean {
   return !state.probed && state.previousPrint !== null && current.length > 1 && sameFingerprint(state.previousPrint, current);
+}
+
+/**
+ * How far the list moved up since the previous page was read, measured on the last row of `rows`
+ * that the previous page held (its offset then, against its offset now); null when none is here.
+ */
+export function measuredShift(previous: ReadonlyMap<string, number>, rows: readonly PagedRow[], offset: number): number | null {
+  for (let i = rows.length - 1; i >= 0; i--) {
+    const then = previous.get(String(rows[i]?.id));
+    if (then !== undefined) return then - (offset + i);
+  }
+  return null;
+}
+
+/**
+ * Where to read after a page that holds none of the previous page's rows: they moved up by more
+ * than the overlap. The evidence says only that much, so the first step back is small (what the
+ * last measured shift suggests) and each further one doubles, never more than a page less the
+ * overlap at once (the page read then still reaches past the previous page's end).
+ */
+function stepBackOffset(state: FullPassState, pageSize: number): number {
+  const first = Math.max(1, state.overlap, 2 * state.shift);
+  const distance = Math.min(first * 2 ** state.stepBacks, Math.max(1, pageSize - state.overlap));
+  return Math.max(0, state.offset - distance);
+}
+
+function mayStepBack(state: FullPassState): boolean {
+  return state.offset > 0 && state.stepBacks < MAX_STEP_BACKS && state.stepBacksInPass < stepBackBudget(state.pages);
+}
+
+/**
+ * A short page joined to the previous one ends the list, unless it may be the service's cap. It is
+ * not when the service served a longer page before, or when the list's count says it ends here
+ * (a cap would leave rows the count includes), and its length is no cap candidate.
+ */
+function endsList(length: number, pageSize: number, knowledge: PageCapKnowledge, offset: number, context: PagingContext): boolean {
+  if (length === 0 || length >= pageSize || knowledge.candidate?.length === length) return false;
+  return length < knowledge.longestPage || (context.knownLength !== undefined && offset + length >= context.knownLength);
+}
+
+/** A full pass whose list's `/count` was 0 when it began reads nothing: there is no row to page through. */
+export function fullPassNeedsNoRead(startOffset: number, context: PagingContext): boolean {
+  return startOffset === 0 && context.knownLength === 0;
 }
 
 export const fullStep: PagingStepFunction<FullPassState> = (state, response, before, context) => {
@@ -188,12 +270,12 @@ export const fullStep: PagingStepFunction<FullPassState> = (state, response, bef
     }
   }
   const { previous, offset } = state;
-  const joined = previous === null || rows.some((r) => previous.has(String(r.id)));
-  if (!joined && offset > 0 && state.stepBacks < MAX_STEP_BACKS) {
-    // More members left ahead of the read position than the overlap covers: the previous page's
-    // rows moved up. Look for them one page earlier instead of skipping rows.
-    const back = Math.max(0, offset - Math.max(1, effectivePageSize(context.limit, knowledge) - state.overlap));
-    return { kind: 'back', state: { ...state, probed, stepBacks: state.stepBacks + 1, offset: back }, knowledge };
+  const shift = previous === null ? 0 : measuredShift(previous, rows, offset);
+  const joined = shift !== null;
+  if (!joined && mayStepBack(state)) {
+    const back = stepBackOffset(state, effectivePageSize(context.limit, knowledge));
+    const stepBacks = state.stepBacks + 1;
+    return { kind: 'back', state: { ...state, probed, stepBacks, stepBacksInPass: state.stepBacksInPass + 1, offset: back }, knowledge };
   }
   // Read from the top again after a miss: nothing before it can be missed.
   const continuous = joined ? state.continuous : offset === 0;
@@ -201,26 +283,33 @@ export const fullStep: PagingStepFunction<FullPassState> = (state, response, bef
   const learned =
     state.shortBefore !== null && fresh.length > 0 ? observeShortPage(knowledge, state.shortBefore, context.knownLength, context.list) : knowledge;
   const limit = effectivePageSize(context.limit, learned);
+  const stepBacks = state.stepBacks;
   // The end: this page held only rows the request re-read on purpose (or none at all).
   if (rows.length === 0 || (fresh.length === 0 && joined && rows.length <= state.overlap)) {
     // A gap found on the last request must still reach the caller, who decides what it proves.
     if (continuous) return { kind: 'end', knowledge: learned };
-    return { kind: 'end', knowledge: learned, page: { offset, rows: [], limit, nextOffset: offset, tail: [], continuous } };
+    return { kind: 'end', knowledge: learned, page: { offset, rows: [], limit, nextOffset: offset, tail: [], continuous, stepBacks } };
   }
-  const overlap = overlapFor(rows.length);
+  const overlap = adaptedOverlap(rows.length, shift ?? 0);
   const nextOffset = offset + rows.length - overlap;
   const tail = rows.slice(rows.length - Math.max(overlap, 1)).map((r) => String(r.id));
+  const page = { offset, rows: fresh, limit, nextOffset, tail, continuous, stepBacks };
+  // A short page that ends the list needs no request to confirm it.
+  if (joined && endsList(rows.length, limit, learned, offset, context)) return { kind: 'end', knowledge: learned, page };
   return {
     kind: 'next',
     knowledge: learned,
-    page: { offset, rows: fresh, limit, nextOffset, tail, continuous },
+    page,
     state: {
       offset: nextOffset,
-      previous: new Set(rows.map((r) => String(r.id))),
+      previous: new Map(rows.map((r, i) => [String(r.id), offset + i] as const)),
       previousPrint: current,
       overlap,
+      shift: Math.max(0, shift ?? 0),
       shortBefore: rows.length < limit ? { length: rows.length, offset } : null,
       stepBacks: 0,
+      stepBacksInPass: state.stepBacksInPass,
+      pages: state.pages + 1,
       probed,
       continuous: true,
     },

@@ -1,0 +1,1 @@
+ALTER TABLE "sync_state" ADD COLUMN "step_backs_last_full" integer;

@@ -1,0 +1,108 @@
+/**
+ * A backfill means "the mirror equals the service now" (issue 20): it is served only by a pass that
+ * starts after it was asked for (a running pass does not count: it waits behind it, then runs), and
+ * when that pass missed members it runs the confirming passes itself, so it returns with every
+ * member that left before it was asked for ended, and no listed member. Worker in-process,
+ * simulator, real Postgres and Redis; webhooks off.
+ */
+import { Redis } from 'ioredis';
+import { QueueEvents } from 'bullmq';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLogger } from '../../src/ground/log.js';
+import { startSimulator, type Simulator } from '../../src/simulator/index.js';
+import { waitForPass } from '../../src/sync/backfill.js';
+import { createSyncQueue, enqueueBackfill, type PassJobResult } from '../../src/sync/schedule.js';
+import { createSyncWorker, type SyncWorker } from '../../src/sync/worker.js';
+import { createLegacyClient } from '../../src/upstream/legacy.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+import { readMembers } from '../helpers/mirror.js';
+import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
+
+const { logger } = createLogger({ level: 'silent' });
+
+describe('backfill after a burst of departures', () => {
+  const prefix = uniquePrefix('backfill-fresh');
+  const connection = { url: redisUrl(), maxRetriesPerRequest: null };
+  let database: TestDatabase;
+  let sim: Simulator;
+  let redis: Redis;
+  let groupId: string;
+  let worker: SyncWorker;
+  let events: QueueEvents;
+  const queue = createSyncQueue(connection, prefix);
+
+  beforeAll(async () => {
+    database = await createTestDatabase();
+    sim = await startSimulator({ subscribers: 3_000, groups: 1, rateLimit: false, seed: 21 });
+    groupId = sim.world.groupIds()[0] as string;
+    redis = new Redis(redisUrl());
+    events = new QueueEvents('sync', { connection, prefix });
+    await events.waitUntilReady();
+    worker = createSyncWorker({
+      pool: database.pool,
+      redis,
+      connection,
+      prefix,
+      legacyFactory: () => createLegacyClient({ baseUrl: sim.url, apiKey: sim.apiKey, http: { retry: { retries: 2, minDelayMs: 5, maxDelayMs: 20 } } }),
+      apiKey: sim.apiKey,
+      logger,
+      sourceTimezone: 'UTC',
+      lookbackMs: 86_400_000,
+      pageSize: 100,
+      types: ['active'],
+      busyRetryMs: 200,
+    });
+  });
+
+  afterAll(async () => {
+    await worker?.close(5_000);
+    await events?.close();
+    await queue.close();
+    redis?.disconnect();
+    await sim?.close();
+    await database?.drop();
+    await deletePrefix(prefix);
+  });
+
+  const done = async (jobId: string): Promise<PassJobResult> => {
+    const outcome = await waitForPass(queue, jobId, { pollMs: 50 });
+    if (outcome.state !== 'completed') throw new Error(`backfill failed: ${outcome.error}`);
+    return outcome.result;
+  };
+
+  it('a backfill asked while a pass runs waits for it, starts its own pass and returns with every earlier leaver ended', async () => {
+    expect(await done(await enqueueBackfill(queue, groupId, 'active'))).toMatchObject({ status: 'succeeded', removed: 0, confirmingPasses: 0 });
+
+    // A pass under a burst of departures (members it already read leave after every request), slowed
+    // down so that the next backfill is asked while it runs.
+    sim.faults.set({ delayMs: 30 });
+    sim.pageChurn.set({ groupId, leave: 3 });
+    const running = await enqueueBackfill(queue, groupId, 'active');
+    const deadline = Date.now() + 20_000;
+    while (sim.pageChurn.left.length < 6 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+    expect(await queue.getJobState(running)).toBe('active');
+
+    const askedAt = Date.now();
+    const leftBeforeAsked = [...sim.pageChurn.left];
+    const backfill = await enqueueBackfill(queue, groupId, 'active');
+    // Not the running pass's job: that pass started before it was asked for.
+    expect(backfill).not.toBe(running);
+    await done(running);
+    sim.pageChurn.clear();
+    sim.faults.clear();
+
+    const result = await done(backfill);
+    expect(Date.parse(result.startedAt as string)).toBeGreaterThanOrEqual(askedAt - 5);
+    // Its pass missed the members that left during the running pass; it confirmed at once.
+    expect(result.confirmingPasses).toBeGreaterThanOrEqual(1);
+    expect(result.awaitingProof).toBe(0);
+    const rows = new Map((await readMembers(database.pool, groupId)).map((m) => [m.subscriberId, m]));
+    expect(leftBeforeAsked.filter((id) => rows.get(id)?.removedAt == null)).toEqual([]);
+    // Every leaver of the burst left before this backfill's pass started: all ended, and nobody listed.
+    expect(sim.pageChurn.left.filter((id) => rows.get(id)?.removedAt == null)).toEqual([]);
+    // (The running pass may have ended a leaver it stepped back from and never read; the rest are this backfill's.)
+    expect(result.removed).toBeGreaterThan(0);
+    const listed = new Set(sim.world.members(groupId, 'active'));
+    expect([...rows.values()].filter((m) => m.removedAt !== null && listed.has(m.subscriberId))).toEqual([]);
+  }, 120_000);
+});
