@@ -31,7 +31,7 @@ commands:
   backfill (--group ID | --all) [--type T] [--wait]
                                        enqueue full passes (all configured types unless --type)
   status [--json]                      per group × type: cursor, last run, rows, drift
-  webhooks list|get|register|update|delete
+  webhooks list|get|register|adopt|update|delete
                                        manage the service-side webhooks
   webhooks replay [--status failed|ignored] [--since DATE]
                                        re-apply stored deliveries

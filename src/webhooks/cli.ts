@@ -1,5 +1,5 @@
 /**
- * `subscriber-mirror webhooks list|get|register|update|delete` (docs/architecture.md, "Management").
+ * `subscriber-mirror webhooks list|get|register|adopt|update|delete` (docs/architecture.md, "Management").
  *
  * `src/cli.ts` loads the config (need `manage-webhooks`), opens the pool and calls
  * `runWebhooksCli`. Bad arguments throw `UsageError` (exit 2, message printed as is, so it carries
@@ -25,6 +25,7 @@ import {
 } from '../upstream/webhooks-api.js';
 import { EVENT_KINDS, isEventKind } from './payloads.js';
 import {
+  adoptWebhook,
   batchableViolations,
   deleteWebhook,
   getWebhook,
@@ -33,6 +34,7 @@ import {
   registerWebhooks,
   ROLE_SPECS,
   updateWebhook,
+  type AdoptResult,
   type ListResult,
   type RegisterAction,
 } from './manage.js';
@@ -47,6 +49,8 @@ export const WEBHOOKS_USAGE = `usage: subscriber-mirror webhooks <subcommand> [o
   list [--json]                      every webhook of the account; MANAGED = this install's (in webhook_endpoints)
   get ID [--json]                    one webhook (secrets are never shown)
   register --url URL [--name NAME]   create or update this install's two webhooks (real-time and batched)
+  adopt ID                           manage a webhook created elsewhere (e.g. the service's dashboard): store its
+                                     secret in webhook_endpoints so the receiver verifies its deliveries
   update ID [--url URL] [--name NAME] [--events KIND,KIND...] [--enable | --disable] [--batchable true|false]
   delete ID                          delete a webhook upstream and forget its secret
 
@@ -254,6 +258,13 @@ export function formatWebhook(webhook: Webhook, managed: boolean, secretStored: 
   ];
 }
 
+export function formatAdoptResult({ webhook, outcome }: AdoptResult): string {
+  const what = `webhook ${webhook.id} "${webhook.name}" (${describeEvents(webhook.events)} → ${webhook.url}, enabled ${yesNo(webhook.enabled)})`;
+  if (outcome === 'unchanged') return `${what} is already adopted; nothing changed`;
+  if (outcome === 'updated') return `${what} was already adopted; refreshed its row and secret in webhook_endpoints`;
+  return `adopted ${what}: secret stored in webhook_endpoints, the receiver verifies its deliveries`;
+}
+
 export function formatRegisterAction(action: RegisterAction): string {
   const label = ROLE_SPECS[action.webhook].label;
   const replaced = action.replaces !== undefined ? ` (replacing ${action.replaces}, which was deleted upstream)` : '';
@@ -329,6 +340,20 @@ async function register(ctx: Context, args: string[]): Promise<number> {
   return 0;
 }
 
+async function adopt(ctx: Context, args: string[]): Promise<number> {
+  const { positionals } = parse(args, {}, 1, 'adopt');
+  const id = webhookIdArg(positionals, 'adopt');
+  let result;
+  try {
+    result = await adoptWebhook(ctx.api, ctx.pool, id);
+  } catch (error) {
+    throw await notFoundHint(ctx, error, id);
+  }
+  ctx.hide(result.webhook);
+  ctx.print(formatAdoptResult(result));
+  return 0;
+}
+
 async function update(ctx: Context, args: string[]): Promise<number> {
   const { id, patch } = parseUpdateArgs(args);
   let result;
@@ -363,6 +388,7 @@ const SUBCOMMANDS: Record<string, (ctx: Context, args: string[]) => Promise<numb
   list,
   get,
   register,
+  adopt,
   update,
   delete: remove,
 };

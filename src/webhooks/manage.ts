@@ -390,3 +390,30 @@ export async function deleteWebhook(api: WebhooksApi, pool: Queryable, id: strin
   const removedRow = row !== undefined && (await removeEndpoint(pool, id));
   return { id, deletedUpstream, removedRow };
 }
+
+// ---------------------------------------------------------------------------------------------
+// adopt
+// ---------------------------------------------------------------------------------------------
+
+export interface AdoptResult {
+  webhook: Webhook;
+  /** `unchanged` when it was already adopted with the same state and secret (nothing rewritten). */
+  outcome: StoreOutcome;
+}
+
+/**
+ * Takes a webhook created elsewhere (the service's dashboard) under this install's management: its
+ * row, secret included, goes into webhook_endpoints, from which the receiver reloads the secrets it
+ * verifies deliveries with. This is the way for secrets the service generates (10 characters,
+ * docs/upstream.md, "Webhook object"), which WEBHOOK_SECRETS refuses as too short. Sends no write to
+ * the service. Throws WebhookNotFoundError for an unknown id; stores nothing when the answer carries
+ * no secret.
+ */
+export async function adoptWebhook(api: WebhooksApi, pool: Queryable, id: string): Promise<AdoptResult> {
+  const webhook = await api.get(id);
+  if (webhook.secret === undefined || webhook.secret === '') {
+    throw new Error(`the service returned no secret for webhook ${id}, so its deliveries could not be verified; nothing was stored`);
+  }
+  const outcome = await storeEndpoint(pool, webhook, webhook.secret);
+  return { webhook, outcome };
+}

@@ -7,8 +7,10 @@
  * delivery was given up; every stored delivery is applied; the mirror equals the world for every
  * subscriber the events touched (columns, memberships, activity).
  *
- * The webhooks are registered as an operator does: `webhooks register` (secrets kept in
- * webhook_endpoints) plus one more webhook whose secret is given in WEBHOOK_SECRETS.
+ * The webhooks are set up as an operator does: `webhooks register` (secrets kept in
+ * webhook_endpoints) plus one more webhook made in the service's dashboard, whose 10-character
+ * secret WEBHOOK_SECRETS refuses, taken over with `webhooks adopt ID`. WEBHOOK_SECRETS still holds a
+ * long static secret, so the environment path is exercised too.
  */
 import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -90,6 +92,16 @@ describe('fault 2: Postgres restarted for 10 s under webhook load', () => {
     const extra = sim.webhooks.register({ name: 'rotation', url: receiverUrl, events: ['subscriber.updated', 'subscriber.unsubscribed'], batchable: false });
     for (const hook of sim.webhooks.list()) registerSecret(`postgres-outage:webhook ${hook.name}`, hook.secret);
     expect(sim.webhooks.list()).toHaveLength(3);
+    const adopted = await runCollected(
+      ['webhooks', 'adopt', extra.id],
+      { DATABASE_URL: directUrl, MAILER_WEBHOOKS_URL: sim.url, MAILER_WEBHOOKS_TOKEN: secrets.webhooksToken },
+      'postgres-outage-webhooks-adopt',
+    );
+    expect(adopted.stderr).toBe('');
+    expect(adopted.code).toBe(0);
+    expect(adopted.stdout).toContain(`adopted webhook ${extra.id} "rotation"`);
+    const { rows: endpoints } = await database.pool.query<{ id: string }>('select id from webhook_endpoints order by id');
+    expect(endpoints.map((r) => r.id).sort()).toEqual(sim.webhooks.list().map((h) => h.id).sort());
 
     const service = startService(
       'all',
@@ -104,7 +116,7 @@ describe('fault 2: Postgres restarted for 10 s under webhook load', () => {
         SYNC_EVERY: '1h',
         RECONCILE_EVERY: '24h',
         API_RATE_LIMIT: '100000',
-        WEBHOOK_SECRETS: `${secrets.staticWebhookSecret},${extra.secret}`,
+        WEBHOOK_SECRETS: secrets.staticWebhookSecret,
         ADMIN_TOKEN: secrets.adminToken,
         // Admin is served on the ops listener only.
         OPS_PORT: '0',
@@ -149,6 +161,9 @@ describe('fault 2: Postgres restarted for 10 s under webhook load', () => {
     expect(during.length).toBeGreaterThan(100);
     expect(during.filter((a) => a.ok)).toEqual([]);
     expect(attempts.filter((a) => a.gaveUp)).toEqual([]);
+    // The adopted webhook's deliveries verified with the secret `webhooks adopt` stored.
+    const adoptedAcknowledged = attempts.filter((a) => a.webhookId === extra.id && a.ok).length;
+    expect(adoptedAcknowledged).toBeGreaterThan(0);
 
     const deliveries = new Map<number, { ok: boolean; body: string; attempts: number }>();
     for (const a of attempts) {
@@ -179,6 +194,7 @@ describe('fault 2: Postgres restarted for 10 s under webhook load', () => {
       attempts: attempts.length,
       attemptsRefusedDuringOutage: during.length,
       deliveriesRefusedThenLanded: landedAfterOutage,
+      adoptedWebhookAcknowledged: adoptedAcknowledged,
       acknowledged: acknowledged.length,
       storedRows: stored.size,
       applied: [...stored.values()].filter((s) => s === 'applied').length,

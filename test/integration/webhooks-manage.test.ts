@@ -1,13 +1,15 @@
 /**
  * Webhook management against the simulator's management API and a real Postgres: paging, register
- * (create, no-op, update, recreate), secrets stored and never printed, and the service's 401 / 404 /
- * 422 answers as one clear line each.
+ * (create, no-op, update, recreate), adopt (a webhook created in the service's dashboard, whose
+ * 10-character secret WEBHOOK_SECRETS refuses), secrets stored and never printed, and the service's
+ * 401 / 404 / 422 answers as one clear line each.
  */
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { loadConfig, type Config } from '../../src/config.js';
 import { createWebhooksApi, WebhookAuthError, WebhookNotFoundError, WebhookValidationError, type WebhooksApi } from '../../src/upstream/webhooks-api.js';
 import {
+  adoptWebhook,
   BATCHED_KINDS,
   readEndpoints,
   REALTIME_KINDS,
@@ -18,6 +20,11 @@ import {
 import { runWebhooksCli } from '../../src/webhooks/cli.js';
 import { openDatabase } from '../../src/db/client.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+import { buildServer } from '../../src/http/server.js';
+import { createLogger } from '../../src/ground/log.js';
+import { registerWebhookRoute } from '../../src/webhooks/receiver.js';
+import { signBody } from '../../src/webhooks/signature.js';
+import { fixture } from '../fixtures/webhooks/index.js';
 
 const TOKEN = 'tok-integration-8d41c0f2e9';
 const RECEIVER = 'https://mirror.example.test/webhooks';
@@ -378,5 +385,111 @@ describe('subscriber-mirror webhooks (runWebhooksCli)', () => {
     expect(help.lines.join('\n')).toContain('register --url URL');
 
     await expectNoSecretIn(runs);
+  });
+});
+
+describe('webhooks adopt', () => {
+  /** A webhook made in the service's dashboard: the service generates its 10-character secret. */
+  function dashboardWebhook() {
+    return sim.webhooks.register({ name: 'dashboard', url: RECEIVER, events: ['subscriber.created', 'subscriber.updated'], batchable: false });
+  }
+
+  /** The receiver as `start` runs it: no static secret, endpoint secrets reloaded from webhook_endpoints. */
+  async function receiver() {
+    const { logger } = createLogger({ level: 'silent' });
+    const app = buildServer({ logger, readiness: [] });
+    registerWebhookRoute(app, {
+      path: '/webhooks',
+      maxBodyBytes: 64 * 1024,
+      secrets: () => [],
+      pool: database.pool,
+      logger,
+      inbox: { maxWaitMs: 2 },
+      secretsTtlMs: 60_000,
+      secretsMissRefreshMs: 0,
+      secretsLoadTimeoutMs: 2_000,
+    });
+    await app.ready();
+    return app;
+  }
+
+  it('stores the webhook with its secret, so a delivery signed with it is accepted; nothing sent upstream', async () => {
+    const hook = dashboardWebhook();
+    expect(hook.secret).toHaveLength(10);
+    const app = await receiver();
+    try {
+      const body = fixture('subscriber.created', 'flat').body;
+      const post = () => app.inject({ method: 'POST', url: '/webhooks', payload: body, headers: { 'content-type': 'application/json', signature: signBody(body, hook.secret) } });
+      expect((await post()).statusCode).toBe(401); // not ours yet
+
+      sim.clearRequests();
+      const run = await cli(['adopt', hook.id]);
+      expect(run.error).toBeUndefined();
+      expect(run.code).toBe(0);
+      expect(run.lines).toEqual([
+        `adopted webhook ${hook.id} "dashboard" (subscriber.created, subscriber.updated → ${RECEIVER}, enabled yes): ` +
+          'secret stored in webhook_endpoints, the receiver verifies its deliveries',
+      ]);
+      expect(writes()).toEqual([]);
+      const rows = await readEndpoints(database.pool);
+      expect(rows).toMatchObject([{ id: hook.id, name: 'dashboard', url: RECEIVER, events: ['subscriber.created', 'subscriber.updated'], secret: hook.secret }]);
+
+      const accepted = await post();
+      expect(accepted.statusCode).toBe(200);
+      const { rows: stored } = await database.pool.query<{ endpoint_id: string | null }>('select endpoint_id from webhook_deliveries');
+      expect(stored).toEqual([{ endpoint_id: hook.id }]);
+
+      const listed = await cli(['list']);
+      expect(listed.lines.find((l) => l.startsWith(hook.id))).toMatch(/yes$/); // MANAGED
+      await expectNoSecretIn([run, listed]);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('adopting twice changes nothing: same row, updated_at kept, one line saying so', async () => {
+    const hook = dashboardWebhook();
+    const first = await cli(['adopt', hook.id]);
+    expect(first.code).toBe(0);
+    const before = await readEndpoints(database.pool);
+    sim.clearRequests();
+    const second = await cli(['adopt', hook.id]);
+    expect(second.code).toBe(0);
+    expect(second.lines).toEqual([
+      `webhook ${hook.id} "dashboard" (subscriber.created, subscriber.updated → ${RECEIVER}, enabled yes) is already adopted; nothing changed`,
+    ]);
+    expect(await readEndpoints(database.pool)).toEqual(before);
+    expect(writes()).toEqual([]);
+    expect((await adoptWebhook(api(), database.pool, hook.id)).outcome).toBe('unchanged');
+    await expectNoSecretIn([first, second]);
+  });
+
+  it('a webhook changed upstream since it was adopted is refreshed (new URL stored, same secret)', async () => {
+    const hook = dashboardWebhook();
+    await adoptWebhook(api(), database.pool, hook.id);
+    sim.webhooks.update(hook.id, { url: 'https://moved.example.test/webhooks' });
+    const again = await cli(['adopt', hook.id]);
+    expect(again.lines[0]).toContain('was already adopted; refreshed its row and secret in webhook_endpoints');
+    expect(await readEndpoints(database.pool)).toMatchObject([{ id: hook.id, url: 'https://moved.example.test/webhooks', secret: hook.secret }]);
+    await expectNoSecretIn([again]);
+  });
+
+  it('an unknown id is one line, exit 1; a bad or missing id is usage, exit 2; nothing stored', async () => {
+    dashboardWebhook();
+    const unknown = await cli(['adopt', '999']);
+    expect([unknown.code, unknown.error?.message, unknown.lines]).toEqual([1, 'webhook 999 does not exist', []]);
+    sim.clearRequests();
+    const bad = await cli(['adopt', '../1']);
+    const none = await cli(['adopt']);
+    const extra = await cli(['adopt', '1', '2']);
+    for (const r of [bad, none, extra]) {
+      expect(r.code).toBe(2);
+      expect(r.error?.message).toContain('usage: subscriber-mirror webhooks');
+      expect(r.error?.message).toContain('adopt ID');
+    }
+    expect(bad.error?.message.split('\n')[0]).toBe('webhooks adopt: "../1" is not a webhook id (digits, as `webhooks list` shows them)');
+    expect(sim.requests).toEqual([]); // refused before any request
+    expect(await readEndpoints(database.pool)).toEqual([]);
+    await expectNoSecretIn([unknown, bad, none, extra]);
   });
 });
