@@ -7,7 +7,7 @@ import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import dotenv from 'dotenv';
-import { ConfigError, loadConfig, needsForRole, ROLES, secretsOf, type Role } from './config.js';
+import { ConfigError, loadConfig, needsForRole, NOTHING_RECONCILES, readCredentialOf, ROLES, secretsOf, type Role } from './config.js';
 import { runMigrations } from './db/migrate.js';
 import { SUBSCRIBER_TYPES, type SubscriberType } from './db/schema.js';
 import { openDatabase } from './db/client.js';
@@ -36,7 +36,8 @@ commands:
   webhooks replay [--status failed|ignored] [--since DATE]
                                        re-apply stored deliveries
   simulator [options]                  run the mailing-service simulator
-  demo [--subscribers N] [--churn N]   simulator + service + webhooks on this machine
+  demo [--subscribers N] [--churn N] [--source legacy|current]
+                                       simulator + service + webhooks on this machine
   help                                 show this text
 
 configuration comes from the environment (and .env); see docs/operations.md.`;
@@ -58,10 +59,6 @@ const start: Handler = async (args) => {
     throw new UsageError(`--role must be one of ${ROLES.join(', ')}, got "${role}"`);
   }
   const config = loadConfig(process.env, needsForRole(role as Role));
-  // Until the sync worker reads the current API (issue 22's wiring), `start` polls the legacy API only.
-  if (config.sync.source === 'current' && role !== 'receiver') {
-    throw new ConfigError(['SYNC_SOURCE: reading the current API is not wired into start yet; give the legacy settings or use --role receiver']);
-  }
   // Installed before any start-up work: a SIGTERM while migrations run or while Redis is unreachable
   // must stop the process at once, not wait for Docker's SIGKILL. Nothing is half-done by exiting then:
   // each migration is a transaction Postgres rolls back when the connection goes, and nothing has been
@@ -203,20 +200,23 @@ const status: Handler = async (args) => {
   try {
     const rows = await collectStatus(database.pool, { groups: config.sync.groups, types: config.sync.types });
     let pause = null;
-    if (config.legacy.apiKey) {
+    const credential = readCredentialOf(config);
+    if (credential) {
       const { Redis } = await import('ioredis');
       const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1, lazyConnect: true });
       try {
         await redis.connect();
-        const p = await readAuthPause(redis, authPauseKey(config.redisPrefix, config.legacy.apiKey));
+        const p = await readAuthPause(redis, authPauseKey(config.redisPrefix, credential));
         pause = isPaused(p) ? p : null;
       } finally {
         redis.disconnect();
       }
     }
     if (values.json) {
-      process.stdout.write(`${JSON.stringify({ authPause: pause, passes: rows }, null, 2)}\n`);
+      const reads = config.sync.reconciles ? { source: config.sync.source } : { source: null, notice: NOTHING_RECONCILES };
+      process.stdout.write(`${JSON.stringify({ ...reads, authPause: pause, passes: rows }, null, 2)}\n`);
     } else {
+      if (!config.sync.reconciles) process.stdout.write(`${NOTHING_RECONCILES}\n\n`);
       if (pause) {
         process.stdout.write(`POLLING PAUSED until ${new Date(pause.until).toISOString()} after ${pause.failures} auth failure(s): ${pause.message}\n\n`);
       }

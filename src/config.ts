@@ -471,9 +471,20 @@ function problemsOfNeed(env: NodeJS.ProcessEnv, need: ConfigNeed): string[] {
 }
 
 export function needsForRole(role: Role): ConfigNeed[] {
-  if (role === 'worker') return ['poll'];
+  // With no read settings at all, a worker still applies deliveries (a webhook-only install).
+  if (role === 'worker') return ['reconcile'];
   if (role === 'receiver') return ['receive'];
-  return ['poll', 'receive'];
+  return ['reconcile', 'receive'];
+}
+
+/** Said at start, by `status` and on the status page when no read settings are given. */
+export const NOTHING_RECONCILES =
+  'webhook-only install: no read settings (SYNC_SOURCE, SYNC_GROUPS, MAILER_LEGACY_URL/MAILER_API_KEY or MAILER_API_URL/MAILER_API_TOKEN), so nothing reconciles: changes arrive by webhook only, and a missed delivery or a removal the service does not announce is never corrected';
+
+/** The credential passes read with (its auth pause is keyed by it); undefined when nothing reconciles. */
+export function readCredentialOf(config: Config): string | undefined {
+  if (!config.sync.reconciles) return undefined;
+  return config.sync.source === 'legacy' ? config.legacy.apiKey : config.currentApi.token;
 }
 
 /**

@@ -42,29 +42,60 @@ async function demoDatabaseUrl(): Promise<string> {
   return server.replace(/\/postgres$/, `/${DEMO_DATABASE}`);
 }
 
-export async function runDemo(argv: string[]): Promise<void> {
+/**
+ * The read settings of each source against the simulator. The current platform reads and manages
+ * webhooks on one host with one token; it has no date filter, so its full passes are the only reads.
+ */
+function readSettings(
+  source: 'legacy' | 'current',
+  sim: { url: string; apiKey: string; webhooksToken: string },
+): Record<string, string> {
+  const webhooks = { MAILER_WEBHOOKS_URL: sim.url, MAILER_WEBHOOKS_TOKEN: sim.webhooksToken };
+  if (source === 'current') return { ...webhooks, SYNC_SOURCE: 'current' };
+  return { ...webhooks, SYNC_SOURCE: 'legacy', MAILER_LEGACY_URL: sim.url, MAILER_API_KEY: sim.apiKey };
+}
+
+interface DemoOptions {
+  subscribers: number;
+  churn: number;
+  port: number;
+  source: 'legacy' | 'current';
+}
+
+function parseDemoArgs(argv: string[]): DemoOptions {
   let values;
   try {
     ({ values } = parseArgs({
       args: argv,
-      options: {
-        subscribers: { type: 'string' },
-        churn: { type: 'string' },
-        port: { type: 'string' },
-      },
+      options: { subscribers: { type: 'string' }, churn: { type: 'string' }, port: { type: 'string' }, source: { type: 'string' } },
       strict: true,
       allowPositionals: false,
     }));
   } catch (error) {
-    throw new DemoUsageError(`${(error as Error).message}\nusage: subscriber-mirror demo [--subscribers N] [--churn N] [--port N]`);
+    throw new DemoUsageError(`${(error as Error).message}\nusage: subscriber-mirror demo [--subscribers N] [--churn N] [--port N] [--source legacy|current]`);
   }
-  const subscribers = positiveInt('subscribers', values.subscribers, 5_000);
-  const churn = positiveInt('churn', values.churn, 5);
-  const port = positiveInt('port', values.port, 8080);
+  const source = values.source ?? 'legacy';
+  if (source !== 'legacy' && source !== 'current') throw new DemoUsageError(`--source must be legacy or current, got "${source}"`);
+  return {
+    subscribers: positiveInt('subscribers', values.subscribers, 5_000),
+    churn: positiveInt('churn', values.churn, 5),
+    port: positiveInt('port', values.port, 8080),
+    source,
+  };
+}
+
+export async function runDemo(argv: string[]): Promise<void> {
+  const { subscribers, churn, port, source } = parseDemoArgs(argv);
 
   // Service-side delays (batch interval, delivery retries) run 20x faster so changes show quickly;
   // the legacy rate limit stays the real 60 per minute.
-  const sim = await startSimulator({ subscribers, groups: 2, churn, timeScale: 0.05, rateLimitWindowMs: 60_000 });
+  const sim = await startSimulator({
+    subscribers,
+    groups: 2,
+    churn,
+    timeScale: 0.05,
+    rateLimitWindowMs: 60_000,
+  });
   const databaseUrl = await demoDatabaseUrl();
   // A fresh token per run unless one is set: the status page needs one, and a fixed one would be
   // guessable on any machine running the demo.
@@ -73,10 +104,7 @@ export async function runDemo(argv: string[]): Promise<void> {
     {
       ...process.env,
       DATABASE_URL: databaseUrl,
-      MAILER_LEGACY_URL: sim.url,
-      MAILER_API_KEY: sim.apiKey,
-      MAILER_WEBHOOKS_URL: sim.url,
-      MAILER_WEBHOOKS_TOKEN: sim.webhooksToken,
+      ...readSettings(source, sim),
       SYNC_GROUPS: sim.world.groupIds().join(','),
       SYNC_EVERY: process.env.SYNC_EVERY ?? '30s',
       RECONCILE_EVERY: process.env.RECONCILE_EVERY ?? '15m',
@@ -96,7 +124,10 @@ export async function runDemo(argv: string[]): Promise<void> {
   const database = openDatabase(config.databaseUrl, { max: 2 });
   try {
     const api = createWebhooksApi({ baseUrl: sim.url, token: sim.webhooksToken });
-    await registerWebhooks(api, database.pool, { url: `http://127.0.0.1:${service.port}${config.webhookPath}`, name: 'demo' });
+    await registerWebhooks(api, database.pool, {
+      url: `http://127.0.0.1:${service.port}${config.webhookPath}`,
+      name: 'demo',
+    });
   } finally {
     await database.close();
   }
@@ -106,7 +137,7 @@ export async function runDemo(argv: string[]): Promise<void> {
     [
       '',
       `subscriber-mirror demo is running (Ctrl-C to stop)`,
-      `  simulator: ${sim.url}  (${subscribers} subscribers, groups ${sim.world.groupIds().join(', ')}, ${churn} changes/s)`,
+      `  simulator: ${sim.url}  (${source} API, ${subscribers} subscribers, groups ${sim.world.groupIds().join(', ')}, ${churn} changes/s)`,
       `  service:   http://127.0.0.1:${service.port}  (/readyz${service.opsPort === service.port ? ', /metrics' : ''}; webhooks at ${config.webhookPath})`,
       `  status:    http://127.0.0.1:${service.opsPort ?? service.port}/admin/  (log in with the admin token ${adminToken})`,
       `  database:  ${databaseUrl}`,

@@ -13,7 +13,7 @@ import type { ConnectionOptions } from 'bullmq';
 import { Redis } from 'ioredis';
 import type pg from 'pg';
 import type { Config, Role } from './config.js';
-import { secretsOf } from './config.js';
+import { NOTHING_RECONCILES, readCredentialOf, secretsOf } from './config.js';
 import { openDatabase, type Database } from './db/client.js';
 import { migrationsPending, runMigrations } from './db/migrate.js';
 import { configureHistory, purgeHistory } from './mirror/history.js';
@@ -30,6 +30,9 @@ import { createSyncQueue, restoreMissingSchedules, syncSchedules, type ScheduleC
 import { collectStatus } from './sync/status.js';
 import { createOrphanResumer, createSyncWorker, lastFullPasses, resumeOpenFullPasses, type SyncWorker } from './sync/worker.js';
 import { createLegacyClient } from './upstream/legacy.js';
+import { createCurrentClient } from './upstream/current/client.js';
+import { legacySource, type ReadSource } from './sync/source.js';
+import { currentSource } from './sync/current-pass.js';
 import { createLimiter, type Limiter } from './upstream/limiter.js';
 import { createDeliveryConsumer, type DeliveryConsumer } from './webhooks/consumer.js';
 import { registerWebhookRoute, type ReceiverOutcome } from './webhooks/receiver.js';
@@ -132,7 +135,7 @@ interface AdminDeps {
 
 /** The status page, bull-board and the admin API, on the ops listener (or the public one when opted in). */
 async function registerAdmin(ops: Parameters<typeof registerAdminRoutes>[0], config: Config, token: string, deps: AdminDeps): Promise<void> {
-  const apiKey = config.legacy.apiKey;
+  const apiKey = readCredentialOf(config);
   await registerAdminRoutes(ops, {
     token,
     pool: deps.pool,
@@ -140,7 +143,8 @@ async function registerAdmin(ops: Parameters<typeof registerAdminRoutes>[0], con
     extraQueues: [deps.consumer.queue],
     configured: { groups: config.sync.groups, types: config.sync.types },
     authPause: apiKey ? () => readAuthPause(deps.redis, authPauseKey(config.redisPrefix, apiKey)) : undefined,
-    syncEveryMs: config.sync.everyMs,
+    syncEveryMs: passIntervalMs(config),
+    ...(config.sync.reconciles ? {} : { notice: NOTHING_RECONCILES }),
     sessions: createSessionStore(deps.redis, { prefix: config.redisPrefix, token }),
     logger: deps.log,
     metrics: deps.metrics,
@@ -178,7 +182,7 @@ export async function startService(config: Config, role: Role): Promise<RunningS
     retentionMs: config.webhookRetentionMs,
     failedRetentionMs: config.webhookFailedRetentionMs,
   });
-  const polling = polls ? await startPolling(config, database.pool, redis, workerConnection, log, metrics) : null;
+  const polling = polls ? await startReads(config, database.pool, redis, workerConnection, log, metrics) : null;
   const syncQueue = polling?.queue ?? createSyncQueue(queueConnection, config.redisPrefix);
   // The receiver runs without Redis (readiness ignores it): its errors go through the logger, not raw to stderr.
   if (!polling) syncQueue.on('error', (error) => log.debug({ err: describeConnectionError(error) }, 'sync queue error'));
@@ -333,6 +337,11 @@ async function recordQueueDepths(metrics: Metrics, queues: Array<{ name: string;
   }
 }
 
+/** How often a pass of each group × type is due: SYNC_EVERY, or RECONCILE_EVERY for the current API (full passes only). */
+function passIntervalMs(config: Config): number {
+  return config.sync.source === 'current' ? config.sync.reconcileEveryMs : config.sync.everyMs;
+}
+
 /** Cursor age and drift per group × type, from our own tables (no upstream requests). */
 async function recordSyncGauges(metrics: Metrics, pool: pg.Pool, config: Config): Promise<void> {
   try {
@@ -340,7 +349,7 @@ async function recordSyncGauges(metrics: Metrics, pool: pg.Pool, config: Config)
     const now = Date.now();
     for (const r of rows) {
       const labels = { group: r.groupId, type: r.type };
-      metrics.syncInterval.set(labels, config.sync.everyMs / 1000);
+      metrics.syncInterval.set(labels, passIntervalMs(config) / 1000);
       metrics.mirrored.set(labels, r.mirrored);
       if (r.cursor) metrics.cursorAge.set(labels, Math.max(0, (now - Date.parse(r.cursor)) / 1000));
       if (r.lastSuccessAt) metrics.lastSuccess.set(labels, Date.parse(r.lastSuccessAt) / 1000);
@@ -369,18 +378,9 @@ interface Polling {
   stop(timeoutMs: number): Promise<void>;
 }
 
-/** Schedules passes for the configured groups, resumes open full passes, and runs the sync worker. */
-async function startPolling(
-  config: Config,
-  pool: pg.Pool,
-  redis: Redis,
-  connection: ConnectionOptions,
-  log: Logger,
-  metrics: Metrics,
-): Promise<Polling> {
-  const legacyUrl = config.legacy.url as string;
-  const apiKey = config.legacy.apiKey as string;
-  const limiter: Limiter = createLimiter({
+/** The shared rate limiter of every replica (invariant 7): API_RATE_LIMIT, 60 a minute legacy, 120 current. */
+function createSharedLimiter(config: Config, log: Logger): Limiter {
+  return createLimiter({
     mode: 'redis',
     redisUrl: config.redisUrl,
     prefix: config.redisPrefix,
@@ -390,65 +390,102 @@ async function startPolling(
     jobExpirationMs: config.upstreamTimeoutMs + 5_000,
     logger: log,
   });
+}
+
+/** Upstream request metrics and the limiter's waits, for the clients of either source. */
+function upstreamHooks(api: 'legacy' | 'current', limiter: Limiter, metrics: Metrics) {
+  let lastWaitMsTotal = 0;
+  return {
+    onResponse: (info: { status: number }) => {
+      metrics.upstreamRequests.inc({ api, outcome: String(info.status) });
+      // The limiter reports a running total of wait time; record what accrued since.
+      const total = limiter.stats().waitMsTotal;
+      if (total > lastWaitMsTotal) metrics.limiterWait.observe((total - lastWaitMsTotal) / 1000);
+      lastWaitMsTotal = total;
+    },
+  };
+}
+
+/** SYNC_SOURCE's read source (docs/architecture.md, "Read sources"), with a fresh client per pass. */
+function createReadSource(config: Config, limiter: Limiter, log: Logger, metrics: Metrics): ReadSource {
+  const common = { sourceTimezone: config.legacy.sourceTimezone, pageSize: config.sync.pageSize };
+  if (config.sync.source === 'current') {
+    const hooks = upstreamHooks('current', limiter, metrics);
+    const clientFactory = () =>
+      createCurrentClient({
+        baseUrl: config.currentApi.url as string,
+        token: config.currentApi.token as string,
+        limiter,
+        http: { timeoutMs: config.upstreamTimeoutMs, hooks },
+      });
+    return currentSource({ ...common, clientFactory });
+  }
+  const hooks = upstreamHooks('legacy', limiter, metrics);
+  const legacyFactory = () =>
+    createLegacyClient({
+      baseUrl: config.legacy.url as string,
+      apiKey: config.legacy.apiKey as string,
+      apiKeyHeader: config.legacy.apiKeyHeader,
+      limiter,
+      logger: log,
+      http: { timeoutMs: config.upstreamTimeoutMs, hooks },
+    });
+  return legacySource({ ...common, legacyFactory, lookbackMs: config.sync.lookbackMs });
+}
+
+/** The poll path when read settings are given; a webhook-only install says that nothing reconciles. */
+async function startReads(...args: Parameters<typeof startPolling>): Promise<Polling | null> {
+  const [config, , , , log] = args;
+  if (config.sync.reconciles) return startPolling(...args);
+  log.warn(NOTHING_RECONCILES);
+  return null;
+}
+
+/** Schedules passes for the configured groups, resumes open full passes, and runs the sync worker. */
+async function startPolling(
+  config: Config,
+  pool: pg.Pool,
+  redis: Redis,
+  connection: ConnectionOptions,
+  log: Logger,
+  metrics: Metrics,
+): Promise<Polling> {
+  const credential = readCredentialOf(config) as string;
+  const limiter = createSharedLimiter(config, log);
+  const source = createReadSource(config, limiter, log, metrics);
   const queue = createSyncQueue(connection, config.redisPrefix);
   // Without a listener, a Redis hiccup is printed raw to stderr instead of through the logger.
   queue.on('error', (error) => log.warn({ err: describeConnectionError(error) }, 'sync queue error'));
+  const { groups, types } = config.sync;
   const scheduleConfig: ScheduleConfig = {
-    groups: config.sync.groups,
-    types: config.sync.types,
+    groups,
+    types,
     everyMs: config.sync.everyMs,
     reconcileEveryMs: config.sync.reconcileEveryMs,
+    incremental: source.incremental,
   };
   const changes = await syncSchedules(queue, scheduleConfig, await lastFullPasses(pool));
-  const resumed = await resumeOpenFullPasses(queue, pool, config.sync.groups, config.sync.types);
-  log.info({ schedulers: changes.upserted.length, removed: changes.removed, resumed: resumed.length }, 'poll schedules in place');
-  const resumeOrphans = createOrphanResumer({
-    queue,
-    pool,
-    redis,
-    prefix: config.redisPrefix,
-    groups: config.sync.groups,
-    types: config.sync.types,
-  });
-  const pauseKey = authPauseKey(config.redisPrefix, apiKey);
+  const resumed = await resumeOpenFullPasses(queue, pool, groups, types);
+  log.info({ source: source.name, schedulers: changes.upserted.length, removed: changes.removed, resumed: resumed.length }, 'poll schedules in place');
+  const resumeOrphans = createOrphanResumer({ queue, pool, redis, prefix: config.redisPrefix, groups, types });
+  const pauseKey = authPauseKey(config.redisPrefix, credential);
   const scheduleWatch = watchSchedules(queue, pool, scheduleConfig, log, async () => {
-    // While the API key is rejected, a resume would only be skipped: leave it to the end of the pause.
+    // While the credential is rejected, a resume would only be skipped: leave it to the end of the pause.
     if (isPaused(await readAuthPause(redis, pauseKey))) return [];
     return resumeOrphans();
   });
-
-  let lastWaitMsTotal = 0;
   const worker: SyncWorker = createSyncWorker({
     pool,
     redis,
     connection,
     prefix: config.redisPrefix,
-    apiKey,
-    legacyFactory: () =>
-      createLegacyClient({
-        baseUrl: legacyUrl,
-        apiKey,
-        apiKeyHeader: config.legacy.apiKeyHeader,
-        limiter,
-        logger: log,
-        http: {
-          timeoutMs: config.upstreamTimeoutMs,
-          hooks: {
-            onResponse: (info) => {
-              metrics.upstreamRequests.inc({ api: 'legacy', outcome: String(info.status) });
-              // The limiter reports a running total of wait time; record what accrued since.
-              const total = limiter.stats().waitMsTotal;
-              if (total > lastWaitMsTotal) metrics.limiterWait.observe((total - lastWaitMsTotal) / 1000);
-              lastWaitMsTotal = total;
-            },
-          },
-        },
-      }),
+    apiKey: credential,
+    source,
     logger: log,
     sourceTimezone: config.legacy.sourceTimezone,
     lookbackMs: config.sync.lookbackMs,
     pageSize: config.sync.pageSize,
-    types: config.sync.types,
+    types,
     metrics,
   });
   return {

@@ -345,6 +345,8 @@ export const syncState = pgTable(
     lastFullCompletedAt: tstz('last_full_completed_at'),
     /** Unused since the page cap is learned once per install (`upstream_paging`); kept for old readers. */
     effectiveLimit: integer('effective_limit'),
+    /** Current API: the cursor of the next page of the open full pass (null: its first page), committed with each page. */
+    fullCursor: text('full_cursor'),
     /** Ids at the end of the last committed page of the open full pass: a resumed pass joins on them. */
     fullTailIds: text('full_tail_ids').array(),
     /** False once the open full pass met a page it could not join to the previous one (rows may be skipped). */

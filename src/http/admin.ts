@@ -45,6 +45,8 @@ export interface AdminDeps {
   configured: { groups: readonly string[]; types: readonly SubscriberType[] };
   /** The API-key pause of the poll path (null when not polling or not paused). */
   authPause?: () => Promise<AuthPause | null>;
+  /** Shown above the status page and in /admin/status (a webhook-only install: nothing reconciles). */
+  notice?: string;
   /** SYNC_EVERY in ms: the status page colours freshness against it. */
   syncEveryMs: number;
   sessions: SessionStore;
@@ -374,6 +376,7 @@ function registerStatusRoutes(admin: FastifyInstance, g: Guard): void {
           everyMs: g.deps.syncEveryMs,
           passes,
           authPause: isPaused(authPause, now) ? authPause : null,
+          notice: g.deps.notice ?? null,
           inbox,
           failed,
           refreshSeconds: REFRESH_SECONDS,
@@ -416,6 +419,7 @@ function registerStatusRoutes(admin: FastifyInstance, g: Guard): void {
   });
 
   admin.get('/admin/status', async () => ({
+    ...(g.deps.notice ? { notice: g.deps.notice } : {}),
     authPause: g.deps.authPause ? await g.deps.authPause().catch(() => null) : null,
     passes: await collectStatus(g.deps.pool, g.deps.configured),
   }));

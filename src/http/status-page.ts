@@ -16,6 +16,8 @@ export interface StatusPageData {
   everyMs: number;
   passes: readonly StatusRow[];
   authPause: AuthPause | null;
+  /** Said above everything when set: a webhook-only install, where nothing reconciles. */
+  notice?: string | null;
   inbox: Readonly<Record<string, number>>;
   failed: readonly FailedDelivery[];
   refreshSeconds: number;
@@ -80,10 +82,11 @@ function passRow(row: StatusRow, data: StatusPageData): string {
 
 function pauseBanner(pause: AuthPause | null, now: number): string {
   if (!pause || pause.until <= now) return '';
-  return `<div class="banner" role="alert" id="auth-pause"><strong>Polling is paused:</strong> the service rejected the API key
+  // The message says what to fix: a rejected key or token, or a legacy key whose account has moved.
+  return `<div class="banner" role="alert" id="auth-pause"><strong>Polling is paused:</strong> the service rejected the read credential
 (${escapeHtml(pause.failures)} failure${pause.failures === 1 ? '' : 's'} since ${escapeHtml(new Date(pause.since).toISOString())}).
-Next try ${escapeHtml(new Date(pause.until).toISOString())}. Service said: <q>${escapeHtml(pause.message)}</q>.
-Fix <code>MAILER_API_KEY</code> and restart the workers.</div>`;
+Next try ${escapeHtml(new Date(pause.until).toISOString())}. <q>${escapeHtml(pause.message)}</q>
+Fix the read settings (<code>MAILER_API_KEY</code>, or <code>MAILER_API_TOKEN</code> with <code>SYNC_SOURCE=current</code>) and restart the workers.</div>`;
 }
 
 function failedRows(failed: readonly FailedDelivery[]): string {
@@ -126,6 +129,7 @@ export function renderStatusPage(data: StatusPageData, nonce: string): string {
 <p class="muted">As of ${escapeHtml(new Date(data.now).toISOString())} · refreshes every ${escapeHtml(data.refreshSeconds)} s ·
 passes every ${escapeHtml(formatAge(data.everyMs))}: green within 1.5 intervals, yellow up to 3, red beyond.</p>
 <nav>${links}<form method="post" action="logout"><button type="submit">Log out</button></form></nav>
+${data.notice ? `<div class="banner" role="status" id="notice">${escapeHtml(data.notice)}</div>` : ''}
 ${pauseBanner(data.authPause, data.now)}
 <h2>Groups × types</h2>
 <table id="passes"><thead><tr><th>group</th><th>type</th><th>last success</th><th>last run</th><th>cursor</th>

@@ -18,9 +18,10 @@
  * before it, and the one after it is dropped if it now equals it, so the timeline does not depend
  * on arrival order. Rows are only ever inserted (or deleted): `valid_to` is derived by the view.
  *
- * Poll versions are coarse: legacy times have whole seconds and a listing shows only the last state
- * of that second. So a poll version is not recorded when a webhook version of the same second is
- * known, and a webhook version replaces poll versions of its second that are earlier than it.
+ * Poll versions are coarse: legacy times, and the current API's list dates, have whole seconds and a
+ * listing shows only the last state of that second (via 'poll' and 'current' alike). So a poll
+ * version is not recorded when a webhook version of the same second is known, and a webhook
+ * version replaces poll versions of its second that are earlier than it.
  */
 import { erasedSql, eraseSetSql, holdsAnySql, SUBSCRIBER_CONTENT } from '../db/subscriber-columns.js';
 import type { SubscriberRow } from './normalize.js';
@@ -117,7 +118,7 @@ c as (
          n.valid_from as n_from, ${cols.map((col) => `n.${col} as n_${col}`).join(', ')},
          coalesce((select s.forget_at is not null from subscribers s where s.id = i.subscriber_id), false) as forgotten,
          (select s.version_at from subscribers s where s.id = i.subscriber_id) as current_from,
-         (i.via = 'poll' and (
+         (i.via in ('poll', 'current') and (
            exists (select 1 from subscriber_versions_past w
                     where w.subscriber_id = i.subscriber_id and w.via = 'webhook'
                       and w.valid_from >= i.valid_from and w.valid_from < i.valid_from + interval '1 second')
@@ -128,7 +129,7 @@ c as (
   left join lateral (
     select * from subscriber_versions_past v
      where v.subscriber_id = i.subscriber_id and v.valid_from <= i.valid_from
-       and not (i.via = 'webhook' and v.via = 'poll'
+       and not (i.via = 'webhook' and v.via in ('poll', 'current')
                 and v.valid_from >= date_trunc('second', i.valid_from) and v.valid_from < i.valid_from)
      order by v.valid_from desc limit 1) p on true
   left join lateral (
@@ -171,7 +172,7 @@ dropped as (
 ),
 superseded as (
   delete from subscriber_versions_past v using i
-   where i.via = 'webhook' and v.subscriber_id = i.subscriber_id and v.via = 'poll'
+   where i.via = 'webhook' and v.subscriber_id = i.subscriber_id and v.via in ('poll', 'current')
      and v.valid_from >= date_trunc('second', i.valid_from) and v.valid_from < i.valid_from
   returning 1
 )

@@ -1,6 +1,7 @@
 /**
  * BullMQ job schedulers for the poll path (docs/architecture.md, "Poll path"): one incremental scheduler per
- * (group, type) every SYNC_EVERY and one full scheduler every RECONCILE_EVERY. `syncSchedules` is
+ * (group, type) every SYNC_EVERY (legacy source only: the current API has no date filter) and one full
+ * scheduler every RECONCILE_EVERY. `syncSchedules` is
  * idempotent (run at every start by every replica) and removes schedulers of groups or types that
  * are no longer configured.
  */
@@ -73,6 +74,8 @@ export interface ScheduleConfig {
   types: readonly SubscriberType[];
   everyMs: number;
   reconcileEveryMs: number;
+  /** The source reads by date filter (legacy); without, only full passes are scheduled (default true). */
+  incremental?: boolean;
 }
 
 /**
@@ -102,10 +105,12 @@ function wantedSchedulers(config: ScheduleConfig, lastFull: LastFullPasses, now:
   const wanted = new Map<string, WantedScheduler>();
   for (const groupId of config.groups) {
     for (const type of config.types) {
-      wanted.set(schedulerId('incremental', groupId, type), {
-        every: config.everyMs,
-        data: { groupId, type, mode: 'incremental', trigger: 'schedule' },
-      });
+      if (config.incremental !== false) {
+        wanted.set(schedulerId('incremental', groupId, type), {
+          every: config.everyMs,
+          data: { groupId, type, mode: 'incremental', trigger: 'schedule' },
+        });
+      }
       const completed = lastFull.get(fullPassKey(groupId, type));
       const due = completed === undefined ? undefined : completed + config.reconcileEveryMs;
       wanted.set(schedulerId('full', groupId, type), {

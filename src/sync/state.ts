@@ -94,7 +94,7 @@ export interface OpenFullPass {
 export async function openFullPass(db: Queryable, groupId: string, type: string, opts: { restart?: boolean } = {}): Promise<OpenFullPass> {
   // A restart drops an open checkpoint: the pass opened now starts from the top.
   if (opts.restart) {
-    await db.query(`update sync_state set full_offset = null, full_tail_ids = null, updated_at = now() where group_id = $1 and type = $2 and full_offset is not null`, [
+    await db.query(`update sync_state set full_offset = null, full_tail_ids = null, full_cursor = null, updated_at = now() where group_id = $1 and type = $2 and full_offset is not null`, [
       groupId,
       type,
     ]);
@@ -164,6 +164,7 @@ export async function markRunSucceeded(db: Queryable, groupId: string, type: str
             last_error = null, rows_last_run = $5, rows_seen_last_run = $6, requests_last_run = $7,
             full_offset = case when $8 then null else full_offset end,
             full_tail_ids = case when $8 then null else full_tail_ids end,
+            full_cursor = case when $8 then null else full_cursor end,
             last_full_completed_at = case when $8 then now() else last_full_completed_at end,
             prev_proof_started_at = case when $8 and full_continuous then proof_started_at else prev_proof_started_at end,
             proof_started_at = case when $8 and full_continuous then full_started_at else proof_started_at end,
@@ -237,6 +238,49 @@ export async function removalCutoff(db: Queryable, groupId: string, types: reado
   const row = rows[0];
   if (!row || row.complete < types.length) return null;
   return row.cutoff;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Full passes of the current API: the checkpoint is the service's cursor (docs/upstream-current.md)
+
+export interface OpenCursorPass {
+  startedAt: string;
+  /** Where to read next: a cursor the service handed out, null for the list's first page. */
+  cursor: string | null;
+  /** Pages committed so far (kept in `full_offset`, so that an open pass looks open to every reader). */
+  pages: number;
+}
+
+/** Opens a full pass by cursor (or keeps the open one): its start time and where to resume. */
+export async function openCursorPass(db: Queryable, groupId: string, type: string, opts: { restart?: boolean } = {}): Promise<OpenCursorPass> {
+  // A restart drops an open checkpoint: the pass opened now starts from the first page.
+  if (opts.restart) {
+    await db.query(`update sync_state set full_offset = null, full_cursor = null, updated_at = now() where group_id = $1 and type = $2 and full_offset is not null`, [groupId, type]);
+  }
+  const { rows } = await db.query<OpenCursorPass>(
+    `update sync_state
+        set full_started_at = case when full_offset is null then now() else full_started_at end,
+            full_cursor = case when full_offset is null then null else full_cursor end,
+            full_tail_ids = null, full_continuous = true,
+            full_offset = coalesce(full_offset, 0), updated_at = now()
+      where group_id = $1 and type = $2
+      returning ${iso('full_started_at')} as "startedAt", full_cursor as cursor, full_offset as pages`,
+    [groupId, type],
+  );
+  const row = rows[0];
+  if (!row) throw new Error(`sync_state row missing for group ${groupId} type ${type}`);
+  return row;
+}
+
+/**
+ * Called inside the page's transaction (invariant 3): the next cursor commits with the rows it
+ * covers. A cursor pass skips no survivor, so it stays continuous.
+ */
+export async function saveCursorCheckpoint(db: Queryable, groupId: string, type: string, checkpoint: { nextCursor: string | null; pages: number }): Promise<void> {
+  await db.query(
+    `update sync_state set full_cursor = $3, full_offset = $4, updated_at = now() where group_id = $1 and type = $2`,
+    [groupId, type, checkpoint.nextCursor, checkpoint.pages],
+  );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -15,7 +15,8 @@ import { authPauseKey, clearAuthPause, isPaused, readAuthPause, recordAuthFailur
 import { decide, decideAfterPass, passesToProve, type DecisionJob, type DecisionState, type Need, type TypeProof } from './decide.js';
 import { tryAcquirePassLock, type HeldLock } from './lock.js';
 import { membersAwaitingProof } from '../mirror/store.js';
-import { PassInterruptedError, runPass, type PassProgress, type PassResult } from './poll.js';
+import { PassInterruptedError, type PassProgress, type PassResult } from './poll.js';
+import { legacySource, type ReadSource } from './source.js';
 import { SYNC_QUEUE, enqueueResume, fullPassDedupId, fullPassKey, type LastFullPasses, type PassJobData, type PassJobResult } from './schedule.js';
 import { listSyncStates, readSyncState, type SyncStateRow } from './state.js';
 
@@ -27,7 +28,9 @@ export interface SyncWorkerDeps {
   connection: ConnectionOptions;
   prefix: string;
   /** A fresh client per pass, so the per-pass request count is exact; all share one limiter. */
-  legacyFactory: () => LegacyClient;
+  legacyFactory?: () => LegacyClient;
+  /** Where passes read from (source.ts); the legacy API through `legacyFactory` when not given. */
+  source?: ReadSource;
   apiKey: string;
   logger: Logger;
   sourceTimezone: string;
@@ -194,20 +197,23 @@ async function waitForTurn(ctx: WorkerContext, job: Job<PassJobData, PassJobResu
   throw new DelayedError();
 }
 
+/** The configured read source, else the legacy API from the worker's legacy settings. */
+function readSourceOf(deps: SyncWorkerDeps): ReadSource {
+  if (deps.source) return deps.source;
+  if (!deps.legacyFactory) throw new Error('sync worker: neither a read source nor a legacy client factory was given');
+  return legacySource({ legacyFactory: deps.legacyFactory, sourceTimezone: deps.sourceTimezone, lookbackMs: deps.lookbackMs, pageSize: deps.pageSize });
+}
+
 /** Runs one pass of (groupId, type) under `lock` and records its metrics; a failure is recorded and thrown. */
 async function runOnePass(ctx: WorkerContext, job: Job<PassJobData, PassJobResult>, type: SubscriberType, lock: HeldLock, restart: boolean): Promise<PassResult> {
   const { deps, log, pauseKey } = ctx;
   const { groupId, mode } = job.data;
   const startedAt = Date.now();
   try {
-    const result = await runPass(
+    const result = await readSourceOf(deps).runPass(
       {
         pool: deps.pool,
-        legacy: deps.legacyFactory(),
         logger: log,
-        sourceTimezone: deps.sourceTimezone,
-        lookbackMs: deps.lookbackMs,
-        pageSize: deps.pageSize,
         groupTypes: deps.types,
         // Best effort: progress lives in Redis, which may have lost the job (restart without
         // persistence); the pass's real state is in Postgres and must not fail with it.
@@ -245,10 +251,10 @@ function recordPassMetrics(deps: SyncWorkerDeps, groupId: string, type: Subscrib
   if (!metrics) return;
   metrics.authPaused.set(0);
   metrics.passDuration.observe({ mode: result.mode, outcome: 'succeeded' }, (Date.now() - startedAt) / 1000);
-  for (const outcome of ['inserted', 'updated', 'unchanged', 'skipped'] as const) metrics.rowsWritten.inc({ via: 'poll', result: outcome }, result.counts[outcome]);
+  for (const outcome of ['inserted', 'updated', 'unchanged', 'skipped'] as const) metrics.rowsWritten.inc({ via: readSourceOf(deps).via, result: outcome }, result.counts[outcome]);
   if (result.futureRows > 0) metrics.futureRows.inc({ group: groupId, type }, result.futureRows);
   if (result.gaps > 0) metrics.passGaps.inc({ group: groupId, type }, result.gaps);
-  if (result.removed > 0) metrics.membersRemoved.inc({ via: 'poll' }, result.removed);
+  if (result.removed > 0) metrics.membersRemoved.inc({ via: readSourceOf(deps).via }, result.removed);
   if (result.mode === 'full') {
     metrics.passStepBacks.inc({ group: groupId, type }, result.stepBacks);
   }

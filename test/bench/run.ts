@@ -4,12 +4,13 @@
  * reported for context) with the baseline measured in the same run, the ratio, the goal and whether
  * it is met, plus the machine; writes everything to `bench-results.json` at the repo root.
  *
- * Names: store, poll, passes, webhooks (= webhooks + freshness), freshness, memory. Default: all, in that
+ * Names: store, poll, passes, current, webhooks (= webhooks + freshness), freshness, memory. Default: all, in that
  * order, with a Postgres CHECKPOINT before each.
  * Flags (defaults fit a few minutes on 2 cores):
  *   --store-rows 50000 --store-repeats 3
  *   --poll-subscribers 50000 --poll-repeats 2 --poll-types all|active,…
  *   --passes-subscribers 20000 --passes-page-size 500
+ *   --current-subscribers 50000
  *   --memory-sizes 100000,1000000     (--quick: 100000,300000)
  *   --webhooks-seconds 5 --webhooks-connections 64
  *   --freshness-seconds 10 --freshness-rate 500
@@ -28,6 +29,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import type { SubscriberType } from '../../src/db/schema.js';
+import { benchCurrent, type CurrentBenchFigures } from './current.bench.js';
 import { benchFreshness, type FreshnessResult } from './freshness.bench.js';
 import { printTable, round, type BenchFigure, type BenchResult } from './lib/report.js';
 import { describeMachine, formatMachine, type MachineInfo } from './lib/machine.js';
@@ -49,13 +51,14 @@ import { benchWebhooks, type WebhookBenchFigures } from './webhooks.bench.js';
  * Run order. Memory goes last: its parent process (this one) holds the 1M-subscriber simulator world,
  * and the GC of that heap would otherwise land in the webhook benchmarks, whose receiver runs here too.
  */
-const BENCHES = ['store', 'poll', 'passes', 'webhooks', 'freshness', 'memory'] as const;
+const BENCHES = ['store', 'poll', 'passes', 'current', 'webhooks', 'freshness', 'memory'] as const;
 type BenchName = (typeof BENCHES)[number];
 /** What each name on the command line selects. */
 const SELECTS: Record<BenchName, BenchName[]> = {
   store: ['store'],
   poll: ['poll'],
   passes: ['passes'],
+  current: ['current'],
   memory: ['memory'],
   webhooks: ['webhooks', 'freshness'],
   freshness: ['freshness'],
@@ -89,6 +92,7 @@ interface RunOptions {
   pollTypes: SubscriberType[] | null;
   passesSubscribers: number;
   passesPageSize: number;
+  currentSubscribers: number;
   memorySizes: number[];
   webhooksSeconds: number;
   webhooksConnections: number;
@@ -141,6 +145,7 @@ const SMOKE = {
   pollRepeats: 1,
   passesSubscribers: 2_000,
   passesPageSize: 50,
+  currentSubscribers: 2_000,
   memorySizes: [5_000, 10_000],
   webhooksSeconds: 1,
   webhooksConnections: 8,
@@ -167,7 +172,7 @@ function parseArgs(argv: readonly string[]): RunOptions {
     else throw new UsageError(`unknown benchmark "${arg}" (choose from ${BENCHES.join(', ')})`);
   }
   const known = new Set([
-    'store-rows', 'store-repeats', 'poll-subscribers', 'poll-repeats', 'poll-types', 'passes-subscribers', 'passes-page-size', 'memory-sizes',
+    'store-rows', 'store-repeats', 'poll-subscribers', 'poll-repeats', 'poll-types', 'passes-subscribers', 'passes-page-size', 'current-subscribers', 'memory-sizes',
     'webhooks-seconds', 'webhooks-connections', 'freshness-seconds', 'freshness-rate', 'json',
   ]);
   const unknown = [...flags.keys()].filter((f) => !known.has(f));
@@ -205,6 +210,7 @@ function parseArgs(argv: readonly string[]): RunOptions {
     pollTypes,
     passesSubscribers: num('passes-subscribers', smoke ? SMOKE.passesSubscribers : 20_000),
     passesPageSize: num('passes-page-size', smoke ? SMOKE.passesPageSize : 500),
+    currentSubscribers: num('current-subscribers', smoke ? SMOKE.currentSubscribers : 50_000),
     memorySizes,
     webhooksSeconds: num('webhooks-seconds', smoke ? SMOKE.webhooksSeconds : 5),
     webhooksConnections: num('webhooks-connections', smoke ? SMOKE.webhooksConnections : 64),
@@ -221,6 +227,7 @@ const USAGE = `usage: npm run bench [-- NAME…] [--quick | --smoke] [flags]
   --store-rows N (50000)  --store-repeats N (3)
   --poll-subscribers N (50000)  --poll-repeats N (2)  --poll-types all|active,… (all)
   --passes-subscribers N (20000)  --passes-page-size N (500)
+  --current-subscribers N (50000)
   --memory-sizes A,B (100000,1000000; --quick: 100000,300000)
   --webhooks-seconds N (5)  --webhooks-connections N (64)
   --freshness-seconds N (10)  --freshness-rate N (500)
@@ -391,6 +398,31 @@ function passesRows(p: PassesBenchFigures): SummaryRow[] {
         note: `${compact(p.members)} members, page ${p.pageSize}: ${d.stepBacks} step backs, ${d.gaps} gaps, ${d.left} left, ${d.falseRemovals} false removals, ${d.notEnded} leavers not ended by the confirming pass`,
       }),
     ),
+  ];
+}
+
+function currentRows(c: CurrentBenchFigures): SummaryRow[] {
+  return [
+    row({
+      bench: 'current',
+      figure: 'full pass by cursor, requests',
+      value: c.requests.fullPass,
+      unit: 'requests',
+      baselineLabel: 'minimum: pages of 100 + 1 count, per status',
+      baseline: c.requests.minimum,
+      goals: [{ on: 'ratio', op: '<=', target: 1.01 }],
+      note: `${c.members.toLocaleString('en-US')} members; 500 asked per page, ${c.pageCap} served; ${c.rowsPerSecond.toLocaleString('en-US')} rows/s end to end without a rate limit`,
+    }),
+    row({
+      bench: 'current',
+      figure: 'first full mirror of 1M members at 120/min (computed)',
+      value: c.million.minutes,
+      unit: 'min',
+      baselineLabel: null,
+      baseline: null,
+      goals: [],
+      note: `${c.million.requests.toLocaleString('en-US')} requests (the measured ratio to the minimum applied to 1M), 2 % limiter margin`,
+    }),
   ];
 }
 
@@ -565,6 +597,7 @@ interface Results {
   store?: BenchResult;
   poll?: PollBenchFigures;
   passes?: PassesBenchFigures;
+  current?: CurrentBenchFigures;
   memory?: MemoryBenchFigures;
   webhooks?: WebhookBenchFigures;
   freshness?: FreshnessResult;
@@ -599,6 +632,11 @@ async function runOne(name: BenchName, o: RunOptions, results: Results, log: (li
       const r = await benchPasses({ subscribers: o.passesSubscribers, pageSize: o.passesPageSize, databaseUrl: o.databaseUrl, log });
       results.passes = r;
       return passesRows(r);
+    }
+    case 'current': {
+      const r = await benchCurrent({ subscribers: o.currentSubscribers, databaseUrl: o.databaseUrl, log });
+      results.current = r;
+      return currentRows(r);
     }
     case 'memory': {
       const r = await benchMemory({ sizes: o.memorySizes, databaseUrl: o.databaseUrl, log });

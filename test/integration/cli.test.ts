@@ -81,15 +81,16 @@ describe('subscriber-mirror CLI', () => {
     expect(result.stderr).not.toContain('secret-key-0001');
   });
 
-  it('start refuses to read the current API until that source is wired, naming SYNC_SOURCE', async () => {
+  it('start reading the current API without its token exits 2 naming MAILER_API_TOKEN (and prints no secret)', async () => {
     const result = await runCli(['start', '--role', 'worker'], {
+      SYNC_SOURCE: 'current',
       MAILER_API_URL: 'http://127.0.0.1:1',
-      MAILER_API_TOKEN: 'token-not-to-print',
+      MAILER_API_KEY: 'legacy-key-not-to-print',
       SYNC_GROUPS: '1',
     });
     expect(result.code).toBe(2);
-    expect(result.stderr).toContain('SYNC_SOURCE: reading the current API is not wired into start yet');
-    expect(result.stderr).not.toContain('token-not-to-print');
+    expect(result.stderr).toContain('MAILER_API_TOKEN: required for polling the current API');
+    expect(result.stderr).not.toContain('legacy-key-not-to-print');
   });
 
   it('start with an unreachable DATABASE_URL exits non-zero with one clear line and no stack trace', async () => {

@@ -62,3 +62,36 @@ describe('npm run demo, first minute', () => {
     expect(rows[0]?.n).toBeGreaterThan(0);
   });
 });
+
+describe('npm run demo -- --source current', () => {
+  let database: TestDatabase;
+  let demo: ChildService;
+  const prefix = uniquePrefix('demo-current');
+
+  beforeAll(async () => {
+    database = await createTestDatabase();
+    demo = startChildCli(['demo', '--port', '0', '--source', 'current', '--subscribers', '1000'], { DATABASE_URL: database.url, REDIS_URL: redisUrl(), REDIS_PREFIX: prefix }, () => null);
+  });
+
+  afterAll(async () => {
+    await demo?.stop();
+    await database?.drop();
+    await deleteInstallKeys(prefix);
+  });
+
+  it('reads the current API by cursor and receives webhooks, with no warning or error line', async () => {
+    const counts = await waitFor(
+      'rows from the current API and from webhooks',
+      async () => {
+        const { rows } = await database.pool.query<{ via: string; n: number }>(`select mirrored_via as via, count(*)::int as n from subscribers group by 1`);
+        const byVia = Object.fromEntries(rows.map((r) => [r.via, r.n]));
+        return byVia.current && byVia.webhook ? byVia : null;
+      },
+      60_000,
+      500,
+    );
+    expect(counts.poll).toBeUndefined();
+    expect(demo.lines.filter((l) => typeof l === 'string').join('\n')).toContain('(current API,');
+    expect(demo.lines.filter(isWarningOrError).map((l) => (typeof l === 'string' ? l : JSON.stringify(l)))).toEqual([]);
+  }, 90_000);
+});

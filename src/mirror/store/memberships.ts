@@ -189,19 +189,21 @@ export async function removeMembersNotSeenSince(
   groupId: string,
   seenBefore: string,
   at: string,
-  opts: { type?: string } = {},
+  opts: { type?: string; via?: MirrorSource } = {},
 ): Promise<number> {
   assertId(groupId, 'groupId');
   assertTimestamp(seenBefore, 'seenBefore');
   assertTimestamp(at, 'at');
+  const via = opts.via ?? 'poll';
+  assertVia(via);
   const res = await run(
     exec,
-    `update group_members set removed_at = $3::timestamptz, mirrored_at = now(), mirrored_via = 'poll'
+    `update group_members set removed_at = $3::timestamptz, mirrored_at = now(), mirrored_via = $5
      where group_id = $1 and removed_at is null
        and (last_seen_at is null or last_seen_at < $2::timestamptz)
        and (source_updated_at is null or source_updated_at < $2::timestamptz)
        and ($4::text is null or type = $4::text)`,
-    [groupId, seenBefore, at, opts.type ?? null],
+    [groupId, seenBefore, at, opts.type ?? null, via],
   );
   return res.rowCount;
 }

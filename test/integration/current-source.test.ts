@@ -1,0 +1,274 @@
+/**
+ * The current API as a read source (docs/upstream-current.md): full passes by cursor against the
+ * simulator's current API, with members leaving, joining and changing status between the pages of
+ * a pass; a pass stopped at a checkpoint and resumed; the 120-a-minute budget (scaled: the same
+ * budget per shorter window); ids above 2^53. Webhooks off throughout (passes alone).
+ */
+import { describe, expect, it } from 'vitest';
+import {
+  normalizeCurrentSubscriber,
+  normalizeWebhookSubscriber,
+  SUBSCRIBER_FIELDS,
+} from '../../src/mirror/normalize.js';
+import { upsertSubscribers } from '../../src/mirror/store.js';
+import { CURRENT_REQUESTS, startSimulator, type Simulator } from '../../src/simulator/index.js';
+import { PassInterruptedError } from '../../src/sync/poll.js';
+import { readSyncState } from '../../src/sync/state.js';
+import { collectStatus } from '../../src/sync/status.js';
+import { createLimiter } from '../../src/upstream/limiter.js';
+import type { TestDatabase } from '../helpers/db.js';
+import {
+  currentPassAllTypes,
+  currentTestSource,
+  expectedFromWorldCurrent,
+  passContext,
+} from '../helpers/current.js';
+import { diffSubscribers, readMembers, readMirroredSubscribers } from '../helpers/mirror.js';
+import { ALL_TYPES, passFixture } from '../helpers/poll.js';
+
+const TWO_53 = 2n ** 53n;
+
+async function mirrorEqualsWorld(database: TestDatabase, sim: Simulator, groupId: string): Promise<void> {
+  const expected = expectedFromWorldCurrent(sim.world, sim.world.members(groupId));
+  const actual = await readMirroredSubscribers(database.pool);
+  const fields = SUBSCRIBER_FIELDS.filter((f) => f !== 'deletedAt' && f !== 'forgetAt');
+  expect(diffSubscribers(expected, actual, fields)).toEqual([]);
+  const current = (await readMembers(database.pool, groupId)).filter((m) => m.removedAt === null);
+  const want = [...sim.world.memberships()]
+    .filter((m) => m.groupId === groupId)
+    .map((m) => `${m.subscriberId}:${m.type}`);
+  expect(current.map((m) => `${m.subscriberId}:${m.type}`).sort()).toEqual(want.sort());
+}
+
+describe('current API source: full passes by cursor', () => {
+  const fixture = passFixture();
+
+  it('initial mirror exact (ids above 2^53, mirrored_via current, counts = drift 0) with a page cap below the asked limit', async () => {
+    const sim = (fixture.sim = await startSimulator({
+      subscribers: 3_000,
+      groups: 1,
+      rateLimit: false,
+      largeIds: true,
+      seed: 5,
+    }));
+    const database = fixture.database;
+    const groupId = sim.world.groupIds()[0]!;
+    const results = await currentPassAllTypes(
+      currentTestSource(sim, { pageSize: 500 }),
+      passContext(database),
+      groupId,
+    );
+    await mirrorEqualsWorld(database, sim, groupId);
+    const ids = [...(await readMirroredSubscribers(database.pool)).keys()];
+    expect(ids.filter((id) => BigInt(id) > TWO_53).length).toBeGreaterThan(100);
+    const { rows } = await database.pool.query<{ via: string; n: number }>(
+      'select mirrored_via as via, count(*)::int as n from subscribers group by 1',
+    );
+    expect(rows).toEqual([{ via: 'current', n: ids.length }]);
+    const status = await collectStatus(database.pool, { groups: [groupId], types: ALL_TYPES });
+    expect(status.map((r) => r.drift)).toEqual(ALL_TYPES.map(() => 0));
+    // The cap (100) is below the asked 500: the pass follows the cursor, never the page length.
+    const members = sim.world.memberCount(groupId);
+    const minimum =
+      ALL_TYPES.reduce((n, t) => n + Math.max(1, Math.ceil(sim.world.members(groupId, t).length / 100)), 0) +
+      ALL_TYPES.length;
+    expect(results.reduce((n, r) => n + r.rowsSeen, 0)).toBe(members);
+    expect(results.reduce((n, r) => n + r.requests, 0)).toBeLessThanOrEqual(minimum + ALL_TYPES.length);
+  });
+
+  it('churn on every page (leaves, joins, status changes): 0 false removals, every leaver ended within two passes, then equal to the world', async () => {
+    const sim = (fixture.sim = await startSimulator({
+      subscribers: 8_000,
+      groups: 1,
+      rateLimit: false,
+      seed: 23,
+    }));
+    const database = fixture.database;
+    const groupId = sim.world.groupIds()[0]!;
+    const source = currentTestSource(sim);
+    const ctx = passContext(database);
+    const leftAt = new Map<string, number>();
+    sim.world.onEvent((e) => {
+      if (!e.subscriberId) return;
+      if (
+        (e.kind === 'subscriber.removed_from_group' && e.group?.id === groupId) ||
+        e.kind === 'subscriber.deleted'
+      )
+        leftAt.set(e.subscriberId, Date.now());
+    });
+    const rounds: number[] = [];
+    const endedAfter = new Map<string, number>();
+    let falseRemovals = 0;
+    const check = async () => {
+      const rows = await readMembers(database.pool, groupId);
+      const listed = new Set(sim.world.members(groupId));
+      const wrong = rows.filter((m) => m.removedAt !== null && listed.has(m.subscriberId));
+      falseRemovals += wrong.length;
+      expect(wrong).toEqual([]);
+      const removed = new Set(rows.filter((m) => m.removedAt !== null).map((m) => m.subscriberId));
+      const known = new Set(rows.map((m) => m.subscriberId));
+      for (const [id, at] of leftAt) {
+        const passesSince = rounds.filter((start) => start > at).length;
+        if (removed.has(id) && !endedAfter.has(id)) endedAfter.set(id, passesSince);
+        if (passesSince >= 2 && known.has(id))
+          expect(removed.has(id), `member ${id} left before two complete passes`).toBe(true);
+      }
+    };
+    sim.pageChurn.set({ groupId, leave: 2, join: 2, retype: 3 });
+    for (let round = 0; round < 3; round++) {
+      rounds.push(Date.now());
+      await currentPassAllTypes(source, ctx, groupId);
+      await check();
+    }
+    expect(sim.pageChurn.applied.leave).toBeGreaterThan(100);
+    expect(sim.pageChurn.applied.retype).toBeGreaterThan(100);
+    sim.pageChurn.clear();
+    for (let round = 0; round < 2; round++) {
+      rounds.push(Date.now());
+      await currentPassAllTypes(source, ctx, groupId);
+      await check();
+    }
+    expect(falseRemovals).toBe(0);
+    expect(endedAfter.size).toBeGreaterThan(100);
+    expect(Math.max(...endedAfter.values())).toBeLessThanOrEqual(2);
+    await mirrorEqualsWorld(database, sim, groupId);
+  }, 300_000);
+
+  it('a pass stopped after a page resumes at its cursor checkpoint: no page read twice, the mirror exact', async () => {
+    const sim = (fixture.sim = await startSimulator({
+      subscribers: 2_000,
+      groups: 1,
+      rateLimit: false,
+      seed: 7,
+    }));
+    const database = fixture.database;
+    const groupId = sim.world.groupIds()[0]!;
+    const source = currentTestSource(sim);
+    let pages = 0;
+    const stopping = passContext(database, { shouldStop: () => ++pages >= 3 });
+    await expect(source.runPass(stopping, groupId, 'active', 'full')).rejects.toBeInstanceOf(
+      PassInterruptedError,
+    );
+    const open = await readSyncState(database.pool, groupId, 'active');
+    expect(open?.fullOffset).toBe(3);
+    expect(
+      (
+        await database.pool.query('select full_cursor from sync_state where group_id = $1 and type = $2', [
+          groupId,
+          'active',
+        ])
+      ).rows[0].full_cursor,
+    ).toEqual(expect.any(String));
+    sim.clearRequests();
+    const resumed = await source.runPass(passContext(database), groupId, 'active', 'full');
+    const active = sim.world.members(groupId, 'active').length;
+    // The rest of the list (the counts request, then the pages after the checkpoint).
+    expect(resumed.rowsSeen).toBe(active - 300);
+    expect(
+      sim.requests.filter(
+        (r) => r.api === 'current' && !r.url.includes('cursor=') && r.url.includes('/subscribers'),
+      ),
+    ).toHaveLength(0);
+    const state = await readSyncState(database.pool, groupId, 'active');
+    expect(state?.fullOffset).toBeNull();
+    expect(state?.lastFullCompletedAt).not.toBeNull();
+    await currentPassAllTypes(
+      source,
+      passContext(database),
+      groupId,
+      ALL_TYPES.filter((t) => t !== 'active'),
+    );
+    await mirrorEqualsWorld(database, sim, groupId);
+  });
+
+  it('a backfill (restart) drops an open cursor checkpoint and reads from the first page; a pass that missed members reports them awaiting proof', async () => {
+    const sim = (fixture.sim = await startSimulator({
+      subscribers: 1_000,
+      groups: 1,
+      rateLimit: false,
+      seed: 9,
+    }));
+    const database = fixture.database;
+    const groupId = sim.world.groupIds()[0]!;
+    const source = currentTestSource(sim);
+    await currentPassAllTypes(source, passContext(database), groupId);
+    let pages = 0;
+    await expect(
+      source.runPass(passContext(database, { shouldStop: () => ++pages >= 2 }), groupId, 'active', 'full'),
+    ).rejects.toBeInstanceOf(PassInterruptedError);
+    const leaver = sim.world.members(groupId, 'active')[0]!;
+    sim.world.removeFromGroup(leaver, groupId);
+    const fresh = await source.runPass(passContext(database, { restart: true }), groupId, 'active', 'full');
+    expect(fresh.rowsSeen).toBe(sim.world.members(groupId, 'active').length);
+    expect(fresh.startedAt).not.toBeNull();
+    expect(fresh.awaitingProof?.count).toBe(1);
+  });
+
+  it('the shared limiter keeps the 120-a-window budget: busiest window ≤ 120, no 429 (window scaled to 3 s)', async () => {
+    const windowMs = 3_000;
+    const sim = (fixture.sim = await startSimulator({
+      subscribers: 3_000,
+      groups: 1,
+      rateLimitWindowMs: windowMs,
+      currentRateLimit: 120,
+      currentPageCap: 10,
+      seed: 3,
+    }));
+    const database = fixture.database;
+    const groupId = sim.world.groupIds()[0]!;
+    const limiter = createLimiter({ mode: 'memory', perMinute: 120, windowMs });
+    try {
+      const results = await currentPassAllTypes(
+        currentTestSource(sim, { limiter }),
+        passContext(database),
+        groupId,
+      );
+      const requests = results.reduce((n, r) => n + r.requests, 0);
+      expect(requests).toBeGreaterThan(300);
+      expect(sim.requests.filter((r) => r.api === 'current' && r.status === 429)).toEqual([]);
+      expect(sim.maxRequestsInAnyWindow(windowMs, CURRENT_REQUESTS)).toBeLessThanOrEqual(120);
+      await mirrorEqualsWorld(database, sim, groupId);
+    } finally {
+      await limiter.close();
+    }
+  }, 120_000);
+});
+
+describe('history: list versions of the current API are second-granular, as poll ones', () => {
+  const fixture = passFixture();
+
+  it('a webhook version of the same second replaces a listed version without keeping it as a past version', async () => {
+    const { pool } = fixture.database;
+    const base = {
+      email: 'coarse@example.com',
+      status: 'active',
+      created_at: '2026-01-01 09:00:00',
+      fields: { city: 'listed' },
+    };
+    const listed = normalizeCurrentSubscriber(
+      { id: '9007199254740993', ...base, updated_at: '2026-01-01 10:00:00' },
+      { sourceTimezone: 'UTC' },
+    );
+    const webhook = normalizeWebhookSubscriber({
+      id: '9007199254740993',
+      ...base,
+      created_at: '2026-01-01T09:00:00.000000Z',
+      updated_at: '2026-01-01T10:00:00.500000Z',
+      fields: { city: 'by-webhook' },
+    });
+    const later = normalizeWebhookSubscriber({
+      id: '9007199254740993',
+      ...base,
+      created_at: '2026-01-01T09:00:00.000000Z',
+      updated_at: '2026-01-01T10:00:02.000000Z',
+      fields: { city: 'later' },
+    });
+    await upsertSubscribers(pool, [listed]);
+    await upsertSubscribers(pool, [webhook]);
+    // The listed version is the same change as the webhook's, dated to its second: not a version of its own.
+    expect((await pool.query('select via from subscriber_versions_past')).rows).toEqual([]);
+    await upsertSubscribers(pool, [later]);
+    expect((await pool.query('select via from subscriber_versions_past')).rows).toEqual([{ via: 'webhook' }]);
+    await pool.query('truncate subscriber_versions_past');
+  });
+});
