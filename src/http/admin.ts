@@ -403,13 +403,16 @@ function registerStatusRoutes(admin: FastifyInstance, g: Guard): void {
   });
 
   admin.get<{ Params: { id: string } }>('/admin/jobs/:id', async (request, reply) => {
+    // State first, then the job: a job read while active and found completed a moment later would
+    // carry no result (the same race as backfill --wait, src/sync/backfill.ts).
+    const state = await g.deps.syncQueue.getJobState(request.params.id);
     const job = await g.deps.syncQueue.getJob(request.params.id);
-    if (!job) return reply.code(404).send({ error: `job ${request.params.id} not found` });
+    if (!job || state === 'unknown') return reply.code(404).send({ error: `job ${request.params.id} not found` });
     return {
       id: job.id,
       name: job.name,
       data: job.data,
-      state: await job.getState(),
+      state,
       progress: job.progress,
       result: job.returnvalue ?? null,
       failedReason: job.failedReason ?? null,
