@@ -17,7 +17,10 @@ const FUNCTION_LINES = { max: 80, skipBlankLines: true, skipComments: true, IIFE
 const OVERSIZED = {
   // Not split yet.
   'src/simulator/index.ts': 111, // startSimulator (grew with the current API, issue 22)
-  'test/bench/poll.bench.ts': 151, // benchPoll
+  // Benchmark scripts that Prettier's line wrapping (and issue 20's figures) took over the limit; split next.
+  'test/bench/poll.bench.ts': 207, // benchPoll
+  'test/bench/run.ts': 84, // parseArgs 81, pollRows 81, main 84
+  'test/bench/webhooks.bench.ts': 82, // benchWebhooks
 };
 
 export default defineConfig(
@@ -51,10 +54,7 @@ export default defineConfig(
       'no-control-regex': 'off',
       // Rejecting with a reason received from elsewhere (an AbortSignal's, a caught error) passes it on
       // unchanged; creating new rejections with non-Errors is still reported.
-      '@typescript-eslint/prefer-promise-reject-errors': [
-        'error',
-        { allowThrowingAny: true, allowThrowingUnknown: true },
-      ],
+      '@typescript-eslint/prefer-promise-reject-errors': ['error', { allowThrowingAny: true, allowThrowingUnknown: true }],
     },
   },
   ...Object.entries(OVERSIZED).map(([file, max]) => ({

@@ -73,7 +73,9 @@ const start: Handler = async (args) => {
     // A second signal means "now": the operator does not want to wait for a graceful stop.
     if (signals > 1) process.exit(1);
     if (!service) {
-      process.stderr.write(`${JSON.stringify({ level: 'info', time: new Date().toISOString(), signal, msg: 'stopped during start-up' })}\n`);
+      process.stderr.write(
+        `${JSON.stringify({ level: 'info', time: new Date().toISOString(), signal, msg: 'stopped during start-up' })}\n`,
+      );
       process.exit(0);
     }
     const running = service;
@@ -120,7 +122,10 @@ const migrate: Handler = async (args) => {
   }
 };
 
-function backfillTargets(values: { group?: string; type?: string; all?: boolean }, config: ReturnType<typeof loadConfig>): BackfillTarget[] {
+function backfillTargets(
+  values: { group?: string; type?: string; all?: boolean },
+  config: ReturnType<typeof loadConfig>,
+): BackfillTarget[] {
   if (values.all && values.group) throw new UsageError('use either --group ID or --all, not both');
   if (!values.all && !values.group) throw new UsageError('backfill needs --group ID (or --all for every SYNC_GROUPS group)');
   if (values.group !== undefined && !/^\d{1,30}$/.test(values.group)) {
@@ -133,7 +138,9 @@ function backfillTargets(values: { group?: string; type?: string; all?: boolean 
   if (groups.length === 0) throw new UsageError('--all needs SYNC_GROUPS to name at least one group');
   // Only what the service is configured to mirror: a backfill must not pull in another group's people.
   if (values.group !== undefined && !config.sync.groups.includes(values.group)) {
-    throw new UsageError(`--group ${values.group} is not configured; configured groups (SYNC_GROUPS): ${config.sync.groups.join(', ') || 'none'}`);
+    throw new UsageError(
+      `--group ${values.group} is not configured; configured groups (SYNC_GROUPS): ${config.sync.groups.join(', ') || 'none'}`,
+    );
   }
   if (values.type !== undefined && !(config.sync.types as readonly string[]).includes(values.type)) {
     throw new UsageError(`--type ${values.type} is not configured; configured types (SYNC_TYPES): ${config.sync.types.join(', ')}`);
@@ -145,7 +152,9 @@ function backfillTargets(values: { group?: string; type?: string; all?: boolean 
 /** What a backfill's pass proved: members ended (with its confirming passes) and any still awaiting proof. */
 function endedText(result: PassJobResult): string {
   if (result.removed === undefined) return '';
-  const confirming = result.confirmingPasses ? ` after ${result.confirmingPasses} confirming pass${result.confirmingPasses > 1 ? 'es' : ''}` : '';
+  const confirming = result.confirmingPasses
+    ? ` after ${result.confirmingPasses} confirming pass${result.confirmingPasses > 1 ? 'es' : ''}`
+    : '';
   const awaiting = result.awaitingProof ? `; ${result.awaitingProof} still awaiting proof (the next full pass confirms)` : '';
   return `, ${result.removed} member${result.removed === 1 ? '' : 's'} ended${confirming}${awaiting}`;
 }
@@ -168,7 +177,12 @@ const backfill: Handler = async (args) => {
     let failed = 0;
     for (const j of jobs) {
       const bar = new cliProgress.SingleBar(
-        { format: `group ${j.groupId} ${j.type.padEnd(12)} [{bar}] {value}/{total} {state}`, hideCursor: true, noTTYOutput: true, notTTYSchedule: 5_000 },
+        {
+          format: `group ${j.groupId} ${j.type.padEnd(12)} [{bar}] {value}/{total} {state}`,
+          hideCursor: true,
+          noTTYOutput: true,
+          notTTYSchedule: 5_000,
+        },
         cliProgress.Presets.shades_classic,
       );
       bar.start(1, 0, { state: 'waiting' });
@@ -181,7 +195,9 @@ const backfill: Handler = async (args) => {
       });
       bar.stop();
       if (outcome.state === 'completed') {
-        process.stdout.write(`group ${j.groupId} ${j.type}: done, ${outcome.result.rowsSeen} rows read, ${outcome.result.rowsWritten} written${endedText(outcome.result)}\n`);
+        process.stdout.write(
+          `group ${j.groupId} ${j.type}: done, ${outcome.result.rowsSeen} rows read, ${outcome.result.rowsWritten} written${endedText(outcome.result)}\n`,
+        );
       } else {
         failed += 1;
         process.stderr.write(`subscriber-mirror: group ${j.groupId} ${j.type}: pass failed: ${outcome.error}\n`);
@@ -218,7 +234,9 @@ const status: Handler = async (args) => {
     } else {
       if (!config.sync.reconciles) process.stdout.write(`${NOTHING_RECONCILES}\n\n`);
       if (pause) {
-        process.stdout.write(`POLLING PAUSED until ${new Date(pause.until).toISOString()} after ${pause.failures} auth failure(s): ${pause.message}\n\n`);
+        process.stdout.write(
+          `POLLING PAUSED until ${new Date(pause.until).toISOString()} after ${pause.failures} auth failure(s): ${pause.message}\n\n`,
+        );
       }
       process.stdout.write(rows.length > 0 ? `${formatStatusTable(rows)}\n` : 'no groups configured and no passes recorded yet\n');
     }

@@ -131,7 +131,12 @@ export function parseDuration(text: string): number {
 }
 
 export function formatDuration(ms: number): string {
-  for (const [unit, size] of [['d', 86_400_000], ['h', 3_600_000], ['m', 60_000], ['s', 1000]] as const) {
+  for (const [unit, size] of [
+    ['d', 86_400_000],
+    ['h', 3_600_000],
+    ['m', 60_000],
+    ['s', 1000],
+  ] as const) {
     if (ms >= size && ms % size === 0) return `${ms / size}${unit}`;
   }
   return `${ms}ms`;
@@ -166,9 +171,7 @@ const httpUrl = (what: string) =>
   );
 
 const dbUrl = (scheme: RegExp, example: string) =>
-  z
-    .string()
-    .refine((v) => scheme.test(v) && URL.canParse(v), `must be a URL like ${example}`);
+  z.string().refine((v) => scheme.test(v) && URL.canParse(v), `must be a URL like ${example}`);
 
 const duration = (fallback: string, min: number) =>
   z
@@ -230,7 +233,10 @@ const bindAddress = (fallback: string) =>
     z
       .string()
       .default(fallback)
-      .refine((v) => isIP(v) !== 0 || /^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$/.test(v), 'must be an IP address (e.g. 127.0.0.1, 0.0.0.0, ::) or a host name'),
+      .refine(
+        (v) => isIP(v) !== 0 || /^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$/.test(v),
+        'must be an IP address (e.g. 127.0.0.1, 0.0.0.0, ::) or a host name',
+      ),
   );
 
 /**
@@ -253,7 +259,10 @@ const trustProxy = z.preprocess(
         return extra !== undefined || isIP(address ?? '') === 0 || (bits !== undefined && !/^\d{1,3}$/.test(bits));
       });
       if (list.length === 0 || bad.length > 0) {
-        ctx.addIssue({ code: 'custom', message: 'must be true, false, a hop count, or comma-separated proxy addresses/CIDRs (e.g. 10.0.0.1,172.16.0.0/12)' });
+        ctx.addIssue({
+          code: 'custom',
+          message: 'must be true, false, a hop count, or comma-separated proxy addresses/CIDRs (e.g. 10.0.0.1,172.16.0.0/12)',
+        });
         return z.NEVER;
       }
       return list;
@@ -301,10 +310,7 @@ const envSchema = z.object({
     emptyToUndefined,
     dbUrl(/^postgres(ql)?:\/\//, 'postgres://user@host:5432/db').default('postgres://postgres@127.0.0.1:5432/postgres'),
   ),
-  REDIS_URL: z.preprocess(
-    emptyToUndefined,
-    dbUrl(/^rediss?:\/\//, 'redis://host:6379').default('redis://127.0.0.1:6379'),
-  ),
+  REDIS_URL: z.preprocess(emptyToUndefined, dbUrl(/^rediss?:\/\//, 'redis://host:6379').default('redis://127.0.0.1:6379')),
   REDIS_PREFIX: z.preprocess(
     emptyToUndefined,
     z
@@ -399,10 +405,7 @@ const envSchema = z.object({
       .regex(/^\/[A-Za-z0-9/_.-]*$/, 'must be a path starting with /')
       .default('/webhooks'),
   ),
-  ADMIN_TOKEN: z.preprocess(
-    emptyToUndefined,
-    z.string().min(16, 'must be at least 16 characters (it guards the admin API)').optional(),
-  ),
+  ADMIN_TOKEN: z.preprocess(emptyToUndefined, z.string().min(16, 'must be at least 16 characters (it guards the admin API)').optional()),
   LOG_LEVEL: z.preprocess(emptyToUndefined, z.enum(LOG_LEVELS).default('info')),
   LOG_FORMAT: z.preprocess(emptyToUndefined, z.enum(LOG_FORMATS).default('auto')),
   SHUTDOWN_TIMEOUT: z.preprocess(emptyToUndefined, duration('30s', 0)),
@@ -561,7 +564,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, needs: ConfigNe
 function crossChecks(e: z.infer<typeof envSchema>): string[] {
   const problems: string[] = [];
   if (e.WEBHOOK_BODY_MEMORY !== undefined && e.WEBHOOK_BODY_MEMORY < e.WEBHOOK_MAX_BODY) {
-    problems.push(`WEBHOOK_BODY_MEMORY: ${e.WEBHOOK_BODY_MEMORY} is below WEBHOOK_MAX_BODY (${e.WEBHOOK_MAX_BODY}); one largest body must fit`);
+    problems.push(
+      `WEBHOOK_BODY_MEMORY: ${e.WEBHOOK_BODY_MEMORY} is below WEBHOOK_MAX_BODY (${e.WEBHOOK_MAX_BODY}); one largest body must fit`,
+    );
   }
   if (e.WEBHOOK_FAILED_RETENTION < e.WEBHOOK_RETENTION) {
     problems.push('WEBHOOK_FAILED_RETENTION: must not be shorter than WEBHOOK_RETENTION (failed rows are kept for replay)');
@@ -574,10 +579,14 @@ function crossChecks(e: z.infer<typeof envSchema>): string[] {
   }
   // Two names for one setting: both given and different is a mistake whichever was meant.
   if (e.MAILER_API_URL !== undefined && e.MAILER_WEBHOOKS_URL !== undefined && e.MAILER_API_URL !== e.MAILER_WEBHOOKS_URL) {
-    problems.push('MAILER_API_URL: differs from MAILER_WEBHOOKS_URL, its alias (reads and webhook management share one host); set one of them');
+    problems.push(
+      'MAILER_API_URL: differs from MAILER_WEBHOOKS_URL, its alias (reads and webhook management share one host); set one of them',
+    );
   }
   if (e.MAILER_API_TOKEN !== undefined && e.MAILER_WEBHOOKS_TOKEN !== undefined && e.MAILER_API_TOKEN !== e.MAILER_WEBHOOKS_TOKEN) {
-    problems.push('MAILER_API_TOKEN: differs from MAILER_WEBHOOKS_TOKEN, its alias (one token serves reads and webhook management); set one of them');
+    problems.push(
+      'MAILER_API_TOKEN: differs from MAILER_WEBHOOKS_TOKEN, its alias (one token serves reads and webhook management); set one of them',
+    );
   }
   if (e.OPS_PORT !== undefined && e.OPS_PORT !== 0 && e.OPS_PORT === e.PORT) {
     problems.push('OPS_PORT: must differ from PORT (or unset it and set ADMIN_ON_PUBLIC_PORT=true to serve everything on PORT)');

@@ -46,10 +46,7 @@ async function demoDatabaseUrl(): Promise<string> {
  * The read settings of each source against the simulator. The current platform reads and manages
  * webhooks on one host with one token; it has no date filter, so its full passes are the only reads.
  */
-function readSettings(
-  source: 'legacy' | 'current',
-  sim: { url: string; apiKey: string; webhooksToken: string },
-): Record<string, string> {
+function readSettings(source: 'legacy' | 'current', sim: { url: string; apiKey: string; webhooksToken: string }): Record<string, string> {
   const webhooks = { MAILER_WEBHOOKS_URL: sim.url, MAILER_WEBHOOKS_TOKEN: sim.webhooksToken };
   if (source === 'current') return { ...webhooks, SYNC_SOURCE: 'current' };
   return { ...webhooks, SYNC_SOURCE: 'legacy', MAILER_LEGACY_URL: sim.url, MAILER_API_KEY: sim.apiKey };
@@ -72,7 +69,9 @@ function parseDemoArgs(argv: string[]): DemoOptions {
       allowPositionals: false,
     }));
   } catch (error) {
-    throw new DemoUsageError(`${(error as Error).message}\nusage: subscriber-mirror demo [--subscribers N] [--churn N] [--port N] [--source legacy|current]`);
+    throw new DemoUsageError(
+      `${(error as Error).message}\nusage: subscriber-mirror demo [--subscribers N] [--churn N] [--port N] [--source legacy|current]`,
+    );
   }
   const source = values.source ?? 'legacy';
   if (source !== 'legacy' && source !== 'current') throw new DemoUsageError(`--source must be legacy or current, got "${source}"`);

@@ -134,7 +134,12 @@ interface AdminDeps {
 }
 
 /** The status page, bull-board and the admin API, on the ops listener (or the public one when opted in). */
-async function registerAdmin(ops: Parameters<typeof registerAdminRoutes>[0], config: Config, token: string, deps: AdminDeps): Promise<void> {
+async function registerAdmin(
+  ops: Parameters<typeof registerAdminRoutes>[0],
+  config: Config,
+  token: string,
+  deps: AdminDeps,
+): Promise<void> {
   const apiKey = readCredentialOf(config);
   await registerAdminRoutes(ops, {
     token,
@@ -150,6 +155,31 @@ async function registerAdmin(ops: Parameters<typeof registerAdminRoutes>[0], con
     metrics: deps.metrics,
     cookieInsecure: config.adminCookieInsecure,
   });
+}
+
+/**
+ * The public listener (webhooks, bare /readyz) and the ops listener (admin, /metrics, detailed
+ * /readyz): a separate one on OPS_PORT, the public one when admin is opted in there, else none.
+ */
+function buildListeners(config: Config, log: Logger, readiness: ReadinessCheck[], metrics: Metrics) {
+  const trustProxy = config.trustProxy;
+  const server = buildServer({
+    logger: log,
+    readiness,
+    metrics,
+    limits: config.http,
+    public: !config.opsOnPublicPort,
+    name: 'public',
+    trustProxy,
+  });
+  // The ops listener is internal (never published): default limits, and no body budget (no webhook route).
+  const ops =
+    config.opsPort !== undefined
+      ? buildServer({ logger: log, readiness, metrics, name: 'ops', trustProxy })
+      : config.opsOnPublicPort
+        ? server
+        : null;
+  return { server, ops };
 }
 
 export async function startService(config: Config, role: Role): Promise<RunningService> {
@@ -195,12 +225,8 @@ export async function startService(config: Config, role: Role): Promise<RunningS
   const gauges = repeat(refreshGauges, { firstDelayMs: 0, nextDelayMs: () => config.metricsRefreshMs, onError: () => {} });
   const erasure = polls ? startErasure(config, database.pool, log) : null;
 
-  const separateOps = config.opsPort !== undefined;
   const readiness = readinessChecks(database.pool, redis, polling, receives && !polls);
-  const trustProxy = config.trustProxy;
-  const server = buildServer({ logger: log, readiness, metrics, limits: config.http, public: !config.opsOnPublicPort, name: 'public', trustProxy });
-  // The ops listener is internal (never published): default limits, and no body budget (no webhook route).
-  const ops = separateOps ? buildServer({ logger: log, readiness, metrics, name: 'ops', trustProxy }) : config.opsOnPublicPort ? server : null;
+  const { server, ops } = buildListeners(config, log, readiness, metrics);
   const route = receives
     ? registerWebhookRoute(server, {
         path: config.webhookPath,
@@ -214,7 +240,8 @@ export async function startService(config: Config, role: Role): Promise<RunningS
       })
     : null;
   // Config refuses ADMIN_TOKEN without somewhere to serve it; `ops` is set whenever the token is.
-  if (config.adminToken && ops) await registerAdmin(ops, config, config.adminToken, { pool: database.pool, redis, syncQueue, consumer, log, metrics });
+  if (config.adminToken && ops)
+    await registerAdmin(ops, config, config.adminToken, { pool: database.pool, redis, syncQueue, consumer, log, metrics });
 
   await server.listen({ port: config.port, host: config.host });
   const port = boundPort(server, config.port);
@@ -282,9 +309,14 @@ function startHistoryPurge(pool: pg.Pool, retentionMs: number | undefined, log: 
   return repeat(
     async () => {
       const deleted = await purgeHistory(pool, retentionMs);
-      if (deleted > 0) log.info({ deleted, olderThan: new Date(Date.now() - retentionMs).toISOString() }, 'purged history past HISTORY_RETENTION');
+      if (deleted > 0)
+        log.info({ deleted, olderThan: new Date(Date.now() - retentionMs).toISOString() }, 'purged history past HISTORY_RETENTION');
     },
-    { firstDelayMs: 60_000, nextDelayMs: () => 3_600_000, onError: (error) => log.warn({ err: error }, 'purging history failed; trying again later') },
+    {
+      firstDelayMs: 60_000,
+      nextDelayMs: () => 3_600_000,
+      onError: (error) => log.warn({ err: error }, 'purging history failed; trying again later'),
+    },
   );
 }
 
@@ -326,7 +358,10 @@ function readinessChecks(pool: pg.Pool, redis: Redis, polling: Polling | null, r
   return checks;
 }
 
-async function recordQueueDepths(metrics: Metrics, queues: Array<{ name: string; getJobCounts(...types: string[]): Promise<Record<string, number>> }>): Promise<void> {
+async function recordQueueDepths(
+  metrics: Metrics,
+  queues: Array<{ name: string; getJobCounts(...types: string[]): Promise<Record<string, number>> }>,
+): Promise<void> {
   for (const queue of queues) {
     try {
       const counts = await queue.getJobCounts('waiting', 'active', 'delayed', 'failed', 'prioritized');
@@ -466,7 +501,10 @@ async function startPolling(
   };
   const changes = await syncSchedules(queue, scheduleConfig, await lastFullPasses(pool));
   const resumed = await resumeOpenFullPasses(queue, pool, groups, types);
-  log.info({ source: source.name, schedulers: changes.upserted.length, removed: changes.removed, resumed: resumed.length }, 'poll schedules in place');
+  log.info(
+    { source: source.name, schedulers: changes.upserted.length, removed: changes.removed, resumed: resumed.length },
+    'poll schedules in place',
+  );
   const resumeOrphans = createOrphanResumer({ queue, pool, redis, prefix: config.redisPrefix, groups, types });
   const pauseKey = authPauseKey(config.redisPrefix, credential);
   const scheduleWatch = watchSchedules(queue, pool, scheduleConfig, log, async () => {

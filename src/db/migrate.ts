@@ -41,9 +41,7 @@ export async function runMigrations(databaseUrl: string, folder = MIGRATIONS_FOL
 }
 
 async function countApplied(client: pg.Client): Promise<number> {
-  const exists = await client.query<{ present: boolean }>(
-    `select to_regclass('drizzle.__drizzle_migrations') is not null as present`,
-  );
+  const exists = await client.query<{ present: boolean }>(`select to_regclass('drizzle.__drizzle_migrations') is not null as present`);
   if (!exists.rows[0]?.present) return 0;
   const res = await client.query<{ n: string }>('select count(*)::text as n from drizzle.__drizzle_migrations');
   return Number(res.rows[0]?.n ?? 0);
@@ -53,9 +51,7 @@ async function countApplied(client: pg.Client): Promise<number> {
 export async function migrationsPending(pool: pg.Pool, folder = MIGRATIONS_FOLDER): Promise<number> {
   const { readMigrationFiles } = await import('drizzle-orm/migrator');
   const expected = readMigrationFiles({ migrationsFolder: folder }).length;
-  const exists = await pool.query<{ present: boolean }>(
-    `select to_regclass('drizzle.__drizzle_migrations') is not null as present`,
-  );
+  const exists = await pool.query<{ present: boolean }>(`select to_regclass('drizzle.__drizzle_migrations') is not null as present`);
   if (!exists.rows[0]?.present) return expected;
   const res = await pool.query<{ n: string }>('select count(*)::text as n from drizzle.__drizzle_migrations');
   return Math.max(0, expected - Number(res.rows[0]?.n ?? 0));

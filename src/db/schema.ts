@@ -63,9 +63,15 @@ const subscriberColumns = {
   forgetAt: tstz('forget_at'),
   optedInAt: tstz('opted_in_at'),
   optinIp: text('optin_ip'),
-  fields: jsonb('fields').$type<Record<string, string | null>>().notNull().default(sql`'{}'::jsonb`),
+  fields: jsonb('fields')
+    .$type<Record<string, string | null>>()
+    .notNull()
+    .default(sql`'{}'::jsonb`),
   /** Upstream keys we do not map to a column, kept so nothing the service sends is lost. */
-  extra: jsonb('extra').$type<Record<string, unknown>>().notNull().default(sql`'{}'::jsonb`),
+  extra: jsonb('extra')
+    .$type<Record<string, unknown>>()
+    .notNull()
+    .default(sql`'{}'::jsonb`),
   mirroredAt: tstz('mirrored_at').notNull().defaultNow(),
   mirroredVia: text('mirrored_via').$type<MirrorSource>().notNull(),
   /**
@@ -139,7 +145,9 @@ export const SUBSCRIBER_COLUMN_ROLES = {
 
 type Roles = typeof SUBSCRIBER_COLUMN_ROLES;
 /** Keys (drizzle names) of the `subscribers` columns whose role is `R`. */
-export type SubscriberKeyOfRole<R extends SubscriberColumnRole> = { [K in keyof Roles]: Roles[K]['role'] extends R ? K : never }[keyof Roles];
+export type SubscriberKeyOfRole<R extends SubscriberColumnRole> = {
+  [K in keyof Roles]: Roles[K]['role'] extends R ? K : never;
+}[keyof Roles];
 /** The content columns: what makes a version, kept in every version. */
 export type SubscriberContentKey = SubscriberKeyOfRole<'content'>;
 
@@ -241,7 +249,9 @@ export const groupMembers = pgTable(
   (t) => [
     primaryKey({ columns: [t.groupId, t.subscriberId] }),
     index('group_members_subscriber_idx').on(t.subscriberId),
-    index('group_members_current_idx').on(t.groupId, t.type).where(sql`${t.removedAt} is null`),
+    index('group_members_current_idx')
+      .on(t.groupId, t.type)
+      .where(sql`${t.removedAt} is null`),
   ],
 );
 
@@ -395,7 +405,10 @@ export const webhookDeliveries = pgTable(
     /** SHA-256 (hex) of the raw body: deliveries carry no id, so the body is the dedupe key. */
     bodySha256: text('body_sha256').notNull().unique('webhook_deliveries_body_sha256_key'),
     body: jsonb('body').notNull(),
-    kinds: text('kinds').array().notNull().default(sql`'{}'::text[]`),
+    kinds: text('kinds')
+      .array()
+      .notNull()
+      .default(sql`'{}'::text[]`),
     eventCount: integer('event_count').notNull().default(0),
     endpointId: text('endpoint_id'),
     status: text('status').$type<DeliveryStatus>().notNull().default('pending'),
@@ -550,7 +563,10 @@ function subscriberContentViewColumns() {
   return out as unknown as Pick<typeof subscriberColumns, SubscriberContentKey>;
 }
 
-const VIEW_COLUMN_BUILDERS: Record<string, (name: string) => ReturnType<typeof text | typeof integer | typeof doublePrecision | typeof tstz | typeof jsonb>> = {
+const VIEW_COLUMN_BUILDERS: Record<
+  string,
+  (name: string) => ReturnType<typeof text | typeof integer | typeof doublePrecision | typeof tstz | typeof jsonb>
+> = {
   PgText: (name) => text(name),
   PgInteger: (name) => integer(name),
   PgDoublePrecision: (name) => doublePrecision(name),

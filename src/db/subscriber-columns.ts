@@ -61,9 +61,13 @@ function describe<F extends keyof Select>(field: F): SubscriberColumn<F> {
 }
 
 /** Every column of `subscribers`, in table order. */
-export const SUBSCRIBER_TABLE_COLUMNS: readonly SubscriberColumn[] = subscriberKeysOfRole('key', 'content', 'current', 'version', 'bookkeeping').map(
-  (f) => describe(f),
-);
+export const SUBSCRIBER_TABLE_COLUMNS: readonly SubscriberColumn[] = subscriberKeysOfRole(
+  'key',
+  'content',
+  'current',
+  'version',
+  'bookkeeping',
+).map((f) => describe(f));
 
 /** The SQL names of every column of `subscribers`, in table order (e.g. a COPY column list). */
 export const SUBSCRIBER_COLUMN_NAMES: readonly string[] = SUBSCRIBER_TABLE_COLUMNS.map((c) => c.column);
@@ -72,7 +76,9 @@ export const SUBSCRIBER_COLUMN_NAMES: readonly string[] = SUBSCRIBER_TABLE_COLUM
 export const SUBSCRIBER_DATA_COLUMNS: readonly SubscriberColumn<SubscriberField>[] = SUBSCRIBER_FIELDS.map((f) => describe(f));
 
 /** The content columns (kept in every version), in table order. */
-export const SUBSCRIBER_CONTENT: readonly SubscriberColumn<SubscriberKeyOfRole<'content'>>[] = subscriberKeysOfRole('content').map((f) => describe(f));
+export const SUBSCRIBER_CONTENT: readonly SubscriberColumn<SubscriberKeyOfRole<'content'>>[] = subscriberKeysOfRole('content').map((f) =>
+  describe(f),
+);
 
 /** SQL name of each {@link SubscriberField}. */
 export const SUBSCRIBER_COLUMN_OF: Readonly<Record<SubscriberField, string>> = Object.fromEntries(

@@ -191,7 +191,8 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
  * rule reads "nothing failed" rather than "no data", and a misspelled label shows up in tests.
  */
 export function initSeries(metrics: Metrics, inboxStatuses: readonly string[]): void {
-  for (const outcome of ['received', 'received_invalid', 'rejected', 'duplicate', 'applied', 'failed', 'ignored']) metrics.deliveries.inc({ outcome }, 0);
+  for (const outcome of ['received', 'received_invalid', 'rejected', 'duplicate', 'applied', 'failed', 'ignored'])
+    metrics.deliveries.inc({ outcome }, 0);
   for (const mode of ['incremental', 'full']) {
     for (const outcome of ['succeeded', 'failed']) metrics.passDuration.zero({ mode, outcome });
   }

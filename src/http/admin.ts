@@ -277,7 +277,10 @@ async function guardRequest(g: Guard, request: FastifyRequest, reply: FastifyRep
   if (method) return;
   if (path === '/admin/basic') {
     // Asks the browser for its password dialog; the token then goes as the Basic password.
-    await reply.code(401).header('www-authenticate', 'Basic realm="subscriber-mirror admin", charset="UTF-8"').send({ error: 'unauthorized' });
+    await reply
+      .code(401)
+      .header('www-authenticate', 'Basic realm="subscriber-mirror admin", charset="UTF-8"')
+      .send({ error: 'unauthorized' });
   } else if (wantsHtml(request)) {
     await sendHtml(reply.header('www-authenticate', 'Bearer'), 401, (nonce) => renderLoginPage(nonce, null));
   } else {
@@ -296,7 +299,8 @@ function audit(g: Guard, request: FastifyRequest, reply: FastifyReply): void {
   if (SAFE_METHODS.has(request.method) && outcome !== 'failed' && outcome !== 'throttled') return;
   g.deps.metrics?.adminActions.inc({ action, outcome });
   if (n?.log === false) return;
-  const params = request.params && typeof request.params === 'object' && Object.keys(request.params).length > 0 ? request.params : undefined;
+  const params =
+    request.params && typeof request.params === 'object' && Object.keys(request.params).length > 0 ? request.params : undefined;
   const line = {
     action,
     outcome,
@@ -343,7 +347,9 @@ function registerSessionRoutes(admin: FastifyInstance, g: Guard): void {
       session = await deps.sessions.create();
     } catch {
       // Sessions live in Redis; Bearer and Basic do not need it.
-      return sendHtml(reply, 503, (nonce) => renderLoginPage(nonce, 'Cannot store the session now (Redis unavailable); try again, or use HTTP Basic.'));
+      return sendHtml(reply, 503, (nonce) =>
+        renderLoginPage(nonce, 'Cannot store the session now (Redis unavailable); try again, or use HTTP Basic.'),
+      );
     }
     reply.header('set-cookie', sessionCookie(g, request, session, SESSION_MS / 1000));
     return reply.redirect('/admin/', 303);

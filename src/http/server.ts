@@ -147,7 +147,11 @@ function registerReadiness(app: FastifyInstance, options: ServerOptions): void {
  */
 export async function closeWithin(app: FastifyInstance, graceMs: number): Promise<'drained' | 'forced'> {
   const closing = app.close();
-  const outcome = await withTimeout(closing.then(() => 'drained' as const), graceMs, 'close timed out').catch(() => 'forced' as const);
+  const outcome = await withTimeout(
+    closing.then(() => 'drained' as const),
+    graceMs,
+    'close timed out',
+  ).catch(() => 'forced' as const);
   if (outcome === 'forced') {
     app.server.closeAllConnections();
     await closing;

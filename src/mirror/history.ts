@@ -309,4 +309,3 @@ export async function purgeHistory(exec: Queryable, olderThanMs: number, batch =
   }
   return total;
 }
-

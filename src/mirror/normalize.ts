@@ -153,7 +153,10 @@ function asObject(raw: unknown, what: string): Raw {
 export function normalizeId(value: unknown, field = 'id'): string {
   const result = idRule.safeParse(value);
   if (result.success) return result.data;
-  throw new NormalizeError(field, `${result.error.issues[0]?.message ?? 'not an id'}${value === undefined || value === null ? '' : preview(field, value)}`);
+  throw new NormalizeError(
+    field,
+    `${result.error.issues[0]?.message ?? 'not an id'}${value === undefined || value === null ? '' : preview(field, value)}`,
+  );
 }
 
 export interface LegacyNormalizeOptions {

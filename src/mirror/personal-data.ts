@@ -51,6 +51,8 @@ export function linkWithoutQuerySql(expr: string): string {
 }
 
 /** The columns of `subscriber_activity` holding links whose query strings an erasure removes (the registry). */
-export const ACTIVITY_LINK_COLUMNS: readonly string[] = (Object.keys(SUBSCRIBER_ACTIVITY_PERSONAL) as Array<keyof typeof SUBSCRIBER_ACTIVITY_PERSONAL>)
+export const ACTIVITY_LINK_COLUMNS: readonly string[] = (
+  Object.keys(SUBSCRIBER_ACTIVITY_PERSONAL) as Array<keyof typeof SUBSCRIBER_ACTIVITY_PERSONAL>
+)
   .filter((k) => SUBSCRIBER_ACTIVITY_PERSONAL[k] === 'link-query')
   .map((k) => subscriberActivity[k].name);

@@ -33,7 +33,8 @@ type Ctx = z.core.$RefinementCtx;
 /** The data of a nested parse, or its issues added to `ctx` (paths relative to the value `ctx` checks). */
 export function forward<T>(ctx: Ctx, result: z.ZodSafeParseResult<T>): T {
   if (result.success) return result.data;
-  for (const i of result.error.issues) ctx.addIssue({ code: 'custom', message: i.message, path: [...i.path], input: (i as { input?: unknown }).input });
+  for (const i of result.error.issues)
+    ctx.addIssue({ code: 'custom', message: i.message, path: [...i.path], input: (i as { input?: unknown }).input });
   return z.NEVER;
 }
 
@@ -70,17 +71,20 @@ export const idRule = z.unknown().transform((value, ctx): string => {
 // Timestamps (invariant 2: they order versions, so they keep their microseconds)
 
 /** ISO 8601 with a zone → canonical UTC (`2024-05-28T10:30:29.000000Z`); `""` and null are null. */
-export const isoTimestampRule = z.unknown().transform((value, ctx): string | null | undefined => {
-  if (value === undefined) return undefined;
-  if (value === null || value === '') return null;
-  if (typeof value !== 'string') return issue(ctx, value, 'expected a timestamp string or null');
-  try {
-    return parseIsoTimestamp(value);
-  } catch (err) {
-    if (!(err instanceof TimestampError)) throw err;
-    return issue(ctx, value, `expected an ISO 8601 timestamp with a zone, like 2024-05-28T10:30:29.000000Z (${err.message})`);
-  }
-}).optional();
+export const isoTimestampRule = z
+  .unknown()
+  .transform((value, ctx): string | null | undefined => {
+    if (value === undefined) return undefined;
+    if (value === null || value === '') return null;
+    if (typeof value !== 'string') return issue(ctx, value, 'expected a timestamp string or null');
+    try {
+      return parseIsoTimestamp(value);
+    } catch (err) {
+      if (!(err instanceof TimestampError)) throw err;
+      return issue(ctx, value, `expected an ISO 8601 timestamp with a zone, like 2024-05-28T10:30:29.000000Z (${err.message})`);
+    }
+  })
+  .optional();
 
 const legacyTimestampRules = new Map<string, z.ZodType<string | null | undefined>>();
 
@@ -91,17 +95,20 @@ const legacyTimestampRules = new Map<string, z.ZodType<string | null | undefined
 export function legacyTimestampRule(timeZone: string): z.ZodType<string | null | undefined> {
   let rule = legacyTimestampRules.get(timeZone);
   if (!rule) {
-    rule = z.unknown().transform((value, ctx): string | null | undefined => {
-      if (value === undefined) return undefined;
-      if (value === null) return null;
-      if (typeof value !== 'string') return issue(ctx, value, 'expected a "Y-m-d H:i:s" string');
-      try {
-        return parseLegacyTimestamp(value, timeZone);
-      } catch (err) {
-        if (!(err instanceof TimestampError)) throw err;
-        return issue(ctx, value, err.message);
-      }
-    }).optional();
+    rule = z
+      .unknown()
+      .transform((value, ctx): string | null | undefined => {
+        if (value === undefined) return undefined;
+        if (value === null) return null;
+        if (typeof value !== 'string') return issue(ctx, value, 'expected a "Y-m-d H:i:s" string');
+        try {
+          return parseLegacyTimestamp(value, timeZone);
+        } catch (err) {
+          if (!(err instanceof TimestampError)) throw err;
+          return issue(ctx, value, err.message);
+        }
+      })
+      .optional();
     legacyTimestampRules.set(timeZone, rule);
   }
   return rule;
@@ -173,11 +180,14 @@ export function floatRule(form: NumberForm): z.ZodType<number | null | undefined
 }
 
 /** A text column. */
-export const textRule = z.unknown().transform((value, ctx): string | null | undefined => {
-  if (value === undefined || value === null) return value;
-  if (typeof value !== 'string') return issue(ctx, value, 'expected a string or null');
-  return stripNul(value);
-}).optional();
+export const textRule = z
+  .unknown()
+  .transform((value, ctx): string | null | undefined => {
+    if (value === undefined || value === null) return value;
+    if (typeof value !== 'string') return issue(ctx, value, 'expected a string or null');
+    return stripNul(value);
+  })
+  .optional();
 
 // ---------------------------------------------------------------------------------------------
 // Custom fields (docs/upstream.md, "Subscriber object": "all values are strings")
@@ -193,47 +203,58 @@ function fieldText(value: unknown): string | null | undefined {
 const FIELD_VALUE_MESSAGE = 'custom field values must be strings (or numbers, booleans, null)';
 
 /** Webhook `fields`: an object of scalar values, each made a string. */
-export const fieldsRule = z.unknown().transform((value, ctx): Record<string, string | null> | null | undefined => {
-  if (value === undefined || value === null) return value;
-  if (typeof value !== 'object' || Array.isArray(value) || isLosslessNumber(value)) {
-    return issue(ctx, value, 'fields must be an object of custom field values');
-  }
-  const out: Record<string, string | null> = {};
-  for (const [key, raw] of Object.entries(value as Record<string, unknown>)) {
-    const text = fieldText(raw);
-    if (text === undefined) {
-      ctx.addIssue({ code: 'custom', message: FIELD_VALUE_MESSAGE, path: [key], input: raw });
-      continue;
+export const fieldsRule = z
+  .unknown()
+  .transform((value, ctx): Record<string, string | null> | null | undefined => {
+    if (value === undefined || value === null) return value;
+    if (typeof value !== 'object' || Array.isArray(value) || isLosslessNumber(value)) {
+      return issue(ctx, value, 'fields must be an object of custom field values');
     }
-    out[stripNul(key)] = text;
-  }
-  return out;
-}).optional();
+    const out: Record<string, string | null> = {};
+    for (const [key, raw] of Object.entries(value as Record<string, unknown>)) {
+      const text = fieldText(raw);
+      if (text === undefined) {
+        ctx.addIssue({ code: 'custom', message: FIELD_VALUE_MESSAGE, path: [key], input: raw });
+        continue;
+      }
+      out[stripNul(key)] = text;
+    }
+    return out;
+  })
+  .optional();
 
 /** Legacy `fields`: an array of `{key, value, type}` (or an object, as webhooks send it). A later duplicate key wins. */
-export const legacyFieldsRule = z.unknown().transform((value, ctx): Record<string, string | null> | null | undefined => {
-  if (value === undefined || value === null) return value;
-  if (!Array.isArray(value)) {
-    if (typeof value === 'object' && !isLosslessNumber(value)) return forward(ctx, fieldsRule.safeParse(value));
-    return issue(ctx, value, `expected an array or an object, got ${describeValue(value)}`);
-  }
-  const out: Record<string, string | null> = {};
-  value.forEach((item: unknown, i) => {
-    if (typeof item !== 'object' || item === null || Array.isArray(item)) {
-      ctx.addIssue({ code: 'custom', message: 'expected an object {key, value, type}', path: [i], input: item });
-      return;
+export const legacyFieldsRule = z
+  .unknown()
+  .transform((value, ctx): Record<string, string | null> | null | undefined => {
+    if (value === undefined || value === null) return value;
+    if (!Array.isArray(value)) {
+      if (typeof value === 'object' && !isLosslessNumber(value)) return forward(ctx, fieldsRule.safeParse(value));
+      return issue(ctx, value, `expected an array or an object, got ${describeValue(value)}`);
     }
-    const entry = item as Record<string, unknown>;
-    if (typeof entry.key !== 'string' || entry.key === '') {
-      ctx.addIssue({ code: 'custom', message: 'expected a non-empty string', path: [i, 'key'], input: entry.key });
-      return;
-    }
-    const text = fieldText(entry.value);
-    if (text === undefined) {
-      ctx.addIssue({ code: 'custom', message: `expected a scalar value, got ${describeValue(entry.value)}`, path: [i, 'value'], input: entry.value });
-      return;
-    }
-    out[stripNul(entry.key)] = text;
-  });
-  return out;
-}).optional();
+    const out: Record<string, string | null> = {};
+    value.forEach((item: unknown, i) => {
+      if (typeof item !== 'object' || item === null || Array.isArray(item)) {
+        ctx.addIssue({ code: 'custom', message: 'expected an object {key, value, type}', path: [i], input: item });
+        return;
+      }
+      const entry = item as Record<string, unknown>;
+      if (typeof entry.key !== 'string' || entry.key === '') {
+        ctx.addIssue({ code: 'custom', message: 'expected a non-empty string', path: [i, 'key'], input: entry.key });
+        return;
+      }
+      const text = fieldText(entry.value);
+      if (text === undefined) {
+        ctx.addIssue({
+          code: 'custom',
+          message: `expected a scalar value, got ${describeValue(entry.value)}`,
+          path: [i, 'value'],
+          input: entry.value,
+        });
+        return;
+      }
+      out[stripNul(entry.key)] = text;
+    });
+    return out;
+  })
+  .optional();

@@ -159,7 +159,9 @@ export function currentSubscriberRowSchema(timeZone: string): z.ZodType<Subscrib
     { numbers: WEBHOOK_NUMBERS, time },
     { name: textRule, updated_at: time, fields: fieldsRule },
   )
-    .check(requireClock('updated_at', 'created_at', 'the subscriber has neither updated_at nor created_at, so its version cannot be ordered'))
+    .check(
+      requireClock('updated_at', 'created_at', 'the subscriber has neither updated_at nor created_at, so its version cannot be ordered'),
+    )
     .transform((s) => subscriberRowOf(s, 'current'));
   currentSchemas.set(timeZone, schema);
   return schema;
@@ -184,7 +186,12 @@ export const LEGACY_KNOWN_KEYS: ReadonlySet<string> = new Set([
   'fields',
 ]);
 
-const WEBHOOK_KEY_FIELD: Readonly<Record<string, SubscriberField>> = { ...WEBHOOK_COLUMNS, name: 'name', updated_at: 'updatedAt', fields: 'fields' };
+const WEBHOOK_KEY_FIELD: Readonly<Record<string, SubscriberField>> = {
+  ...WEBHOOK_COLUMNS,
+  name: 'name',
+  updated_at: 'updatedAt',
+  fields: 'fields',
+};
 const LEGACY_KEY_FIELD: Readonly<Record<string, SubscriberField>> = {
   ...LEGACY_COLUMNS,
   signup_timestamp: 'subscribedAt',
@@ -283,7 +290,12 @@ export function campaignRow(c: WebhookCampaign, opts: { sent?: boolean } = {}): 
 // Helpers
 
 /** Copies every carried key of `map` into its column and marks the column provided. */
-function copyColumns(o: Record<string, unknown>, map: Readonly<Record<string, SubscriberField>>, values: SubscriberValues, provided: Set<SubscriberField>): void {
+function copyColumns(
+  o: Record<string, unknown>,
+  map: Readonly<Record<string, SubscriberField>>,
+  values: SubscriberValues,
+  provided: Set<SubscriberField>,
+): void {
   const into = values as unknown as Record<SubscriberField, unknown>;
   for (const [key, column] of Object.entries(map)) {
     const value = o[key];

@@ -38,12 +38,4 @@ export {
 } from './store/memberships.js';
 export { upsertAutomations, upsertCampaigns, upsertGroups } from './store/reference.js';
 export { recordActivity } from './store/activity.js';
-export type {
-  ActivityRow,
-  AutomationRow,
-  CampaignRow,
-  GroupRow,
-  SubscriberField,
-  SubscriberRow,
-  SubscriberValues,
-} from './normalize.js';
+export type { ActivityRow, AutomationRow, CampaignRow, GroupRow, SubscriberField, SubscriberRow, SubscriberValues } from './normalize.js';

@@ -184,7 +184,9 @@ export async function runSimulatorCli(argv: string[], io: CliIo = {}): Promise<v
       `key header ${sim.apiKeyHeader}, groups ${groups.join(',')}, ${sim.world.count()} subscribers`,
   );
   print(`  try: curl -H '${sim.apiKeyHeader}: ${sim.apiKey}' '${sim.url}/api/v2/groups/${groups[0] ?? '1'}/subscribers?limit=2'`);
-  print(`  current API: curl -H 'Authorization: Bearer ${sim.webhooksToken}' '${sim.url}/api/groups/${groups[0] ?? '1'}/subscribers?filter[status]=active&limit=2'`);
+  print(
+    `  current API: curl -H 'Authorization: Bearer ${sim.webhooksToken}' '${sim.url}/api/groups/${groups[0] ?? '1'}/subscribers?filter[status]=active&limit=2'`,
+  );
   if (config.webhookTarget !== null) {
     for (const hook of registerTargetWebhooks(sim, config.webhookTarget)) {
       print(`  webhook ${hook.id} (${hook.batchable ? 'batchable' : 'direct'}) -> ${hook.url} secret ${hook.secret}`);

@@ -52,7 +52,10 @@ export function laravelMessage(message: string): string {
 }
 
 function validationError(reply: FastifyReply, field: string, message: string): FastifyReply {
-  return reply.code(422).type(JSON_TYPE).send(JSON.stringify({ message, errors: { [field]: [message] } }));
+  return reply
+    .code(422)
+    .type(JSON_TYPE)
+    .send(JSON.stringify({ message, errors: { [field]: [message] } }));
 }
 
 // ------------------------------------------------------------------ cursors
@@ -98,12 +101,18 @@ interface MembersQuery {
   cursor: string | null;
 }
 
-function parseMembersQuery(request: FastifyRequest, reply: FastifyReply): { ok: true; query: MembersQuery } | { ok: false; reply: FastifyReply } {
+function parseMembersQuery(
+  request: FastifyRequest,
+  reply: FastifyReply,
+): { ok: true; query: MembersQuery } | { ok: false; reply: FastifyReply } {
   const params = new URLSearchParams(request.url.includes('?') ? request.url.slice(request.url.indexOf('?') + 1) : '');
   // Without a status filter the group endpoint lists active members (the SDKs' documented default).
   const status = params.get('filter[status]') ?? 'active';
   if (!isSubscriberType(status)) {
-    return { ok: false, reply: validationError(reply, 'filter.status', `The selected filter.status is invalid (allowed: ${SUBSCRIBER_TYPES.join(', ')}).`) };
+    return {
+      ok: false,
+      reply: validationError(reply, 'filter.status', `The selected filter.status is invalid (allowed: ${SUBSCRIBER_TYPES.join(', ')}).`),
+    };
   }
   const limitText = params.get('limit');
   const limit = limitText === null ? CURRENT_DEFAULT_LIMIT : Number(limitText);
@@ -114,7 +123,11 @@ function parseMembersQuery(request: FastifyRequest, reply: FastifyReply): { ok: 
   return { ok: true, query: { status, limit, cursor: cursor === null || cursor === '' ? null : cursor } };
 }
 
-function sendMembers(config: CurrentServerConfig, request: FastifyRequest<{ Params: { groupId: string } }>, reply: FastifyReply): FastifyReply {
+function sendMembers(
+  config: CurrentServerConfig,
+  request: FastifyRequest<{ Params: { groupId: string } }>,
+  reply: FastifyReply,
+): FastifyReply {
   const parsed = parseMembersQuery(request, reply);
   if (!parsed.ok) return parsed.reply;
   const query = parsed.query;
@@ -149,7 +162,11 @@ function sendMembers(config: CurrentServerConfig, request: FastifyRequest<{ Para
   return reply.type(JSON_TYPE).send(`{"data":[${data}],${envelope.slice(1)}`);
 }
 
-function sendGroup(config: CurrentServerConfig, request: FastifyRequest<{ Params: { groupId: string } }>, reply: FastifyReply): FastifyReply {
+function sendGroup(
+  config: CurrentServerConfig,
+  request: FastifyRequest<{ Params: { groupId: string } }>,
+  reply: FastifyReply,
+): FastifyReply {
   const group = config.world.group(request.params.groupId);
   if (!group) return notFound(reply);
   const count = (type: SubscriberType) => config.world.memberCount(group.id, type);

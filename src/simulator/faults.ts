@@ -27,11 +27,7 @@ export interface FaultSettings {
 }
 
 export type FaultAction =
-  | { kind: 'none' }
-  | { kind: 'status'; status: number }
-  | { kind: 'reset' }
-  | { kind: 'hang'; ms: number }
-  | { kind: 'html' };
+  { kind: 'none' } | { kind: 'status'; status: number } | { kind: 'reset' } | { kind: 'hang'; ms: number } | { kind: 'html' };
 
 export interface FaultDecision {
   delayMs: number;

@@ -92,11 +92,7 @@ export function isBoundary(value: string): value is Boundary {
 }
 
 /** Turns the clauses into one seconds range per key (clauses on one key intersect). */
-export function compileFilters(
-  clauses: readonly FilterClause[],
-  boundary: Boundary,
-  zone: Zone,
-): SecondsRange[] {
+export function compileFilters(clauses: readonly FilterClause[], boundary: Boundary, zone: Zone): SecondsRange[] {
   const ranges = new Map<FilterKey, { fromSec: number; toSec: number }>();
   for (const clause of clauses) {
     const range = ranges.get(clause.key) ?? { fromSec: -Infinity, toSec: Infinity };
@@ -108,11 +104,7 @@ export function compileFilters(
   return [...ranges].map(([key, range]) => ({ key, ...range }));
 }
 
-function clauseBound(
-  clause: FilterClause,
-  boundary: Boundary,
-  zone: Zone,
-): { fromSec?: number; toSec?: number } {
+function clauseBound(clause: FilterClause, boundary: Boundary, zone: Zone): { fromSec?: number; toSec?: number } {
   const dayStart = startOfLocalDay(clause.date, zone) / 1000;
   if (boundary === 'midnight') {
     switch (clause.op) {

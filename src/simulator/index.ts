@@ -149,11 +149,7 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
   const limiter =
     options.rateLimit === false
       ? null
-      : new RateLimiter(
-          options.rateLimit ?? 60,
-          options.rateLimitWindowMs ?? MINUTE_MS * timeScale,
-          options.rateLimitMode ?? 'fixed',
-        );
+      : new RateLimiter(options.rateLimit ?? 60, options.rateLimitWindowMs ?? MINUTE_MS * timeScale, options.rateLimitMode ?? 'fixed');
   const rateLimitScope = options.rateLimitScope ?? 'endpoint';
   const currentRate = options.rateLimit === false ? false : (options.currentRateLimit ?? CURRENT_RATE_LIMIT);
   const currentLimiter =
@@ -256,13 +252,7 @@ export type { Churn, MutationName, PageChurn, PageChurnSettings } from './churn.
 export type { RequestRecord, RequestFilter } from './requests.js';
 export type { WebhookRegistry, Webhook, WebhookInput, PageEnvelope } from './webhooks.js';
 export type { Boundary } from './filters.js';
-export {
-  ALL_EVENT_KINDS,
-  BATCH_ONLY_KINDS,
-  EVENT_KINDS,
-  FIELD_KEYS,
-  SUBSCRIBER_TYPES,
-} from './kinds.js';
+export { ALL_EVENT_KINDS, BATCH_ONLY_KINDS, EVENT_KINDS, FIELD_KEYS, SUBSCRIBER_TYPES } from './kinds.js';
 export type {
   EventKind,
   SubscriberType,

@@ -22,13 +22,7 @@ const UNCONFIRMED = SUBSCRIBER_TYPES.indexOf('unconfirmed');
  * Writes slots [first, first+n) and returns the newest updated_at written. The first 5·G slots
  * cycle through every (group, type) pair so small worlds still have all five types in each group.
  */
-export function seedSubscribers(
-  table: SubscriberTable,
-  n: number,
-  groupCount: number,
-  rng: Rng,
-  nowUs: number,
-): number {
+export function seedSubscribers(table: SubscriberTable, n: number, groupCount: number, rng: Rng, nowUs: number): number {
   const first = table.allocate(n);
   const covering = groupCount * SUBSCRIBER_TYPES.length;
   let newest = 0;
@@ -55,8 +49,7 @@ function seedTimes(table: SubscriberTable, slot: number, status: number, rng: Rn
   const created = Math.floor(nowUs - DAY_US - rng() * 400 * DAY_US);
   const subscribed = status === UNCONFIRMED ? NaN : Math.floor(created + rng() * HOUR_US);
   const optedIn = status !== UNCONFIRMED && rng() < 0.5 ? subscribed : NaN;
-  const unsubscribed =
-    status === UNSUBSCRIBED ? Math.floor(subscribed + rng() * (nowUs - HOUR_US - subscribed)) : NaN;
+  const unsubscribed = status === UNSUBSCRIBED ? Math.floor(subscribed + rng() * (nowUs - HOUR_US - subscribed)) : NaN;
   const latest = Math.max(created, Number.isNaN(subscribed) ? 0 : subscribed, Number.isNaN(unsubscribed) ? 0 : unsubscribed);
   const updated = Math.floor(latest + rng() * (nowUs - latest) * 0.5);
   table.createdUs[slot] = created;

@@ -184,7 +184,11 @@ async function legacyGate(
   if (key === undefined || key === '') return reply.code(401).type(JSON_TYPE).send(legacyError(1, 'Unauthorized'));
   if (key !== config.apiKey) return reply.code(401).type(JSON_TYPE).send(legacyError(302, 'API-Key Unauthorized'));
   // Captured from real moved accounts: no `code` in the error object, unlike every other legacy error.
-  if (config.movedAccount) return reply.code(404).type(JSON_TYPE).send(JSON.stringify({ error: { message: 'Endpoint not found' } }));
+  if (config.movedAccount)
+    return reply
+      .code(404)
+      .type(JSON_TYPE)
+      .send(JSON.stringify({ error: { message: 'Endpoint not found' } }));
   return undefined;
 }
 
@@ -218,7 +222,10 @@ async function webhooksGate(
   const authorization = headerValue(request, 'authorization') ?? '';
   const match = /^Bearer\s+(.+)$/i.exec(authorization);
   if (!match || match[1] !== config.webhooksToken) {
-    return reply.code(401).type(JSON_TYPE).send(JSON.stringify({ message: 'Unauthenticated.' }));
+    return reply
+      .code(401)
+      .type(JSON_TYPE)
+      .send(JSON.stringify({ message: 'Unauthenticated.' }));
   }
   return undefined;
 }
@@ -263,7 +270,10 @@ async function applyFault(
     case 'status': {
       record.fault = 'status';
       const status = fault.action.status;
-      await reply.code(status).type(JSON_TYPE).send(errorBody(status, STATUS_CODES[status] ?? 'Error'));
+      await reply
+        .code(status)
+        .type(JSON_TYPE)
+        .send(errorBody(status, STATUS_CODES[status] ?? 'Error'));
       return true;
     }
   }
@@ -277,12 +287,8 @@ function headerValue(request: FastifyRequest, name: string): string | undefined 
 // ------------------------------------------------------------------ legacy routes
 
 function registerLegacyRoutes(app: FastifyInstance, config: ServerConfig): void {
-  app.get<{ Params: GroupParams }>(ROUTES.list, async (request, reply) =>
-    sendList(config, request, reply, request.params.groupId, null),
-  );
-  app.get<{ Params: GroupParams }>(ROUTES.count, async (request, reply) =>
-    sendCount(config, reply, request.params.groupId, null),
-  );
+  app.get<{ Params: GroupParams }>(ROUTES.list, async (request, reply) => sendList(config, request, reply, request.params.groupId, null));
+  app.get<{ Params: GroupParams }>(ROUTES.count, async (request, reply) => sendCount(config, reply, request.params.groupId, null));
   app.get<{ Params: TypedParams }>(ROUTES.typed, async (request, reply) => {
     const type = checkType(request.params.type, reply);
     return type ? sendList(config, request, reply, request.params.groupId, type) : reply;
@@ -364,7 +370,13 @@ function parsePage(value: string | null): number {
 
 function sendResult(reply: FastifyReply, result: WebhookResult): FastifyReply {
   if (!result.ok) {
-    return reply.code(422).type(JSON_TYPE).send(JSON.stringify({ message: VALIDATION_MESSAGE, errors: result.errors }));
+    return reply
+      .code(422)
+      .type(JSON_TYPE)
+      .send(JSON.stringify({ message: VALIDATION_MESSAGE, errors: result.errors }));
   }
-  return reply.code(200).type(JSON_TYPE).send(JSON.stringify({ data: result.webhook }));
+  return reply
+    .code(200)
+    .type(JSON_TYPE)
+    .send(JSON.stringify({ data: result.webhook }));
 }

@@ -23,9 +23,7 @@ export async function enqueueBackfills(
   return out;
 }
 
-export type WaitOutcome =
-  | { state: 'completed'; result: PassJobResult }
-  | { state: 'failed'; error: string };
+export type WaitOutcome = { state: 'completed'; result: PassJobResult } | { state: 'failed'; error: string };
 
 export interface WaitOptions {
   pollMs?: number;
@@ -33,7 +31,11 @@ export interface WaitOptions {
   signal?: AbortSignal;
 }
 
-export async function waitForPass(queue: Queue<PassJobData, PassJobResult>, jobId: string, options: WaitOptions = {}): Promise<WaitOutcome> {
+export async function waitForPass(
+  queue: Queue<PassJobData, PassJobResult>,
+  jobId: string,
+  options: WaitOptions = {},
+): Promise<WaitOutcome> {
   for (;;) {
     options.signal?.throwIfAborted();
     // State first, then the job: a job read while active and found completed a moment later would

@@ -53,8 +53,7 @@ export function currentSource(options: CurrentSourceOptions): ReadSource {
     name: 'current',
     incremental: false,
     via: 'current',
-    runPass: (ctx, groupId, type) =>
-      runCurrentPass({ ...ctx, ...options, client: options.clientFactory() }, groupId, type),
+    runPass: (ctx, groupId, type) => runCurrentPass({ ...ctx, ...options, client: options.clientFactory() }, groupId, type),
   };
 }
 
@@ -92,18 +91,12 @@ interface CursorTotals {
 }
 
 /** Reads the list from the checkpoint to its end; each page commits with the cursor after it. */
-async function commitCursorPages(
-  deps: CurrentPassDeps,
-  groupId: string,
-  type: SubscriberType,
-  totals: CursorTotals,
-): Promise<void> {
+async function commitCursorPages(deps: CurrentPassDeps, groupId: string, type: SubscriberType, totals: CursorTotals): Promise<void> {
   const open = await openCursorPass(deps.pool, groupId, type, { restart: deps.restart ?? false });
   totals.startedAt = open.startedAt;
   // The last page committed and the pass stopped before it was recorded complete: nothing left to read.
   if (open.pages > 0 && open.cursor === null) return;
-  if (open.pages > 0)
-    deps.logger.info({ pages: open.pages }, 'resuming full pass from its cursor checkpoint');
+  if (open.pages > 0) deps.logger.info({ pages: open.pages }, 'resuming full pass from its cursor checkpoint');
   let pages = open.pages;
   for await (const page of deps.client.pages(groupId, {
     status: type,
@@ -141,11 +134,7 @@ async function readCounts(deps: CurrentPassDeps, groupId: string, type: Subscrib
   return group.counts[type];
 }
 
-export async function runCurrentPass(
-  deps: CurrentPassDeps,
-  groupId: string,
-  type: SubscriberType,
-): Promise<PassResult> {
+export async function runCurrentPass(deps: CurrentPassDeps, groupId: string, type: SubscriberType): Promise<PassResult> {
   const log = deps.logger.child({ groupId, type, source: 'current' });
   await markRunStarted(deps.pool, groupId, type, 'full');
   log.info({ mode: 'full' }, 'pass started');
@@ -175,10 +164,7 @@ export async function runCurrentPass(
     const removed = await removeUnseenMembers(deps, groupId);
     // Members of this status the pass did not list and no newer fact covers: candidates, proven gone
     // only by the next complete pass (the worker runs it at once: decideAfterPass, passesToProve).
-    const awaitingProof =
-      totals.startedAt === null
-        ? null
-        : await membersAwaitingProof(deps.pool, groupId, totals.startedAt, { type });
+    const awaitingProof = totals.startedAt === null ? null : await membersAwaitingProof(deps.pool, groupId, totals.startedAt, { type });
     log.info(
       {
         mode: 'full',
@@ -224,7 +210,6 @@ async function removeUnseenMembers(deps: CurrentPassDeps, groupId: string): Prom
   if (!cutoff) return 0;
   const now = formatEpochMs(Date.now());
   let removed = 0;
-  for (const type of deps.groupTypes)
-    removed += await removeMembersNotSeenSince(deps.pool, groupId, cutoff, now, { type, via: 'current' });
+  for (const type of deps.groupTypes) removed += await removeMembersNotSeenSince(deps.pool, groupId, cutoff, now, { type, via: 'current' });
   return removed;
 }

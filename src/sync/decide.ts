@@ -68,7 +68,8 @@ export function decide(job: DecisionJob, state: DecisionState): Action {
     if (state.waiting === undefined) return need('waiting');
     // Another full pass (backfill, resume or scheduled) waits for its turn; a waiting scheduled
     // full pass finds its own mark here and goes on.
-    if (state.waiting !== null && state.waiting !== job.id) return { kind: 'skip', reason: 'a backfill of this group and type is waiting for its turn' };
+    if (state.waiting !== null && state.waiting !== job.id)
+      return { kind: 'skip', reason: 'a backfill of this group and type is waiting for its turn' };
   }
   if (state.locked === undefined) return need('lock');
   return state.locked ? decideLocked(job, state) : decideBusy(job, state);
@@ -145,7 +146,8 @@ export function decideAfterPass(job: Pick<DecisionJob, 'mode'>, facts: AfterPass
   // every one of them while listed (the fault suite's churn scenario found such false removals):
   // the proof needs the scheduled passes' spacing, so those confirm with the next scheduled round.
   if (facts.groupTypes > 1) return { kind: 'done', reason: 'a group of several types confirms with its next scheduled full passes' };
-  if (facts.confirmingPasses >= facts.maxConfirmingPasses) return { kind: 'done', reason: 'confirming passes spent; the next full pass goes on' };
+  if (facts.confirmingPasses >= facts.maxConfirmingPasses)
+    return { kind: 'done', reason: 'confirming passes spent; the next full pass goes on' };
   return { kind: 'confirm' };
 }
 
@@ -162,7 +164,11 @@ export interface TypeProof<T extends string = string> {
  * type's last two gap-free passes, so every type needs two passes that started after it. `first`
  * (the job's own type) comes first; types that need nothing are left out.
  */
-export function passesToProve<T extends string>(proofs: readonly TypeProof<T>[], lastSeenAt: number | null, first: T): Array<{ type: T; passes: number }> {
+export function passesToProve<T extends string>(
+  proofs: readonly TypeProof<T>[],
+  lastSeenAt: number | null,
+  first: T,
+): Array<{ type: T; passes: number }> {
   const since = lastSeenAt ?? -Infinity;
   const after = (at: number | null) => at !== null && at > since;
   const needs = proofs

@@ -30,27 +30,26 @@ export interface PassLockOptions {
   renewEveryMs?: number;
 }
 
-export async function tryAcquirePassLock(
-  redis: Redis,
-  key: string,
-  options: PassLockOptions = {},
-): Promise<HeldLock | null> {
+export async function tryAcquirePassLock(redis: Redis, key: string, options: PassLockOptions = {}): Promise<HeldLock | null> {
   // Short enough that a replica killed mid-pass (kill -9) blocks its (group, type) only briefly.
   const ttlMs = options.ttlMs ?? 20_000;
   const token = randomUUID();
   const ok = await redis.set(key, token, 'PX', ttlMs, 'NX');
   if (ok !== 'OK') return null;
   let lost = false;
-  const timer = setInterval(() => {
-    redis.eval(RENEW, 1, key, token, String(ttlMs)).then(
-      (renewed) => {
-        if (Number(renewed) !== 1) lost = true;
-      },
-      () => {
-        // Redis briefly unreachable: keep trying; the TTL bounds how long a dead holder blocks others.
-      },
-    );
-  }, options.renewEveryMs ?? Math.floor(ttlMs / 3));
+  const timer = setInterval(
+    () => {
+      redis.eval(RENEW, 1, key, token, String(ttlMs)).then(
+        (renewed) => {
+          if (Number(renewed) !== 1) lost = true;
+        },
+        () => {
+          // Redis briefly unreachable: keep trying; the TTL bounds how long a dead holder blocks others.
+        },
+      );
+    },
+    options.renewEveryMs ?? Math.floor(ttlMs / 3),
+  );
   timer.unref();
   return {
     get lost() {

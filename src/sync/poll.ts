@@ -309,12 +309,16 @@ async function commitPages(
   }
 }
 
-export async function runPass(
-  deps: PassDeps,
-  groupId: string,
-  type: SubscriberType,
-  requestedMode: PassMode,
-): Promise<PassResult> {
+/** Rows dated past the service's now + the timezone margin are stored, but the cursor does not follow them. */
+function warnFutureRows(log: Logger, tally: CursorTally): void {
+  if (tally.futureRows === 0) return;
+  log.warn(
+    { futureRows: tally.futureRows, cursorCeiling: tally.ceiling },
+    `${tally.futureRows} row(s) dated after the service's now + ${TIMEZONE_MARGIN_MS / 3_600_000} h; stored, but the cursor does not follow them`,
+  );
+}
+
+export async function runPass(deps: PassDeps, groupId: string, type: SubscriberType, requestedMode: PassMode): Promise<PassResult> {
   const log = deps.logger.child({ groupId, type });
   const state = await readSyncState(deps.pool, groupId, type);
   // Without a cursor there is nothing to be incremental from: the first pass is a full one.
@@ -352,16 +356,23 @@ export async function runPass(
       futureRows: tally.futureRows,
       stepBacks: mode === 'full' ? totals.stepBacks : undefined,
     });
-    if (tally.futureRows > 0) {
-      log.warn(
-        { futureRows: tally.futureRows, cursorCeiling: tally.ceiling },
-        `${tally.futureRows} row(s) dated after the service's now + ${TIMEZONE_MARGIN_MS / 3_600_000} h; stored, but the cursor does not follow them`,
-      );
-    }
+    warnFutureRows(log, tally);
     // After the pass is recorded complete, so that it counts towards the removal cutoff.
     const { removed, awaitingProof } = await settleRemovals(deps, groupId, type, plan.seenAt);
-    const { gaps, stepBacks } = totals;
-    log.info({ mode, rowsSeen: totals.rowsSeen, rowsWritten, removed, gaps, stepBacks, awaitingProof: awaitingProof?.count, requests: requests(), filterDay }, 'pass succeeded');
+    log.info(
+      {
+        mode,
+        rowsSeen: totals.rowsSeen,
+        rowsWritten,
+        removed,
+        gaps: totals.gaps,
+        stepBacks: totals.stepBacks,
+        awaitingProof: awaitingProof?.count,
+        requests: requests(),
+        filterDay,
+      },
+      'pass succeeded',
+    );
     return {
       mode,
       rowsSeen: totals.rowsSeen,

@@ -94,12 +94,18 @@ export interface OpenFullPass {
 export async function openFullPass(db: Queryable, groupId: string, type: string, opts: { restart?: boolean } = {}): Promise<OpenFullPass> {
   // A restart drops an open checkpoint: the pass opened now starts from the top.
   if (opts.restart) {
-    await db.query(`update sync_state set full_offset = null, full_tail_ids = null, full_cursor = null, updated_at = now() where group_id = $1 and type = $2 and full_offset is not null`, [
-      groupId,
-      type,
-    ]);
+    await db.query(
+      `update sync_state set full_offset = null, full_tail_ids = null, full_cursor = null, updated_at = now() where group_id = $1 and type = $2 and full_offset is not null`,
+      [groupId, type],
+    );
   }
-  const { rows } = await db.query<{ startedAt: string; offset: number; resumed: boolean; tailIds: string[] | null; continuous: boolean | null }>(
+  const { rows } = await db.query<{
+    startedAt: string;
+    offset: number;
+    resumed: boolean;
+    tailIds: string[] | null;
+    continuous: boolean | null;
+  }>(
     `update sync_state
         set full_started_at = case when full_offset is null then now() else full_started_at end,
             full_tail_ids = case when full_offset is null then null else full_tail_ids end,
@@ -114,7 +120,13 @@ export async function openFullPass(db: Queryable, groupId: string, type: string,
   const row = rows[0];
   if (!row) throw new Error(`sync_state row missing for group ${groupId} type ${type}`);
   // A pass opened before continuity was recorded (null) cannot prove it skipped nothing.
-  return { startedAt: row.startedAt, offset: row.offset, resumed: row.resumed, tailIds: row.tailIds ?? [], continuous: row.continuous === true };
+  return {
+    startedAt: row.startedAt,
+    offset: row.offset,
+    resumed: row.resumed,
+    tailIds: row.tailIds ?? [],
+    continuous: row.continuous === true,
+  };
 }
 
 /**
@@ -252,10 +264,18 @@ export interface OpenCursorPass {
 }
 
 /** Opens a full pass by cursor (or keeps the open one): its start time and where to resume. */
-export async function openCursorPass(db: Queryable, groupId: string, type: string, opts: { restart?: boolean } = {}): Promise<OpenCursorPass> {
+export async function openCursorPass(
+  db: Queryable,
+  groupId: string,
+  type: string,
+  opts: { restart?: boolean } = {},
+): Promise<OpenCursorPass> {
   // A restart drops an open checkpoint: the pass opened now starts from the first page.
   if (opts.restart) {
-    await db.query(`update sync_state set full_offset = null, full_cursor = null, updated_at = now() where group_id = $1 and type = $2 and full_offset is not null`, [groupId, type]);
+    await db.query(
+      `update sync_state set full_offset = null, full_cursor = null, updated_at = now() where group_id = $1 and type = $2 and full_offset is not null`,
+      [groupId, type],
+    );
   }
   const { rows } = await db.query<OpenCursorPass>(
     `update sync_state
@@ -276,11 +296,18 @@ export async function openCursorPass(db: Queryable, groupId: string, type: strin
  * Called inside the page's transaction (invariant 3): the next cursor commits with the rows it
  * covers. A cursor pass skips no survivor, so it stays continuous.
  */
-export async function saveCursorCheckpoint(db: Queryable, groupId: string, type: string, checkpoint: { nextCursor: string | null; pages: number }): Promise<void> {
-  await db.query(
-    `update sync_state set full_cursor = $3, full_offset = $4, updated_at = now() where group_id = $1 and type = $2`,
-    [groupId, type, checkpoint.nextCursor, checkpoint.pages],
-  );
+export async function saveCursorCheckpoint(
+  db: Queryable,
+  groupId: string,
+  type: string,
+  checkpoint: { nextCursor: string | null; pages: number },
+): Promise<void> {
+  await db.query(`update sync_state set full_cursor = $3, full_offset = $4, updated_at = now() where group_id = $1 and type = $2`, [
+    groupId,
+    type,
+    checkpoint.nextCursor,
+    checkpoint.pages,
+  ]);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -90,7 +90,20 @@ function short(ts: string | null): string {
 
 /** A fixed-width table for terminals. */
 export function formatStatusTable(rows: readonly StatusRow[]): string {
-  const header = ['group', 'type', 'cursor', 'last run', 'last success', 'mirrored', 'upstream', 'drift', 'future', 'awaiting proof', 'step backs', 'last error'];
+  const header = [
+    'group',
+    'type',
+    'cursor',
+    'last run',
+    'last success',
+    'mirrored',
+    'upstream',
+    'drift',
+    'future',
+    'awaiting proof',
+    'step backs',
+    'last error',
+  ];
   const body = rows.map((r) => [
     r.groupId,
     r.type,
@@ -106,6 +119,10 @@ export function formatStatusTable(rows: readonly StatusRow[]): string {
     r.lastError ? r.lastError.slice(0, 80) : '',
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...body.map((b) => (b[i] ?? '').length)));
-  const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i] ?? 0)).join('  ').trimEnd();
+  const line = (cells: string[]) =>
+    cells
+      .map((c, i) => c.padEnd(widths[i] ?? 0))
+      .join('  ')
+      .trimEnd();
   return [line(header), ...body.map(line)].join('\n');
 }

@@ -17,7 +17,15 @@ import { tryAcquirePassLock, type HeldLock } from './lock.js';
 import { membersAwaitingProof } from '../mirror/store.js';
 import { PassInterruptedError, type PassProgress, type PassResult } from './poll.js';
 import { legacySource, type ReadSource } from './source.js';
-import { SYNC_QUEUE, enqueueResume, fullPassDedupId, fullPassKey, type LastFullPasses, type PassJobData, type PassJobResult } from './schedule.js';
+import {
+  SYNC_QUEUE,
+  enqueueResume,
+  fullPassDedupId,
+  fullPassKey,
+  type LastFullPasses,
+  type PassJobData,
+  type PassJobResult,
+} from './schedule.js';
 import { listSyncStates, readSyncState, type SyncStateRow } from './state.js';
 
 export interface SyncWorkerDeps {
@@ -103,7 +111,13 @@ export function createSyncWorker(deps: SyncWorkerDeps): SyncWorker {
     assertJobData(job.data);
     const { mode, trigger } = job.data;
     // A scheduler's job is added ahead of its due time, with the rest as delay.
-    const decisionJob: DecisionJob = { mode, trigger, id: job.id ?? '1', dueAt: job.timestamp + (job.opts.delay ?? 0), canWait: Boolean(token) };
+    const decisionJob: DecisionJob = {
+      mode,
+      trigger,
+      id: job.id ?? '1',
+      dueAt: job.timestamp + (job.opts.delay ?? 0),
+      canWait: Boolean(token),
+    };
     const state: DecisionState = {};
     const held: { lock: HeldLock | null } = { lock: null };
     try {
@@ -150,7 +164,13 @@ export function createSyncWorker(deps: SyncWorkerDeps): SyncWorker {
 }
 
 /** Reads the fact `decide` asked for (or makes the effect) into `state`. */
-async function gather(ctx: WorkerContext, data: PassJobData, need: Need, state: DecisionState, held: { lock: HeldLock | null }): Promise<void> {
+async function gather(
+  ctx: WorkerContext,
+  data: PassJobData,
+  need: Need,
+  state: DecisionState,
+  held: { lock: HeldLock | null },
+): Promise<void> {
   const { deps, pauseKey } = ctx;
   const { groupId, type } = data;
   const wantedKey = passWantedKey(deps.prefix, groupId, type);
@@ -201,11 +221,22 @@ async function waitForTurn(ctx: WorkerContext, job: Job<PassJobData, PassJobResu
 function readSourceOf(deps: SyncWorkerDeps): ReadSource {
   if (deps.source) return deps.source;
   if (!deps.legacyFactory) throw new Error('sync worker: neither a read source nor a legacy client factory was given');
-  return legacySource({ legacyFactory: deps.legacyFactory, sourceTimezone: deps.sourceTimezone, lookbackMs: deps.lookbackMs, pageSize: deps.pageSize });
+  return legacySource({
+    legacyFactory: deps.legacyFactory,
+    sourceTimezone: deps.sourceTimezone,
+    lookbackMs: deps.lookbackMs,
+    pageSize: deps.pageSize,
+  });
 }
 
 /** Runs one pass of (groupId, type) under `lock` and records its metrics; a failure is recorded and thrown. */
-async function runOnePass(ctx: WorkerContext, job: Job<PassJobData, PassJobResult>, type: SubscriberType, lock: HeldLock, restart: boolean): Promise<PassResult> {
+async function runOnePass(
+  ctx: WorkerContext,
+  job: Job<PassJobData, PassJobResult>,
+  type: SubscriberType,
+  lock: HeldLock,
+  restart: boolean,
+): Promise<PassResult> {
   const { deps, log, pauseKey } = ctx;
   const { groupId, mode } = job.data;
   const startedAt = Date.now();
@@ -251,7 +282,8 @@ function recordPassMetrics(deps: SyncWorkerDeps, groupId: string, type: Subscrib
   if (!metrics) return;
   metrics.authPaused.set(0);
   metrics.passDuration.observe({ mode: result.mode, outcome: 'succeeded' }, (Date.now() - startedAt) / 1000);
-  for (const outcome of ['inserted', 'updated', 'unchanged', 'skipped'] as const) metrics.rowsWritten.inc({ via: readSourceOf(deps).via, result: outcome }, result.counts[outcome]);
+  for (const outcome of ['inserted', 'updated', 'unchanged', 'skipped'] as const)
+    metrics.rowsWritten.inc({ via: readSourceOf(deps).via, result: outcome }, result.counts[outcome]);
   if (result.futureRows > 0) metrics.futureRows.inc({ group: groupId, type }, result.futureRows);
   if (result.gaps > 0) metrics.passGaps.inc({ group: groupId, type }, result.gaps);
   if (result.removed > 0) metrics.membersRemoved.inc({ via: readSourceOf(deps).via }, result.removed);
@@ -304,7 +336,12 @@ interface ProofOutcome {
  * that type's lock after this one is released, one at a time, so two jobs confirming at once never
  * wait for each other's lock.
  */
-async function confirmRemovals(ctx: WorkerContext, job: Job<PassJobData, PassJobResult>, lock: HeldLock, first: PassResult): Promise<ProofOutcome> {
+async function confirmRemovals(
+  ctx: WorkerContext,
+  job: Job<PassJobData, PassJobResult>,
+  lock: HeldLock,
+  first: PassResult,
+): Promise<ProofOutcome> {
   const { deps } = ctx;
   const { groupId, type } = job.data;
   const outcome: ProofOutcome = { passes: 0, removed: 0, requests: 0, awaitingProof: first.awaitingProof?.count ?? 0 };
@@ -312,15 +349,22 @@ async function confirmRemovals(ctx: WorkerContext, job: Job<PassJobData, PassJob
   try {
     const maxConfirmingPasses = 2 * deps.types.length + 1;
     for (;;) {
-      const after = decideAfterPass({ mode: first.mode }, {
-        awaitingProof: outcome.awaitingProof,
-        confirmingPasses: outcome.passes,
-        maxConfirmingPasses,
-        groupTypes: deps.types.length,
-      });
+      const after = decideAfterPass(
+        { mode: first.mode },
+        {
+          awaitingProof: outcome.awaitingProof,
+          confirmingPasses: outcome.passes,
+          maxConfirmingPasses,
+          groupTypes: deps.types.length,
+        },
+      );
       if (after.kind === 'done' || first.startedAt === null || ctx.closing()) return outcome;
       const awaiting = await membersAwaitingProof(deps.pool, groupId, first.startedAt, { type });
-      const next = passesToProve(await groupProofs(deps, groupId), awaiting.lastSeenAt === null ? null : Date.parse(awaiting.lastSeenAt), type)[0];
+      const next = passesToProve(
+        await groupProofs(deps, groupId),
+        awaiting.lastSeenAt === null ? null : Date.parse(awaiting.lastSeenAt),
+        type,
+      )[0];
       if (!next) return outcome;
       if (next.type !== type && held === lock) {
         await lock.release();
@@ -350,7 +394,11 @@ async function confirmRemovals(ctx: WorkerContext, job: Job<PassJobData, PassJob
 async function groupProofs(deps: SyncWorkerDeps, groupId: string): Promise<Array<TypeProof<SubscriberType>>> {
   const states = new Map((await listSyncStates(deps.pool)).filter((s) => s.groupId === groupId).map((s) => [s.type, s]));
   const at = (ts: string | null | undefined) => (ts ? Date.parse(ts) : null);
-  return deps.types.map((t) => ({ type: t, proofStartedAt: at(states.get(t)?.proofStartedAt), prevProofStartedAt: at(states.get(t)?.prevProofStartedAt) }));
+  return deps.types.map((t) => ({
+    type: t,
+    proofStartedAt: at(states.get(t)?.proofStartedAt),
+    prevProofStartedAt: at(states.get(t)?.prevProofStartedAt),
+  }));
 }
 
 /** Takes the pass lock of another type of the group, waiting while another pass holds it (bounded). */

@@ -708,7 +708,7 @@ async function beforeRetry(
 ): Promise<boolean> {
   const { settings, counters } = client;
   if (!(error instanceof UpstreamError) || !error.retryable) return false;
-  const idempotent = request.idempotent ?? (target.method !== 'POST');
+  const idempotent = request.idempotent ?? target.method !== 'POST';
   if (!idempotent && !(error instanceof UpstreamRateLimitError)) return false;
   const askedMs = error instanceof UpstreamHttpError ? (error.retryAfterMs ?? 0) : 0;
   if (askedMs > settings.maxRetryAfterMs) {

@@ -136,11 +136,19 @@ function isValidId(id: unknown): id is number | string {
 function validateSubscriberList(body: unknown, target: RequestTarget, status: number): LegacySubscriberRecord[] {
   if (!Array.isArray(body)) {
     const got = body === undefined ? 'an empty body' : isPlainObject(body) ? 'an object' : typeof body;
-    throw new UpstreamBodyError(`${target.label} answered ${got} instead of a list of subscribers on ${target.method} ${target.path}`, target, status);
+    throw new UpstreamBodyError(
+      `${target.label} answered ${got} instead of a list of subscribers on ${target.method} ${target.path}`,
+      target,
+      status,
+    );
   }
   body.forEach((item: unknown, index) => {
     if (!isPlainObject(item)) {
-      throw new UpstreamBodyError(`${target.label} list item #${index} is not an object on ${target.method} ${target.path}`, target, status);
+      throw new UpstreamBodyError(
+        `${target.label} list item #${index} is not an object on ${target.method} ${target.path}`,
+        target,
+        status,
+      );
     }
     if (!isValidId(item.id)) {
       throw new UpstreamBodyError(
@@ -289,7 +297,10 @@ function reportCap(client: ClientCaps, knowledge: PageCapKnowledge, page: PageOp
   page.onEffectiveLimit?.(knowledge.cap ?? page.limit);
   if (knowledge.cap === null) logger?.info(context, `legacy API serves pages longer than the cap learned before; no cap assumed`);
   else {
-    logger?.warn(context, `legacy API caps list pages at ${knowledge.cap} rows (asked for ${page.limit}); using ${knowledge.cap} as the effective page size`);
+    logger?.warn(
+      context,
+      `legacy API caps list pages at ${knowledge.cap} rows (asked for ${page.limit}); using ${knowledge.cap} as the effective page size`,
+    );
   }
 }
 
@@ -335,8 +346,12 @@ interface PassIo {
  * The I/O of a pass: reads the page each step asks for and hands pages to the consumer one at a
  * time (invariant 8). What to read next and when to stop is the step's (legacy/paging.ts).
  */
-async function* walkPass<S extends PassPosition>(io: PassIo, step: PagingStepFunction<S>, start: S): AsyncGenerator<LegacyPage, void, undefined> {
-  for (let state = start; ; ) {
+async function* walkPass<S extends PassPosition>(
+  io: PassIo,
+  step: PagingStepFunction<S>,
+  start: S,
+): AsyncGenerator<LegacyPage, void, undefined> {
+  for (let state = start; ;) {
     const { rows, serviceTime } = await io.read(state.offset);
     let next = step(state, { rows }, io.caps.current(), io.context);
     io.caps.keep(next.knowledge);
@@ -403,7 +418,8 @@ export function createLegacyClient(options: LegacyClientOptions): LegacyClient {
       ignoresOffset: (offset, farOffset) => ignoresOffset(id, page.type, offset, farOffset),
     };
     if (page.mode === 'incremental') yield* walkPass(pass, incrementalStep, startIncrementalPass(startOffset));
-    else if (!fullPassNeedsNoRead(startOffset, pass.context)) yield* walkPass(pass, fullStep, startFullPass(startOffset, page.startTail, page.limit));
+    else if (!fullPassNeedsNoRead(startOffset, pass.context))
+      yield* walkPass(pass, fullStep, startFullPass(startOffset, page.startTail, page.limit));
   }
 
   return {

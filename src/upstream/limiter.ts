@@ -429,7 +429,7 @@ class SpacedLimiter {
 
   /** One pass through Bottleneck; rebuilds and retries when the shared state was lost before `fn` started. */
   private async runInSlot<T>(fn: () => Promise<T>, signal: AbortSignal | undefined, onStart: () => void): Promise<JobOutcome<T>> {
-    for (let rebuildsLeft = this.settings.maxRebuilds; ; ) {
+    for (let rebuildsLeft = this.settings.maxRebuilds; ;) {
       const generation = await this.currentGeneration();
       let started = false;
       try {

@@ -272,7 +272,10 @@ function parseBody<T>(schema: z.ZodType<T>, body: unknown, what: string, target:
 }
 
 /** Validates one page of the list (docs/upstream.md, "Page envelope"). Exported for unit tests. */
-export function parseEnvelope(body: unknown, target: RequestTarget = { label: WEBHOOKS_LABEL, method: 'GET', path: WEBHOOKS_PATH }): PageEnvelope {
+export function parseEnvelope(
+  body: unknown,
+  target: RequestTarget = { label: WEBHOOKS_LABEL, method: 'GET', path: WEBHOOKS_PATH },
+): PageEnvelope {
   return parseBody(envelopeSchema, body, 'page of webhooks', target, 200);
 }
 
@@ -353,7 +356,10 @@ function webhooksHttpClient(options: WebhooksApiOptions, baseUrl: string): HttpC
       ...userHooks,
       onRetry(info) {
         userHooks?.onRetry?.(info);
-        logger?.warn({ method: info.method, path: info.path, attempt: info.attempt, err: info.error.message }, 'webhook API call failed; retrying');
+        logger?.warn(
+          { method: info.method, path: info.path, attempt: info.attempt, err: info.error.message },
+          'webhook API call failed; retrying',
+        );
       },
     },
   });
@@ -383,7 +389,11 @@ async function listWebhooks(http: HttpClient, baseUrl: string, opts?: { signal?:
   let path: string | null = WEBHOOKS_PATH;
   while (path !== null) {
     if (seen.size >= MAX_LIST_PAGES) {
-      throw new UpstreamBodyError(`${WEBHOOKS_LABEL} list did not end after ${MAX_LIST_PAGES} pages`, { label: WEBHOOKS_LABEL, method: 'GET', path }, 200);
+      throw new UpstreamBodyError(
+        `${WEBHOOKS_LABEL} list did not end after ${MAX_LIST_PAGES} pages`,
+        { label: WEBHOOKS_LABEL, method: 'GET', path },
+        200,
+      );
     }
     seen.add(path);
     const { status, body, target } = await call(http, { method: 'GET', path, signal: opts?.signal });
@@ -441,12 +451,7 @@ async function createWebhook(http: HttpClient, body: WebhookCreateBody, opts?: {
   return { ...hook, secret: hook.secret };
 }
 
-async function updateWebhook(
-  http: HttpClient,
-  id: string,
-  body: WebhookUpdateBody,
-  opts?: { signal?: AbortSignal },
-): Promise<Webhook> {
+async function updateWebhook(http: HttpClient, id: string, body: WebhookUpdateBody, opts?: { signal?: AbortSignal }): Promise<Webhook> {
   const response = await call(http, { method: 'PUT', path: itemPath(id), body, signal: opts?.signal }, id);
   return parseBody(singleSchema, response.body, 'webhook', response.target, response.status).data;
 }

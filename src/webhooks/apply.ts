@@ -239,7 +239,10 @@ export interface ApplyCounts {
  * not deadlock each other.
  */
 export async function applyPlan(client: pg.ClientBase, plan: EffectPlan): Promise<ApplyCounts> {
-  const subscribers = await upsertSubscribers(client, sortedBy(plan.subscribers, (r) => r.values.id));
+  const subscribers = await upsertSubscribers(
+    client,
+    sortedBy(plan.subscribers, (r) => r.values.id),
+  );
   await upsertGroups(client, mergeById(plan.groups));
   await upsertAutomations(client, mergeById(plan.automations));
   await upsertCampaigns(client, mergeById(plan.campaigns));

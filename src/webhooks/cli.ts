@@ -105,7 +105,14 @@ function urlArg(value: string, what: string): string {
 
 /** `a,b` → known, deduplicated kinds; an unknown kind is named. */
 export function parseEventsArg(value: string, what = 'update'): string[] {
-  const kinds = [...new Set(value.split(',').map((k) => k.trim()).filter((k) => k !== ''))];
+  const kinds = [
+    ...new Set(
+      value
+        .split(',')
+        .map((k) => k.trim())
+        .filter((k) => k !== ''),
+    ),
+  ];
   if (kinds.length === 0) throw usage(`webhooks ${what}: --events needs at least one event kind`);
   const unknown = kinds.filter((k) => !isEventKind(k));
   if (unknown.length > 0) {
@@ -122,7 +129,8 @@ export interface RegisterArgs {
 
 export function parseRegisterArgs(args: string[]): RegisterArgs {
   const { values } = parse(args, { url: { type: 'string' }, name: { type: 'string' } }, 0, 'register');
-  if (values.url === undefined) throw usage('webhooks register needs --url URL (where the service should deliver: this install\'s receiver)');
+  if (values.url === undefined)
+    throw usage("webhooks register needs --url URL (where the service should deliver: this install's receiver)");
   const result: RegisterArgs = { url: urlArg(values.url, 'register') };
   if (values.name !== undefined) {
     if (values.name.trim() === '') throw usage('webhooks register: --name must not be empty');
@@ -172,7 +180,9 @@ export function parseUpdateArgs(args: string[]): UpdateArgs {
   if (patch.events !== undefined && patch.batchable === false) {
     const violations = batchableViolations(patch.events, false);
     if (violations.length > 0) {
-      throw usage(`webhooks update: ${violations.join(', ')} can only be delivered to a batchable webhook (docs/upstream.md, "Event kinds"); use --batchable true or drop them from --events`);
+      throw usage(
+        `webhooks update: ${violations.join(', ')} can only be delivered to a batchable webhook (docs/upstream.md, "Event kinds"); use --batchable true or drop them from --events`,
+      );
     }
   }
   if (Object.keys(patch).length === 0) {

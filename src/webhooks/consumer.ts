@@ -121,7 +121,9 @@ export function createDeliveryConsumer(deps: DeliveryConsumerDeps): DeliveryCons
   const addAll = async (ids: readonly string[]) => {
     for (let i = 0; i < ids.length; i += ADD_CHUNK) {
       await queue.addBulk(
-        ids.slice(i, i + ADD_CHUNK).map((id) => ({ name: 'apply', data: { deliveryId: id }, opts: { ...jobOptions, jobId: deliveryJobId(id) } })),
+        ids
+          .slice(i, i + ADD_CHUNK)
+          .map((id) => ({ name: 'apply', data: { deliveryId: id }, opts: { ...jobOptions, jobId: deliveryJobId(id) } })),
       );
     }
   };

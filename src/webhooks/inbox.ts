@@ -102,9 +102,7 @@ export interface EndpointSecret {
 
 /** Secrets of the enabled webhooks this install manages (docs/upstream.md, "Webhook object" `secret`, and "Signature"). */
 export async function loadSecrets(pool: Queryable): Promise<EndpointSecret[]> {
-  const { rows } = await pool.query(
-    'select id, secret from webhook_endpoints where enabled and secret <> \'\' order by created_at, id',
-  );
+  const { rows } = await pool.query("select id, secret from webhook_endpoints where enabled and secret <> '' order by created_at, id");
   return (rows as Array<{ id: string; secret: string }>).map((r) => ({ endpointId: r.id, secret: r.secret }));
 }
 
@@ -187,7 +185,10 @@ async function runBatch(pool: Queryable, batch: Pending[], stats: BatchStats): P
   stats.rows += batch.length;
   stats.maxBatchSeen = Math.max(stats.maxBatchSeen, batch.length);
   try {
-    const results = await writeRows(pool, batch.map((p) => p.row));
+    const results = await writeRows(
+      pool,
+      batch.map((p) => p.row),
+    );
     batch.forEach((p, i) => p.resolve(results[i] as StoredDelivery));
   } catch (error) {
     stats.failedBatches++;
@@ -621,7 +622,8 @@ export async function deliveriesMentioningErasedSince(
   afterId: string,
   limit: number,
 ): Promise<Array<{ id: string; body: string; ids: string[] }>> {
-  return (await pool.query<{ id: string; body: string; ids: string[] }>(MENTIONING_ERASED_SQL, [checkedBefore, marginMs, afterId, limit])).rows;
+  return (await pool.query<{ id: string; body: string; ids: string[] }>(MENTIONING_ERASED_SQL, [checkedBefore, marginMs, afterId, limit]))
+    .rows;
 }
 
 /** One stored body as text, or null when the row is gone. */
@@ -640,7 +642,9 @@ export async function replaceDeliveryBody(pool: Queryable, id: string, body: str
 
 /** Stored deliveries per status; every status is present (0 when none). */
 export async function countDeliveriesByStatus(pool: Queryable): Promise<Record<DeliveryStatus, number>> {
-  const { rows } = await pool.query<{ status: DeliveryStatus; n: number }>(`select status, count(*)::int as n from webhook_deliveries group by status`);
+  const { rows } = await pool.query<{ status: DeliveryStatus; n: number }>(
+    `select status, count(*)::int as n from webhook_deliveries group by status`,
+  );
   const counts = Object.fromEntries(DELIVERY_STATUSES.map((s) => [s, 0])) as Record<DeliveryStatus, number>;
   for (const row of rows) counts[row.status] = row.n;
   return counts;

@@ -283,7 +283,14 @@ async function registerRole(
   await storeCreated(pool, created, created.secret, role);
   const enabled = await api.update(created.id, { enabled: true });
   await storeEndpoint(pool, enabled, enabled.secret ?? created.secret);
-  const action: RegisterAction = { webhook: role, action: 'created', id: enabled.id, name: enabled.name, url: enabled.url, events: enabled.events };
+  const action: RegisterAction = {
+    webhook: role,
+    action: 'created',
+    id: enabled.id,
+    name: enabled.name,
+    url: enabled.url,
+    events: enabled.events,
+  };
   if (replaces !== undefined) action.replaces = replaces;
   return action;
 }
@@ -299,7 +306,13 @@ export async function registerWebhooks(api: WebhooksApi, pool: pg.Pool, options:
     const actions: RegisterAction[] = [];
     const claimed = new Set<string>();
     for (const role of MANAGED_ROLES) {
-      const action = await registerRole(api, client, role, stored.filter((row) => !claimed.has(row.id)), options);
+      const action = await registerRole(
+        api,
+        client,
+        role,
+        stored.filter((row) => !claimed.has(row.id)),
+        options,
+      );
       claimed.add(action.id);
       actions.push(action);
     }

@@ -183,9 +183,7 @@ function nestedParser(spec: KindSpec): ItemParser {
   const schema = z.looseObject(shape);
   return (item, _ownKeys, path) => {
     const result = schema.safeParse(item);
-    return result.success
-      ? { ok: true, data: result.data }
-      : { ok: false, issues: toIssues(result.error, path) };
+    return result.success ? { ok: true, data: result.data } : { ok: false, issues: toIssues(result.error, path) };
   };
 }
 
@@ -294,14 +292,7 @@ function isEnvelope(body: Record<string, unknown>): boolean {
   return 'events' in body && body.event == null && body.type == null;
 }
 
-function parseItem(
-  item: unknown,
-  index: number,
-  path: string,
-  batched: boolean,
-  events: WebhookEvent[],
-  unknownKinds: Set<string>,
-): void {
+function parseItem(item: unknown, index: number, path: string, batched: boolean, events: WebhookEvent[], unknownKinds: Set<string>): void {
   if (!isPlainObject(item)) {
     throw new PayloadError('invalid delivery', [{ path, message: `expected an event object, got ${describe(item)}` }]);
   }
@@ -315,9 +306,7 @@ function parseItem(
   const parser = PARSERS.get(kind)?.get(shape);
   if (!parser) {
     const expected = spec.shapes.map((s) => SHAPE_DESCRIPTIONS[s]).join(' or ');
-    throw new PayloadError(`invalid ${kind} payload`, [
-      { path, message: `${kind} arrives ${expected}, got ${SHAPE_DESCRIPTIONS[shape]}` },
-    ]);
+    throw new PayloadError(`invalid ${kind} payload`, [{ path, message: `${kind} arrives ${expected}, got ${SHAPE_DESCRIPTIONS[shape]}` }]);
   }
   const ownKeys = new Set([kindKey, 'account_id']);
   const result = parser(item, ownKeys, path);

@@ -26,15 +26,7 @@ import { deliveryKinds, parseDelivery, PayloadError, peekKinds } from './payload
 import { createRejectionLog, type RejectionLog, type RejectionLogOptions } from './rejections.js';
 import { verifySignature } from './signature.js';
 
-export type ReceiverOutcome =
-  | 'stored'
-  | 'duplicate'
-  | 'ignored'
-  | 'failed'
-  | 'unauthorized'
-  | 'bad_request'
-  | 'too_large'
-  | 'unavailable';
+export type ReceiverOutcome = 'stored' | 'duplicate' | 'ignored' | 'failed' | 'unauthorized' | 'bad_request' | 'too_large' | 'unavailable';
 
 export interface ReceiverDeps {
   /** Route path (WEBHOOK_PATH). */
@@ -228,8 +220,7 @@ function toRecord(raw: Buffer, body: object, endpointId: string | null): Deliver
 
 function notifyStored(ctx: HandlerContext, id: string): void {
   // The row is durable whatever happens here; the consumer must also sweep pending rows it was not told about.
-  const failed = (error: unknown) =>
-    ctx.log.error({ err: error, deliveryId: id }, 'could not hand a stored delivery to the consumer');
+  const failed = (error: unknown) => ctx.log.error({ err: error, deliveryId: id }, 'could not hand a stored delivery to the consumer');
   try {
     const result = ctx.deps.onStored?.(id);
     if (result) result.catch(failed);
@@ -245,9 +236,7 @@ const SIGNATURE_PROBLEMS = {
   unavailable: 'Signature matches no cached secret and webhook endpoints cannot be loaded',
 } as const;
 
-type VerifyResult =
-  | { ok: true; endpointId: string | null }
-  | { ok: false; reason: 'missing' | 'malformed' | 'mismatch' | 'unavailable' };
+type VerifyResult = { ok: true; endpointId: string | null } | { ok: false; reason: 'missing' | 'malformed' | 'mismatch' | 'unavailable' };
 
 /**
  * Static secrets first, then the cached endpoint secrets; on a mismatch the endpoint secrets are
@@ -318,12 +307,7 @@ const PUBLIC_REASONS = {
 } as const;
 
 /** Errors raised before the handler runs: the body parser (size, aborted upload, bad length). */
-function onRouteError(
-  ctx: HandlerContext,
-  error: FastifyError,
-  request: FastifyRequest,
-  reply: FastifyReply,
-): FastifyReply {
+function onRouteError(ctx: HandlerContext, error: FastifyError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
   const started = performance.now();
   if (error instanceof BodyError) {
     // The rest of the upload is not read: close the connection rather than drain it.

@@ -33,7 +33,10 @@ export async function replayDeliveries(pool: Queryable, options: ReplayOptions =
     ids = await reopenFailed(pool, filter);
   } else {
     const candidates = await ignoredDeliveries(pool, filter);
-    ids = await reopenIgnored(pool, candidates.filter((r) => hasKnownEvents(r.body)).map((r) => r.id));
+    ids = await reopenIgnored(
+      pool,
+      candidates.filter((r) => hasKnownEvents(r.body)).map((r) => r.id),
+    );
   }
   return ids.sort((a, b) => (BigInt(a) < BigInt(b) ? -1 : 1));
 }

@@ -60,10 +60,7 @@ export async function benchCurrent(options: {
     const members = sim.world.memberCount(groupId);
     if (rows !== members) throw new Error(`the pass read ${rows} rows of ${members} members`);
     const fullPass = sim.requests.filter(CURRENT_REQUESTS).length;
-    const minimum = SUBSCRIBER_TYPES.reduce(
-      (n, t) => n + Math.max(1, Math.ceil(sim.world.members(groupId, t).length / PAGE_CAP)) + 1,
-      0,
-    );
+    const minimum = SUBSCRIBER_TYPES.reduce((n, t) => n + Math.max(1, Math.ceil(sim.world.members(groupId, t).length / PAGE_CAP)) + 1, 0);
     // 1M members: one request per 100 rows, one per list for its last (short) page, one count per list,
     // times what this run needed over its minimum.
     const millionMinimum = Math.ceil(1_000_000 / PAGE_CAP) + 2 * SUBSCRIBER_TYPES.length;

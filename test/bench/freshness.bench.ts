@@ -145,14 +145,26 @@ async function measureLoad(
 ): Promise<LoadRun> {
   const { port, rate, seconds } = load;
   // Warm up connections, prepared statements and the JIT before measuring.
-  await runLoadGenerator<GeneratorResult>(GENERATOR, { port, secret: SECRET, rate: Math.min(rate, 200), seconds: 1, runId: 'warmup' } satisfies GeneratorConfig);
+  await runLoadGenerator<GeneratorResult>(GENERATOR, {
+    port,
+    secret: SECRET,
+    rate: Math.min(rate, 200),
+    seconds: 1,
+    runId: 'warmup',
+  } satisfies GeneratorConfig);
   await waitDrained(pool, 30_000);
   await pool.query('truncate webhook_deliveries, subscribers, subscriber_activity');
 
   const pgBefore = await postgresCpuMs(pool, databaseName);
   const cpuBefore = process.cpuUsage();
   const wallBefore = performance.now();
-  const generated = await runLoadGenerator<GeneratorResult>(GENERATOR, { port, secret: SECRET, rate, seconds, runId: 'measure' } satisfies GeneratorConfig);
+  const generated = await runLoadGenerator<GeneratorResult>(GENERATOR, {
+    port,
+    secret: SECRET,
+    rate,
+    seconds,
+    runId: 'measure',
+  } satisfies GeneratorConfig);
   const drainMs = await waitDrained(pool, 120_000);
   const cpu = process.cpuUsage(cpuBefore);
   const wallMs = performance.now() - wallBefore;
@@ -219,7 +231,7 @@ function freshnessFigures(run: LoadRun, stats: Outcome, offered: { rate: number;
     { name: 'load generator CPU', value: load.generatorCpuPct, unit: '% of one core', goal: null },
     // CPU per delivery does not depend on what else the machine runs (latency does): the figures
     // to compare between runs on a shared machine.
-    { name: 'service CPU per delivery', value: round(((cpu.user + cpu.system) / Math.max(1, stats.applied)), 0), unit: 'µs', goal: null },
+    { name: 'service CPU per delivery', value: round((cpu.user + cpu.system) / Math.max(1, stats.applied), 0), unit: 'µs', goal: null },
     { name: 'Postgres CPU per delivery', value: round((pgCpuMs * 1000) / Math.max(1, stats.applied), 0), unit: 'µs', goal: null },
   ];
 }

@@ -103,7 +103,9 @@ async function main(): Promise<void> {
     await pool.end();
   }
   const passMs = performance.now() - started;
-  const profile = Array.from({ length: 10 }, (_, i) => mb(series[Math.min(series.length - 1, Math.floor(((i + 1) * series.length) / 10) - 1)] ?? 0));
+  const profile = Array.from({ length: 10 }, (_, i) =>
+    mb(series[Math.min(series.length - 1, Math.floor(((i + 1) * series.length) / 10) - 1)] ?? 0),
+  );
   const report: MemoryChildReport = {
     rows,
     rowsWritten,

@@ -86,7 +86,10 @@ function runChild(config: MemoryChildConfig): Promise<MemoryChildReport> {
   });
 }
 
-async function measure(subscribers: number, opts: Required<Pick<MemoryBenchOptions, 'pageSize' | 'sampleMs' | 'types'>> & { databaseUrl: string }): Promise<MemoryRun> {
+async function measure(
+  subscribers: number,
+  opts: Required<Pick<MemoryBenchOptions, 'pageSize' | 'sampleMs' | 'types'>> & { databaseUrl: string },
+): Promise<MemoryRun> {
   const seedStarted = performance.now();
   const simulator = await startSimulator({ subscribers, groups: 1, largeIds: true, rateLimit: false });
   const seedMs = performance.now() - seedStarted;
@@ -162,7 +165,13 @@ export async function benchMemory(options: MemoryBenchOptions = {}): Promise<Mem
           `sampled ${run.rssPeakSampledMb} MB, maxRSS ${run.maxRssMb} MB, heapUsed peak ${run.heapUsedPeakMb} MB; ` +
           `RSS over the pass ${run.rssProfileMb.join(' ')} MB`,
       ),
-      figure(`full pass rate, ${label} (child process)`, run.rowsPerSecond, 'rows/s', null, `${run.rows} rows, ${run.requests} requests, ${(run.passMs / 1000).toFixed(1)} s`),
+      figure(
+        `full pass rate, ${label} (child process)`,
+        run.rowsPerSecond,
+        'rows/s',
+        null,
+        `${run.rows} rows, ${run.requests} requests, ${(run.passMs / 1000).toFixed(1)} s`,
+      ),
     );
   }
   const result: BenchResult = {

@@ -87,7 +87,10 @@ function deps(sim: Simulator, scratch: ScratchDatabase, pageSize: number, groupT
 }
 
 async function removedIds(scratch: ScratchDatabase, groupId: string): Promise<Set<string>> {
-  const { rows } = await scratch.pool.query<{ id: string }>(`select subscriber_id as id from group_members where group_id = $1 and removed_at is not null`, [groupId]);
+  const { rows } = await scratch.pool.query<{ id: string }>(
+    `select subscriber_id as id from group_members where group_id = $1 and removed_at is not null`,
+    [groupId],
+  );
   return new Set(rows.map((r) => r.id));
 }
 
@@ -104,7 +107,14 @@ const SETTINGS: ReadonlyArray<{ label: string; churn: PageChurnSettings }> = [
 ];
 
 /** One setting: a pass under departures, the pass that misses the leavers, and its confirming pass. */
-async function departures(sim: Simulator, scratch: ScratchDatabase, d: PassDeps, groupId: string, quiet: PassResult, setting: (typeof SETTINGS)[number]): Promise<DepartureFigure> {
+async function departures(
+  sim: Simulator,
+  scratch: ScratchDatabase,
+  d: PassDeps,
+  groupId: string,
+  quiet: PassResult,
+  setting: (typeof SETTINGS)[number],
+): Promise<DepartureFigure> {
   const leftBefore = sim.pageChurn.left.length;
   sim.pageChurn.set({ groupId, ...setting.churn });
   const moving = await runPass(d, groupId, 'active', 'full');
@@ -131,7 +141,9 @@ async function departures(sim: Simulator, scratch: ScratchDatabase, d: PassDeps,
   };
 }
 
-async function departureFigures(options: Required<Pick<PassesBenchOptions, 'subscribers' | 'pageSize'>> & { databaseUrl: string; log: (l: string) => void }): Promise<DepartureFigure[]> {
+async function departureFigures(
+  options: Required<Pick<PassesBenchOptions, 'subscribers' | 'pageSize'>> & { databaseUrl: string; log: (l: string) => void },
+): Promise<DepartureFigure[]> {
   const scratch = await createScratchDatabase(options.databaseUrl, 'passes');
   const sim = await startSimulator({ subscribers: 0, groups: 1, rateLimit: false, seed: 20 });
   try {
@@ -143,8 +155,11 @@ async function departureFigures(options: Required<Pick<PassesBenchOptions, 'subs
     const out: DepartureFigure[] = [];
     for (const setting of SETTINGS) {
       const f = await departures(sim, scratch, d, groupId, quiet, setting);
-      options.log(`departures ${f.label}: ${f.requests} requests vs ${f.quiet} quiet (${f.ratio}x), ${f.stepBacks} step backs, ${f.left} left, ${f.notEnded} not ended, ${f.falseRemovals} false removals`);
-      if (f.falseRemovals > 0 || f.notEnded > 0) throw new Error(`departures ${f.label}: ${f.falseRemovals} false removals, ${f.notEnded} leavers not ended`);
+      options.log(
+        `departures ${f.label}: ${f.requests} requests vs ${f.quiet} quiet (${f.ratio}x), ${f.stepBacks} step backs, ${f.left} left, ${f.notEnded} not ended, ${f.falseRemovals} false removals`,
+      );
+      if (f.falseRemovals > 0 || f.notEnded > 0)
+        throw new Error(`departures ${f.label}: ${f.falseRemovals} false removals, ${f.notEnded} leavers not ended`);
       out.push(f);
     }
     return out;
@@ -169,7 +184,7 @@ async function groupFigures(databaseUrl: string): Promise<PassesBenchFigures['gr
     for (const [type, n] of GROUP_SIZES) {
       for (let i = 0; i < n; i++) {
         // Types interleaved in time: member k of every type joins at the same share of the 60 days.
-        now = from + ((i / Math.max(1, n)) * 60 * 86_400_000);
+        now = from + (i / Math.max(1, n)) * 60 * 86_400_000;
         sim.world.createSubscriber({ groups: [groupId], status: type });
         created += 1;
       }
@@ -201,8 +216,15 @@ export async function benchPasses(options: PassesBenchOptions = {}): Promise<Pas
   const subscribers = options.subscribers ?? 20_000;
   const pageSize = options.pageSize ?? 500;
   const group = await groupFigures(databaseUrl);
-  log(`5-type group: first full pass ${group.first}, later ${group.later}, minimum ${group.minimum}; incremental tick ${group.incrementalTick}`);
-  const figures: PassesBenchFigures = { members: subscribers, pageSize, departures: await departureFigures({ subscribers, pageSize, databaseUrl, log }), group };
+  log(
+    `5-type group: first full pass ${group.first}, later ${group.later}, minimum ${group.minimum}; incremental tick ${group.incrementalTick}`,
+  );
+  const figures: PassesBenchFigures = {
+    members: subscribers,
+    pageSize,
+    departures: await departureFigures({ subscribers, pageSize, databaseUrl, log }),
+    group,
+  };
   if (options.json) {
     const result: BenchResult = {
       bench: 'passes',
@@ -215,7 +237,13 @@ export async function benchPasses(options: PassesBenchOptions = {}): Promise<Pas
         figure('5-type group, later full pass', group.later, 'requests', group.minimum),
         figure('5-type group, incremental tick', group.incrementalTick, 'requests', group.types),
         ...figures.departures.map((f) =>
-          figure(`departures ${f.label}`, f.requests, 'requests', f.quiet, `${f.stepBacks} step backs, ${f.left} left, ${f.falseRemovals} false removals, ${f.notEnded} not ended`),
+          figure(
+            `departures ${f.label}`,
+            f.requests,
+            'requests',
+            f.quiet,
+            `${f.stepBacks} step backs, ${f.left} left, ${f.falseRemovals} false removals, ${f.notEnded} not ended`,
+          ),
         ),
       ],
     };

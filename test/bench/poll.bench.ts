@@ -181,7 +181,16 @@ async function storeOnly(s: Setup, pages: readonly KeptPage[], expect: 'inserted
   if (matched !== total) throw new Error(`store only: ${matched} of ${total} rows ${expect}`);
 }
 
-const COPY_MEMBER_COLUMNS = ['group_id', 'subscriber_id', 'type', 'added_at', 'source_updated_at', 'last_seen_at', 'mirrored_at', 'mirrored_via'];
+const COPY_MEMBER_COLUMNS = [
+  'group_id',
+  'subscriber_id',
+  'type',
+  'added_at',
+  'source_updated_at',
+  'last_seen_at',
+  'mirrored_at',
+  'mirrored_via',
+];
 
 /** Pre-encodes the raw COPY data (outside the timing, as the store bench's baseline does). */
 function encodeCopy(s: Setup, pages: readonly KeptPage[]): { subscribers: Buffer[]; members: Buffer[] } {
@@ -232,7 +241,8 @@ async function passEveryType(s: Setup, mode: 'full' | 'incremental'): Promise<{ 
 
 async function fullPass(s: Setup, expectWritten: number | null): Promise<{ seen: number; requests: number }> {
   const pass = await passEveryType(s, 'full');
-  if (expectWritten !== null && pass.written !== expectWritten) throw new Error(`full pass wrote ${pass.written} rows, expected ${expectWritten}`);
+  if (expectWritten !== null && pass.written !== expectWritten)
+    throw new Error(`full pass wrote ${pass.written} rows, expected ${expectWritten}`);
   return pass;
 }
 
@@ -268,7 +278,9 @@ export async function benchPoll(options: PollBenchOptions = {}): Promise<PollBen
     const s: Setup = { sim: simulator, groupId, scratch, types, pageSize };
     const rows = types.reduce((n, t) => n + simulator.world.memberCount(groupId, t), 0);
     const pageCount = types.reduce((n, t) => n + Math.ceil(simulator.world.memberCount(groupId, t) / pageSize), 0);
-    log(`poll: ${subscribers.toLocaleString('en-US')} subscribers seeded in ${Math.round(seedMs)} ms; a pass reads ${rows.toLocaleString('en-US')} rows in ${pageCount} pages (${types.join(', ')})`);
+    log(
+      `poll: ${subscribers.toLocaleString('en-US')} subscribers seeded in ${Math.round(seedMs)} ms; a pass reads ${rows.toLocaleString('en-US')} rows in ${pageCount} pages (${types.join(', ')})`,
+    );
 
     const times: Record<keyof PollStageRates, number[]> = {
       fetchOnly: [],
@@ -283,7 +295,10 @@ export async function benchPoll(options: PollBenchOptions = {}): Promise<PollBen
     const expectRows = (stage: string, n: number) => {
       if (n !== rows) throw new Error(`${stage} saw ${n} rows, expected ${rows}`);
     };
-    const minimum = minimumFullPassRequests(types.map((t) => simulator.world.memberCount(groupId, t)), pageSize);
+    const minimum = minimumFullPassRequests(
+      types.map((t) => simulator.world.memberCount(groupId, t)),
+      pageSize,
+    );
     const requestCounts = { fullPass: 0, incrementalTick: 0, incrementalTickRows: 0 };
 
     // Warm-up: JIT, fetch's connection pool, prepared statements (a small pass, then cleared).
@@ -370,20 +385,71 @@ export async function benchPoll(options: PollBenchOptions = {}): Promise<PollBen
         load: `${round(loadBefore, 2)} → ${round(os.loadavg()[0] ?? 0, 2)}`,
       },
       figures: [
-        figure('full pass (end-to-end)', rates.fullPass, 'rows/s', rates.storeOnly, note('fullPass', 'runPass full into an empty mirror; baseline: store only, same rows and transactions')),
-        figure('full pass, mirror current', rates.reconcilePass, 'rows/s', rates.storeOnlyCurrent, note('reconcilePass', 'runPass full again: all read, only last_seen_at written; baseline: store only, mirror current')),
-        figure('store only', rates.storeOnly, 'rows/s', rates.rawCopy, note('storeOnly', 'per-page transactions of the pass, rows from memory; baseline: raw COPY')),
-        figure('store only, mirror current', rates.storeOnlyCurrent, 'rows/s', rates.storeOnly, note('storeOnlyCurrent', 'the same rows again: nothing changes but last_seen_at; baseline: store only')),
+        figure(
+          'full pass (end-to-end)',
+          rates.fullPass,
+          'rows/s',
+          rates.storeOnly,
+          note('fullPass', 'runPass full into an empty mirror; baseline: store only, same rows and transactions'),
+        ),
+        figure(
+          'full pass, mirror current',
+          rates.reconcilePass,
+          'rows/s',
+          rates.storeOnlyCurrent,
+          note('reconcilePass', 'runPass full again: all read, only last_seen_at written; baseline: store only, mirror current'),
+        ),
+        figure(
+          'store only',
+          rates.storeOnly,
+          'rows/s',
+          rates.rawCopy,
+          note('storeOnly', 'per-page transactions of the pass, rows from memory; baseline: raw COPY'),
+        ),
+        figure(
+          'store only, mirror current',
+          rates.storeOnlyCurrent,
+          'rows/s',
+          rates.storeOnly,
+          note('storeOnlyCurrent', 'the same rows again: nothing changes but last_seen_at; baseline: store only'),
+        ),
         figure('raw COPY', rates.rawCopy, 'rows/s', null, note('rawCopy', 'subscribers + memberships, one pre-encoded COPY per table')),
         figure('fetch only', rates.fetchOnly, 'rows/s', null, note('fetchOnly', 'simulator render + HTTP, bodies not parsed')),
-        figure('fetch + parse', rates.fetchParse, 'rows/s', rates.fetchOnly, note('fetchParse', 'legacy client pages(), lossless JSON; baseline: fetch only')),
-        figure('fetch + parse + normalize', rates.fetchParseNormalize, 'rows/s', rates.fetchParse, note('fetchParseNormalize', 'plus normalizeLegacySubscriber; baseline: fetch + parse')),
-        figure('full pass requests', requestCounts.fullPass, 'requests', minimum,
-          `all ${types.length} types, page size ${pageSize}, overlapping pages; baseline: ${pageCount} pages + 1 end request and 1 count per type`),
-        figure('incremental tick requests', requestCounts.incrementalTick, 'requests', types.length,
-          `every type once over the unchanged group (${requestCounts.incrementalTickRows} rows in the lookback window; unsubscribed also reads date_unsubscribe); baseline: one per type`),
-        figure('ms per 1000 rows', msPer1000.total, 'ms', null,
-          `fetch ${msPer1000.fetch} + parse ${msPer1000.parse} + normalize ${msPer1000.normalize} + write ${msPer1000.write} (write = pass − read stages)`),
+        figure(
+          'fetch + parse',
+          rates.fetchParse,
+          'rows/s',
+          rates.fetchOnly,
+          note('fetchParse', 'legacy client pages(), lossless JSON; baseline: fetch only'),
+        ),
+        figure(
+          'fetch + parse + normalize',
+          rates.fetchParseNormalize,
+          'rows/s',
+          rates.fetchParse,
+          note('fetchParseNormalize', 'plus normalizeLegacySubscriber; baseline: fetch + parse'),
+        ),
+        figure(
+          'full pass requests',
+          requestCounts.fullPass,
+          'requests',
+          minimum,
+          `all ${types.length} types, page size ${pageSize}, overlapping pages; baseline: ${pageCount} pages + 1 end request and 1 count per type`,
+        ),
+        figure(
+          'incremental tick requests',
+          requestCounts.incrementalTick,
+          'requests',
+          types.length,
+          `every type once over the unchanged group (${requestCounts.incrementalTickRows} rows in the lookback window; unsubscribed also reads date_unsubscribe); baseline: one per type`,
+        ),
+        figure(
+          'ms per 1000 rows',
+          msPer1000.total,
+          'ms',
+          null,
+          `fetch ${msPer1000.fetch} + parse ${msPer1000.parse} + normalize ${msPer1000.normalize} + write ${msPer1000.write} (write = pass − read stages)`,
+        ),
       ],
     };
     const figures: PollBenchFigures = {

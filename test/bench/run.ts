@@ -172,8 +172,20 @@ function parseArgs(argv: readonly string[]): RunOptions {
     else throw new UsageError(`unknown benchmark "${arg}" (choose from ${BENCHES.join(', ')})`);
   }
   const known = new Set([
-    'store-rows', 'store-repeats', 'poll-subscribers', 'poll-repeats', 'poll-types', 'passes-subscribers', 'passes-page-size', 'current-subscribers', 'memory-sizes',
-    'webhooks-seconds', 'webhooks-connections', 'freshness-seconds', 'freshness-rate', 'json',
+    'store-rows',
+    'store-repeats',
+    'poll-subscribers',
+    'poll-repeats',
+    'poll-types',
+    'passes-subscribers',
+    'passes-page-size',
+    'current-subscribers',
+    'memory-sizes',
+    'webhooks-seconds',
+    'webhooks-connections',
+    'freshness-seconds',
+    'freshness-rate',
+    'json',
   ]);
   const unknown = [...flags.keys()].filter((f) => !known.has(f));
   if (unknown.length > 0) throw new UsageError(`unknown flag${unknown.length > 1 ? 's' : ''}: ${unknown.map((f) => `--${f}`).join(', ')}`);
@@ -188,7 +200,8 @@ function parseArgs(argv: readonly string[]): RunOptions {
   const sizesText = flags.get('memory-sizes');
   const defaultSizes = smoke ? SMOKE.memorySizes : quick ? QUICK_MEMORY_SIZES : DEFAULT_MEMORY_SIZES;
   const memorySizes = sizesText ? sizesText.split(',').map(Number) : [...defaultSizes];
-  if (memorySizes.some((n) => !Number.isSafeInteger(n) || n <= 0)) throw new UsageError(`--memory-sizes takes positive whole numbers, got ${sizesText}`);
+  if (memorySizes.some((n) => !Number.isSafeInteger(n) || n <= 0))
+    throw new UsageError(`--memory-sizes takes positive whole numbers, got ${sizesText}`);
   let pollTypes: SubscriberType[] | null = null;
   const typesText = flags.get('poll-types');
   if (typesText !== undefined) {
@@ -304,7 +317,16 @@ function storeRows(result: BenchResult): SummaryRow[] {
     ...result.figures
       .filter((f) => f.name === 'history_bytes_per_version')
       .map((f) =>
-        row({ bench: 'store', figure: 'history size per version', value: f.value, unit: 'bytes', baselineLabel: null, baseline: null, goals: [], note: f.note }),
+        row({
+          bench: 'store',
+          figure: 'history size per version',
+          value: f.value,
+          unit: 'bytes',
+          baselineLabel: null,
+          baseline: null,
+          goals: [],
+          note: f.note,
+        }),
       ),
     row({
       bench: 'store',
@@ -341,10 +363,42 @@ function pollRows(p: PollBenchFigures): SummaryRow[] {
       baseline: r.fetchParse,
       goals: [],
     }),
-    row({ bench: 'poll', figure: 'full pass, end-to-end', value: r.fullPass, unit: 'rows/s', baselineLabel: 'raw COPY (subscribers + members)', baseline: r.rawCopy, goals: [] }),
-    row({ bench: 'poll', figure: 'full pass, mirror current', value: r.reconcilePass, unit: 'rows/s', baselineLabel: 'store only, mirror current', baseline: r.storeOnlyCurrent, goals: [] }),
-    row({ bench: 'poll', figure: 'fetch + lossless parse, no writes', value: r.fetchParse, unit: 'rows/s', baselineLabel: 'fetch only (simulator + HTTP)', baseline: r.fetchOnly, goals: [] }),
-    row({ bench: 'poll', figure: 'store only', value: r.storeOnly, unit: 'rows/s', baselineLabel: 'raw COPY (subscribers + members)', baseline: r.rawCopy, goals: [] }),
+    row({
+      bench: 'poll',
+      figure: 'full pass, end-to-end',
+      value: r.fullPass,
+      unit: 'rows/s',
+      baselineLabel: 'raw COPY (subscribers + members)',
+      baseline: r.rawCopy,
+      goals: [],
+    }),
+    row({
+      bench: 'poll',
+      figure: 'full pass, mirror current',
+      value: r.reconcilePass,
+      unit: 'rows/s',
+      baselineLabel: 'store only, mirror current',
+      baseline: r.storeOnlyCurrent,
+      goals: [],
+    }),
+    row({
+      bench: 'poll',
+      figure: 'fetch + lossless parse, no writes',
+      value: r.fetchParse,
+      unit: 'rows/s',
+      baselineLabel: 'fetch only (simulator + HTTP)',
+      baseline: r.fetchOnly,
+      goals: [],
+    }),
+    row({
+      bench: 'poll',
+      figure: 'store only',
+      value: r.storeOnly,
+      unit: 'rows/s',
+      baselineLabel: 'raw COPY (subscribers + members)',
+      baseline: r.rawCopy,
+      goals: [],
+    }),
     row({
       bench: 'poll',
       figure: 'full pass, requests',
@@ -384,7 +438,16 @@ function passesRows(p: PassesBenchFigures): SummaryRow[] {
   return [
     group('5-type group, first full pass (fresh install)', g.first),
     group('5-type group, later full pass', g.later),
-    row({ bench: 'passes', figure: '5-type group, incremental tick, unchanged', value: g.incrementalTick, unit: 'requests', baselineLabel: 'one per type', baseline: g.types, goals: [], note: 'the unsubscribed type also reads date_unsubscribe' }),
+    row({
+      bench: 'passes',
+      figure: '5-type group, incremental tick, unchanged',
+      value: g.incrementalTick,
+      unit: 'requests',
+      baselineLabel: 'one per type',
+      baseline: g.types,
+      goals: [],
+      note: 'the unsubscribed type also reads date_unsubscribe',
+    }),
     ...p.departures.map((d) =>
       row({
         bench: 'passes',
@@ -437,10 +500,13 @@ function memoryRows(m: MemoryBenchFigures): SummaryRow[] {
       ...(run === smallest
         ? { baselineLabel: 'the pass process before the pass', baseline: run.rssBeforeMb, ratio: null }
         : { baselineLabel: `peak RSS of the ${compact(smallest?.subscribers ?? 0)} pass`, baseline: smallest?.peakRssMb ?? null }),
-      goals: run === smallest ? [{ on: 'value', op: '<=', target: MEMORY_GOAL_MB }] : [
-        { on: 'value', op: '<=', target: MEMORY_GOAL_MB },
-        { on: 'ratio', op: '<=', target: MEMORY_GROWTH_GOAL },
-      ],
+      goals:
+        run === smallest
+          ? [{ on: 'value', op: '<=', target: MEMORY_GOAL_MB }]
+          : [
+              { on: 'value', op: '<=', target: MEMORY_GOAL_MB },
+              { on: 'ratio', op: '<=', target: MEMORY_GROWTH_GOAL },
+            ],
       note: `${compact(run.subscribers)} pass: ${run.rowsPerSecond.toLocaleString('en-US')} rows/s in the child, ${(run.passMs / 1000).toFixed(1)} s; RSS before the pass ${run.rssBeforeMb} MB; simulator world seeded in ${(run.seedMs / 1000).toFixed(1)} s`,
     }),
   );
@@ -479,7 +545,15 @@ function webhookRows(w: WebhookBenchFigures): SummaryRow[] {
   }
   if (parse) {
     rows.push(
-      row({ bench: 'webhooks', figure: 'verify + parse (no write)', value: parse.perSecond, unit: 'deliveries/s', baselineLabel: 'verify-only route', baseline: verify?.perSecond ?? null, goals: [] }),
+      row({
+        bench: 'webhooks',
+        figure: 'verify + parse (no write)',
+        value: parse.perSecond,
+        unit: 'deliveries/s',
+        baselineLabel: 'verify-only route',
+        baseline: verify?.perSecond ?? null,
+        goals: [],
+      }),
     );
   }
   return rows;
@@ -565,7 +639,11 @@ function formatSummary(rows: readonly SummaryRow[], failed: Readonly<Record<stri
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...body.map((b) => (b[i] ?? '').length)));
   const right = new Set([2, 4]);
-  const line = (cells: string[]) => cells.map((c, i) => (right.has(i) ? c.padStart(widths[i] ?? 0) : c.padEnd(widths[i] ?? 0))).join('  ').trimEnd();
+  const line = (cells: string[]) =>
+    cells
+      .map((c, i) => (right.has(i) ? c.padStart(widths[i] ?? 0) : c.padEnd(widths[i] ?? 0)))
+      .join('  ')
+      .trimEnd();
   const out = [line(header), widths.map((w) => '-'.repeat(w)).join('  ')];
   for (const b of body) out.push(line(b));
   const notes = rows.filter((r) => r.note);
@@ -644,12 +722,23 @@ async function runOne(name: BenchName, o: RunOptions, results: Results, log: (li
       return memoryRows(r);
     }
     case 'webhooks': {
-      const r = await benchWebhooks({ seconds: o.webhooksSeconds, connections: o.webhooksConnections, databaseUrl: o.databaseUrl, json: null });
+      const r = await benchWebhooks({
+        seconds: o.webhooksSeconds,
+        connections: o.webhooksConnections,
+        databaseUrl: o.databaseUrl,
+        json: null,
+      });
       results.webhooks = r;
       return webhookRows(r);
     }
     case 'freshness': {
-      const r = await benchFreshness({ rate: o.freshnessRate, seconds: o.freshnessSeconds, databaseUrl: o.databaseUrl, redisUrl: o.redisUrl, json: null });
+      const r = await benchFreshness({
+        rate: o.freshnessRate,
+        seconds: o.freshnessSeconds,
+        databaseUrl: o.databaseUrl,
+        redisUrl: o.redisUrl,
+        json: null,
+      });
       results.freshness = r;
       return freshnessRows(r, o.freshnessRate);
     }
@@ -692,16 +781,26 @@ async function main(): Promise<number> {
       log(`${name} FAILED: ${failed[name]}`);
       if (error instanceof Error && error.stack) console.error(error.stack);
     }
-    timings[name] = { seconds: Math.round((Date.now() - t0) / 100) / 10, loadBefore: round(loadBefore, 2), loadAfter: round(os.loadavg()[0] ?? 0, 2) };
+    timings[name] = {
+      seconds: Math.round((Date.now() - t0) / 100) / 10,
+      loadBefore: round(loadBefore, 2),
+      loadAfter: round(os.loadavg()[0] ?? 0, 2),
+    };
     log(`${name}: ${timings[name]?.seconds} s (1-min load ${timings[name]?.loadBefore} → ${timings[name]?.loadAfter})`);
   }
   const finishedAt = new Date();
 
   const summary = formatSummary(rows, failed);
   console.log('');
-  console.log(`Benchmark summary: ${options.benches.join(', ')}, ${((finishedAt.getTime() - startedAt.getTime()) / 1000).toFixed(0)} s, ${startedAt.toISOString()}`);
+  console.log(
+    `Benchmark summary: ${options.benches.join(', ')}, ${((finishedAt.getTime() - startedAt.getTime()) / 1000).toFixed(0)} s, ${startedAt.toISOString()}`,
+  );
   for (const l of formatMachine(machine)) console.log(l);
-  console.log(`per bench: ${Object.entries(timings).map(([n, t]) => `${n} ${t.seconds} s (load ${t.loadBefore}→${t.loadAfter})`).join(', ')}`);
+  console.log(
+    `per bench: ${Object.entries(timings)
+      .map(([n, t]) => `${n} ${t.seconds} s (load ${t.loadBefore}→${t.loadAfter})`)
+      .join(', ')}`,
+  );
   console.log('');
   for (const l of summary) console.log(l);
   const goalsChecked = rows.filter((r) => r.met !== null);

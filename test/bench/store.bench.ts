@@ -75,7 +75,16 @@ function makeRow(i: number, version: number): SubscriberRow {
     forgetAt: null,
     optedInAt: stamp(i + 5, 0),
     optinIp: null,
-    fields: { name: `Name ${i}`, last_name: `Last ${i}`, company: 'ACME', country: 'LT', city: 'Vilnius', phone: '', state: '', zip: '01100' },
+    fields: {
+      name: `Name ${i}`,
+      last_name: `Last ${i}`,
+      company: 'ACME',
+      country: 'LT',
+      city: 'Vilnius',
+      phone: '',
+      state: '',
+      zip: '01100',
+    },
     extra: { country_id: 49 },
   };
   return { via: 'webhook', values, provided: SUBSCRIBER_FIELDS };
@@ -100,7 +109,9 @@ function unnestType(column: string): string {
 
 /** The columns the unnest variants pass as arrays (mirrored_at is now()), and their typed parameters. */
 const UNNEST_COLUMNS = COPY_COLUMNS.filter((c) => c !== 'mirrored_at');
-const UNNEST_ARGS = UNNEST_COLUMNS.map((c, i) => (unnestType(c) === 'jsonb' ? jsonbArrayFromParam(`$${i + 1}`) : `$${i + 1}::${unnestType(c)}[]`));
+const UNNEST_ARGS = UNNEST_COLUMNS.map((c, i) =>
+  unnestType(c) === 'jsonb' ? jsonbArrayFromParam(`$${i + 1}`) : `$${i + 1}::${unnestType(c)}[]`,
+);
 
 /** The plain INSERT … SELECT FROM unnest (no ON CONFLICT, no guard), per page, encoded like the store. */
 async function insertUnnest(client: pg.ClientBase, rows: readonly SubscriberRow[]): Promise<void> {
@@ -229,7 +240,10 @@ export async function benchStore(opts: StoreBenchOptions): Promise<BenchResult> 
         pageSize: String(pageSize),
         repeats: String(repeats),
         cpus: String(os.cpus().length),
-        loadavg: os.loadavg().map((l) => l.toFixed(2)).join(' '),
+        loadavg: os
+          .loadavg()
+          .map((l) => l.toFixed(2))
+          .join(' '),
       },
       figures: storeFigures({ times, n, repeats, historyRows, bytesPerVersion, normalized }),
     };
@@ -392,7 +406,13 @@ function storeFigures(m: StoreMeasures): BenchFigure[] {
   };
   const copyRate = best('copy_stream');
   const scenario = (name: string, note: string, baseline: number | null = copyRate) =>
-    figure(name, best(name), 'rows/s', baseline, `${note}; best of ${repeats}, median ${Math.round(median(name)).toLocaleString('en-US')} rows/s`);
+    figure(
+      name,
+      best(name),
+      'rows/s',
+      baseline,
+      `${note}; best of ${repeats}, median ${Math.round(median(name)).toLocaleString('en-US')} rows/s`,
+    );
   return [
     scenario('copy_stream', 'COPY FROM STDIN, all rows in one statement (the baseline)', null),
     scenario('copy_per_page', 'COPY FROM STDIN, one statement per page'),
@@ -402,16 +422,48 @@ function storeFigures(m: StoreMeasures): BenchFigure[] {
     scenario('upsert_update', 'every row newer: all updated'),
     scenario('upsert_older', 'every row older: all skipped'),
     scenario('update_unnest_plain', 'UPDATE … FROM unnest per page, every column, no guard: the cost of updating at all'),
-    figure('history_off_insert', best('history_off_insert'), 'rows/s', null, `HISTORY=off, fresh rows, each page in BEGIN … COMMIT; best of ${repeats}`),
-    figure('history_on_insert', best('history_on_insert'), 'rows/s', best('history_off_insert'), `HISTORY=on, fresh rows: the subscribers row is the current version, nothing more to write; best of ${repeats}`),
+    figure(
+      'history_off_insert',
+      best('history_off_insert'),
+      'rows/s',
+      null,
+      `HISTORY=off, fresh rows, each page in BEGIN … COMMIT; best of ${repeats}`,
+    ),
+    figure(
+      'history_on_insert',
+      best('history_on_insert'),
+      'rows/s',
+      best('history_off_insert'),
+      `HISTORY=on, fresh rows: the subscribers row is the current version, nothing more to write; best of ${repeats}`,
+    ),
     figure('history_off_update', best('history_off_update'), 'rows/s', null, `HISTORY=off, every row newer; best of ${repeats}`),
-    figure('history_on_update', best('history_on_update'), 'rows/s', best('history_off_update'), `HISTORY=on, every row newer: each replaced row moves to subscriber_versions_past in the same statement; best of ${repeats}`),
+    figure(
+      'history_on_update',
+      best('history_on_update'),
+      'rows/s',
+      best('history_off_update'),
+      `HISTORY=on, every row newer: each replaced row moves to subscriber_versions_past in the same statement; best of ${repeats}`,
+    ),
     ...(historyRows > 0
-      ? [figure('history_bytes_per_version', bytesPerVersion, 'bytes', null, `subscriber_versions_past total size (heap, TOAST, primary key) / versions, one past version each for ${historyRows.toLocaleString('en-US')} subscribers`)]
+      ? [
+          figure(
+            'history_bytes_per_version',
+            bytesPerVersion,
+            'bytes',
+            null,
+            `subscriber_versions_past total size (heap, TOAST, primary key) / versions, one past version each for ${historyRows.toLocaleString('en-US')} subscribers`,
+          ),
+        ]
       : []),
     figure('normalize_webhook', (normalized.webhookRows / normalized.webhookMs) * 1000, 'rows/s'),
     figure('normalize_legacy_utc', (normalized.legacyRows / normalized.legacyUtcMs) * 1000, 'rows/s'),
-    figure('normalize_legacy_berlin', (normalized.legacyRows / normalized.legacyZoneMs) * 1000, 'rows/s', null, 'zone offsets cached per local day; exact Intl path near transitions'),
+    figure(
+      'normalize_legacy_berlin',
+      (normalized.legacyRows / normalized.legacyZoneMs) * 1000,
+      'rows/s',
+      null,
+      'zone offsets cached per local day; exact Intl path near transitions',
+    ),
   ];
 }
 

@@ -132,7 +132,14 @@ export async function benchWebhooks(options: BenchOptions = {}): Promise<Webhook
       const path = ROUTES[name];
       const cpuBefore = process.cpuUsage();
       const wallBefore = performance.now();
-      const load = await runLoadGenerator<GeneratorResult>(GENERATOR, { port, path, secret: SECRET, connections, seconds, warmupSeconds } satisfies GeneratorConfig);
+      const load = await runLoadGenerator<GeneratorResult>(GENERATOR, {
+        port,
+        path,
+        secret: SECRET,
+        connections,
+        seconds,
+        warmupSeconds,
+      } satisfies GeneratorConfig);
       const cpu = process.cpuUsage(cpuBefore);
       const wallMs = performance.now() - wallBefore;
       routes.push({ route: name, ...load, serverCpuPct: round(((cpu.user + cpu.system) / 1000 / wallMs) * 100, 0) });

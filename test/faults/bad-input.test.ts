@@ -59,7 +59,15 @@ describe('fault 5: bad input', () => {
 
   beforeAll(async () => {
     database = await createTestDatabase();
-    sim = await startSimulator({ subscribers: 500, groups: 1, largeIds: true, rateLimit: false, seed: 75, apiKey: secrets.apiKey, webhooksToken: secrets.webhooksToken });
+    sim = await startSimulator({
+      subscribers: 500,
+      groups: 1,
+      largeIds: true,
+      rateLimit: false,
+      seed: 75,
+      apiKey: secrets.apiKey,
+      webhooksToken: secrets.webhooksToken,
+    });
     const groupId = sim.world.groupIds()[0] as string;
     env = {
       DATABASE_URL: withCredentials(database.url, 'postgres', secrets.dbPassword),
@@ -105,10 +113,13 @@ describe('fault 5: bad input', () => {
   });
 
   const deliveryStatuses = async (): Promise<Map<string, string>> => {
-    const { rows } = await database.pool.query<{ body_sha256: string; status: string }>(`select body_sha256, status from webhook_deliveries`);
+    const { rows } = await database.pool.query<{ body_sha256: string; status: string }>(
+      `select body_sha256, status from webhook_deliveries`,
+    );
     return new Map(rows.map((r) => [r.body_sha256, r.status]));
   };
-  const noPending = async () => (await database.pool.query(`select 1 from webhook_deliveries where status = 'pending' limit 1`)).rows.length === 0;
+  const noPending = async () =>
+    (await database.pool.query(`select 1 from webhook_deliveries where status = 'pending' limit 1`)).rows.length === 0;
 
   /** Sends the cases one by one; returns readable lines for every case whose answer or inbox row is wrong. */
   async function runCases(cases: readonly ReceiverCase[]): Promise<{ problems: string[]; byStatus: Record<string, number> }> {
@@ -120,7 +131,9 @@ describe('fault 5: bad input', () => {
       answers.push(answer);
       byStatus[answer.status] = (byStatus[answer.status] ?? 0) + 1;
       if (answer.status !== c.expect.status) {
-        problems.push(`${c.name}: answered ${answer.status}${answer.error ? ` (${answer.error})` : ''} ${answer.body.slice(0, 120)}, expected ${c.expect.status}`);
+        problems.push(
+          `${c.name}: answered ${answer.status}${answer.error ? ` (${answer.error})` : ''} ${answer.body.slice(0, 120)}, expected ${c.expect.status}`,
+        );
       } else if (answer.status !== 431 && !clearMessage(answer)) {
         problems.push(`${c.name}: ${answer.status} without a clear message: ${JSON.stringify(answer.body.slice(0, 120))}`);
       }
@@ -168,7 +181,12 @@ describe('fault 5: bad input', () => {
       expect: { status: 200 },
     });
     expect(control.status).toBe(200);
-    await waitFor('the control delivery to be applied', async () => (await deliveryStatuses()).get(sha256(real)) === 'applied', 30_000, 100);
+    await waitFor(
+      'the control delivery to be applied',
+      async () => (await deliveryStatuses()).get(sha256(real)) === 'applied',
+      30_000,
+      100,
+    );
     expect((await snapshotMirroredTables(database.pool)).subscribers).not.toEqual(before.subscribers);
 
     figures.receiverCases = cases.length;
@@ -187,7 +205,9 @@ describe('fault 5: bad input', () => {
     const { problems } = await runCases(cases);
     const mirrorChanged = JSON.stringify(await snapshotMirroredTables(database.pool)) !== JSON.stringify(before);
     // What such a delivery leaves in the mirror: U+FFFD where the service's bytes were.
-    const { rows } = await database.pool.query<{ n: number }>(`select count(*)::int as n from subscribers where email like '%' || chr(65533) || '%'`);
+    const { rows } = await database.pool.query<{ n: number }>(
+      `select count(*)::int as n from subscribers where email like '%' || chr(65533) || '%'`,
+    );
     figures.invalidUtf8Cases = cases.length;
     expect({ problems, mirrorChanged, emailsWithReplacementCharacter: rows[0]?.n }).toEqual({
       problems: [],
@@ -224,10 +244,13 @@ describe('fault 5: bad input', () => {
         (error: unknown) => ({ code: -1, signal: null, stdout: '', stderr: (error as Error).message }),
       );
       const text = (c.stream ?? (c.code === 0 ? 'stdout' : 'stderr')) === 'stdout' ? result.stdout : result.stderr;
-      if (result.code !== c.code) problems.push(`${c.name}: exit ${result.code}, expected ${c.code}: ${result.stderr.trim().split('\n')[0] ?? ''}`);
-      for (const m of c.messages) if (!m.test(text)) problems.push(`${c.name}: output does not match ${m}: ${JSON.stringify(text.slice(0, 300))}`);
+      if (result.code !== c.code)
+        problems.push(`${c.name}: exit ${result.code}, expected ${c.code}: ${result.stderr.trim().split('\n')[0] ?? ''}`);
+      for (const m of c.messages)
+        if (!m.test(text)) problems.push(`${c.name}: output does not match ${m}: ${JSON.stringify(text.slice(0, 300))}`);
       if (/\n\s+at .*:\d+:\d+/.test(result.stderr)) problems.push(`${c.name}: printed a stack trace`);
-      if (c.code === 1 && result.stderr.trim().split('\n').length !== 1) problems.push(`${c.name}: more than one line: ${JSON.stringify(result.stderr)}`);
+      if (c.code === 1 && result.stderr.trim().split('\n').length !== 1)
+        problems.push(`${c.name}: more than one line: ${JSON.stringify(result.stderr)}`);
     };
     // Two at a time: each case is a node process of its own.
     await Promise.all(

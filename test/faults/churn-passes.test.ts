@@ -15,7 +15,16 @@ import { readMembers } from '../helpers/mirror.js';
 import { deleteInstallKeys, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { compareGroupWithWorld } from './helpers/compare.js';
 import { makeSecrets, withCredentials } from './helpers/secrets.js';
-import { assertRunning, killAll, printSummary, sleep, startService, stopGracefully, type LogLine, type ServiceProcess } from './helpers/service.js';
+import {
+  assertRunning,
+  killAll,
+  printSummary,
+  sleep,
+  startService,
+  stopGracefully,
+  type LogLine,
+  type ServiceProcess,
+} from './helpers/service.js';
 
 const TYPES = SUBSCRIBER_TYPES as readonly SubscriberType[];
 
@@ -95,7 +104,8 @@ describe('fault 6: churn during full passes', () => {
     const leftAt = new Map<string, number>();
     sim.world.onEvent((e) => {
       if (!e.subscriberId) return;
-      if ((e.kind === 'subscriber.removed_from_group' && e.group?.id === groupId) || e.kind === 'subscriber.deleted') leftAt.set(e.subscriberId, Date.now());
+      if ((e.kind === 'subscriber.removed_from_group' && e.group?.id === groupId) || e.kind === 'subscriber.deleted')
+        leftAt.set(e.subscriberId, Date.now());
     });
     const endedAfter = new Map<string, number>();
     let falseRemovals = 0;
@@ -131,7 +141,8 @@ describe('fault 6: churn during full passes', () => {
         await sleep(1_000);
       }
     };
-    const completeOf = (passes: Pass[], type: string, after = 0) => passes.filter((p) => p.type === type && p.endedAt !== null && p.startedAt > after).length;
+    const completeOf = (passes: Pass[], type: string, after = 0) =>
+      passes.filter((p) => p.type === type && p.endedAt !== null && p.startedAt > after).length;
 
     // Three complete full passes of every type under churn.
     await until('3 full passes of every type under churn', (p) => TYPES.every((t) => completeOf(p, t) >= 3), 300_000);
@@ -162,7 +173,9 @@ describe('fault 6: churn during full passes', () => {
 
     const comparison = await compareGroupWithWorld(database.pool, sim.world, groupId, TYPES);
     expect(comparison.problems).toEqual([]);
-    const gapLines = worker.lines.filter((l) => typeof l.msg === 'string' && l.msg.includes('shifted by more than the page overlap')).length;
+    const gapLines = worker.lines.filter(
+      (l) => typeof l.msg === 'string' && l.msg.includes('shifted by more than the page overlap'),
+    ).length;
     expect(await stopGracefully(worker)).toBe(0);
 
     const histogram = [0, 1, 2].map((n) => [...endedAfter.values()].filter((v) => v === n).length).join('/');

@@ -152,21 +152,38 @@ describe('fault 1: kill -9 of the worker during a 200k full pass', () => {
 
   it('frees the shared rate limit soon after workers die mid-request (a crash loop does not stall every replica)', async () => {
     // Every legacy answer takes 10 s, so each worker is surely inside a request when it is killed.
-    const slow = await startSimulator({ subscribers: 100, groups: 1, rateLimit: false, seed: 76, apiKey: secrets.apiKey, faults: { delayMs: 10_000 } });
+    const slow = await startSimulator({
+      subscribers: 100,
+      groups: 1,
+      rateLimit: false,
+      seed: 76,
+      apiKey: secrets.apiKey,
+      faults: { delayMs: 10_000 },
+    });
     const slowDb = await createTestDatabase();
     const slowPrefix = uniquePrefix('fault-kill-slots');
     const slowGroup = slow.world.groupIds()[0] as string;
-    const slowEnv = { ...env, DATABASE_URL: withCredentials(slowDb.url, 'postgres', secrets.dbPassword), REDIS_PREFIX: slowPrefix, MAILER_LEGACY_URL: slow.url, SYNC_GROUPS: slowGroup };
+    const slowEnv = {
+      ...env,
+      DATABASE_URL: withCredentials(slowDb.url, 'postgres', secrets.dbPassword),
+      REDIS_PREFIX: slowPrefix,
+      MAILER_LEGACY_URL: slow.url,
+      SYNC_GROUPS: slowGroup,
+    };
     try {
       // The limiter lets 4 requests run at once across all replicas (limiter.ts default): kill 4 workers mid-request.
       let firstKillAt = 0;
       for (let i = 0; i < 4; i++) {
         const before = slow.requests.length;
         const w = startService('worker', slowEnv, 'kill-slots');
-        await waitFor(`worker ${i + 1} to send a request`, () => {
-          assertRunning(w, 'before its kill');
-          return slow.requests.length > before;
-        }, 60_000);
+        await waitFor(
+          `worker ${i + 1} to send a request`,
+          () => {
+            assertRunning(w, 'before its kill');
+            return slow.requests.length > before;
+          },
+          60_000,
+        );
         await killHard(w);
         firstKillAt ||= Date.now();
         await expireDeadWorker(slowPrefix, slowGroup, 'active');
@@ -186,7 +203,9 @@ describe('fault 1: kill -9 of the worker during a 200k full pass', () => {
       await killHard(fifth);
       // 35 s of expiration, plus up to one 5 s Bottleneck heartbeat (a dead client never announces a
       // freed slot, so the live one finds out when it next polls), plus slack for a loaded machine.
-      expect(waited, 'seconds from the first kill until a live worker got a request out (Infinity: not within 60 s)').toBeLessThanOrEqual(50);
+      expect(waited, 'seconds from the first kill until a live worker got a request out (Infinity: not within 60 s)').toBeLessThanOrEqual(
+        50,
+      );
     } finally {
       killAll();
       await slow.close();

@@ -89,7 +89,12 @@ describe('fault 2: Postgres restarted for 10 s under webhook load', () => {
     );
     expect(registered.stderr).toBe('');
     expect(registered.code).toBe(0);
-    const extra = sim.webhooks.register({ name: 'rotation', url: receiverUrl, events: ['subscriber.updated', 'subscriber.unsubscribed'], batchable: false });
+    const extra = sim.webhooks.register({
+      name: 'rotation',
+      url: receiverUrl,
+      events: ['subscriber.updated', 'subscriber.unsubscribed'],
+      batchable: false,
+    });
     for (const hook of sim.webhooks.list()) registerSecret(`postgres-outage:webhook ${hook.name}`, hook.secret);
     expect(sim.webhooks.list()).toHaveLength(3);
     const adopted = await runCollected(
@@ -101,7 +106,12 @@ describe('fault 2: Postgres restarted for 10 s under webhook load', () => {
     expect(adopted.code).toBe(0);
     expect(adopted.stdout).toContain(`adopted webhook ${extra.id} "rotation"`);
     const { rows: endpoints } = await database.pool.query<{ id: string }>('select id from webhook_endpoints order by id');
-    expect(endpoints.map((r) => r.id).sort()).toEqual(sim.webhooks.list().map((h) => h.id).sort());
+    expect(endpoints.map((r) => r.id).sort()).toEqual(
+      sim.webhooks
+        .list()
+        .map((h) => h.id)
+        .sort(),
+    );
 
     const service = startService(
       'all',
@@ -126,7 +136,11 @@ describe('fault 2: Postgres restarted for 10 s under webhook load', () => {
       'postgres-outage',
     );
     expect(await servicePort(service)).toBe(port);
-    await waitFor('the first poll of the empty group', async () => (await readSyncState(database.pool, pollGroup, 'active'))?.lastStatus === 'succeeded', 60_000);
+    await waitFor(
+      'the first poll of the empty group',
+      async () => (await readSyncState(database.pool, pollGroup, 'active'))?.lastStatus === 'succeeded',
+      60_000,
+    );
 
     const groups = sim.world.groupIds().filter((g) => g !== pollGroup);
     for (let i = 0; i < 1_500; i++) {
@@ -173,7 +187,9 @@ describe('fault 2: Postgres restarted for 10 s under webhook load', () => {
       deliveries.set(a.deliveryId, d);
     }
     const acknowledged = [...deliveries.values()].filter((d) => d.ok);
-    const { rows } = await database.pool.query<{ body_sha256: string; status: string }>(`select body_sha256, status from webhook_deliveries`);
+    const { rows } = await database.pool.query<{ body_sha256: string; status: string }>(
+      `select body_sha256, status from webhook_deliveries`,
+    );
     const stored = new Map(rows.map((r) => [r.body_sha256, r.status]));
     const lost = acknowledged.filter((d) => !stored.has(sha256(d.body)));
     expect(lost.map((d) => d.body.slice(0, 120))).toEqual([]);

@@ -23,7 +23,10 @@ const ROOT = path.resolve(path.dirname(ATTACKERS), '../../..');
 
 function runAttackers<T>(config: object): Promise<T> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', ATTACKERS, JSON.stringify(config)], { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn(process.execPath, ['--import', 'tsx', ATTACKERS, JSON.stringify(config)], {
+      cwd: ROOT,
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     let out = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
     child.on('error', reject);
@@ -67,7 +70,11 @@ async function deliverMeanwhile(port: number, until: Promise<unknown>, everyMs =
   let n = 0;
   while (!done) {
     n += 1;
-    const body = JSON.stringify({ event: 'subscriber.updated', account_id: 1, subscriber: { id: `${Date.now()}${n}`, email: `real${n}@example.com`, status: 'active' } });
+    const body = JSON.stringify({
+      event: 'subscriber.updated',
+      account_id: 1,
+      subscriber: { id: `${Date.now()}${n}`, email: `real${n}@example.com`, status: 'active' },
+    });
     const started = performance.now();
     sent.push(
       fetch(`http://127.0.0.1:${port}/webhooks`, {

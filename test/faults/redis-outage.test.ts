@@ -122,7 +122,12 @@ describe('fault 3: Redis restarted without persistence mid-pass', () => {
       throw new Error(
         `${(error as Error).message}; sync_state: status ${s?.lastStatus}, checkpoint ${s?.fullOffset}, ` +
           `error ${JSON.stringify(s?.lastError)}; worker log since the outage: ` +
-          JSON.stringify((worker as ServiceProcess).lines.filter((l) => Date.parse(l.time ?? '') >= started).map((l) => l.msg).slice(-12)),
+          JSON.stringify(
+            (worker as ServiceProcess).lines
+              .filter((l) => Date.parse(l.time ?? '') >= started)
+              .map((l) => l.msg)
+              .slice(-12),
+          ),
       );
     });
     figures.selfRecovered = 'yes';

@@ -122,10 +122,13 @@ describe('three workers and a receiver under churn', () => {
     const batched = sim.webhooks.register({ url, events: [...BATCHED_KINDS], batchable: true });
     // The receiver learns secrets from webhook_endpoints, as after `webhooks register`.
     for (const w of [realtime, batched]) {
-      await database.pool.query(
-        `insert into webhook_endpoints (id, url, events, batchable, secret) values ($1, $2, $3, $4, $5)`,
-        [w.id, w.url, w.events, w.batchable, w.secret],
-      );
+      await database.pool.query(`insert into webhook_endpoints (id, url, events, batchable, secret) values ($1, $2, $3, $4, $5)`, [
+        w.id,
+        w.url,
+        w.events,
+        w.batchable,
+        w.secret,
+      ]);
     }
 
     const workerEnv = {

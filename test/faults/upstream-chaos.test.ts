@@ -136,7 +136,12 @@ describe('fault 4: upstream chaos during incremental passes', () => {
     // One more incremental pass of every type, started after the chaos: every listed subscriber equal.
     await waitFor('an incremental pass of every type after the chaos', () => allSucceededSince(calm), 120_000, 250);
     const listed = SUBSCRIBER_TYPES.flatMap((t) => sim.world.members(groupId, t));
-    const valueDiffs = diffSubscribers(expectedFromWorld(sim.world, listed), await readMirroredSubscribers(database.pool), SUBSCRIBER_FIELDS, 20);
+    const valueDiffs = diffSubscribers(
+      expectedFromWorld(sim.world, listed),
+      await readMirroredSubscribers(database.pool),
+      SUBSCRIBER_FIELDS,
+      20,
+    );
     expect(valueDiffs).toEqual([]);
 
     // Two full passes: memberships that ended are closed too (only two complete full passes in a row

@@ -16,7 +16,11 @@ export interface ChildService {
   stop(): Promise<void>;
 }
 
-export function startChildCli(args: string[], env: Record<string, string>, portFrom: (line: Record<string, unknown>) => number | null): ChildService {
+export function startChildCli(
+  args: string[],
+  env: Record<string, string>,
+  portFrom: (line: Record<string, unknown>) => number | null,
+): ChildService {
   const child = spawnCli(args, env);
   const lines: ChildService['lines'] = [];
   let resolvePort: (port: number) => void = () => {};

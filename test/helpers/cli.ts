@@ -30,11 +30,7 @@ export function spawnCli(args: string[], env: Record<string, string | undefined>
   });
 }
 
-export function runCli(
-  args: string[],
-  env: Record<string, string | undefined>,
-  options: { timeoutMs?: number } = {},
-): Promise<CliResult> {
+export function runCli(args: string[], env: Record<string, string | undefined>, options: { timeoutMs?: number } = {}): Promise<CliResult> {
   return new Promise((resolve, reject) => {
     const child = spawnCli(args, env);
     let stdout = '';

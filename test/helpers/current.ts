@@ -17,10 +17,7 @@ import { ALL_TYPES } from './poll.js';
 const { logger: silent } = createLogger({ level: 'silent' });
 
 /** The current source against `sim` (Bearer = the simulator's token), page size 100 unless given. */
-export function currentTestSource(
-  sim: Simulator,
-  options: { pageSize?: number; limiter?: RequestGate } = {},
-): ReadSource {
+export function currentTestSource(sim: Simulator, options: { pageSize?: number; limiter?: RequestGate } = {}): ReadSource {
   return currentSource({
     sourceTimezone: 'UTC',
     pageSize: options.pageSize ?? 100,
@@ -34,10 +31,7 @@ export function currentTestSource(
   });
 }
 
-export function passContext(
-  database: TestDatabase,
-  overrides: Partial<PassContext> & { logger?: Logger } = {},
-): PassContext {
+export function passContext(database: TestDatabase, overrides: Partial<PassContext> & { logger?: Logger } = {}): PassContext {
   return { pool: database.pool, logger: silent, groupTypes: ALL_TYPES, ...overrides };
 }
 
@@ -56,7 +50,6 @@ export async function currentPassAllTypes(
 /** The current API's rendering of every given subscriber, normalized: what the mirror must hold after a pass. */
 export function expectedFromWorldCurrent(world: World, ids: Iterable<string>): Map<string, SubscriberValues> {
   const out = new Map<string, SubscriberValues>();
-  for (const id of ids)
-    out.set(id, normalizeCurrentSubscriber(world.renderCurrent(id), { sourceTimezone: 'UTC' }).values);
+  for (const id of ids) out.set(id, normalizeCurrentSubscriber(world.renderCurrent(id), { sourceTimezone: 'UTC' }).values);
   return out;
 }

@@ -95,7 +95,9 @@ export default async function setup(project: TestProject): Promise<() => Promise
   const containers: Stoppable[] = [];
   const choice = await localServices(process.env);
   const { databaseUrl, redisUrl } =
-    choice.databaseUrl && choice.redisUrl ? { databaseUrl: choice.databaseUrl, redisUrl: choice.redisUrl } : await startContainers(choice, containers);
+    choice.databaseUrl && choice.redisUrl
+      ? { databaseUrl: choice.databaseUrl, redisUrl: choice.redisUrl }
+      : await startContainers(choice, containers);
 
   const runId = `${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`;
   const templateDatabase = `sm_tpl_${runId}`;
@@ -114,10 +116,10 @@ export default async function setup(project: TestProject): Promise<() => Promise
     const cleanup = new pg.Client({ connectionString: databaseUrl });
     await cleanup.connect();
     // Drop every database this run created (template and per-file clones left by crashed files).
-    const { rows } = await cleanup.query<{ datname: string }>(
-      `select datname from pg_database where datname like $1 or datname = $2`,
-      [`sm_t_${runId}_%`, templateDatabase],
-    );
+    const { rows } = await cleanup.query<{ datname: string }>(`select datname from pg_database where datname like $1 or datname = $2`, [
+      `sm_t_${runId}_%`,
+      templateDatabase,
+    ]);
     for (const { datname } of rows) {
       await cleanup.query(`drop database if exists "${datname}" with (force)`);
     }

@@ -16,15 +16,7 @@ import { SUBSCRIBER_COLUMN_OF } from '../../src/mirror/store.js';
 /** SQL rendering `expr` (a timestamptz) as a UTC ISO-8601 string with microseconds, e.g. 2024-01-02T03:04:05.000006Z. */
 export const iso = (expr: string) => `to_char((${expr}) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
 
-const TIMESTAMP_FIELDS = new Set([
-  'subscribedAt',
-  'unsubscribedAt',
-  'createdAt',
-  'updatedAt',
-  'deletedAt',
-  'forgetAt',
-  'optedInAt',
-]);
+const TIMESTAMP_FIELDS = new Set(['subscribedAt', 'unsubscribedAt', 'createdAt', 'updatedAt', 'deletedAt', 'forgetAt', 'optedInAt']);
 
 export async function readMirroredSubscribers(pool: pg.Pool): Promise<Map<string, SubscriberValues>> {
   const columns = SUBSCRIBER_FIELDS.map((f) => {
@@ -156,8 +148,10 @@ export async function compareWebhookEffects(pool: pg.Pool, world: World, options
   const haveMembers = new Set(members.map((r) => r.k));
   const missingMembers = [...wantMembers].filter((k) => !haveMembers.has(k));
   const extraMembers = [...haveMembers].filter((k) => !wantMembers.has(k));
-  if (missingMembers.length > 0) problems.push(`${missingMembers.length} memberships missing, e.g. ${missingMembers.slice(0, 5).join(', ')}`);
-  if (extraMembers.length > 0) problems.push(`${extraMembers.length} memberships the world does not have, e.g. ${extraMembers.slice(0, 5).join(', ')}`);
+  if (missingMembers.length > 0)
+    problems.push(`${missingMembers.length} memberships missing, e.g. ${missingMembers.slice(0, 5).join(', ')}`);
+  if (extraMembers.length > 0)
+    problems.push(`${extraMembers.length} memberships the world does not have, e.g. ${extraMembers.slice(0, 5).join(', ')}`);
 
   // One activity row per event that concerns a subscriber, whatever the duplicates.
   const wantActivity = new Set<string>();
@@ -171,8 +165,10 @@ export async function compareWebhookEffects(pool: pg.Pool, world: World, options
   const missingActivity = [...wantActivity].filter((k) => !haveActivity.has(k));
   const extraActivity = [...haveActivity].filter((k) => !wantActivity.has(k));
   if (activity.length !== haveActivity.size) problems.push(`${activity.length - haveActivity.size} duplicated activity rows`);
-  if (missingActivity.length > 0) problems.push(`${missingActivity.length} activity rows missing, e.g. ${missingActivity.slice(0, 3).join(', ')}`);
-  if (extraActivity.length > 0) problems.push(`${extraActivity.length} activity rows no event explains, e.g. ${extraActivity.slice(0, 3).join(', ')}`);
+  if (missingActivity.length > 0)
+    problems.push(`${missingActivity.length} activity rows missing, e.g. ${missingActivity.slice(0, 3).join(', ')}`);
+  if (extraActivity.length > 0)
+    problems.push(`${extraActivity.length} activity rows no event explains, e.g. ${extraActivity.slice(0, 3).join(', ')}`);
 
   return { touched: lastCarried.size, activityRows: activity.length, problems };
 }

@@ -9,8 +9,7 @@ export type Mutation = (world: World, id: string, rng: () => number) => unknown;
 
 /** Every mutation of the world, so every kind (docs/upstream.md, "Event kinds") is emitted. */
 export const MUTATIONS: Record<string, Mutation> = {
-  updateFields: (w, id, rng) =>
-    w.updateFields(id, { city: `City ${Math.floor(rng() * 1000)}`, last_name: `L${Math.floor(rng() * 99)}` }),
+  updateFields: (w, id, rng) => w.updateFields(id, { city: `City ${Math.floor(rng() * 1000)}`, last_name: `L${Math.floor(rng() * 99)}` }),
   changeEmail: (w, id, rng) => w.updateFields(id, { email: `moved.${Math.floor(rng() * 1e6)}@example.com` }),
   unsubscribe: (w, id) => w.unsubscribe(id),
   bounce: (w, id) => w.bounce(id),
@@ -43,12 +42,7 @@ export function createSubscribers(world: World, n: number, rng: () => number): s
 }
 
 /** `rounds` random mutations (each kind once first), yielding now and then so deliveries interleave. */
-export async function mutate(
-  world: World,
-  ids: readonly string[],
-  rounds: number,
-  rng: () => number,
-): Promise<void> {
+export async function mutate(world: World, ids: readonly string[], rounds: number, rng: () => number): Promise<void> {
   const names = Object.keys(MUTATIONS);
   for (let i = 0; i < rounds; i++) {
     const name = i < names.length ? (names[i] as string) : pick(names, rng);

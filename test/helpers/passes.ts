@@ -10,7 +10,8 @@ export function waitForFullPasses(db: Queryable, groups: readonly string[], time
     'a successful full pass of every group × type',
     async () => {
       const rows = await collectStatus(db, { groups, types: SUBSCRIBER_TYPES });
-      const done = rows.length === groups.length * SUBSCRIBER_TYPES.length && rows.every((r) => r.lastSuccessAt && r.upstreamCount !== null);
+      const done =
+        rows.length === groups.length * SUBSCRIBER_TYPES.length && rows.every((r) => r.lastSuccessAt && r.upstreamCount !== null);
       return done ? rows : null;
     },
     timeoutMs,

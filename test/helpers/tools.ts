@@ -39,7 +39,9 @@ export function systemTool(name: string, debianPackage: string): Tool {
   const underCi = Boolean(process.env.CI);
   if (!found && !underCi && !warned.has(name)) {
     warned.add(name);
-    process.stderr.write(`note: ${name} not found; skipping the tests that need it (install it with \`${install}\`; under CI they fail instead)\n`);
+    process.stderr.write(
+      `note: ${name} not found; skipping the tests that need it (install it with \`${install}\`; under CI they fail instead)\n`,
+    );
   }
   return { name, path: found, skip: !found && !underCi, install };
 }

@@ -67,23 +67,39 @@ describe('admin audit trail', () => {
 
   it('logs and counts logins, failed logins, logout, backfill and dashboard actions, without any token', async () => {
     const form = (token: string) =>
-      app.inject({ method: 'POST', url: '/admin/login', headers: { ...own, 'content-type': 'application/x-www-form-urlencoded' }, payload: `token=${token}` });
+      app.inject({
+        method: 'POST',
+        url: '/admin/login',
+        headers: { ...own, 'content-type': 'application/x-www-form-urlencoded' },
+        payload: `token=${token}`,
+      });
     expect((await form(WRONG)).statusCode).toBe(401);
     const ok = await form(TOKEN);
     expect(ok.statusCode).toBe(303);
     const cookie = String(ok.headers['set-cookie']).split(';')[0] as string;
     expect((await app.inject({ method: 'GET', url: '/admin/status', headers: { authorization: `Bearer ${WRONG}` } })).statusCode).toBe(401);
-    const backfill = await app.inject({ method: 'POST', url: '/admin/backfill', headers: { ...own, cookie, 'content-type': 'application/json' }, payload: { group: GROUP } });
+    const backfill = await app.inject({
+      method: 'POST',
+      url: '/admin/backfill',
+      headers: { ...own, cookie, 'content-type': 'application/json' },
+      payload: { group: GROUP },
+    });
     expect(backfill.statusCode).toBe(202);
     const pause = await app.inject({ method: 'PUT', url: '/admin/queues/api/queues/sync/pause', headers: { ...own, cookie } });
     expect(pause.statusCode).toBeLessThan(300);
-    const refused = await app.inject({ method: 'PUT', url: '/admin/queues/api/queues/sync/resume', headers: { cookie, origin: 'https://evil.example', host: 'admin.test:8443' } });
+    const refused = await app.inject({
+      method: 'PUT',
+      url: '/admin/queues/api/queues/sync/resume',
+      headers: { cookie, origin: 'https://evil.example', host: 'admin.test:8443' },
+    });
     expect(refused.statusCode).toBe(403);
     expect((await app.inject({ method: 'POST', url: '/admin/logout', headers: { ...own, cookie } })).statusCode).toBe(303);
     // Reading is no event.
     expect((await app.inject({ method: 'GET', url: '/admin/status', headers: { authorization: `Bearer ${TOKEN}` } })).statusCode).toBe(200);
 
-    const audit = lines.filter((l) => l.component === 'admin').map((l) => ({ msg: l.msg, action: l.action, outcome: l.outcome, via: l.via }));
+    const audit = lines
+      .filter((l) => l.component === 'admin')
+      .map((l) => ({ msg: l.msg, action: l.action, outcome: l.outcome, via: l.via }));
     expect(audit).toEqual([
       { msg: 'admin login failed', action: 'login', outcome: 'failed', via: 'form' },
       { msg: 'admin action', action: 'login', outcome: 'succeeded', via: 'form' },
@@ -99,8 +115,13 @@ describe('admin audit trail', () => {
     for (const secret of [TOKEN, WRONG, cookie.slice('sm_admin='.length)]) expect(all).not.toContain(secret);
 
     const counted = await metrics.adminActions.get();
-    const value = (action: string, outcome: string) => counted.values.find((v) => v.labels.action === action && v.labels.outcome === outcome)?.value;
-    expect([value('login', 'failed'), value('login', 'succeeded'), value('auth', 'failed'), value('backfill', 'succeeded')]).toEqual([1, 1, 1, 1]);
-    expect([value('queues', 'succeeded'), value('queues', 'refused'), value('logout', 'succeeded'), value('backfill', 'refused')]).toEqual([1, 1, 1, 0]);
+    const value = (action: string, outcome: string) =>
+      counted.values.find((v) => v.labels.action === action && v.labels.outcome === outcome)?.value;
+    expect([value('login', 'failed'), value('login', 'succeeded'), value('auth', 'failed'), value('backfill', 'succeeded')]).toEqual([
+      1, 1, 1, 1,
+    ]);
+    expect([value('queues', 'succeeded'), value('queues', 'refused'), value('logout', 'succeeded'), value('backfill', 'refused')]).toEqual([
+      1, 1, 1, 0,
+    ]);
   });
 });

@@ -122,12 +122,24 @@ describe('admin login', () => {
   it('refuses cookie-authenticated changes from another site (CSRF)', async () => {
     const cookie = cookieOf(await login(TOKEN));
     const backfill = (headers: Record<string, string>) =>
-      fetch(`${base}/admin/backfill`, { method: 'POST', headers: { cookie, 'content-type': 'application/json', ...headers }, body: '{"group":"1"}' });
+      fetch(`${base}/admin/backfill`, {
+        method: 'POST',
+        headers: { cookie, 'content-type': 'application/json', ...headers },
+        body: '{"group":"1"}',
+      });
     expect((await backfill({ origin: 'https://evil.example' })).status).toBe(403);
     expect((await backfill({ 'sec-fetch-site': 'same-site' })).status).toBe(403);
     expect((await backfill({})).status).toBe(403);
     // Bearer is not a browser's: no CSRF check.
-    expect((await fetch(`${base}/admin/backfill`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: '{"group":"x"}' })).status).toBe(400);
+    expect(
+      (
+        await fetch(`${base}/admin/backfill`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+          body: '{"group":"x"}',
+        })
+      ).status,
+    ).toBe(400);
   });
 
   it('refuses Basic-authenticated changes from another site (CSRF through cached Basic credentials)', async () => {
@@ -143,9 +155,15 @@ describe('admin login', () => {
     expect((await form('/admin/backfill', { origin: 'https://evil.example' })).status).toBe(403);
     expect((await form('/admin/backfill', { 'sec-fetch-site': 'cross-site' })).status).toBe(403);
     // The dashboard's add-job endpoint, the same way.
-    expect((await form('/admin/queues/api/queues/sync/add', { origin: 'https://evil.example', 'sec-fetch-site': 'cross-site' })).status).toBe(403);
+    expect(
+      (await form('/admin/queues/api/queues/sync/add', { origin: 'https://evil.example', 'sec-fetch-site': 'cross-site' })).status,
+    ).toBe(403);
     const json = (path: string, headers: Record<string, string>, body: object) =>
-      fetch(`${base}${path}`, { method: 'POST', headers: { authorization: auth, 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+      fetch(`${base}${path}`, {
+        method: 'POST',
+        headers: { authorization: auth, 'content-type': 'application/json', ...headers },
+        body: JSON.stringify(body),
+      });
     expect((await json('/admin/queues/api/queues/sync/add', { origin: 'https://evil.example' }, { name: 'x', data: {} })).status).toBe(403);
     expect((await json('/admin/backfill', {}, { group: GROUP })).status).toBe(403); // neither header: not a browser's own page
     // From our own page it works.
@@ -160,14 +178,20 @@ describe('admin login', () => {
       body: new URLSearchParams({ group: GROUP }).toString(),
     });
     expect(form.status).toBe(415);
-    const text = await fetch(`${base}/admin/backfill`, { method: 'POST', headers: { ...bearer, 'content-type': 'text/plain' }, body: `{"group":"${GROUP}"}` });
+    const text = await fetch(`${base}/admin/backfill`, {
+      method: 'POST',
+      headers: { ...bearer, 'content-type': 'text/plain' },
+      body: `{"group":"${GROUP}"}`,
+    });
     expect(text.status).toBe(415);
     const multipart = new FormData();
     multipart.set('group', GROUP);
-    expect((await fetch(`${base}/admin/queues/api/queues/sync/add`, { method: 'POST', headers: bearer, body: multipart })).status).toBe(415);
+    expect((await fetch(`${base}/admin/queues/api/queues/sync/add`, { method: 'POST', headers: bearer, body: multipart })).status).toBe(
+      415,
+    );
   });
 
-  it('forbids framing every /admin page, the dashboard\'s included', async () => {
+  it("forbids framing every /admin page, the dashboard's included", async () => {
     const cookie = cookieOf(await login(TOKEN));
     const pages = [
       ['/admin/', { cookie }],
@@ -209,7 +233,11 @@ describe('admin login', () => {
     const cookie = cookieOf(await login(TOKEN));
     expect((await fetch(`${base}/admin/status`, { headers: { cookie } })).status).toBe(200);
     // Logout is a change too: not from another site.
-    const crossSite = await fetch(`${base}/admin/logout`, { method: 'POST', redirect: 'manual', headers: { cookie, origin: 'https://evil.example' } });
+    const crossSite = await fetch(`${base}/admin/logout`, {
+      method: 'POST',
+      redirect: 'manual',
+      headers: { cookie, origin: 'https://evil.example' },
+    });
     expect(crossSite.status).toBe(403);
     expect((await fetch(`${base}/admin/status`, { headers: { cookie } })).status).toBe(200);
     const out = await fetch(`${base}/admin/logout`, {
@@ -234,18 +262,29 @@ describe('admin login', () => {
     expect(blocked.status).toBe(429);
     expect(Number(blocked.headers.get('retry-after'))).toBeGreaterThan(0);
     // Guessing through Authorization is the same login.
-    expect((await fetch(`${base}/admin/status`, { headers: { authorization: `Bearer ${TOKEN}`, 'x-forwarded-for': attacker } })).status).toBe(429);
-    expect((await fetch(`${base}/admin/status`, { headers: { authorization: basic('me', TOKEN), 'x-forwarded-for': attacker } })).status).toBe(429);
+    expect(
+      (await fetch(`${base}/admin/status`, { headers: { authorization: `Bearer ${TOKEN}`, 'x-forwarded-for': attacker } })).status,
+    ).toBe(429);
+    expect(
+      (await fetch(`${base}/admin/status`, { headers: { authorization: basic('me', TOKEN), 'x-forwarded-for': attacker } })).status,
+    ).toBe(429);
     // Another client is not affected.
     expect((await login(TOKEN, as(bystander))).status).toBe(303);
     const guesser = newClient();
     for (let i = 0; i < 5; i += 1) {
-      expect((await fetch(`${base}/admin/status`, { headers: { authorization: `Bearer guess-${i}-0123456789abcdef`, 'x-forwarded-for': guesser } })).status).toBe(401);
+      expect(
+        (
+          await fetch(`${base}/admin/status`, {
+            headers: { authorization: `Bearer guess-${i}-0123456789abcdef`, 'x-forwarded-for': guesser },
+          })
+        ).status,
+      ).toBe(401);
     }
     expect((await login(TOKEN, as(guesser))).status).toBe(429);
     // The login page itself answers credentials sent to it: the same throttle.
     const pageGuesser = newClient();
-    const loginPage = (token: string) => fetch(`${base}/admin/login`, { redirect: 'manual', headers: { authorization: basic('me', token), 'x-forwarded-for': pageGuesser } });
+    const loginPage = (token: string) =>
+      fetch(`${base}/admin/login`, { redirect: 'manual', headers: { authorization: basic('me', token), 'x-forwarded-for': pageGuesser } });
     for (let i = 0; i < 5; i += 1) expect((await loginPage(`guess-${i}-0123456789abcdef`)).status).toBe(401);
     expect((await loginPage(TOKEN)).status).toBe(429);
   });
@@ -253,7 +292,10 @@ describe('admin login', () => {
   it('counts every admin action and failed login in a metric', async () => {
     const metrics = await (await fetch(`${base}/metrics`)).text();
     const count = (action: string, outcome: string) =>
-      Number(new RegExp(`subscriber_mirror_admin_actions_total\\{action="${action}",outcome="${outcome}"\\} (\\d+)`).exec(metrics)?.[1] ?? Number.NaN);
+      Number(
+        new RegExp(`subscriber_mirror_admin_actions_total\\{action="${action}",outcome="${outcome}"\\} (\\d+)`).exec(metrics)?.[1] ??
+          Number.NaN,
+      );
     expect(count('login', 'failed')).toBeGreaterThanOrEqual(6);
     expect(count('login', 'succeeded')).toBeGreaterThanOrEqual(3);
     expect(count('login', 'throttled')).toBeGreaterThanOrEqual(2);

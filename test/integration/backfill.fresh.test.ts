@@ -43,7 +43,8 @@ describe('backfill after a burst of departures', () => {
       redis,
       connection,
       prefix,
-      legacyFactory: () => createLegacyClient({ baseUrl: sim.url, apiKey: sim.apiKey, http: { retry: { retries: 2, minDelayMs: 5, maxDelayMs: 20 } } }),
+      legacyFactory: () =>
+        createLegacyClient({ baseUrl: sim.url, apiKey: sim.apiKey, http: { retry: { retries: 2, minDelayMs: 5, maxDelayMs: 20 } } }),
       apiKey: sim.apiKey,
       logger,
       sourceTimezone: 'UTC',
@@ -71,7 +72,11 @@ describe('backfill after a burst of departures', () => {
   };
 
   it('a backfill asked while a pass runs waits for it, starts its own pass and returns with every earlier leaver ended', async () => {
-    expect(await done(await enqueueBackfill(queue, groupId, 'active'))).toMatchObject({ status: 'succeeded', removed: 0, confirmingPasses: 0 });
+    expect(await done(await enqueueBackfill(queue, groupId, 'active'))).toMatchObject({
+      status: 'succeeded',
+      removed: 0,
+      confirmingPasses: 0,
+    });
 
     // A pass under a burst of departures (members it already read leave after every request), slowed
     // down so that the next backfill is asked while it runs.

@@ -105,12 +105,24 @@ describe.skipIf(reason !== null)('compose demo stack: build, up --wait, a delive
   });
 
   it('applies a webhook delivery from the simulator', async () => {
-    await waitFor('an applied delivery', async () => Number(await sql(`select count(*) from webhook_deliveries where status = 'applied'`)) > 0, 180_000, 2_000);
+    await waitFor(
+      'an applied delivery',
+      async () => Number(await sql(`select count(*) from webhook_deliveries where status = 'applied'`)) > 0,
+      180_000,
+      2_000,
+    );
   }, 200_000);
 
-  it('runs a backfill to completion', async () => {
-    const backfill = await compose(['exec', '-T', 'demo', 'node', 'dist/cli.js', 'backfill', '--group', '1000001', '--type', 'active', '--wait'], 10 * 60_000);
-    expect(backfill.code, backfill.out).toBe(0);
-    expect(Number(await sql(`select count(*) from group_members where group_id = 1000001 and removed_at is null`))).toBeGreaterThan(0);
-  }, 11 * 60_000);
+  it(
+    'runs a backfill to completion',
+    async () => {
+      const backfill = await compose(
+        ['exec', '-T', 'demo', 'node', 'dist/cli.js', 'backfill', '--group', '1000001', '--type', 'active', '--wait'],
+        10 * 60_000,
+      );
+      expect(backfill.code, backfill.out).toBe(0);
+      expect(Number(await sql(`select count(*) from group_members where group_id = 1000001 and removed_at is null`))).toBeGreaterThan(0);
+    },
+    11 * 60_000,
+  );
 });

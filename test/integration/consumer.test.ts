@@ -76,9 +76,7 @@ afterAll(async () => {
 });
 
 beforeEach(async () => {
-  await db.pool.query(
-    'truncate subscribers, groups, group_members, campaigns, automations, subscriber_activity, webhook_deliveries',
-  );
+  await db.pool.query('truncate subscribers, groups, group_members, campaigns, automations, subscriber_activity, webhook_deliveries');
 });
 
 // ---------------------------------------------------------------------------------------------
@@ -112,10 +110,15 @@ async function delivery(id: string): Promise<DeliveryRow | undefined> {
 
 /** Waits until the delivery is no longer pending and returns its row. */
 function settled(id: string): Promise<DeliveryRow> {
-  return waitFor(`delivery ${id} to settle`, async () => {
-    const row = await delivery(id);
-    return row && row.status !== 'pending' ? row : undefined;
-  }, 10_000, 15);
+  return waitFor(
+    `delivery ${id} to settle`,
+    async () => {
+      const row = await delivery(id);
+      return row && row.status !== 'pending' ? row : undefined;
+    },
+    10_000,
+    15,
+  );
 }
 
 async function postAndApply(body: string): Promise<{ id: string; row: DeliveryRow }> {
@@ -126,9 +129,7 @@ async function postAndApply(body: string): Promise<{ id: string; row: DeliveryRo
 
 function storeRaw(body: unknown, status: DeliveryRecord['status'] = 'pending', kinds: string[] = []): Promise<string> {
   const raw = Buffer.from(JSON.stringify(body));
-  return storeDelivery(db.pool, { raw, body, kinds, eventCount: status === 'pending' ? 1 : 0, endpointId: null, status }).then(
-    (r) => r.id,
-  );
+  return storeDelivery(db.pool, { raw, body, kinds, eventCount: status === 'pending' ? 1 : 0, endpointId: null, status }).then((r) => r.id);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -271,7 +272,13 @@ const CASES: Record<EventKind, KindCase> = {
           [campaign?.id],
         );
         expect(rows).toEqual([
-          { name: campaign?.name, total_recipients: campaign?.total_recipients, preview_url: campaign?.preview_url, date: campaign?.date, sent_at: campaign?.date },
+          {
+            name: campaign?.name,
+            total_recipients: campaign?.total_recipients,
+            preview_url: campaign?.preview_url,
+            date: campaign?.date,
+            sent_at: campaign?.date,
+          },
         ]);
       }
       // A campaign only: no subscriber, no activity.
@@ -408,19 +415,17 @@ describe('never regress (invariant 2)', () => {
 
   test('a poll write older than the webhook does not regress it', async () => {
     await postAndApply(updated({ id: '22', email: 'webhook@example.com', updated_at: '2024-06-01T10:00:05.500000Z' }));
-    const poll = normalizeLegacySubscriber(
-      legacySubscriber({ id: '22', email: 'poll@example.com', date_updated: '2024-06-01 10:00:05' }),
-      { sourceTimezone: 'UTC' },
-    );
+    const poll = normalizeLegacySubscriber(legacySubscriber({ id: '22', email: 'poll@example.com', date_updated: '2024-06-01 10:00:05' }), {
+      sourceTimezone: 'UTC',
+    });
     expect(await upsertSubscribers(db.pool, [poll])).toMatchObject({ skipped: 1 });
     expect(await readSubscriber(db.pool, '22')).toMatchObject({ email: 'webhook@example.com', mirrored_via: 'webhook' });
   });
 
   test('a webhook older than a poll write does not regress it', async () => {
-    const poll = normalizeLegacySubscriber(
-      legacySubscriber({ id: '23', email: 'poll@example.com', date_updated: '2024-06-01 10:00:06' }),
-      { sourceTimezone: 'UTC' },
-    );
+    const poll = normalizeLegacySubscriber(legacySubscriber({ id: '23', email: 'poll@example.com', date_updated: '2024-06-01 10:00:06' }), {
+      sourceTimezone: 'UTC',
+    });
     await upsertSubscribers(db.pool, [poll]);
     const { row } = await postAndApply(updated({ id: '23', email: 'webhook@example.com', updated_at: '2024-06-01T10:00:05.999999Z' }));
     expect(row.status).toBe('applied');
@@ -586,7 +591,13 @@ describe('failures', () => {
     const kind = "subscriber.it's\\odd";
     const id = await storeRaw({ events: [{ type: kind, subscriber: webhookSubscriber({ id: '47' }) }], total: 1 });
     expect(await applyDelivery(db.pool, id)).toEqual({ outcome: 'ignored' });
-    expect(await delivery(id)).toMatchObject({ status: 'ignored', attempts: 1, event_count: 0, applied_at: null, error: `unknown event kind(s): ${kind}` });
+    expect(await delivery(id)).toMatchObject({
+      status: 'ignored',
+      attempts: 1,
+      event_count: 0,
+      applied_at: null,
+      error: `unknown event kind(s): ${kind}`,
+    });
     const { rows } = await db.pool.query('select kinds from webhook_deliveries where id = $1', [id]);
     expect(rows).toEqual([{ kinds: [kind] }]);
   });

@@ -40,10 +40,7 @@ afterEach(async () => {
 });
 
 /** Starts the simulator, registers its webhooks to the service's port, then starts the service with `reads`. */
-async function start(
-  simOptions: Parameters<typeof startSimulator>[0],
-  reads: (sim: Simulator) => Record<string, string>,
-): Promise<Setup> {
+async function start(simOptions: Parameters<typeof startSimulator>[0], reads: (sim: Simulator) => Record<string, string>): Promise<Setup> {
   const sim = await startSimulator({ largeIds: true, timeScale: 0.001, ...simOptions });
   const database = await createTestDatabase({ migrated: false });
   const prefix = uniquePrefix('i22');
@@ -58,9 +55,7 @@ async function start(
   sim.webhooks.register({ name: 'batched', url, events: ALL_EVENT_KINDS, batchable: true });
   // The service takes secrets of 16 characters or more; the simulator's own are shorter. Its live
   // records (what deliveries sign with) are those `subscribedTo` hands out.
-  const secrets = sim.webhooks
-    .subscribedTo('subscriber.updated')
-    .map((hook) => (hook.secret = `${hook.secret}-long-enough-secret`));
+  const secrets = sim.webhooks.subscribedTo('subscriber.updated').map((hook) => (hook.secret = `${hook.secret}-long-enough-secret`));
   expect(secrets).toHaveLength(2);
   const env = {
     DATABASE_URL: database.url,
@@ -100,13 +95,7 @@ describe('SYNC_SOURCE=current', () => {
     await waitForFullPasses(s.database.pool, [groupId]);
     const expected = expectedFromWorldCurrent(s.sim.world, s.sim.world.members(groupId));
     expect(
-      diffSubscribers(expected, await readMirroredSubscribers(s.database.pool), [
-        'email',
-        'status',
-        'fields',
-        'updatedAt',
-        'sent',
-      ]),
+      diffSubscribers(expected, await readMirroredSubscribers(s.database.pool), ['email', 'status', 'fields', 'updatedAt', 'sent']),
     ).toEqual([]);
     // No incremental reads exist: only full passes, one per status.
     expect(s.sim.requests.filter((r) => r.api === 'legacy')).toEqual([]);
@@ -118,10 +107,7 @@ describe('SYNC_SOURCE=current', () => {
     await waitFor(
       'the webhook change',
       async () =>
-        (
-          (await readMirroredSubscribers(s.database.pool)).get(id)?.fields as
-            Record<string, unknown> | undefined
-        )?.city === 'by-webhook',
+        ((await readMirroredSubscribers(s.database.pool)).get(id)?.fields as Record<string, unknown> | undefined)?.city === 'by-webhook',
       10_000,
       10,
     );
@@ -174,9 +160,7 @@ describe('a webhook-only install (no read settings at all)', () => {
     expect(comparison.problems).toEqual([]);
 
     expect(
-      s.service.lines.some(
-        (l) => typeof l === 'object' && l.level !== undefined && String(l.msg).includes('nothing reconciles'),
-      ),
+      s.service.lines.some((l) => typeof l === 'object' && l.level !== undefined && String(l.msg).includes('nothing reconciles')),
     ).toBe(true);
     const ready = await fetch(`http://127.0.0.1:${s.opsPort}/readyz`);
     expect(ready.status).toBe(200);
@@ -207,8 +191,7 @@ describe('a legacy key whose account moved to the current platform', () => {
       text.includes('SYNC_SOURCE=current');
     const line = await waitFor(
       'the pause in the log',
-      async () =>
-        s.service.lines.find((l) => typeof l === 'object' && String(l.msg).includes('polling paused')),
+      async () => s.service.lines.find((l) => typeof l === 'object' && String(l.msg).includes('polling paused')),
       30_000,
       50,
     );

@@ -5,11 +5,7 @@
  * budget per shorter window); ids above 2^53. Webhooks off throughout (passes alone).
  */
 import { describe, expect, it } from 'vitest';
-import {
-  normalizeCurrentSubscriber,
-  normalizeWebhookSubscriber,
-  SUBSCRIBER_FIELDS,
-} from '../../src/mirror/normalize.js';
+import { normalizeCurrentSubscriber, normalizeWebhookSubscriber, SUBSCRIBER_FIELDS } from '../../src/mirror/normalize.js';
 import { upsertSubscribers } from '../../src/mirror/store.js';
 import { CURRENT_REQUESTS, startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { PassInterruptedError } from '../../src/sync/poll.js';
@@ -17,12 +13,7 @@ import { readSyncState } from '../../src/sync/state.js';
 import { collectStatus } from '../../src/sync/status.js';
 import { createLimiter } from '../../src/upstream/limiter.js';
 import type { TestDatabase } from '../helpers/db.js';
-import {
-  currentPassAllTypes,
-  currentTestSource,
-  expectedFromWorldCurrent,
-  passContext,
-} from '../helpers/current.js';
+import { currentPassAllTypes, currentTestSource, expectedFromWorldCurrent, passContext } from '../helpers/current.js';
 import { diffSubscribers, readMembers, readMirroredSubscribers } from '../helpers/mirror.js';
 import { ALL_TYPES, passFixture } from '../helpers/poll.js';
 
@@ -34,9 +25,7 @@ async function mirrorEqualsWorld(database: TestDatabase, sim: Simulator, groupId
   const fields = SUBSCRIBER_FIELDS.filter((f) => f !== 'deletedAt' && f !== 'forgetAt');
   expect(diffSubscribers(expected, actual, fields)).toEqual([]);
   const current = (await readMembers(database.pool, groupId)).filter((m) => m.removedAt === null);
-  const want = [...sim.world.memberships()]
-    .filter((m) => m.groupId === groupId)
-    .map((m) => `${m.subscriberId}:${m.type}`);
+  const want = [...sim.world.memberships()].filter((m) => m.groupId === groupId).map((m) => `${m.subscriberId}:${m.type}`);
   expect(current.map((m) => `${m.subscriberId}:${m.type}`).sort()).toEqual(want.sort());
 }
 
@@ -53,11 +42,7 @@ describe('current API source: full passes by cursor', () => {
     }));
     const database = fixture.database;
     const groupId = sim.world.groupIds()[0]!;
-    const results = await currentPassAllTypes(
-      currentTestSource(sim, { pageSize: 500 }),
-      passContext(database),
-      groupId,
-    );
+    const results = await currentPassAllTypes(currentTestSource(sim, { pageSize: 500 }), passContext(database), groupId);
     await mirrorEqualsWorld(database, sim, groupId);
     const ids = [...(await readMirroredSubscribers(database.pool)).keys()];
     expect(ids.filter((id) => BigInt(id) > TWO_53).length).toBeGreaterThan(100);
@@ -70,8 +55,7 @@ describe('current API source: full passes by cursor', () => {
     // The cap (100) is below the asked 500: the pass follows the cursor, never the page length.
     const members = sim.world.memberCount(groupId);
     const minimum =
-      ALL_TYPES.reduce((n, t) => n + Math.max(1, Math.ceil(sim.world.members(groupId, t).length / 100)), 0) +
-      ALL_TYPES.length;
+      ALL_TYPES.reduce((n, t) => n + Math.max(1, Math.ceil(sim.world.members(groupId, t).length / 100)), 0) + ALL_TYPES.length;
     expect(results.reduce((n, r) => n + r.rowsSeen, 0)).toBe(members);
     expect(results.reduce((n, r) => n + r.requests, 0)).toBeLessThanOrEqual(minimum + ALL_TYPES.length);
   });
@@ -90,10 +74,7 @@ describe('current API source: full passes by cursor', () => {
     const leftAt = new Map<string, number>();
     sim.world.onEvent((e) => {
       if (!e.subscriberId) return;
-      if (
-        (e.kind === 'subscriber.removed_from_group' && e.group?.id === groupId) ||
-        e.kind === 'subscriber.deleted'
-      )
+      if ((e.kind === 'subscriber.removed_from_group' && e.group?.id === groupId) || e.kind === 'subscriber.deleted')
         leftAt.set(e.subscriberId, Date.now());
     });
     const rounds: number[] = [];
@@ -110,8 +91,7 @@ describe('current API source: full passes by cursor', () => {
       for (const [id, at] of leftAt) {
         const passesSince = rounds.filter((start) => start > at).length;
         if (removed.has(id) && !endedAfter.has(id)) endedAfter.set(id, passesSince);
-        if (passesSince >= 2 && known.has(id))
-          expect(removed.has(id), `member ${id} left before two complete passes`).toBe(true);
+        if (passesSince >= 2 && known.has(id)) expect(removed.has(id), `member ${id} left before two complete passes`).toBe(true);
       }
     };
     sim.pageChurn.set({ groupId, leave: 2, join: 2, retype: 3 });
@@ -146,29 +126,19 @@ describe('current API source: full passes by cursor', () => {
     const source = currentTestSource(sim);
     let pages = 0;
     const stopping = passContext(database, { shouldStop: () => ++pages >= 3 });
-    await expect(source.runPass(stopping, groupId, 'active', 'full')).rejects.toBeInstanceOf(
-      PassInterruptedError,
-    );
+    await expect(source.runPass(stopping, groupId, 'active', 'full')).rejects.toBeInstanceOf(PassInterruptedError);
     const open = await readSyncState(database.pool, groupId, 'active');
     expect(open?.fullOffset).toBe(3);
     expect(
-      (
-        await database.pool.query('select full_cursor from sync_state where group_id = $1 and type = $2', [
-          groupId,
-          'active',
-        ])
-      ).rows[0].full_cursor,
+      (await database.pool.query('select full_cursor from sync_state where group_id = $1 and type = $2', [groupId, 'active'])).rows[0]
+        .full_cursor,
     ).toEqual(expect.any(String));
     sim.clearRequests();
     const resumed = await source.runPass(passContext(database), groupId, 'active', 'full');
     const active = sim.world.members(groupId, 'active').length;
     // The rest of the list (the counts request, then the pages after the checkpoint).
     expect(resumed.rowsSeen).toBe(active - 300);
-    expect(
-      sim.requests.filter(
-        (r) => r.api === 'current' && !r.url.includes('cursor=') && r.url.includes('/subscribers'),
-      ),
-    ).toHaveLength(0);
+    expect(sim.requests.filter((r) => r.api === 'current' && !r.url.includes('cursor=') && r.url.includes('/subscribers'))).toHaveLength(0);
     const state = await readSyncState(database.pool, groupId, 'active');
     expect(state?.fullOffset).toBeNull();
     expect(state?.lastFullCompletedAt).not.toBeNull();
@@ -218,11 +188,7 @@ describe('current API source: full passes by cursor', () => {
     const groupId = sim.world.groupIds()[0]!;
     const limiter = createLimiter({ mode: 'memory', perMinute: 120, windowMs });
     try {
-      const results = await currentPassAllTypes(
-        currentTestSource(sim, { limiter }),
-        passContext(database),
-        groupId,
-      );
+      const results = await currentPassAllTypes(currentTestSource(sim, { limiter }), passContext(database), groupId);
       const requests = results.reduce((n, r) => n + r.requests, 0);
       expect(requests).toBeGreaterThan(300);
       expect(sim.requests.filter((r) => r.api === 'current' && r.status === 429)).toEqual([]);

@@ -22,13 +22,22 @@ let attacker: pg.Pool;
 let attackerUrl: string;
 
 function record(text: string): DeliveryRecord {
-  return { raw: Buffer.from(text), body: JSON.parse(text) as object, kinds: ['subscriber.updated'], eventCount: 1, endpointId: 'w1', status: 'pending' };
+  return {
+    raw: Buffer.from(text),
+    body: JSON.parse(text) as object,
+    kinds: ['subscriber.updated'],
+    eventCount: 1,
+    endpointId: 'w1',
+    status: 'pending',
+  };
 }
 
 beforeAll(async () => {
   db = await createTestDatabase();
   await db.pool.query(`insert into subscribers (id, email, version_at, mirrored_via) values ('1', 'victim@example.com', now(), 'poll')`);
-  await db.pool.query(`insert into webhook_endpoints (id, url, events, secret) values ('w1', 'https://x/webhooks', '{subscriber.updated}', 'whsec-0123456789abcdef')`);
+  await db.pool.query(
+    `insert into webhook_endpoints (id, url, events, secret) values ('w1', 'https://x/webhooks', '{subscriber.updated}', 'whsec-0123456789abcdef')`,
+  );
   await storeDelivery(db.pool, record('{"type":"subscriber.updated","subscriber":{"id":"1","email":"victim@example.com"}}'));
   login = `sm_receiver_${process.pid}_${Math.random().toString(36).slice(2, 6)}`;
   await db.pool.query(`create role ${login} login in role ${RECEIVER}`);
@@ -85,8 +94,15 @@ describe('the receiver service under its own role', () => {
     try {
       const base = `http://127.0.0.1:${service.port}`;
       await waitFor('ready', async () => (await fetch(`${base}/readyz`)).status === 200, 20_000, 100);
-      const body = JSON.stringify({ type: 'subscriber.updated', subscriber: { id: '5', email: 'signed@example.com', updated_at: '2024-06-01T00:00:00.000000Z' } });
-      const res = await fetch(`${base}/webhooks`, { method: 'POST', body, headers: { signature: signBody(body, secret), 'content-type': 'application/json' } });
+      const body = JSON.stringify({
+        type: 'subscriber.updated',
+        subscriber: { id: '5', email: 'signed@example.com', updated_at: '2024-06-01T00:00:00.000000Z' },
+      });
+      const res = await fetch(`${base}/webhooks`, {
+        method: 'POST',
+        body,
+        headers: { signature: signBody(body, secret), 'content-type': 'application/json' },
+      });
       expect(res.status).toBe(200);
       const stored = await db.pool.query(`select count(*)::int as n from webhook_deliveries where body::text like '%signed@example.com%'`);
       expect(stored.rows[0].n).toBe(1);
@@ -106,7 +122,9 @@ describe('the receiver role, taken over', () => {
         where n.nspname = 'public' and c.relkind in ('r', 'v', 'm', 'p')
           and c.relname not in ('webhook_deliveries', 'webhook_endpoints', 'webhook_delivery_hashes')`,
     );
-    expect(rows.map((r) => r.relation)).toEqual(expect.arrayContaining(['subscribers', 'subscriber_versions_past', 'subscriber_activity', 'erasures']));
+    expect(rows.map((r) => r.relation)).toEqual(
+      expect.arrayContaining(['subscribers', 'subscriber_versions_past', 'subscriber_activity', 'erasures']),
+    );
     for (const { relation } of rows) await expect(attacker.query(`select * from "${relation}" limit 1`), relation).rejects.toThrow(denied);
     await expect(attacker.query('select body from webhook_deliveries')).rejects.toThrow(denied);
     await expect(attacker.query('select * from webhook_deliveries')).rejects.toThrow(denied);

@@ -18,7 +18,9 @@ let db: TestDatabase;
 beforeAll(async () => {
   db = await createTestDatabase();
   await db.pool.query(`insert into subscribers (id, email, version_at, mirrored_via) values ('1', 'a@example.com', now(), 'poll')`);
-  await db.pool.query(`insert into webhook_endpoints (id, url, events, secret) values ('w1', 'https://x/webhooks', '{subscriber.created}', 'whsec-very-secret')`);
+  await db.pool.query(
+    `insert into webhook_endpoints (id, url, events, secret) values ('w1', 'https://x/webhooks', '{subscriber.created}', 'whsec-very-secret')`,
+  );
   await storeDelivery(db.pool, {
     raw: Buffer.from('{"email":"a@example.com"}'),
     body: { email: 'a@example.com' },
@@ -55,7 +57,9 @@ describe('the analyst role', () => {
           and c.relname not in ('webhook_deliveries', 'webhook_endpoints', 'webhook_delivery_hashes')
         order by 1`,
     );
-    expect(rows.map((r) => r.relation)).toEqual(expect.arrayContaining(['subscribers', 'group_members', 'current_group_members', 'erasures']));
+    expect(rows.map((r) => r.relation)).toEqual(
+      expect.arrayContaining(['subscribers', 'group_members', 'current_group_members', 'erasures']),
+    );
     for (const { relation } of rows) {
       await expect(asAnalyst(`select * from "${relation}" limit 1`), relation).resolves.toBeDefined();
     }

@@ -70,7 +70,11 @@ describe('npm run demo -- --source current', () => {
 
   beforeAll(async () => {
     database = await createTestDatabase();
-    demo = startChildCli(['demo', '--port', '0', '--source', 'current', '--subscribers', '1000'], { DATABASE_URL: database.url, REDIS_URL: redisUrl(), REDIS_PREFIX: prefix }, () => null);
+    demo = startChildCli(
+      ['demo', '--port', '0', '--source', 'current', '--subscribers', '1000'],
+      { DATABASE_URL: database.url, REDIS_URL: redisUrl(), REDIS_PREFIX: prefix },
+      () => null,
+    );
   });
 
   afterAll(async () => {
@@ -83,7 +87,9 @@ describe('npm run demo -- --source current', () => {
     const counts = await waitFor(
       'rows from the current API and from webhooks',
       async () => {
-        const { rows } = await database.pool.query<{ via: string; n: number }>(`select mirrored_via as via, count(*)::int as n from subscribers group by 1`);
+        const { rows } = await database.pool.query<{ via: string; n: number }>(
+          `select mirrored_via as via, count(*)::int as n from subscribers group by 1`,
+        );
         const byVia = Object.fromEntries(rows.map((r) => [r.via, r.n]));
         return byVia.current && byVia.webhook ? byVia : null;
       },

@@ -89,7 +89,11 @@ function subscriberJson(p: Person, updatedAt: string, extra: Record<string, unkn
   };
 }
 
-const updated = (p: Person, at: string, sent: number) => ({ type: 'subscriber.updated', subscriber: subscriberJson(p, at, { sent }), account_id: 412873 });
+const updated = (p: Person, at: string, sent: number) => ({
+  type: 'subscriber.updated',
+  subscriber: subscriberJson(p, at, { sent }),
+  account_id: 412873,
+});
 const click = (p: Person, at: string) => ({
   type: 'campaign.click',
   subscriber: subscriberJson(p, at),
@@ -104,7 +108,11 @@ const forget = (p: Person, at: string) => ({
 });
 
 /** Stores a delivery as the receiver would; `apply`: then applies it as the consumer would. */
-async function deliver(db: TestDatabase, body: object, options: { apply?: boolean; status?: DeliveryRecord['status'] } = {}): Promise<string> {
+async function deliver(
+  db: TestDatabase,
+  body: object,
+  options: { apply?: boolean; status?: DeliveryRecord['status'] } = {},
+): Promise<string> {
   const text = JSON.stringify(body);
   const stored = await storeDelivery(db.pool, {
     raw: Buffer.from(text),
@@ -147,7 +155,10 @@ async function historyThenForget(
 async function expectFoundBefore(db: TestDatabase, p: Person): Promise<void> {
   const hits = await dumpHits(db, p);
   for (const needle of [p.email, p.lastName, p.phone, p.link, encodeURIComponent(p.email)]) {
-    expect(hits.some((h) => h.startsWith(`${needle}: `)), needle).toBe(true);
+    expect(
+      hits.some((h) => h.startsWith(`${needle}: `)),
+      needle,
+    ).toBe(true);
   }
 }
 

@@ -58,7 +58,19 @@ describe('forget redacts stored deliveries', () => {
     // An earlier delivery about the same person, with a large id written as a JSON number, next to another subscriber.
     const earlier = JSON.stringify({
       events: [
-        { type: 'subscriber.updated', subscriber: { id: 'ID', email: 'former.customer@example.com', name: 'Olga', ip_address: '203.0.113.24', fields: { last_name: 'Petrova' }, phone_hash: 'x1', status: 'active', updated_at: '2024-06-01T00:00:00.000000Z' } },
+        {
+          type: 'subscriber.updated',
+          subscriber: {
+            id: 'ID',
+            email: 'former.customer@example.com',
+            name: 'Olga',
+            ip_address: '203.0.113.24',
+            fields: { last_name: 'Petrova' },
+            phone_hash: 'x1',
+            status: 'active',
+            updated_at: '2024-06-01T00:00:00.000000Z',
+          },
+        },
         { type: 'subscriber.updated', subscriber: { id: 'OTHER', email: 'stays@example.com', status: 'active' } },
       ],
     })
@@ -88,16 +100,25 @@ describe('forget redacts stored deliveries', () => {
     expect(earlierText).toContain('"updated_at": "2024-06-01T00:00:00.000000Z"');
 
     // The dedupe key is the hash of the bytes received: a redelivery is still a duplicate.
-    const { rows } = await db.pool.query<{ body_sha256: string }>('select body_sha256 from webhook_deliveries where id = $1', [forgetRow.id]);
+    const { rows } = await db.pool.query<{ body_sha256: string }>('select body_sha256 from webhook_deliveries where id = $1', [
+      forgetRow.id,
+    ]);
     expect(rows[0]?.body_sha256).toBe(bodySha256(Buffer.from(forget)));
     expect((await storeDelivery(db.pool, recordOf(forget))).duplicate).toBe(true);
 
     // Done once: the next run finds nothing to redact.
-    expect(await runErasure(db.pool, { groups: [], types: [], outOfGroupsAfterMs: 0 })).toMatchObject({ forgotten: 0, redactedDeliveries: 0 });
+    expect(await runErasure(db.pool, { groups: [], types: [], outOfGroupsAfterMs: 0 })).toMatchObject({
+      forgotten: 0,
+      redactedDeliveries: 0,
+    });
   });
 
   it('leaves bodies that mention the id only as a group or campaign id', () => {
-    const text = JSON.stringify({ type: 'campaign.open', campaign: { id: '42', name: 'Spring' }, subscriber: { id: '7', email: 'x@example.com' } });
+    const text = JSON.stringify({
+      type: 'campaign.open',
+      campaign: { id: '42', name: 'Spring' },
+      subscriber: { id: '7', email: 'x@example.com' },
+    });
     expect(redactBody(text, new Set(['42']))).toBeNull();
     expect(redactBody(text, new Set(['7']))).not.toContain('x@example.com');
   });
@@ -107,7 +128,11 @@ describe('failed and pending bodies age out', () => {
   it('deletes failed and pending rows past their own, longer retention', async () => {
     const aged = async (tag: string, status: string, ageDays: number) => {
       const { id } = await storeDelivery(db.pool, recordOf(JSON.stringify({ tag }), 'pending'));
-      await db.pool.query(`update webhook_deliveries set status = $2, received_at = now() - make_interval(days => $3) where id = $1`, [id, status, ageDays]);
+      await db.pool.query(`update webhook_deliveries set status = $2, received_at = now() - make_interval(days => $3) where id = $1`, [
+        id,
+        status,
+        ageDays,
+      ]);
     };
     await db.pool.query('delete from webhook_deliveries');
     await aged('old-failed', 'failed', 100);
@@ -125,7 +150,9 @@ describe('dedupe hashes outlive the bodies', () => {
   it('a delivery replayed after its retention is recognised and not stored again', async () => {
     const text = JSON.stringify({ type: 'subscriber.updated', subscriber: { id: '77', email: 'captured@example.com' } });
     const first = await storeDelivery(db.pool, recordOf(text, 'pending'));
-    await db.pool.query(`update webhook_deliveries set status = 'applied', received_at = now() - interval '40 days' where id = $1`, [first.id]);
+    await db.pool.query(`update webhook_deliveries set status = 'applied', received_at = now() - interval '40 days' where id = $1`, [
+      first.id,
+    ]);
     expect(await purgeDeliveries(db.pool, 30 * DAY)).toBeGreaterThanOrEqual(1);
     const sha = bodySha256(Buffer.from(text));
     const gone = await db.pool.query('select count(*)::int as n from webhook_deliveries where body_sha256 = $1', [sha]);
@@ -183,12 +210,21 @@ describe('subscribers out of every configured group', () => {
 
   beforeAll(async () => {
     await db.pool.query('delete from webhook_deliveries');
-    await subscriber('s-member', [{ group: '100', removedDaysAgo: null }, { group: '200', removedDaysAgo: 50 }]);
+    await subscriber('s-member', [
+      { group: '100', removedDaysAgo: null },
+      { group: '200', removedDaysAgo: 50 },
+    ]);
     await subscriber('s-gone', [{ group: '100', removedDaysAgo: 40 }]);
-    await subscriber('s-elsewhere', [{ group: '100', removedDaysAgo: 45 }, { group: '999', removedDaysAgo: null }]);
+    await subscriber('s-elsewhere', [
+      { group: '100', removedDaysAgo: 45 },
+      { group: '999', removedDaysAgo: null },
+    ]);
     await subscriber('s-recent', [{ group: '200', removedDaysAgo: 10 }]);
     await subscriber('s-never', []);
-    await storeDelivery(db.pool, recordOf(JSON.stringify({ type: 'subscriber.updated', subscriber: { id: 's-gone', email: 's-gone@example.com' } }), 'ignored'));
+    await storeDelivery(
+      db.pool,
+      recordOf(JSON.stringify({ type: 'subscriber.updated', subscriber: { id: 's-gone', email: 's-gone@example.com' } }), 'ignored'),
+    );
     // History (issue #13): an earlier version of each, with personal data.
     await db.pool.query(
       `insert into subscriber_versions_past (subscriber_id, valid_from, via, email, name, status, fields)

@@ -37,7 +37,12 @@ function compileEntry(dir: string): { file: string; js: string } {
 /** Every module specifier of static and dynamic imports and requires. */
 function importedModules(js: string): string[] {
   const found = new Set<string>();
-  for (const re of [/\bfrom\s+['"]([^'"]+)['"]/g, /\bimport\s*\(\s*['"]([^'"]+)['"]/g, /\bimport\s+['"]([^'"]+)['"]/g, /\brequire\s*\(\s*['"]([^'"]+)['"]/g]) {
+  for (const re of [
+    /\bfrom\s+['"]([^'"]+)['"]/g,
+    /\bimport\s*\(\s*['"]([^'"]+)['"]/g,
+    /\bimport\s+['"]([^'"]+)['"]/g,
+    /\brequire\s*\(\s*['"]([^'"]+)['"]/g,
+  ]) {
     for (const m of js.matchAll(re)) found.add(m[1]!);
   }
   return [...found].sort();
@@ -53,7 +58,11 @@ function runEntry(file: string, env: Record<string, string>): Promise<Run> {
   const started = performance.now();
   return new Promise((resolve, reject) => {
     // The container's environment has more in it; the check reads only OPS_PORT and PORT.
-    const child = spawn(process.execPath, [file], { cwd: path.dirname(file), env: { PATH: process.env.PATH, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [file], {
+      cwd: path.dirname(file),
+      env: { PATH: process.env.PATH, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString('utf8')));
     child.on('error', reject);

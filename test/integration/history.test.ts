@@ -66,8 +66,23 @@ function fourWebhookVersions(id: string): SubscriberRow[] {
   return [
     web({ id, email: 'a@example.com', updated_at: '2024-06-01T10:00:00.100000Z', sent: 1 }),
     web({ id, email: 'b@example.com', updated_at: '2024-06-02T10:00:00.200000Z', sent: 1 }),
-    web({ id, email: 'b@example.com', status: 'unsubscribed', unsubscribed_at: '2024-06-03T10:00:00.300000Z', updated_at: '2024-06-03T10:00:00.300000Z', sent: 1 }),
-    web({ id, email: 'b@example.com', status: 'unsubscribed', unsubscribed_at: '2024-06-03T10:00:00.300000Z', updated_at: '2024-06-04T10:00:00.400000Z', sent: 2, fields: { name: 'John', last_name: 'Doe', company: '', country: '', city: 'Riga', phone: '', state: '', zip: '' } }),
+    web({
+      id,
+      email: 'b@example.com',
+      status: 'unsubscribed',
+      unsubscribed_at: '2024-06-03T10:00:00.300000Z',
+      updated_at: '2024-06-03T10:00:00.300000Z',
+      sent: 1,
+    }),
+    web({
+      id,
+      email: 'b@example.com',
+      status: 'unsubscribed',
+      unsubscribed_at: '2024-06-03T10:00:00.300000Z',
+      updated_at: '2024-06-04T10:00:00.400000Z',
+      sent: 2,
+      fields: { name: 'John', last_name: 'Doe', company: '', country: '', city: 'Riga', phone: '', state: '', zip: '' },
+    }),
   ];
 }
 
@@ -75,8 +90,22 @@ function fourPollVersions(id: string): SubscriberRow[] {
   return [
     poll({ id, email: 'a@example.com', date_updated: '2024-06-01 10:00:00', sent: 1 }),
     poll({ id, email: 'b@example.com', date_updated: '2024-06-02 10:00:00', sent: 1 }),
-    poll({ id, email: 'b@example.com', type: 'unsubscribed', date_unsubscribe: '2024-06-03 10:00:00', date_updated: '2024-06-03 10:00:00', sent: 1 }),
-    poll({ id, email: 'b@example.com', type: 'unsubscribed', date_unsubscribe: '2024-06-03 10:00:00', date_updated: '2024-06-04 10:00:00', sent: 2 }),
+    poll({
+      id,
+      email: 'b@example.com',
+      type: 'unsubscribed',
+      date_unsubscribe: '2024-06-03 10:00:00',
+      date_updated: '2024-06-03 10:00:00',
+      sent: 1,
+    }),
+    poll({
+      id,
+      email: 'b@example.com',
+      type: 'unsubscribed',
+      date_unsubscribe: '2024-06-03 10:00:00',
+      date_updated: '2024-06-04 10:00:00',
+      sent: 2,
+    }),
   ];
 }
 
@@ -118,7 +147,10 @@ describe('versions arriving in every order give one timeline', () => {
       for (const order of permutations([0, 1, 2, 3])) {
         const id = newId();
         const versions = make(id);
-        await upsertSubscribers(tdb.pool, order.map((k) => versions[k] as SubscriberRow));
+        await upsertSubscribers(
+          tdb.pool,
+          order.map((k) => versions[k] as SubscriberRow),
+        );
         timelines.add(JSON.stringify(await timeline(id)));
       }
       expect(timelines.size).toBe(1);
@@ -157,7 +189,11 @@ describe('subscriber versions', () => {
     const id = newId();
     const row = web({ id, updated_at: '2024-06-01T00:00:00.000000Z' });
     await upsertSubscribers(tdb.pool, [row]);
-    const read = () => tdb.pool.query(`select xmin::text from subscribers where id = $1 union all select xmin::text from subscriber_versions_past where subscriber_id = $1`, [id]);
+    const read = () =>
+      tdb.pool.query(
+        `select xmin::text from subscribers where id = $1 union all select xmin::text from subscriber_versions_past where subscriber_id = $1`,
+        [id],
+      );
     const before = await read();
     await upsertSubscribers(tdb.pool, [row, row]);
     await upsertSubscribers(tdb.pool, [row]);
@@ -180,11 +216,20 @@ describe('subscriber versions', () => {
   });
 
   test('two newer versions in one batch are both kept, whatever their order in it', async () => {
-    for (const order of [[0, 1], [1, 0]]) {
+    for (const order of [
+      [0, 1],
+      [1, 0],
+    ]) {
       const id = newId();
       await upsertSubscribers(tdb.pool, [web({ id, sent: 1, updated_at: '2024-06-01T00:00:00.000001Z' })]);
-      const batch = [web({ id, sent: 2, updated_at: '2024-06-01T00:00:00.000002Z' }), web({ id, sent: 3, updated_at: '2024-06-01T00:00:00.000003Z' })];
-      await upsertSubscribers(tdb.pool, order.map((k) => batch[k] as SubscriberRow));
+      const batch = [
+        web({ id, sent: 2, updated_at: '2024-06-01T00:00:00.000002Z' }),
+        web({ id, sent: 3, updated_at: '2024-06-01T00:00:00.000003Z' }),
+      ];
+      await upsertSubscribers(
+        tdb.pool,
+        order.map((k) => batch[k] as SubscriberRow),
+      );
       expect((await timeline(id)).map((r) => r.sent)).toEqual([1, 2, 3]);
     }
   });
@@ -211,13 +256,25 @@ describe('subscriber versions', () => {
 
   test('forget erases personal data from every version, also from versions arriving after it', async () => {
     const id = newId();
-    await upsertSubscribers(tdb.pool, [web({ id, email: 'one@example.com', updated_at: '2024-06-01T00:00:00.000000Z', fields: { name: 'Ann', city: 'Oslo' } })]);
-    await upsertSubscribers(tdb.pool, [web({ id, email: 'two@example.com', updated_at: '2024-06-03T00:00:00.000000Z', fields: { name: 'Ann', city: 'Rome' } })]);
     await upsertSubscribers(tdb.pool, [
-      web({ id, email: 'two@example.com', updated_at: '2024-06-05T00:00:00.000000Z', deleted_at: '2024-06-05T00:00:00.000000Z', forget_at: '2024-06-05T00:00:00.000000Z' }),
+      web({ id, email: 'one@example.com', updated_at: '2024-06-01T00:00:00.000000Z', fields: { name: 'Ann', city: 'Oslo' } }),
+    ]);
+    await upsertSubscribers(tdb.pool, [
+      web({ id, email: 'two@example.com', updated_at: '2024-06-03T00:00:00.000000Z', fields: { name: 'Ann', city: 'Rome' } }),
+    ]);
+    await upsertSubscribers(tdb.pool, [
+      web({
+        id,
+        email: 'two@example.com',
+        updated_at: '2024-06-05T00:00:00.000000Z',
+        deleted_at: '2024-06-05T00:00:00.000000Z',
+        forget_at: '2024-06-05T00:00:00.000000Z',
+      }),
     ]);
     // A late version from before the forget arrives afterwards.
-    await upsertSubscribers(tdb.pool, [web({ id, email: 'late@example.com', updated_at: '2024-06-02T00:00:00.000000Z', fields: { name: 'Ann', city: 'Bern' } })]);
+    await upsertSubscribers(tdb.pool, [
+      web({ id, email: 'late@example.com', updated_at: '2024-06-02T00:00:00.000000Z', fields: { name: 'Ann', city: 'Bern' } }),
+    ]);
     const t = await timeline(id);
     expect(t).toHaveLength(4);
     for (const v of t) {
@@ -225,7 +282,10 @@ describe('subscriber versions', () => {
       expect(v.name).toBeNull();
       expect(v.fields).toEqual({});
     }
-    const { rows } = await tdb.pool.query(`select count(*)::int as n from subscriber_versions where subscriber_id = $1 and (email is not null or name is not null or fields <> '{}'::jsonb)`, [id]);
+    const { rows } = await tdb.pool.query(
+      `select count(*)::int as n from subscriber_versions where subscriber_id = $1 and (email is not null or name is not null or fields <> '{}'::jsonb)`,
+      [id],
+    );
     expect(rows[0].n).toBe(0);
   });
 
@@ -234,7 +294,9 @@ describe('subscriber versions', () => {
     const id = newId();
     await upsertSubscribers(tdb.pool, [web({ id, updated_at: '2024-06-01T00:00:00.000000Z' })]);
     await upsertSubscribers(tdb.pool, [web({ id, email: 'z@example.com', updated_at: '2024-06-02T00:00:00.000000Z' })]);
-    await upsertMemberships(tdb.pool, '1000999', [{ subscriberId: id, type: 'active', at: '2024-06-01T00:00:00.000000Z' }], { via: 'poll' });
+    await upsertMemberships(tdb.pool, '1000999', [{ subscriberId: id, type: 'active', at: '2024-06-01T00:00:00.000000Z' }], {
+      via: 'poll',
+    });
     await removeMembership(tdb.pool, '1000999', id, '2024-06-03T00:00:00.000000Z', 'webhook');
     // Only the current row (which is `subscribers` itself) is there: the replaced version was not kept.
     expect((await timeline(id)).map((r) => r.email)).toEqual(['z@example.com']);
@@ -299,7 +361,9 @@ describe('as-of functions and retention', () => {
     const email = async (at: string) =>
       (await tdb.pool.query<{ email: string }>(`select email from subscribers_as_of($1) where id = $2`, [at, id])).rows.map((r) => r.email);
     const members = async (at: string) =>
-      (await tdb.pool.query<{ email: string }>(`select email from group_members_as_of($1) where group_id = $2`, [at, g])).rows.map((r) => r.email);
+      (await tdb.pool.query<{ email: string }>(`select email from group_members_as_of($1) where group_id = $2`, [at, g])).rows.map(
+        (r) => r.email,
+      );
     expect(await email('2024-08-31T00:00:00Z')).toEqual([]);
     expect(await email('2024-09-01T00:00:00Z')).toEqual(['v1@example.com']);
     expect(await email('2024-09-04T23:59:59Z')).toEqual(['v1@example.com']);
@@ -321,7 +385,10 @@ describe('as-of functions and retention', () => {
     const deleted = await purgeHistory(tdb.pool, 365 * 86_400_000, 1);
     expect(deleted).toBeGreaterThanOrEqual(2);
     expect((await timeline(id)).map((r) => r.email)).toEqual(['newer@example.com']);
-    const { rows } = await tdb.pool.query(`select ended_at from group_membership_periods where group_id = $1 and subscriber_id = $2`, [g, id]);
+    const { rows } = await tdb.pool.query(`select ended_at from group_membership_periods where group_id = $1 and subscriber_id = $2`, [
+      g,
+      id,
+    ]);
     expect(rows).toEqual([{ ended_at: null }]);
   });
 });

@@ -51,10 +51,11 @@ function churnPhase(world: World, rng: () => number, phase: number): ChurnKind[]
   const done: ChurnKind[] = [];
   const groups = world.groupIds();
   const live = () => world.randomLiveId(rng) as string;
-  const pick = <T,>(list: readonly T[]) => list[Math.floor(rng() * list.length)] as T;
+  const pick = <T>(list: readonly T[]) => list[Math.floor(rng() * list.length)] as T;
   const mutations: Record<ChurnKind, () => boolean> = {
     rename: () => world.updateFields(live(), { email: `renamed.${phase}.${Math.floor(rng() * 1e6)}@example.com` }).length > 0,
-    fieldChange: () => world.updateFields(live(), { city: `City ${phase}-${Math.floor(rng() * 100)}`, name: `Name ${Math.floor(rng() * 100)}` }).length > 0,
+    fieldChange: () =>
+      world.updateFields(live(), { city: `City ${phase}-${Math.floor(rng() * 100)}`, name: `Name ${Math.floor(rng() * 100)}` }).length > 0,
     unsubscribe: () => world.unsubscribe(live()).length > 0,
     resubscribe: () => {
       const id = [...world.ids()].find((x) => world.subscriber(x)?.status === 'unsubscribed');
@@ -166,10 +167,9 @@ async function compareAt(pool: Database['pool'], world: World, atUs: number, pre
   const problems: string[] = [];
   const views = world.asOf(atUs);
   const mirrored = await subscribersAsOf(pool, atUs, precision);
-  const { rows: dup } = await pool.query<{ n: number }>(
-    `select (count(*) - count(distinct id))::int as n from subscribers_as_of($1)`,
-    [isoMicros(atUs)],
-  );
+  const { rows: dup } = await pool.query<{ n: number }>(`select (count(*) - count(distinct id))::int as n from subscribers_as_of($1)`, [
+    isoMicros(atUs),
+  ]);
   if (dup[0]?.n !== 0) problems.push(`${dup[0]?.n} subscribers with two versions valid at ${isoMicros(atUs)}`);
   for (const view of views.values()) {
     // Poll only: it sees subscribers through group lists. A deleted one is no longer listed (its
@@ -178,7 +178,8 @@ async function compareAt(pool: Database['pool'], world: World, atUs: number, pre
     const got = mirrored.get(view.id);
     const want = expectedRow(view, precision);
     if (!got) problems.push(`${view.id}: missing at ${isoMicros(atUs)}`);
-    else if (stableJson(got) !== stableJson(want)) problems.push(`${view.id} at ${isoMicros(atUs)}: want ${stableJson(want)} got ${stableJson(got)}`);
+    else if (stableJson(got) !== stableJson(want))
+      problems.push(`${view.id} at ${isoMicros(atUs)}: want ${stableJson(want)} got ${stableJson(got)}`);
   }
   for (const id of mirrored.keys()) if (!views.has(id)) problems.push(`${id}: in history at ${isoMicros(atUs)} before the world had it`);
   const want = world
@@ -226,8 +227,21 @@ async function startWebhookPath(db: TestDatabase, seed: number): Promise<Simulat
   });
   await app.listen({ port: 0, host: '127.0.0.1' });
   const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}/webhooks`;
-  const sim = await startSimulator({ subscribers: 0, groups: 3, largeIds: true, rateLimit: false, seed, timeScale: 0.001, recordChanges: true });
-  const plain = sim.webhooks.register({ name: 'plain', url, events: ALL_EVENT_KINDS.filter((k) => !BATCH_ONLY_KINDS.includes(k)), batchable: false });
+  const sim = await startSimulator({
+    subscribers: 0,
+    groups: 3,
+    largeIds: true,
+    rateLimit: false,
+    seed,
+    timeScale: 0.001,
+    recordChanges: true,
+  });
+  const plain = sim.webhooks.register({
+    name: 'plain',
+    url,
+    events: ALL_EVENT_KINDS.filter((k) => !BATCH_ONLY_KINDS.includes(k)),
+    batchable: false,
+  });
   const batched = sim.webhooks.register({ name: 'batched', url, events: ALL_EVENT_KINDS, batchable: true });
   secrets.push(plain.secret, batched.secret);
   cleanups.push(async () => {
@@ -259,7 +273,11 @@ async function drainWebhooks(sim: Simulator, db: TestDatabase): Promise<void> {
 function pollDeps(db: TestDatabase, sim: Simulator): PassDeps {
   return {
     pool: db.pool,
-    legacy: createLegacyClient({ baseUrl: sim.url, apiKey: sim.apiKey, http: { retry: { retries: 4, minDelayMs: 5, maxDelayMs: 50 }, timeoutMs: 5_000 } }),
+    legacy: createLegacyClient({
+      baseUrl: sim.url,
+      apiKey: sim.apiKey,
+      http: { retry: { retries: 4, minDelayMs: 5, maxDelayMs: 50 }, timeoutMs: 5_000 },
+    }),
     logger,
     sourceTimezone: 'UTC',
     lookbackMs: 86_400_000,
@@ -303,7 +321,17 @@ describe('history equals the recorded world at 20 instants of a churny run', () 
       await sleep(3);
     }
     await drainWebhooks(sim, db);
-    expect([...kinds].sort()).toEqual(['automation', 'delete', 'fieldChange', 'leaveGroup', 'open', 'rejoinGroup', 'rename', 'resubscribe', 'unsubscribe']);
+    expect([...kinds].sort()).toEqual([
+      'automation',
+      'delete',
+      'fieldChange',
+      'leaveGroup',
+      'open',
+      'rejoinGroup',
+      'rename',
+      'resubscribe',
+      'unsubscribe',
+    ]);
 
     const problems: string[] = [];
     for (const at of instants) problems.push(...(await compareAt(db.pool, sim.world, at, 'micros')));
@@ -343,7 +371,10 @@ describe('history equals the recorded world at 20 instants of a churny run', () 
     for (const at of instants) problems.push(...(await compareAt(db.pool, sim.world, at, 'seconds')));
     expect(problems.slice(0, 10)).toEqual([]);
     // What history cannot know: a state that lasted between two polls was never seen.
-    const { rows } = await db.pool.query<{ n: number }>(`select count(*)::int as n from subscriber_versions where fields->>'company' = any($1)`, [intermediate]);
+    const { rows } = await db.pool.query<{ n: number }>(
+      `select count(*)::int as n from subscriber_versions where fields->>'company' = any($1)`,
+      [intermediate],
+    );
     expect(intermediate).toHaveLength(INSTANTS);
     expect(rows[0]?.n).toBe(0);
   }, 180_000);

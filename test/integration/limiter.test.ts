@@ -8,7 +8,14 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import Bottleneck from 'bottleneck';
 import { Redis } from 'ioredis';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
-import { createLimiter, LimiterClosedError, LimiterUnavailableError, maxInAnyWindow, type Limiter, type LimiterOptions } from '../../src/upstream/limiter.js';
+import {
+  createLimiter,
+  LimiterClosedError,
+  LimiterUnavailableError,
+  maxInAnyWindow,
+  type Limiter,
+  type LimiterOptions,
+} from '../../src/upstream/limiter.js';
 import { createLegacyClient } from '../../src/upstream/legacy.js';
 
 const PER_WINDOW = 20;

@@ -65,11 +65,31 @@ test('existing subscribers get their version time; activity rows their receipt t
        from subscriber_activity order by id`,
   );
   expect(activity).toEqual([
-    { subscriber_id: '1', occurred_at: '2025-03-13T11:00:00.000000Z', subscriber_updated_at: '2025-03-13T10:30:00.000000Z', delivery_id: '7', item_index: 0 },
-    { subscriber_id: '2', occurred_at: '2025-03-13T11:00:00.000000Z', subscriber_updated_at: '2025-03-13T10:30:00.000000Z', delivery_id: '7', item_index: 1 },
+    {
+      subscriber_id: '1',
+      occurred_at: '2025-03-13T11:00:00.000000Z',
+      subscriber_updated_at: '2025-03-13T10:30:00.000000Z',
+      delivery_id: '7',
+      item_index: 0,
+    },
+    {
+      subscriber_id: '2',
+      occurred_at: '2025-03-13T11:00:00.000000Z',
+      subscriber_updated_at: '2025-03-13T10:30:00.000000Z',
+      delivery_id: '7',
+      item_index: 1,
+    },
     // Its delivery was purged: the old time stays, no better one is left.
-    { subscriber_id: '1', occurred_at: '2025-03-13T10:31:00.000000Z', subscriber_updated_at: '2025-03-13T10:31:00.000000Z', delivery_id: '8', item_index: 0 },
+    {
+      subscriber_id: '1',
+      occurred_at: '2025-03-13T10:31:00.000000Z',
+      subscriber_updated_at: '2025-03-13T10:31:00.000000Z',
+      delivery_id: '8',
+      item_index: 0,
+    },
   ]);
-  const { rows: nulls } = await database.pool.query(`select is_nullable from information_schema.columns where table_name = 'subscribers' and column_name = 'version_at'`);
+  const { rows: nulls } = await database.pool.query(
+    `select is_nullable from information_schema.columns where table_name = 'subscribers' and column_name = 'version_at'`,
+  );
   expect(nulls).toEqual([{ is_nullable: 'NO' }]);
 });

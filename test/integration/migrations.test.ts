@@ -146,9 +146,7 @@ describe('migrations', () => {
   });
 
   it('has indexes for email, status, membership and cursor lookups', async () => {
-    const { rows } = await database.pool.query<{ indexdef: string }>(
-      `select indexdef from pg_indexes where schemaname = 'public'`,
-    );
+    const { rows } = await database.pool.query<{ indexdef: string }>(`select indexdef from pg_indexes where schemaname = 'public'`);
     const defs = rows.map((r) => r.indexdef).join('\n');
     expect(defs).toMatch(/ON public\.subscribers USING btree \(lower\(email\)\)/);
     expect(defs).toMatch(/ON public\.subscribers USING btree \(status\)/);
@@ -170,7 +168,9 @@ describe('migrations', () => {
     try {
       const results = await Promise.all(Array.from({ length: 5 }, () => runMigrations(fresh.url)));
       expect(results.filter((r) => r.applied > 0)).toHaveLength(1);
-      const { rows } = await fresh.pool.query(`select count(*)::int as n from information_schema.tables where table_schema = 'public' and table_type = 'BASE TABLE'`);
+      const { rows } = await fresh.pool.query(
+        `select count(*)::int as n from information_schema.tables where table_schema = 'public' and table_type = 'BASE TABLE'`,
+      );
       expect((rows[0] as { n: number }).n).toBe(Object.keys(CONTRACT).length);
     } finally {
       await fresh.drop();
@@ -207,9 +207,27 @@ describe('migrations', () => {
            from subscriber_versions order by subscriber_id`,
       );
       expect(versions).toEqual([
-        { subscriber_id: '1', valid_from: '2024-05-01 10:00:00+00', valid_to: null, via: 'poll', recorded_at: '2024-05-02 00:00:00+00', email: 'a@example.com', status: 'active', fields: { city: 'Oslo' } },
+        {
+          subscriber_id: '1',
+          valid_from: '2024-05-01 10:00:00+00',
+          valid_to: null,
+          via: 'poll',
+          recorded_at: '2024-05-02 00:00:00+00',
+          email: 'a@example.com',
+          status: 'active',
+          fields: { city: 'Oslo' },
+        },
         // The version's time (version_at): the unsubscribe it asserts is later than its updated_at.
-        { subscriber_id: '2', valid_from: '2024-05-03 10:00:00+00', valid_to: null, via: 'webhook', recorded_at: '2024-05-04 00:00:00+00', email: 'b@example.com', status: 'unsubscribed', fields: {} },
+        {
+          subscriber_id: '2',
+          valid_from: '2024-05-03 10:00:00+00',
+          valid_to: null,
+          via: 'webhook',
+          recorded_at: '2024-05-04 00:00:00+00',
+          email: 'b@example.com',
+          status: 'unsubscribed',
+          fields: {},
+        },
       ]);
       const { rows: periods } = await old.pool.query(
         `select group_id, subscriber_id, started_at::text, ended_at::text from group_membership_periods order by subscriber_id`,

@@ -83,10 +83,15 @@ describe('OPS_PORT', () => {
 
     await pgProxy.cut();
     try {
-      const down = await waitFor('public not ready', async () => {
-        const res = await fetch(`${publicBase}/readyz`);
-        return res.status === 503 ? res.text() : null;
-      }, 20_000, 100);
+      const down = await waitFor(
+        'public not ready',
+        async () => {
+          const res = await fetch(`${publicBase}/readyz`);
+          return res.status === 503 ? res.text() : null;
+        },
+        20_000,
+        100,
+      );
       expect(JSON.parse(down)).toEqual({ status: 'unavailable' });
       expect(down).not.toMatch(/postgres|ECONN|127\.0\.0\.1|connect|terminat|timeout/i);
 

@@ -16,7 +16,9 @@ const deps = (database: TestDatabase, sim: Simulator): PassDeps => passDeps(data
 
 async function falseRemovals(database: TestDatabase, sim: Simulator, groupId: string): Promise<string[]> {
   const listed = new Set(sim.world.members(groupId, 'active'));
-  return (await readMembers(database.pool, groupId)).filter((m) => m.removedAt !== null && listed.has(m.subscriberId)).map((m) => m.subscriberId);
+  return (await readMembers(database.pool, groupId))
+    .filter((m) => m.removedAt !== null && listed.has(m.subscriberId))
+    .map((m) => m.subscriberId);
 }
 
 describe('departures per request during a full pass', () => {

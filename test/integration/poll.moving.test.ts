@@ -47,7 +47,8 @@ describe('full passes while the list changes under them', () => {
     const leftAt = new Map<string, number>();
     sim.world.onEvent((e) => {
       if (!e.subscriberId) return;
-      if ((e.kind === 'subscriber.removed_from_group' && e.group?.id === groupId) || e.kind === 'subscriber.deleted') leftAt.set(e.subscriberId, Date.now());
+      if ((e.kind === 'subscriber.removed_from_group' && e.group?.id === groupId) || e.kind === 'subscriber.deleted')
+        leftAt.set(e.subscriberId, Date.now());
     });
     const rounds: number[] = []; // start of each complete full pass of every type
     const endedAfter = new Map<string, number>(); // leaver → complete passes after it left when it was first seen ended
@@ -109,7 +110,10 @@ describe('full passes while the list changes under them', () => {
     for (let i = 0; i < 3; i++) sim.world.createSubscriber({ groups: [small] });
     for (let i = 0; i < 300; i++) sim.world.createSubscriber({ groups: [large] });
     const d = deps(database, sim, { groupTypes: ['active'] });
-    for (const [groupId, join, before] of [[small, 2, 3], [large, 40, 300]] as const) {
+    for (const [groupId, join, before] of [
+      [small, 2, 3],
+      [large, 40, 300],
+    ] as const) {
       sim.pageChurn.set({ groupId, join, pages: 4 });
       const joinedBefore = sim.pageChurn.applied.join;
       await runPass(d, groupId, 'active', 'full');
@@ -207,7 +211,9 @@ describe('incremental passes against dates the service gets wrong or does not st
     // A date_updated filter alone cannot see it: its date_updated is older than the filter day.
     const unsubscribed = results[1]!;
     expect(Date.parse(`${unsubscribed.filterDay}T00:00:00Z`)).toBeGreaterThan(before / 1000);
-    expect(sim.requests.some((r) => r.url.includes('filters%5Bdate_unsubscribe%5D') || r.url.includes('filters[date_unsubscribe]'))).toBe(true);
+    expect(sim.requests.some((r) => r.url.includes('filters%5Bdate_unsubscribe%5D') || r.url.includes('filters[date_unsubscribe]'))).toBe(
+      true,
+    );
     const row = (await readMirroredSubscribers(database.pool)).get(target);
     expect(row?.status).toBe('unsubscribed');
     expect(row?.unsubscribedAt).not.toBeNull();

@@ -23,7 +23,13 @@ async function assertMirrorEqualsWorld(database: TestDatabase, sim: Simulator, g
   const memberIds = sim.world.members(groupId);
   const expected = expectedFromWorld(sim.world, memberIds, timezone);
   const actual = await readMirroredSubscribers(database.pool);
-  expect(diffSubscribers(expected, actual, SUBSCRIBER_FIELDS.filter((f) => f !== 'source' && f !== 'deletedAt' && f !== 'forgetAt'))).toEqual([]);
+  expect(
+    diffSubscribers(
+      expected,
+      actual,
+      SUBSCRIBER_FIELDS.filter((f) => f !== 'source' && f !== 'deletedAt' && f !== 'forgetAt'),
+    ),
+  ).toEqual([]);
   const members = (await readMembers(database.pool, groupId)).filter((m) => m.removedAt === null);
   const want = [...sim.world.memberships()]
     .filter((m) => m.groupId === groupId)
@@ -59,26 +65,23 @@ describe('full pass', () => {
   it.each([
     ['uncapped pages', {}],
     ['pages silently capped at 300', { pageCap: 300 }],
-  ] as Array<[string, SimulatorOptions]>)(
-    'mirrors 10,000 subscribers with ids above 2^53 exactly (%s)',
-    async (_label, options) => {
-      sim = await startSimulator({ subscribers: 10_000, groups: 1, largeIds: true, rateLimit: false, ...options });
-      const groupId = sim.world.groupIds()[0]!;
-      const d = deps(database, sim);
-      const results = await passAllTypes(d, groupId, 'full');
-      expect(results.reduce((n, r) => n + r.rowsSeen, 0)).toBe(sim.world.memberCount(groupId));
-      const { rows } = await database.pool.query<{ n: number; big: number }>(
-        `select count(*)::int as n, count(*) filter (where id::numeric > 9007199254740992)::int as big from subscribers`,
-      );
-      expect(rows[0]).toEqual({ n: sim.world.memberCount(groupId), big: sim.world.memberCount(groupId) });
-      await assertMirrorEqualsWorld(database, sim, groupId);
-      // The cap is the service's: learned once per install, from pages inside a list known to be longer.
-      expect((await readPaging(database.pool)).cap).toBe(options.pageCap ?? null);
-      // Re-running a pass changes nothing (invariant 3).
-      const again = await runPass(d, groupId, 'active', 'full');
-      expect(again.rowsWritten).toBe(0);
-    },
-  );
+  ] as Array<[string, SimulatorOptions]>)('mirrors 10,000 subscribers with ids above 2^53 exactly (%s)', async (_label, options) => {
+    sim = await startSimulator({ subscribers: 10_000, groups: 1, largeIds: true, rateLimit: false, ...options });
+    const groupId = sim.world.groupIds()[0]!;
+    const d = deps(database, sim);
+    const results = await passAllTypes(d, groupId, 'full');
+    expect(results.reduce((n, r) => n + r.rowsSeen, 0)).toBe(sim.world.memberCount(groupId));
+    const { rows } = await database.pool.query<{ n: number; big: number }>(
+      `select count(*)::int as n, count(*) filter (where id::numeric > 9007199254740992)::int as big from subscribers`,
+    );
+    expect(rows[0]).toEqual({ n: sim.world.memberCount(groupId), big: sim.world.memberCount(groupId) });
+    await assertMirrorEqualsWorld(database, sim, groupId);
+    // The cap is the service's: learned once per install, from pages inside a list known to be longer.
+    expect((await readPaging(database.pool)).cap).toBe(options.pageCap ?? null);
+    // Re-running a pass changes nothing (invariant 3).
+    const again = await runPass(d, groupId, 'active', 'full');
+    expect(again.rowsWritten).toBe(0);
+  });
 
   it('marks a member removed upstream as removed only after two complete full passes that missed it', async () => {
     sim = await startSimulator({ subscribers: 300, groups: 1, rateLimit: false });
@@ -91,7 +94,15 @@ describe('full pass', () => {
     // A full pass of one type that fails halfway removes nobody.
     sim.faults.failNext(0);
     const before = sim.requests.length;
-    const failing = runPass(deps(database, sim, { pageSize: 50, legacy: createLegacyClient({ baseUrl: sim.url, apiKey: sim.apiKey, http: { retry: { retries: 0 } } }) }), groupId, 'active', 'full');
+    const failing = runPass(
+      deps(database, sim, {
+        pageSize: 50,
+        legacy: createLegacyClient({ baseUrl: sim.url, apiKey: sim.apiKey, http: { retry: { retries: 0 } } }),
+      }),
+      groupId,
+      'active',
+      'full',
+    );
     await new Promise((r) => setTimeout(r, 0));
     sim.faults.set({ errorRate: 1, errorStatus: 500 });
     await expect(failing).rejects.toThrow();
@@ -224,7 +235,9 @@ describe('incremental passes', () => {
     expect(cursor).toBeTruthy();
     sim.clearRequests();
     const wrongKey = 'wrong-key-123456';
-    const bad = deps(database, sim, { legacy: createLegacyClient({ baseUrl: sim.url, apiKey: wrongKey, http: { retry: { retries: 5, minDelayMs: 5 } } }) });
+    const bad = deps(database, sim, {
+      legacy: createLegacyClient({ baseUrl: sim.url, apiKey: wrongKey, http: { retry: { retries: 5, minDelayMs: 5 } } }),
+    });
     const error = await runPass(bad, groupId, 'active', 'incremental').catch((e: unknown) => e);
     expect(error).toBeInstanceOf(UpstreamAuthError);
     expect((error as Error).message).toMatch(/code 302/);

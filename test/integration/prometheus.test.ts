@@ -99,11 +99,18 @@ describe.skipIf(prometheusTool.skip)('a real Prometheus scraping subscriber-mirr
 
     // A complete pass of every configured group × type (the first ones are full: upstream counts known).
     await waitForFullPasses(database.pool, sim.world.groupIds());
-    await waitFor('Prometheus ready', async () => (await fetch(`${promUrl}/-/ready`).catch(() => null))?.ok, 60_000, 250).catch((e: Error) => {
-      throw new Error(`${e.message}\n${promLog}`);
-    });
+    await waitFor('Prometheus ready', async () => (await fetch(`${promUrl}/-/ready`).catch(() => null))?.ok, 60_000, 250).catch(
+      (e: Error) => {
+        throw new Error(`${e.message}\n${promLog}`);
+      },
+    );
     // Both jobs up, and enough samples for rate() over a minute (a few scrapes after the pass).
-    await waitFor('both jobs scraped', async () => (await query('count(up == 1)')).data?.result.length === 1 && (await query('up == 1')).data?.result.length === 2, 60_000, 250);
+    await waitFor(
+      'both jobs scraped',
+      async () => (await query('count(up == 1)')).data?.result.length === 1 && (await query('up == 1')).data?.result.length === 2,
+      60_000,
+      250,
+    );
     await sleep(5_000);
   }, 240_000);
 
@@ -122,7 +129,8 @@ describe.skipIf(prometheusTool.skip)('a real Prometheus scraping subscriber-mirr
     };
     const rules = res.data.groups.flatMap((g) => g.rules);
     expect(rules.length).toBe(8);
-    for (const rule of rules) expect({ name: rule.name, health: rule.health, error: rule.lastError ?? '' }).toEqual({ name: rule.name, health: 'ok', error: '' });
+    for (const rule of rules)
+      expect({ name: rule.name, health: rule.health, error: rule.lastError ?? '' }).toEqual({ name: rule.name, health: 'ok', error: '' });
   });
 
   it('fires no alert on a healthy mirror', async () => {

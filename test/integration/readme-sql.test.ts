@@ -55,7 +55,11 @@ function sqlExamples(document: string): Example[] {
   const examples: Example[] = [];
   let last = 0;
   for (const match of text.matchAll(/^```sql[ \t]*\n([\s\S]*?)^```[ \t]*$/gm)) {
-    const prose = text.slice(last, match.index).split('\n').map((l) => l.trim()).filter((l) => l !== '');
+    const prose = text
+      .slice(last, match.index)
+      .split('\n')
+      .map((l) => l.trim())
+      .filter((l) => l !== '');
     examples.push({ document, explanation: prose.at(-1) ?? '', sql: match[1] ?? '' });
     last = match.index + match[0].length;
   }
@@ -132,26 +136,88 @@ function subscriber(via: MirrorSource, values: Partial<SubscriberValues> & Pick<
 async function populate(pool: pg.Pool, clock: Clock): Promise<void> {
   // History: Cleo was first seen active in Lisbon under another address, then changed both.
   await upsertSubscribers(pool, [
-    subscriber('poll', { id: CLEO, email: 'cleo@old.example.com', name: 'Cleo', status: 'active', updatedAt: clock.tenDaysAgo, fields: { city: 'Lisbon' } }),
+    subscriber('poll', {
+      id: CLEO,
+      email: 'cleo@old.example.com',
+      name: 'Cleo',
+      status: 'active',
+      updatedAt: clock.tenDaysAgo,
+      fields: { city: 'Lisbon' },
+    }),
   ]);
   await upsertSubscribers(pool, [
-    subscriber('poll', { id: ANA, email: 'ana@example.com', name: 'Ana', status: 'active', updatedAt: clock.tenDaysAgo, fields: { city: 'Berlin', company: 'Acme' } }),
-    subscriber('poll', { id: BEN, email: 'ben@example.com', name: 'Ben', status: 'active', updatedAt: clock.tenDaysAgo, fields: { city: 'Lisbon' } }),
+    subscriber('poll', {
+      id: ANA,
+      email: 'ana@example.com',
+      name: 'Ana',
+      status: 'active',
+      updatedAt: clock.tenDaysAgo,
+      fields: { city: 'Berlin', company: 'Acme' },
+    }),
+    subscriber('poll', {
+      id: BEN,
+      email: 'ben@example.com',
+      name: 'Ben',
+      status: 'active',
+      updatedAt: clock.tenDaysAgo,
+      fields: { city: 'Lisbon' },
+    }),
     // Listed as active, then unsubscribed by a webhook: `status` is fresher than the membership `type`.
-    subscriber('webhook', { id: CLEO, email: 'cleo@example.com', name: 'Cleo', status: 'unsubscribed', unsubscribedAt: clock.thisWeek, updatedAt: clock.thisWeek, fields: { city: 'Berlin' } }),
-    subscriber('poll', { id: DAN, email: 'dan@example.com', name: 'Dan', status: 'unsubscribed', unsubscribedAt: clock.lastWeek, updatedAt: clock.lastWeek }),
+    subscriber('webhook', {
+      id: CLEO,
+      email: 'cleo@example.com',
+      name: 'Cleo',
+      status: 'unsubscribed',
+      unsubscribedAt: clock.thisWeek,
+      updatedAt: clock.thisWeek,
+      fields: { city: 'Berlin' },
+    }),
+    subscriber('poll', {
+      id: DAN,
+      email: 'dan@example.com',
+      name: 'Dan',
+      status: 'unsubscribed',
+      unsubscribedAt: clock.lastWeek,
+      updatedAt: clock.lastWeek,
+    }),
     subscriber('poll', { id: EVE, email: 'eve@example.com', name: 'Eve', status: 'active', updatedAt: clock.tenDaysAgo }),
     // Deleted upstream while its membership is still open in the mirror: the view must hide it.
-    subscriber('webhook', { id: FINN, email: 'finn@example.com', name: 'Finn', status: 'active', deletedAt: clock.twoDaysAgo, updatedAt: clock.twoDaysAgo, fields: { city: 'Berlin' } }),
-    subscriber('webhook', { id: GUS, email: 'Gus@Example.COM', name: 'Gus', status: 'active', updatedAt: clock.twoHoursAgo, fields: { city: 'Berlin', company: 'Globex' } }),
+    subscriber('webhook', {
+      id: FINN,
+      email: 'finn@example.com',
+      name: 'Finn',
+      status: 'active',
+      deletedAt: clock.twoDaysAgo,
+      updatedAt: clock.twoDaysAgo,
+      fields: { city: 'Berlin' },
+    }),
+    subscriber('webhook', {
+      id: GUS,
+      email: 'Gus@Example.COM',
+      name: 'Gus',
+      status: 'active',
+      updatedAt: clock.twoHoursAgo,
+      fields: { city: 'Berlin', company: 'Globex' },
+    }),
     subscriber('poll', { id: HAL, email: 'hal@example.com', name: 'Hal', status: 'bounced', updatedAt: clock.fiveDaysAgo }),
     subscriber('poll', { id: IVY, email: 'ivy@example.com', name: 'Ivy', status: 'active', updatedAt: clock.hours23Ago }),
     subscriber('poll', { id: JO, email: 'jo@example.com', name: 'Jo', status: 'active', updatedAt: clock.hours25Ago }),
-    subscriber('webhook', { id: KAI, email: 'kai@example.com', name: 'Kai', status: 'active', deletedAt: clock.threeHoursAgo, updatedAt: clock.threeHoursAgo }),
+    subscriber('webhook', {
+      id: KAI,
+      email: 'kai@example.com',
+      name: 'Kai',
+      status: 'active',
+      deletedAt: clock.threeHoursAgo,
+      updatedAt: clock.threeHoursAgo,
+    }),
   ]);
 
   await upsertGroups(pool, [{ id: NEWSLETTER, name: 'Newsletter' }]);
-  const member = (subscriberId: string, type: string, day: string, time?: string): MemberInput => ({ subscriberId, type, at: at(day, time) });
+  const member = (subscriberId: string, type: string, day: string, time?: string): MemberInput => ({
+    subscriberId,
+    type,
+    at: at(day, time),
+  });
   await upsertMemberships(
     pool,
     NEWSLETTER,
@@ -183,9 +249,15 @@ async function populate(pool: pg.Pool, clock: Clock): Promise<void> {
 
   // Each event comes in its own delivery (item 0), received at `when`.
   let deliveries = 0;
-  const delivered = (row: Omit<ActivityRow, 'deliveryId' | 'itemIndex'>): ActivityRow => ({ ...row, deliveryId: String(++deliveries), itemIndex: 0 });
-  const open = (subscriberId: string, campaignId: string, when: string): ActivityRow => delivered({ kind: 'campaign.open', subscriberId, campaignId, occurredAt: when });
-  const click = (subscriberId: string, linkUrl: string, when: string): ActivityRow => delivered({ kind: 'campaign.click', subscriberId, campaignId: MAY, linkUrl, occurredAt: when });
+  const delivered = (row: Omit<ActivityRow, 'deliveryId' | 'itemIndex'>): ActivityRow => ({
+    ...row,
+    deliveryId: String(++deliveries),
+    itemIndex: 0,
+  });
+  const open = (subscriberId: string, campaignId: string, when: string): ActivityRow =>
+    delivered({ kind: 'campaign.open', subscriberId, campaignId, occurredAt: when });
+  const click = (subscriberId: string, linkUrl: string, when: string): ActivityRow =>
+    delivered({ kind: 'campaign.click', subscriberId, campaignId: MAY, linkUrl, occurredAt: when });
   const anaOpensMay = open(ANA, MAY, at('2024-05-10', '11:00:00'));
   await recordActivity(pool, [
     anaOpensMay,
@@ -256,9 +328,23 @@ const EXPECTATIONS: Expectation[] = [
     explanation: /^Engagement per campaign/i,
     check: (rows) => {
       expect(pick(rows, 'campaign_name', 'total_recipients', 'unique_openers', 'unique_clickers', 'open_rate', 'click_rate')).toEqual([
-        { campaign_name: 'June promo', total_recipients: null, unique_openers: '0', unique_clickers: '0', open_rate: null, click_rate: null },
+        {
+          campaign_name: 'June promo',
+          total_recipients: null,
+          unique_openers: '0',
+          unique_clickers: '0',
+          open_rate: null,
+          click_rate: null,
+        },
         { campaign_name: 'Test send', total_recipients: '0', unique_openers: '1', unique_clickers: '0', open_rate: null, click_rate: null },
-        { campaign_name: 'May newsletter', total_recipients: '6', unique_openers: '3', unique_clickers: '2', open_rate: '50', click_rate: '33.33' },
+        {
+          campaign_name: 'May newsletter',
+          total_recipients: '6',
+          unique_openers: '3',
+          unique_clickers: '2',
+          open_rate: '50',
+          click_rate: '33.33',
+        },
       ]);
     },
   },
@@ -330,7 +416,13 @@ const EXPECTATIONS: Expectation[] = [
       const byDay = new Map(rows.map((r) => [r.day, r.members]));
       // Ana, Ben; then Cleo, Dan, Eve; then Finn, Hal; Eve left on 20 May. (Finn's deletion two days
       // ago does not reach back: in May he was a member.)
-      expect([byDay.get('2024-05-01'), byDay.get('2024-05-02'), byDay.get('2024-05-03'), byDay.get('2024-05-19'), byDay.get('2024-05-20')]).toEqual(['2', '5', '7', '7', '6']);
+      expect([
+        byDay.get('2024-05-01'),
+        byDay.get('2024-05-02'),
+        byDay.get('2024-05-03'),
+        byDay.get('2024-05-19'),
+        byDay.get('2024-05-20'),
+      ]).toEqual(['2', '5', '7', '7', '6']);
     },
   },
   {
@@ -352,12 +444,19 @@ const EXPECTATIONS: Expectation[] = [
     name: "history: one subscriber's timeline",
     explanation: /^One subscriber's timeline/i,
     check: async (rows, _example, client) => {
-      const { rows: times } = await client.query<{ ten: string; week: string }>(`select $1::timestamptz::text as ten, $2::timestamptz::text as week`, [
-        readmeClock?.tenDaysAgo,
-        readmeClock?.thisWeek,
-      ]);
+      const { rows: times } = await client.query<{ ten: string; week: string }>(
+        `select $1::timestamptz::text as ten, $2::timestamptz::text as week`,
+        [readmeClock?.tenDaysAgo, readmeClock?.thisWeek],
+      );
       expect(rows).toEqual([
-        { valid_from: times[0]?.ten, valid_to: times[0]?.week, via: 'poll', email: 'cleo@old.example.com', status: 'active', city: 'Lisbon' },
+        {
+          valid_from: times[0]?.ten,
+          valid_to: times[0]?.week,
+          via: 'poll',
+          email: 'cleo@old.example.com',
+          status: 'active',
+          city: 'Lisbon',
+        },
         { valid_from: times[0]?.week, valid_to: null, via: 'webhook', email: 'cleo@example.com', status: 'unsubscribed', city: 'Berlin' },
       ]);
     },
@@ -366,10 +465,11 @@ const EXPECTATIONS: Expectation[] = [
     name: 'history: members on a date who have left since',
     explanation: /who have left it since/i,
     // Eve left the newsletter on 20 May; Finn was deleted upstream two days ago.
-    check: (rows) => expect(pick(rows, 'subscriber_id', 'email')).toEqual([
-      { subscriber_id: EVE, email: 'eve@example.com' },
-      { subscriber_id: FINN, email: 'finn@example.com' },
-    ]),
+    check: (rows) =>
+      expect(pick(rows, 'subscriber_id', 'email')).toEqual([
+        { subscriber_id: EVE, email: 'eve@example.com' },
+        { subscriber_id: FINN, email: 'finn@example.com' },
+      ]),
   },
   {
     name: 'changed in the last 24 hours',
@@ -418,7 +518,18 @@ describe('SQL for users', () => {
       expect(rows).toEqual([
         {
           table_name: 'campaign_engagement',
-          columns: ['campaign_id', 'campaign_name', 'sent_at', 'total_recipients', 'unique_openers', 'unique_clickers', 'open_events', 'click_events', 'open_rate', 'click_rate'],
+          columns: [
+            'campaign_id',
+            'campaign_name',
+            'sent_at',
+            'total_recipients',
+            'unique_openers',
+            'unique_clickers',
+            'open_events',
+            'click_events',
+            'open_rate',
+            'click_rate',
+          ],
         },
         {
           table_name: 'current_group_members',
@@ -427,7 +538,27 @@ describe('SQL for users', () => {
         { table_name: 'recently_changed_subscribers', columns: ['id', 'email', 'status', 'updated_at', 'mirrored_via'] },
         {
           table_name: 'subscriber_versions',
-          columns: ['subscriber_id', 'valid_from', 'valid_to', 'via', 'recorded_at', 'email', 'name', 'status', 'source', 'sent', 'opens_count', 'clicks_count', 'subscribed_at', 'unsubscribed_at', 'created_at', 'updated_at', 'deleted_at', 'forget_at', 'fields'],
+          columns: [
+            'subscriber_id',
+            'valid_from',
+            'valid_to',
+            'via',
+            'recorded_at',
+            'email',
+            'name',
+            'status',
+            'source',
+            'sent',
+            'opens_count',
+            'clicks_count',
+            'subscribed_at',
+            'unsubscribed_at',
+            'created_at',
+            'updated_at',
+            'deleted_at',
+            'forget_at',
+            'fields',
+          ],
         },
       ]);
     });
@@ -464,9 +595,39 @@ describe('SQL for users', () => {
       rows.sort((a, b) => (a.campaignId ?? '').localeCompare(b.campaignId ?? ''));
       expect(rows.map(({ sentAt: _sentAt, ...r }) => r)).toEqual([
         // 3 of 6 opened, 2 of 6 clicked (33.33 %, two decimals); Ana's duplicate delivery counted once.
-        { campaignId: MAY, campaignName: 'May newsletter', totalRecipients: 6, uniqueOpeners: 3, uniqueClickers: 2, openEvents: 4, clickEvents: 3, openRate: 50, clickRate: 33.33 },
-        { campaignId: JUNE, campaignName: 'June promo', totalRecipients: null, uniqueOpeners: 0, uniqueClickers: 0, openEvents: 0, clickEvents: 0, openRate: null, clickRate: null },
-        { campaignId: TEST_SEND, campaignName: 'Test send', totalRecipients: 0, uniqueOpeners: 1, uniqueClickers: 0, openEvents: 1, clickEvents: 0, openRate: null, clickRate: null },
+        {
+          campaignId: MAY,
+          campaignName: 'May newsletter',
+          totalRecipients: 6,
+          uniqueOpeners: 3,
+          uniqueClickers: 2,
+          openEvents: 4,
+          clickEvents: 3,
+          openRate: 50,
+          clickRate: 33.33,
+        },
+        {
+          campaignId: JUNE,
+          campaignName: 'June promo',
+          totalRecipients: null,
+          uniqueOpeners: 0,
+          uniqueClickers: 0,
+          openEvents: 0,
+          clickEvents: 0,
+          openRate: null,
+          clickRate: null,
+        },
+        {
+          campaignId: TEST_SEND,
+          campaignName: 'Test send',
+          totalRecipients: 0,
+          uniqueOpeners: 1,
+          uniqueClickers: 0,
+          openEvents: 1,
+          clickEvents: 0,
+          openRate: null,
+          clickRate: null,
+        },
       ]);
       const { rows: sent } = await database.pool.query<{ campaign_id: string; sent_at: string }>(
         `select campaign_id, ${iso('sent_at')} as sent_at from campaign_engagement order by campaign_id`,

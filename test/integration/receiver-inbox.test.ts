@@ -96,10 +96,7 @@ describe('createInboxWriter', () => {
     const b = createInboxWriter(db.pool, { maxWaitMs: 5 });
     for (let round = 0; round < 4; round++) {
       const records = Array.from({ length: 25 }, (_, i) => record(`${round}-${i}`, {}, 100_000));
-      const results = await Promise.allSettled([
-        ...records.map((r) => a.store(r)),
-        ...[...records].reverse().map((r) => b.store(r)),
-      ]);
+      const results = await Promise.allSettled([...records.map((r) => a.store(r)), ...[...records].reverse().map((r) => b.store(r))]);
       const failed = results.filter((r): r is PromiseRejectedResult => r.status === 'rejected');
       expect(failed.map((f) => (f.reason as { code?: string }).code)).toEqual([]);
       const fulfilled = results.map((r) => (r as PromiseFulfilledResult<{ duplicate: boolean }>).value);
@@ -130,7 +127,11 @@ describe('purgeDeliveries (WEBHOOK_RETENTION)', () => {
 
   async function stored(tag: string, status: string, ageDays: number): Promise<string> {
     const { id } = await storeDelivery(db.pool, record(tag));
-    await db.pool.query(`update webhook_deliveries set status = $2, received_at = now() - make_interval(days => $3) where id = $1`, [id, status, ageDays]);
+    await db.pool.query(`update webhook_deliveries set status = $2, received_at = now() - make_interval(days => $3) where id = $1`, [
+      id,
+      status,
+      ageDays,
+    ]);
     return id;
   }
 

@@ -36,7 +36,14 @@ describe('rejected webhook requests in the log', () => {
     const { logger } = createLogger({ level: 'info', destination: stream, secrets: [SECRET] });
     const app = buildServer({ logger, readiness: [] });
     // The default period (60 s) outlasts the test; closing the app logs the summary of the period.
-    registerWebhookRoute(app, { path: '/webhooks', maxBodyBytes: 64 * 1024, secrets: () => [SECRET], pool: database.pool, logger, secretsMissRefreshMs: 60_000 });
+    registerWebhookRoute(app, {
+      path: '/webhooks',
+      maxBodyBytes: 64 * 1024,
+      secrets: () => [SECRET],
+      pool: database.pool,
+      logger,
+      secretsMissRefreshMs: 60_000,
+    });
     await app.ready();
     const contentType = `application/json; ${'x'.repeat(4096)}`;
     const statuses = new Map<number, number>();

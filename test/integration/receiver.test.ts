@@ -373,7 +373,9 @@ describe('over a real socket', () => {
         res.resume();
         res.on('end', () => resolve(res.statusCode ?? 0));
       });
-      req.on('error', (error) => ((error as { code?: string }).code === 'EPIPE' || (error as { code?: string }).code === 'ECONNRESET' ? resolve(413) : reject(error)));
+      req.on('error', (error) =>
+        (error as { code?: string }).code === 'EPIPE' || (error as { code?: string }).code === 'ECONNRESET' ? resolve(413) : reject(error),
+      );
       if (chunked) {
         for (let i = 0; i < body.length; i += 16 * 1024) req.write(body.subarray(i, i + 16 * 1024));
         req.end();

@@ -62,7 +62,9 @@ describe('webhooks register, then deliveries', () => {
     await sim.deliveries.settle(10_000);
     const attempts = sim.deliveries.attempts;
     expect(attempts.length).toBeGreaterThanOrEqual(2);
-    expect(attempts.filter((a) => a.status !== 200).map((a) => `attempt ${a.attempt} of delivery ${a.deliveryId}: ${a.status} ${a.error ?? ''}`)).toEqual([]);
+    expect(
+      attempts.filter((a) => a.status !== 200).map((a) => `attempt ${a.attempt} of delivery ${a.deliveryId}: ${a.status} ${a.error ?? ''}`),
+    ).toEqual([]);
 
     const deadline = Date.now() + 15_000;
     for (;;) {

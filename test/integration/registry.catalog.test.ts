@@ -36,7 +36,9 @@ async function subscriberTypes(): Promise<Map<string, string>> {
 }
 
 async function functionSource(name: string): Promise<string> {
-  const { rows } = await db.pool.query<{ src: string }>(`select pg_get_functiondef(p.oid) as src from pg_proc p where p.proname = $1`, [name]);
+  const { rows } = await db.pool.query<{ src: string }>(`select pg_get_functiondef(p.oid) as src from pg_proc p where p.proname = $1`, [
+    name,
+  ]);
   expect(rows, `function ${name}`).toHaveLength(1);
   return (rows[0] as { src: string }).src;
 }
@@ -119,12 +121,18 @@ describe('every content column reaches every version (the trigger, the view, sub
   });
 
   it('the trigger kept every content column of the replaced row', async () => {
-    const { rows } = await db.pool.query(`select ${CONTENT.map(asText).join(', ')} from subscriber_versions_past where subscriber_id = $1`, [id]);
+    const { rows } = await db.pool.query(
+      `select ${CONTENT.map(asText).join(', ')} from subscriber_versions_past where subscriber_id = $1`,
+      [id],
+    );
     expect(rows).toEqual([await expected()]);
   });
 
   it('the view shows every content column of both versions', async () => {
-    const { rows } = await db.pool.query(`select ${CONTENT.map(asText).join(', ')} from subscriber_versions where subscriber_id = $1 order by valid_from`, [id]);
+    const { rows } = await db.pool.query(
+      `select ${CONTENT.map(asText).join(', ')} from subscriber_versions where subscriber_id = $1 order by valid_from`,
+      [id],
+    );
     const want = await expected();
     expect(rows).toEqual([want, want]);
   });

@@ -2,13 +2,7 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tryAcquirePassLock } from '../../src/sync/lock.js';
 import { createSyncQueue, enqueueBackfill, fullPassKey, restoreMissingSchedules, syncSchedules } from '../../src/sync/schedule.js';
-import {
-  authPauseKey,
-  clearAuthPause,
-  isPaused,
-  readAuthPause,
-  recordAuthFailure,
-} from '../../src/sync/auth-pause.js';
+import { authPauseKey, clearAuthPause, isPaused, readAuthPause, recordAuthFailure } from '../../src/sync/auth-pause.js';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait.js';
 

@@ -28,7 +28,15 @@ describe('readiness', () => {
     redisProxy = await startTcpProxy(hostPort(redisUrl(), 6379));
     const config = loadConfig(
       // The detailed /readyz is on the ops listener.
-      { DATABASE_URL: pgProxy.via(database.url), REDIS_URL: redisProxy.via(redisUrl()), REDIS_PREFIX: prefix, PORT: '0', OPS_PORT: '0', LOG_LEVEL: 'silent', WEBHOOK_SECRETS: SECRET },
+      {
+        DATABASE_URL: pgProxy.via(database.url),
+        REDIS_URL: redisProxy.via(redisUrl()),
+        REDIS_PREFIX: prefix,
+        PORT: '0',
+        OPS_PORT: '0',
+        LOG_LEVEL: 'silent',
+        WEBHOOK_SECRETS: SECRET,
+      },
       ['receive'],
     );
     service = await startService(config, 'receiver');
@@ -55,7 +63,11 @@ describe('readiness', () => {
       expect(r.status).toBe(200);
       expect(r.body.checks.map((c) => c.name)).toEqual(['postgres']);
       const body = JSON.stringify({ event: 'subscriber.updated', account_id: 1, subscriber: { id: '5', email: 'r@example.com' } });
-      const res = await fetch(`http://127.0.0.1:${service.port}/webhooks`, { method: 'POST', body, headers: { signature: signBody(body, SECRET) } });
+      const res = await fetch(`http://127.0.0.1:${service.port}/webhooks`, {
+        method: 'POST',
+        body,
+        headers: { signature: signBody(body, SECRET) },
+      });
       expect(res.status).toBe(200);
     } finally {
       await redisProxy.restore();
@@ -65,10 +77,15 @@ describe('readiness', () => {
   it('flips to 503 when Postgres goes away and back to 200 after', async () => {
     await waitFor('ready', async () => (await readyz()).status === 200, 20_000, 100);
     await pgProxy.cut();
-    const down = await waitFor('not ready', async () => {
-      const r = await readyz();
-      return r.status === 503 ? r : null;
-    }, 20_000, 100);
+    const down = await waitFor(
+      'not ready',
+      async () => {
+        const r = await readyz();
+        return r.status === 503 ? r : null;
+      },
+      20_000,
+      100,
+    );
     expect(down.body.checks.find((c) => c.name === 'postgres')).toMatchObject({ ok: false });
     await pgProxy.restore();
     await waitFor('ready again', async () => (await readyz()).status === 200, 20_000, 100);
@@ -139,7 +156,8 @@ describe('admin API and metrics', () => {
   let prober = 0;
   // Failed tokens are throttled per client (5 a minute): each wrong-token probe comes from a client of
   // its own (X-Forwarded-For, TRUST_PROXY=true), so the probes here stay below the limit.
-  const clientFor = (token: string | null): Record<string, string> => (token && token !== ADMIN_TOKEN ? { 'x-forwarded-for': `192.0.2.${++prober}` } : {});
+  const clientFor = (token: string | null): Record<string, string> =>
+    token && token !== ADMIN_TOKEN ? { 'x-forwarded-for': `192.0.2.${++prober}` } : {};
   const admin = (path: string, init: RequestInit = {}, token: string | null = ADMIN_TOKEN) =>
     fetch(`${opsBase}${path}`, {
       ...init,
@@ -188,20 +206,34 @@ describe('admin API and metrics', () => {
 
   it('runs a backfill started over HTTP to completion, reporting progress', async () => {
     // Let the scheduled first pass finish so the backfill is a pass of its own.
-    await waitFor('first pass', async () => {
-      const s = (await (await admin('/admin/status')).json()) as { passes: Array<{ lastStatus: string }> };
-      return s.passes[0]?.lastStatus === 'succeeded';
-    }, 60_000, 100);
+    await waitFor(
+      'first pass',
+      async () => {
+        const s = (await (await admin('/admin/status')).json()) as { passes: Array<{ lastStatus: string }> };
+        return s.passes[0]?.lastStatus === 'succeeded';
+      },
+      60_000,
+      100,
+    );
     sim.faults.set({ delayMs: 20 });
     const res = await admin('/admin/backfill', { method: 'POST', body: JSON.stringify({ group: groupId, type: 'active' }) });
     expect(res.status).toBe(202);
     const { jobId } = (await res.json()) as { jobId: string };
     const seen: number[] = [];
-    const done = await waitFor('backfill completed', async () => {
-      const job = (await (await admin(`/admin/jobs/${jobId}`)).json()) as { state: string; progress: { rowsSeen?: number; total?: number }; result: { rowsSeen: number } | null };
-      if (typeof job.progress === 'object' && job.progress?.rowsSeen) seen.push(job.progress.rowsSeen);
-      return job.state === 'completed' ? job : null;
-    }, 60_000, 100);
+    const done = await waitFor(
+      'backfill completed',
+      async () => {
+        const job = (await (await admin(`/admin/jobs/${jobId}`)).json()) as {
+          state: string;
+          progress: { rowsSeen?: number; total?: number };
+          result: { rowsSeen: number } | null;
+        };
+        if (typeof job.progress === 'object' && job.progress?.rowsSeen) seen.push(job.progress.rowsSeen);
+        return job.state === 'completed' ? job : null;
+      },
+      60_000,
+      100,
+    );
     sim.faults.clear();
     const active = sim.world.memberCount(groupId, 'active');
     expect(done.result?.rowsSeen).toBe(active);
@@ -214,17 +246,31 @@ describe('admin API and metrics', () => {
 
   it('exposes every metric family, and they move when work happens', async () => {
     const body = JSON.stringify({ event: 'subscriber.updated', account_id: 1, ...sim.world.renderWebhook(sim.world.members(groupId)[0]!) });
-    const delivered = await fetch(`${base}/webhooks`, { method: 'POST', body, headers: { signature: signBody(body, secret), 'content-type': 'application/json' } });
+    const delivered = await fetch(`${base}/webhooks`, {
+      method: 'POST',
+      body,
+      headers: { signature: signBody(body, secret), 'content-type': 'application/json' },
+    });
     expect(delivered.status).toBe(200);
-    await waitFor('delivery applied', async () => {
-      const { rows } = await database.pool.query(`select status from webhook_deliveries`);
-      return rows[0]?.status === 'applied';
-    }, 20_000, 100);
+    await waitFor(
+      'delivery applied',
+      async () => {
+        const { rows } = await database.pool.query(`select status from webhook_deliveries`);
+        return rows[0]?.status === 'applied';
+      },
+      20_000,
+      100,
+    );
     // Gauges read from Postgres are refreshed on a timer (METRICS_REFRESH_EVERY), not by the scrape.
-    const text = await waitFor('drift gauge refreshed', async () => {
-      const scraped = await (await fetch(`${opsBase}/metrics`)).text();
-      return /subscriber_mirror_sync_drift\{group="\d+",type="active"\} 0\b/.test(scraped) ? scraped : null;
-    }, 20_000, 200);
+    const text = await waitFor(
+      'drift gauge refreshed',
+      async () => {
+        const scraped = await (await fetch(`${opsBase}/metrics`)).text();
+        return /subscriber_mirror_sync_drift\{group="\d+",type="active"\} 0\b/.test(scraped) ? scraped : null;
+      },
+      20_000,
+      200,
+    );
     const value = (pattern: RegExp) => Number(pattern.exec(text)?.[1] ?? Number.NaN);
     for (const family of [
       'subscriber_mirror_http_requests_total',
@@ -252,23 +298,36 @@ describe('admin API and metrics', () => {
   });
 
   it('an HTTP backfill asked while a backfill runs gets its own pass, and returns with the members who left before it ended (issue 20)', async () => {
-    await waitFor('first pass', async () => {
-      const s = (await (await admin('/admin/status')).json()) as { passes: Array<{ lastStatus: string }> };
-      return s.passes[0]?.lastStatus === 'succeeded';
-    }, 60_000, 100);
+    await waitFor(
+      'first pass',
+      async () => {
+        const s = (await (await admin('/admin/status')).json()) as { passes: Array<{ lastStatus: string }> };
+        return s.passes[0]?.lastStatus === 'succeeded';
+      },
+      60_000,
+      100,
+    );
     const ask = async () => {
       const res = await admin('/admin/backfill', { method: 'POST', body: JSON.stringify({ group: groupId, type: 'active' }) });
       expect(res.status).toBe(202);
       return ((await res.json()) as { jobId: string }).jobId;
     };
     const job = async (id: string) =>
-      (await (await admin(`/admin/jobs/${id}`)).json()) as { state: string; result: { startedAt: string; removed: number; confirmingPasses: number; awaitingProof: number } | null };
+      (await (await admin(`/admin/jobs/${id}`)).json()) as {
+        state: string;
+        result: { startedAt: string; removed: number; confirmingPasses: number; awaitingProof: number } | null;
+      };
     // A burst of departures while a backfill runs (slowed down so the next one is asked meanwhile).
     sim.faults.set({ delayMs: 25 });
     const leftBefore = sim.pageChurn.left.length;
     sim.pageChurn.set({ groupId, leave: 3 });
     const running = await ask();
-    await waitFor('departures during the running pass', async () => (await job(running)).state === 'active' && sim.pageChurn.left.length - leftBefore >= 6, 30_000, 20);
+    await waitFor(
+      'departures during the running pass',
+      async () => (await job(running)).state === 'active' && sim.pageChurn.left.length - leftBefore >= 6,
+      30_000,
+      20,
+    );
     const askedAt = Date.now();
     const leavers = sim.pageChurn.left.slice(leftBefore);
     const second = await ask();
@@ -276,10 +335,15 @@ describe('admin API and metrics', () => {
     await waitFor('running backfill done', async () => (await job(running)).state === 'completed', 60_000, 100);
     sim.pageChurn.clear();
     sim.faults.clear();
-    const done = await waitFor('second backfill done', async () => {
-      const j = await job(second);
-      return j.state === 'completed' ? j : null;
-    }, 60_000, 100);
+    const done = await waitFor(
+      'second backfill done',
+      async () => {
+        const j = await job(second);
+        return j.state === 'completed' ? j : null;
+      },
+      60_000,
+      100,
+    );
     expect(Date.parse(done.result?.startedAt ?? '')).toBeGreaterThanOrEqual(askedAt - 5);
     expect(done.result).toMatchObject({ awaitingProof: 0 });
     expect(done.result?.confirmingPasses).toBeGreaterThanOrEqual(1);

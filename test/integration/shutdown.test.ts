@@ -120,7 +120,11 @@ describe('graceful shutdown', () => {
     const second = startService(env);
     children.push(second.child);
     await second.port;
-    await waitFor('the resumed pass to complete', async () => Boolean((await readSyncState(pool, groupId, 'active'))?.lastFullCompletedAt), 90_000);
+    await waitFor(
+      'the resumed pass to complete',
+      async () => Boolean((await readSyncState(pool, groupId, 'active'))?.lastFullCompletedAt),
+      90_000,
+    );
     expect(firstListOffset(sim)).toBe(interrupted!.fullOffset);
     const { rows: count } = await pool.query<{ n: number }>(
       `select count(*)::int as n from group_members where removed_at is null and type = 'active'`,

@@ -73,10 +73,18 @@ describe('SIGTERM during start-up', () => {
     try {
       await holder.query('select pg_advisory_lock($1)', [MIGRATION_LOCK_KEY]);
       const service = start('receiver', { DATABASE_URL: database.url, REDIS_URL: redisUrl() });
-      await waitFor('migration waiting for the lock', async () => {
-        const { rows } = await holder.query(`select count(*)::int as n from pg_locks where locktype = 'advisory' and not granted and objid = $1`, [MIGRATION_LOCK_KEY]);
-        return (rows[0] as { n: number }).n > 0;
-      }, 30_000, 100);
+      await waitFor(
+        'migration waiting for the lock',
+        async () => {
+          const { rows } = await holder.query(
+            `select count(*)::int as n from pg_locks where locktype = 'advisory' and not granted and objid = $1`,
+            [MIGRATION_LOCK_KEY],
+          );
+          return (rows[0] as { n: number }).n > 0;
+        },
+        30_000,
+        100,
+      );
       service.child.kill('SIGTERM');
       expect(await exitWithin(service, 10_000)).toBe(0);
       expect(service.output()).toContain('stopped during start-up');
@@ -119,16 +127,23 @@ describe('SIGTERM with a dripping upload open', () => {
       HTTP_REQUEST_TIMEOUT: '120s',
       HTTP_IDLE_TIMEOUT: '120s',
     });
-    const port = await waitFor('service started', async () => {
-      const match = /"port":(\d+)[^\n]*"msg":"service started"/.exec(service.output());
-      return match ? Number(match[1]) : null;
-    }, 30_000, 100);
+    const port = await waitFor(
+      'service started',
+      async () => {
+        const match = /"port":(\d+)[^\n]*"msg":"service started"/.exec(service.output());
+        return match ? Number(match[1]) : null;
+      },
+      30_000,
+      100,
+    );
 
     const socket = net.connect(port, '127.0.0.1');
     socket.on('error', () => {});
     const closed = new Promise<void>((resolve) => socket.on('close', () => resolve()));
     await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
-    socket.write(`POST /webhooks HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${10 * 1024 * 1024}\r\nsignature: ${'0'.repeat(64)}\r\n\r\n{`);
+    socket.write(
+      `POST /webhooks HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${10 * 1024 * 1024}\r\nsignature: ${'0'.repeat(64)}\r\n\r\n{`,
+    );
     const drip = setInterval(() => socket.write(' '), 200);
     try {
       await new Promise((resolve) => setTimeout(resolve, 500));

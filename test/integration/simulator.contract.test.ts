@@ -129,13 +129,48 @@ function hmac(body: string, secret: string): string {
 }
 
 const LEGACY_KEYS = [
-  'id', 'name', 'email', 'sent', 'opened', 'opened_rate', 'clicked', 'clicked_rate', 'type', 'country_id',
-  'signup_ip', 'signup_timestamp', 'confirmation_ip', 'confirmation_timestamp', 'fields', 'webform_subscribe_date',
-  'date_subscribe', 'date_unsubscribe', 'date_created', 'date_updated', 'user_agent',
+  'id',
+  'name',
+  'email',
+  'sent',
+  'opened',
+  'opened_rate',
+  'clicked',
+  'clicked_rate',
+  'type',
+  'country_id',
+  'signup_ip',
+  'signup_timestamp',
+  'confirmation_ip',
+  'confirmation_timestamp',
+  'fields',
+  'webform_subscribe_date',
+  'date_subscribe',
+  'date_unsubscribe',
+  'date_created',
+  'date_updated',
+  'user_agent',
 ];
 const SUBSCRIBER_KEYS = [
-  'id', 'email', 'status', 'source', 'sent', 'opens_count', 'clicks_count', 'open_rate', 'click_rate', 'ip_address',
-  'subscribed_at', 'unsubscribed_at', 'created_at', 'updated_at', 'deleted_at', 'forget_at', 'fields', 'opted_in_at', 'optin_ip',
+  'id',
+  'email',
+  'status',
+  'source',
+  'sent',
+  'opens_count',
+  'clicks_count',
+  'open_rate',
+  'click_rate',
+  'ip_address',
+  'subscribed_at',
+  'unsubscribed_at',
+  'created_at',
+  'updated_at',
+  'deleted_at',
+  'forget_at',
+  'fields',
+  'opted_in_at',
+  'optin_ip',
 ];
 const WEBHOOK_KEYS = ['id', 'name', 'url', 'events', 'enabled', 'secret', 'created_at', 'updated_at', 'batchable'];
 const TYPES = ['active', 'unsubscribed', 'bounced', 'junk', 'unconfirmed'];
@@ -161,12 +196,24 @@ describe('"Legacy lists" (docs/upstream.md) legacy group subscribers', () => {
       expect(item['date_updated']).toMatch(YMD_HIS);
       if (item['date_subscribe'] !== null) expect(item['date_subscribe']).toMatch(/^\d{4}-\d{2}-\d{2}$/);
       expect(item['fields']).toEqual(expect.arrayContaining([{ key: 'email', value: item['email'], type: 'TEXT' }]));
-      expect((item['fields'] as { key: string }[]).map((f) => f.key)).toEqual(
-        ['email', 'name', 'last_name', 'company', 'country', 'city', 'phone', 'state', 'zip'],
-      );
+      expect((item['fields'] as { key: string }[]).map((f) => f.key)).toEqual([
+        'email',
+        'name',
+        'last_name',
+        'company',
+        'country',
+        'city',
+        'phone',
+        'state',
+        'zip',
+      ]);
     }
     // Each element is byte-for-byte the world's own rendering, so tests can compare field by field.
-    const expected = `[${s.world.members(groupId).slice(0, 100).map((id) => s.world.renderLegacyJson(id)).join(',')}]`;
+    const expected = `[${s.world
+      .members(groupId)
+      .slice(0, 100)
+      .map((id) => s.world.renderLegacyJson(id))
+      .join(',')}]`;
     expect(answer.text).toBe(expected);
   });
 
@@ -347,7 +394,9 @@ describe('"Legacy lists" (docs/upstream.md) legacy date filters', () => {
     now = Date.UTC(2024, 1, 5, 12);
     s.world.unsubscribe(leaves);
     const ids = async (filters: string) =>
-      legacyItems((await legacy(s, `/groups/${groupId}/subscribers?${filters}`)).text).map((item) => String(item.id)).sort();
+      legacyItems((await legacy(s, `/groups/${groupId}/subscribers?${filters}`)).text)
+        .map((item) => String(item.id))
+        .sort();
     expect(await ids('filters[date_unsubscribe][$gte]=2024-01-01')).toEqual([leaves]);
     expect(await ids('filters[date_subscribe][$lt]=2024-02-01')).toEqual([stays, leaves].sort());
     expect(await ids('filters[date_subscribe][$gt]=2024-02-01')).toEqual([]);
@@ -381,7 +430,11 @@ describe('"Authentication" (docs/upstream.md) legacy authentication', () => {
     const s = await sim({ subscribers: 5 });
     const answer = await request(`${s.url}/api/v2/groups/${s.world.groupIds()[0]}/subscribers`, {
       method: 'OPTIONS',
-      headers: { Origin: 'https://app.example.com', 'Access-Control-Request-Method': 'GET', 'Access-Control-Request-Headers': 'x-service-apikey' },
+      headers: {
+        Origin: 'https://app.example.com',
+        'Access-Control-Request-Method': 'GET',
+        'Access-Control-Request-Headers': 'x-service-apikey',
+      },
     });
     expect(answer.status).toBeGreaterThanOrEqual(200);
     expect(answer.status).toBeLessThan(300);
@@ -509,7 +562,13 @@ describe('"Webhook management" (docs/upstream.md) webhook management', () => {
     expect(created.status).toBe(200);
     const { data } = JSON.parse(created.text) as { data: Record<string, unknown> };
     expect(Object.keys(data)).toEqual(WEBHOOK_KEYS);
-    expect(data).toMatchObject({ name: 'mirror', url: 'https://example.com/in', events: ['subscriber.bounced'], enabled: true, batchable: false });
+    expect(data).toMatchObject({
+      name: 'mirror',
+      url: 'https://example.com/in',
+      events: ['subscriber.bounced'],
+      enabled: true,
+      batchable: false,
+    });
     expect(data['id']).toMatch(/^\d+$/);
     expect(data['secret']).toMatch(/^\S{6,}$/);
     expect(data['created_at']).toMatch(YMD_HIS);
@@ -521,7 +580,9 @@ describe('"Webhook management" (docs/upstream.md) webhook management', () => {
 
     const updated = await hooksApi(s, 'PUT', `/${id}`, { enabled: false, events: ['subscriber.bounced', 'subscriber.created'] });
     expect(updated.status).toBe(200);
-    expect(JSON.parse(updated.text)).toMatchObject({ data: { id, enabled: false, secret: data['secret'], events: ['subscriber.bounced', 'subscriber.created'] } });
+    expect(JSON.parse(updated.text)).toMatchObject({
+      data: { id, enabled: false, secret: data['secret'], events: ['subscriber.bounced', 'subscriber.created'] },
+    });
 
     const deleted = await hooksApi(s, 'DELETE', `/${id}`);
     expect(deleted.status).toBe(204);
@@ -568,8 +629,13 @@ describe('"Webhook management" (docs/upstream.md) webhook management', () => {
 
   it('lists 50 per page with a consistent Laravel envelope across pages', async () => {
     const s = await sim({ subscribers: 0 });
-    for (let i = 0; i < 120; i++) s.webhooks.register({ name: `hook ${i}`, url: `https://example.com/${i}`, events: ['subscriber.created'] });
-    type Page = { data: { id: string }[]; links: Record<string, string | null>; meta: Record<string, unknown> & { links: { url: string | null; label: string; active: boolean }[] } };
+    for (let i = 0; i < 120; i++)
+      s.webhooks.register({ name: `hook ${i}`, url: `https://example.com/${i}`, events: ['subscriber.created'] });
+    type Page = {
+      data: { id: string }[];
+      links: Record<string, string | null>;
+      meta: Record<string, unknown> & { links: { url: string | null; label: string; active: boolean }[] };
+    };
     const base = `${s.url}/api/webhooks`;
     const first = JSON.parse((await hooksApi(s, 'GET')).text) as Page;
     expect(Object.keys(first)).toEqual(['data', 'links', 'meta']);
@@ -656,7 +722,11 @@ describe('"Webhook deliveries" (docs/upstream.md) webhook deliveries', () => {
         for (const item of items) {
           expect(item).not.toHaveProperty('account_id');
           seen.add(kindOf(item));
-          const keys = { 'campaign.open': ['type', 'subscriber', 'campaign'], 'campaign.click': ['type', 'subscriber', 'campaign', 'link_url'], 'subscriber.deleted': ['type', 'subscriber'] }[kindOf(item)];
+          const keys = {
+            'campaign.open': ['type', 'subscriber', 'campaign'],
+            'campaign.click': ['type', 'subscriber', 'campaign', 'link_url'],
+            'subscriber.deleted': ['type', 'subscriber'],
+          }[kindOf(item)];
           expect(Object.keys(item)).toEqual(keys);
         }
         continue;

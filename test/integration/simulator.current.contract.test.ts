@@ -230,7 +230,9 @@ describe('current API: the list changing under the cursor', () => {
     s.pageChurn.set({ groupId, retype: 1 });
     for (const id of (await walk(s, groupId, 'unsubscribed', 20)).ids) seen.add(id);
     s.pageChurn.clear();
-    const hidden = [...s.world.membersById(groupId, 'active'), ...s.world.membersById(groupId, 'unsubscribed')].filter((id) => !seen.has(id));
+    const hidden = [...s.world.membersById(groupId, 'active'), ...s.world.membersById(groupId, 'unsubscribed')].filter(
+      (id) => !seen.has(id),
+    );
     expect(s.pageChurn.applied.retype).toBeGreaterThan(0);
     expect(hidden).toHaveLength(s.pageChurn.applied.retype);
     // The next pass, with the list at rest, sees them.

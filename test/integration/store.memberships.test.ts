@@ -35,15 +35,28 @@ describe('upsertMemberships', () => {
     ];
     expect(await upsertMemberships(tdb.pool, g, members, { via: 'poll' })).toEqual({ inserted: 2, updated: 0, unchanged: 0, skipped: 0 });
     const before = await readMember(tdb.pool, g, '2');
-    expect(before).toMatchObject({ type: 'active', added_at: ts(11, 5), removed_at: null, source_updated_at: ts(11, 5), mirrored_via: 'poll' });
-    expect(await upsertMemberships(tdb.pool, g, members, { via: 'webhook' })).toEqual({ inserted: 0, updated: 0, unchanged: 2, skipped: 0 });
+    expect(before).toMatchObject({
+      type: 'active',
+      added_at: ts(11, 5),
+      removed_at: null,
+      source_updated_at: ts(11, 5),
+      mirrored_via: 'poll',
+    });
+    expect(await upsertMemberships(tdb.pool, g, members, { via: 'webhook' })).toEqual({
+      inserted: 0,
+      updated: 0,
+      unchanged: 2,
+      skipped: 0,
+    });
     expect((await readMember(tdb.pool, g, '2'))?.xmin).toBe(before?.xmin);
   });
 
   test('a newer fact updates type; an older one is skipped; added_at is kept while a member', async () => {
     const g = newGroup();
     await upsertMemberships(tdb.pool, g, [{ subscriberId: '1', type: 'active', at: ts(10) }], { via: 'poll' });
-    expect(await upsertMemberships(tdb.pool, g, [{ subscriberId: '1', type: 'unsubscribed', at: ts(20) }], { via: 'webhook' })).toMatchObject({
+    expect(
+      await upsertMemberships(tdb.pool, g, [{ subscriberId: '1', type: 'unsubscribed', at: ts(20) }], { via: 'webhook' }),
+    ).toMatchObject({
       updated: 1,
     });
     expect(await upsertMemberships(tdb.pool, g, [{ subscriberId: '1', type: 'bounced', at: ts(15) }], { via: 'poll' })).toMatchObject({
@@ -176,13 +189,23 @@ describe('groups, automations, campaigns', () => {
   }
 
   test('groups: insert, rename, identical, null keeps the known name, duplicates', async () => {
-    expect(await upsertGroups(tdb.pool, [{ id: '501', name: 'VIP' }, { id: '502', name: 'Beta' }])).toEqual({
+    expect(
+      await upsertGroups(tdb.pool, [
+        { id: '501', name: 'VIP' },
+        { id: '502', name: 'Beta' },
+      ]),
+    ).toEqual({
       inserted: 2,
       updated: 0,
       unchanged: 0,
       skipped: 0,
     });
-    expect(await upsertGroups(tdb.pool, [{ id: '501', name: 'VIP+' }, { id: '502', name: 'Beta' }])).toEqual({
+    expect(
+      await upsertGroups(tdb.pool, [
+        { id: '501', name: 'VIP+' },
+        { id: '502', name: 'Beta' },
+      ]),
+    ).toEqual({
       inserted: 0,
       updated: 1,
       unchanged: 1,
@@ -190,7 +213,12 @@ describe('groups, automations, campaigns', () => {
     });
     expect(await upsertGroups(tdb.pool, [{ id: '501', name: null }])).toMatchObject({ unchanged: 1 });
     expect(await groupName('501')).toBe('VIP+');
-    expect(await upsertGroups(tdb.pool, [{ id: '503', name: 'first' }, { id: '503', name: 'second' }])).toMatchObject({ inserted: 1, skipped: 1 });
+    expect(
+      await upsertGroups(tdb.pool, [
+        { id: '503', name: 'first' },
+        { id: '503', name: 'second' },
+      ]),
+    ).toMatchObject({ inserted: 1, skipped: 1 });
     expect(await groupName('503')).toBe('second');
   });
 
@@ -213,8 +241,24 @@ describe('groups, automations, campaigns', () => {
 
 describe('recordActivity', () => {
   test('opens and clicks: one row per item of each delivery; the same delivery again collapses', async () => {
-    const open = { kind: 'campaign.open', subscriberId: '1', campaignId: '701', occurredAt: ts(10, 123456), subscriberUpdatedAt: ts(9), deliveryId: 1n, itemIndex: 0 };
-    const click = { kind: 'campaign.click', subscriberId: '1', campaignId: '701', linkUrl: 'https://x', occurredAt: ts(10), deliveryId: '2', itemIndex: 0 };
+    const open = {
+      kind: 'campaign.open',
+      subscriberId: '1',
+      campaignId: '701',
+      occurredAt: ts(10, 123456),
+      subscriberUpdatedAt: ts(9),
+      deliveryId: 1n,
+      itemIndex: 0,
+    };
+    const click = {
+      kind: 'campaign.click',
+      subscriberId: '1',
+      campaignId: '701',
+      linkUrl: 'https://x',
+      occurredAt: ts(10),
+      deliveryId: '2',
+      itemIndex: 0,
+    };
     // Two identical open items of one batch are two opens.
     expect(await recordActivity(tdb.pool, [open, { ...open, itemIndex: 1 }, click])).toBe(3);
     // The same deliveries applied again write nothing.
@@ -224,7 +268,12 @@ describe('recordActivity', () => {
     expect(await recordActivity(tdb.pool, [])).toBe(0);
     const { rows } = await tdb.pool.query<{ n: number }>(`select count(*)::int as n from subscriber_activity where subscriber_id = '1'`);
     expect(rows[0]?.n).toBe(4);
-    const { rows: d } = await tdb.pool.query<{ delivery_id: string; item_index: number; occurred_at: string; subscriber_updated_at: string }>(
+    const { rows: d } = await tdb.pool.query<{
+      delivery_id: string;
+      item_index: number;
+      occurred_at: string;
+      subscriber_updated_at: string;
+    }>(
       `select delivery_id::text, item_index,
               to_char(occurred_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as occurred_at,
               to_char(subscriber_updated_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as subscriber_updated_at
@@ -234,10 +283,23 @@ describe('recordActivity', () => {
   });
 
   test('subscriber facts collapse on their natural key across deliveries; nulls compare equal', async () => {
-    const added = { kind: 'subscriber.added_to_group', subscriberId: '2', groupId: 'g1', occurredAt: ts(11), subscriberUpdatedAt: ts(11), deliveryId: '3', itemIndex: 0 };
+    const added = {
+      kind: 'subscriber.added_to_group',
+      subscriberId: '2',
+      groupId: 'g1',
+      occurredAt: ts(11),
+      subscriberUpdatedAt: ts(11),
+      deliveryId: '3',
+      itemIndex: 0,
+    };
     expect(await recordActivity(tdb.pool, [added])).toBe(1);
     // The same fact from another webhook's delivery, or with no delivery at all: already recorded.
-    expect(await recordActivity(tdb.pool, [{ ...added, deliveryId: '4', occurredAt: ts(12) }, { ...added, deliveryId: null, itemIndex: null }])).toBe(0);
+    expect(
+      await recordActivity(tdb.pool, [
+        { ...added, deliveryId: '4', occurredAt: ts(12) },
+        { ...added, deliveryId: null, itemIndex: null },
+      ]),
+    ).toBe(0);
     // A different version of the subscriber is a different fact.
     expect(await recordActivity(tdb.pool, [{ ...added, deliveryId: '5', subscriberUpdatedAt: ts(11, 1) }])).toBe(1);
   });

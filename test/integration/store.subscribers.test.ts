@@ -4,11 +4,7 @@
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { LosslessNumber, parse as losslessParse } from 'lossless-json';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
-import {
-  normalizeLegacySubscriber,
-  normalizeWebhookSubscriber,
-  type SubscriberRow,
-} from '../../src/mirror/normalize.js';
+import { normalizeLegacySubscriber, normalizeWebhookSubscriber, type SubscriberRow } from '../../src/mirror/normalize.js';
 import { SUBSCRIBER_COLUMNS, upsertSubscribers, withTransaction } from '../../src/mirror/store.js';
 import { fixtureText, legacySubscriber, readSubscriber, ts, webhookSubscriber } from '../fixtures/mirror/rows.js';
 
@@ -84,14 +80,18 @@ describe('invariant 2: never regress, whichever path and order', () => {
   test('poll then older webhook, and webhook then older poll', async () => {
     const a = newId();
     await upsertSubscribers(tdb.pool, [poll({ id: a, date_updated: '2024-06-01 00:00:00', email: 'poll-new@example.com' })]);
-    expect(await upsertSubscribers(tdb.pool, [web({ id: a, updated_at: '2024-05-31T23:59:59.999999Z', email: 'web-old@example.com' })])).toMatchObject({
+    expect(
+      await upsertSubscribers(tdb.pool, [web({ id: a, updated_at: '2024-05-31T23:59:59.999999Z', email: 'web-old@example.com' })]),
+    ).toMatchObject({
       skipped: 1,
     });
     expect(await readSubscriber(tdb.pool, a)).toMatchObject({ email: 'poll-new@example.com', updated_at: '2024-06-01T00:00:00.000000Z' });
 
     const b = newId();
     await upsertSubscribers(tdb.pool, [web({ id: b, updated_at: '2024-06-01T00:00:00.000001Z', email: 'web-new@example.com' })]);
-    expect(await upsertSubscribers(tdb.pool, [poll({ id: b, date_updated: '2024-06-01 00:00:00', email: 'poll-old@example.com' })])).toMatchObject({
+    expect(
+      await upsertSubscribers(tdb.pool, [poll({ id: b, date_updated: '2024-06-01 00:00:00', email: 'poll-old@example.com' })]),
+    ).toMatchObject({
       skipped: 1,
     });
     expect(await readSubscriber(tdb.pool, b)).toMatchObject({ email: 'web-new@example.com', updated_at: '2024-06-01T00:00:00.000001Z' });
@@ -194,7 +194,10 @@ describe('batches', () => {
       [String(base), String(base + 9_999n)],
     );
     expect(n[0]?.n).toBe(10_000);
-    expect(await readSubscriber(tdb.pool, String(base + 9_999n))).toMatchObject({ email: 'u9999@example.com', updated_at: ts(9_999, 9_999) });
+    expect(await readSubscriber(tdb.pool, String(base + 9_999n))).toMatchObject({
+      email: 'u9999@example.com',
+      updated_at: ts(9_999, 9_999),
+    });
     expect(await upsertSubscribers(tdb.pool, rows)).toEqual({ inserted: 0, updated: 0, unchanged: 10_000, skipped: 0 });
   });
 
@@ -217,7 +220,18 @@ describe('batches', () => {
 
 describe('encoding', () => {
   test('awkward strings round-trip exactly through every kind of column', async () => {
-    const nasty = ['', 'NULL', 'null', '"quoted"', 'back\\slash\\', '{braces,commas}', ' spaced ', 'line\nbreak\ttab', 'ünïcödé ✓ 😀', "it's"];
+    const nasty = [
+      '',
+      'NULL',
+      'null',
+      '"quoted"',
+      'back\\slash\\',
+      '{braces,commas}',
+      ' spaced ',
+      'line\nbreak\ttab',
+      'ünïcödé ✓ 😀',
+      "it's",
+    ];
     const ids = nasty.map(() => newId());
     const rows = nasty.map((text, i) =>
       web({ id: ids[i], email: text, status: text, fields: { name: text, [text || 'empty']: text }, opaque: { text, list: [text] } }),
@@ -296,7 +310,13 @@ describe('forget', () => {
     const id = newId();
     await upsertSubscribers(tdb.pool, [poll({ id, date_updated: '2024-06-01 00:00:00' })]);
     await upsertSubscribers(tdb.pool, [
-      web({ id, updated_at: '2024-06-02T00:00:00.123456Z', deleted_at: '2024-06-02T00:00:00.123456Z', forget_at: '2024-07-02T00:00:00.000000Z', tags: ['vip'] }),
+      web({
+        id,
+        updated_at: '2024-06-02T00:00:00.123456Z',
+        deleted_at: '2024-06-02T00:00:00.123456Z',
+        forget_at: '2024-07-02T00:00:00.000000Z',
+        tags: ['vip'],
+      }),
     ]);
     const row = await readSubscriber(tdb.pool, id);
     expect(row).toMatchObject({

@@ -12,7 +12,14 @@ import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { tryAcquirePassLock } from '../../src/sync/lock.js';
 import { PASS_JOB_OPTIONS, createSyncQueue, enqueueBackfill, enqueueResume, type PassJobResult } from '../../src/sync/schedule.js';
 import { markRunStarted, openFullPass, readSyncState, saveFullCheckpoint } from '../../src/sync/state.js';
-import { createOrphanResumer, createSyncWorker, passLockKey, passWantedKey, resumeOpenFullPasses, type SyncWorker } from '../../src/sync/worker.js';
+import {
+  createOrphanResumer,
+  createSyncWorker,
+  passLockKey,
+  passWantedKey,
+  resumeOpenFullPasses,
+  type SyncWorker,
+} from '../../src/sync/worker.js';
 import { createLegacyClient } from '../../src/upstream/legacy.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
@@ -43,7 +50,8 @@ describe('sync worker triggers', () => {
       redis,
       connection,
       prefix,
-      legacyFactory: () => createLegacyClient({ baseUrl: sim.url, apiKey: sim.apiKey, http: { retry: { retries: 2, minDelayMs: 5, maxDelayMs: 20 } } }),
+      legacyFactory: () =>
+        createLegacyClient({ baseUrl: sim.url, apiKey: sim.apiKey, http: { retry: { retries: 2, minDelayMs: 5, maxDelayMs: 20 } } }),
       apiKey: sim.apiKey,
       logger,
       sourceTimezone: 'UTC',
@@ -140,7 +148,10 @@ describe('sync worker triggers', () => {
         await new Promise((r) => setTimeout(r, 20));
       }
       const tick = await queue.add('incremental', { groupId, type: 'active', mode: 'incremental', trigger: 'schedule' }, PASS_JOB_OPTIONS);
-      expect(await finished(tick.id as string)).toMatchObject({ status: 'skipped', reason: 'a backfill of this group and type is waiting for its turn' });
+      expect(await finished(tick.id as string)).toMatchObject({
+        status: 'skipped',
+        reason: 'a backfill of this group and type is waiting for its turn',
+      });
     } finally {
       await lock?.release();
     }
@@ -162,7 +173,11 @@ describe('sync worker triggers', () => {
       expect(['delayed', 'active', 'waiting']).toContain(await tick.getState());
       expect(listRequests()).toHaveLength(0);
       // Meanwhile a scheduled incremental tick is still just skipped (the next one comes soon).
-      const incremental = await queue.add('incremental', { groupId, type: 'active', mode: 'incremental', trigger: 'schedule' }, PASS_JOB_OPTIONS);
+      const incremental = await queue.add(
+        'incremental',
+        { groupId, type: 'active', mode: 'incremental', trigger: 'schedule' },
+        PASS_JOB_OPTIONS,
+      );
       expect((await finished(incremental.id as string)).status).toBe('skipped');
     } finally {
       releasedAt = Date.now();
@@ -182,7 +197,10 @@ describe('sync worker triggers', () => {
     await markRunStarted(database.pool, groupId, 'active', 'full');
     try {
       const tick = await queue.add('full', { groupId, type: 'active', mode: 'full', trigger: 'schedule' }, PASS_JOB_OPTIONS);
-      expect(await finished(tick.id as string)).toMatchObject({ status: 'skipped', reason: 'a full pass of this group and type is running' });
+      expect(await finished(tick.id as string)).toMatchObject({
+        status: 'skipped',
+        reason: 'a full pass of this group and type is running',
+      });
       expect(listRequests()).toHaveLength(0);
     } finally {
       await database.pool.query(`update sync_state set last_status = 'succeeded' where group_id = $1 and type = 'active'`, [groupId]);
@@ -200,7 +218,10 @@ describe('sync worker triggers', () => {
     } finally {
       await lock?.release();
     }
-    expect(await finished(tick.id as string)).toMatchObject({ status: 'skipped', reason: 'a full pass of this group and type completed after this one was due' });
+    expect(await finished(tick.id as string)).toMatchObject({
+      status: 'skipped',
+      reason: 'a full pass of this group and type completed after this one was due',
+    });
     expect(listRequests()).toHaveLength(0);
   });
 

@@ -92,7 +92,15 @@ describe('current API client against the simulator', () => {
   });
 
   it('keeps within the limit with the shared limiter: no 429, busiest window within the budget', async () => {
-    const sim = await simulator({ subscribers: 600, groups: 1, rateLimit: undefined, currentRateLimit: 20, rateLimitWindowMs: 2000, rateLimitMode: 'sliding', currentPageCap: 10 });
+    const sim = await simulator({
+      subscribers: 600,
+      groups: 1,
+      rateLimit: undefined,
+      currentRateLimit: 20,
+      rateLimitWindowMs: 2000,
+      rateLimitMode: 'sliding',
+      currentPageCap: 10,
+    });
     const [groupId] = sim.world.groupIds() as [string];
     const limiter = createLimiter({ mode: 'memory', perMinute: 20, windowMs: 2000 });
     limiters.push(limiter);

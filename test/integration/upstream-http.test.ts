@@ -120,7 +120,12 @@ describe('retries over real sockets', () => {
   it('a 429 is waited out for at least X-RateLimit-Retry-After before the retry arrives', async () => {
     const server = await stub((_req, res, hit) =>
       hit === 1
-        ? json(res, 429, { message: 'Too Many Attempts.' }, { 'X-RateLimit-Limit': '60', 'X-RateLimit-Remaining': '0', 'X-RateLimit-Retry-After': '1' })
+        ? json(
+            res,
+            429,
+            { message: 'Too Many Attempts.' },
+            { 'X-RateLimit-Limit': '60', 'X-RateLimit-Remaining': '0', 'X-RateLimit-Retry-After': '1' },
+          )
         : json(res, 200, { count: 5 }),
     );
     await expect(legacy(server.url).count('1')).resolves.toBe(5);
@@ -174,7 +179,9 @@ describe('retries over real sockets', () => {
 describe('failures that must not be retried', () => {
   it('401 with code 302 fails after exactly one request, naming code 302 and not the key', async () => {
     const server = await stub((_req, res) => json(res, 401, { error: { code: 302, message: 'API-Key Unauthorized' } }));
-    const error = (await legacy(server.url).listGroupSubscribers('9', { type: 'active', limit: 10, offset: 0 }).catch((e: unknown) => e)) as Error;
+    const error = (await legacy(server.url)
+      .listGroupSubscribers('9', { type: 'active', limit: 10, offset: 0 })
+      .catch((e: unknown) => e)) as Error;
     expect(error).toBeInstanceOf(UpstreamAuthError);
     expect(error.message).toContain('legacy API rejected the API key (code 302: API-Key Unauthorized');
     expect(error.message).not.toContain(API_KEY);
@@ -226,7 +233,9 @@ describe('what goes over the wire', () => {
     const server = await stub((req, res) => {
       if (req.headers['x-service-apikey'] !== API_KEY) return json(res, 401, { error: { code: 1, message: 'Unauthorized' } });
       res.writeHead(200, { 'content-type': 'application/json' });
-      res.end('[{"id":1261159647788771324,"email":"mail@whatever.com","country_id":49,"fields":[{"key":"name","value":"","type":"TEXT"}]}]');
+      res.end(
+        '[{"id":1261159647788771324,"email":"mail@whatever.com","country_id":49,"fields":[{"key":"name","value":"","type":"TEXT"}]}]',
+      );
     });
     const rows = await legacy(server.url).listGroupSubscribers('1261159647788771000', {
       type: 'active',
@@ -234,7 +243,9 @@ describe('what goes over the wire', () => {
       offset: 0,
       filters: [{ key: 'date_updated', op: '$gt', date: '2024-05-01' }],
     });
-    expect(rows).toEqual([{ id: '1261159647788771324', email: 'mail@whatever.com', country_id: 49, fields: [{ key: 'name', value: '', type: 'TEXT' }] }]);
+    expect(rows).toEqual([
+      { id: '1261159647788771324', email: 'mail@whatever.com', country_id: 49, fields: [{ key: 'name', value: '', type: 'TEXT' }] },
+    ]);
     const hit = server.hits[0] as Hit;
     expect(hit.headers['content-type']).toBe('application/json');
     const url = new URL(hit.url, 'http://x');
@@ -274,7 +285,13 @@ describe('page iterator against a service that caps pages', () => {
     const server = await cappedService();
     const learned: number[] = [];
     const pages = await collect(
-      legacy(server.url).pages('5', { type: 'active', limit: 500, mode: 'full', knownLength: TOTAL, onEffectiveLimit: (n) => learned.push(n) }),
+      legacy(server.url).pages('5', {
+        type: 'active',
+        limit: 500,
+        mode: 'full',
+        knownLength: TOTAL,
+        onEffectiveLimit: (n) => learned.push(n),
+      }),
     );
     const ids = pages.flatMap((p) => p.rows.map((r) => r.id));
     expect(ids).toHaveLength(TOTAL);

@@ -56,7 +56,9 @@ describe('reading groups from the simulator', () => {
     const learned: number[] = [];
     const client = legacy(sim);
     const expected = sim.world.members(group);
-    const ids = await allIds(client.pages(group, { limit: 1000, mode: 'full', knownLength: expected.length, onEffectiveLimit: (n) => learned.push(n) }));
+    const ids = await allIds(
+      client.pages(group, { limit: 1000, mode: 'full', knownLength: expected.length, onEffectiveLimit: (n) => learned.push(n) }),
+    );
     expect(expected.length).toBeGreaterThan(100);
     expect(ids).toHaveLength(expected.length);
     expect(new Set(ids)).toEqual(new Set(expected));
@@ -92,7 +94,11 @@ describe('reading groups from the simulator', () => {
     const sim = await simulator({ subscribers: 200, groups: 1, rateLimit: false });
     const [group] = sim.world.groupIds() as [string];
     const client = legacy(sim);
-    const future = await client.listGroupSubscribers(group, { limit: 500, offset: 0, filters: [{ key: 'date_updated', op: '$gt', date: '2999-01-01' }] });
+    const future = await client.listGroupSubscribers(group, {
+      limit: 500,
+      offset: 0,
+      filters: [{ key: 'date_updated', op: '$gt', date: '2999-01-01' }],
+    });
     expect(future).toEqual([]);
     const past = await client.listGroupSubscribers(group, {
       limit: 500,
@@ -183,6 +189,11 @@ describe('the service rate limit (invariant 7)', () => {
     expect(legacyRequests.length).toBeGreaterThan(25);
     expect(legacyRequests.filter((r) => r.status === 429)).toEqual([]);
     expect(sim.maxRequestsInAnyWindow(2000)).toBeLessThanOrEqual(20);
-    expect(maxInAnyWindow(legacyRequests.map((r) => r.at), 2000)).toBeLessThanOrEqual(20);
+    expect(
+      maxInAnyWindow(
+        legacyRequests.map((r) => r.at),
+        2000,
+      ),
+    ).toBeLessThanOrEqual(20);
   });
 });

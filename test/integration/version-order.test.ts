@@ -45,7 +45,13 @@ const GROUP = { id: '131020396617876484', name: 'Newsletter' };
 const created = {
   event: 'subscriber.created',
   account_id: 1185731,
-  ...webhookSubscriber({ id: ID, status: 'active', updated_at: '2025-03-11T15:06:41.000000Z', created_at: '2025-03-11T15:06:41.000000Z', unsubscribed_at: null }),
+  ...webhookSubscriber({
+    id: ID,
+    status: 'active',
+    updated_at: '2025-03-11T15:06:41.000000Z',
+    created_at: '2025-03-11T15:06:41.000000Z',
+    unsubscribed_at: null,
+  }),
 };
 const unsubscribed = {
   event: 'subscriber.unsubscribed',
@@ -60,7 +66,13 @@ const unsubscribed = {
 };
 const addedToGroup = {
   type: 'subscriber.added_to_group',
-  subscriber: webhookSubscriber({ id: ID, status: 'active', updated_at: '2025-03-11T15:06:46.000000Z', created_at: '2025-03-11T15:06:41.000000Z', unsubscribed_at: null }),
+  subscriber: webhookSubscriber({
+    id: ID,
+    status: 'active',
+    updated_at: '2025-03-11T15:06:46.000000Z',
+    created_at: '2025-03-11T15:06:41.000000Z',
+    unsubscribed_at: null,
+  }),
   group: GROUP,
 };
 
@@ -93,28 +105,51 @@ describe('version time: the latest time a version asserts', () => {
       event: 'subscriber.updated',
       ...webhookSubscriber({ id: ID, status: 'active', updated_at: '2025-03-11T15:12:00.000000Z', unsubscribed_at: null }),
     };
-    for (const order of [[unsubscribed, resubscribed], [resubscribed, unsubscribed]]) {
+    for (const order of [
+      [unsubscribed, resubscribed],
+      [resubscribed, unsubscribed],
+    ]) {
       await tdb.pool.query('truncate subscribers');
       for (const body of order) await deliver(body);
-      expect(await readSubscriber(tdb.pool, ID)).toMatchObject({ status: 'active', unsubscribed_at: null, updated_at: '2025-03-11T15:12:00.000000Z' });
+      expect(await readSubscriber(tdb.pool, ID)).toMatchObject({
+        status: 'active',
+        unsubscribed_at: null,
+        updated_at: '2025-03-11T15:12:00.000000Z',
+      });
     }
   });
 
   test('a poll row whose date_unsubscribe is newer than a webhook version’s updated_at wins, in both orders', async () => {
-    const web = normalizeWebhookSubscriber(webhookSubscriber({ id: ID, status: 'active', updated_at: '2025-03-11T15:06:46.000000Z', unsubscribed_at: null }));
+    const web = normalizeWebhookSubscriber(
+      webhookSubscriber({ id: ID, status: 'active', updated_at: '2025-03-11T15:06:46.000000Z', unsubscribed_at: null }),
+    );
     const poll = normalizeLegacySubscriber(
       legacySubscriber({ id: ID, type: 'unsubscribed', date_updated: '2025-03-11 15:06:41', date_unsubscribe: '2025-03-11 15:10:00' }),
       { sourceTimezone: 'UTC' },
     );
-    for (const order of [[web, poll], [poll, web]]) {
+    for (const order of [
+      [web, poll],
+      [poll, web],
+    ]) {
       await tdb.pool.query('truncate subscribers');
       for (const row of order) await upsertSubscribers(tdb.pool, [row]);
-      expect(await readSubscriber(tdb.pool, ID)).toMatchObject({ status: 'unsubscribed', unsubscribed_at: '2025-03-11T15:10:00.000000Z', mirrored_via: 'poll' });
+      expect(await readSubscriber(tdb.pool, ID)).toMatchObject({
+        status: 'unsubscribed',
+        unsubscribed_at: '2025-03-11T15:10:00.000000Z',
+        mirrored_via: 'poll',
+      });
     }
   });
 
   test('an unsubscribed_at left on a version that says active does not count', async () => {
-    const stale = normalizeWebhookSubscriber(webhookSubscriber({ id: ID, status: 'active', updated_at: '2025-03-11T15:00:00.000000Z', unsubscribed_at: '2025-03-11T16:00:00.000000Z' }));
+    const stale = normalizeWebhookSubscriber(
+      webhookSubscriber({
+        id: ID,
+        status: 'active',
+        updated_at: '2025-03-11T15:00:00.000000Z',
+        unsubscribed_at: '2025-03-11T16:00:00.000000Z',
+      }),
+    );
     const newer = normalizeWebhookSubscriber(webhookSubscriber({ id: ID, status: 'bounced', updated_at: '2025-03-11T15:30:00.000000Z' }));
     await upsertSubscribers(tdb.pool, [stale]);
     expect(await upsertSubscribers(tdb.pool, [newer])).toMatchObject({ updated: 1 });
@@ -139,11 +174,22 @@ function listing(rows: Record<string, unknown>[]): LegacyClient {
 }
 
 function pollDeps(rows: Record<string, unknown>[]): PassDeps {
-  return { pool: tdb.pool, legacy: listing(rows), logger, sourceTimezone: 'UTC', lookbackMs: 86_400_000, pageSize: 1000, groupTypes: ['active'] };
+  return {
+    pool: tdb.pool,
+    legacy: listing(rows),
+    logger,
+    sourceTimezone: 'UTC',
+    lookbackMs: 86_400_000,
+    pageSize: 1000,
+    groupTypes: ['active'],
+  };
 }
 
 async function currentMember(subscriberId: string): Promise<boolean> {
-  const { rows } = await tdb.pool.query(`select 1 from current_group_members where group_id = $1 and subscriber_id = $2`, [GROUP.id, subscriberId]);
+  const { rows } = await tdb.pool.query(`select 1 from current_group_members where group_id = $1 and subscriber_id = $2`, [
+    GROUP.id,
+    subscriberId,
+  ]);
   return rows.length > 0;
 }
 
@@ -167,7 +213,12 @@ describe('deleted by a webhook, then listed by the poll', () => {
 
   test('a listing with a newer date_updated clears deleted_at and the subscriber is a current member again', async () => {
     await memberThenDeleted();
-    await runPass(pollDeps([legacySubscriber({ id: ID, type: 'active', date_updated: '2025-03-12 10:00:00', name: 'Restored' })]), GROUP.id, 'active', 'full');
+    await runPass(
+      pollDeps([legacySubscriber({ id: ID, type: 'active', date_updated: '2025-03-12 10:00:00', name: 'Restored' })]),
+      GROUP.id,
+      'active',
+      'full',
+    );
     const row = await readSubscriber(tdb.pool, ID);
     expect(row).toMatchObject({ deleted_at: null, name: 'Restored', mirrored_via: 'poll' });
     expect(await currentMember(ID)).toBe(true);
@@ -175,7 +226,12 @@ describe('deleted by a webhook, then listed by the poll', () => {
 
   test('a listing with an older date_updated leaves the subscriber deleted', async () => {
     await memberThenDeleted();
-    await runPass(pollDeps([legacySubscriber({ id: ID, type: 'active', date_updated: '2025-03-12 08:30:00', name: 'Stale' })]), GROUP.id, 'active', 'full');
+    await runPass(
+      pollDeps([legacySubscriber({ id: ID, type: 'active', date_updated: '2025-03-12 08:30:00', name: 'Stale' })]),
+      GROUP.id,
+      'active',
+      'full',
+    );
     const row = await readSubscriber(tdb.pool, ID);
     expect(row?.deleted_at).toBe('2025-03-12T09:00:00.000000Z');
     expect(row?.name).not.toBe('Stale');
@@ -186,7 +242,13 @@ describe('deleted by a webhook, then listed by the poll', () => {
 // ---------------------------------------------------------------------------------------------
 // Every engagement event is a row
 
-const CAMPAIGN = { id: '131020452716463123', name: 'March news', total_recipients: 3, preview_url: null, date: '2025-03-13T07:11:00.000000Z' };
+const CAMPAIGN = {
+  id: '131020452716463123',
+  name: 'March news',
+  total_recipients: 3,
+  preview_url: null,
+  date: '2025-03-13T07:11:00.000000Z',
+};
 /** The service's documented batch shape: opens do not move updated_at, opens_count stays 0. */
 const openItem = (id = ID) => ({
   type: 'campaign.open',
@@ -232,7 +294,9 @@ describe('every engagement event is a row', () => {
     expect(first).not.toBe(second);
     const rows = await openRows();
     expect(rows).toHaveLength(2);
-    const { rows: received } = await tdb.pool.query<{ id: string; at: string }>(`select id::text, ${iso('received_at')} as at from webhook_deliveries order by id`);
+    const { rows: received } = await tdb.pool.query<{ id: string; at: string }>(
+      `select id::text, ${iso('received_at')} as at from webhook_deliveries order by id`,
+    );
     expect(rows.map((r) => r.occurred_at)).toEqual(received.map((r) => r.at));
     expect(rows.every((r) => r.subscriber_updated_at === '2025-03-13T10:30:00.000000Z')).toBe(true);
     expect(await engagement()).toMatchObject({ open_events: 2, unique_openers: 1 });

@@ -155,10 +155,15 @@ async function startHarness(options: HarnessOptions): Promise<Harness> {
 /** Waits for the service to deliver everything, then for the consumer to apply every stored delivery. */
 async function drain(h: Harness): Promise<void> {
   await h.sim.deliveries.settle(30_000);
-  await waitFor('pending deliveries to be applied', async () => {
-    const { rows } = await h.db.pool.query<{ n: number }>(`select count(*)::int as n from webhook_deliveries where status = 'pending'`);
-    return rows[0]?.n === 0 ? true : undefined;
-  }, 30_000, 20);
+  await waitFor(
+    'pending deliveries to be applied',
+    async () => {
+      const { rows } = await h.db.pool.query<{ n: number }>(`select count(*)::int as n from webhook_deliveries where status = 'pending'`);
+      return rows[0]?.n === 0 ? true : undefined;
+    },
+    30_000,
+    20,
+  );
   const failed = await h.db.pool.query<{ error: string }>(`select error from webhook_deliveries where status = 'failed' limit 5`);
   expect(failed.rows).toEqual([]);
   const { rows } = await h.db.pool.query<{ status: string; n: number }>(

@@ -7,7 +7,13 @@
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { loadConfig, type Config } from '../../src/config.js';
-import { createWebhooksApi, WebhookAuthError, WebhookNotFoundError, WebhookValidationError, type WebhooksApi } from '../../src/upstream/webhooks-api.js';
+import {
+  createWebhooksApi,
+  WebhookAuthError,
+  WebhookNotFoundError,
+  WebhookValidationError,
+  type WebhooksApi,
+} from '../../src/upstream/webhooks-api.js';
 import {
   adoptWebhook,
   BATCHED_KINDS,
@@ -114,7 +120,9 @@ describe('webhooks API client', () => {
 
   it('a wrong token: one clear line, without the token', async () => {
     const wrong = 'wrong-token-3a9b7c11';
-    const error = await api(wrong).list().catch((e: unknown) => e as Error);
+    const error = await api(wrong)
+      .list()
+      .catch((e: unknown) => e as Error);
     expect(error).toBeInstanceOf(WebhookAuthError);
     expect((error as Error).message).toBe('webhook API rejected the token (401 Unauthenticated.)');
     expect((error as Error).message).not.toContain(wrong);
@@ -133,13 +141,17 @@ describe('webhooks API client', () => {
     const { actions } = await registerWebhooks(api(), database.pool, { url: RECEIVER });
     const batched = actions.find((a) => a.webhook === 'batched');
     const before = await readEndpoints(database.pool);
-    const error = await updateWebhook(api(), database.pool, batched?.id ?? '', { events: ['campaign.open'], batchable: false }).catch((e: unknown) => e as Error);
+    const error = await updateWebhook(api(), database.pool, batched?.id ?? '', { events: ['campaign.open'], batchable: false }).catch(
+      (e: unknown) => e as Error,
+    );
     expect(error).toBeInstanceOf(WebhookValidationError);
     expect((error as Error).message).toBe(
       'webhook API refused the request: batchable: The batchable field must be true when events contains campaign.open.',
     );
     expect(await readEndpoints(database.pool)).toEqual(before);
-    const unknownKind = await api().create({ url: RECEIVER, events: ['subscriber.teleported'] }).catch((e: unknown) => e as Error);
+    const unknownKind = await api()
+      .create({ url: RECEIVER, events: ['subscriber.teleported'] })
+      .catch((e: unknown) => e as Error);
     expect((unknownKind as Error).message).toBe('webhook API refused the request: events.0: The selected events.0 is invalid.');
   });
 });
@@ -161,7 +173,13 @@ describe('registerWebhooks', () => {
     expect([...(batched?.events ?? [])].sort()).toEqual([...BATCHED_KINDS].sort());
 
     const rows = byBatchable(await readEndpoints(database.pool));
-    expect(rows.realtime).toMatchObject({ id: realtime?.id, secret: realtime?.secret, url: RECEIVER, enabled: true, name: 'subscriber-mirror (real-time)' });
+    expect(rows.realtime).toMatchObject({
+      id: realtime?.id,
+      secret: realtime?.secret,
+      url: RECEIVER,
+      enabled: true,
+      name: 'subscriber-mirror (real-time)',
+    });
     expect(rows.batched).toMatchObject({ id: batched?.id, secret: batched?.secret, url: RECEIVER, enabled: true });
     expect([...rows.batched.events].sort()).toEqual([...BATCHED_KINDS].sort());
     expect(rows.realtime.secret.length).toBeGreaterThan(0);
@@ -293,7 +311,9 @@ describe('subscriber-mirror webhooks (runWebhooksCli)', () => {
     const rowOf = (id: string) => list.lines.find((l) => l.startsWith(`${id} `)) ?? '';
     expect(rowOf(other.id)).toMatch(/someone else\s+https:\/\/elsewhere\.test\/x\s+campaign\.sent\s+yes\s+no\s+no$/);
     expect(rowOf(realtime.id)).toMatch(/subscriber-mirror \(real-time\)\s+\S+\s+11 kinds\s+yes\s+no\s+yes$/);
-    expect(rowOf(batched.id)).toMatch(/subscriber-mirror \(batched\)\s+\S+\s+subscriber\.deleted, campaign\.click, campaign\.open\s+yes\s+yes\s+yes$/);
+    expect(rowOf(batched.id)).toMatch(
+      /subscriber-mirror \(batched\)\s+\S+\s+subscriber\.deleted, campaign\.click, campaign\.open\s+yes\s+yes\s+yes$/,
+    );
     expect(list.lines.at(-1)).toBe('3 webhook(s), 2 managed by this install');
 
     const json = await run(['list', '--json']);
@@ -317,7 +337,11 @@ describe('subscriber-mirror webhooks (runWebhooksCli)', () => {
     const upd = await run(['update', realtime.id, '--disable', '--name', 'paused']);
     expect(upd.code).toBe(0);
     expect(upd.lines).toHaveLength(1);
-    expect(upd.lines[0]).toMatch(new RegExp(`^updated webhook ${realtime.id}: name "paused", url ${RECEIVER}, events .*enabled no, batchable no; stored in webhook_endpoints$`));
+    expect(upd.lines[0]).toMatch(
+      new RegExp(
+        `^updated webhook ${realtime.id}: name "paused", url ${RECEIVER}, events .*enabled no, batchable no; stored in webhook_endpoints$`,
+      ),
+    );
     const afterUpdate = (await readEndpoints(database.pool)).find((r) => r.id === realtime.id);
     expect(afterUpdate).toMatchObject({ enabled: false, name: 'paused' });
 
@@ -363,7 +387,10 @@ describe('subscriber-mirror webhooks (runWebhooksCli)', () => {
     expect(listGone.lines.at(-1)).toContain(`note: webhook ${batched.id} is in webhook_endpoints but no longer exists upstream`);
     const forget = await cli(['delete', batched.id]);
     runs.push(forget);
-    expect([forget.code, forget.lines]).toEqual([0, [`webhook ${batched.id} was already gone upstream; removed it from webhook_endpoints`]]);
+    expect([forget.code, forget.lines]).toEqual([
+      0,
+      [`webhook ${batched.id} was already gone upstream; removed it from webhook_endpoints`],
+    ]);
     expect((await readEndpoints(database.pool)).map((r) => r.id)).not.toContain(batched.id);
 
     sim.clearRequests();
@@ -391,7 +418,12 @@ describe('subscriber-mirror webhooks (runWebhooksCli)', () => {
 describe('webhooks adopt', () => {
   /** A webhook made in the service's dashboard: the service generates its 10-character secret. */
   function dashboardWebhook() {
-    return sim.webhooks.register({ name: 'dashboard', url: RECEIVER, events: ['subscriber.created', 'subscriber.updated'], batchable: false });
+    return sim.webhooks.register({
+      name: 'dashboard',
+      url: RECEIVER,
+      events: ['subscriber.created', 'subscriber.updated'],
+      batchable: false,
+    });
   }
 
   /** The receiver as `start` runs it: no static secret, endpoint secrets reloaded from webhook_endpoints. */
@@ -419,7 +451,13 @@ describe('webhooks adopt', () => {
     const app = await receiver();
     try {
       const body = fixture('subscriber.created', 'flat').body;
-      const post = () => app.inject({ method: 'POST', url: '/webhooks', payload: body, headers: { 'content-type': 'application/json', signature: signBody(body, hook.secret) } });
+      const post = () =>
+        app.inject({
+          method: 'POST',
+          url: '/webhooks',
+          payload: body,
+          headers: { 'content-type': 'application/json', signature: signBody(body, hook.secret) },
+        });
       expect((await post()).statusCode).toBe(401); // not ours yet
 
       sim.clearRequests();
@@ -432,7 +470,9 @@ describe('webhooks adopt', () => {
       ]);
       expect(writes()).toEqual([]);
       const rows = await readEndpoints(database.pool);
-      expect(rows).toMatchObject([{ id: hook.id, name: 'dashboard', url: RECEIVER, events: ['subscriber.created', 'subscriber.updated'], secret: hook.secret }]);
+      expect(rows).toMatchObject([
+        { id: hook.id, name: 'dashboard', url: RECEIVER, events: ['subscriber.created', 'subscriber.updated'], secret: hook.secret },
+      ]);
 
       const accepted = await post();
       expect(accepted.statusCode).toBe(200);
@@ -470,7 +510,9 @@ describe('webhooks adopt', () => {
     sim.webhooks.update(hook.id, { url: 'https://moved.example.test/webhooks' });
     const again = await cli(['adopt', hook.id]);
     expect(again.lines[0]).toContain('was already adopted; refreshed its row and secret in webhook_endpoints');
-    expect(await readEndpoints(database.pool)).toMatchObject([{ id: hook.id, url: 'https://moved.example.test/webhooks', secret: hook.secret }]);
+    expect(await readEndpoints(database.pool)).toMatchObject([
+      { id: hook.id, url: 'https://moved.example.test/webhooks', secret: hook.secret },
+    ]);
     await expectNoSecretIn([again]);
   });
 

@@ -75,11 +75,16 @@ describe('worker processes', () => {
     const killPoints = [0.2 + Math.random() * 0.2, 0.5 + Math.random() * 0.3].map((f) => Math.floor(f * active));
     for (const point of killPoints) {
       const child = startWorker();
-      await waitFor(`full pass past offset ${point}`, async () => {
-        const s = await readSyncState(database.pool, groupId, 'active');
-        if (s?.lastFullCompletedAt) throw new Error('the pass completed before the kill point');
-        return (s?.fullOffset ?? 0) >= point;
-      }, 90_000, 20);
+      await waitFor(
+        `full pass past offset ${point}`,
+        async () => {
+          const s = await readSyncState(database.pool, groupId, 'active');
+          if (s?.lastFullCompletedAt) throw new Error('the pass completed before the kill point');
+          return (s?.fullOffset ?? 0) >= point;
+        },
+        90_000,
+        20,
+      );
       child.kill('SIGKILL');
       await exited(child);
     }
@@ -89,10 +94,15 @@ describe('worker processes', () => {
     sim.faults.clear();
     sim.clearRequests();
     const child = startWorker();
-    const state = await waitFor('the resumed pass to complete', async () => {
-      const s = await readSyncState(database.pool, groupId, 'active');
-      return s?.lastStatus === 'succeeded' && s.fullOffset === null && s.lastFullCompletedAt ? s : null;
-    }, 120_000, 20);
+    const state = await waitFor(
+      'the resumed pass to complete',
+      async () => {
+        const s = await readSyncState(database.pool, groupId, 'active');
+        return s?.lastStatus === 'succeeded' && s.fullOffset === null && s.lastFullCompletedAt ? s : null;
+      },
+      120_000,
+      20,
+    );
     // It resumed from the checkpoint instead of starting over.
     const firstPage = sim.requests.find((r) => r.api === 'legacy' && !r.url.includes('/count'));
     expect(firstPage?.url).toContain(`offset=${offsetAtLastKill}`);
@@ -127,7 +137,9 @@ describe('worker processes', () => {
 
     const status = await runCli(['status', '--json'], env);
     expect(status.code).toBe(0);
-    const parsed = JSON.parse(status.stdout) as { passes: Array<{ groupId: string; type: string; mirrored: number; drift: number; lastStatus: string }> };
+    const parsed = JSON.parse(status.stdout) as {
+      passes: Array<{ groupId: string; type: string; mirrored: number; drift: number; lastStatus: string }>;
+    };
     const row = parsed.passes.find((p) => p.groupId === groupId && p.type === 'active');
     expect(row).toMatchObject({ lastStatus: 'succeeded', mirrored: sim.world.memberCount(groupId, 'active'), drift: 0 });
     const table = await runCli(['status'], env);

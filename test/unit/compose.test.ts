@@ -35,7 +35,8 @@ const read = (file: string) => readFileSync(path.join(ROOT, file), 'utf8');
 /** Seconds of a compose duration such as 10s, 2m, 1m30s. */
 function seconds(duration: string | undefined): number {
   let total = 0;
-  for (const [, n, unit] of (duration ?? '').matchAll(/(\d+)(h|m|s)/g)) total += Number(n) * { h: 3600, m: 60, s: 1 }[unit as 'h' | 'm' | 's'];
+  for (const [, n, unit] of (duration ?? '').matchAll(/(\d+)(h|m|s)/g))
+    total += Number(n) * { h: 3600, m: 60, s: 1 }[unit as 'h' | 'm' | 's'];
   return total;
 }
 
@@ -80,22 +81,25 @@ describe('docker-compose.yml', () => {
     expect(redis.healthcheck?.test.join(' ')).toContain('ping');
   });
 
-  it.each(['worker', 'receiver'])('builds the %s from this repo, after healthy dependencies, with a restart policy and the cheap health check', (name) => {
-    const service = compose.services[name]!;
-    expect(service.build).toBe('.');
-    expect(service.depends_on).toEqual({
-      postgres: { condition: 'service_healthy' },
-      redis: { condition: 'service_healthy' },
-    });
-    expect(service.restart).toBe('unless-stopped');
-    expect(service.environment?.DATABASE_URL).toMatch(/^postgres:\/\/.*@postgres:5432\//);
-    expect(service.environment?.REDIS_URL).toBe('redis://:${REDIS_PASSWORD:?set REDIS_PASSWORD in .env}@redis:6379');
-    expect(service.command).toEqual(['start', '--role', name]);
-    expect(service.healthcheck?.test).toEqual(TINY_HEALTHCHECK);
-    // Room for a loaded host (a check once took 4.45 s) and for the migrations at start.
-    expect(seconds(service.healthcheck?.timeout)).toBeGreaterThanOrEqual(10);
-    expect(seconds(service.healthcheck?.start_period)).toBeGreaterThanOrEqual(30);
-  });
+  it.each(['worker', 'receiver'])(
+    'builds the %s from this repo, after healthy dependencies, with a restart policy and the cheap health check',
+    (name) => {
+      const service = compose.services[name]!;
+      expect(service.build).toBe('.');
+      expect(service.depends_on).toEqual({
+        postgres: { condition: 'service_healthy' },
+        redis: { condition: 'service_healthy' },
+      });
+      expect(service.restart).toBe('unless-stopped');
+      expect(service.environment?.DATABASE_URL).toMatch(/^postgres:\/\/.*@postgres:5432\//);
+      expect(service.environment?.REDIS_URL).toBe('redis://:${REDIS_PASSWORD:?set REDIS_PASSWORD in .env}@redis:6379');
+      expect(service.command).toEqual(['start', '--role', name]);
+      expect(service.healthcheck?.test).toEqual(TINY_HEALTHCHECK);
+      // Room for a loaded host (a check once took 4.45 s) and for the migrations at start.
+      expect(seconds(service.healthcheck?.timeout)).toBeGreaterThanOrEqual(10);
+      expect(seconds(service.healthcheck?.start_period)).toBeGreaterThanOrEqual(30);
+    },
+  );
 
   it('gives each service only its own env files, and .env (the database passwords) to none', () => {
     expect(compose.services.receiver?.env_file).toEqual(['mirror.env', 'receiver.env']);
@@ -124,7 +128,10 @@ describe('docker-compose.yml', () => {
       const patterns = read(ignore).split('\n');
       expect(patterns, ignore).toContain('.env');
       for (const file of ['mirror.env', 'worker.env', 'receiver.env']) {
-        expect(patterns.some((p) => p === file || p === `/${file}` || p === '*.env'), `${ignore} ${file}`).toBe(true);
+        expect(
+          patterns.some((p) => p === file || p === `/${file}` || p === '*.env'),
+          `${ignore} ${file}`,
+        ).toBe(true);
       }
     }
   });
@@ -284,7 +291,9 @@ describe('docker-compose.demo.yml', () => {
     expect(service.volumes).toContain('./deploy/demo/start.sh:/demo/start.sh:ro');
     const start = read('deploy/demo/start.sh');
     expect(start).toMatch(/randomBytes\(18\)/);
-    expect(start).toMatch(/migrate\n.*webhooks register --url "\$DEMO_WEBHOOK_URL"[^\n]*\n[\s\S]*admin token \$\{ADMIN_TOKEN\}[\s\S]*exec node .*start --role all/);
+    expect(start).toMatch(
+      /migrate\n.*webhooks register --url "\$DEMO_WEBHOOK_URL"[^\n]*\n[\s\S]*admin token \$\{ADMIN_TOKEN\}[\s\S]*exec node .*start --role all/,
+    );
   });
 
   it('uses the production images and health checks', () => {

@@ -104,8 +104,14 @@ describe('loadConfig', () => {
     [{ OPS_PORT: 'ops' }, /OPS_PORT: "ops" is not a whole number/],
     [{ HTTP_REQUEST_TIMEOUT: '100ms' }, /HTTP_REQUEST_TIMEOUT: "100ms" is shorter than 1s/],
     // Admin on the public port only when asked for explicitly.
-    [{ ADMIN_TOKEN: 'a'.repeat(32) }, /ADMIN_TOKEN: the admin pages are served on OPS_PORT only; set OPS_PORT \(e\.g\. 9090\), or ADMIN_ON_PUBLIC_PORT=true/],
-    [{ ADMIN_ON_PUBLIC_PORT: 'true', OPS_PORT: '9090' }, /ADMIN_ON_PUBLIC_PORT: set either OPS_PORT or ADMIN_ON_PUBLIC_PORT=true, not both/],
+    [
+      { ADMIN_TOKEN: 'a'.repeat(32) },
+      /ADMIN_TOKEN: the admin pages are served on OPS_PORT only; set OPS_PORT \(e\.g\. 9090\), or ADMIN_ON_PUBLIC_PORT=true/,
+    ],
+    [
+      { ADMIN_ON_PUBLIC_PORT: 'true', OPS_PORT: '9090' },
+      /ADMIN_ON_PUBLIC_PORT: set either OPS_PORT or ADMIN_ON_PUBLIC_PORT=true, not both/,
+    ],
   ])('rejects inconsistent settings %o', (env, pattern) => {
     const problems = problemsOf(env);
     expect(problems).toHaveLength(1);
@@ -200,7 +206,11 @@ describe('loadConfig', () => {
     ['HISTORY_RETENTION', '30m', /HISTORY_RETENTION: "30m" is shorter than 1h/],
     ['HISTORY_RETENTION', 'forever', /HISTORY_RETENTION: "forever" is not a duration/],
     ['WEBHOOK_SECRETS', 'abc', /WEBHOOK_SECRETS: each secret must be at least 16 characters .*; secret #1 has 3$/],
-    ['WEBHOOK_SECRETS', 'long-enough-secret-01,short-one', /WEBHOOK_SECRETS: each secret must be at least 16 characters .*; secret #2 has 9$/],
+    [
+      'WEBHOOK_SECRETS',
+      'long-enough-secret-01,short-one',
+      /WEBHOOK_SECRETS: each secret must be at least 16 characters .*; secret #2 has 9$/,
+    ],
     ['HOST', 'not an address!', /HOST: must be an IP address/],
     ['OPS_HOST', 'bad host/x', /OPS_HOST: must be an IP address/],
     ['ADMIN_ON_PUBLIC_PORT', 'sure', /ADMIN_ON_PUBLIC_PORT: must be true or false/],
@@ -225,11 +235,13 @@ describe('loadConfig', () => {
       'MAILER_API_KEY: required for polling',
       'SYNC_GROUPS: required for polling',
     ]);
-    expect(problemsOf({ MAILER_API_KEY: 'k-123456789' }, ['poll'])).toEqual(['MAILER_LEGACY_URL: required for polling', 'SYNC_GROUPS: required for polling']);
+    expect(problemsOf({ MAILER_API_KEY: 'k-123456789' }, ['poll'])).toEqual([
+      'MAILER_LEGACY_URL: required for polling',
+      'SYNC_GROUPS: required for polling',
+    ]);
     expect(() => loadConfig({}, needsForRole('receiver'))).not.toThrow();
     expect(() => loadConfig(POLL_ENV, needsForRole('all'))).not.toThrow();
   });
-
 
   it('never echoes secret values in its messages', () => {
     const error = (() => {
@@ -274,7 +286,9 @@ describe('the read source (SYNC_SOURCE) and the current API settings', () => {
     ]);
     const config = loadConfig(CURRENT_ENV, ['poll']);
     expect(config.currentApi).toEqual({ url: 'https://connect.example.com', token: 'tok-current-1' });
-    const aliased = loadConfig({ MAILER_WEBHOOKS_URL: 'https://connect.example.com', MAILER_WEBHOOKS_TOKEN: 'tok-2', SYNC_GROUPS: '1' }, ['poll']);
+    const aliased = loadConfig({ MAILER_WEBHOOKS_URL: 'https://connect.example.com', MAILER_WEBHOOKS_TOKEN: 'tok-2', SYNC_GROUPS: '1' }, [
+      'poll',
+    ]);
     expect(aliased.sync.source).toBe('current');
     expect(aliased.currentApi).toEqual({ url: 'https://connect.example.com', token: 'tok-2' });
   });
@@ -283,7 +297,10 @@ describe('the read source (SYNC_SOURCE) and the current API settings', () => {
     const config = loadConfig({ MAILER_API_URL: 'https://connect.example.com', MAILER_API_TOKEN: 'tok-3' }, ['manage-webhooks']);
     expect(config.webhooksApi).toEqual({ url: 'https://connect.example.com', token: 'tok-3' });
     expect(config.currentApi).toEqual(config.webhooksApi);
-    const same = loadConfig({ ...CURRENT_ENV, MAILER_WEBHOOKS_URL: 'https://connect.example.com', MAILER_WEBHOOKS_TOKEN: 'tok-current-1' }, ['poll', 'manage-webhooks']);
+    const same = loadConfig(
+      { ...CURRENT_ENV, MAILER_WEBHOOKS_URL: 'https://connect.example.com', MAILER_WEBHOOKS_TOKEN: 'tok-current-1' },
+      ['poll', 'manage-webhooks'],
+    );
     expect(same.webhooksApi).toEqual(same.currentApi);
     expect(secretsOf(same)).toEqual(['tok-current-1']);
   });
@@ -302,7 +319,11 @@ describe('the read source (SYNC_SOURCE) and the current API settings', () => {
   });
 
   it('accepts a webhook-only install (no read settings at all): nothing reconciles', () => {
-    const webhooksOnly = { MAILER_API_URL: 'https://connect.example.com', MAILER_API_TOKEN: 'tok-4', WEBHOOK_SECRETS: 'whsec-1-0123456789' };
+    const webhooksOnly = {
+      MAILER_API_URL: 'https://connect.example.com',
+      MAILER_API_TOKEN: 'tok-4',
+      WEBHOOK_SECRETS: 'whsec-1-0123456789',
+    };
     const config = loadConfig(webhooksOnly, ['reconcile', 'receive', 'manage-webhooks']);
     expect(config.sync.reconciles).toBe(false);
     expect(config.sync.groups).toEqual([]);
@@ -316,7 +337,10 @@ describe('the read source (SYNC_SOURCE) and the current API settings', () => {
       'MAILER_API_URL: required for polling the current API (or MAILER_WEBHOOKS_URL)',
       'MAILER_API_TOKEN: required for polling the current API (or MAILER_WEBHOOKS_TOKEN)',
     ]);
-    expect(problemsOf({ MAILER_API_KEY: 'k-1' }, ['reconcile'])).toEqual(['MAILER_LEGACY_URL: required for polling', 'SYNC_GROUPS: required for polling']);
+    expect(problemsOf({ MAILER_API_KEY: 'k-1' }, ['reconcile'])).toEqual([
+      'MAILER_LEGACY_URL: required for polling',
+      'SYNC_GROUPS: required for polling',
+    ]);
     expect(problemsOf({ SYNC_SOURCE: 'current', MAILER_WEBHOOKS_URL: 'https://c.example.com' }, ['reconcile'])).toEqual([
       'MAILER_API_TOKEN: required for polling the current API (or MAILER_WEBHOOKS_TOKEN)',
       'SYNC_GROUPS: required for polling the current API',

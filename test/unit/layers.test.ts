@@ -209,7 +209,11 @@ function tablesWritten(text: string, drizzle: ReadonlyMap<string, string>): stri
     if (bindings && ts.isNamedImports(bindings)) for (const e of bindings.elements) local.set(e.name.text, (e.propertyName ?? e.name).text);
   });
   const walk = (node: ts.Node): void => {
-    if (ts.isCallExpression(node) && ts.isPropertyAccessExpression(node.expression) && ['insert', 'update', 'delete'].includes(node.expression.name.text)) {
+    if (
+      ts.isCallExpression(node) &&
+      ts.isPropertyAccessExpression(node.expression) &&
+      ['insert', 'update', 'delete'].includes(node.expression.name.text)
+    ) {
       const [arg] = node.arguments;
       const name = arg && ts.isIdentifier(arg) ? local.get(arg.text) : undefined;
       const table = name === undefined ? undefined : drizzle.get(name);
@@ -224,7 +228,9 @@ function tablesWritten(text: string, drizzle: ReadonlyMap<string, string>): stri
 /** Why a file's write to `table` is not allowed, or null. */
 function ownershipViolation(file: string, table: string): string | null {
   if (table === '${}') {
-    return file in (DYNAMIC_WRITERS as object) ? null : `${file} writes a table named at run time: list it in DYNAMIC_WRITERS with its tables`;
+    return file in (DYNAMIC_WRITERS as object)
+      ? null
+      : `${file} writes a table named at run time: list it in DYNAMIC_WRITERS with its tables`;
   }
   const owner = TABLE_OWNERS[table];
   if (owner === undefined) return `${file} writes ${table}, which has no owner in TABLE_OWNERS`;
@@ -258,10 +264,21 @@ describe('layers of src/', () => {
     expect(directionViolation({ from: 'simulator/world.ts', to: 'db/schema.ts' })).toMatch(/simulator may import only ground/);
     expect(directionViolation({ from: 'sync/poll.ts', to: 'simulator/world.ts' })).toMatch(/only the entry points/);
     expect(directionViolation({ from: 'newfolder/x.ts', to: 'ground/log.ts' })).toMatch(/in no layer/);
-    expect(cycles([['a', 'b'], ['b', 'c'], ['c', 'a'], ['c', 'd']])).toEqual(['a -> b -> c -> a']);
+    expect(
+      cycles([
+        ['a', 'b'],
+        ['b', 'c'],
+        ['c', 'a'],
+        ['c', 'd'],
+      ]),
+    ).toEqual(['a -> b -> c -> a']);
     const drizzle = new Map([['webhookDeliveries', 'webhook_deliveries']]);
-    expect(tablesWritten("// insert into erasures (a comment)\nq('UPDATE sync_state s SET x = 1'); q(`delete from ${t} where`);", drizzle)).toEqual(['sync_state', '${}']);
-    expect(tablesWritten("import { webhookDeliveries as d } from '../db/schema.js'; db.update(d).set({});", drizzle)).toEqual(['webhook_deliveries']);
+    expect(
+      tablesWritten("// insert into erasures (a comment)\nq('UPDATE sync_state s SET x = 1'); q(`delete from ${t} where`);", drizzle),
+    ).toEqual(['sync_state', '${}']);
+    expect(tablesWritten("import { webhookDeliveries as d } from '../db/schema.js'; db.update(d).set({});", drizzle)).toEqual([
+      'webhook_deliveries',
+    ]);
     expect(tablesWritten('q(`select 1 from webhook_deliveries for update`)', drizzle)).toEqual([]);
     expect(ownershipViolation('webhooks/redact.ts', 'webhook_deliveries')).toMatch(/owned by webhooks\/inbox.ts/);
   });
@@ -272,9 +289,7 @@ describe('layers of src/', () => {
   });
 
   test('no two folders (units) import each other, directly or around a loop', () => {
-    const edges = imports
-      .map((i) => [unitOf(i.from) ?? i.from, unitOf(i.to) ?? i.to] as const)
-      .filter(([a, b]) => a !== b);
+    const edges = imports.map((i) => [unitOf(i.from) ?? i.from, unitOf(i.to) ?? i.to] as const).filter(([a, b]) => a !== b);
     const found = cycles(edges);
     expect(found, `folder cycles:\n${found.join('\n')}`).toEqual([]);
   });

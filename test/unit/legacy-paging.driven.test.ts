@@ -25,7 +25,9 @@ function drive(size: number, limit: number, perRequest: number): { requests: num
     if (step.kind !== 'next' && step.kind !== 'back' && step.kind !== 'end') throw new Error(`unexpected ${step.kind}`);
     // Members already read leave, spread over what was read so far.
     const readUpTo = Math.min(list.length, state.offset + page.length);
-    const leaving = new Set(Array.from({ length: Math.min(perRequest, readUpTo) }, (_, i) => Math.floor(((i + 1) * readUpTo) / (perRequest + 1))));
+    const leaving = new Set(
+      Array.from({ length: Math.min(perRequest, readUpTo) }, (_, i) => Math.floor(((i + 1) * readUpTo) / (perRequest + 1))),
+    );
     list = list.filter((_, at) => !leaving.has(at));
     known = step.knowledge;
     if (step.kind !== 'back' && step.page) {

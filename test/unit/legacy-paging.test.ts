@@ -83,8 +83,26 @@ describe('overlapFor', () => {
 describe('startFullPass', () => {
   it.each([
     ['from the top', 0, undefined, { offset: 0, overlap: 0, continuous: true, previous: null }],
-    ['resumed with the saved tail', 38, ['39', '40'], { offset: 38, overlap: 1, continuous: true, previous: new Map([['39', 38], ['40', 39]]) }],
-    ['resumed without a tail: cannot prove it skipped nothing', 40, undefined, { offset: 40, overlap: 0, continuous: false, previous: null }],
+    [
+      'resumed with the saved tail',
+      38,
+      ['39', '40'],
+      {
+        offset: 38,
+        overlap: 1,
+        continuous: true,
+        previous: new Map([
+          ['39', 38],
+          ['40', 39],
+        ]),
+      },
+    ],
+    [
+      'resumed without a tail: cannot prove it skipped nothing',
+      40,
+      undefined,
+      { offset: 40, overlap: 0, continuous: false, previous: null },
+    ],
     ['resumed with an empty tail', 40, [], { offset: 40, overlap: 0, continuous: false, previous: null }],
   ] as const)('%s', (_name, offset, tail, expected) => {
     expect(startFullPass(offset, tail, 10)).toMatchObject(expected);
@@ -106,13 +124,21 @@ describe('fullStep', () => {
       name: 'first page: emitted whole, the next request re-reads its last row',
       state: startFullPass(0, undefined, 10),
       page: page1,
-      expected: { kind: 'next', page: { offset: 0, rows: page1, nextOffset: 9, tail: ['10'], continuous: true }, state: { offset: 9, overlap: 1 } },
+      expected: {
+        kind: 'next',
+        page: { offset: 0, rows: page1, nextOffset: 9, tail: ['10'], continuous: true },
+        state: { offset: 9, overlap: 1 },
+      },
     },
     {
       name: 'overlap found: the re-read row is left out',
       state: after(page1, 9),
       page: rows(10, 10),
-      expected: { kind: 'next', page: { offset: 9, rows: rows(11, 9), nextOffset: 18, tail: ['19'], continuous: true }, state: { offset: 18 } },
+      expected: {
+        kind: 'next',
+        page: { offset: 9, rows: rows(11, 9), nextOffset: 18, tail: ['19'], continuous: true },
+        state: { offset: 18 },
+      },
     },
     {
       name: 'members left ahead of the read position, fewer than the overlap: still joined, nothing skipped',
@@ -173,7 +199,11 @@ describe('fullStep', () => {
       name: `still not found after ${MAX_STEP_BACKS} step backs: a gap, reported on the page`,
       state: after(rows(11, 10), 18, { stepBacks: MAX_STEP_BACKS }),
       page: rows(40, 10),
-      expected: { kind: 'next', page: { offset: 18, rows: rows(40, 10), continuous: false }, state: { offset: 27, stepBacks: 0, continuous: true } },
+      expected: {
+        kind: 'next',
+        page: { offset: 18, rows: rows(40, 10), continuous: false },
+        state: { offset: 27, stepBacks: 0, continuous: true },
+      },
     },
     {
       name: 'stepped back to the top without finding it: nothing before offset 0 can be missed',
@@ -227,7 +257,7 @@ describe('fullStep', () => {
       expected: { kind: 'next', state: { offset: 3, shortBefore: { length: 4, offset: 0 } } },
     },
     {
-      name: 'a short page of a cap candidate\'s length: one more request',
+      name: "a short page of a cap candidate's length: one more request",
       state: after(page1, 9),
       page: rows(10, 4),
       known: knowledge({ longestPage: 10, candidate: { length: 4, where: 'x' } }),
@@ -269,7 +299,10 @@ describe('fullStep', () => {
   ];
 
   it.each(cases)('$name', ({ state, page, probe, known, knownLength, expected }) => {
-    const step = fullStep(state, probe === undefined ? { rows: page } : { rows: page, probe }, known ?? knowledge(), { ...context, knownLength });
+    const step = fullStep(state, probe === undefined ? { rows: page } : { rows: page, probe }, known ?? knowledge(), {
+      ...context,
+      knownLength,
+    });
     expectStep(step, expected);
   });
 
@@ -292,12 +325,47 @@ describe('full pass: short pages and cap learning', () => {
   const next = rows(50, 50);
   // A short page that the count agrees with, or shorter than one served before, ends the pass.
   it.each([
-    ['first short page inside a long list: a candidate', knowledge({ longestPage: 50 }), 1000, { cap: null, candidate: { length: 50, where: '7/active@0' } }, 100, 'next'],
-    ['the same length seen twice: the cap', knowledge({ longestPage: 50, candidate: { length: 50, where: '7/active@900' } }), 1000, { cap: 50, candidate: null }, 50, 'next'],
-    ['a candidate of another length is replaced', knowledge({ longestPage: 50, candidate: { length: 40, where: 'x' } }), 1000, { cap: null, candidate: { length: 50 } }, 100, 'next'],
+    [
+      'first short page inside a long list: a candidate',
+      knowledge({ longestPage: 50 }),
+      1000,
+      { cap: null, candidate: { length: 50, where: '7/active@0' } },
+      100,
+      'next',
+    ],
+    [
+      'the same length seen twice: the cap',
+      knowledge({ longestPage: 50, candidate: { length: 50, where: '7/active@900' } }),
+      1000,
+      { cap: 50, candidate: null },
+      50,
+      'next',
+    ],
+    [
+      'a candidate of another length is replaced',
+      knowledge({ longestPage: 50, candidate: { length: 40, where: 'x' } }),
+      1000,
+      { cap: null, candidate: { length: 50 } },
+      100,
+      'next',
+    ],
     ['no count for the pass: nothing learned', knowledge({ longestPage: 50 }), undefined, { cap: null, candidate: null }, 100, 'next'],
-    ['the count does not hold two such pages beyond it (growth): nothing learned', knowledge({ longestPage: 50 }), 99, { cap: null, candidate: null }, 100, 'end'],
-    ['the service served longer pages before: nothing learned', knowledge({ longestPage: 80 }), 1000, { cap: null, candidate: null }, 100, 'end'],
+    [
+      'the count does not hold two such pages beyond it (growth): nothing learned',
+      knowledge({ longestPage: 50 }),
+      99,
+      { cap: null, candidate: null },
+      100,
+      'end',
+    ],
+    [
+      'the service served longer pages before: nothing learned',
+      knowledge({ longestPage: 80 }),
+      1000,
+      { cap: null, candidate: null },
+      100,
+      'end',
+    ],
   ] as const)('%s', (_name, known, knownLength, learned, limit, kind) => {
     const step = fullStep(state, { rows: next }, known, { limit: 100, list: '7/active', knownLength });
     expect(step).toMatchObject({ kind, knowledge: learned, page: { limit } });
@@ -313,7 +381,12 @@ describe('full pass: short pages and cap learning', () => {
   });
 
   it.each([
-    ['a page shorter than the page size in force is remembered as short', rows(1, 30), { length: 30, offset: 0 }, knowledge({ longestPage: 30 })],
+    [
+      'a page shorter than the page size in force is remembered as short',
+      rows(1, 30),
+      { length: 30, offset: 0 },
+      knowledge({ longestPage: 30 }),
+    ],
     ['a page as long as the cap is not short', rows(1, 50), null, knowledge({ cap: 50, longestPage: 50 })],
   ] as const)('%s', (_name, page, shortBefore, known) => {
     const step = fullStep(startFullPass(0, undefined, 100), { rows: [...page] }, known, { limit: 100, list: 'l', knownLength: 1000 });
@@ -321,12 +394,18 @@ describe('full pass: short pages and cap learning', () => {
   });
 
   it('a page shorter than the known cap ends the list at once', () => {
-    const step = fullStep(startFullPass(0, undefined, 100), { rows: rows(1, 30) }, knowledge({ cap: 50, longestPage: 50 }), { limit: 100, list: 'l' });
+    const step = fullStep(startFullPass(0, undefined, 100), { rows: rows(1, 30) }, knowledge({ cap: 50, longestPage: 50 }), {
+      limit: 100,
+      list: 'l',
+    });
     expect(step).toMatchObject({ kind: 'end', page: { rows: rows(1, 30) } });
   });
 
   it('a page longer than the known cap drops it', () => {
-    const step = fullStep(startFullPass(0, undefined, 100), { rows: rows(1, 80) }, knowledge({ cap: 50, longestPage: 50 }), { limit: 100, list: 'l' });
+    const step = fullStep(startFullPass(0, undefined, 100), { rows: rows(1, 80) }, knowledge({ cap: 50, longestPage: 50 }), {
+      limit: 100,
+      list: 'l',
+    });
     expect(step).toMatchObject({ kind: 'next', knowledge: { cap: null, longestPage: 80, candidate: null }, page: { limit: 100 } });
   });
 });
@@ -367,11 +446,31 @@ describe('adaptedOverlap and measuredShift', () => {
 describe('incrementalStep', () => {
   it.each([
     ['an empty page ends the pass', 0, knowledge(), { kind: 'end', page: undefined }],
-    ['a full page: read on', 10, knowledge(), { kind: 'next', state: { offset: 30 }, page: { offset: 20, nextOffset: 30, continuous: true } }],
-    ['shorter than a page served before: the end', 4, knowledge({ longestPage: 10 }), { kind: 'end', page: { offset: 20, nextOffset: 24 } }],
+    [
+      'a full page: read on',
+      10,
+      knowledge(),
+      { kind: 'next', state: { offset: 30 }, page: { offset: 20, nextOffset: 30, continuous: true } },
+    ],
+    [
+      'shorter than a page served before: the end',
+      4,
+      knowledge({ longestPage: 10 }),
+      { kind: 'end', page: { offset: 20, nextOffset: 24 } },
+    ],
     ['shorter than the known cap: the end', 4, knowledge({ cap: 8, longestPage: 4 }), { kind: 'end', page: { limit: 8 } }],
-    ['as long as any page served, no cap known: one more request settles it', 4, knowledge({ longestPage: 3 }), { kind: 'next', state: { offset: 24 } }],
-    ['as long as the known cap: read on', 8, knowledge({ cap: 8, longestPage: 8 }), { kind: 'next', state: { offset: 28 }, page: { limit: 8 } }],
+    [
+      'as long as any page served, no cap known: one more request settles it',
+      4,
+      knowledge({ longestPage: 3 }),
+      { kind: 'next', state: { offset: 24 } },
+    ],
+    [
+      'as long as the known cap: read on',
+      8,
+      knowledge({ cap: 8, longestPage: 8 }),
+      { kind: 'next', state: { offset: 28 }, page: { limit: 8 } },
+    ],
   ] as const)('%s', (_name, length, known, expected) => {
     const step = incrementalStep({ offset: 20 }, { rows: rows(1, length) }, known, context);
     expectStep(step, expected);
@@ -387,7 +486,12 @@ describe('cap knowledge', () => {
   it.each([
     ['a longer page raises the longest page', knowledge({ longestPage: 10 }), 20, knowledge({ longestPage: 20 })],
     ['a shorter page changes nothing', knowledge({ longestPage: 10 }), 5, knowledge({ longestPage: 10 })],
-    ['a page longer than the cap drops cap and candidate', knowledge({ cap: 10, longestPage: 10, candidate: { length: 5, where: 'x' } }), 12, knowledge({ longestPage: 12 })],
+    [
+      'a page longer than the cap drops cap and candidate',
+      knowledge({ cap: 10, longestPage: 10, candidate: { length: 5, where: 'x' } }),
+      12,
+      knowledge({ longestPage: 12 }),
+    ],
   ] as const)('noteServedPage: %s', (_name, before, length, after) => {
     expect(noteServedPage(before, length)).toEqual(after);
   });
@@ -423,7 +527,8 @@ describe('a full pass driven over a list that members leave after every request'
       const step = fullStep(state, { rows: page }, known, { limit, list: 'l', knownLength: size });
       // A member the pass already read leaves: the first rows of the list, deterministically spread.
       const readUpTo = Math.min(list.length, state.offset + page.length);
-      for (let i = 0; i < perRequest && readUpTo - i > 0; i++) list = list.filter((_, at) => at !== Math.floor(((i + 1) * readUpTo) / (perRequest + 1)));
+      for (let i = 0; i < perRequest && readUpTo - i > 0; i++)
+        list = list.filter((_, at) => at !== Math.floor(((i + 1) * readUpTo) / (perRequest + 1)));
       known = step.knowledge;
       if ((step.kind === 'next' || step.kind === 'end') && step.page) {
         for (const r of step.page.rows) seen.add(r.id);

@@ -61,8 +61,14 @@ describe('alert rules', () => {
 
   it.each(alertRules().map((r) => r.alert as string))('%s has a case that fires it and one that stays silent', (name) => {
     const mine = cases.filter((c) => c.alertname === name);
-    expect(mine.some((c) => c.exp_alerts.length > 0), 'a firing case').toBe(true);
-    expect(mine.some((c) => c.exp_alerts.length === 0), 'a silent case').toBe(true);
+    expect(
+      mine.some((c) => c.exp_alerts.length > 0),
+      'a firing case',
+    ).toBe(true);
+    expect(
+      mine.some((c) => c.exp_alerts.length === 0),
+      'a silent case',
+    ).toBe(true);
   });
 
   it.each(alertRules().map((r) => r.alert as string))('%s has a runbook line in docs/operations.md "Monitoring"', (name) => {

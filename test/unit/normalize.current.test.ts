@@ -52,7 +52,10 @@ describe('normalizeCurrentSubscriber', () => {
 
   test('keeps ids above 2^53 exact, whether sent as a string or a lossless number', () => {
     expect(normalizeCurrentSubscriber(currentRow(), UTC).values.id).toBe('1261159647788771324');
-    const parsed = losslessParse(JSON.stringify(currentRow()).replace('"1261159647788771324"', '1261159647788771324')) as Record<string, unknown>;
+    const parsed = losslessParse(JSON.stringify(currentRow()).replace('"1261159647788771324"', '1261159647788771324')) as Record<
+      string,
+      unknown
+    >;
     expect(normalizeCurrentSubscriber(parsed, UTC).values.id).toBe('1261159647788771324');
   });
 

@@ -180,7 +180,13 @@ describe('normalizeLegacySubscriber: fields, extra, types', () => {
 
   test('unknown keys land in extra as received', () => {
     const row = normalizeLegacySubscriber(legacySubscriber({ country_id: 49, nested: { a: [1, 'b'] }, status: 'x' }), UTC);
-    expect(row.values.extra).toEqual({ country_id: 49, nested: { a: [1, 'b'] }, status: 'x', webform_subscribe_date: null, user_agent: 'Mozilla/5.0' });
+    expect(row.values.extra).toEqual({
+      country_id: 49,
+      nested: { a: [1, 'b'] },
+      status: 'x',
+      webform_subscribe_date: null,
+      user_agent: 'Mozilla/5.0',
+    });
     expect(row.values.status).toBe('active'); // legacy status is `type`; a `status` key is unknown
   });
 
@@ -207,7 +213,9 @@ describe('normalizeLegacySubscriber: fields, extra, types', () => {
   });
 
   test('personal values are not quoted in error text', () => {
-    const err = catchError(() => normalizeLegacySubscriber(legacySubscriber({ fields: [{ key: 'secret', value: { x: 'private@example.com' } }] }), UTC));
+    const err = catchError(() =>
+      normalizeLegacySubscriber(legacySubscriber({ fields: [{ key: 'secret', value: { x: 'private@example.com' } }] }), UTC),
+    );
     expect(err).toBeInstanceOf(NormalizeError);
     expect((err as Error).message).not.toContain('private@example.com');
   });
@@ -270,7 +278,9 @@ describe('normalizeWebhookSubscriber', () => {
   });
 
   test('microseconds survive exactly', () => {
-    const row = normalizeWebhookSubscriber(webhookSubscriber({ updated_at: '2024-05-28T10:30:29.000001Z', deleted_at: '2024-05-28T10:30:29.999999Z' }));
+    const row = normalizeWebhookSubscriber(
+      webhookSubscriber({ updated_at: '2024-05-28T10:30:29.000001Z', deleted_at: '2024-05-28T10:30:29.999999Z' }),
+    );
     expect(row.values.updatedAt).toBe('2024-05-28T10:30:29.000001Z');
     expect(row.values.deletedAt).toBe('2024-05-28T10:30:29.999999Z');
   });
@@ -330,7 +340,13 @@ describe('groups, automations, campaigns', () => {
   });
 
   test('campaign from an event and from a flat campaign.sent payload', () => {
-    const campaign = { id: '100000000000000000', name: 'Campaign Example', total_recipients: 100, preview_url: 'https://preview_url', date: '2024-05-28T07:11:08.000000Z' };
+    const campaign = {
+      id: '100000000000000000',
+      name: 'Campaign Example',
+      total_recipients: 100,
+      preview_url: 'https://preview_url',
+      date: '2024-05-28T07:11:08.000000Z',
+    };
     expect(normalizeCampaign(campaign)).toEqual({
       id: '100000000000000000',
       name: 'Campaign Example',

@@ -32,7 +32,7 @@ describe('redactBody', () => {
     link_url: 'https://shop.example.com/offer?email=jane%40example.com',
   }).replace('"BIG"', '12345678901234567890'); // a JSON number beyond 2^53
 
-  it("cuts the link of an event that carries a redacted subscriber, keeps the other ids exact", () => {
+  it('cuts the link of an event that carries a redacted subscriber, keeps the other ids exact', () => {
     const redacted = redactBody(click, new Set(['12345678901234567890'])) as string;
     expect(redacted).toContain('"link_url":"https://shop.example.com/offer"');
     expect(redacted).toContain('12345678901234567890');

@@ -21,13 +21,45 @@ describe('simulator CLI arguments', () => {
 
   it('reads every flag', () => {
     const { options, webhookTarget } = parseSimulatorArgs([
-      '--port', '0', '--api-key', 'k', '--webhooks-token', 't', '--subscribers', '10', '--groups', '2',
-      '--large-ids', '--churn', '2.5', '--time-scale', '0.01', '--timezone', '+14:00', '--boundary', 'whole-day',
-      '--webhook-target', 'http://127.0.0.1:9/hooks', '--rate-limit', 'off', '--page-cap', '50',
+      '--port',
+      '0',
+      '--api-key',
+      'k',
+      '--webhooks-token',
+      't',
+      '--subscribers',
+      '10',
+      '--groups',
+      '2',
+      '--large-ids',
+      '--churn',
+      '2.5',
+      '--time-scale',
+      '0.01',
+      '--timezone',
+      '+14:00',
+      '--boundary',
+      'whole-day',
+      '--webhook-target',
+      'http://127.0.0.1:9/hooks',
+      '--rate-limit',
+      'off',
+      '--page-cap',
+      '50',
     ]);
     expect(options).toMatchObject({
-      port: 0, apiKey: 'k', webhooksToken: 't', subscribers: 10, groups: 2, largeIds: true, churn: 2.5,
-      timeScale: 0.01, timezone: '+14:00', boundary: 'whole-day', rateLimit: false, pageCap: 50,
+      port: 0,
+      apiKey: 'k',
+      webhooksToken: 't',
+      subscribers: 10,
+      groups: 2,
+      largeIds: true,
+      churn: 2.5,
+      timeScale: 0.01,
+      timezone: '+14:00',
+      boundary: 'whole-day',
+      rateLimit: false,
+      pageCap: 50,
     });
     expect(webhookTarget).toBe('http://127.0.0.1:9/hooks');
   });
@@ -35,7 +67,20 @@ describe('simulator CLI arguments', () => {
   it('names every bad value in one UsageError', () => {
     let error: unknown;
     try {
-      parseSimulatorArgs(['--port', '70000', '--subscribers', 'many', '--time-scale', '0', '--timezone', 'Mars/Base', '--boundary', 'noon', '--webhook-target', 'nope']);
+      parseSimulatorArgs([
+        '--port',
+        '70000',
+        '--subscribers',
+        'many',
+        '--time-scale',
+        '0',
+        '--timezone',
+        'Mars/Base',
+        '--boundary',
+        'noon',
+        '--webhook-target',
+        'nope',
+      ]);
     } catch (caught) {
       error = caught;
     }

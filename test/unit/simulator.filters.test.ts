@@ -63,9 +63,8 @@ describe('simulator filters: boundary semantics', () => {
 
   it('intersects two operators on one key into a range and keeps keys apart', () => {
     const ranges = compileFilters(
-      parseListQuery(
-        'filters[date_created][$gte]=2024-03-10&filters[date_created][$lt]=2024-03-11&filters[date_updated][$gt]=2024-03-01',
-      ).filters,
+      parseListQuery('filters[date_created][$gte]=2024-03-10&filters[date_created][$lt]=2024-03-11&filters[date_updated][$gt]=2024-03-01')
+        .filters,
       'whole-day',
       utc,
     );

@@ -84,21 +84,89 @@ type Case = {
 };
 
 const cases: Case[] = [
-  { name: 'updateFields', act: (w, id) => w.updateFields(id, { city: 'Kaunas', email: 'x@example.org' }), kinds: ['subscriber.updated'], check: (v) => { expect(v.fields.city).toBe('Kaunas'); expect(v.email).toBe('x@example.org'); } },
-  { name: 'unsubscribe', act: (w, id) => w.unsubscribe(id), kinds: ['subscriber.unsubscribed'], check: (v) => { expect(v.status).toBe('unsubscribed'); expect(v.unsubscribedAtUs).toBe(v.updatedAtUs); } },
+  {
+    name: 'updateFields',
+    act: (w, id) => w.updateFields(id, { city: 'Kaunas', email: 'x@example.org' }),
+    kinds: ['subscriber.updated'],
+    check: (v) => {
+      expect(v.fields.city).toBe('Kaunas');
+      expect(v.email).toBe('x@example.org');
+    },
+  },
+  {
+    name: 'unsubscribe',
+    act: (w, id) => w.unsubscribe(id),
+    kinds: ['subscriber.unsubscribed'],
+    check: (v) => {
+      expect(v.status).toBe('unsubscribed');
+      expect(v.unsubscribedAtUs).toBe(v.updatedAtUs);
+    },
+  },
   { name: 'bounce', act: (w, id) => w.bounce(id), kinds: ['subscriber.bounced'], check: (v) => expect(v.status).toBe('bounced') },
   { name: 'markJunk', act: (w, id) => w.markJunk(id), kinds: ['subscriber.spam_reported'], check: (v) => expect(v.status).toBe('junk') },
-  { name: 'markUnconfirmed', act: (w, id) => w.markUnconfirmed(id), kinds: ['subscriber.updated'], check: (v) => expect(v.status).toBe('unconfirmed') },
-  { name: 'activate (unsubscribed)', status: 'unsubscribed', act: (w, id) => w.activate(id), kinds: ['subscriber.active'], check: (v) => expect(v.status).toBe('active') },
-  { name: 'activate (unconfirmed = confirm)', status: 'unconfirmed', act: (w, id) => w.activate(id), kinds: ['subscriber.updated', 'subscriber.active'], check: (v) => { expect(v.status).toBe('active'); expect(v.optedInAtUs).toBe(v.updatedAtUs); } },
-  { name: 'addToGroup', act: (w, id) => w.addToGroup(id, w.groupIds()[1] ?? ''), kinds: ['subscriber.added_to_group'], check: (v, w) => expect(v.groups).toEqual(w.groupIds().slice(0, 2)) },
-  { name: 'removeFromGroup', act: (w, id) => w.removeFromGroup(id, w.groupIds()[0] ?? ''), kinds: ['subscriber.removed_from_group'], check: (v) => expect(v.groups).toEqual([]) },
-  { name: 'deleteSubscriber', act: (w, id) => w.deleteSubscriber(id), kinds: ['subscriber.deleted'], check: (v) => { expect(v.deleted).toBe(true); expect(v.deletedAtUs).toBe(v.updatedAtUs); } },
-  { name: 'forget', act: (w, id) => w.forget(id), kinds: ['subscriber.deleted'], check: (v) => { expect(v.forgotten).toBe(true); expect(v.forgetAtUs).toBe(v.updatedAtUs); expect(v.email).toBe(''); } },
+  {
+    name: 'markUnconfirmed',
+    act: (w, id) => w.markUnconfirmed(id),
+    kinds: ['subscriber.updated'],
+    check: (v) => expect(v.status).toBe('unconfirmed'),
+  },
+  {
+    name: 'activate (unsubscribed)',
+    status: 'unsubscribed',
+    act: (w, id) => w.activate(id),
+    kinds: ['subscriber.active'],
+    check: (v) => expect(v.status).toBe('active'),
+  },
+  {
+    name: 'activate (unconfirmed = confirm)',
+    status: 'unconfirmed',
+    act: (w, id) => w.activate(id),
+    kinds: ['subscriber.updated', 'subscriber.active'],
+    check: (v) => {
+      expect(v.status).toBe('active');
+      expect(v.optedInAtUs).toBe(v.updatedAtUs);
+    },
+  },
+  {
+    name: 'addToGroup',
+    act: (w, id) => w.addToGroup(id, w.groupIds()[1] ?? ''),
+    kinds: ['subscriber.added_to_group'],
+    check: (v, w) => expect(v.groups).toEqual(w.groupIds().slice(0, 2)),
+  },
+  {
+    name: 'removeFromGroup',
+    act: (w, id) => w.removeFromGroup(id, w.groupIds()[0] ?? ''),
+    kinds: ['subscriber.removed_from_group'],
+    check: (v) => expect(v.groups).toEqual([]),
+  },
+  {
+    name: 'deleteSubscriber',
+    act: (w, id) => w.deleteSubscriber(id),
+    kinds: ['subscriber.deleted'],
+    check: (v) => {
+      expect(v.deleted).toBe(true);
+      expect(v.deletedAtUs).toBe(v.updatedAtUs);
+    },
+  },
+  {
+    name: 'forget',
+    act: (w, id) => w.forget(id),
+    kinds: ['subscriber.deleted'],
+    check: (v) => {
+      expect(v.forgotten).toBe(true);
+      expect(v.forgetAtUs).toBe(v.updatedAtUs);
+      expect(v.email).toBe('');
+    },
+  },
   { name: 'triggerAutomation', act: (w, id) => w.triggerAutomation(id), kinds: ['subscriber.automation_triggered'] },
   { name: 'completeAutomation', act: (w, id) => w.completeAutomation(id), kinds: ['subscriber.automation_completed'] },
   { name: 'open', act: (w, id) => w.open(id), kinds: ['campaign.open'], check: (v) => expect(v.opensCount).toBe(1) },
-  { name: 'click', act: (w, id) => w.click(id, { url: 'https://example.com/x' }), kinds: ['campaign.click'], check: (v) => expect(v.clicksCount).toBe(1) },
+  {
+    name: 'click',
+    act: (w, id) => w.click(id, { url: 'https://example.com/x' }),
+    kinds: ['campaign.click'],
+    check: (v) => expect(v.clicksCount).toBe(1),
+  },
 ];
 
 describe('simulator world: mutations', () => {
@@ -244,7 +312,17 @@ describe('simulator world: reading', () => {
       expect(legacy.name).toBe(hook.fields.name);
       expect(legacy.date_updated).toBe(hook.updated_at.slice(0, 19).replace('T', ' '));
       expect(legacy.date_created).toBe(hook.created_at.slice(0, 19).replace('T', ' '));
-      expect(legacy.fields.map((f) => f.key)).toEqual(['email', 'name', 'last_name', 'company', 'country', 'city', 'phone', 'state', 'zip']);
+      expect(legacy.fields.map((f) => f.key)).toEqual([
+        'email',
+        'name',
+        'last_name',
+        'company',
+        'country',
+        'city',
+        'phone',
+        'state',
+        'zip',
+      ]);
       expect(world.renderLegacyJson(id)).toMatch(new RegExp(`^\\{"id":${id},"name":`));
     }
   });
@@ -322,7 +400,9 @@ describe('simulator world: recorded changes (history oracle)', () => {
     expect(world.asOf(left).get(id)?.groups).toEqual([]);
     expect(world.asOf(deleted - 1).get(id)?.sent).toBe(1);
     expect(world.asOf(deleted).get(id)?.deleted).toBe(true);
-    expect(world.membershipsAsOf(left - 1).filter((m) => m.subscriberId === id)).toEqual([{ groupId: g1, subscriberId: id, type: 'active' }]);
+    expect(world.membershipsAsOf(left - 1).filter((m) => m.subscriberId === id)).toEqual([
+      { groupId: g1, subscriberId: id, type: 'active' },
+    ]);
     expect(world.membershipsAsOf(deleted).filter((m) => m.subscriberId === id)).toEqual([]);
     // The present equals the last recorded state.
     const now = world.asOf(Number.MAX_SAFE_INTEGER);

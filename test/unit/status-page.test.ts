@@ -29,7 +29,17 @@ function row(over: Partial<StatusRow> = {}): StatusRow {
 
 function page(over: Partial<StatusPageData> = {}): string {
   return renderStatusPage(
-    { now: NOW, everyMs: EVERY, passes: [row()], authPause: null, inbox: { pending: 0, failed: 0 }, failed: [], refreshSeconds: 15, links: [], ...over },
+    {
+      now: NOW,
+      everyMs: EVERY,
+      passes: [row()],
+      authPause: null,
+      inbox: { pending: 0, failed: 0 },
+      failed: [],
+      refreshSeconds: 15,
+      links: [],
+      ...over,
+    },
     'n0nce',
   );
 }

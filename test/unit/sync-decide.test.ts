@@ -23,39 +23,124 @@ const busy = { ...free, locked: false } satisfies DecisionState;
 const rows: Array<[string, DecisionJob, DecisionState, Action]> = [
   // The auth pause comes first for every job.
   ['nothing known yet: read the auth pause', job('schedule', 'incremental'), {}, { kind: 'need', need: 'paused' }],
-  ['auth paused, manual backfill: fails (it must not report success)', job('backfill', 'full'), { paused: pause }, { kind: 'fail', reason: `polling is paused until ${until}: ${pause.message}` }],
-  ['auth paused, scheduled tick: skipped', job('schedule', 'full'), { paused: pause }, { kind: 'skip', reason: `auth paused until ${until}` }],
+  [
+    'auth paused, manual backfill: fails (it must not report success)',
+    job('backfill', 'full'),
+    { paused: pause },
+    { kind: 'fail', reason: `polling is paused until ${until}: ${pause.message}` },
+  ],
+  [
+    'auth paused, scheduled tick: skipped',
+    job('schedule', 'full'),
+    { paused: pause },
+    { kind: 'skip', reason: `auth paused until ${until}` },
+  ],
   ['auth paused, resume: skipped', job('resume', 'full'), { paused: pause }, { kind: 'skip', reason: `auth paused until ${until}` }],
   // Scheduled ticks give way to a backfill or resume waiting for its turn.
-  ['scheduled tick: read whether someone waits for this group and type', job('schedule', 'incremental'), { paused: null }, { kind: 'need', need: 'waiting' }],
-  ['scheduled tick while a backfill waits: skipped', job('schedule', 'incremental'), { paused: null, waiting: 'backfill-1' }, { kind: 'skip', reason: 'a backfill of this group and type is waiting for its turn' }],
-  ['scheduled full pass finding its own mark: goes on to the lock', job('schedule', 'full'), { paused: null, waiting: 'job-7' }, { kind: 'need', need: 'lock' }],
+  [
+    'scheduled tick: read whether someone waits for this group and type',
+    job('schedule', 'incremental'),
+    { paused: null },
+    { kind: 'need', need: 'waiting' },
+  ],
+  [
+    'scheduled tick while a backfill waits: skipped',
+    job('schedule', 'incremental'),
+    { paused: null, waiting: 'backfill-1' },
+    { kind: 'skip', reason: 'a backfill of this group and type is waiting for its turn' },
+  ],
+  [
+    'scheduled full pass finding its own mark: goes on to the lock',
+    job('schedule', 'full'),
+    { paused: null, waiting: 'job-7' },
+    { kind: 'need', need: 'lock' },
+  ],
   ['scheduled tick, nobody waiting: take the lock', job('schedule', 'incremental'), free, { kind: 'need', need: 'lock' }],
   ['backfill: never reads the waiting mark, takes the lock', job('backfill', 'full'), { paused: null }, { kind: 'need', need: 'lock' }],
   ['resume: takes the lock', job('resume', 'full'), { paused: null }, { kind: 'need', need: 'lock' }],
   // The lock is held by another pass.
   ['scheduled full meets a running pass: read what runs', job('schedule', 'full'), busy, { kind: 'need', need: 'full-pass-running' }],
-  ['scheduled full meets a running full pass: served by it', job('schedule', 'full'), { ...busy, fullPassRunning: true }, { kind: 'skip', reason: 'a full pass of this group and type is running' }],
-  ['scheduled full meets a running incremental pass: waits for its turn', job('schedule', 'full'), { ...busy, fullPassRunning: false }, { kind: 'wait' }],
-  ['scheduled full that cannot be put back: skipped', job('schedule', 'full', false), { ...busy, fullPassRunning: false }, { kind: 'skip', reason: 'another pass of this group and type is running' }],
-  ['scheduled incremental meets a running pass: skipped (the next tick comes soon)', job('schedule', 'incremental'), busy, { kind: 'skip', reason: 'another pass of this group and type is running' }],
+  [
+    'scheduled full meets a running full pass: served by it',
+    job('schedule', 'full'),
+    { ...busy, fullPassRunning: true },
+    { kind: 'skip', reason: 'a full pass of this group and type is running' },
+  ],
+  [
+    'scheduled full meets a running incremental pass: waits for its turn',
+    job('schedule', 'full'),
+    { ...busy, fullPassRunning: false },
+    { kind: 'wait' },
+  ],
+  [
+    'scheduled full that cannot be put back: skipped',
+    job('schedule', 'full', false),
+    { ...busy, fullPassRunning: false },
+    { kind: 'skip', reason: 'another pass of this group and type is running' },
+  ],
+  [
+    'scheduled incremental meets a running pass: skipped (the next tick comes soon)',
+    job('schedule', 'incremental'),
+    busy,
+    { kind: 'skip', reason: 'another pass of this group and type is running' },
+  ],
   ['backfill meets a running pass: waits for its turn', job('backfill', 'full'), busy, { kind: 'wait' }],
   ['resume meets a running pass: waits for its turn', job('resume', 'full'), busy, { kind: 'wait' }],
-  ['backfill that cannot be put back: skipped', job('backfill', 'full', false), busy, { kind: 'skip', reason: 'another pass of this group and type is running' }],
+  [
+    'backfill that cannot be put back: skipped',
+    job('backfill', 'full', false),
+    busy,
+    { kind: 'skip', reason: 'another pass of this group and type is running' },
+  ],
   // The lock is ours.
   ['backfill with the lock: clear its waiting mark first', job('backfill', 'full'), locked, { kind: 'need', need: 'clear-wanted' }],
   ['backfill with the lock, mark cleared: runs', job('backfill', 'full'), { ...locked, wantedCleared: true }, { kind: 'run' }],
   ['scheduled incremental with the lock: runs (it never marks)', job('schedule', 'incremental'), locked, { kind: 'run' }],
   ['resume with the lock: clear the mark first', job('resume', 'full'), locked, { kind: 'need', need: 'clear-wanted' }],
-  ['resume, mark cleared: read whether a full pass is still open', job('resume', 'full'), { ...locked, wantedCleared: true }, { kind: 'need', need: 'open-full-pass' }],
-  ['resume, the pass finished meanwhile: skipped', job('resume', 'full'), { ...locked, wantedCleared: true, openFullPass: false }, { kind: 'skip', reason: 'no open full pass to resume' }],
+  [
+    'resume, mark cleared: read whether a full pass is still open',
+    job('resume', 'full'),
+    { ...locked, wantedCleared: true },
+    { kind: 'need', need: 'open-full-pass' },
+  ],
+  [
+    'resume, the pass finished meanwhile: skipped',
+    job('resume', 'full'),
+    { ...locked, wantedCleared: true, openFullPass: false },
+    { kind: 'skip', reason: 'no open full pass to resume' },
+  ],
   ['resume, the pass is open: runs', job('resume', 'full'), { ...locked, wantedCleared: true, openFullPass: true }, { kind: 'run' }],
   ['scheduled full with the lock: clear the mark first', job('schedule', 'full'), locked, { kind: 'need', need: 'clear-wanted' }],
-  ['scheduled full, mark cleared: read when a full pass last completed', job('schedule', 'full'), { ...locked, wantedCleared: true }, { kind: 'need', need: 'last-full-completed' }],
-  ['scheduled full after a full pass completed after it was due: served by it', job('schedule', 'full'), { ...locked, wantedCleared: true, lastFullCompletedAt: DUE + 1 }, { kind: 'skip', reason: 'a full pass of this group and type completed after this one was due' }],
-  ['scheduled full, a full pass completed right when it was due: served', job('schedule', 'full'), { ...locked, wantedCleared: true, lastFullCompletedAt: DUE }, { kind: 'skip', reason: 'a full pass of this group and type completed after this one was due' }],
-  ['scheduled full, the last full pass completed before it was due: runs', job('schedule', 'full'), { ...locked, wantedCleared: true, lastFullCompletedAt: DUE - 1 }, { kind: 'run' }],
-  ['scheduled full, no full pass ever completed: runs', job('schedule', 'full'), { ...locked, wantedCleared: true, lastFullCompletedAt: null }, { kind: 'run' }],
+  [
+    'scheduled full, mark cleared: read when a full pass last completed',
+    job('schedule', 'full'),
+    { ...locked, wantedCleared: true },
+    { kind: 'need', need: 'last-full-completed' },
+  ],
+  [
+    'scheduled full after a full pass completed after it was due: served by it',
+    job('schedule', 'full'),
+    { ...locked, wantedCleared: true, lastFullCompletedAt: DUE + 1 },
+    { kind: 'skip', reason: 'a full pass of this group and type completed after this one was due' },
+  ],
+  [
+    'scheduled full, a full pass completed right when it was due: served',
+    job('schedule', 'full'),
+    { ...locked, wantedCleared: true, lastFullCompletedAt: DUE },
+    { kind: 'skip', reason: 'a full pass of this group and type completed after this one was due' },
+  ],
+  [
+    'scheduled full, the last full pass completed before it was due: runs',
+    job('schedule', 'full'),
+    { ...locked, wantedCleared: true, lastFullCompletedAt: DUE - 1 },
+    { kind: 'run' },
+  ],
+  [
+    'scheduled full, no full pass ever completed: runs',
+    job('schedule', 'full'),
+    { ...locked, wantedCleared: true, lastFullCompletedAt: null },
+    { kind: 'run' },
+  ],
 ];
 
 describe('decide', () => {
@@ -119,7 +204,12 @@ describe('decideAfterPass: the confirming pass follows a full pass that missed m
     ['a full pass that missed members: confirm', 'full', facts, { kind: 'confirm' }],
     ['a full pass that missed nobody: done', 'full', { ...facts, awaitingProof: 0 }, { kind: 'done', reason: 'no member awaits proof' }],
     ['an incremental pass: done', 'incremental', facts, { kind: 'done', reason: 'an incremental pass proves no removal' }],
-    ['confirming passes spent: done', 'full', { ...facts, confirmingPasses: 3 }, { kind: 'done', reason: 'confirming passes spent; the next full pass goes on' }],
+    [
+      'confirming passes spent: done',
+      'full',
+      { ...facts, confirmingPasses: 3 },
+      { kind: 'done', reason: 'confirming passes spent; the next full pass goes on' },
+    ],
     [
       'a group of several types: its next scheduled passes confirm (a member changing type between back-to-back passes could be missed by all)',
       'full',
@@ -135,9 +225,24 @@ describe('passesToProve: every type needs two gap-free full passes that started 
   const T0 = 1_000;
   it.each([
     ['both passes after: nothing to do', [{ type: 'active', proofStartedAt: T0 + 20, prevProofStartedAt: T0 + 10 }], T0, []],
-    ['only the last one after: one pass', [{ type: 'active', proofStartedAt: T0 + 20, prevProofStartedAt: T0 - 10 }], T0, [{ type: 'active', passes: 1 }]],
-    ['none after: two passes', [{ type: 'active', proofStartedAt: T0 - 5, prevProofStartedAt: T0 - 10 }], T0, [{ type: 'active', passes: 2 }]],
-    ['a pass that started at the very time the member was seen proves nothing', [{ type: 'active', proofStartedAt: T0, prevProofStartedAt: null }], T0, [{ type: 'active', passes: 2 }]],
+    [
+      'only the last one after: one pass',
+      [{ type: 'active', proofStartedAt: T0 + 20, prevProofStartedAt: T0 - 10 }],
+      T0,
+      [{ type: 'active', passes: 1 }],
+    ],
+    [
+      'none after: two passes',
+      [{ type: 'active', proofStartedAt: T0 - 5, prevProofStartedAt: T0 - 10 }],
+      T0,
+      [{ type: 'active', passes: 2 }],
+    ],
+    [
+      'a pass that started at the very time the member was seen proves nothing',
+      [{ type: 'active', proofStartedAt: T0, prevProofStartedAt: null }],
+      T0,
+      [{ type: 'active', passes: 2 }],
+    ],
     ['never seen by a full pass: any two passes prove it', [{ type: 'active', proofStartedAt: 5, prevProofStartedAt: 1 }], null, []],
     [
       "the job's own type first, then the others in order",
@@ -148,7 +253,11 @@ describe('passesToProve: every type needs two gap-free full passes that started 
         { type: 'unsubscribed', proofStartedAt: T0 + 1, prevProofStartedAt: T0 - 1 },
       ],
       T0,
-      [{ type: 'active', passes: 1 }, { type: 'bounced', passes: 2 }, { type: 'unsubscribed', passes: 1 }],
+      [
+        { type: 'active', passes: 1 },
+        { type: 'bounced', passes: 2 },
+        { type: 'unsubscribed', passes: 1 },
+      ],
     ],
   ] as const)('%s', (_name, proofs, lastSeen, expected) => {
     expect(passesToProve(proofs, lastSeen, 'active')).toEqual(expected);

@@ -19,7 +19,10 @@ function fakeFetch(replies: Reply[]): { fetch: typeof fetch; sent: Sent[] } {
     sent.push({ url: new URL(String(input)), headers: { ...(init?.headers as Record<string, string>) } });
     const reply = replies[Math.min(sent.length - 1, replies.length - 1)] as Reply;
     if (typeof reply === 'string') return new Response(reply, { status: 200, headers: { 'content-type': 'application/json' } });
-    return new Response(JSON.stringify(reply.body), { status: reply.status ?? 200, headers: { 'content-type': 'application/json', ...reply.headers } });
+    return new Response(JSON.stringify(reply.body), {
+      status: reply.status ?? 200,
+      headers: { 'content-type': 'application/json', ...reply.headers },
+    });
   };
   return { fetch: fetchImpl, sent };
 }
@@ -60,11 +63,18 @@ describe('current API client: cursor pages', () => {
     ]);
     const pages = await collect(current.pages('7', { status: 'unsubscribed', limit: 500 }));
     expect(pages.map((p) => p.rows.map((r) => r.id))).toEqual([['1', '2'], ['3'], [], ['4', '5', '6']]);
-    expect(pages.map((p) => [p.cursor, p.nextCursor])).toEqual([[null, 'c1'], ['c1', 'c2'], ['c2', 'c3'], ['c3', null]]);
+    expect(pages.map((p) => [p.cursor, p.nextCursor])).toEqual([
+      [null, 'c1'],
+      ['c1', 'c2'],
+      ['c2', 'c3'],
+      ['c3', null],
+    ]);
     expect(pages.every((p) => p.requestedLimit === 500)).toBe(true);
     expect(sent.map((s) => s.url.pathname)).toEqual(Array(4).fill('/api/groups/7/subscribers'));
     expect(sent.map((s) => s.url.searchParams.get('cursor'))).toEqual([null, 'c1', 'c2', 'c3']);
-    expect(sent.every((s) => s.url.searchParams.get('filter[status]') === 'unsubscribed' && s.url.searchParams.get('limit') === '500')).toBe(true);
+    expect(
+      sent.every((s) => s.url.searchParams.get('filter[status]') === 'unsubscribed' && s.url.searchParams.get('limit') === '500'),
+    ).toBe(true);
     expect(sent[0]?.headers.authorization).toBe(`Bearer ${TOKEN}`);
   });
 
@@ -90,7 +100,12 @@ describe('current API client: cursor pages', () => {
   it('stops with an error when the cursor does not move on, or empty pages keep coming with a cursor', async () => {
     const same = client([{ body: members(['1'], 'c1') }, { body: members(['2'], 'c1') }]);
     await expect(collect(same.current.pages('7', { status: 'active', limit: 10 }))).rejects.toThrow(/does not advance/);
-    const empty = client([{ body: members([], 'e1') }, { body: members([], 'e2') }, { body: members([], 'e3') }, { body: members([], 'e4') }]);
+    const empty = client([
+      { body: members([], 'e1') },
+      { body: members([], 'e2') },
+      { body: members([], 'e3') },
+      { body: members([], 'e4') },
+    ]);
     await expect(collect(empty.current.pages('7', { status: 'active', limit: 10 }))).rejects.toBeInstanceOf(UpstreamBodyError);
     expect(empty.sent).toHaveLength(3);
   });
@@ -125,7 +140,15 @@ describe('current API client: cursor pages', () => {
 
 describe('current API client: group counts', () => {
   const group = {
-    data: { id: '91872364529000018', name: 'Newsletter', active_count: 10, unsubscribed_count: 2, unconfirmed_count: 1, bounced_count: 0, junk_count: 3 },
+    data: {
+      id: '91872364529000018',
+      name: 'Newsletter',
+      active_count: 10,
+      unsubscribed_count: 2,
+      unconfirmed_count: 1,
+      bounced_count: 0,
+      junk_count: 3,
+    },
   };
 
   it('reads the count of every status', async () => {
@@ -170,11 +193,16 @@ describe('current API client: errors', () => {
   });
 
   it('a 404 or a 422 is an HTTP error carrying the body, not a moved account', async () => {
-    const { current } = client([{ status: 422, body: { message: 'The limit must be an integer.', errors: { limit: ['The limit must be an integer.'] } } }]);
+    const { current } = client([
+      { status: 422, body: { message: 'The limit must be an integer.', errors: { limit: ['The limit must be an integer.'] } } },
+    ]);
     const error = await current.listPage('7', { status: 'active', limit: 10 }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(UpstreamHttpError);
     expect((error as UpstreamHttpError).status).toBe(422);
-    expect((error as UpstreamHttpError).body).toEqual({ message: 'The limit must be an integer.', errors: { limit: ['The limit must be an integer.'] } });
+    expect((error as UpstreamHttpError).body).toEqual({
+      message: 'The limit must be an integer.',
+      errors: { limit: ['The limit must be an integer.'] },
+    });
     const missing = client([{ status: 404, body: { error: { message: 'Endpoint not found' } } }]);
     const notFound = await missing.current.group('7').catch((e: unknown) => e);
     expect(notFound).toBeInstanceOf(UpstreamHttpError);

@@ -319,7 +319,13 @@ describe('http client retries', () => {
         paused.push(ms);
       },
     };
-    const { http, calls } = client([{ status: 429, headers: { 'X-RateLimit-Retry-After': '0.2' } }, { status: 200, body: '[]' }], { gate });
+    const { http, calls } = client(
+      [
+        { status: 429, headers: { 'X-RateLimit-Retry-After': '0.2' } },
+        { status: 200, body: '[]' },
+      ],
+      { gate },
+    );
     await expect(http.getJson('/x')).resolves.toEqual([]);
     expect(calls).toHaveLength(2);
     expect((calls[1]?.at as number) - (calls[0]?.at as number)).toBeGreaterThanOrEqual(200 - 5);
@@ -343,7 +349,10 @@ describe('http client retries', () => {
     const first = client([{ status: 500 }, { status: 200, body: '{}' }]);
     await expect(first.http.request({ method: 'POST', path: '/api/webhooks', body: { a: 1 } })).rejects.toBeInstanceOf(UpstreamHttpError);
     expect(first.calls).toHaveLength(1);
-    const second = client([{ status: 429, headers: { 'Retry-After': '0' } }, { status: 200, body: '{"data":{}}' }]);
+    const second = client([
+      { status: 429, headers: { 'Retry-After': '0' } },
+      { status: 200, body: '{"data":{}}' },
+    ]);
     await expect(second.http.request({ method: 'POST', path: '/api/webhooks', body: { a: 1 } })).resolves.toMatchObject({ status: 200 });
     expect(second.calls).toHaveLength(2);
   });

@@ -48,13 +48,21 @@ describe('buildFilters', () => {
     expect(bad({ key: 'date_updated', op, date: '2024-05-01' })).toThrow(JSON.stringify(op));
   });
 
-  it.each(['2024-02-30', '2023-02-29', '2024-13-01', '2024-00-10', '2024-04-31', '2024-5-1', '2024-05-01T00:00:00', '01-05-2024', '', 'today'])(
-    'rejects date %j, naming it',
-    (date) => {
-      expect(bad({ key: 'date_updated', op: '$gt', date })).toThrow(/filter date/);
-      expect(bad({ key: 'date_updated', op: '$gt', date })).toThrow(JSON.stringify(date));
-    },
-  );
+  it.each([
+    '2024-02-30',
+    '2023-02-29',
+    '2024-13-01',
+    '2024-00-10',
+    '2024-04-31',
+    '2024-5-1',
+    '2024-05-01T00:00:00',
+    '01-05-2024',
+    '',
+    'today',
+  ])('rejects date %j, naming it', (date) => {
+    expect(bad({ key: 'date_updated', op: '$gt', date })).toThrow(/filter date/);
+    expect(bad({ key: 'date_updated', op: '$gt', date })).toThrow(JSON.stringify(date));
+  });
 
   it('rejects a non-string date, a non-object filter and a repeated key/operator', () => {
     expect(bad({ key: 'date_updated', op: '$gt', date: new Date() })).toThrow(/filter date/);
@@ -101,7 +109,10 @@ interface FakeService {
 }
 
 /** A legacy list with `total` rows whose page size is silently capped at `cap`. */
-function fakeService(total: number, options: { cap?: number; body?: (url: URL) => { status: number; body: string } | undefined } = {}): FakeService {
+function fakeService(
+  total: number,
+  options: { cap?: number; body?: (url: URL) => { status: number; body: string } | undefined } = {},
+): FakeService {
   const urls: URL[] = [];
   const fetchImpl = (async (input: string | URL | Request) => {
     const url = new URL(String(input));
@@ -112,7 +123,8 @@ function fakeService(total: number, options: { cap?: number; body?: (url: URL) =
     const limit = Math.min(Number(url.searchParams.get('limit') ?? 100), options.cap ?? Infinity);
     const offset = Number(url.searchParams.get('offset') ?? 0);
     const ids = [];
-    for (let i = offset; i < Math.min(total, offset + limit); i++) ids.push(`{"id":${1261159647788771324n + BigInt(i)},"email":"s${i}@x.test"}`);
+    for (let i = offset; i < Math.min(total, offset + limit); i++)
+      ids.push(`{"id":${1261159647788771324n + BigInt(i)},"email":"s${i}@x.test"}`);
     return new Response(`[${ids.join(',')}]`, { status: 200 });
   }) as typeof fetch;
   return { fetch: fetchImpl, urls };
@@ -162,7 +174,10 @@ describe('legacy client requests', () => {
     const client = legacy(service);
     await expect(client.count('9')).resolves.toBe(1234);
     await expect(client.count('9', 'bounced')).resolves.toBe(1234);
-    expect(service.urls.map((u) => u.pathname)).toEqual(['/api/v2/groups/9/subscribers/count', '/api/v2/groups/9/subscribers/bounced/count']);
+    expect(service.urls.map((u) => u.pathname)).toEqual([
+      '/api/v2/groups/9/subscribers/count',
+      '/api/v2/groups/9/subscribers/bounced/count',
+    ]);
   });
 
   it.each([
@@ -185,7 +200,9 @@ describe('legacy client requests', () => {
 
   it('fails at once on an auth error body, naming the code and not the key', async () => {
     const service = fakeService(0, { body: () => ({ status: 200, body: '{"error":{"code":302,"message":"API-Key Unauthorized"}}' }) });
-    const error = (await legacy(service).count('1').catch((e: unknown) => e)) as Error;
+    const error = (await legacy(service)
+      .count('1')
+      .catch((e: unknown) => e)) as Error;
     expect(error).toBeInstanceOf(UpstreamAuthError);
     expect(error.message).toContain('legacy API rejected the API key (code 302: API-Key Unauthorized');
     expect(error.message).not.toContain(API_KEY);
@@ -245,7 +262,9 @@ describe('legacy page iterator', () => {
     const service = fakeService(237, { cap: 50 });
     const learned: number[] = [];
     const client = legacy(service);
-    const pages = await collect(client.pages('1', { limit: 1000, mode: 'full', knownLength: 237, onEffectiveLimit: (n) => learned.push(n) }));
+    const pages = await collect(
+      client.pages('1', { limit: 1000, mode: 'full', knownLength: 237, onEffectiveLimit: (n) => learned.push(n) }),
+    );
     const ids = pages.flatMap((p) => p.rows.map((r) => String(r.id)));
     expect(ids).toHaveLength(237);
     expect(new Set(ids).size).toBe(237);
@@ -267,7 +286,13 @@ describe('legacy page iterator', () => {
       let knowledge: PageCapKnowledge = { cap: null, longestPage: 0, candidate: null };
       const pages = [];
       const onCapKnowledge = (k: PageCapKnowledge) => (knowledge = k);
-      for await (const page of client.pages('1', { limit: 500, mode: 'full', knownLength: start, capKnowledge: knowledge, onCapKnowledge })) {
+      for await (const page of client.pages('1', {
+        limit: 500,
+        mode: 'full',
+        knownLength: start,
+        capKnowledge: knowledge,
+        onCapKnowledge,
+      })) {
         pages.push(page);
         if (pages.length > 6) break;
       }
@@ -338,7 +363,9 @@ describe('legacy page iterator', () => {
   it('a resumed pass joins its first page on the saved tail', async () => {
     const service = fakeService(95, { cap: 20 });
     const tail = ['1261159647788771362', '1261159647788771363'];
-    const pages = await collect(legacy(service).pages('1', { limit: 30, startOffset: 38, startTail: tail, mode: 'full', effectiveLimit: 20 }));
+    const pages = await collect(
+      legacy(service).pages('1', { limit: 30, startOffset: 38, startTail: tail, mode: 'full', effectiveLimit: 20 }),
+    );
     expect(pages[0]?.offset).toBe(38);
     expect(pages[0]?.continuous).toBe(true);
     expect(pages[0]?.rows.map((r) => String(r.id))).not.toContain(tail[0]);
@@ -369,7 +396,9 @@ describe('legacy page iterator', () => {
 
   it('incremental pass in steady state spends no extra request: a page shorter than one served before ends it', async () => {
     const service = fakeService(30);
-    const pages = await collect(legacy(service).pages('1', { limit: 500, mode: 'incremental', capKnowledge: { cap: null, longestPage: 500, candidate: null } }));
+    const pages = await collect(
+      legacy(service).pages('1', { limit: 500, mode: 'incremental', capKnowledge: { cap: null, longestPage: 500, candidate: null } }),
+    );
     expect(pages).toHaveLength(1);
     expect(service.urls).toHaveLength(1);
   });

@@ -42,7 +42,10 @@ describe('kinds split (docs/upstream.md, "Event kinds")', () => {
   });
 
   it('batchableViolations names the kinds a non-batchable webhook may not carry', () => {
-    expect(batchableViolations(['subscriber.created', 'campaign.open', 'subscriber.deleted'], false)).toEqual(['subscriber.deleted', 'campaign.open']);
+    expect(batchableViolations(['subscriber.created', 'campaign.open', 'subscriber.deleted'], false)).toEqual([
+      'subscriber.deleted',
+      'campaign.open',
+    ]);
     expect(batchableViolations(['campaign.open'], true)).toEqual([]);
     expect(batchableViolations(REALTIME_KINDS, false)).toEqual([]);
   });
@@ -56,7 +59,18 @@ describe('kinds split (docs/upstream.md, "Event kinds")', () => {
 describe('webhooks update arguments', () => {
   it('builds the patch from every option', () => {
     expect(
-      parseUpdateArgs(['42', '--url', 'https://r.test/h', '--name', 'n', '--events', 'subscriber.created, campaign.open,subscriber.created', '--enable', '--batchable', 'true']),
+      parseUpdateArgs([
+        '42',
+        '--url',
+        'https://r.test/h',
+        '--name',
+        'n',
+        '--events',
+        'subscriber.created, campaign.open,subscriber.created',
+        '--enable',
+        '--batchable',
+        'true',
+      ]),
     ).toEqual({
       id: '42',
       patch: { url: 'https://r.test/h', name: 'n', events: ['subscriber.created', 'campaign.open'], enabled: true, batchable: true },
@@ -82,7 +96,9 @@ describe('webhooks update arguments', () => {
 
   it('refuses bad values and empty updates', () => {
     expect(usageError(() => parseUpdateArgs(['42', '--enable', '--disable'])).message).toContain('either --enable or --disable');
-    expect(usageError(() => parseUpdateArgs(['42', '--batchable', 'yes'])).message).toContain('--batchable must be true or false, got "yes"');
+    expect(usageError(() => parseUpdateArgs(['42', '--batchable', 'yes'])).message).toContain(
+      '--batchable must be true or false, got "yes"',
+    );
     expect(usageError(() => parseUpdateArgs(['42', '--url', 'ftp://x'])).message).toContain('--url must be an http(s) URL');
     expect(usageError(() => parseUpdateArgs(['42', '--events', ' , '])).message).toContain('--events needs at least one event kind');
     expect(usageError(() => parseUpdateArgs(['42'])).message).toContain('nothing to change');
@@ -94,7 +110,10 @@ describe('webhooks update arguments', () => {
 
   it('register needs an http(s) --url', () => {
     expect(parseRegisterArgs(['--url', 'https://r.test/webhooks'])).toEqual({ url: 'https://r.test/webhooks' });
-    expect(parseRegisterArgs(['--url', 'https://r.test/webhooks', '--name', 'prod'])).toEqual({ url: 'https://r.test/webhooks', name: 'prod' });
+    expect(parseRegisterArgs(['--url', 'https://r.test/webhooks', '--name', 'prod'])).toEqual({
+      url: 'https://r.test/webhooks',
+      name: 'prod',
+    });
     expect(usageError(() => parseRegisterArgs([])).message).toContain('needs --url URL');
     expect(usageError(() => parseRegisterArgs(['--url', 'r.test'])).message).toContain('--url must be an http(s) URL');
   });
@@ -118,14 +137,29 @@ describe('output never carries a secret', () => {
       ...formatWebhookList({ webhooks: [{ webhook, managed: true }], missingUpstream: [] }),
       ...formatWebhook(webhook, true, true),
       JSON.stringify(publicWebhook(webhook)),
-      formatRegisterAction({ webhook: 'batched', action: 'created', id: '9', name: 'n', url: 'https://r.test/h', events: ['campaign.open'] }),
+      formatRegisterAction({
+        webhook: 'batched',
+        action: 'created',
+        id: '9',
+        name: 'n',
+        url: 'https://r.test/h',
+        events: ['campaign.open'],
+      }),
     ];
     expect(lines.join('\n')).not.toContain('S3cr3tValue');
     expect(lines).toContain('secret:    stored');
     expect(describeEvents(webhook.events)).toBe('4 kinds');
     expect(describeEvents(['campaign.open', 'campaign.click'])).toBe('campaign.open, campaign.click');
-    expect(formatRegisterAction({ webhook: 'batched', action: 'created', id: '9', name: 'n', url: 'https://r.test/h', events: ['campaign.open'], replaces: '3' })).toBe(
-      'created batched webhook 9 (replacing 3, which was deleted upstream) for campaign.open → https://r.test/h',
-    );
+    expect(
+      formatRegisterAction({
+        webhook: 'batched',
+        action: 'created',
+        id: '9',
+        name: 'n',
+        url: 'https://r.test/h',
+        events: ['campaign.open'],
+        replaces: '3',
+      }),
+    ).toBe('created batched webhook 9 (replacing 3, which was deleted upstream) for campaign.open → https://r.test/h');
   });
 });

@@ -95,9 +95,9 @@ describe('formatValidationError (the 422 shape of docs/upstream.md, "Webhook man
   });
 
   it('the service example', () => {
-    expect(formatValidationError({ message: 'The given data was invalid.', errors: { email: ['The email must be a valid email address.'] } })).toBe(
-      'webhook API refused the request: email: The email must be a valid email address.',
-    );
+    expect(
+      formatValidationError({ message: 'The given data was invalid.', errors: { email: ['The email must be a valid email address.'] } }),
+    ).toBe('webhook API refused the request: email: The email must be a valid email address.');
   });
 
   it('falls back to the message, then to a plain statement; collapses newlines', () => {
@@ -109,7 +109,9 @@ describe('formatValidationError (the 422 shape of docs/upstream.md, "Webhook man
 
 describe('response validation (docs/upstream.md, "Webhook object" and "Page envelope")', () => {
   it('accepts the page envelope and normalizes ids and flags', () => {
-    const page = parseEnvelope(envelope([hook('68074372004316503'), hook('2', { id: 2, enabled: 1, batchable: 0, name: null, secret: null })], null));
+    const page = parseEnvelope(
+      envelope([hook('68074372004316503'), hook('2', { id: 2, enabled: 1, batchable: 0, name: null, secret: null })], null),
+    );
     expect(page.data.map((w) => w.id)).toEqual(['68074372004316503', '2']);
     expect(page.data[1]).toMatchObject({ name: '', enabled: true, batchable: false, secret: undefined });
     expect(page.links.next).toBeNull();
@@ -143,7 +145,9 @@ describe('nextPagePath', () => {
   });
 
   it('strips a base path prefix and refuses a link outside it', () => {
-    expect(nextPagePath('https://h.test/mailer/api/webhooks?page=2', 'https://h.test/mailer', '/api/webhooks')).toBe('/api/webhooks?page=2');
+    expect(nextPagePath('https://h.test/mailer/api/webhooks?page=2', 'https://h.test/mailer', '/api/webhooks')).toBe(
+      '/api/webhooks?page=2',
+    );
     expect(() => nextPagePath('https://h.test/other/api/webhooks?page=2', 'https://h.test/mailer', '/api/webhooks')).toThrow(/outside/);
   });
 });
@@ -202,7 +206,10 @@ describe('createWebhooksApi over a fake fetch', () => {
   });
 
   it('422 → WebhookValidationError with the field errors', async () => {
-    const { fetch } = fakeFetch(() => [422, { message: 'The given data was invalid.', errors: { 'events.0': ['The selected events.0 is invalid.'] } }]);
+    const { fetch } = fakeFetch(() => [
+      422,
+      { message: 'The given data was invalid.', errors: { 'events.0': ['The selected events.0 is invalid.'] } },
+    ]);
     const error = await rejection(api(fetch).create({ url: 'https://x.test/h', events: ['nope'] }));
     expect(error).toBeInstanceOf(WebhookValidationError);
     expect((error as WebhookValidationError).fieldErrors).toEqual({ 'events.0': ['The selected events.0 is invalid.'] });

@@ -59,7 +59,15 @@ function fakePool(options: { autoSettle?: boolean; refuse?: (bodyText: string) =
 
 function delivery(n: number, overrides: Partial<DeliveryRecord> = {}): DeliveryRecord {
   const body = { event: 'subscriber.created', id: String(n) };
-  return { raw: Buffer.from(JSON.stringify(body)), body, kinds: ['subscriber.created'], eventCount: 1, endpointId: null, status: 'pending', ...overrides };
+  return {
+    raw: Buffer.from(JSON.stringify(body)),
+    body,
+    kinds: ['subscriber.created'],
+    eventCount: 1,
+    endpointId: null,
+    status: 'pending',
+    ...overrides,
+  };
 }
 
 const tick = (ms = 0) => new Promise((r) => setTimeout(r, ms));

@@ -217,7 +217,11 @@ describe('parseDelivery: liberal where harmless', () => {
 
 describe('parseDelivery: unknown kinds are reported, not errors', () => {
   test('a single delivery of an unknown kind', () => {
-    expect(parseDelivery({ event: 'subscriber.merged', id: '1' })).toEqual({ events: [], unknownKinds: ['subscriber.merged'], batched: false });
+    expect(parseDelivery({ event: 'subscriber.merged', id: '1' })).toEqual({
+      events: [],
+      unknownKinds: ['subscriber.merged'],
+      batched: false,
+    });
   });
 
   test('a batch with known and unknown kinds keeps the known events', () => {
@@ -245,39 +249,111 @@ describe('parseDelivery: garbage is a PayloadError with a clear message', () => 
     ['no kind at all', { id: '1' }, /no event kind \("event" or "type"\) and no "events" array/],
     ['a numeric kind', { event: 3, id: '1' }, /event: the event kind must be a non-empty string, got a number/],
     ['an empty kind', { type: '', subscriber }, /type: the event kind must be a non-empty string/],
-    ['flat subscriber without id', { event: 'subscriber.created', email: 'a@example.com' }, /invalid subscriber\.created payload: id: id is missing/],
-    ['nested subscriber without id', { type: 'subscriber.deleted', subscriber: { email: 'a@example.com' } }, /subscriber\.id: id is missing/],
+    [
+      'flat subscriber without id',
+      { event: 'subscriber.created', email: 'a@example.com' },
+      /invalid subscriber\.created payload: id: id is missing/,
+    ],
+    [
+      'nested subscriber without id',
+      { type: 'subscriber.deleted', subscriber: { email: 'a@example.com' } },
+      /subscriber\.id: id is missing/,
+    ],
     ['an empty id', { event: 'subscriber.created', id: '' }, /id: id must be a string of digits, got an empty string/],
     ['a non-numeric id', { event: 'subscriber.created', id: 'abc-1' }, /id: id must be a string of digits, got other characters/],
     ['a negative id', { event: 'subscriber.created', id: -5 }, /not a non-negative safe integer/],
-    ['an id that lost digits (> 2^53)', { event: 'subscriber.created', id: 1261159647788771324 }, /not a non-negative safe integer \(digits are lost beyond 2\^53\)/],
+    [
+      'an id that lost digits (> 2^53)',
+      { event: 'subscriber.created', id: 1261159647788771324 },
+      /not a non-negative safe integer \(digits are lost beyond 2\^53\)/,
+    ],
     ['a fractional id', { event: 'subscriber.created', id: 1.5 }, /not a non-negative safe integer/],
     ['an object id', { event: 'subscriber.created', id: { n: 1 } }, /id must be a string of digits, got an object/],
-    ['no updated_at nor created_at', { type: 'subscriber.created', subscriber: { id: '1', email: 'a@example.com' } }, /subscriber\.updated_at: the subscriber has neither updated_at nor created_at/],
-    ['a timestamp without zone', { event: 'subscriber.updated', ...subscriber, updated_at: '2024-06-03 14:02:11' }, /updated_at: expected an ISO 8601 timestamp with a zone/],
+    [
+      'no updated_at nor created_at',
+      { type: 'subscriber.created', subscriber: { id: '1', email: 'a@example.com' } },
+      /subscriber\.updated_at: the subscriber has neither updated_at nor created_at/,
+    ],
+    [
+      'a timestamp without zone',
+      { event: 'subscriber.updated', ...subscriber, updated_at: '2024-06-03 14:02:11' },
+      /updated_at: expected an ISO 8601 timestamp with a zone/,
+    ],
     ['sent as a string', { event: 'subscriber.updated', ...subscriber, sent: '5' }, /sent: expected an integer or null/],
     ['fractional opens_count', { event: 'subscriber.updated', ...subscriber, opens_count: 1.5 }, /opens_count: expected an integer/],
     ['email as a number', { event: 'subscriber.updated', ...subscriber, email: 7 }, /email: expected a string or null/],
-    ['fields as an array', { event: 'subscriber.updated', ...subscriber, fields: [{ key: 'name', value: 'x' }] }, /fields: fields must be an object/],
-    ['a nested field value', { event: 'subscriber.updated', ...subscriber, fields: { name: { first: 'x' } } }, /fields\.name: custom field values must be strings/],
-    ['a date that is no timestamp', { event: 'subscriber.updated', ...subscriber, updated_at: 'yesterday' }, /updated_at: expected an ISO 8601 timestamp/],
-    ['a numeric timestamp', { event: 'subscriber.updated', ...subscriber, updated_at: 1717400000 }, /updated_at: expected a timestamp string or null/],
-    ['account_id as an object', { event: 'subscriber.updated', ...subscriber, account_id: {} }, /account_id: account_id must be an integer or a string, got an object/],
+    [
+      'fields as an array',
+      { event: 'subscriber.updated', ...subscriber, fields: [{ key: 'name', value: 'x' }] },
+      /fields: fields must be an object/,
+    ],
+    [
+      'a nested field value',
+      { event: 'subscriber.updated', ...subscriber, fields: { name: { first: 'x' } } },
+      /fields\.name: custom field values must be strings/,
+    ],
+    [
+      'a date that is no timestamp',
+      { event: 'subscriber.updated', ...subscriber, updated_at: 'yesterday' },
+      /updated_at: expected an ISO 8601 timestamp/,
+    ],
+    [
+      'a numeric timestamp',
+      { event: 'subscriber.updated', ...subscriber, updated_at: 1717400000 },
+      /updated_at: expected a timestamp string or null/,
+    ],
+    [
+      'account_id as an object',
+      { event: 'subscriber.updated', ...subscriber, account_id: {} },
+      /account_id: account_id must be an integer or a string, got an object/,
+    ],
     ['subscriber as a string', { type: 'subscriber.created', subscriber: 'x' }, /subscriber: subscriber must be an object, got a string/],
     ['added_to_group without group', { type: 'subscriber.added_to_group', subscriber }, /group: group is missing/],
-    ['added_to_group with a group without id', { type: 'subscriber.added_to_group', subscriber, group: { name: 'G' } }, /group\.id: id is missing/],
-    ['automation_triggered without automation', { type: 'subscriber.automation_triggered', subscriber }, /automation: automation is missing/],
+    [
+      'added_to_group with a group without id',
+      { type: 'subscriber.added_to_group', subscriber, group: { name: 'G' } },
+      /group\.id: id is missing/,
+    ],
+    [
+      'automation_triggered without automation',
+      { type: 'subscriber.automation_triggered', subscriber },
+      /automation: automation is missing/,
+    ],
     ['campaign.open without campaign', { type: 'campaign.open', subscriber }, /campaign: campaign is missing/],
-    ['campaign.click with a numeric link_url', { type: 'campaign.click', subscriber, campaign: { id: '1' }, link_url: 5 }, /link_url: link_url must be a string or null/],
+    [
+      'campaign.click with a numeric link_url',
+      { type: 'campaign.click', subscriber, campaign: { id: '1' }, link_url: 5 },
+      /link_url: link_url must be a string or null/,
+    ],
     ['campaign.sent without id', { event: 'campaign.sent', name: 'C' }, /invalid campaign\.sent payload: id: id is missing/],
-    ['campaign.sent with a string total', { event: 'campaign.sent', id: '1', total_recipients: '100' }, /total_recipients: expected an integer/],
-    ['campaign.sent nested with a subscriber', { type: 'campaign.sent', subscriber }, /campaign\.sent arrives flat campaign .*, got nested/],
-    ['added_to_group flat', { event: 'subscriber.added_to_group', ...subscriber }, /subscriber\.added_to_group arrives nested .*, got flat/],
+    [
+      'campaign.sent with a string total',
+      { event: 'campaign.sent', id: '1', total_recipients: '100' },
+      /total_recipients: expected an integer/,
+    ],
+    [
+      'campaign.sent nested with a subscriber',
+      { type: 'campaign.sent', subscriber },
+      /campaign\.sent arrives flat campaign .*, got nested/,
+    ],
+    [
+      'added_to_group flat',
+      { event: 'subscriber.added_to_group', ...subscriber },
+      /subscriber\.added_to_group arrives nested .*, got flat/,
+    ],
     ['events not an array', { events: { 0: {} }, total: 1 }, /events: expected an array, got an object/],
     ['a non-integer total', { events: [], total: '0' }, /total: expected an integer, got a string/],
-    ['a batch item that is no object', { events: [{ type: 'subscriber.created', subscriber }, 5], total: 2 }, /events\[1\]: expected an event object, got a number/],
+    [
+      'a batch item that is no object',
+      { events: [{ type: 'subscriber.created', subscriber }, 5], total: 2 },
+      /events\[1\]: expected an event object, got a number/,
+    ],
     ['a batch item without kind', { events: [{ subscriber }], total: 1 }, /events\[0\]: no event kind \("event" or "type"\)$/],
-    ['a batch item without subscriber id', { events: [{ type: 'campaign.open', subscriber: {}, campaign: { id: '1' } }], total: 1 }, /events\[0\]\.subscriber\.id: id is missing/],
+    [
+      'a batch item without subscriber id',
+      { events: [{ type: 'campaign.open', subscriber: {}, campaign: { id: '1' } }], total: 1 },
+      /events\[0\]\.subscriber\.id: id is missing/,
+    ],
   ])('%s', (_name, body, message) => {
     let error: unknown;
     try {

@@ -36,7 +36,8 @@ export async function recordActivity(exec: Queryable, rows: readonly ActivityRow
     assertTimestampOrNull(r.occurredAt, `activity[${i}].occurredAt`);
     assertTimestampOrNull(r.subscriberUpdatedAt ?? null, `activity[${i}].subscriberUpdatedAt`);
     const item = r.itemIndex ?? null;
-    if (item !== null && !(Number.isInteger(item) && item >= 0)) throw new TypeError(`activity[${i}].itemIndex: expected a non-negative integer`);
+    if (item !== null && !(Number.isInteger(item) && item >= 0))
+      throw new TypeError(`activity[${i}].itemIndex: expected a non-negative integer`);
   });
   const res = await run(exec, ACTIVITY_INSERT_SQL, [
     rows.map((r) => r.kind),

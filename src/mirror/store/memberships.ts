@@ -95,7 +95,11 @@ export async function upsertMemberships(
     assertId(m.subscriberId, `members[${i}].subscriberId`);
     assertTimestamp(m.at, `members[${i}].at`);
   });
-  const kept = newestPerKey(members, (m) => m.subscriberId, (m) => m.at).map((i) => members[i] as MemberInput);
+  const kept = newestPerKey(
+    members,
+    (m) => m.subscriberId,
+    (m) => m.at,
+  ).map((i) => members[i] as MemberInput);
   counts.skipped = members.length - kept.length;
   const res = await run<{ inserted: number; updated: number; skipped: number }>(exec, MEMBERSHIP_UPSERT_SQL, [
     groupId,
@@ -208,7 +212,6 @@ export async function removeMembersNotSeenSince(
   return res.rowCount;
 }
 
-
 /** Current members one complete full pass did not list: what a second pass must confirm before they are ended. */
 export interface AwaitingProof {
   count: number;
@@ -221,7 +224,12 @@ export interface AwaitingProof {
  * and no newer fact covers: the same condition as {@link removeMembersNotSeenSince}, counted instead
  * of ended.
  */
-export async function membersAwaitingProof(exec: Queryable, groupId: string, seenBefore: string, opts: { type?: string } = {}): Promise<AwaitingProof> {
+export async function membersAwaitingProof(
+  exec: Queryable,
+  groupId: string,
+  seenBefore: string,
+  opts: { type?: string } = {},
+): Promise<AwaitingProof> {
   assertId(groupId, 'groupId');
   assertTimestamp(seenBefore, 'seenBefore');
   const res = await exec.query<{ count: number; lastSeenAt: string | null }>(

@@ -4,7 +4,6 @@ import { run } from './executor.js';
 import type { Queryable } from '../../ground/queryable.js';
 import { assertId, assertTimestampOrNull, EMPTY_COUNTS, type PgType, type UpsertCounts } from './values.js';
 
-
 /**
  * Upserts small reference rows. These objects carry no version time, so the last arrival wins, but
  * a null never erases a known value and identical rows write nothing. Duplicates: the later wins.
@@ -48,14 +47,16 @@ function withDropped(counts: UpsertCounts, dropped: number): UpsertCounts {
   return { ...counts, skipped: counts.skipped + dropped };
 }
 
-
 /** Upserts groups `{id, name}` seen in payloads; a later name replaces an earlier one. */
 export async function upsertGroups(exec: Queryable, rows: readonly GroupRow[]): Promise<UpsertCounts> {
   if (rows.length === 0) return { ...EMPTY_COUNTS };
   const { kept, dropped } = lastPerId(rows, 'groups');
-  const counts = await upsertReference(exec, 'groups', kept.map((r) => r.id), [
-    { name: 'name', type: 'text', values: kept.map((r) => r.name) },
-  ]);
+  const counts = await upsertReference(
+    exec,
+    'groups',
+    kept.map((r) => r.id),
+    [{ name: 'name', type: 'text', values: kept.map((r) => r.name) }],
+  );
   return withDropped(counts, dropped);
 }
 
@@ -63,9 +64,12 @@ export async function upsertGroups(exec: Queryable, rows: readonly GroupRow[]): 
 export async function upsertAutomations(exec: Queryable, rows: readonly AutomationRow[]): Promise<UpsertCounts> {
   if (rows.length === 0) return { ...EMPTY_COUNTS };
   const { kept, dropped } = lastPerId(rows, 'automations');
-  const counts = await upsertReference(exec, 'automations', kept.map((r) => r.id), [
-    { name: 'name', type: 'text', values: kept.map((r) => r.name) },
-  ]);
+  const counts = await upsertReference(
+    exec,
+    'automations',
+    kept.map((r) => r.id),
+    [{ name: 'name', type: 'text', values: kept.map((r) => r.name) }],
+  );
   return withDropped(counts, dropped);
 }
 
@@ -80,13 +84,17 @@ export async function upsertCampaigns(exec: Queryable, rows: readonly CampaignRo
     assertTimestampOrNull(r.date, `campaigns[${i}].date`);
     assertTimestampOrNull(r.sentAt, `campaigns[${i}].sentAt`);
   });
-  const counts = await upsertReference(exec, 'campaigns', kept.map((r) => r.id), [
-    { name: 'name', type: 'text', values: kept.map((r) => r.name) },
-    { name: 'total_recipients', type: 'int4', values: kept.map((r) => r.totalRecipients) },
-    { name: 'preview_url', type: 'text', values: kept.map((r) => r.previewUrl) },
-    { name: 'date', type: 'timestamptz', values: kept.map((r) => r.date) },
-    { name: 'sent_at', type: 'timestamptz', values: kept.map((r) => r.sentAt) },
-  ]);
+  const counts = await upsertReference(
+    exec,
+    'campaigns',
+    kept.map((r) => r.id),
+    [
+      { name: 'name', type: 'text', values: kept.map((r) => r.name) },
+      { name: 'total_recipients', type: 'int4', values: kept.map((r) => r.totalRecipients) },
+      { name: 'preview_url', type: 'text', values: kept.map((r) => r.previewUrl) },
+      { name: 'date', type: 'timestamptz', values: kept.map((r) => r.date) },
+      { name: 'sent_at', type: 'timestamptz', values: kept.map((r) => r.sentAt) },
+    ],
+  );
   return withDropped(counts, dropped);
 }
-

@@ -18,15 +18,7 @@ import { versionTime } from '../version.js';
 import { eraseVersions, forgottenIds, historyEnabled, recordVersions } from '../history.js';
 import type { Queryable } from '../../ground/queryable.js';
 import { run, withTransaction } from './executor.js';
-import {
-  assertId,
-  assertTimestamp,
-  assertTimestampOrNull,
-  assertVia,
-  newestPerKey,
-  toJsonText,
-  type UpsertCounts,
-} from './values.js';
+import { assertId, assertTimestamp, assertTimestampOrNull, assertVia, newestPerKey, toJsonText, type UpsertCounts } from './values.js';
 
 /** The data columns of `subscribers` (the registry in `src/db/schema.ts`), in table order. */
 type ColumnSpec = SubscriberColumn<SubscriberField>;
@@ -190,7 +182,11 @@ export async function upsertSubscribers(exec: Queryable, rows: readonly Subscrib
   if (rows.length === 0) return counts;
   const masks = rows.map(validateSubscriberRow);
   const versions = new Map(rows.map((r) => [r, versionTime(r.values)] as const));
-  const kept = newestPerKey(rows, (r) => r.values.id, (r) => versions.get(r) as string);
+  const kept = newestPerKey(
+    rows,
+    (r) => r.values.id,
+    (r) => versions.get(r) as string,
+  );
   counts.skipped += rows.length - kept.length;
 
   const groups = new Map<number, SubscriberRow[]>();
@@ -255,4 +251,3 @@ function subscriberParams(mask: number, rows: readonly SubscriberRow[], versions
   params.push(arrayLiteral(rows.map((r) => versions.get(r))));
   return params;
 }
-

@@ -8,7 +8,7 @@ import { isCanonicalTimestamp } from '../../ground/time.js';
  * 2^53, invariant 6): those are written with their exact digits, which `jsonb` keeps.
  */
 export function toJsonText(value: unknown): string {
-  return hasExactNumbers(value) ? losslessStringify(value) ?? 'null' : JSON.stringify(value);
+  return hasExactNumbers(value) ? (losslessStringify(value) ?? 'null') : JSON.stringify(value);
 }
 
 export function hasExactNumbers(value: unknown): boolean {
@@ -35,7 +35,8 @@ export function assertId(value: unknown, what: string): asserts value is string 
 }
 
 export function assertVia(value: unknown): asserts value is MirrorSource {
-  if (!(MIRROR_SOURCES as readonly unknown[]).includes(value)) throw new TypeError(`via: expected one of ${MIRROR_SOURCES.join(', ')}, got ${String(value)}`);
+  if (!(MIRROR_SOURCES as readonly unknown[]).includes(value))
+    throw new TypeError(`via: expected one of ${MIRROR_SOURCES.join(', ')}, got ${String(value)}`);
 }
 
 /** Counts of one bulk upsert; they add up to the number of input rows. */

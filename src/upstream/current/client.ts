@@ -146,7 +146,11 @@ export function nextCursorOf(body: Record<string, unknown>, target: RequestTarge
 }
 
 /** `{data: [subscriber…], links, meta}` → the rows, each with a valid id. */
-export function validateMemberPage(body: unknown, target: RequestTarget, status: number): { rows: CurrentSubscriberRecord[]; nextCursor: string | null } {
+export function validateMemberPage(
+  body: unknown,
+  target: RequestTarget,
+  status: number,
+): { rows: CurrentSubscriberRecord[]; nextCursor: string | null } {
   if (!isPlainObject(body) || !Array.isArray(body.data)) {
     throw bodyError(target, status, 'answered no {data: [...]} list of subscribers');
   }
@@ -197,13 +201,22 @@ export function createCurrentClient(options: CurrentClientOptions): CurrentClien
     assertCursor(list.cursor);
     const cursor = list.cursor ?? null;
     // The status is always sent: without it the group endpoint lists active members only.
-    const query: Array<[string, string]> = [['filter[status]', list.status], ['limit', String(list.limit)]];
+    const query: Array<[string, string]> = [
+      ['filter[status]', list.status],
+      ['limit', String(list.limit)],
+    ];
     if (cursor !== null) query.push(['cursor', cursor]);
     const path = membersPath(id);
     const response = await http.request({ method: 'GET', path, query, signal: list.signal });
     const page = validateMemberPage(response.body, { label: CURRENT_LABEL, method: 'GET', path }, response.status);
     const date = Date.parse(response.headers.get('date') ?? '');
-    return { cursor, rows: page.rows, nextCursor: page.nextCursor, requestedLimit: list.limit, serviceTime: Number.isNaN(date) ? null : date };
+    return {
+      cursor,
+      rows: page.rows,
+      nextCursor: page.nextCursor,
+      requestedLimit: list.limit,
+      serviceTime: Number.isNaN(date) ? null : date,
+    };
   }
 
   async function* pages(groupId: GroupId, list: CurrentListOptions): AsyncGenerator<CurrentPage, void, undefined> {
@@ -217,8 +230,13 @@ export function createCurrentClient(options: CurrentClientOptions): CurrentClien
       if (page.nextCursor === cursor || emptyInARow >= MAX_EMPTY_PAGES_WITH_CURSOR) {
         // A cursor that does not move on would read the same page for ever.
         const path = membersPath(normalizeGroupId(groupId));
-        const why = page.nextCursor === cursor ? 'the same cursor it was read with' : `${emptyInARow} empty pages in a row, each with a next cursor`;
-        throw new UpstreamBodyError(`${CURRENT_LABEL} answered ${why} on GET ${path}; the list does not advance`, { label: CURRENT_LABEL, method: 'GET', path }, 200);
+        const why =
+          page.nextCursor === cursor ? 'the same cursor it was read with' : `${emptyInARow} empty pages in a row, each with a next cursor`;
+        throw new UpstreamBodyError(
+          `${CURRENT_LABEL} answered ${why} on GET ${path}; the list does not advance`,
+          { label: CURRENT_LABEL, method: 'GET', path },
+          200,
+        );
       }
       cursor = page.nextCursor;
     }

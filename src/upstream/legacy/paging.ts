@@ -150,7 +150,15 @@ export const incrementalStep: PagingStepFunction<IncrementalPassState> = (state,
   const knowledge = noteServedPage(before, rows.length);
   if (rows.length === 0) return { kind: 'end', knowledge };
   const nextOffset = state.offset + rows.length;
-  const page = { offset: state.offset, rows, limit: effectivePageSize(context.limit, knowledge), nextOffset, tail: [], continuous: true, stepBacks: 0 };
+  const page = {
+    offset: state.offset,
+    rows,
+    limit: effectivePageSize(context.limit, knowledge),
+    nextOffset,
+    tail: [],
+    continuous: true,
+    stepBacks: 0,
+  };
   const short = rows.length < context.limit;
   if (short && rows.length < knowledge.longestPage) return { kind: 'end', knowledge, page };
   if (short && knowledge.cap !== null && rows.length < knowledge.cap) return { kind: 'end', knowledge, page };
@@ -281,7 +289,9 @@ export const fullStep: PagingStepFunction<FullPassState> = (state, response, bef
   const continuous = joined ? state.continuous : offset === 0;
   const fresh = previous ? rows.filter((r) => !previous.has(String(r.id))) : rows;
   const learned =
-    state.shortBefore !== null && fresh.length > 0 ? observeShortPage(knowledge, state.shortBefore, context.knownLength, context.list) : knowledge;
+    state.shortBefore !== null && fresh.length > 0
+      ? observeShortPage(knowledge, state.shortBefore, context.knownLength, context.list)
+      : knowledge;
   const limit = effectivePageSize(context.limit, learned);
   const stepBacks = state.stepBacks;
   // The end: this page held only rows the request re-read on purpose (or none at all).

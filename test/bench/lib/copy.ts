@@ -74,9 +74,7 @@ export async function copyFromStdin(client: pg.ClientBase, text: string, chunks:
 export function copyValue(value: unknown): string {
   if (value === null || value === undefined) return '\\N';
   const text = typeof value === 'string' ? value : typeof value === 'object' ? JSON.stringify(value) : String(value);
-  return /[\\\t\n\r]/.test(text)
-    ? text.replace(/\\/g, '\\\\').replace(/\t/g, '\\t').replace(/\n/g, '\\n').replace(/\r/g, '\\r')
-    : text;
+  return /[\\\t\n\r]/.test(text) ? text.replace(/\\/g, '\\\\').replace(/\t/g, '\\t').replace(/\n/g, '\\n').replace(/\r/g, '\\r') : text;
 }
 
 /** Encodes rows (arrays of values) as COPY text-format lines. */

@@ -26,7 +26,13 @@ export interface BenchResult {
 }
 
 export function figure(name: string, value: number, unit: string, baseline: number | null = null, note?: string): BenchFigure {
-  const f: BenchFigure = { name, value: round(value), unit, baseline: baseline === null ? null : round(baseline), ratio: baseline ? round(value / baseline, 3) : null };
+  const f: BenchFigure = {
+    name,
+    value: round(value),
+    unit,
+    baseline: baseline === null ? null : round(baseline),
+    ratio: baseline ? round(value / baseline, 3) : null,
+  };
   if (note) f.note = note;
   return f;
 }

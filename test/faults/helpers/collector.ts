@@ -113,16 +113,22 @@ function findSecretLeaks(extraText: Array<{ source: string; text: string }> = []
   return leaks;
 }
 
-
 /**
  * The final check of every fault file: at least `minLines` lines were captured (the scan had
  * something to read), the scan does find a registered secret when one is planted (it is not
  * vacuous), and nothing the processes printed holds one. Returns figures for the summary.
  */
-export function secretScanFigures(minLines: number): { processes: number; linesScanned: number; secretsLookedFor: number; leaks: SecretLeak[] } {
+export function secretScanFigures(minLines: number): {
+  processes: number;
+  linesScanned: number;
+  secretsLookedFor: number;
+  leaks: SecretLeak[];
+} {
   const planted = registeredSecrets()[0];
   if (!planted) throw new Error('no secret registered: the scan would be vacuous');
-  const probe = findSecretLeaks([{ source: 'planted', text: `a line with ${planted.value} in it\n` }]).filter((l) => l.source === 'planted');
+  const probe = findSecretLeaks([{ source: 'planted', text: `a line with ${planted.value} in it\n` }]).filter(
+    (l) => l.source === 'planted',
+  );
   if (probe.length === 0) throw new Error('the secret scan does not find a planted secret');
   const stats = capturedStats();
   if (stats.lines < minLines) throw new Error(`only ${stats.lines} lines captured, expected at least ${minLines}`);

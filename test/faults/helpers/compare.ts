@@ -51,7 +51,8 @@ export async function compareGroupWithWorld(
     if (problems.length >= limit * 2) break;
   }
   const missing = [...listed.keys()].filter((id) => !seen.has(id));
-  if (missing.length > 0) problems.push(`${missing.length} listed members without a current membership, e.g. ${missing.slice(0, 5).join(', ')}`);
+  if (missing.length > 0)
+    problems.push(`${missing.length} listed members without a current membership, e.g. ${missing.slice(0, 5).join(', ')}`);
   return { expected: listed.size, subscriberRows: actual.size, currentMembers: current.length, problems };
 }
 

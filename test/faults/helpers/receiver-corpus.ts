@@ -115,8 +115,12 @@ export function buildReceiverCorpus(options: CorpusOptions): ReceiverCase[] {
     const good = sign(raw);
     add('forged', `${kind}, no Signature header`, raw, E401, { signature: null });
     add('forged', `${kind}, signed with another secret`, raw, E401, { signature: hmac(raw, `${options.secret}-not`) });
-    add('forged', `${kind}, one hex digit changed`, raw, E401, { signature: `${good.slice(0, 10)}${good[10] === 'a' ? 'b' : 'a'}${good.slice(11)}` });
-    add('forged', `${kind}, body changed after signing`, Buffer.concat([raw.subarray(0, raw.length - 1), Buffer.from(' }')]), E401, { signature: good });
+    add('forged', `${kind}, one hex digit changed`, raw, E401, {
+      signature: `${good.slice(0, 10)}${good[10] === 'a' ? 'b' : 'a'}${good.slice(11)}`,
+    });
+    add('forged', `${kind}, body changed after signing`, Buffer.concat([raw.subarray(0, raw.length - 1), Buffer.from(' }')]), E401, {
+      signature: good,
+    });
     add('forged', `${kind}, body truncated after signing`, raw.subarray(0, Math.floor(raw.length / 2)), E401, { signature: good });
     add('forged', `${kind}, signature of the empty body`, raw, E401, { signature: hmac(Buffer.alloc(0), options.secret) });
   }
@@ -145,7 +149,10 @@ export function buildReceiverCorpus(options: CorpusOptions): ReceiverCase[] {
   }
   {
     const raw = sigBody();
-    add('signature header', 'under another header name (X-Signature)', raw, E401, { signature: null, headers: { 'x-signature': sign(raw) } });
+    add('signature header', 'under another header name (X-Signature)', raw, E401, {
+      signature: null,
+      headers: { 'x-signature': sign(raw) },
+    });
   }
 
   // 3. Malformed JSON, correctly signed: 400.
@@ -182,7 +189,12 @@ export function buildReceiverCorpus(options: CorpusOptions): ReceiverCase[] {
     const cut = Math.max(1, Math.floor(template.length * fraction));
     add('truncated', `subscriber.updated cut at ${Math.round(fraction * 1000) / 10}% and signed as cut`, template.subarray(0, cut), E400);
   }
-  add('encoding', 'UTF-16LE with BOM', Buffer.concat([Buffer.from([0xff, 0xfe]), Buffer.from(JSON.stringify(unknownKind()), 'utf16le')]), E400);
+  add(
+    'encoding',
+    'UTF-16LE with BOM',
+    Buffer.concat([Buffer.from([0xff, 0xfe]), Buffer.from(JSON.stringify(unknownKind()), 'utf16le')]),
+    E400,
+  );
 
   // 4. Valid JSON that is not an object: 400.
   const nonObjects: Array<[string, string]> = [
@@ -256,13 +268,33 @@ export function buildReceiverCorpus(options: CorpusOptions): ReceiverCase[] {
   const BIG = '1261159647788771324';
   add('beyond 2^53', 'subscriber id as a JSON number', JSON.stringify(flat({ id: 0 })).replace('"id":0', `"id":${BIG}`), FAILED);
   add('beyond 2^53', 'sent = 2^53 + 1', JSON.stringify(flat({ sent: 0 })).replace('"sent":0', '"sent":9007199254740993'), FAILED);
-  add('beyond 2^53', 'opens_count = 1e300', JSON.stringify(flat({ opens_count: 0 })).replace('"opens_count":0', '"opens_count":1e300'), FAILED);
+  add(
+    'beyond 2^53',
+    'opens_count = 1e300',
+    JSON.stringify(flat({ opens_count: 0 })).replace('"opens_count":0', '"opens_count":1e300'),
+    FAILED,
+  );
   {
     const nested = { ...(realistic.get('subscriber.added_to_group') as Payload) };
-    add('beyond 2^53', 'group id as a JSON number', JSON.stringify(unique({ ...nested, group: { id: 0, name: 'g' } })).replace('"id":0', `"id":${BIG}`), FAILED);
-    add('beyond 2^53', 'nested subscriber id as a JSON number', JSON.stringify(unique({ ...nested, subscriber: { ...(nested.subscriber as Payload), id: 0 } })).replace('"id":0', `"id":${BIG}`), FAILED);
+    add(
+      'beyond 2^53',
+      'group id as a JSON number',
+      JSON.stringify(unique({ ...nested, group: { id: 0, name: 'g' } })).replace('"id":0', `"id":${BIG}`),
+      FAILED,
+    );
+    add(
+      'beyond 2^53',
+      'nested subscriber id as a JSON number',
+      JSON.stringify(unique({ ...nested, subscriber: { ...(nested.subscriber as Payload), id: 0 } })).replace('"id":0', `"id":${BIG}`),
+      FAILED,
+    );
   }
-  add('beyond 2^53', 'account_id as a JSON number, unknown kind', JSON.stringify(unknownKind({ account_id: 0 })).replace('"account_id":0', `"account_id":${BIG}`), IGNORED);
+  add(
+    'beyond 2^53',
+    'account_id as a JSON number, unknown kind',
+    JSON.stringify(unknownKind({ account_id: 0 })).replace('"account_id":0', `"account_id":${BIG}`),
+    IGNORED,
+  );
 
   // 9. Wrong field types in an otherwise realistic subscriber.updated (flat): stored failed.
   const wrong: Array<[string, Payload, string[]?]> = [
@@ -322,15 +354,46 @@ export function buildReceiverCorpus(options: CorpusOptions): ReceiverCase[] {
     add('wrong field type', `${kind}: ${name}`, unique(mutate({ ...(realistic.get(kind) as Payload) })), FAILED);
   }
   const batchItem = (kind: EventKind): Payload => ((realistic.get(kind) as Payload).events as Payload[])[0] as Payload;
-  add('wrong field type', 'campaign.click: link_url is a number', unique(batchBody([{ ...batchItem('campaign.click'), link_url: 5 }])), FAILED);
-  add('wrong field type', 'campaign.open: campaign missing', unique(batchBody([{ ...batchItem('campaign.open'), campaign: undefined }])), FAILED);
-  add('wrong field type', 'subscriber.deleted sent flat', unique({ ...(batchItem('subscriber.deleted').subscriber as Payload), event: 'subscriber.deleted' }), FAILED);
+  add(
+    'wrong field type',
+    'campaign.click: link_url is a number',
+    unique(batchBody([{ ...batchItem('campaign.click'), link_url: 5 }])),
+    FAILED,
+  );
+  add(
+    'wrong field type',
+    'campaign.open: campaign missing',
+    unique(batchBody([{ ...batchItem('campaign.open'), campaign: undefined }])),
+    FAILED,
+  );
+  add(
+    'wrong field type',
+    'subscriber.deleted sent flat',
+    unique({ ...(batchItem('subscriber.deleted').subscriber as Payload), event: 'subscriber.deleted' }),
+    FAILED,
+  );
 
   // 10. Kinds.
-  for (const kind of ['subscriber.exploded', 'order.created', 'SUBSCRIBER.UPDATED', ' subscriber.updated', 'subscriber.updated ', 'constructor', 'toString', 'hasOwnProperty', '__proto__', 'subscriber']) {
+  for (const kind of [
+    'subscriber.exploded',
+    'order.created',
+    'SUBSCRIBER.UPDATED',
+    ' subscriber.updated',
+    'subscriber.updated ',
+    'constructor',
+    'toString',
+    'hasOwnProperty',
+    '__proto__',
+    'subscriber',
+  ]) {
     add('unknown kind', JSON.stringify(kind), unique({ ...(realistic.get('subscriber.updated') as Payload), event: kind }), IGNORED);
   }
-  add('unknown kind', 'nested type unknown', unique({ type: 'subscriber.teleported', subscriber: { id: '1', updated_at: '2026-01-01T00:00:00Z' } }), IGNORED);
+  add(
+    'unknown kind',
+    'nested type unknown',
+    unique({ type: 'subscriber.teleported', subscriber: { id: '1', updated_at: '2026-01-01T00:00:00Z' } }),
+    IGNORED,
+  );
   add('unknown kind', 'batch of unknown kinds', unique(batchBody([{ type: 'a.b' }, { type: 'c.d' }])), IGNORED);
   for (const [name, value] of [
     ['empty kind', ''],
@@ -347,21 +410,40 @@ export function buildReceiverCorpus(options: CorpusOptions): ReceiverCase[] {
 
   // 11. Duplicated keys: the last one wins (JSON.parse), consistently everywhere.
   const upd = JSON.stringify(unique(realistic.get('subscriber.updated') as Payload));
-  add('duplicated keys', 'event twice at the start, known then unknown', `{"event":"subscriber.updated",${JSON.stringify(unknownKind()).slice(1)}`, IGNORED);
+  add(
+    'duplicated keys',
+    'event twice at the start, known then unknown',
+    `{"event":"subscriber.updated",${JSON.stringify(unknownKind()).slice(1)}`,
+    IGNORED,
+  );
   add('duplicated keys', 'event twice, known then unknown', upd.slice(0, -1) + ',"event":"mystery.kind"}', IGNORED);
   add('duplicated keys', 'id twice, valid then an object', upd.slice(0, -1) + ',"id":{}}', FAILED);
   add('duplicated keys', 'updated_at twice, valid then prose', upd.slice(0, -1) + ',"updated_at":"soon"}', FAILED);
-  add('duplicated keys', 'events twice in a batch, last not an array', `{"events":[],"total":0,"x_case":"c${++serial}","events":"none"}`, FAILED);
+  add(
+    'duplicated keys',
+    'events twice in a batch, last not an array',
+    `{"events":[],"total":0,"x_case":"c${++serial}","events":"none"}`,
+    FAILED,
+  );
 
   // 12. Prototype pollution: refused outright (Fastify's safe parser), never stored.
   const pollutions: Array<[string, string]> = [
     ['top-level __proto__', '{"__proto__":{"polluted":true},"event":"subscriber.updated","id":"1","updated_at":"2026-01-01T00:00:00Z"}'],
     ['escaped __proto__', '{"\\u005f_proto__":{"polluted":true},"event":"mystery.kind"}'],
-    ['__proto__ in the subscriber', '{"type":"subscriber.updated","subscriber":{"__proto__":{"isAdmin":true},"id":"1","updated_at":"2026-01-01T00:00:00Z"}}'],
+    [
+      '__proto__ in the subscriber',
+      '{"type":"subscriber.updated","subscriber":{"__proto__":{"isAdmin":true},"id":"1","updated_at":"2026-01-01T00:00:00Z"}}',
+    ],
     ['__proto__ in fields', '{"event":"subscriber.updated","id":"1","updated_at":"2026-01-01T00:00:00Z","fields":{"__proto__":{"x":"y"}}}'],
-    ['__proto__ in a batch item', '{"events":[{"type":"subscriber.updated","__proto__":{"polluted":true},"subscriber":{"id":"1","updated_at":"2026-01-01T00:00:00Z"}}]}'],
+    [
+      '__proto__ in a batch item',
+      '{"events":[{"type":"subscriber.updated","__proto__":{"polluted":true},"subscriber":{"id":"1","updated_at":"2026-01-01T00:00:00Z"}}]}',
+    ],
     ['constructor.prototype', '{"event":"mystery.kind","constructor":{"prototype":{"polluted":true}}}'],
-    ['constructor.prototype in the subscriber', '{"type":"subscriber.updated","subscriber":{"constructor":{"prototype":{"x":1}},"id":"1","updated_at":"2026-01-01T00:00:00Z"}}'],
+    [
+      'constructor.prototype in the subscriber',
+      '{"type":"subscriber.updated","subscriber":{"constructor":{"prototype":{"x":1}},"id":"1","updated_at":"2026-01-01T00:00:00Z"}}',
+    ],
     ['__proto__ as an array', '{"__proto__":[1,2],"event":"mystery.kind"}'],
   ];
   for (const [name, text] of pollutions) add('prototype pollution', name, text, E400);
@@ -373,7 +455,12 @@ export function buildReceiverCorpus(options: CorpusOptions): ReceiverCase[] {
   add('batch', 'events holds an empty object', unique({ events: [{}] }), FAILED);
   add('batch', 'events empty', unique({ events: [], total: 0 }), IGNORED);
   add('batch', 'total is a string', unique({ ...(realistic.get('campaign.open') as Payload), total: '1' }), FAILED);
-  add('batch', 'one good item and one bad: nothing applied', unique(batchBody([batchItem('campaign.open'), { type: 'subscriber.updated', subscriber: { id: {} } }])), FAILED);
+  add(
+    'batch',
+    'one good item and one bad: nothing applied',
+    unique(batchBody([batchItem('campaign.open'), { type: 'subscriber.updated', subscriber: { id: {} } }])),
+    FAILED,
+  );
   add('batch', 'events holds null', unique({ events: [null] }), FAILED);
   add('batch', 'events holds arrays', unique({ events: [[batchItem('campaign.open')]] }), FAILED);
 

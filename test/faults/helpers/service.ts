@@ -72,7 +72,12 @@ export function assertRunning(service: ServiceProcess, when: string): void {
 export async function servicePort(service: ServiceProcess, timeoutMs = 60_000): Promise<number> {
   const port = await Promise.race([service.port, sleep(timeoutMs).then(() => Number.NaN)]);
   if (!Number.isFinite(port)) {
-    throw new Error(`${service.label} did not start within ${timeoutMs} ms; last lines:\n${service.lines.slice(-5).map((l) => JSON.stringify(l)).join('\n')}`);
+    throw new Error(
+      `${service.label} did not start within ${timeoutMs} ms; last lines:\n${service.lines
+        .slice(-5)
+        .map((l) => JSON.stringify(l))
+        .join('\n')}`,
+    );
   }
   return port;
 }
