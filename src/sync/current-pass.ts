@@ -13,12 +13,11 @@
  *   no newer fact (a webhook) covers (invariant 11). A pass that ends early proves nothing.
  */
 import type { SubscriberType } from '../db/schema.js';
-import { formatEpochMs, latestTimestamp } from '../ground/time.js';
+import { latestTimestamp } from '../ground/time.js';
 import { normalizeCurrentSubscriber, SUBSCRIBER_FIELDS, type SubscriberRow } from '../mirror/normalize.js';
 import { versionTime } from '../mirror/version.js';
 import {
   membersAwaitingProof,
-  removeMembersNotSeenSince,
   upsertGroups,
   upsertMemberships,
   upsertSubscribers,
@@ -26,17 +25,9 @@ import {
   type UpsertCounts,
 } from '../mirror/store.js';
 import type { CurrentClient } from '../upstream/current/client.js';
-import { PassInterruptedError, type PassResult } from './poll.js';
+import { PassInterruptedError, removeUnseenMembers, type PassResult } from './poll.js';
 import type { PassContext, ReadSource } from './source.js';
-import {
-  markRunFailed,
-  markRunStarted,
-  markRunSucceeded,
-  openCursorPass,
-  removalCutoff,
-  saveCursorCheckpoint,
-  saveUpstreamCount,
-} from './state.js';
+import { markRunFailed, markRunStarted, markRunSucceeded, openCursorPass, saveCursorCheckpoint, saveUpstreamCount } from './state.js';
 
 export interface CurrentSourceOptions {
   /** A fresh client per pass, so the per-pass request count is exact; all share one limiter. */
@@ -161,7 +152,7 @@ export async function runCurrentPass(deps: CurrentPassDeps, groupId: string, typ
       upstreamCount: totals.upstreamCount,
     });
     // After the pass is recorded complete, so that it counts towards the removal cutoff.
-    const removed = await removeUnseenMembers(deps, groupId);
+    const removed = await removeUnseenMembers(deps.pool, groupId, deps.groupTypes, 'current');
     // Members of this status the pass did not list and no newer fact covers: candidates, proven gone
     // only by the next complete pass (the worker runs it at once: decideAfterPass, passesToProve).
     const awaitingProof = totals.startedAt === null ? null : await membersAwaitingProof(deps.pool, groupId, totals.startedAt, { type });
@@ -202,14 +193,4 @@ export async function runCurrentPass(deps: CurrentPassDeps, groupId: string, typ
     }).catch((e: unknown) => log.error({ err: e }, 'could not record the failed pass'));
     throw error;
   }
-}
-
-/** Ends the memberships two complete passes in a row of every configured status did not list. */
-async function removeUnseenMembers(deps: CurrentPassDeps, groupId: string): Promise<number> {
-  const cutoff = await removalCutoff(deps.pool, groupId, deps.groupTypes);
-  if (!cutoff) return 0;
-  const now = formatEpochMs(Date.now());
-  let removed = 0;
-  for (const type of deps.groupTypes) removed += await removeMembersNotSeenSince(deps.pool, groupId, cutoff, now, { type, via: 'current' });
-  return removed;
 }

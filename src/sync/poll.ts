@@ -16,7 +16,7 @@
  * `mirror/store`.
  */
 import type pg from 'pg';
-import type { SubscriberType } from '../db/schema.js';
+import type { MirrorSource, SubscriberType } from '../db/schema.js';
 import type { Logger } from '../ground/log.js';
 import { addDays, DAY_MS, dayInZone, formatEpochMs, latestTimestamp } from '../ground/time.js';
 import { normalizeLegacySubscriber, SUBSCRIBER_FIELDS, type SubscriberRow } from '../mirror/normalize.js';
@@ -416,22 +416,26 @@ async function settleRemovals(
   seenAt: string | null,
 ): Promise<{ removed: number; awaitingProof: AwaitingProof | null }> {
   if (seenAt === null) return { removed: 0, awaitingProof: null };
-  const removed = await removeUnseenMembers(deps, groupId);
+  const removed = await removeUnseenMembers(deps.pool, groupId, deps.groupTypes);
   return { removed, awaitingProof: await membersAwaitingProof(deps.pool, groupId, seenAt, { type }) };
 }
 
 /**
  * Ends the memberships two complete, gap-free full passes in a row of every configured type did
  * not list (the cutoff is the start of the earlier one; see `removalCutoff`). One pass is no proof:
- * offset paging over a changing list can skip a member (docs/architecture.md, invariant 11).
+ * paging over a changing list can skip a member (docs/architecture.md, invariant 11). Both read
+ * sources end memberships here; `via` records which one proved it.
  */
-async function removeUnseenMembers(deps: PassDeps, groupId: string): Promise<number> {
-  const cutoff = await removalCutoff(deps.pool, groupId, deps.groupTypes);
+export async function removeUnseenMembers(
+  pool: PassDeps['pool'],
+  groupId: string,
+  groupTypes: PassDeps['groupTypes'],
+  via: MirrorSource = 'poll',
+): Promise<number> {
+  const cutoff = await removalCutoff(pool, groupId, groupTypes);
   if (!cutoff) return 0;
   const now = formatEpochMs(Date.now());
   let removed = 0;
-  for (const type of deps.groupTypes) {
-    removed += await removeMembersNotSeenSince(deps.pool, groupId, cutoff, now, { type });
-  }
+  for (const type of groupTypes) removed += await removeMembersNotSeenSince(pool, groupId, cutoff, now, { type, via });
   return removed;
 }
