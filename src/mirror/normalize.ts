@@ -179,12 +179,7 @@ export interface LegacyNormalizeOptions {
  */
 export function normalizeLegacySubscriber(raw: Record<string, unknown>, opts: LegacyNormalizeOptions): SubscriberRow {
   const obj = asObject(raw, 'subscriber');
-  try {
-    assertTimeZone(opts.sourceTimezone);
-  } catch (err) {
-    if (err instanceof TimezoneError) throw new NormalizeError('sourceTimezone', err.message);
-    throw err;
-  }
+  assertSourceTimezone(opts.sourceTimezone);
   return parseWith(legacySubscriberRowSchema(opts.sourceTimezone), obj);
 }
 
@@ -203,6 +198,16 @@ export function normalizeWebhookSubscriber(raw: Record<string, unknown>): Subscr
   return parseWith(webhookSubscriberRowSchema, asObject(raw, 'subscriber'));
 }
 
+/** An unknown `sourceTimezone` is a NormalizeError naming the option, like every other bad input. */
+function assertSourceTimezone(zone: string): void {
+  try {
+    assertTimeZone(zone);
+  } catch (err) {
+    if (err instanceof TimezoneError) throw new NormalizeError('sourceTimezone', err.message);
+    throw err;
+  }
+}
+
 /**
  * A member as the current API lists it (docs/upstream-current.md, "Subscriber objects") →
  * {@link SubscriberRow} with `via: 'current'`: the webhook mapping above, with list dates
@@ -212,12 +217,7 @@ export function normalizeWebhookSubscriber(raw: Record<string, unknown>): Subscr
  */
 export function normalizeCurrentSubscriber(raw: Record<string, unknown>, opts: LegacyNormalizeOptions): SubscriberRow {
   const obj = asObject(raw, 'subscriber');
-  try {
-    assertTimeZone(opts.sourceTimezone);
-  } catch (err) {
-    if (err instanceof TimezoneError) throw new NormalizeError('sourceTimezone', err.message);
-    throw err;
-  }
+  assertSourceTimezone(opts.sourceTimezone);
   return parseWith(currentSubscriberRowSchema(opts.sourceTimezone), obj);
 }
 
