@@ -167,6 +167,13 @@ export interface PageChurnSettings {
    * leave at once (the unsubscribes right after a campaign), on top of `leave` per page.
    */
   burst?: { every: number; leave: number };
+  /**
+   * Members that flee every list being read (the worst a member changing type can do to per-type
+   * passes): after each page of an unfiltered list of one type, each of these that is of that type
+   * and still ahead of the read position changes type, from active to unsubscribed stamped only in
+   * `date_unsubscribe`, from any other type to active. Every per-type pass then misses them.
+   */
+  flee?: readonly string[];
 }
 
 export interface PageChurnServed {
@@ -185,15 +192,16 @@ interface Settings {
   retype: number;
   pages: number;
   burst: { every: number; leave: number } | null;
+  flee: readonly string[];
   groupId?: string;
 }
 
 export class PageChurn {
   private readonly rng: Rng;
-  private settings: Settings = { leave: 0, join: 0, retype: 0, pages: Infinity, burst: null };
+  private settings: Settings = { leave: 0, join: 0, retype: 0, pages: Infinity, burst: null, flee: [] };
   private served = 0;
   /** Mutations applied so far, by kind. */
-  readonly applied = { leave: 0, join: 0, retype: 0 };
+  readonly applied = { leave: 0, join: 0, retype: 0, fled: 0 };
   /** Ids of the members that left through page churn, in order (tests check each was ended). */
   readonly left: string[] = [];
 
@@ -221,18 +229,19 @@ export class PageChurn {
       retype: settings.retype ?? 0,
       pages,
       burst,
+      flee: [...(settings.flee ?? [])],
       ...(settings.groupId ? { groupId: settings.groupId } : {}),
     };
     this.served = 0;
   }
 
   clear(): void {
-    this.settings = { leave: 0, join: 0, retype: 0, pages: Infinity, burst: null };
+    this.settings = { leave: 0, join: 0, retype: 0, pages: Infinity, burst: null, flee: [] };
   }
 
   get active(): boolean {
-    const { leave, join, retype, burst, pages } = this.settings;
-    return pages > 0 && leave + join + retype + (burst?.leave ?? 0) > 0;
+    const { leave, join, retype, burst, pages, flee } = this.settings;
+    return pages > 0 && leave + join + retype + (burst?.leave ?? 0) + flee.length > 0;
   }
 
   /** Members leaving after this page: the steady pace, plus a burst on every `burst.every`-th page. */
@@ -253,6 +262,7 @@ export class PageChurn {
         : this.world.members(served.groupId, served.type ?? undefined);
     const readSoFar = list.slice(0, served.offset + served.rows);
     const ahead = list.slice(served.offset + served.rows);
+    this.flee(new Set(ahead), served);
     const leaving = this.leavingNow();
     for (let i = 0; i < leaving && readSoFar.length > 0; i++) {
       const id = readSoFar.splice(Math.floor(this.rng() * readSoFar.length), 1)[0] as string;
@@ -273,6 +283,17 @@ export class PageChurn {
         else this.world.bounce(id);
       } else this.world.activate(id);
       this.applied.retype += 1;
+    }
+  }
+
+  /** Fleeing members of the type just read that are still ahead of the read position change type. */
+  private flee(ahead: ReadonlySet<string>, served: PageChurnServed): void {
+    if (served.type === null) return;
+    for (const id of this.settings.flee) {
+      if (!ahead.has(id) || this.world.membership(served.groupId, id)?.type !== served.type) continue;
+      if (served.type === 'active') this.world.unsubscribeUnstamped(id);
+      else this.world.activate(id);
+      this.applied.fled += 1;
     }
   }
 }

@@ -127,8 +127,6 @@ export interface AfterPassFacts {
   confirmingPasses: number;
   /** The most confirming passes one job may run (every type of the group, twice, plus one). */
   maxConfirmingPasses: number;
-  /** Types configured for the group. */
-  groupTypes: number;
 }
 
 export type AfterPass = { kind: 'done'; reason: string } | { kind: 'confirm' };
@@ -142,13 +140,36 @@ export type AfterPass = { kind: 'done'; reason: string } | { kind: 'confirm' };
 export function decideAfterPass(job: Pick<DecisionJob, 'mode'>, facts: AfterPassFacts): AfterPass {
   if (job.mode !== 'full') return { kind: 'done', reason: 'an incremental pass proves no removal' };
   if (facts.awaitingProof === 0) return { kind: 'done', reason: 'no member awaits proof' };
-  // With several types, a member changing type between passes run back to back can be missed by
-  // every one of them while listed (the fault suite's churn scenario found such false removals):
-  // the proof needs the scheduled passes' spacing, so those confirm with the next scheduled round.
-  if (facts.groupTypes > 1) return { kind: 'done', reason: 'a group of several types confirms with its next scheduled full passes' };
   if (facts.confirmingPasses >= facts.maxConfirmingPasses)
     return { kind: 'done', reason: 'confirming passes spent; the next full pass goes on' };
   return { kind: 'confirm' };
+}
+
+/** The next thing the confirming job does: a full pass of one type, or the sweep of what changed. */
+export type ProofStep<T extends string = string> = { kind: 'pass'; type: T } | { kind: 'sweep' };
+
+/**
+ * The confirming passes run in two rounds, with a sweep between them (docs/architecture.md,
+ * invariant 11, "Proof in rounds"). Round one gives every type that has no pass yet since the
+ * member was last seen its first pass; then the sweep re-reads, in every type, what changed since
+ * the proof began; round two gives every type its second pass. A member still in the group that
+ * every pass missed changed type while each round read (a type that holds still during a round is
+ * listed by that round's pass of it): its change in round one moved its `date_updated` (or
+ * `date_unsubscribe`), so the sweep lists it and the newer fact keeps it. Passes run back to back
+ * by type ("active" twice, then "unsubscribed" twice) would let one change per type's pair hide it.
+ *
+ * `needs` comes from `passesToProve`; `swept` says whether this job's sweep ran; `canSweep` is false
+ * for a source with no date filter (rounds alone then). Null when nothing is left to prove.
+ */
+export function nextProofStep<T extends string>(
+  needs: ReadonlyArray<{ type: T; passes: number }>,
+  progress: { swept: boolean; canSweep: boolean },
+): ProofStep<T> | null {
+  if (needs.length === 0) return null;
+  const firstRound = needs.find((n) => n.passes >= 2);
+  if (firstRound) return { kind: 'pass', type: firstRound.type };
+  if (progress.canSweep && !progress.swept) return { kind: 'sweep' };
+  return { kind: 'pass', type: (needs[0] as { type: T }).type };
 }
 
 /** The removal proof of one type of the group: starts of its last two complete, gap-free full passes (epoch ms). */

@@ -67,6 +67,8 @@ export interface PassDeps {
   shouldStop?: () => boolean;
   /** Full pass: start a new pass even when an older one left a checkpoint open (a backfill is served only by a pass that starts after it). */
   restart?: boolean;
+  /** Incremental pass: read every change since this time even when the cursor is later (source.ts, `PassContext`). */
+  changedSince?: string;
 }
 
 export interface PassProgress {
@@ -175,6 +177,21 @@ class CursorTally {
 
 function minTimestamp(a: string, b: string): string {
   return b < a ? b : a;
+}
+
+/**
+ * The pass's mode and where an incremental one reads from: the cursor, or `changedSince` when that
+ * is earlier (or there is no cursor). With neither there is nothing to be incremental from: the
+ * first pass is a full one.
+ */
+function startingPoint(
+  requested: PassMode,
+  stored: string | null,
+  changedSince: string | undefined,
+): { mode: PassMode; cursor: string | null } {
+  const since = changedSince === undefined ? null : formatEpochMs(Date.parse(changedSince));
+  const cursor = stored === null ? since : since === null ? stored : minTimestamp(stored, since);
+  return { mode: requested === 'incremental' && !cursor ? 'full' : requested, cursor };
 }
 
 function addCounts(into: UpsertCounts, more: UpsertCounts): void {
@@ -321,8 +338,7 @@ function warnFutureRows(log: Logger, tally: CursorTally): void {
 export async function runPass(deps: PassDeps, groupId: string, type: SubscriberType, requestedMode: PassMode): Promise<PassResult> {
   const log = deps.logger.child({ groupId, type });
   const state = await readSyncState(deps.pool, groupId, type);
-  // Without a cursor there is nothing to be incremental from: the first pass is a full one.
-  const mode: PassMode = requestedMode === 'incremental' && !state?.cursor ? 'full' : requestedMode;
+  const { mode, cursor } = startingPoint(requestedMode, state?.cursor ?? null, deps.changedSince);
   await markRunStarted(deps.pool, groupId, type, mode);
   log.info({ mode }, 'pass started');
   const requestsBefore = deps.legacy.stats().requests;
@@ -339,7 +355,7 @@ export async function runPass(deps: PassDeps, groupId: string, type: SubscriberT
   const requests = () => deps.legacy.stats().requests - requestsBefore;
 
   try {
-    const plan = await planPass(deps, log, groupId, type, mode, state?.cursor ?? null, tally.ceiling, capOptions);
+    const plan = await planPass(deps, log, groupId, type, mode, cursor, tally.ceiling, capOptions);
     const { upstreamCount, filterDay } = plan;
     await commitPages(deps, log, { groupId, type, mode }, plan, totals);
 

@@ -23,6 +23,11 @@ export interface PassContext {
   shouldStop?: () => boolean;
   /** Full pass: start a new pass even when an older one left a checkpoint open (a backfill is served only by a pass that starts after it). */
   restart?: boolean;
+  /**
+   * Incremental pass: read every change since this time (ISO) even when the cursor is later; without
+   * a cursor, read from it instead of turning into a full pass (the sweep between confirming rounds).
+   */
+  changedSince?: string;
 }
 
 export interface ReadSource {

@@ -12,7 +12,16 @@ import type { Logger } from '../ground/log.js';
 import { UpstreamAuthError } from '../upstream/http.js';
 import type { LegacyClient } from '../upstream/legacy.js';
 import { authPauseKey, clearAuthPause, isPaused, readAuthPause, recordAuthFailure } from './auth-pause.js';
-import { decide, decideAfterPass, passesToProve, type DecisionJob, type DecisionState, type Need, type TypeProof } from './decide.js';
+import {
+  decide,
+  decideAfterPass,
+  nextProofStep,
+  passesToProve,
+  type DecisionJob,
+  type DecisionState,
+  type Need,
+  type TypeProof,
+} from './decide.js';
 import { tryAcquirePassLock, type HeldLock } from './lock.js';
 import { membersAwaitingProof } from '../mirror/store.js';
 import { PassInterruptedError, type PassProgress, type PassResult } from './poll.js';
@@ -235,10 +244,11 @@ async function runOnePass(
   job: Job<PassJobData, PassJobResult>,
   type: SubscriberType,
   lock: HeldLock,
-  restart: boolean,
+  pass: { mode: PassJobData['mode']; restart?: boolean; changedSince?: string },
 ): Promise<PassResult> {
   const { deps, log, pauseKey } = ctx;
-  const { groupId, mode } = job.data;
+  const { groupId } = job.data;
+  const { mode } = pass;
   const startedAt = Date.now();
   try {
     const result = await readSourceOf(deps).runPass(
@@ -250,11 +260,12 @@ async function runOnePass(
         // persistence); the pass's real state is in Postgres and must not fail with it.
         onProgress: (p: PassProgress) => job.updateProgress({ ...p, type }).catch(() => {}),
         shouldStop: () => ctx.closing() || lock.lost,
-        restart,
+        restart: pass.restart ?? false,
+        ...(pass.changedSince ? { changedSince: pass.changedSince } : {}),
       },
       groupId,
       type,
-      type === job.data.type ? mode : 'full',
+      mode,
     );
     await clearAuthPause(deps.redis, pauseKey).catch(() => {});
     recordPassMetrics(deps, groupId, type, result, startedAt);
@@ -298,7 +309,7 @@ async function runLocked(ctx: WorkerContext, job: Job<PassJobData, PassJobResult
   try {
     // A backfill is served only by a pass that starts after it was asked for: an open checkpoint
     // of an older pass is dropped, not resumed.
-    result = await runOnePass(ctx, job, type, lock, job.data.trigger === 'backfill');
+    result = await runOnePass(ctx, job, type, lock, { mode: job.data.mode, restart: job.data.trigger === 'backfill' });
   } catch (error) {
     await lock.release();
     throw error;
@@ -330,11 +341,24 @@ interface ProofOutcome {
   awaitingProof: number;
 }
 
+/** The one lock a confirming job holds besides at most one pass lock: the type it reads now. */
+interface ProofLocks {
+  /** The pass lock held now, and its type (the job's own at first). */
+  pass: { type: SubscriberType; lock: HeldLock } | null;
+  /** The group's proof lock: one confirming job per group at a time, so the rounds of two jobs never interleave. */
+  proof: HeldLock | null;
+}
+
+export function proofLockKey(prefix: string, groupId: string): string {
+  return `${prefix}:proof-lock:g${groupId}`;
+}
+
 /**
- * Runs the confirming full passes a pass that missed members needs (decideAfterPass, passesToProve)
- * and releases `lock`. Its own type goes first under the lock it holds; each other type's pass takes
- * that type's lock after this one is released, one at a time, so two jobs confirming at once never
- * wait for each other's lock.
+ * Runs the confirming passes a full pass that missed members needs (decideAfterPass, then
+ * nextProofStep until nothing is left to prove: two rounds of full passes with a sweep of what
+ * changed between them) and releases `lock`. It holds the group's proof lock throughout and at most
+ * one pass lock at a time, taking each type's lock when that type's turn comes, so two jobs never
+ * wait for each other: a job that finds the proof lock taken releases its pass lock before waiting.
  */
 async function confirmRemovals(
   ctx: WorkerContext,
@@ -345,50 +369,96 @@ async function confirmRemovals(
   const { deps } = ctx;
   const { groupId, type } = job.data;
   const outcome: ProofOutcome = { passes: 0, removed: 0, requests: 0, awaitingProof: first.awaitingProof?.count ?? 0 };
-  let held: HeldLock | null = lock;
+  const locks: ProofLocks = { pass: { type, lock }, proof: null };
+  const startedAt = first.startedAt;
   try {
     const maxConfirmingPasses = 2 * deps.types.length + 1;
+    let swept = false;
     for (;;) {
       const after = decideAfterPass(
         { mode: first.mode },
-        {
-          awaitingProof: outcome.awaitingProof,
-          confirmingPasses: outcome.passes,
-          maxConfirmingPasses,
-          groupTypes: deps.types.length,
-        },
+        { awaitingProof: outcome.awaitingProof, confirmingPasses: outcome.passes, maxConfirmingPasses },
       );
-      if (after.kind === 'done' || first.startedAt === null || ctx.closing()) return outcome;
-      const awaiting = await membersAwaitingProof(deps.pool, groupId, first.startedAt, { type });
-      const next = passesToProve(
-        await groupProofs(deps, groupId),
-        awaiting.lastSeenAt === null ? null : Date.parse(awaiting.lastSeenAt),
-        type,
-      )[0];
-      if (!next) return outcome;
-      if (next.type !== type && held === lock) {
-        await lock.release();
-        held = null;
+      if (after.kind === 'done' || startedAt === null || ctx.closing()) return outcome;
+      if (!locks.proof && !(await takeProofLock(ctx, groupId, locks))) return outcome;
+      const proofs = await groupProofs(deps, groupId);
+      // Another job's proof (it held the proof lock first) may have settled them meanwhile.
+      const awaiting = await membersAwaitingProof(deps.pool, groupId, startedAt, { type });
+      outcome.awaitingProof = awaiting.count;
+      if (awaiting.count === 0) return outcome;
+      const needs = passesToProve(proofs, awaiting.lastSeenAt === null ? null : Date.parse(awaiting.lastSeenAt), type);
+      const step = nextProofStep(needs, { swept, canSweep: readSourceOf(deps).incremental });
+      if (!step) return outcome;
+      if (step.kind === 'sweep') {
+        outcome.requests += await sweepChanges(ctx, job, locks, proofSince(proofs, startedAt));
+        swept = true;
+        continue;
       }
-      const own: HeldLock | null = held ?? (await waitForLock(ctx, groupId, next.type));
-      if (!own) return outcome;
-      try {
-        const confirm = await runOnePass(ctx, job, next.type, own, false);
-        outcome.passes += 1;
-        outcome.removed += confirm.removed;
-        outcome.requests += confirm.requests;
-      } finally {
-        if (own !== held) await own.release();
-      }
-      outcome.awaitingProof = (await membersAwaitingProof(deps.pool, groupId, first.startedAt, { type })).count;
+      const held = await passLockFor(ctx, groupId, step.type, locks);
+      if (!held) return outcome;
+      const confirm = await runOnePass(ctx, job, step.type, held, { mode: 'full' });
+      outcome.passes += 1;
+      outcome.removed += confirm.removed;
+      outcome.requests += confirm.requests;
+      outcome.awaitingProof = (await membersAwaitingProof(deps.pool, groupId, startedAt, { type })).count;
     }
   } catch (error) {
     // The job's own pass succeeded: a confirming pass that fails leaves the proof to the next full pass.
     ctx.log.warn({ groupId, type, err: error }, 'confirming pass failed; members awaiting proof wait for the next full pass');
     return outcome;
   } finally {
-    await held?.release();
+    await locks.pass?.lock.release();
+    await locks.proof?.release();
   }
+}
+
+/**
+ * Takes the group's proof lock. When another job holds it, releases the pass lock held first (that
+ * job may be waiting for it), then waits (bounded by `confirmLockWaitMs`).
+ */
+async function takeProofLock(ctx: WorkerContext, groupId: string, locks: ProofLocks): Promise<boolean> {
+  const key = proofLockKey(ctx.deps.prefix, groupId);
+  locks.proof = await tryAcquirePassLock(ctx.deps.redis, key);
+  if (locks.proof) return true;
+  await locks.pass?.lock.release();
+  locks.pass = null;
+  locks.proof = await waitForLock(ctx, key);
+  return locks.proof !== null;
+}
+
+/** The pass lock of `type`: the one held when it is that type's, else the held one is released first and `type`'s taken (waiting, bounded). */
+async function passLockFor(ctx: WorkerContext, groupId: string, type: SubscriberType, locks: ProofLocks): Promise<HeldLock | null> {
+  if (locks.pass?.type === type && !locks.pass.lock.lost) return locks.pass.lock;
+  await locks.pass?.lock.release();
+  locks.pass = null;
+  const lock = await waitForLock(ctx, passLockKey(ctx.deps.prefix, groupId, type));
+  if (lock) locks.pass = { type, lock };
+  return lock;
+}
+
+/**
+ * The earliest time a change can have hidden an awaiting member from the passes that will prove its
+ * removal: the start of the earlier of each type's last two passes, or of the job's own pass.
+ */
+function proofSince(proofs: ReadonlyArray<TypeProof<SubscriberType>>, startedAt: string): string {
+  let since = Date.parse(startedAt);
+  for (const p of proofs) for (const at of [p.prevProofStartedAt, p.proofStartedAt]) if (at !== null) since = Math.min(since, at);
+  return new Date(since).toISOString();
+}
+
+/**
+ * Between the rounds: an incremental pass of every configured type reading every change since
+ * `since`. A member that changed type while round one read is listed by it under its new type and
+ * its newer version keeps it (removal needs no fact newer than the cutoff). Returns its requests.
+ */
+async function sweepChanges(ctx: WorkerContext, job: Job<PassJobData, PassJobResult>, locks: ProofLocks, since: string): Promise<number> {
+  let requests = 0;
+  for (const type of ctx.deps.types) {
+    const held = await passLockFor(ctx, job.data.groupId, type, locks);
+    if (!held) throw new Error(`could not take the pass lock of ${type} for the sweep between the confirming rounds`);
+    requests += (await runOnePass(ctx, job, type, held, { mode: 'incremental', changedSince: since })).requests;
+  }
+  return requests;
 }
 
 async function groupProofs(deps: SyncWorkerDeps, groupId: string): Promise<Array<TypeProof<SubscriberType>>> {
@@ -401,13 +471,13 @@ async function groupProofs(deps: SyncWorkerDeps, groupId: string): Promise<Array
   }));
 }
 
-/** Takes the pass lock of another type of the group, waiting while another pass holds it (bounded). */
-async function waitForLock(ctx: WorkerContext, groupId: string, type: SubscriberType): Promise<HeldLock | null> {
+/** Takes the lock at `key` (a pass lock, or a group's proof lock), waiting while another holds it (bounded). */
+async function waitForLock(ctx: WorkerContext, key: string): Promise<HeldLock | null> {
   const { deps } = ctx;
   const deadline = Date.now() + (deps.confirmLockWaitMs ?? 30 * 60_000);
   const retryMs = Math.min(deps.busyRetryMs ?? 5_000, 1_000);
   while (!ctx.closing() && Date.now() < deadline) {
-    const lock = await tryAcquirePassLock(deps.redis, passLockKey(deps.prefix, groupId, type));
+    const lock = await tryAcquirePassLock(deps.redis, key);
     if (lock) return lock;
     await new Promise((resolve) => setTimeout(resolve, retryMs));
   }

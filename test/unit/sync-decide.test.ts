@@ -5,7 +5,15 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { AuthPause } from '../../src/sync/auth-pause.js';
-import { decide, decideAfterPass, passesToProve, type Action, type DecisionJob, type DecisionState } from '../../src/sync/decide.js';
+import {
+  decide,
+  decideAfterPass,
+  nextProofStep,
+  passesToProve,
+  type Action,
+  type DecisionJob,
+  type DecisionState,
+} from '../../src/sync/decide.js';
 
 const DUE = Date.parse('2026-11-26T12:00:00Z');
 const pause: AuthPause = { until: DUE + 60_000, failures: 1, message: 'HTTP 401 from the legacy API', since: DUE };
@@ -199,7 +207,7 @@ describe('decide', () => {
 });
 
 describe('decideAfterPass: the confirming pass follows a full pass that missed members at once', () => {
-  const facts = { awaitingProof: 3, confirmingPasses: 0, maxConfirmingPasses: 3, groupTypes: 1 };
+  const facts = { awaitingProof: 3, confirmingPasses: 0, maxConfirmingPasses: 3 };
   it.each([
     ['a full pass that missed members: confirm', 'full', facts, { kind: 'confirm' }],
     ['a full pass that missed nobody: done', 'full', { ...facts, awaitingProof: 0 }, { kind: 'done', reason: 'no member awaits proof' }],
@@ -209,12 +217,6 @@ describe('decideAfterPass: the confirming pass follows a full pass that missed m
       'full',
       { ...facts, confirmingPasses: 3 },
       { kind: 'done', reason: 'confirming passes spent; the next full pass goes on' },
-    ],
-    [
-      'a group of several types: its next scheduled passes confirm (a member changing type between back-to-back passes could be missed by all)',
-      'full',
-      { ...facts, groupTypes: 5 },
-      { kind: 'done', reason: 'a group of several types confirms with its next scheduled full passes' },
     ],
   ] as const)('%s', (_name, mode, given, expected) => {
     expect(decideAfterPass({ mode }, given)).toEqual(expected);
@@ -261,5 +263,81 @@ describe('passesToProve: every type needs two gap-free full passes that started 
     ],
   ] as const)('%s', (_name, proofs, lastSeen, expected) => {
     expect(passesToProve(proofs, lastSeen, 'active')).toEqual(expected);
+  });
+});
+
+describe('nextProofStep: two rounds of confirming passes, the sweep of what changed between them', () => {
+  const sweepable = { swept: false, canSweep: true };
+  it.each([
+    ['nothing left to prove: done', [], sweepable, null],
+    [
+      "round one first: the first type that has no pass since (the job's own type has its own pass)",
+      [
+        { type: 'active', passes: 1 },
+        { type: 'unsubscribed', passes: 2 },
+        { type: 'bounced', passes: 2 },
+      ],
+      sweepable,
+      { kind: 'pass', type: 'unsubscribed' },
+    ],
+    [
+      'round one done: the sweep before any second pass',
+      [
+        { type: 'active', passes: 1 },
+        { type: 'unsubscribed', passes: 1 },
+      ],
+      sweepable,
+      { kind: 'sweep' },
+    ],
+    [
+      'swept: round two, in order',
+      [
+        { type: 'active', passes: 1 },
+        { type: 'unsubscribed', passes: 1 },
+      ],
+      { swept: true, canSweep: true },
+      { kind: 'pass', type: 'active' },
+    ],
+    [
+      'a source with no date filter: round two straight after round one',
+      [{ type: 'unsubscribed', passes: 1 }],
+      { swept: false, canSweep: false },
+      { kind: 'pass', type: 'unsubscribed' },
+    ],
+    [
+      'a second-round pass that had gaps: its type runs again, with no second sweep',
+      [{ type: 'bounced', passes: 1 }],
+      { swept: true, canSweep: true },
+      { kind: 'pass', type: 'bounced' },
+    ],
+    ['one type, its own pass done: the sweep, then its confirming pass', [{ type: 'active', passes: 1 }], sweepable, { kind: 'sweep' }],
+  ] as const)('%s', (_name, needs, progress, expected) => {
+    expect(nextProofStep(needs, progress)).toEqual(expected);
+  });
+
+  it('no second pass of any type starts before every type had its first (the order a whole proof takes)', () => {
+    const types = ['active', 'unsubscribed', 'bounced', 'junk'] as const;
+    const needs = new Map<string, number>([
+      ['active', 1],
+      ['unsubscribed', 2],
+      ['bounced', 2],
+      ['junk', 2],
+    ]);
+    const order: string[] = [];
+    let swept = false;
+    for (let i = 0; i < 20; i++) {
+      const left = types.filter((t) => (needs.get(t) ?? 0) > 0).map((t) => ({ type: t, passes: needs.get(t) ?? 0 }));
+      const step = nextProofStep(left, { swept, canSweep: true });
+      if (!step) break;
+      if (step.kind === 'sweep') {
+        swept = true;
+        order.push('sweep');
+        continue;
+      }
+      order.push(`${step.type}${3 - (needs.get(step.type) ?? 0)}`);
+      needs.set(step.type, (needs.get(step.type) ?? 0) - 1);
+    }
+    // "active1" is the job's own pass, before the proof began.
+    expect(order).toEqual(['unsubscribed1', 'bounced1', 'junk1', 'sweep', 'active2', 'unsubscribed2', 'bounced2', 'junk2']);
   });
 });

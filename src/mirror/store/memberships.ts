@@ -175,8 +175,9 @@ export async function endMemberships(exec: Queryable, subscriberId: string, at: 
 
 /**
  * Ends every current membership of `groupId` that no full pass listed since `seenBefore`:
- * `last_seen_at` null or older than `seenBefore`, and no membership fact at or after `seenBefore`
- * (so a webhook add that happened meanwhile is kept). Sets `removed_at = at` (the caller's
+ * `last_seen_at` null or older than `seenBefore`, and no membership fact in or after the second of
+ * `seenBefore` (so a webhook add that happened meanwhile is kept; the service stamps changes to the
+ * second, so a change made just after `seenBefore` carries a time just before it). Sets `removed_at = at` (the caller's
  * completion time) and leaves `source_updated_at` alone: the inference has no upstream time, so any
  * later listing of the member re-adds it. The caller chooses `seenBefore` so that it is proof
  * (docs/architecture.md, invariant 11): the poll passes the start of the earlier of two complete, gap-free full
@@ -184,8 +185,7 @@ export async function endMemberships(exec: Queryable, subscriberId: string, at: 
  * while it is read can skip a member.
  *
  * Passes are per (group × type): give `opts.type` to consider only members last listed under that
- * type, otherwise the `active` pass would end every `unsubscribed` membership. A member whose type
- * changed between two passes is briefly removed until the other type's pass lists it again.
+ * type, otherwise the `active` pass would end every `unsubscribed` membership.
  * Returns the number of memberships ended.
  */
 export async function removeMembersNotSeenSince(
@@ -205,7 +205,7 @@ export async function removeMembersNotSeenSince(
     `update group_members set removed_at = $3::timestamptz, mirrored_at = now(), mirrored_via = $5
      where group_id = $1 and removed_at is null
        and (last_seen_at is null or last_seen_at < $2::timestamptz)
-       and (source_updated_at is null or source_updated_at < $2::timestamptz)
+       and (source_updated_at is null or source_updated_at < date_trunc('second', $2::timestamptz))
        and ($4::text is null or type = $4::text)`,
     [groupId, seenBefore, at, opts.type ?? null, via],
   );
@@ -238,7 +238,7 @@ export async function membersAwaitingProof(
        from group_members
       where group_id = $1 and removed_at is null
         and (last_seen_at is null or last_seen_at < $2::timestamptz)
-        and (source_updated_at is null or source_updated_at < $2::timestamptz)
+        and (source_updated_at is null or source_updated_at < date_trunc('second', $2::timestamptz))
         and ($3::text is null or type = $3::text)`,
     [groupId, seenBefore, opts.type ?? null],
   );
