@@ -34,8 +34,10 @@ export interface PassJobResult {
   startedAt?: string | null;
   /** Memberships ended by the pass and its confirming passes. */
   removed?: number;
-  /** Full passes run at once after it because it missed members (issue 11's proof needs two). */
+  /** Full passes run at once after it because it missed members (docs/architecture.md, "Proof in rounds"). */
   confirmingPasses?: number;
+  /** Requests of those passes and of the sweep between their rounds (included in `requests`). */
+  proofRequests?: number;
   /** Members of this group and type the pass missed that are still current (not yet proven gone). */
   awaitingProof?: number;
   /** Requests the pass spent stepping back because the list moved by more than the overlap. */

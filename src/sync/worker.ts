@@ -8,6 +8,7 @@ import type { Redis } from 'ioredis';
 import type pg from 'pg';
 import { SUBSCRIBER_TYPES, type SubscriberType } from '../db/schema.js';
 import type { Metrics } from '../ground/metrics.js';
+import { formatEpochMs } from '../ground/time.js';
 import type { Logger } from '../ground/log.js';
 import { UpstreamAuthError } from '../upstream/http.js';
 import type { LegacyClient } from '../upstream/legacy.js';
@@ -315,6 +316,20 @@ async function runLocked(ctx: WorkerContext, job: Job<PassJobData, PassJobResult
     throw error;
   }
   const proof = await confirmRemovals(ctx, job, lock, result);
+  if (proof.passes > 0) {
+    ctx.log.info(
+      {
+        groupId,
+        type,
+        confirmingPasses: proof.passes,
+        proofRequests: proof.requests,
+        removed: proof.removed,
+        requests: proof.requests,
+        awaitingProof: proof.awaitingProof,
+      },
+      'removal proof done',
+    );
+  }
   return {
     status: 'succeeded',
     rowsSeen: result.rowsSeen,
@@ -324,6 +339,7 @@ async function runLocked(ctx: WorkerContext, job: Job<PassJobData, PassJobResult
     startedAt: result.startedAt,
     removed: result.removed + proof.removed,
     confirmingPasses: proof.passes,
+    proofRequests: proof.requests,
     awaitingProof: proof.awaitingProof,
     stepBacks: result.stepBacks,
     gaps: result.gaps,
@@ -356,9 +372,13 @@ export function proofLockKey(prefix: string, groupId: string): string {
 /**
  * Runs the confirming passes a full pass that missed members needs (decideAfterPass, then
  * nextProofStep until nothing is left to prove: two rounds of full passes with a sweep of what
- * changed between them) and releases `lock`. It holds the group's proof lock throughout and at most
- * one pass lock at a time, taking each type's lock when that type's turn comes, so two jobs never
- * wait for each other: a job that finds the proof lock taken releases its pass lock before waiting.
+ * changed between them) and releases `lock`. The proof is the group's: it plans for the members
+ * every type's last pass missed, not only this job's, and runs under the group's proof lock with at
+ * most one pass lock at a time, taking each type's lock when that type's turn comes.
+ *
+ * A job that finds another job proving the group lets go of its pass lock (that job may need it):
+ * a backfill then waits to report the outcome; a scheduled pass or resume leaves its members to that
+ * proof, which covers them, instead of holding a worker slot.
  */
 async function confirmRemovals(
   ctx: WorkerContext,
@@ -374,19 +394,21 @@ async function confirmRemovals(
   try {
     const maxConfirmingPasses = 2 * deps.types.length + 1;
     let swept = false;
+    let awaitingInGroup = outcome.awaitingProof;
     for (;;) {
       const after = decideAfterPass(
         { mode: first.mode },
-        { awaitingProof: outcome.awaitingProof, confirmingPasses: outcome.passes, maxConfirmingPasses },
+        { awaitingProof: awaitingInGroup, confirmingPasses: outcome.passes, maxConfirmingPasses },
       );
       if (after.kind === 'done' || startedAt === null || ctx.closing()) return outcome;
-      if (!locks.proof && !(await takeProofLock(ctx, groupId, locks))) return outcome;
+      if (!locks.proof && !(await takeProofLock(ctx, job, locks))) return outcome;
       const proofs = await groupProofs(deps, groupId);
       // Another job's proof (it held the proof lock first) may have settled them meanwhile.
-      const awaiting = await membersAwaitingProof(deps.pool, groupId, startedAt, { type });
-      outcome.awaitingProof = awaiting.count;
+      outcome.awaitingProof = (await membersAwaitingProof(deps.pool, groupId, startedAt, { type })).count;
+      const awaiting = await awaitingInTypes(deps, groupId, proofs);
+      awaitingInGroup = awaiting.count;
       if (awaiting.count === 0) return outcome;
-      const needs = passesToProve(proofs, awaiting.lastSeenAt === null ? null : Date.parse(awaiting.lastSeenAt), type);
+      const needs = passesToProve(proofs, awaiting.lastSeenAt, type);
       const step = nextProofStep(needs, { swept, canSweep: readSourceOf(deps).incremental });
       if (!step) return outcome;
       if (step.kind === 'sweep') {
@@ -413,15 +435,44 @@ async function confirmRemovals(
 }
 
 /**
- * Takes the group's proof lock. When another job holds it, releases the pass lock held first (that
- * job may be waiting for it), then waits (bounded by `confirmLockWaitMs`).
+ * Members of the group that the last gap-free full pass of their type missed, over every type that
+ * had one, and the latest time any of them was seen (epoch ms; null when none was ever seen by a
+ * full pass).
  */
-async function takeProofLock(ctx: WorkerContext, groupId: string, locks: ProofLocks): Promise<boolean> {
-  const key = proofLockKey(ctx.deps.prefix, groupId);
+async function awaitingInTypes(
+  deps: SyncWorkerDeps,
+  groupId: string,
+  proofs: ReadonlyArray<TypeProof<SubscriberType>>,
+): Promise<{ count: number; lastSeenAt: number | null }> {
+  let count = 0;
+  let lastSeenAt: number | null = null;
+  for (const p of proofs) {
+    if (p.proofStartedAt === null) continue;
+    const awaiting = await membersAwaitingProof(deps.pool, groupId, formatEpochMs(p.proofStartedAt), { type: p.type });
+    count += awaiting.count;
+    if (awaiting.lastSeenAt !== null) lastSeenAt = Math.max(lastSeenAt ?? -Infinity, Date.parse(awaiting.lastSeenAt));
+  }
+  return { count, lastSeenAt };
+}
+
+/**
+ * Takes the group's proof lock. When another job holds it, releases the pass lock held first (that
+ * job may be waiting for it); a backfill then waits (bounded by `confirmLockWaitMs`), anything else
+ * leaves the proof to that job.
+ */
+async function takeProofLock(ctx: WorkerContext, job: Job<PassJobData, PassJobResult>, locks: ProofLocks): Promise<boolean> {
+  const key = proofLockKey(ctx.deps.prefix, job.data.groupId);
   locks.proof = await tryAcquirePassLock(ctx.deps.redis, key);
   if (locks.proof) return true;
   await locks.pass?.lock.release();
   locks.pass = null;
+  if (job.data.trigger !== 'backfill') {
+    ctx.log.info(
+      { groupId: job.data.groupId, type: job.data.type },
+      'another job is proving the removals of this group; it covers this pass',
+    );
+    return false;
+  }
   locks.proof = await waitForLock(ctx, key);
   return locks.proof !== null;
 }
@@ -443,7 +494,7 @@ async function passLockFor(ctx: WorkerContext, groupId: string, type: Subscriber
 function proofSince(proofs: ReadonlyArray<TypeProof<SubscriberType>>, startedAt: string): string {
   let since = Date.parse(startedAt);
   for (const p of proofs) for (const at of [p.prevProofStartedAt, p.proofStartedAt]) if (at !== null) since = Math.min(since, at);
-  return new Date(since).toISOString();
+  return formatEpochMs(since);
 }
 
 /**

@@ -11,7 +11,10 @@
  * - The 5-type group of the issue (4,200 / 900 / 120 / 30 / 0 members, page 1000): requests of the
  *   first full pass of every type on a fresh install and of a later one, against the minimum (the
  *   pages each type's members fill, at least one list request per type, plus one `/count` per type:
- *   9 + 5 = 14), and of an incremental tick over the unchanged group.
+ *   9 + 5 = 14), and of an incremental tick over the unchanged group. Then the removal proof: after
+ *   10 active members leave, a backfill of `active` through the sync worker (BullMQ on REDIS_URL, own
+ *   prefix) misses them and proves their removal at once (docs/architecture.md, "Proof in rounds"):
+ *   its confirming requests against a later full pass of every type plus an incremental tick.
  *
  *   npx tsx test/bench/passes.bench.ts [--subscribers 20000] [--page-size 500] [--json path]
  *
@@ -23,7 +26,12 @@ import path from 'node:path';
 import type { SubscriberType } from '../../src/db/schema.js';
 import { createLogger } from '../../src/ground/log.js';
 import { startSimulator, type PageChurnSettings, type Simulator } from '../../src/simulator/index.js';
+import { waitForPass } from '../../src/sync/backfill.js';
 import { runPass, type PassDeps, type PassResult } from '../../src/sync/poll.js';
+import { createSyncQueue, enqueueBackfill } from '../../src/sync/schedule.js';
+import { createSyncWorker } from '../../src/sync/worker.js';
+import { Redis } from 'ioredis';
+import { deleteKeysByPrefix } from '../helpers/redis-prefix.js';
 import { createLegacyClient } from '../../src/upstream/legacy.js';
 import { createLimiter } from '../../src/upstream/limiter.js';
 import { argText, isMain } from './lib/cli.js';
@@ -46,6 +54,7 @@ export interface PassesBenchOptions {
   /** Page size of the departures passes (default 500). */
   pageSize?: number;
   databaseUrl?: string;
+  redisUrl?: string;
   log?: (line: string) => void;
   json?: string | null;
 }
@@ -68,7 +77,20 @@ export interface PassesBenchFigures {
   members: number;
   pageSize: number;
   departures: DepartureFigure[];
-  group: { first: number; later: number; minimum: number; incrementalTick: number; types: number };
+  group: { first: number; later: number; minimum: number; incrementalTick: number; types: number; proof: ProofFigure };
+}
+
+/** A backfill of `active` after members left, through the worker: its own pass, then the proof. */
+export interface ProofFigure {
+  left: number;
+  removed: number;
+  confirmingPasses: number;
+  /** Requests of the backfill's own full pass of `active`. */
+  ownPass: number;
+  /** Requests of the proof: the confirming passes and the sweep. */
+  proof: number;
+  /** What the proof is expected to cost: a later full pass of every type + an incremental tick. */
+  expected: number;
 }
 
 function deps(sim: Simulator, scratch: ScratchDatabase, pageSize: number, groupTypes: SubscriberType[]): PassDeps {
@@ -170,14 +192,16 @@ async function departureFigures(
 }
 
 /** The 5-type group: first and later full pass of every type, and an incremental tick, in requests. */
-async function groupFigures(databaseUrl: string): Promise<PassesBenchFigures['group']> {
+async function groupFigures(databaseUrl: string, redisUrl: string): Promise<PassesBenchFigures['group']> {
   const scratch = await createScratchDatabase(databaseUrl, 'passes_group');
   // The members joined over the last 60 days (as a real list's did): an incremental tick's lookback
   // window holds a few days of them, less than a page per type.
   const total = GROUP_SIZES.reduce((n, [, size]) => n + size, 0);
   const from = Date.now() - 60 * 86_400_000;
   let now = from;
-  const sim = await startSimulator({ subscribers: 0, groups: 1, rateLimit: false, seed: 14, clock: () => now });
+  // The proof runs on the real clock: its passes start at the worker's now.
+  let live = false;
+  const sim = await startSimulator({ subscribers: 0, groups: 1, rateLimit: false, seed: 14, clock: () => (live ? Date.now() : now) });
   try {
     const groupId = sim.world.groupIds()[0] as string;
     let created = 0;
@@ -202,10 +226,66 @@ async function groupFigures(databaseUrl: string): Promise<PassesBenchFigures['gr
     const later = await every('full');
     const incrementalTick = await every('incremental');
     const minimum = GROUP_SIZES.reduce((sum, [, n]) => sum + Math.max(1, Math.ceil(n / GROUP_PAGE)) + 1, 0);
-    return { first, later, minimum, incrementalTick, types: types.length };
+    live = true;
+    const proof = await proofFigure(sim, scratch, groupId, types, redisUrl);
+    proof.expected = later + incrementalTick;
+    return { first, later, minimum, incrementalTick, types: types.length, proof };
   } finally {
     await sim.close();
     await scratch.drop();
+  }
+}
+
+/** After 10 active members leave: a backfill of `active` through the sync worker, and what its proof cost. */
+async function proofFigure(
+  sim: Simulator,
+  scratch: ScratchDatabase,
+  groupId: string,
+  types: SubscriberType[],
+  redisUrl: string,
+): Promise<ProofFigure> {
+  const prefix = `sm-bench-passes-${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`;
+  const connection = { url: redisUrl, maxRetriesPerRequest: null };
+  const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1 });
+  const queue = createSyncQueue(connection, prefix);
+  const { logger } = createLogger({ level: 'silent' });
+  const limiter = createLimiter({ mode: 'off', perMinute: 60 });
+  const worker = createSyncWorker({
+    pool: scratch.pool,
+    redis,
+    connection,
+    prefix,
+    legacyFactory: () => createLegacyClient({ baseUrl: sim.url, apiKey: sim.apiKey, apiKeyHeader: sim.apiKeyHeader, limiter }),
+    apiKey: sim.apiKey,
+    logger,
+    sourceTimezone: 'UTC',
+    lookbackMs: 86_400_000,
+    pageSize: GROUP_PAGE,
+    types,
+  });
+  try {
+    const leavers = sim.world.members(groupId, 'active').slice(100, 110);
+    for (const id of leavers) sim.world.removeFromGroup(id, groupId);
+    const outcome = await waitForPass(queue, await enqueueBackfill(queue, groupId, 'active'), { pollMs: 50 });
+    if (outcome.state !== 'completed') throw new Error(`proof backfill failed: ${outcome.error}`);
+    const r = outcome.result;
+    const removed = await removedIds(scratch, groupId);
+    const notEnded = leavers.filter((id) => !removed.has(id)).length;
+    if (notEnded > 0 || r.awaitingProof !== 0)
+      throw new Error(`proof backfill: ${notEnded} leavers not ended, ${r.awaitingProof} awaiting proof`);
+    return {
+      left: leavers.length,
+      removed: r.removed ?? 0,
+      confirmingPasses: r.confirmingPasses ?? 0,
+      ownPass: r.requests - (r.proofRequests ?? 0),
+      proof: r.proofRequests ?? 0,
+      expected: 0,
+    };
+  } finally {
+    await worker.close(5_000);
+    await queue.close();
+    redis.disconnect();
+    await deleteKeysByPrefix(redisUrl, prefix);
   }
 }
 
@@ -215,9 +295,13 @@ export async function benchPasses(options: PassesBenchOptions = {}): Promise<Pas
   const databaseUrl = options.databaseUrl ?? process.env.DATABASE_URL ?? DEFAULT_DB;
   const subscribers = options.subscribers ?? 20_000;
   const pageSize = options.pageSize ?? 500;
-  const group = await groupFigures(databaseUrl);
+  const group = await groupFigures(databaseUrl, options.redisUrl ?? process.env.REDIS_URL ?? 'redis://127.0.0.1:6379');
   log(
     `5-type group: first full pass ${group.first}, later ${group.later}, minimum ${group.minimum}; incremental tick ${group.incrementalTick}`,
+  );
+  const proof = group.proof;
+  log(
+    `5-type group, backfill after ${proof.left} left: own pass ${proof.ownPass}, proof ${proof.proof} requests in ${proof.confirmingPasses} confirming passes + the sweep (expected ${proof.expected}), ${proof.removed} ended`,
   );
   const figures: PassesBenchFigures = {
     members: subscribers,
@@ -236,6 +320,13 @@ export async function benchPasses(options: PassesBenchOptions = {}): Promise<Pas
         figure('5-type group, first full pass', group.first, 'requests', group.minimum),
         figure('5-type group, later full pass', group.later, 'requests', group.minimum),
         figure('5-type group, incremental tick', group.incrementalTick, 'requests', group.types),
+        figure(
+          '5-type group, removal proof after a backfill',
+          group.proof.proof,
+          'requests',
+          group.proof.expected,
+          `${group.proof.left} left, ${group.proof.confirmingPasses} confirming passes, ${group.proof.removed} ended`,
+        ),
         ...figures.departures.map((f) =>
           figure(
             `departures ${f.label}`,

@@ -448,6 +448,16 @@ function passesRows(p: PassesBenchFigures): SummaryRow[] {
       goals: [],
       note: 'the unsubscribed type also reads date_unsubscribe',
     }),
+    row({
+      bench: 'passes',
+      figure: '5-type group, removal proof after a backfill',
+      value: g.proof.proof,
+      unit: 'requests',
+      baselineLabel: 'a later full pass of every type + an incremental tick',
+      baseline: g.proof.expected,
+      goals: [],
+      note: `${g.proof.left} members left before the backfill of active; ${g.proof.confirmingPasses} confirming passes and the sweep; ${g.proof.removed} ended at once`,
+    }),
     ...p.departures.map((d) =>
       row({
         bench: 'passes',
