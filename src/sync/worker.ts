@@ -324,7 +324,6 @@ async function runLocked(ctx: WorkerContext, job: Job<PassJobData, PassJobResult
         confirmingPasses: proof.passes,
         proofRequests: proof.requests,
         removed: proof.removed,
-        requests: proof.requests,
         awaitingProof: proof.awaitingProof,
       },
       'removal proof done',
@@ -357,7 +356,7 @@ interface ProofOutcome {
   awaitingProof: number;
 }
 
-/** The one lock a confirming job holds besides at most one pass lock: the type it reads now. */
+/** The locks a confirming job holds: the group's proof lock, and at most one pass lock (of the type it reads now). */
 interface ProofLocks {
   /** The pass lock held now, and its type (the job's own at first). */
   pass: { type: SubscriberType; lock: HeldLock } | null;

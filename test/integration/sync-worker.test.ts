@@ -17,6 +17,7 @@ import {
   createSyncWorker,
   passLockKey,
   passWantedKey,
+  proofLockKey,
   resumeOpenFullPasses,
   type SyncWorker,
 } from '../../src/sync/worker.js';
@@ -305,5 +306,43 @@ describe('sync worker triggers', () => {
     const [id] = await orphans();
     expect(id).toBeDefined();
     expect(await finished(id as string)).toMatchObject({ status: 'succeeded' });
+  });
+
+  it("the group's proof lock taken: a resume leaves its missed members to that proof at once, a backfill waits for it and then proves", async () => {
+    expect(await finished(await enqueueBackfill(queue, groupId, 'active'))).toMatchObject({ status: 'succeeded' });
+    const leavers = sim.world.members(groupId, 'active').slice(5, 8);
+    for (const id of leavers) sim.world.removeFromGroup(id, groupId);
+    const other = await tryAcquirePassLock(redis, proofLockKey(prefix, groupId));
+    expect(other).not.toBeNull();
+    try {
+      // A resume (like a scheduled pass) misses them, finds another job proving the group, and leaves it at that.
+      await markRunStarted(database.pool, groupId, 'active', 'full');
+      await openFullPass(database.pool, groupId, 'active', { restart: true });
+      const resumed = await finished(await enqueueResume(queue, groupId, 'active'));
+      expect(resumed).toMatchObject({ status: 'succeeded', confirmingPasses: 0, awaitingProof: leavers.length, proofRequests: 0 });
+
+      // Two more leave. A backfill's pass ends the first three (its pass and the resume's both missed
+      // them) and misses these two: it waits for the proof lock, holding no pass lock meanwhile.
+      const later = sim.world.members(groupId, 'active').slice(20, 22);
+      for (const id of later) sim.world.removeFromGroup(id, groupId);
+      const backfill = await enqueueBackfill(queue, groupId, 'active');
+      const deadline = Date.now() + 20_000;
+      const started = (await readSyncState(database.pool, groupId, 'active'))?.lastRunStartedAt;
+      for (;;) {
+        const state = await readSyncState(database.pool, groupId, 'active');
+        const passDone = state?.lastStatus === 'succeeded' && state.lastRunStartedAt !== started;
+        if (passDone && (await redis.exists(passLockKey(prefix, groupId, 'active'))) === 0) break;
+        if (Date.now() > deadline) throw new Error('the backfill did not reach the proof lock');
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      await new Promise((r) => setTimeout(r, 500));
+      expect(await (await queue.getJob(backfill))?.getState()).toBe('active');
+      await other?.release();
+      const proven = await finished(backfill);
+      expect(proven).toMatchObject({ status: 'succeeded', awaitingProof: 0, removed: leavers.length + later.length });
+      expect(proven.confirmingPasses).toBeGreaterThanOrEqual(1);
+    } finally {
+      await other?.release();
+    }
   });
 });
