@@ -7,7 +7,10 @@
  * `perWindow * minTime >= windowMs + safetyMs`, so no window of `windowMs` (sliding or fixed,
  * anchored anywhere) can hold more than `perWindow` of them, as long as the spread between slot and
  * arrival at the service (timer lateness, connect latency, clock skew between replicas; Bottleneck
- * passes each client's Date.now()) stays under `safetyMs`. A reservoir refreshed every 60 s was
+ * passes each client's Date.now()) stays under `safetyMs`; when it does not (a busy event loop fires
+ * a slot's timer late), the send ledger (send-ledger.ts) holds the request back, so the bound holds
+ * either way and the spacing keeps the ledger from ever making anyone wait in steady use. A
+ * reservoir refreshed every 60 s was
  * rejected: it lets a full reservoir go out just before a refresh and another just after, i.e. twice
  * the limit inside one sliding minute (and Redis mode refreshes only on a 5 s heartbeat).
  *
@@ -28,6 +31,7 @@ import Bottleneck from 'bottleneck';
 import { Redis, type RedisOptions } from 'ioredis';
 import type { Logger } from '../ground/log.js';
 import type { RequestGate } from './http.js';
+import { localLedger, redisLedger, type SendLedger } from './send-ledger.js';
 
 export type LimiterMode = 'redis' | 'memory' | 'off';
 
@@ -77,6 +81,8 @@ export interface LimiterStats {
   pauses: number;
   /** Times the Bottleneck instance was rebuilt after its Redis state was lost. */
   rebuilds: number;
+  /** Times the send ledger held a request back because its slot came too late to keep the window (send-ledger.ts). */
+  windowWaits: number;
 }
 
 export interface Limiter extends RequestGate {
@@ -313,12 +319,24 @@ class SpacedLimiter {
   private closed = false;
   private lastWarnAt = 0;
   private readonly pause: PauseStore;
+  private readonly ledger: SendLedger;
+  private readonly ledgerClient: Redis | null;
   private current: Generation;
   private readonly settings: SpacedSettings;
 
   constructor(settings: SpacedSettings) {
     this.settings = settings;
     this.pause = settings.mode === 'redis' ? redisPause(this.pauseClient(), `b_${settings.id}_pause`) : localPause();
+    const ledgerSettings = {
+      perWindow: settings.perWindow,
+      windowMs: settings.windowMs,
+      inFlightMs: settings.expiration,
+      recheckMs: settings.minTime,
+    };
+    this.ledgerClient = settings.mode === 'redis' ? this.pauseClient() : null;
+    this.ledger = this.ledgerClient
+      ? redisLedger(this.ledgerClient, `b_${settings.id}_ledger`, ledgerSettings)
+      : localLedger(ledgerSettings);
     this.current = this.createGeneration();
   }
 
@@ -438,9 +456,19 @@ class SpacedLimiter {
           // An abandoned job still takes its slot, but sends nothing.
           signal?.throwIfAborted();
           if ((await this.pause.remainingMs()) > 0) return PAUSED;
+          const entry = await this.ledger.admit(signal);
+          // A 429 may have paused everyone while it waited for room.
+          if (entry.waited && (await this.pause.remainingMs()) > 0) {
+            await entry.cancel();
+            return PAUSED;
+          }
           started = true;
           onStart();
-          return { value: await fn() };
+          try {
+            return { value: await fn() };
+          } finally {
+            await entry.ended();
+          }
         });
         return await (signal ? raceAbort(job, signal) : job);
       } catch (error) {
@@ -493,7 +521,7 @@ class SpacedLimiter {
 
   stats(): LimiterStats {
     const { mode, perWindow, windowMs, minTime } = this.settings;
-    return { mode, perWindow, windowMs, minTimeMs: minTime, ...this.counters };
+    return { mode, perWindow, windowMs, minTimeMs: minTime, ...this.counters, windowWaits: this.ledger.waits };
   }
 
   async close(): Promise<void> {
@@ -502,6 +530,7 @@ class SpacedLimiter {
     // Requests in flight have their own timeout; do not hold shutdown much longer for them.
     await this.retire(this.current, Math.min(this.settings.expiration, CLOSE_WAIT_MS));
     await this.pause.close();
+    await this.ledgerClient?.quit().catch(() => this.ledgerClient?.disconnect());
   }
 }
 
@@ -528,7 +557,7 @@ function createUnlimited(windowMs: number): Limiter {
       await pause.pauseFor(ms);
     },
     pausedForMs: () => pause.remainingMs(),
-    stats: () => ({ mode: 'off', perWindow: null, windowMs, minTimeMs: 0, ...counters }),
+    stats: () => ({ mode: 'off', perWindow: null, windowMs, minTimeMs: 0, ...counters, windowWaits: 0 }),
     async close() {
       closed = true;
     },

@@ -107,6 +107,31 @@ describe('limiter shared through Redis', () => {
     }
   });
 
+  it('an event loop stalled past the safety margin does not crowd a window: the send ledger holds the late slots back', async () => {
+    const prefix = newPrefix('stalled');
+    const server = await recordingServer();
+    try {
+      const replicas = [limiter(prefix), limiter(prefix)];
+      const clients = replicas.map((l) =>
+        createLegacyClient({ baseUrl: server.url, apiKey: 'key-for-limiter-test', limiter: l, http: { retry: { retries: 0 } } }),
+      );
+      // Twice, a busy process: every slot timer due in the next 800 ms (3 times the 250 ms margin) fires at once after it.
+      const stalls = [700, 1_900].map((at) =>
+        setTimeout(() => {
+          const until = performance.now() + 800;
+          while (performance.now() < until);
+        }, at),
+      );
+      await Promise.all(clients.flatMap((client) => Array.from({ length: 20 }, () => client.count('1'))));
+      stalls.forEach(clearTimeout);
+      expect(server.arrivals).toHaveLength(40);
+      expect(maxInAnyWindow(server.arrivals, WINDOW_MS)).toBeLessThanOrEqual(PER_WINDOW);
+      expect(replicas.reduce((n, l) => n + l.stats().windowWaits, 0)).toBeGreaterThan(0);
+    } finally {
+      await server.close();
+    }
+  });
+
   it('the window check itself catches a burst (a reservoir refill straddling a window would fail it)', () => {
     // 20 just before a refill and 20 just after: 40 within 2 s.
     const burst = [...Array.from({ length: 20 }, (_, i) => 1000 + i), ...Array.from({ length: 20 }, (_, i) => 2100 + i)];

@@ -119,3 +119,51 @@ describe('rate limit off', () => {
     await limiter.close();
   });
 });
+
+describe('send ledger: the bound holds however late a start slot fires', () => {
+  /** Blocks the event loop, as a busy process does: every timer due meanwhile fires late, at once. */
+  const stall = (ms: number) => {
+    const until = performance.now() + ms;
+    while (performance.now() < until);
+  };
+
+  it('an event loop stalled past the safety margin does not crowd a window (memory mode)', async () => {
+    // Spacing 220 ms for 5 per second with a 100 ms margin; a 700 ms stall makes three slots fire together.
+    const limiter = createLimiter({ mode: 'memory', perMinute: 5, windowMs: 1000, safetyMs: 100 });
+    const starts: number[] = [];
+    let stalled = false;
+    await Promise.all(
+      Array.from({ length: 14 }, () =>
+        limiter.schedule(async () => {
+          starts.push(performance.now());
+          if (starts.length === 4 && !stalled) {
+            stalled = true;
+            setTimeout(() => stall(700), 30);
+          }
+        }),
+      ),
+    );
+    expect(starts).toHaveLength(14);
+    expect(maxInAnyWindow(starts, 1000)).toBeLessThanOrEqual(5);
+    expect(limiter.stats().windowWaits).toBeGreaterThan(0);
+    await limiter.close();
+  });
+
+  it('a request in flight counts until its answer: a slow answer holds the next back', async () => {
+    // 1 per 500 ms (spacing 550 ms): the first answer takes 600 ms. The service may have counted the
+    // first request as late as its answer, so the second may not go before 600 + 500 ms.
+    const limiter = createLimiter({ mode: 'memory', perMinute: 1, windowMs: 500, safetyMs: 50 });
+    const t0 = performance.now();
+    let answeredAt = 0;
+    let secondAt = 0;
+    await Promise.all([
+      limiter.schedule(async () => {
+        await new Promise((r) => setTimeout(r, 600));
+        answeredAt = performance.now() - t0;
+      }),
+      limiter.schedule(async () => void (secondAt = performance.now() - t0)),
+    ]);
+    expect(secondAt).toBeGreaterThanOrEqual(answeredAt + 500 - 2);
+    await limiter.close();
+  });
+});
