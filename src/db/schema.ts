@@ -449,6 +449,13 @@ export const webhookEndpoints = pgTable('webhook_endpoints', {
   secret: text('secret').notNull(),
   createdAt: tstz('created_at').notNull().defaultNow(),
   updatedAt: tstz('updated_at').notNull().defaultNow(),
+  /**
+   * Taken over with `webhooks adopt` (made elsewhere, e.g. in the service's dashboard, and only meant
+   * to be verified) rather than created by `webhooks register`, which must never claim, update or
+   * delete such a webhook (docs/operations.md, "Command line"). Set when the row is inserted, never
+   * changed afterwards, so the two kinds of rows cannot turn into each other.
+   */
+  adopted: boolean('adopted').notNull().default(false),
 });
 
 // ---------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ import {
 import { EVENT_KINDS, isEventKind } from './payloads.js';
 import {
   adoptWebhook,
+  AlreadyRegisteredError,
   batchableViolations,
   deleteWebhook,
   getWebhook,
@@ -46,9 +47,11 @@ export class UsageError extends Error {
 
 export const WEBHOOKS_USAGE = `usage: subscriber-mirror webhooks <subcommand> [options]
 
-  list [--json]                      every webhook of the account; MANAGED = this install's (in webhook_endpoints)
+  list [--json]                      every webhook of the account; MANAGED = this install's (in webhook_endpoints):
+                                     yes = register's own, adopted = taken over with adopt
   get ID [--json]                    one webhook (secrets are never shown)
-  register --url URL [--name NAME]   create or update this install's two webhooks (real-time and batched)
+  register --url URL [--name NAME]   create or update this install's two webhooks (real-time and batched);
+                                     adopted webhooks are left alone
   adopt ID                           manage a webhook created elsewhere (e.g. the service's dashboard): store its
                                      secret in webhook_endpoints so the receiver verifies its deliveries
   update ID [--url URL] [--name NAME] [--events KIND,KIND...] [--enable | --disable] [--batchable true|false]
@@ -227,33 +230,44 @@ function table(header: string[], rows: string[][]): string[] {
   return [line(header), ...rows.map(line)];
 }
 
+/** The way out for a row whose webhook is gone upstream: register recreates only its own. */
+function goneUpstreamHint(id: string, adopted: boolean): string {
+  const forget = `\`webhooks delete ${id}\` forgets it`;
+  return adopted ? `it was adopted, so \`webhooks register\` leaves it alone; ${forget}` : `\`webhooks register\` recreates it, ${forget}`;
+}
+
+/** MANAGED: `yes` for register's own (as before adopted rows were told apart), `adopted`, or `no`. */
+function managedLabel(managed: boolean, adopted: boolean): string {
+  if (!managed) return 'no';
+  return adopted ? 'adopted' : 'yes';
+}
+
 export function formatWebhookList(result: ListResult): string[] {
   const lines: string[] = [];
   if (result.webhooks.length === 0) lines.push('no webhooks are registered with the service');
   else {
-    const rows = result.webhooks.map(({ webhook, managed }) => [
+    const rows = result.webhooks.map(({ webhook, managed, adopted }) => [
       webhook.id,
       webhook.name,
       webhook.url,
       describeEvents(webhook.events),
       yesNo(webhook.enabled),
       yesNo(webhook.batchable),
-      yesNo(managed),
+      managedLabel(managed, adopted),
     ]);
     lines.push(...table(['ID', 'NAME', 'URL', 'EVENTS', 'ENABLED', 'BATCHABLE', 'MANAGED'], rows));
     const managed = result.webhooks.filter((w) => w.managed).length;
-    lines.push('', `${result.webhooks.length} webhook(s), ${managed} managed by this install`);
+    const adopted = result.webhooks.filter((w) => w.adopted).length;
+    const ofThem = adopted > 0 ? ` (${adopted} adopted)` : '';
+    lines.push('', `${result.webhooks.length} webhook(s), ${managed} managed by this install${ofThem}`);
   }
   for (const row of result.missingUpstream) {
-    lines.push(
-      `note: webhook ${row.id} is in webhook_endpoints but no longer exists upstream; ` +
-        `\`webhooks register\` recreates it, \`webhooks delete ${row.id}\` forgets it`,
-    );
+    lines.push(`note: webhook ${row.id} is in webhook_endpoints but no longer exists upstream; ${goneUpstreamHint(row.id, row.adopted)}`);
   }
   return lines;
 }
 
-export function formatWebhook(webhook: Webhook, managed: boolean, secretStored: boolean): string[] {
+export function formatWebhook(webhook: Webhook, managed: boolean, secretStored: boolean, adopted = false): string[] {
   return [
     `id:        ${webhook.id}`,
     `name:      ${webhook.name}`,
@@ -263,7 +277,7 @@ export function formatWebhook(webhook: Webhook, managed: boolean, secretStored: 
     `batchable: ${yesNo(webhook.batchable)}`,
     `created:   ${webhook.created_at ?? '-'}`,
     `updated:   ${webhook.updated_at ?? '-'}`,
-    `managed:   ${managed ? 'yes (in webhook_endpoints)' : 'no'}`,
+    `managed:   ${!managed ? 'no' : adopted ? 'adopted (in webhook_endpoints; register leaves it alone)' : 'yes (in webhook_endpoints)'}`,
     `secret:    ${secretStored ? 'stored' : 'not stored'}`,
   ];
 }
@@ -300,7 +314,7 @@ async function list(ctx: Context, args: string[]): Promise<number> {
   for (const row of result.missingUpstream) ctx.hide(row);
   if (values.json) {
     const json = {
-      webhooks: result.webhooks.map(({ webhook, managed }) => ({ ...publicWebhook(webhook), managed })),
+      webhooks: result.webhooks.map(({ webhook, managed, adopted }) => ({ ...publicWebhook(webhook), managed, adopted })),
       missingUpstream: result.missingUpstream.map((row) => row.id),
     };
     ctx.print(JSON.stringify(json, null, 2));
@@ -316,9 +330,7 @@ async function notFoundHint(ctx: Context, error: unknown, id: string): Promise<u
   const row = await readEndpoint(ctx.pool, id);
   if (!row) return error;
   ctx.hide(row);
-  return new Error(
-    `${error.message} upstream, but it is still in webhook_endpoints: \`webhooks register\` recreates it, \`webhooks delete ${id}\` forgets it`,
-  );
+  return new Error(`${error.message} upstream, but it is still in webhook_endpoints: ${goneUpstreamHint(id, row.adopted)}`);
 }
 
 async function get(ctx: Context, args: string[]): Promise<number> {
@@ -332,9 +344,10 @@ async function get(ctx: Context, args: string[]): Promise<number> {
   }
   ctx.hide(result.webhook);
   if (values.json) {
-    ctx.print(JSON.stringify({ ...publicWebhook(result.webhook), managed: result.managed, secretStored: result.secretStored }, null, 2));
+    const json = { ...publicWebhook(result.webhook), managed: result.managed, adopted: result.adopted, secretStored: result.secretStored };
+    ctx.print(JSON.stringify(json, null, 2));
   } else {
-    for (const line of formatWebhook(result.webhook, result.managed, result.secretStored)) ctx.print(line);
+    for (const line of formatWebhook(result.webhook, result.managed, result.secretStored, result.adopted)) ctx.print(line);
   }
   return 0;
 }
@@ -357,6 +370,8 @@ async function adopt(ctx: Context, args: string[]): Promise<number> {
   try {
     result = await adoptWebhook(ctx.api, ctx.pool, id);
   } catch (error) {
+    // A wrong id rather than a failure: exit 2, like the other bad arguments (the message says it all).
+    if (error instanceof AlreadyRegisteredError) throw new UsageError(error.message);
     throw await notFoundHint(ctx, error, id);
   }
   ctx.hide(result.webhook);

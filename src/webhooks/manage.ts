@@ -7,9 +7,11 @@
  * follows docs/upstream.md, "Webhook management", which requires `batchable` for subscriber.deleted as well as campaign.open and
  * campaign.click (stricter than the parameter table of docs/upstream.md, "Webhook management"), read from EVENT_REGISTRY.
  *
- * "Ours" means: has a row in `webhook_endpoints`. Running register again with the same URL sends no
- * write to the service and rewrites no row; a changed URL (or name) is one PUT; a webhook deleted
- * upstream is created again. The table is not a mirrored table, so plain parameterized SQL is used.
+ * "Ours" means: has a row in `webhook_endpoints`. Register's own are the rows with `adopted` false; a
+ * row `adoptWebhook` stored (a webhook made elsewhere, only to be verified) is never claimed, updated
+ * or deleted by register (docs/operations.md, "Command line"). Running register again with the same
+ * URL sends no write to the service and rewrites no row; a changed URL (or name) is one PUT; a webhook
+ * deleted upstream is created again. The table is not a mirrored table, so plain parameterized SQL is used.
  */
 import type pg from 'pg';
 import type { Queryable } from '../ground/queryable.js';
@@ -81,6 +83,8 @@ export interface StoredEndpoint {
   batchable: boolean;
   /** Never print it. */
   secret: string;
+  /** Stored by `adoptWebhook`, so `registerWebhooks` leaves it alone. */
+  adopted: boolean;
   createdAt: string;
   updatedAt: string;
 }
@@ -93,11 +97,12 @@ interface EndpointRow {
   enabled: boolean;
   batchable: boolean;
   secret: string;
+  adopted: boolean;
   created_at: string;
   updated_at: string;
 }
 
-const SELECT_ENDPOINTS = `select id, name, url, events, enabled, batchable, secret,
+const SELECT_ENDPOINTS = `select id, name, url, events, enabled, batchable, secret, adopted,
                                  created_at::text as created_at, updated_at::text as updated_at
                             from webhook_endpoints`;
 
@@ -120,6 +125,7 @@ function toEndpoint(r: EndpointRow): StoredEndpoint {
     enabled: r.enabled,
     batchable: r.batchable,
     secret: r.secret,
+    adopted: r.adopted,
     createdAt: r.created_at,
     updatedAt: r.updated_at,
   };
@@ -129,20 +135,37 @@ export type StoreOutcome = 'inserted' | 'updated' | 'unchanged';
 
 /**
  * Upserts the row of a webhook by id. An identical row is not rewritten (its updated_at stays), so a
- * second register or list changes nothing.
+ * second register or list changes nothing. `adopted` only applies to a new row: an existing row keeps
+ * its kind (refreshing an adopted row from list/get/update must not hand it to register), and an
+ * adopting store leaves a row of register's untouched ('unchanged'; `adoptWebhook` refuses it).
  */
-export async function storeEndpoint(pool: Queryable, webhook: Webhook, secret: string): Promise<StoreOutcome> {
+export async function storeEndpoint(
+  pool: Queryable,
+  webhook: Webhook,
+  secret: string,
+  { adopted = false }: { adopted?: boolean } = {},
+): Promise<StoreOutcome> {
   if (secret === '') throw new TypeError(`webhook ${webhook.id}: refusing to store an empty secret`);
   const { rows } = await pool.query<{ inserted: boolean }>(
-    `insert into webhook_endpoints as e (id, name, url, events, enabled, batchable, secret)
-     values ($1, $2, $3, $4::text[], $5, $6, $7)
+    `insert into webhook_endpoints as e (id, name, url, events, enabled, batchable, secret, adopted)
+     values ($1, $2, $3, $4::text[], $5, $6, $7, $8)
      on conflict (id) do update
         set name = excluded.name, url = excluded.url, events = excluded.events, enabled = excluded.enabled,
             batchable = excluded.batchable, secret = excluded.secret, updated_at = now()
-      where (e.name, e.url, e.events, e.enabled, e.batchable, e.secret)
+      where (e.adopted or not excluded.adopted)
+        and (e.name, e.url, e.events, e.enabled, e.batchable, e.secret)
             is distinct from (excluded.name, excluded.url, excluded.events, excluded.enabled, excluded.batchable, excluded.secret)
      returning (xmax = 0) as inserted`,
-    [webhook.id, webhook.name === '' ? null : webhook.name, webhook.url, webhook.events, webhook.enabled, webhook.batchable, secret],
+    [
+      webhook.id,
+      webhook.name === '' ? null : webhook.name,
+      webhook.url,
+      webhook.events,
+      webhook.enabled,
+      webhook.batchable,
+      secret,
+      adopted,
+    ],
   );
   const row = rows[0];
   if (!row) return 'unchanged';
@@ -302,7 +325,8 @@ async function registerRole(
 export async function registerWebhooks(api: WebhooksApi, pool: pg.Pool, options: RegisterOptions): Promise<RegisterResult> {
   if (!isHttpUrl(options.url)) throw new TypeError(`webhook URL must be an http(s) URL, got ${JSON.stringify(options.url)}`);
   return withRegisterLock(pool, async (client) => {
-    const stored = await readEndpoints(client);
+    // Adopted rows are webhooks made for some other purpose: never register's to claim, update or delete.
+    const stored = (await readEndpoints(client)).filter((row) => !row.adopted);
     const actions: RegisterAction[] = [];
     const claimed = new Set<string>();
     for (const role of MANAGED_ROLES) {
@@ -328,6 +352,8 @@ export interface ListedWebhook {
   webhook: Webhook;
   /** Has a row in webhook_endpoints. */
   managed: boolean;
+  /** Its row was stored by `adopt` (register leaves it alone); false when not managed. */
+  adopted: boolean;
 }
 
 export interface ListResult {
@@ -346,7 +372,11 @@ export async function listWebhooks(api: WebhooksApi, pool: Queryable): Promise<L
   }
   const upstreamIds = new Set(upstream.map((hook) => hook.id));
   return {
-    webhooks: upstream.map((webhook) => ({ webhook, managed: storedById.has(webhook.id) })),
+    webhooks: upstream.map((webhook) => ({
+      webhook,
+      managed: storedById.has(webhook.id),
+      adopted: storedById.get(webhook.id)?.adopted ?? false,
+    })),
     missingUpstream: stored.filter((row) => !upstreamIds.has(row.id)),
   };
 }
@@ -354,6 +384,8 @@ export async function listWebhooks(api: WebhooksApi, pool: Queryable): Promise<L
 export interface GetResult {
   webhook: Webhook;
   managed: boolean;
+  /** Its row was stored by `adopt` (register leaves it alone). */
+  adopted: boolean;
   /** A secret for it is in webhook_endpoints (the receiver can verify its deliveries). */
   secretStored: boolean;
 }
@@ -363,7 +395,12 @@ export async function getWebhook(api: WebhooksApi, pool: Queryable, id: string):
   const webhook = await api.get(id);
   const row = await readEndpoint(pool, id);
   if (row) await storeEndpoint(pool, webhook, webhook.secret ?? row.secret);
-  return { webhook, managed: row !== undefined, secretStored: row !== undefined && (webhook.secret ?? row.secret) !== '' };
+  return {
+    webhook,
+    managed: row !== undefined,
+    adopted: row?.adopted ?? false,
+    secretStored: row !== undefined && (webhook.secret ?? row.secret) !== '',
+  };
 }
 
 export interface UpdateResult {
@@ -415,18 +452,41 @@ export interface AdoptResult {
 }
 
 /**
+ * The id is one of `webhooks register`'s own rows. Adopting it would take it away from register, which
+ * would then create a second webhook for the same role, so it is refused and nothing changes
+ * (the CLI exits 2: the argument is wrong, not the service or the database).
+ */
+export class AlreadyRegisteredError extends Error {
+  override name = 'AlreadyRegisteredError';
+  constructor(readonly id: string) {
+    super(
+      `webhook ${id} is already managed by \`webhooks register\` (it is one of its own rows in webhook_endpoints, ` +
+        'its secret already stored); `webhooks adopt` is for webhooks created elsewhere. Nothing changed',
+    );
+  }
+}
+
+/**
  * Takes a webhook created elsewhere (the service's dashboard) under this install's management: its
- * row, secret included, goes into webhook_endpoints, from which the receiver reloads the secrets it
- * verifies deliveries with. This is the way for secrets the service generates (10 characters,
- * docs/upstream.md, "Webhook object"), which WEBHOOK_SECRETS refuses as too short. Sends no write to
- * the service. Throws WebhookNotFoundError for an unknown id; stores nothing when the answer carries
- * no secret.
+ * row, secret included, goes into webhook_endpoints marked adopted, from which the receiver reloads
+ * the secrets it verifies deliveries with, and which `registerWebhooks` leaves alone. This is the way
+ * for secrets the service generates (10 characters, docs/upstream.md, "Webhook object"), which
+ * WEBHOOK_SECRETS refuses as too short. Sends no write to the service. Throws WebhookNotFoundError for
+ * an unknown id, AlreadyRegisteredError for one of register's rows (before any request); stores
+ * nothing when the answer carries no secret.
  */
 export async function adoptWebhook(api: WebhooksApi, pool: Queryable, id: string): Promise<AdoptResult> {
+  const existing = await readEndpoint(pool, id);
+  if (existing !== undefined && !existing.adopted) throw new AlreadyRegisteredError(id);
   const webhook = await api.get(id);
   if (webhook.secret === undefined || webhook.secret === '') {
     throw new Error(`the service returned no secret for webhook ${id}, so its deliveries could not be verified; nothing was stored`);
   }
-  const outcome = await storeEndpoint(pool, webhook, webhook.secret);
+  const outcome = await storeEndpoint(pool, webhook, webhook.secret, { adopted: true });
+  if (outcome === 'unchanged') {
+    // A register that stored this id since the check above: the store left its row alone.
+    const row = await readEndpoint(pool, id);
+    if (row !== undefined && !row.adopted) throw new AlreadyRegisteredError(id);
+  }
   return { webhook, outcome };
 }

@@ -132,6 +132,7 @@ describe('the receiver role, taken over', () => {
     await expect(attacker.query('select body from webhook_deliveries')).rejects.toThrow(denied);
     await expect(attacker.query('select * from webhook_deliveries')).rejects.toThrow(denied);
     await expect(attacker.query('select url, events from webhook_endpoints')).rejects.toThrow(denied);
+    await expect(attacker.query('select adopted from webhook_endpoints')).rejects.toThrow(denied);
   });
 
   it('writes nothing but a new inbox row', async () => {

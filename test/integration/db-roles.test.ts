@@ -81,6 +81,8 @@ describe('the analyst role', () => {
     expect((await asAnalyst('select id, url, events, enabled from webhook_endpoints')).rows).toEqual([
       expect.objectContaining({ id: 'w1', url: 'https://x/webhooks' }),
     ]);
+    // Added by 0016 after 0006 granted the others by name.
+    expect((await asAnalyst('select id, adopted from webhook_endpoints')).rows).toEqual([{ id: 'w1', adopted: false }]);
     await expect(asAnalyst('select secret from webhook_endpoints')).rejects.toThrow(/permission denied/);
     await expect(asAnalyst('select * from webhook_endpoints')).rejects.toThrow(/permission denied/);
     await expect(asAnalyst('select body from webhook_deliveries')).rejects.toThrow(/permission denied/);

@@ -72,7 +72,7 @@ const CONTRACT: Record<string, Record<string, string>> = {
     attempts: 'integer',
     error: 'text',
   },
-  webhook_endpoints: { id: 'text', url: 'text', events: 'ARRAY', secret: 'text', batchable: 'boolean' },
+  webhook_endpoints: { id: 'text', url: 'text', events: 'ARRAY', secret: 'text', batchable: 'boolean', adopted: 'boolean' },
   webhook_delivery_hashes: {
     body_sha256: 'bytea',
     delivery_id: 'bigint',

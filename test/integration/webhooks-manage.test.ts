@@ -16,10 +16,12 @@ import {
 } from '../../src/upstream/webhooks-api.js';
 import {
   adoptWebhook,
+  AlreadyRegisteredError,
   BATCHED_KINDS,
   readEndpoints,
   REALTIME_KINDS,
   registerWebhooks,
+  storeEndpoint,
   updateWebhook,
   type StoredEndpoint,
 } from '../../src/webhooks/manage.js';
@@ -480,7 +482,7 @@ describe('webhooks adopt', () => {
       expect(stored).toEqual([{ endpoint_id: hook.id }]);
 
       const listed = await cli(['list']);
-      expect(listed.lines.find((l) => l.startsWith(hook.id))).toMatch(/yes$/); // MANAGED
+      expect(listed.lines.find((l) => l.startsWith(hook.id))).toMatch(/adopted$/); // MANAGED
       await expectNoSecretIn([run, listed]);
     } finally {
       await app.close();
@@ -533,5 +535,130 @@ describe('webhooks adopt', () => {
     expect(sim.requests).toEqual([]); // refused before any request
     expect(await readEndpoints(database.pool)).toEqual([]);
     await expectNoSecretIn([unknown, bad, none, extra]);
+  });
+
+  /** A batchable one made in the dashboard too: register's batched role would have claimed it. */
+  function dashboardBatchedWebhook() {
+    return sim.webhooks.register({ name: 'dashboard opens', url: RECEIVER, events: ['campaign.open'], batchable: true });
+  }
+
+  it('register leaves adopted webhooks alone (no write to them, rows unchanged) and creates its own two', async () => {
+    const hook = dashboardWebhook();
+    const opens = dashboardBatchedWebhook();
+    await adoptWebhook(api(), database.pool, hook.id);
+    await adoptWebhook(api(), database.pool, opens.id);
+    const adoptedRows = await readEndpoints(database.pool);
+    const upstreamBefore = [sim.webhooks.get(hook.id), sim.webhooks.get(opens.id)].map((w) => ({ ...w }));
+    sim.clearRequests();
+
+    const { actions } = await registerWebhooks(api(), database.pool, { url: RECEIVER });
+    expect(actions.map((a) => [a.webhook, a.action])).toEqual([
+      ['realtime', 'created'],
+      ['batched', 'created'],
+    ]);
+    const ownIds = actions.map((a) => a.id);
+    expect(ownIds).not.toContain(hook.id);
+    expect(ownIds).not.toContain(opens.id);
+    expect(writes()).toEqual(ownIds.flatMap((id) => ['POST /api/webhooks', `PUT /api/webhooks/${id}`]));
+    expect([sim.webhooks.get(hook.id), sim.webhooks.get(opens.id)]).toEqual(upstreamBefore);
+    const rows = await readEndpoints(database.pool);
+    expect(rows.filter((r) => [hook.id, opens.id].includes(r.id))).toEqual(adoptedRows);
+    expect(rows.map((r) => [r.id, r.adopted])).toEqual([[hook.id, true], [opens.id, true], ...ownIds.map((id) => [id, false])]);
+
+    // Its own rows are still recognised: a second run sends no write.
+    sim.clearRequests();
+    const again = await registerWebhooks(api(), database.pool, { url: RECEIVER });
+    expect(again.actions.map((a) => [a.action, a.id])).toEqual(ownIds.map((id) => ['unchanged', id]));
+    expect(writes()).toEqual([]);
+    expect(await readEndpoints(database.pool)).toEqual(rows);
+  });
+
+  it('an adopted webhook deleted upstream keeps its row through register (only `delete` forgets it)', async () => {
+    const hook = dashboardWebhook();
+    await adoptWebhook(api(), database.pool, hook.id);
+    const [adoptedRow] = await readEndpoints(database.pool);
+    sim.webhooks.delete(hook.id);
+    const { actions } = await registerWebhooks(api(), database.pool, { url: RECEIVER });
+    expect(actions.map((a) => a.action)).toEqual(['created', 'created']);
+    expect(actions.every((a) => a.replaces === undefined)).toBe(true);
+    expect((await readEndpoints(database.pool)).filter((r) => r.adopted)).toEqual([adoptedRow]);
+    const listed = await cli(['list']);
+    expect(listed.lines.at(-1)).toBe(
+      `note: webhook ${hook.id} is in webhook_endpoints but no longer exists upstream; ` +
+        `it was adopted, so \`webhooks register\` leaves it alone; \`webhooks delete ${hook.id}\` forgets it`,
+    );
+    const forget = await cli(['delete', hook.id]);
+    expect([forget.code, forget.lines]).toEqual([0, [`webhook ${hook.id} was already gone upstream; removed it from webhook_endpoints`]]);
+    expect((await readEndpoints(database.pool)).filter((r) => r.adopted)).toEqual([]);
+  });
+
+  it('adopting one of register’s own webhooks is refused, exit 2, before any request; nothing changes', async () => {
+    const { actions } = await registerWebhooks(api(), database.pool, { url: RECEIVER });
+    const realtimeId = actions[0]?.id ?? '';
+    const before = await readEndpoints(database.pool);
+    sim.clearRequests();
+    const run = await cli(['adopt', realtimeId]);
+    expect(run.code).toBe(2);
+    expect(run.lines).toEqual([]);
+    expect(run.error?.message).toBe(
+      `webhook ${realtimeId} is already managed by \`webhooks register\` (it is one of its own rows in webhook_endpoints, ` +
+        'its secret already stored); `webhooks adopt` is for webhooks created elsewhere. Nothing changed',
+    );
+    await expect(adoptWebhook(api(), database.pool, realtimeId)).rejects.toBeInstanceOf(AlreadyRegisteredError);
+    expect(sim.requests).toEqual([]);
+    expect(await readEndpoints(database.pool)).toEqual(before);
+    // Still register's: the next register finds it and changes nothing.
+    const again = await registerWebhooks(api(), database.pool, { url: RECEIVER });
+    expect(again.actions.map((a) => [a.action, a.id])).toEqual(actions.map((a) => ['unchanged', a.id]));
+    await expectNoSecretIn([run]);
+  });
+
+  it('an adopting store never rewrites a row of register’s (the guard behind adopt’s check)', async () => {
+    const { actions } = await registerWebhooks(api(), database.pool, { url: RECEIVER });
+    const id = actions[0]?.id ?? '';
+    const before = await readEndpoints(database.pool);
+    const changed = { ...(await api().get(id)), url: 'https://elsewhere.test/x', secret: 'other-secret' };
+    expect(await storeEndpoint(database.pool, changed, changed.secret, { adopted: true })).toBe('unchanged');
+    expect(await readEndpoints(database.pool)).toEqual(before);
+  });
+
+  it('list and get mark adopted webhooks; delete works for both kinds', async () => {
+    const other = sim.webhooks.register({ url: 'https://elsewhere.test/x', events: ['campaign.sent'], name: 'someone else' });
+    const { actions } = await registerWebhooks(api(), database.pool, { url: RECEIVER });
+    const [realtimeId, batchedId] = actions.map((a) => a.id);
+    const hook = dashboardWebhook();
+    const adopt = await cli(['adopt', hook.id]);
+    expect(adopt.code).toBe(0);
+
+    const list = await cli(['list']);
+    const rowOf = (id: string | undefined) => list.lines.find((l) => l.startsWith(`${id ?? '?'} `)) ?? '';
+    expect(rowOf(hook.id)).toMatch(/^\S+\s+dashboard\s+.*\s+yes\s+no\s+adopted$/);
+    expect(rowOf(realtimeId)).toMatch(/\s+yes$/);
+    expect(rowOf(batchedId)).toMatch(/\s+yes$/);
+    expect(rowOf(other.id)).toMatch(/\s+no$/);
+    expect(list.lines.at(-1)).toBe('4 webhook(s), 3 managed by this install (1 adopted)');
+
+    const json = await cli(['list', '--json']);
+    const parsed = JSON.parse(json.lines.join('\n')) as { webhooks: Array<Record<string, unknown>> };
+    expect(parsed.webhooks.map((w) => [w.id, w.managed, w.adopted])).toEqual([
+      [other.id, false, false],
+      [realtimeId, true, false],
+      [batchedId, true, false],
+      [hook.id, true, true],
+    ]);
+
+    const get = await cli(['get', hook.id]);
+    expect(get.lines).toContain('managed:   adopted (in webhook_endpoints; register leaves it alone)');
+    const getOwn = await cli(['get', realtimeId ?? '', '--json']);
+    expect(JSON.parse(getOwn.lines.join('\n'))).toMatchObject({ managed: true, adopted: false, secretStored: true });
+    const getAdopted = await cli(['get', hook.id, '--json']);
+    expect(JSON.parse(getAdopted.lines.join('\n'))).toMatchObject({ managed: true, adopted: true, secretStored: true });
+
+    const delAdopted = await cli(['delete', hook.id]);
+    const delOwn = await cli(['delete', batchedId ?? '']);
+    expect(delAdopted.lines).toEqual([`deleted webhook ${hook.id} and removed it from webhook_endpoints`]);
+    expect(delOwn.lines).toEqual([`deleted webhook ${batchedId ?? ''} and removed it from webhook_endpoints`]);
+    expect((await readEndpoints(database.pool)).map((r) => r.id)).toEqual([realtimeId]);
+    await expectNoSecretIn([adopt, list, json, get, getOwn, getAdopted, delAdopted, delOwn]);
   });
 });

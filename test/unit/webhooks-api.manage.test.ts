@@ -134,7 +134,7 @@ describe('output never carries a secret', () => {
 
   it('list, get, --json and register lines', () => {
     const lines = [
-      ...formatWebhookList({ webhooks: [{ webhook, managed: true }], missingUpstream: [] }),
+      ...formatWebhookList({ webhooks: [{ webhook, managed: true, adopted: false }], missingUpstream: [] }),
       ...formatWebhook(webhook, true, true),
       JSON.stringify(publicWebhook(webhook)),
       formatRegisterAction({
