@@ -7,6 +7,7 @@
  *   // management: `${sim.url}/api/webhooks` with `Authorization: Bearer sim-token`
  *   sim.world.unsubscribe(id); await sim.deliveries.settle(5_000); await sim.close();
  */
+import type { FastifyInstance } from 'fastify';
 import { Churn, PageChurn } from './churn.js';
 import type { PageChurnSettings } from './churn.js';
 import { Deliveries } from './deliveries.js';
@@ -19,7 +20,7 @@ import type { RateLimitMode } from './rate-limit.js';
 import { RequestLog } from './requests.js';
 import type { RequestFilter, RequestRecord } from './requests.js';
 import { buildServer } from './server.js';
-import type { RateLimitScope } from './server.js';
+import type { RateLimitScope, ServerConfig } from './server.js';
 import { WebhookRegistry } from './webhooks.js';
 import type { WebhookInput } from './webhooks.js';
 import { World, defaultClock } from './world.js';
@@ -128,6 +129,43 @@ function checkCap(cap: number): void {
 const RETRY_DELAYS_S = [10, 100, 1000];
 
 export async function startSimulator(options: SimulatorOptions = {}): Promise<Simulator> {
+  const parts = assemble(options);
+  const app = buildServer(parts.serverConfig);
+  const host = options.host ?? '127.0.0.1';
+  await app.listen({ port: options.port ?? 0, host });
+  const address = app.server.address();
+  const port = typeof address === 'object' && address !== null ? address.port : (options.port ?? 0);
+  parts.deliveries.start();
+  const churn = new Churn(parts.world, parts.seed);
+  if (options.churn) churn.setRate(options.churn);
+  return simulatorHandle(parts, { app, url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`, port, churn });
+}
+
+/** Everything the server is built from, made (and the options checked) before anything listens. */
+interface Parts {
+  seed: number;
+  world: World;
+  registry: WebhookRegistry;
+  deliveries: Deliveries;
+  /** Detaches the deliveries from the world's events. */
+  stopListening: () => void;
+  requests: RequestLog;
+  faults: Faults;
+  pageChurn: PageChurn;
+  /** Mutable: the handle's setters change caps and modes while the server runs, which reads them per request. */
+  serverConfig: ServerConfig;
+}
+
+/** The running server's side of the handle. */
+interface Running {
+  app: FastifyInstance;
+  url: string;
+  port: number;
+  churn: Churn;
+}
+
+/** Checks the options and builds the parts, in the order that decides which bad option is reported first. */
+function assemble(options: SimulatorOptions): Parts {
   const timeScale = positive(options.timeScale ?? 1, 'timeScale');
   const boundary = options.boundary ?? 'midnight';
   if (!isBoundary(boundary)) throw new RangeError(`boundary must be midnight or whole-day, got ${String(boundary)}`);
@@ -136,8 +174,36 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
   const world = new World({ ...options, clock, seed });
   const registry = new WebhookRegistry({ clock });
   for (const input of options.webhooks ?? []) registry.register(input);
-  const deliveries = new Deliveries(registry, {
-    accountId: world.accountId,
+  const deliveries = createDeliveries(registry, world.accountId, options, timeScale);
+  const stopListening = world.onEvent((event) => deliveries.handle(event));
+  const limits = rateLimits(options, timeScale);
+  const requests = new RequestLog();
+  const faults = new Faults(seed, options.faults);
+  const pageChurn = new PageChurn(world, seed);
+  if (options.pageChurn) pageChurn.set(options.pageChurn);
+  const serverConfig: ServerConfig = {
+    world,
+    registry,
+    requests,
+    faults,
+    ...limits,
+    apiKey: options.apiKey ?? 'sim-key',
+    apiKeyHeader: options.apiKeyHeader ?? 'X-Service-ApiKey',
+    webhooksToken: options.webhooksToken ?? 'sim-token',
+    boundary,
+    pageCap: options.pageCap ?? null,
+    shiftingOrder: options.shiftingOrder ?? false,
+    logger: options.logger ?? false,
+    onListPage: (served) => pageChurn.onPage(served),
+    movedAccount: options.movedAccount ?? false,
+    onCurrentPage: (served) => pageChurn.onPage(served),
+  };
+  return { seed, world, registry, deliveries, stopListening, requests, faults, pageChurn, serverConfig };
+}
+
+function createDeliveries(registry: WebhookRegistry, accountId: number, options: SimulatorOptions, timeScale: number): Deliveries {
+  return new Deliveries(registry, {
+    accountId,
     timeoutMs: positive(options.deliveryTimeoutMs ?? 3000, 'deliveryTimeoutMs'),
     retryDelaysMs: options.retryDelaysMs ?? RETRY_DELAYS_S.map((s) => s * 1000 * timeScale),
     batchIntervalMs: positive(options.batchIntervalMs ?? MINUTE_MS * timeScale, 'batchIntervalMs'),
@@ -145,91 +211,64 @@ export async function startSimulator(options: SimulatorOptions = {}): Promise<Si
     concurrency: positive(options.deliveryConcurrency ?? 8, 'deliveryConcurrency'),
     logLimit: options.deliveryLogLimit ?? 50_000,
   });
-  const stopListening = world.onEvent((event) => deliveries.handle(event));
-  const limiter =
-    options.rateLimit === false
-      ? null
-      : new RateLimiter(options.rateLimit ?? 60, options.rateLimitWindowMs ?? MINUTE_MS * timeScale, options.rateLimitMode ?? 'fixed');
-  const rateLimitScope = options.rateLimitScope ?? 'endpoint';
+}
+
+type RateLimits = Pick<ServerConfig, 'limiter' | 'rateLimitScope' | 'currentLimiter' | 'currentPageCap'>;
+
+/** The legacy and current APIs' limiters and the current API's page cap. */
+function rateLimits(options: SimulatorOptions, timeScale: number): RateLimits {
+  const windowMs = options.rateLimitWindowMs ?? MINUTE_MS * timeScale;
+  const mode = options.rateLimitMode ?? 'fixed';
+  const limiter = options.rateLimit === false ? null : new RateLimiter(options.rateLimit ?? 60, windowMs, mode);
+  // rateLimit: false turns off every limit, the current API's too.
   const currentRate = options.rateLimit === false ? false : (options.currentRateLimit ?? CURRENT_RATE_LIMIT);
-  const currentLimiter =
-    currentRate === false
-      ? null
-      : new RateLimiter(currentRate, options.rateLimitWindowMs ?? MINUTE_MS * timeScale, options.rateLimitMode ?? 'fixed');
+  const currentLimiter = currentRate === false ? null : new RateLimiter(currentRate, windowMs, mode);
   const currentPageCap = options.currentPageCap === undefined ? CURRENT_PAGE_CAP : options.currentPageCap;
   if (currentPageCap !== null) checkCap(currentPageCap);
-  const requests = new RequestLog();
-  const faults = new Faults(seed, options.faults);
-  const apiKeyHeader = options.apiKeyHeader ?? 'X-Service-ApiKey';
-  const apiKey = options.apiKey ?? 'sim-key';
-  const webhooksToken = options.webhooksToken ?? 'sim-token';
-  const pageChurn = new PageChurn(world, seed);
-  if (options.pageChurn) pageChurn.set(options.pageChurn);
-  const serverConfig = {
-    world,
-    registry,
-    requests,
-    faults,
-    limiter,
-    rateLimitScope,
-    apiKey,
-    apiKeyHeader,
-    webhooksToken,
-    boundary,
-    pageCap: options.pageCap ?? null,
-    shiftingOrder: options.shiftingOrder ?? false,
-    logger: options.logger ?? false,
-    onListPage: (served: Parameters<PageChurn['onPage']>[0]) => pageChurn.onPage(served),
-    currentLimiter,
-    currentPageCap,
-    movedAccount: options.movedAccount ?? false,
-    onCurrentPage: (served: Parameters<PageChurn['onPage']>[0]) => pageChurn.onPage(served),
-  };
-  const app = buildServer(serverConfig);
-  const host = options.host ?? '127.0.0.1';
-  await app.listen({ port: options.port ?? 0, host });
-  const address = app.server.address();
-  const port = typeof address === 'object' && address !== null ? address.port : (options.port ?? 0);
-  deliveries.start();
-  const churn = new Churn(world, seed);
-  if (options.churn) churn.setRate(options.churn);
+  return { limiter, rateLimitScope: options.rateLimitScope ?? 'endpoint', currentLimiter, currentPageCap };
+}
 
+/** The public `Simulator` over the parts and the running server. */
+function simulatorHandle(parts: Parts, running: Running): Simulator {
+  const { world, requests, serverConfig: config } = parts;
+  const { limiter, currentLimiter, rateLimitScope } = config;
   let closing: Promise<void> | undefined;
   return {
-    url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
-    port,
-    apiKey,
-    apiKeyHeader,
-    webhooksToken,
+    url: running.url,
+    port: running.port,
+    apiKey: config.apiKey,
+    apiKeyHeader: config.apiKeyHeader,
+    webhooksToken: config.webhooksToken,
     accountId: world.accountId,
     world,
-    webhooks: registry,
-    deliveries,
+    webhooks: parts.registry,
+    deliveries: parts.deliveries,
     requests: requests.records,
     maxRequestsInAnyWindow: (windowMs, filter) => requests.maxInAnyWindow(windowMs, filter),
     clearRequests: () => requests.clear(),
-    faults,
-    churn,
-    pageChurn,
+    faults: parts.faults,
+    churn: running.churn,
+    pageChurn: parts.pageChurn,
     setPageCap(cap: number | null): void {
       if (cap !== null) checkCap(cap);
-      serverConfig.pageCap = cap;
+      config.pageCap = cap;
     },
     setCurrentPageCap(cap: number | null): void {
       if (cap !== null) checkCap(cap);
-      serverConfig.currentPageCap = cap;
+      config.currentPageCap = cap;
     },
     setMovedAccount(moved: boolean): void {
-      serverConfig.movedAccount = moved;
+      config.movedAccount = moved;
     },
     currentRateLimit: currentLimiter ? { limit: currentLimiter.limit, windowMs: currentLimiter.windowMs } : null,
     rateLimit: limiter ? { limit: limiter.limit, windowMs: limiter.windowMs, mode: limiter.mode, scope: rateLimitScope } : null,
     close(): Promise<void> {
+      // Idempotent: a second close waits for the first.
       closing ??= (async () => {
-        churn.stop();
-        stopListening();
-        await deliveries.close();
-        await app.close();
+        running.churn.stop();
+        parts.stopListening();
+        await parts.deliveries.close();
+        await running.app.close();
       })();
       return closing;
     },

@@ -43,7 +43,7 @@ import { createLegacyClient, type LegacyClient } from '../../src/upstream/legacy
 import { createLimiter } from '../../src/upstream/limiter.js';
 import { copyFromStdin, copyRows, SUBSCRIBER_COPY_COLUMNS, subscriberCopyTuple } from './lib/copy.js';
 import { argText, isMain } from './lib/cli.js';
-import { figure, printTable, round, timed, writeJson, type BenchResult } from './lib/report.js';
+import { figure, printTable, round, timed, writeJson, type BenchFigure, type BenchResult } from './lib/report.js';
 import { createScratchDatabase, type ScratchDatabase } from './lib/scratch-db.js';
 
 export interface PollBenchOptions {
@@ -276,204 +276,284 @@ export async function benchPoll(options: PollBenchOptions = {}): Promise<PollBen
     const groupId = simulator.world.groupIds()[0];
     if (!groupId) throw new Error('simulator seeded no group');
     const s: Setup = { sim: simulator, groupId, scratch, types, pageSize };
-    const rows = types.reduce((n, t) => n + simulator.world.memberCount(groupId, t), 0);
-    const pageCount = types.reduce((n, t) => n + Math.ceil(simulator.world.memberCount(groupId, t) / pageSize), 0);
+    const shape = groupShape(s);
     log(
-      `poll: ${subscribers.toLocaleString('en-US')} subscribers seeded in ${Math.round(seedMs)} ms; a pass reads ${rows.toLocaleString('en-US')} rows in ${pageCount} pages (${types.join(', ')})`,
+      `poll: ${subscribers.toLocaleString('en-US')} subscribers seeded in ${Math.round(seedMs)} ms; a pass reads ${shape.rows.toLocaleString('en-US')} rows in ${shape.pages} pages (${types.join(', ')})`,
     );
-
-    const times: Record<keyof PollStageRates, number[]> = {
-      fetchOnly: [],
-      fetchParse: [],
-      fetchParseNormalize: [],
-      storeOnly: [],
-      storeOnlyCurrent: [],
-      rawCopy: [],
-      fullPass: [],
-      reconcilePass: [],
-    };
-    const expectRows = (stage: string, n: number) => {
-      if (n !== rows) throw new Error(`${stage} saw ${n} rows, expected ${rows}`);
-    };
-    const minimum = minimumFullPassRequests(
-      types.map((t) => simulator.world.memberCount(groupId, t)),
-      pageSize,
-    );
-    const requestCounts = { fullPass: 0, incrementalTick: 0, incrementalTickRows: 0 };
-
-    // Warm-up: JIT, fetch's connection pool, prepared statements (a small pass, then cleared).
-    await fetchParse({ ...s, types: [types[0] as SubscriberType] }, true, null);
-    await truncateMirror(scratch.pool);
-
-    for (let r = 1; r <= repeats; r++) {
-      log(`poll: repeat ${r}/${repeats}: fetch only…`);
-      times.fetchOnly.push(await timed(() => fetchOnly(s)));
-      log(`poll: repeat ${r}/${repeats}: fetch + parse…`);
-      times.fetchParse.push(await timed(async () => expectRows('fetch + parse', await fetchParse(s, false, null))));
-
-      log(`poll: repeat ${r}/${repeats}: fetch + parse + normalize…`);
-      const pages: KeptPage[] = [];
-      times.fetchParseNormalize.push(await timed(async () => expectRows('fetch + parse + normalize', await fetchParse(s, true, pages))));
-
-      log(`poll: repeat ${r}/${repeats}: store only…`);
-      await truncateMirror(scratch.pool);
-      times.storeOnly.push(await timed(() => storeOnly(s, pages, 'inserted')));
-      log(`poll: repeat ${r}/${repeats}: store only, mirror current…`);
-      times.storeOnlyCurrent.push(await timed(() => storeOnly(s, pages, 'unchanged')));
-
-      log(`poll: repeat ${r}/${repeats}: raw COPY…`);
-      const encoded = encodeCopy(s, pages);
-      pages.length = 0;
-      await truncateMirror(scratch.pool);
-      times.rawCopy.push(await timed(() => rawCopy(s, encoded, rows)));
-
-      log(`poll: repeat ${r}/${repeats}: full pass into an empty mirror…`);
-      await truncateMirror(scratch.pool);
-      times.fullPass.push(
-        await timed(async () => {
-          const pass = await fullPass(s, rows);
-          expectRows('full pass', pass.seen);
-          requestCounts.fullPass = pass.requests;
-        }),
-      );
-      log(`poll: repeat ${r}/${repeats}: full pass over the current mirror…`);
-      times.reconcilePass.push(await timed(async () => expectRows('reconcile pass', (await fullPass(s, 0)).seen)));
-      const tick = await incrementalTick(s);
-      requestCounts.incrementalTick = tick.requests;
-      requestCounts.incrementalTickRows = tick.rows;
-    }
-
-    const best = (stage: keyof PollStageRates) => (rows / Math.min(...times[stage])) * 1000;
-    const median = (stage: keyof PollStageRates) => {
-      const sorted = [...times[stage]].sort((a, b) => a - b);
-      return (rows / (sorted[Math.floor(sorted.length / 2)] ?? Infinity)) * 1000;
-    };
-    const rates: PollStageRates = {
-      fetchOnly: best('fetchOnly'),
-      fetchParse: best('fetchParse'),
-      fetchParseNormalize: best('fetchParseNormalize'),
-      storeOnly: best('storeOnly'),
-      storeOnlyCurrent: best('storeOnlyCurrent'),
-      rawCopy: best('rawCopy'),
-      fullPass: best('fullPass'),
-      reconcilePass: best('reconcilePass'),
-    };
-    const per1000 = (rate: number) => 1_000_000 / rate;
-    const msPer1000 = {
-      fetch: round(per1000(rates.fetchOnly), 1),
-      parse: round(per1000(rates.fetchParse) - per1000(rates.fetchOnly), 1),
-      normalize: round(per1000(rates.fetchParseNormalize) - per1000(rates.fetchParse), 1),
-      write: round(per1000(rates.fullPass) - per1000(rates.fetchParseNormalize), 1),
-      total: round(per1000(rates.fullPass), 1),
-    };
-    const note = (stage: keyof PollStageRates, text: string) =>
-      `${text}; best of ${repeats}, median ${Math.round(median(stage)).toLocaleString('en-US')} rows/s`;
-    const result: BenchResult = {
-      bench: 'poll',
-      rows,
-      startedAt: startedAt.toISOString(),
-      durationMs: Date.now() - startedAt.getTime(),
-      environment: {
-        node: process.version,
-        cpus: String(os.cpus().length),
-        subscribers: String(subscribers),
-        types: types.join(','),
-        pageSize: String(pageSize),
-        pages: String(pageCount),
-        repeats: String(repeats),
-        seedMs: String(Math.round(seedMs)),
-        load: `${round(loadBefore, 2)} → ${round(os.loadavg()[0] ?? 0, 2)}`,
-      },
-      figures: [
-        figure(
-          'full pass (end-to-end)',
-          rates.fullPass,
-          'rows/s',
-          rates.storeOnly,
-          note('fullPass', 'runPass full into an empty mirror; baseline: store only, same rows and transactions'),
-        ),
-        figure(
-          'full pass, mirror current',
-          rates.reconcilePass,
-          'rows/s',
-          rates.storeOnlyCurrent,
-          note('reconcilePass', 'runPass full again: all read, only last_seen_at written; baseline: store only, mirror current'),
-        ),
-        figure(
-          'store only',
-          rates.storeOnly,
-          'rows/s',
-          rates.rawCopy,
-          note('storeOnly', 'per-page transactions of the pass, rows from memory; baseline: raw COPY'),
-        ),
-        figure(
-          'store only, mirror current',
-          rates.storeOnlyCurrent,
-          'rows/s',
-          rates.storeOnly,
-          note('storeOnlyCurrent', 'the same rows again: nothing changes but last_seen_at; baseline: store only'),
-        ),
-        figure('raw COPY', rates.rawCopy, 'rows/s', null, note('rawCopy', 'subscribers + memberships, one pre-encoded COPY per table')),
-        figure('fetch only', rates.fetchOnly, 'rows/s', null, note('fetchOnly', 'simulator render + HTTP, bodies not parsed')),
-        figure(
-          'fetch + parse',
-          rates.fetchParse,
-          'rows/s',
-          rates.fetchOnly,
-          note('fetchParse', 'legacy client pages(), lossless JSON; baseline: fetch only'),
-        ),
-        figure(
-          'fetch + parse + normalize',
-          rates.fetchParseNormalize,
-          'rows/s',
-          rates.fetchParse,
-          note('fetchParseNormalize', 'plus normalizeLegacySubscriber; baseline: fetch + parse'),
-        ),
-        figure(
-          'full pass requests',
-          requestCounts.fullPass,
-          'requests',
-          minimum,
-          `all ${types.length} types, page size ${pageSize}, overlapping pages; baseline: ${pageCount} pages + 1 end request and 1 count per type`,
-        ),
-        figure(
-          'incremental tick requests',
-          requestCounts.incrementalTick,
-          'requests',
-          types.length,
-          `every type once over the unchanged group (${requestCounts.incrementalTickRows} rows in the lookback window; unsubscribed also reads date_unsubscribe); baseline: one per type`,
-        ),
-        figure(
-          'ms per 1000 rows',
-          msPer1000.total,
-          'ms',
-          null,
-          `fetch ${msPer1000.fetch} + parse ${msPer1000.parse} + normalize ${msPer1000.normalize} + write ${msPer1000.write} (write = pass − read stages)`,
-        ),
-      ],
-    };
-    const figures: PollBenchFigures = {
-      subscribers,
-      rows,
-      pages: pageCount,
-      types,
-      pageSize,
-      repeats,
-      seedMs: Math.round(seedMs),
-      rates: Object.fromEntries(Object.entries(rates).map(([k, v]) => [k, Math.round(v)])) as unknown as PollStageRates,
-      ratioToStore: round(rates.fullPass / rates.storeOnly, 3),
-      ratioToCopy: round(rates.fullPass / rates.rawCopy, 3),
-      requests: { ...requestCounts, minimum, ratio: round(requestCounts.fullPass / minimum, 3) },
-      msPer1000,
-      result,
-    };
-    if (options.print !== false) printTable(result);
-    if (options.json) writeJson(options.json, result);
+    const measured = await measureStages(s, shape.rows, repeats, log);
+    const figures = pollFigures(s, shape, measured, { subscribers, repeats, seedMs, startedAt, loadBefore });
+    if (options.print !== false) printTable(figures.result);
+    if (options.json) writeJson(options.json, figures.result);
     return figures;
   } finally {
     await simulator.close();
     await scratch?.drop();
   }
+}
+
+/** What one pass of the selected types reads: rows, pages, and the fewest requests it can make. */
+interface GroupShape {
+  rows: number;
+  pages: number;
+  minimum: number;
+}
+
+function groupShape(s: Setup): GroupShape {
+  const members = s.types.map((t) => s.sim.world.memberCount(s.groupId, t));
+  return {
+    rows: members.reduce((n, m) => n + m, 0),
+    pages: members.reduce((n, m) => n + Math.ceil(m / s.pageSize), 0),
+    minimum: minimumFullPassRequests(members, s.pageSize),
+  };
+}
+
+/** Milliseconds of every repeat, per stage. */
+type StageTimes = Record<keyof PollStageRates, number[]>;
+
+/** Requests of the last repeat's full pass and incremental tick. */
+interface RequestCounts {
+  fullPass: number;
+  incrementalTick: number;
+  incrementalTickRows: number;
+}
+
+interface Measured {
+  times: StageTimes;
+  requests: RequestCounts;
+}
+
+/** The run as a whole, for the environment of the result. */
+interface RunInfo {
+  subscribers: number;
+  repeats: number;
+  seedMs: number;
+  startedAt: Date;
+  loadBefore: number;
+}
+
+function expectRows(stage: string, n: number, rows: number): void {
+  if (n !== rows) throw new Error(`${stage} saw ${n} rows, expected ${rows}`);
+}
+
+/** Every stage `repeats` times, interleaved (each repeat runs all the stages in order), after a warm-up. */
+async function measureStages(s: Setup, rows: number, repeats: number, log: (line: string) => void): Promise<Measured> {
+  const times: StageTimes = {
+    fetchOnly: [],
+    fetchParse: [],
+    fetchParseNormalize: [],
+    storeOnly: [],
+    storeOnlyCurrent: [],
+    rawCopy: [],
+    fullPass: [],
+    reconcilePass: [],
+  };
+  const requests: RequestCounts = { fullPass: 0, incrementalTick: 0, incrementalTickRows: 0 };
+
+  // Warm-up: JIT, fetch's connection pool, prepared statements (a small pass, then cleared).
+  await fetchParse({ ...s, types: [s.types[0] as SubscriberType] }, true, null);
+  await truncateMirror(s.scratch.pool);
+
+  for (let r = 1; r <= repeats; r++) {
+    const step = (stage: string) => log(`poll: repeat ${r}/${repeats}: ${stage}…`);
+    const pages = await measureReads(s, rows, times, step);
+    await measureWrites(s, rows, pages, { times, requests }, step);
+  }
+  return { times, requests };
+}
+
+/** The read stages of one repeat; returns the normalized pages the write stages store. */
+async function measureReads(s: Setup, rows: number, times: StageTimes, step: (stage: string) => void): Promise<KeptPage[]> {
+  step('fetch only');
+  times.fetchOnly.push(await timed(() => fetchOnly(s)));
+  step('fetch + parse');
+  times.fetchParse.push(await timed(async () => expectRows('fetch + parse', await fetchParse(s, false, null), rows)));
+
+  step('fetch + parse + normalize');
+  const pages: KeptPage[] = [];
+  times.fetchParseNormalize.push(await timed(async () => expectRows('fetch + parse + normalize', await fetchParse(s, true, pages), rows)));
+  return pages;
+}
+
+/** The write stages of one repeat; empties `pages` once encoded for COPY, so the passes run without them in memory. */
+async function measureWrites(s: Setup, rows: number, pages: KeptPage[], into: Measured, step: (stage: string) => void): Promise<void> {
+  const { times, requests } = into;
+  step('store only');
+  await truncateMirror(s.scratch.pool);
+  times.storeOnly.push(await timed(() => storeOnly(s, pages, 'inserted')));
+  step('store only, mirror current');
+  times.storeOnlyCurrent.push(await timed(() => storeOnly(s, pages, 'unchanged')));
+
+  step('raw COPY');
+  const encoded = encodeCopy(s, pages);
+  pages.length = 0;
+  await truncateMirror(s.scratch.pool);
+  times.rawCopy.push(await timed(() => rawCopy(s, encoded, rows)));
+
+  step('full pass into an empty mirror');
+  await truncateMirror(s.scratch.pool);
+  times.fullPass.push(
+    await timed(async () => {
+      const pass = await fullPass(s, rows);
+      expectRows('full pass', pass.seen, rows);
+      requests.fullPass = pass.requests;
+    }),
+  );
+  step('full pass over the current mirror');
+  times.reconcilePass.push(await timed(async () => expectRows('reconcile pass', (await fullPass(s, 0)).seen, rows)));
+  const tick = await incrementalTick(s);
+  requests.incrementalTick = tick.requests;
+  requests.incrementalTickRows = tick.rows;
+}
+
+/** rows/s of each stage's fastest repeat. */
+function bestRates(times: StageTimes, rows: number): PollStageRates {
+  const best = (stage: keyof PollStageRates) => (rows / Math.min(...times[stage])) * 1000;
+  return {
+    fetchOnly: best('fetchOnly'),
+    fetchParse: best('fetchParse'),
+    fetchParseNormalize: best('fetchParseNormalize'),
+    storeOnly: best('storeOnly'),
+    storeOnlyCurrent: best('storeOnlyCurrent'),
+    rawCopy: best('rawCopy'),
+    fullPass: best('fullPass'),
+    reconcilePass: best('reconcilePass'),
+  };
+}
+
+/** Each step's share of the pass, as differences between the stages that add it. */
+function stepCosts(rates: PollStageRates): PollBenchFigures['msPer1000'] {
+  const per1000 = (rate: number) => 1_000_000 / rate;
+  return {
+    fetch: round(per1000(rates.fetchOnly), 1),
+    parse: round(per1000(rates.fetchParse) - per1000(rates.fetchOnly), 1),
+    normalize: round(per1000(rates.fetchParseNormalize) - per1000(rates.fetchParse), 1),
+    write: round(per1000(rates.fullPass) - per1000(rates.fetchParseNormalize), 1),
+    total: round(per1000(rates.fullPass), 1),
+  };
+}
+
+function pollFigures(s: Setup, shape: GroupShape, measured: Measured, run: RunInfo): PollBenchFigures {
+  const { rows, minimum } = shape;
+  const { times, requests } = measured;
+  const rates = bestRates(times, rows);
+  const msPer1000 = stepCosts(rates);
+  const median = (stage: keyof PollStageRates) => {
+    const sorted = [...times[stage]].sort((a, b) => a - b);
+    return (rows / (sorted[Math.floor(sorted.length / 2)] ?? Infinity)) * 1000;
+  };
+  const note = (stage: keyof PollStageRates, text: string) =>
+    `${text}; best of ${run.repeats}, median ${Math.round(median(stage)).toLocaleString('en-US')} rows/s`;
+  const result: BenchResult = {
+    bench: 'poll',
+    rows,
+    startedAt: run.startedAt.toISOString(),
+    durationMs: Date.now() - run.startedAt.getTime(),
+    environment: {
+      node: process.version,
+      cpus: String(os.cpus().length),
+      subscribers: String(run.subscribers),
+      types: s.types.join(','),
+      pageSize: String(s.pageSize),
+      pages: String(shape.pages),
+      repeats: String(run.repeats),
+      seedMs: String(Math.round(run.seedMs)),
+      load: `${round(run.loadBefore, 2)} → ${round(os.loadavg()[0] ?? 0, 2)}`,
+    },
+    figures: resultFigures(s, shape, rates, requests, msPer1000, note),
+  };
+  return {
+    subscribers: run.subscribers,
+    rows,
+    pages: shape.pages,
+    types: s.types,
+    pageSize: s.pageSize,
+    repeats: run.repeats,
+    seedMs: Math.round(run.seedMs),
+    rates: Object.fromEntries(Object.entries(rates).map(([k, v]) => [k, Math.round(v)])) as unknown as PollStageRates,
+    ratioToStore: round(rates.fullPass / rates.storeOnly, 3),
+    ratioToCopy: round(rates.fullPass / rates.rawCopy, 3),
+    requests: { ...requests, minimum, ratio: round(requests.fullPass / minimum, 3) },
+    msPer1000,
+    result,
+  };
+}
+
+/** The figures of the shared result shape, each with its baseline measured in the same run. */
+function resultFigures(
+  s: Setup,
+  shape: GroupShape,
+  rates: PollStageRates,
+  requests: RequestCounts,
+  msPer1000: PollBenchFigures['msPer1000'],
+  note: (stage: keyof PollStageRates, text: string) => string,
+): BenchFigure[] {
+  return [
+    figure(
+      'full pass (end-to-end)',
+      rates.fullPass,
+      'rows/s',
+      rates.storeOnly,
+      note('fullPass', 'runPass full into an empty mirror; baseline: store only, same rows and transactions'),
+    ),
+    figure(
+      'full pass, mirror current',
+      rates.reconcilePass,
+      'rows/s',
+      rates.storeOnlyCurrent,
+      note('reconcilePass', 'runPass full again: all read, only last_seen_at written; baseline: store only, mirror current'),
+    ),
+    figure(
+      'store only',
+      rates.storeOnly,
+      'rows/s',
+      rates.rawCopy,
+      note('storeOnly', 'per-page transactions of the pass, rows from memory; baseline: raw COPY'),
+    ),
+    figure(
+      'store only, mirror current',
+      rates.storeOnlyCurrent,
+      'rows/s',
+      rates.storeOnly,
+      note('storeOnlyCurrent', 'the same rows again: nothing changes but last_seen_at; baseline: store only'),
+    ),
+    figure('raw COPY', rates.rawCopy, 'rows/s', null, note('rawCopy', 'subscribers + memberships, one pre-encoded COPY per table')),
+    figure('fetch only', rates.fetchOnly, 'rows/s', null, note('fetchOnly', 'simulator render + HTTP, bodies not parsed')),
+    figure(
+      'fetch + parse',
+      rates.fetchParse,
+      'rows/s',
+      rates.fetchOnly,
+      note('fetchParse', 'legacy client pages(), lossless JSON; baseline: fetch only'),
+    ),
+    figure(
+      'fetch + parse + normalize',
+      rates.fetchParseNormalize,
+      'rows/s',
+      rates.fetchParse,
+      note('fetchParseNormalize', 'plus normalizeLegacySubscriber; baseline: fetch + parse'),
+    ),
+    figure(
+      'full pass requests',
+      requests.fullPass,
+      'requests',
+      shape.minimum,
+      `all ${s.types.length} types, page size ${s.pageSize}, overlapping pages; baseline: ${shape.pages} pages + 1 end request and 1 count per type`,
+    ),
+    figure(
+      'incremental tick requests',
+      requests.incrementalTick,
+      'requests',
+      s.types.length,
+      `every type once over the unchanged group (${requests.incrementalTickRows} rows in the lookback window; unsubscribed also reads date_unsubscribe); baseline: one per type`,
+    ),
+    figure(
+      'ms per 1000 rows',
+      msPer1000.total,
+      'ms',
+      null,
+      `fetch ${msPer1000.fetch} + parse ${msPer1000.parse} + normalize ${msPer1000.normalize} + write ${msPer1000.write} (write = pass − read stages)`,
+    ),
+  ];
 }
 
 /** `all` or a comma-separated list of types. */

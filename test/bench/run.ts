@@ -153,42 +153,74 @@ const SMOKE = {
   freshnessRate: 100,
 } as const;
 
-function parseArgs(argv: readonly string[]): RunOptions {
-  const names: BenchName[] = [];
-  const flags = new Map<string, string>();
-  let quick = false;
-  let smoke = false;
+/** The command line as given: benchmark names, `--flag value` pairs and the two size presets. */
+interface ArgvParts {
+  names: BenchName[];
+  flags: Map<string, string>;
+  quick: boolean;
+  smoke: boolean;
+}
+
+const KNOWN_FLAGS = new Set([
+  'store-rows',
+  'store-repeats',
+  'poll-subscribers',
+  'poll-repeats',
+  'poll-types',
+  'passes-subscribers',
+  'passes-page-size',
+  'current-subscribers',
+  'memory-sizes',
+  'webhooks-seconds',
+  'webhooks-connections',
+  'freshness-seconds',
+  'freshness-rate',
+  'json',
+]);
+
+function splitArgv(argv: readonly string[]): ArgvParts {
+  const parts: ArgvParts = { names: [], flags: new Map(), quick: false, smoke: false };
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i] as string;
-    if (arg === '--quick') quick = true;
-    else if (arg === '--smoke') smoke = true;
+    if (arg === '--quick') parts.quick = true;
+    else if (arg === '--smoke') parts.smoke = true;
     else if (arg === '--help' || arg === '-h') throw new UsageError('');
     else if (arg.startsWith('--')) {
       const [flag, inline] = arg.split('=', 2) as [string, string | undefined];
       const value = inline ?? argv[++i];
       if (value === undefined) throw new UsageError(`${flag} needs a value`);
-      flags.set(flag.slice(2), value);
-    } else if ((BENCHES as readonly string[]).includes(arg)) names.push(arg as BenchName);
+      parts.flags.set(flag.slice(2), value);
+    } else if ((BENCHES as readonly string[]).includes(arg)) parts.names.push(arg as BenchName);
     else throw new UsageError(`unknown benchmark "${arg}" (choose from ${BENCHES.join(', ')})`);
   }
-  const known = new Set([
-    'store-rows',
-    'store-repeats',
-    'poll-subscribers',
-    'poll-repeats',
-    'poll-types',
-    'passes-subscribers',
-    'passes-page-size',
-    'current-subscribers',
-    'memory-sizes',
-    'webhooks-seconds',
-    'webhooks-connections',
-    'freshness-seconds',
-    'freshness-rate',
-    'json',
-  ]);
-  const unknown = [...flags.keys()].filter((f) => !known.has(f));
+  const unknown = [...parts.flags.keys()].filter((f) => !KNOWN_FLAGS.has(f));
   if (unknown.length > 0) throw new UsageError(`unknown flag${unknown.length > 1 ? 's' : ''}: ${unknown.map((f) => `--${f}`).join(', ')}`);
+  return parts;
+}
+
+function memorySizesOf({ flags, smoke, quick }: ArgvParts): number[] {
+  const sizesText = flags.get('memory-sizes');
+  const defaultSizes = smoke ? SMOKE.memorySizes : quick ? QUICK_MEMORY_SIZES : DEFAULT_MEMORY_SIZES;
+  const memorySizes = sizesText ? sizesText.split(',').map(Number) : [...defaultSizes];
+  if (memorySizes.some((n) => !Number.isSafeInteger(n) || n <= 0))
+    throw new UsageError(`--memory-sizes takes positive whole numbers, got ${sizesText}`);
+  return memorySizes;
+}
+
+function pollTypesOf({ flags }: ArgvParts): SubscriberType[] | null {
+  const typesText = flags.get('poll-types');
+  if (typesText === undefined) return null;
+  try {
+    return parseTypes(typesText);
+  } catch (error) {
+    // parseTypes speaks of the poll bench's own flag.
+    throw new UsageError((error as Error).message.replace('--types', '--poll-types'));
+  }
+}
+
+function parseArgs(argv: readonly string[]): RunOptions {
+  const parts = splitArgv(argv);
+  const { names, flags, smoke } = parts;
   const num = (flag: string, fallback: number, min = 1): number => {
     const text = flags.get(flag);
     if (text === undefined) return fallback;
@@ -197,20 +229,8 @@ function parseArgs(argv: readonly string[]): RunOptions {
     return n;
   };
   const selected = names.length === 0 ? [...BENCHES] : BENCHES.filter((b) => names.some((n) => SELECTS[n].includes(b)));
-  const sizesText = flags.get('memory-sizes');
-  const defaultSizes = smoke ? SMOKE.memorySizes : quick ? QUICK_MEMORY_SIZES : DEFAULT_MEMORY_SIZES;
-  const memorySizes = sizesText ? sizesText.split(',').map(Number) : [...defaultSizes];
-  if (memorySizes.some((n) => !Number.isSafeInteger(n) || n <= 0))
-    throw new UsageError(`--memory-sizes takes positive whole numbers, got ${sizesText}`);
-  let pollTypes: SubscriberType[] | null = null;
-  const typesText = flags.get('poll-types');
-  if (typesText !== undefined) {
-    try {
-      pollTypes = parseTypes(typesText);
-    } catch (error) {
-      throw new UsageError((error as Error).message.replace('--types', '--poll-types'));
-    }
-  }
+  const memorySizes = memorySizesOf(parts);
+  const pollTypes = pollTypesOf(parts);
   const defaultJson = smoke ? path.join(os.tmpdir(), 'subscriber-mirror-bench-smoke.json') : path.join(REPO_ROOT, 'bench-results.json');
   return {
     benches: selected,
@@ -341,6 +361,11 @@ function storeRows(result: BenchResult): SummaryRow[] {
 }
 
 function pollRows(p: PollBenchFigures): SummaryRow[] {
+  return [...pollRateRows(p), ...pollRequestRows(p)];
+}
+
+/** Rows/s of the pass and of its stages, each against the stage below it. */
+function pollRateRows(p: PollBenchFigures): SummaryRow[] {
   const r = p.rates;
   const m = p.msPer1000;
   return [
@@ -399,6 +424,12 @@ function pollRows(p: PollBenchFigures): SummaryRow[] {
       baseline: r.rawCopy,
       goals: [],
     }),
+  ];
+}
+
+/** Requests of a full pass and of an incremental tick, against the fewest they can make. */
+function pollRequestRows(p: PollBenchFigures): SummaryRow[] {
+  return [
     row({
       bench: 'poll',
       figure: 'full pass, requests',
@@ -756,9 +787,25 @@ async function runOne(name: BenchName, o: RunOptions, results: Results, log: (li
 }
 
 async function main(): Promise<number> {
-  let options: RunOptions;
+  const parsed = optionsOrExitCode(process.argv.slice(2));
+  if (typeof parsed === 'number') return parsed;
+  const options = parsed;
+  const startedAt = new Date();
+  const log = (line: string) => console.error(`[${((Date.now() - startedAt.getTime()) / 1000).toFixed(0).padStart(4)} s] ${line}`);
+  const machine: MachineInfo = await describeMachine({ databaseUrl: options.databaseUrl, redisUrl: options.redisUrl });
+  log(`benchmarks: ${options.benches.join(', ')}`);
+  for (const l of formatMachine(machine)) log(l);
+
+  const run = await runAll(options, log);
+  const span: Span = { startedAt, finishedAt: new Date() };
+  printSummary(options, run, machine, span);
+  return writeResults(options, run, machine, span);
+}
+
+/** The options, or the exit code when the command line asked for help (0) or was wrong (2). */
+function optionsOrExitCode(argv: readonly string[]): RunOptions | number {
   try {
-    options = parseArgs(process.argv.slice(2));
+    return parseArgs(argv);
   } catch (error) {
     if (!(error instanceof UsageError)) throw error;
     if (!error.message) {
@@ -769,41 +816,59 @@ async function main(): Promise<number> {
     console.error(USAGE);
     return 2;
   }
-  const startedAt = new Date();
-  const log = (line: string) => console.error(`[${((Date.now() - startedAt.getTime()) / 1000).toFixed(0).padStart(4)} s] ${line}`);
-  const machine: MachineInfo = await describeMachine({ databaseUrl: options.databaseUrl, redisUrl: options.redisUrl });
-  log(`benchmarks: ${options.benches.join(', ')}`);
-  for (const l of formatMachine(machine)) log(l);
+}
 
-  const results: Results = {};
-  const rows: SummaryRow[] = [];
-  const failed: Record<string, string> = {};
-  const timings: Record<string, { seconds: number; loadBefore: number; loadAfter: number }> = {};
+interface Timing {
+  seconds: number;
+  loadBefore: number;
+  loadAfter: number;
+}
+
+/** What the selected benchmarks produced; a failed one leaves its message in `failed` and no rows. */
+interface Run {
+  results: Results;
+  rows: SummaryRow[];
+  failed: Record<string, string>;
+  timings: Record<string, Timing>;
+}
+
+interface Span {
+  startedAt: Date;
+  finishedAt: Date;
+}
+
+/** Runs the benchmarks one after the other; a failure is recorded and the next one still runs. */
+async function runAll(options: RunOptions, log: (line: string) => void): Promise<Run> {
+  const run: Run = { results: {}, rows: [], failed: {}, timings: {} };
   for (const name of options.benches) {
     log(`── ${name} ──`);
     await settle(options.databaseUrl);
     const t0 = Date.now();
     const loadBefore = os.loadavg()[0] ?? 0;
     try {
-      rows.push(...(await runOne(name, options, results, (line) => log(line))));
+      run.rows.push(...(await runOne(name, options, run.results, (line) => log(line))));
     } catch (error) {
-      failed[name] = error instanceof Error ? error.message : String(error);
-      log(`${name} FAILED: ${failed[name]}`);
+      run.failed[name] = error instanceof Error ? error.message : String(error);
+      log(`${name} FAILED: ${run.failed[name]}`);
       if (error instanceof Error && error.stack) console.error(error.stack);
     }
-    timings[name] = {
+    const timing: Timing = {
       seconds: Math.round((Date.now() - t0) / 100) / 10,
       loadBefore: round(loadBefore, 2),
       loadAfter: round(os.loadavg()[0] ?? 0, 2),
     };
-    log(`${name}: ${timings[name]?.seconds} s (1-min load ${timings[name]?.loadBefore} → ${timings[name]?.loadAfter})`);
+    run.timings[name] = timing;
+    log(`${name}: ${timing.seconds} s (1-min load ${timing.loadBefore} → ${timing.loadAfter})`);
   }
-  const finishedAt = new Date();
+  return run;
+}
 
+function printSummary(options: RunOptions, run: Run, machine: MachineInfo, span: Span): void {
+  const { rows, failed, timings } = run;
   const summary = formatSummary(rows, failed);
   console.log('');
   console.log(
-    `Benchmark summary: ${options.benches.join(', ')}, ${((finishedAt.getTime() - startedAt.getTime()) / 1000).toFixed(0)} s, ${startedAt.toISOString()}`,
+    `Benchmark summary: ${options.benches.join(', ')}, ${((span.finishedAt.getTime() - span.startedAt.getTime()) / 1000).toFixed(0)} s, ${span.startedAt.toISOString()}`,
   );
   for (const l of formatMachine(machine)) console.log(l);
   console.log(
@@ -822,25 +887,28 @@ async function main(): Promise<number> {
     const list = missed.map((r) => `${r.bench} ${r.figure}`).join('; ');
     console.log(`goals: ${goalsChecked.length - missed.length}/${goalsChecked.length} met${missed.length ? ` (missed: ${list})` : ''}`);
   }
+}
 
+/** Writes the JSON, checks it holds every selected benchmark, and returns the exit code. */
+function writeResults(options: RunOptions, run: Run, machine: MachineInfo, span: Span): number {
   const json = {
-    startedAt: startedAt.toISOString(),
-    finishedAt: finishedAt.toISOString(),
-    durationMs: finishedAt.getTime() - startedAt.getTime(),
+    startedAt: span.startedAt.toISOString(),
+    finishedAt: span.finishedAt.toISOString(),
+    durationMs: span.finishedAt.getTime() - span.startedAt.getTime(),
     argv: process.argv.slice(2),
     options: { ...options, databaseUrl: undefined, redisUrl: undefined },
     machine,
-    timings,
+    timings: run.timings,
     goals: GOALS,
-    summary: rows,
-    failed,
-    results,
+    summary: run.rows,
+    failed: run.failed,
+    results: run.results,
   };
   writeFileSync(options.json, `${JSON.stringify(json, null, 2)}\n`);
   console.log(`JSON: ${options.json}`);
   const missing = missingResults(options.json, options.benches);
   if (missing.length > 0) console.error(`bench: ${options.json} has no results for ${missing.join(', ')}`);
-  return Object.keys(failed).length > 0 || missing.length > 0 ? 1 : 0;
+  return Object.keys(run.failed).length > 0 || missing.length > 0 ? 1 : 0;
 }
 
 /** The selected benchmarks whose results the JSON file, read back, does not hold. */

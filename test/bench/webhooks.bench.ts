@@ -22,7 +22,7 @@ import type pg from 'pg';
 import { openDatabase } from '../../src/db/client.js';
 import { buildServer } from '../../src/http/server.js';
 import { createLogger } from '../../src/ground/log.js';
-import type { InboxWriterOptions } from '../../src/webhooks/inbox.js';
+import type { InboxWriterOptions, InboxWriterStats } from '../../src/webhooks/inbox.js';
 import { parseDelivery } from '../../src/webhooks/payloads.js';
 import { registerWebhookRoute } from '../../src/webhooks/receiver.js';
 import { verifySignature } from '../../src/webhooks/signature.js';
@@ -96,9 +96,11 @@ export interface WebhookBenchFigures {
 const SECRET = 'bench-webhook-secret-5d1c';
 
 export async function benchWebhooks(options: BenchOptions = {}): Promise<WebhookBenchFigures> {
-  const seconds = options.seconds ?? 10;
-  const warmupSeconds = options.warmupSeconds ?? 2;
-  const connections = options.connections ?? 64;
+  const load: LoadSettings = {
+    seconds: options.seconds ?? 10,
+    warmupSeconds: options.warmupSeconds ?? 2,
+    connections: options.connections ?? 64,
+  };
   const inbox: Required<InboxWriterOptions> = {
     maxBatch: 256,
     maxWaitMs: 2,
@@ -126,57 +128,84 @@ export async function benchWebhooks(options: BenchOptions = {}): Promise<Webhook
     registerBaselineRoutes(app);
     await app.listen({ port: 0, host: '127.0.0.1' });
     const port = (app.server.address() as AddressInfo).port;
-
-    const routes: RouteFigures[] = [];
-    for (const name of options.routes ?? (Object.keys(ROUTES) as RouteName[])) {
-      const path = ROUTES[name];
-      const cpuBefore = process.cpuUsage();
-      const wallBefore = performance.now();
-      const load = await runLoadGenerator<GeneratorResult>(GENERATOR, {
-        port,
-        path,
-        secret: SECRET,
-        connections,
-        seconds,
-        warmupSeconds,
-      } satisfies GeneratorConfig);
-      const cpu = process.cpuUsage(cpuBefore);
-      const wallMs = performance.now() - wallBefore;
-      routes.push({ route: name, ...load, serverCpuPct: round(((cpu.user + cpu.system) / 1000 / wallMs) * 100, 0) });
-    }
-
-    const stats = route.writer.stats();
-    const { rows } = await database.pool.query<{ n: number }>('select count(*)::int as n from webhook_deliveries');
-    const settings = await readSettings(database.pool);
-    const verifyOnly = routes.find((r) => r.route === 'verify-only');
-    const store = routes.find((r) => r.route === 'store');
-    const summary: Omit<WebhookBenchFigures, 'result'> = {
-      at: startedAt.toISOString(),
-      machine: { cpus: cpus().length, node: process.version, ...settings, loadBefore, loadAfter: round(loadavg()[0] ?? 0, 2) },
-      options: { seconds, warmupSeconds, connections, inbox },
-      routes,
-      ratio: store && verifyOnly ? round(store.perSecond / verifyOnly.perSecond, 2) : Number.NaN,
-      inbox: {
-        batches: stats.batches,
-        rows: stats.rows,
-        avgBatch: round(stats.rows / Math.max(1, stats.batches), 1),
-        maxBatch: stats.maxBatchSeen,
-        rowsInTable: rows[0]?.n ?? 0,
-        acknowledgedTotal: store?.acknowledged ?? 0,
-      },
-    };
+    const routes = await measureRoutes(port, options.routes ?? (Object.keys(ROUTES) as RouteName[]), load);
+    const summary = await summarize(database.pool, route.writer.stats(), routes, { ...load, inbox }, { startedAt, loadBefore });
     const figures: WebhookBenchFigures = { ...summary, result: toBenchResult(summary, startedAt) };
-    if (options.print !== false) printFigures(figures);
-    const json = options.json === undefined ? path.join(tmpdir(), 'subscriber-mirror-bench', 'webhooks.json') : options.json;
-    if (json !== null) {
-      writeJson(json, figures.result);
-      if (options.print !== false) console.log(`JSON: ${json}`);
-    }
+    report(figures, options);
     return figures;
   } finally {
     await app.close();
     await database.close();
     await scratch.drop();
+  }
+}
+
+/** How hard and how long the generator drives each route. */
+type LoadSettings = Pick<GeneratorConfig, 'connections' | 'seconds' | 'warmupSeconds'>;
+
+/** One generator run per route, one after the other, each with the server's CPU share over its wall time. */
+async function measureRoutes(port: number, names: readonly RouteName[], load: LoadSettings): Promise<RouteFigures[]> {
+  const routes: RouteFigures[] = [];
+  for (const name of names) {
+    const cpuBefore = process.cpuUsage();
+    const wallBefore = performance.now();
+    const result = await runLoadGenerator<GeneratorResult>(GENERATOR, {
+      port,
+      path: ROUTES[name],
+      secret: SECRET,
+      connections: load.connections,
+      seconds: load.seconds,
+      warmupSeconds: load.warmupSeconds,
+    } satisfies GeneratorConfig);
+    const cpu = process.cpuUsage(cpuBefore);
+    const wallMs = performance.now() - wallBefore;
+    routes.push({ route: name, ...result, serverCpuPct: round(((cpu.user + cpu.system) / 1000 / wallMs) * 100, 0) });
+  }
+  return routes;
+}
+
+/** The figures without the shared JSON shape; reads what the inbox wrote and the settings that govern its commits. */
+async function summarize(
+  pool: pg.Pool,
+  stats: InboxWriterStats,
+  routes: RouteFigures[],
+  options: WebhookBenchFigures['options'],
+  run: { startedAt: Date; loadBefore: number },
+): Promise<Omit<WebhookBenchFigures, 'result'>> {
+  const { rows } = await pool.query<{ n: number }>('select count(*)::int as n from webhook_deliveries');
+  const settings = await readSettings(pool);
+  const verifyOnly = routes.find((r) => r.route === 'verify-only');
+  const store = routes.find((r) => r.route === 'store');
+  return {
+    at: run.startedAt.toISOString(),
+    machine: {
+      cpus: cpus().length,
+      node: process.version,
+      ...settings,
+      loadBefore: run.loadBefore,
+      loadAfter: round(loadavg()[0] ?? 0, 2),
+    },
+    options,
+    routes,
+    ratio: store && verifyOnly ? round(store.perSecond / verifyOnly.perSecond, 2) : Number.NaN,
+    inbox: {
+      batches: stats.batches,
+      rows: stats.rows,
+      avgBatch: round(stats.rows / Math.max(1, stats.batches), 1),
+      maxBatch: stats.maxBatchSeen,
+      rowsInTable: rows[0]?.n ?? 0,
+      acknowledgedTotal: store?.acknowledged ?? 0,
+    },
+  };
+}
+
+/** Prints the table and writes the JSON (default path unless `json` is null). */
+function report(figures: WebhookBenchFigures, options: Pick<BenchOptions, 'json' | 'print'>): void {
+  if (options.print !== false) printFigures(figures);
+  const json = options.json === undefined ? path.join(tmpdir(), 'subscriber-mirror-bench', 'webhooks.json') : options.json;
+  if (json !== null) {
+    writeJson(json, figures.result);
+    if (options.print !== false) console.log(`JSON: ${json}`);
   }
 }
 
