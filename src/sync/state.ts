@@ -90,15 +90,24 @@ export interface OpenFullPass {
   continuous: boolean;
 }
 
+/**
+ * Which source left an open full-pass checkpoint: the legacy pass saves the ids at the end of each
+ * page (`full_tail_ids`, never null after a page), the current pass a cursor and a page count with no
+ * tail. A legacy checkpoint past offset 0 with no tail cannot be joined anyway.
+ */
+const OFFSET_CHECKPOINT = `full_tail_ids is not null`;
+const CURSOR_CHECKPOINT = `(full_cursor is not null or (full_offset > 0 and full_tail_ids is null))`;
+
 /** Opens a full pass (or keeps the open one): returns its start time and where to resume. */
 export async function openFullPass(db: Queryable, groupId: string, type: string, opts: { restart?: boolean } = {}): Promise<OpenFullPass> {
-  // A restart drops an open checkpoint: the pass opened now starts from the top.
-  if (opts.restart) {
-    await db.query(
-      `update sync_state set full_offset = null, full_tail_ids = null, full_cursor = null, updated_at = now() where group_id = $1 and type = $2 and full_offset is not null`,
-      [groupId, type],
-    );
-  }
+  // A restart drops an open checkpoint: the pass opened now starts from the top. So does a checkpoint
+  // the current source left (SYNC_SOURCE changed mid-pass): its cursor and page count are no row offset.
+  await db.query(
+    `update sync_state set full_offset = null, full_tail_ids = null, full_cursor = null, updated_at = now()
+      where group_id = $1 and type = $2 and full_offset is not null
+        and ($3 or ${CURSOR_CHECKPOINT})`,
+    [groupId, type, opts.restart ?? false],
+  );
   const { rows } = await db.query<{
     startedAt: string;
     offset: number;
@@ -270,13 +279,15 @@ export async function openCursorPass(
   type: string,
   opts: { restart?: boolean } = {},
 ): Promise<OpenCursorPass> {
-  // A restart drops an open checkpoint: the pass opened now starts from the first page.
-  if (opts.restart) {
-    await db.query(
-      `update sync_state set full_offset = null, full_cursor = null, updated_at = now() where group_id = $1 and type = $2 and full_offset is not null`,
-      [groupId, type],
-    );
-  }
+  // A restart drops an open checkpoint: the pass opened now starts from the first page. So does one
+  // the legacy source left (SYNC_SOURCE changed mid-pass): its row offset is no page count, and read
+  // as one with no cursor it would end the pass at once, complete, having listed nobody.
+  await db.query(
+    `update sync_state set full_offset = null, full_tail_ids = null, full_cursor = null, updated_at = now()
+      where group_id = $1 and type = $2 and full_offset is not null
+        and ($3 or ${OFFSET_CHECKPOINT})`,
+    [groupId, type, opts.restart ?? false],
+  );
   const { rows } = await db.query<OpenCursorPass>(
     `update sync_state
         set full_started_at = case when full_offset is null then now() else full_started_at end,

@@ -8,14 +8,14 @@ import { describe, expect, it } from 'vitest';
 import { normalizeCurrentSubscriber, normalizeWebhookSubscriber, SUBSCRIBER_FIELDS } from '../../src/mirror/normalize.js';
 import { upsertSubscribers } from '../../src/mirror/store.js';
 import { CURRENT_REQUESTS, startSimulator, type Simulator } from '../../src/simulator/index.js';
-import { PassInterruptedError } from '../../src/sync/poll.js';
+import { PassInterruptedError, runPass } from '../../src/sync/poll.js';
 import { readSyncState } from '../../src/sync/state.js';
 import { collectStatus } from '../../src/sync/status.js';
 import { createLimiter } from '../../src/upstream/limiter.js';
 import type { TestDatabase } from '../helpers/db.js';
 import { currentPassAllTypes, currentTestSource, expectedFromWorldCurrent, passContext } from '../helpers/current.js';
 import { diffSubscribers, readMembers, readMirroredSubscribers } from '../helpers/mirror.js';
-import { ALL_TYPES, passFixture } from '../helpers/poll.js';
+import { ALL_TYPES, passDeps, passFixture } from '../helpers/poll.js';
 
 const TWO_53 = 2n ** 53n;
 
@@ -172,6 +172,33 @@ describe('current API source: full passes by cursor', () => {
     expect(fresh.rowsSeen).toBe(sim.world.members(groupId, 'active').length);
     expect(fresh.startedAt).not.toBeNull();
     expect(fresh.awaitingProof?.count).toBe(1);
+  });
+
+  it("SYNC_SOURCE changed mid-pass: neither source reads the other's checkpoint as its own, both start from the top", async () => {
+    const sim = (fixture.sim = await startSimulator({ subscribers: 1_500, groups: 1, rateLimit: false, seed: 11 }));
+    const database = fixture.database;
+    const groupId = sim.world.groupIds()[0]!;
+    const active = sim.world.members(groupId, 'active').length;
+    let pages = 0;
+    // The legacy pass stops after two pages: its checkpoint is a row offset with the ids that end it.
+    const legacy = passDeps(database, sim, { pageSize: 100, shouldStop: () => ++pages >= 2 });
+    await expect(runPass(legacy, groupId, 'active', 'full')).rejects.toBeInstanceOf(PassInterruptedError);
+    expect((await readSyncState(database.pool, groupId, 'active'))?.fullOffset).toBeGreaterThan(0);
+    // Read as a cursor checkpoint (pages done, no cursor left), it would end the pass at once, complete, having listed nobody.
+    const current = await currentTestSource(sim).runPass(passContext(database), groupId, 'active', 'full');
+    expect(current.rowsSeen).toBe(active);
+
+    // And back: a cursor checkpoint is a page count, not a row offset.
+    pages = 0;
+    await expect(
+      currentTestSource(sim).runPass(passContext(database, { shouldStop: () => ++pages >= 2 }), groupId, 'active', 'full'),
+    ).rejects.toBeInstanceOf(PassInterruptedError);
+    sim.clearRequests();
+    const back = await runPass(passDeps(database, sim, { pageSize: 100 }), groupId, 'active', 'full');
+    expect(back.rowsSeen).toBe(active);
+    expect(back.gaps).toBe(0);
+    const firstList = sim.requests.find((r) => r.api === 'legacy' && !r.url.includes('/count'));
+    expect(firstList?.url).toContain('offset=0');
   });
 
   it('the shared limiter keeps the 120-a-window budget: busiest window ≤ 120, no 429 (window scaled to 3 s)', async () => {
