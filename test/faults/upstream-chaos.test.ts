@@ -100,6 +100,7 @@ describe('fault 4: upstream chaos during incremental passes', () => {
 
   it('never moves a cursor past a failed pass, and converges once the chaos stops', async () => {
     const started = Date.now();
+    const htmlServed = () => sim.requests.filter((r) => r.api === 'legacy' && r.fault === 'html').length;
     worker = startService('worker', env, 'upstream-chaos');
     // First full pass of every type (no cursor yet), in calm weather.
     await waitFor('the first pass of every type', () => allSucceededSince(0), 120_000, 250);
@@ -115,9 +116,13 @@ describe('fault 4: upstream chaos during incremental passes', () => {
       assertRunning(worker, 'during the chaos');
       burst += 1;
       if (burst === 2 || burst === 6) {
-        // Garbage with a 200: not JSON, never data; the pass fails at once (no retry of a 2xx).
+        // Garbage with a 200: not JSON, never data; the pass fails at once (no retry of a 2xx). At
+        // least 2 s, and until one such body went out (a 429 pause can leave 2 s without a request).
+        const htmlBefore = htmlServed();
         sim.faults.set({ htmlRate: 0.3 });
+        const htmlUntil = Date.now() + 10_000;
         await sleep(2_000);
+        while (htmlServed() === htmlBefore && Date.now() < htmlUntil) await sleep(100);
         sim.faults.set({ htmlRate: 0 });
         bursts.push('html');
       } else if (burst === 4) {
