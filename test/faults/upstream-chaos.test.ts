@@ -101,6 +101,7 @@ describe('fault 4: upstream chaos during incremental passes', () => {
   it('never moves a cursor past a failed pass, and converges once the chaos stops', async () => {
     const started = Date.now();
     const htmlServed = () => sim.requests.filter((r) => r.api === 'legacy' && r.fault === 'html').length;
+    const failedOn429 = async () => (await readPassRuns(database.pool)).some((r) => r.outcome === 'failed' && /429/.test(r.error ?? ''));
     worker = startService('worker', env, 'upstream-chaos');
     // First full pass of every type (no cursor yet), in calm weather.
     await waitFor('the first pass of every type', () => allSucceededSince(0), 120_000, 250);
@@ -126,8 +127,14 @@ describe('fault 4: upstream chaos during incremental passes', () => {
         sim.faults.set({ htmlRate: 0 });
         bursts.push('html');
       } else if (burst === 4) {
-        // More 429s in a row than the client retries: this pass must fail, its cursor must stay.
-        sim.faults.failNext(24, 429);
+        // More 429s in a row than the client retries: a pass must fail, its cursor must stay. The
+        // 429s spread over every request in flight, so the burst is renewed (at most 4 times) until
+        // one pass has failed on them.
+        for (let round = 0; round < 4 && !(await failedOn429()); round++) {
+          sim.faults.failNext(24, 429);
+          const until = Date.now() + 12_000;
+          while (!(await failedOn429()) && Date.now() < until) await sleep(250);
+        }
         bursts.push('429x24');
       } else {
         sim.faults.failNext(3, 429);
