@@ -47,25 +47,36 @@ export interface LedgerSettings {
   recheckMs: number;
 }
 
-/** One admission attempt: 0 when admitted, else how long until the oldest counted entry leaves the window. */
-type Admission = (token: string) => Promise<number>;
+/** Where the entries live: the three operations the Redis and the in-process ledgers differ in. */
+interface EntryStore {
+  /** One admission attempt: 0 when admitted, else how long until the oldest counted entry leaves the window. */
+  admit(token: string): Promise<number>;
+  /** Stamps the entry with its end time. */
+  end(token: string): Promise<void>;
+  remove(token: string): Promise<void>;
+}
 
-async function admitLoop(
-  admission: Admission,
-  settings: LedgerSettings,
-  signal: AbortSignal | undefined,
-  onWait: () => void,
-): Promise<{ token: string; waited: boolean }> {
-  const token = randomUUID();
-  let waited = false;
-  for (;;) {
-    signal?.throwIfAborted();
-    const waitMs = await admission(token);
-    if (waitMs <= 0) return { token, waited };
-    if (!waited) onWait();
-    waited = true;
-    await sleep(Math.min(waitMs, settings.recheckMs), undefined, signal ? { signal } : undefined);
-  }
+/** The ledger over `store`: waits for room (rechecking at most every `recheckMs`), then hands out the entry. */
+function ledgerOver(store: EntryStore, settings: LedgerSettings): SendLedger {
+  let waits = 0;
+  return {
+    get waits() {
+      return waits;
+    },
+    async admit(signal) {
+      const token = randomUUID();
+      let waited = false;
+      for (;;) {
+        signal?.throwIfAborted();
+        const waitMs = await store.admit(token);
+        if (waitMs <= 0) break;
+        if (!waited) waits += 1;
+        waited = true;
+        await sleep(Math.min(waitMs, settings.recheckMs), undefined, signal ? { signal } : undefined);
+      }
+      return { waited, ended: () => store.end(token), cancel: () => store.remove(token) };
+    },
+  };
 }
 
 // Scores are end times (ms on the Redis clock); an entry in flight scores its give-up time.
@@ -90,52 +101,40 @@ return 1`;
 
 /** The ledger every replica shares, in one sorted set at `key`. */
 export function redisLedger(client: Redis, key: string, settings: LedgerSettings): SendLedger {
-  let waits = 0;
-  const admission: Admission = async (token) =>
-    Number(await client.eval(ADMIT_LUA, 1, key, String(settings.windowMs), String(settings.perWindow), String(settings.inFlightMs), token));
-  return {
-    get waits() {
-      return waits;
+  const { windowMs, perWindow, inFlightMs } = settings;
+  return ledgerOver(
+    {
+      admit: async (token) => Number(await client.eval(ADMIT_LUA, 1, key, String(windowMs), String(perWindow), String(inFlightMs), token)),
+      // Failing to stamp leaves the entry counting until `inFlightMs`: slower, never over.
+      end: async (token) => void (await client.eval(END_LUA, 1, key, token).catch(() => undefined)),
+      remove: async (token) => void (await client.zrem(key, token).catch(() => undefined)),
     },
-    async admit(signal) {
-      const { token, waited } = await admitLoop(admission, settings, signal, () => (waits += 1));
-      return {
-        waited,
-        // Failing to stamp leaves the entry counting until `inFlightMs`: slower, never over.
-        ended: async () => void (await client.eval(END_LUA, 1, key, token).catch(() => undefined)),
-        cancel: async () => void (await client.zrem(key, token).catch(() => undefined)),
-      };
-    },
-  };
+    settings,
+  );
 }
 
 /** The same ledger for one process (`memory` mode), on its monotonic clock. */
 export function localLedger(settings: LedgerSettings, now: () => number = () => performance.now()): SendLedger {
   const entries = new Map<string, number>();
-  let waits = 0;
-  const admission: Admission = async (token) => {
-    const at = now();
-    for (const [t, end] of entries) if (end < at - settings.windowMs) entries.delete(t);
-    if (entries.size < settings.perWindow) {
-      entries.set(token, at + settings.inFlightMs);
-      return 0;
-    }
-    const oldest = Math.min(...entries.values());
-    return Math.max(1, Math.ceil(oldest + settings.windowMs - at) + 1);
-  };
-  return {
-    get waits() {
-      return waits;
+  return ledgerOver(
+    {
+      async admit(token) {
+        const at = now();
+        for (const [t, end] of entries) if (end < at - settings.windowMs) entries.delete(t);
+        if (entries.size < settings.perWindow) {
+          entries.set(token, at + settings.inFlightMs);
+          return 0;
+        }
+        const oldest = Math.min(...entries.values());
+        return Math.max(1, Math.ceil(oldest + settings.windowMs - at) + 1);
+      },
+      async end(token) {
+        if (entries.has(token)) entries.set(token, now());
+      },
+      async remove(token) {
+        entries.delete(token);
+      },
     },
-    async admit(signal) {
-      const { token, waited } = await admitLoop(admission, settings, signal, () => (waits += 1));
-      return {
-        waited,
-        ended: async () => {
-          if (entries.has(token)) entries.set(token, now());
-        },
-        cancel: async () => void entries.delete(token),
-      };
-    },
-  };
+    settings,
+  );
 }
