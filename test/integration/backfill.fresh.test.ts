@@ -6,8 +6,8 @@
  * simulator, real Postgres and Redis; webhooks off.
  */
 import { Redis } from 'ioredis';
-import { QueueEvents } from 'bullmq';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { SubscriberType } from '../../src/db/schema.js';
 import { createLogger } from '../../src/ground/log.js';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { waitForPass } from '../../src/sync/backfill.js';
@@ -20,26 +20,32 @@ import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
 
 const { logger } = createLogger({ level: 'silent' });
 
-describe('backfill after a burst of departures', () => {
-  const prefix = uniquePrefix('backfill-fresh');
+/** A database, a simulator and an in-process sync worker on their own queue prefix, for one describe block. */
+function backfillFixture(label: string, world: { subscribers: number; seed: number }, types: readonly SubscriberType[]) {
+  const prefix = uniquePrefix(label);
   const connection = { url: redisUrl(), maxRetriesPerRequest: null };
-  let database: TestDatabase;
-  let sim: Simulator;
-  let redis: Redis;
-  let groupId: string;
-  let worker: SyncWorker;
-  let events: QueueEvents;
-  const queue = createSyncQueue(connection, prefix);
+  const fx = {
+    queue: createSyncQueue(connection, prefix),
+    database: undefined as unknown as TestDatabase,
+    sim: undefined as unknown as Simulator,
+    groupId: '',
+    /** Waits for a backfill job; throws unless it completed. */
+    done: async (jobId: string): Promise<PassJobResult> => {
+      const outcome = await waitForPass(fx.queue, jobId, { pollMs: 50 });
+      if (outcome.state !== 'completed') throw new Error(`backfill failed: ${outcome.error}`);
+      return outcome.result;
+    },
+  };
+  let redis: Redis | undefined;
+  let worker: SyncWorker | undefined;
 
   beforeAll(async () => {
-    database = await createTestDatabase();
-    sim = await startSimulator({ subscribers: 3_000, groups: 1, rateLimit: false, seed: 21 });
-    groupId = sim.world.groupIds()[0] as string;
+    fx.database = await createTestDatabase();
+    const sim = (fx.sim = await startSimulator({ ...world, groups: 1, rateLimit: false }));
+    fx.groupId = sim.world.groupIds()[0] as string;
     redis = new Redis(redisUrl());
-    events = new QueueEvents('sync', { connection, prefix });
-    await events.waitUntilReady();
     worker = createSyncWorker({
-      pool: database.pool,
+      pool: fx.database.pool,
       redis,
       connection,
       prefix,
@@ -50,28 +56,29 @@ describe('backfill after a burst of departures', () => {
       sourceTimezone: 'UTC',
       lookbackMs: 86_400_000,
       pageSize: 100,
-      types: ['active'],
+      types,
       busyRetryMs: 200,
     });
   });
 
   afterAll(async () => {
     await worker?.close(5_000);
-    await events?.close();
-    await queue.close();
+    await fx.queue.close();
     redis?.disconnect();
-    await sim?.close();
-    await database?.drop();
+    await fx.sim?.close();
+    await fx.database?.drop();
     await deletePrefix(prefix);
   });
 
-  const done = async (jobId: string): Promise<PassJobResult> => {
-    const outcome = await waitForPass(queue, jobId, { pollMs: 50 });
-    if (outcome.state !== 'completed') throw new Error(`backfill failed: ${outcome.error}`);
-    return outcome.result;
-  };
+  return fx;
+}
+
+describe('backfill after a burst of departures', () => {
+  const fx = backfillFixture('backfill-fresh', { subscribers: 3_000, seed: 21 }, ['active']);
+  const { queue, done } = fx;
 
   it('a backfill asked while a pass runs waits for it, starts its own pass and returns with every earlier leaver ended', async () => {
+    const { sim, groupId, database } = fx;
     expect(await done(await enqueueBackfill(queue, groupId, 'active'))).toMatchObject({
       status: 'succeeded',
       removed: 0,
@@ -113,54 +120,12 @@ describe('backfill after a burst of departures', () => {
 });
 
 describe('backfill of a group of several types: the proof in rounds with the sweep between them', () => {
-  const prefix = uniquePrefix('backfill-rounds');
-  const connection = { url: redisUrl(), maxRetriesPerRequest: null };
   const types = ['active', 'unsubscribed', 'bounced'] as const;
-  let database: TestDatabase;
-  let sim: Simulator;
-  let redis: Redis;
-  let groupId: string;
-  let worker: SyncWorker;
-  const queue = createSyncQueue(connection, prefix);
-
-  beforeAll(async () => {
-    database = await createTestDatabase();
-    sim = await startSimulator({ subscribers: 2_000, groups: 1, rateLimit: false, seed: 23 });
-    groupId = sim.world.groupIds()[0] as string;
-    redis = new Redis(redisUrl());
-    worker = createSyncWorker({
-      pool: database.pool,
-      redis,
-      connection,
-      prefix,
-      legacyFactory: () =>
-        createLegacyClient({ baseUrl: sim.url, apiKey: sim.apiKey, http: { retry: { retries: 2, minDelayMs: 5, maxDelayMs: 20 } } }),
-      apiKey: sim.apiKey,
-      logger,
-      sourceTimezone: 'UTC',
-      lookbackMs: 86_400_000,
-      pageSize: 100,
-      types,
-      busyRetryMs: 200,
-    });
-  });
-
-  afterAll(async () => {
-    await worker?.close(5_000);
-    await queue.close();
-    redis?.disconnect();
-    await sim?.close();
-    await database?.drop();
-    await deletePrefix(prefix);
-  });
-
-  const done = async (jobId: string): Promise<PassJobResult> => {
-    const outcome = await waitForPass(queue, jobId, { pollMs: 50 });
-    if (outcome.state !== 'completed') throw new Error(`backfill failed: ${outcome.error}`);
-    return outcome.result;
-  };
+  const fx = backfillFixture('backfill-rounds', { subscribers: 2_000, seed: 23 }, types);
+  const { queue, done } = fx;
 
   it('backfill --group: one job per type returns with every member of every type that left before it ended', async () => {
+    const { sim, groupId, database } = fx;
     for (const type of types) await done(await enqueueBackfill(queue, groupId, type));
     const active = sim.world.members(groupId, 'active');
     const unsubscribed = sim.world.members(groupId, 'unsubscribed');
@@ -187,6 +152,7 @@ describe('backfill of a group of several types: the proof in rounds with the swe
   }, 120_000);
 
   it('keeps a member that flees every list just before it is read: the sweep between the rounds lists it', async () => {
+    const { sim, groupId, database } = fx;
     const active = sim.world.members(groupId, 'active');
     const leavers = active.slice(30, 35);
     for (const id of leavers) sim.world.removeFromGroup(id, groupId);
