@@ -392,23 +392,22 @@ async function confirmRemovals(
   const startedAt = first.startedAt;
   try {
     const maxConfirmingPasses = 2 * deps.types.length + 1;
+    const decideAt = (awaitingProof: number) =>
+      decideAfterPass({ mode: first.mode }, { awaitingProof, confirmingPasses: outcome.passes, maxConfirmingPasses });
+    if (decideAt(outcome.awaitingProof).kind === 'done' || startedAt === null) return outcome;
+    if (!(await takeProofLock(ctx, job, locks))) return outcome;
     let swept = false;
-    let awaitingInGroup = outcome.awaitingProof;
     for (;;) {
-      const after = decideAfterPass(
-        { mode: first.mode },
-        { awaitingProof: awaitingInGroup, confirmingPasses: outcome.passes, maxConfirmingPasses },
-      );
-      if (after.kind === 'done' || startedAt === null || ctx.closing()) return outcome;
-      if (!locks.proof && !(await takeProofLock(ctx, job, locks))) return outcome;
       const proofs = await groupProofs(deps, groupId);
-      // Another job's proof (it held the proof lock first) may have settled them meanwhile.
+      // Read afresh before every step: another job's proof (it held the proof lock first) or this
+      // job's last pass may have settled them.
       outcome.awaitingProof = (await membersAwaitingProof(deps.pool, groupId, startedAt, { type })).count;
       const awaiting = await awaitingInTypes(deps, groupId, proofs);
-      awaitingInGroup = awaiting.count;
-      if (awaiting.count === 0) return outcome;
-      const needs = passesToProve(proofs, awaiting.lastSeenAt, type);
-      const step = nextProofStep(needs, { swept, canSweep: readSourceOf(deps).incremental });
+      if (decideAt(awaiting.count).kind === 'done' || ctx.closing()) return outcome;
+      const step = nextProofStep(passesToProve(proofs, awaiting.lastSeenAt, type), {
+        swept,
+        canSweep: readSourceOf(deps).incremental,
+      });
       if (!step) return outcome;
       if (step.kind === 'sweep') {
         outcome.requests += await sweepChanges(ctx, job, locks, proofSince(proofs, startedAt));
@@ -421,7 +420,6 @@ async function confirmRemovals(
       outcome.passes += 1;
       outcome.removed += confirm.removed;
       outcome.requests += confirm.requests;
-      outcome.awaitingProof = (await membersAwaitingProof(deps.pool, groupId, startedAt, { type })).count;
     }
   } catch (error) {
     // The job's own pass succeeded: a confirming pass that fails leaves the proof to the next full pass.
