@@ -227,8 +227,7 @@ async function groupFigures(databaseUrl: string, redisUrl: string): Promise<Pass
     const incrementalTick = await every('incremental');
     const minimum = GROUP_SIZES.reduce((sum, [, n]) => sum + Math.max(1, Math.ceil(n / GROUP_PAGE)) + 1, 0);
     live = true;
-    const proof = await proofFigure(sim, scratch, groupId, types, redisUrl);
-    proof.expected = later + incrementalTick;
+    const proof = { ...(await proofFigure(sim, scratch, groupId, types, redisUrl)), expected: later + incrementalTick };
     return { first, later, minimum, incrementalTick, types: types.length, proof };
   } finally {
     await sim.close();
@@ -243,7 +242,7 @@ async function proofFigure(
   groupId: string,
   types: SubscriberType[],
   redisUrl: string,
-): Promise<ProofFigure> {
+): Promise<Omit<ProofFigure, 'expected'>> {
   const prefix = `sm-bench-passes-${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`;
   const connection = { url: redisUrl, maxRetriesPerRequest: null };
   const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1 });
@@ -279,7 +278,6 @@ async function proofFigure(
       confirmingPasses: r.confirmingPasses ?? 0,
       ownPass: r.requests - (r.proofRequests ?? 0),
       proof: r.proofRequests ?? 0,
-      expected: 0,
     };
   } finally {
     await worker.close(5_000);

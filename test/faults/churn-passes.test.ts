@@ -60,8 +60,13 @@ function fullPasses(lines: readonly LogLine[]): Pass[] {
  * "Proof in rounds").
  */
 function completePassesSince(passes: readonly Pass[], at: number): number {
-  const nextSecond = at - (at % 1000) + 1000;
-  return Math.min(...TYPES.map((type) => passes.filter((p) => p.type === type && p.endedAt !== null && p.startedAt >= nextSecond).length));
+  const from = nextSecond(at);
+  return Math.min(...TYPES.map((type) => passes.filter((p) => p.type === type && p.endedAt !== null && p.startedAt >= from).length));
+}
+
+/** The start of the second after the one `ms` falls in. */
+function nextSecond(ms: number): number {
+  return ms - (ms % 1000) + 1000;
 }
 
 describe('fault 6: churn during full passes', () => {
@@ -167,7 +172,7 @@ describe('fault 6: churn during full passes', () => {
     sim.pageChurn.clear();
     // Passes that start in a later second: a departure stamped in the second a pass started can be
     // newer than its start, so that pass proves nothing about it (docs/architecture.md, "Proof in rounds").
-    const calm = Date.now() - (Date.now() % 1000) + 1000;
+    const calm = nextSecond(Date.now());
     // Two more that start after the churn stopped: every leaver is then past its two passes.
     await until('2 full passes of every type after the churn', (p) => TYPES.every((t) => completeOf(p, t, calm) >= 2), 300_000);
     const passes = fullPasses(worker.lines);
