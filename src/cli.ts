@@ -297,7 +297,7 @@ const COMMANDS: Record<string, Handler> = {
   webhooks: async (args) => {
     if (args[0] === 'replay') return replay(args.slice(1));
     const config = loadConfig(process.env, ['manage-webhooks']);
-    const { runWebhooksCli } = await import('./webhooks/cli.js');
+    const { runWebhooksCli } = await import('./webhooks-cli.js');
     const database = openDatabase(config.databaseUrl, { max: 2 });
     try {
       return await runWebhooksCli(args, { config, pool: database.pool });

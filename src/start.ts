@@ -29,14 +29,14 @@ import { authPauseKey, isPaused, readAuthPause } from './sync/auth-pause.js';
 import { createSyncQueue, restoreMissingSchedules, syncSchedules, type ScheduleConfig } from './sync/schedule.js';
 import { collectStatus } from './sync/status.js';
 import { createOrphanResumer, createSyncWorker, lastFullPasses, resumeOpenFullPasses, type SyncWorker } from './sync/worker.js';
-import { createLegacyClient } from './upstream/legacy.js';
+import { createLegacyClient } from './upstream/legacy/client.js';
 import { createCurrentClient } from './upstream/current/client.js';
 import { legacySource, type ReadSource } from './sync/source.js';
 import { currentSource } from './sync/current-pass.js';
 import { createLimiter, type Limiter } from './upstream/limiter.js';
 import { createDeliveryConsumer, type DeliveryConsumer } from './webhooks/consumer.js';
 import { registerWebhookRoute, type ReceiverOutcome } from './webhooks/receiver.js';
-import { ERASURE_EVERY_MS, runErasure } from './erasure.js';
+import { ERASURE_EVERY_MS, runErasure } from './webhooks/erasure-run.js';
 
 export interface RunningService {
   logger: Logger;

@@ -3,7 +3,7 @@
  * users query them directly, so renaming one is a breaking change that needs a migration and a note.
  *
  * Ids are `text` everywhere (invariant 6: legacy ids exceed 2^53). Timestamps are `timestamptz`
- * with microseconds. Only `src/mirror/store.ts` (and `src/mirror/store/`) writes the mirrored tables;
+ * with microseconds. Only `src/mirror/store/` writes the mirrored tables;
  * the history tables also by `src/mirror/history.ts` and two triggers (migration 0010_history_functions).
  */
 import { sql } from 'drizzle-orm';

@@ -23,9 +23,9 @@ import {
   upsertSubscribers,
   withTransaction,
   type UpsertCounts,
-} from '../mirror/store.js';
+} from '../mirror/store/index.js';
 import type { CurrentClient } from '../upstream/current/client.js';
-import { PassInterruptedError, removeUnseenMembers, type PassResult } from './poll.js';
+import { PassInterruptedError, removeUnseenMembers, type PassResult } from './legacy-pass.js';
 import type { PassContext, ReadSource } from './source.js';
 import { markRunFailed, markRunStarted, markRunSucceeded, openCursorPass, saveCursorCheckpoint, saveUpstreamCount } from './state.js';
 

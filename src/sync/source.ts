@@ -7,8 +7,8 @@
 import type pg from 'pg';
 import type { SubscriberType } from '../db/schema.js';
 import type { Logger } from '../ground/log.js';
-import type { LegacyClient } from '../upstream/legacy.js';
-import { runPass, type PassProgress, type PassResult } from './poll.js';
+import type { LegacyClient } from '../upstream/legacy/client.js';
+import { runPass, type PassProgress, type PassResult } from './legacy-pass.js';
 import type { PassMode } from './state.js';
 
 export type ReadSourceName = 'legacy' | 'current';
@@ -47,7 +47,7 @@ export interface LegacySourceOptions {
   pageSize: number;
 }
 
-/** The legacy v2 API: `runPass` (poll.ts) as it is. */
+/** The legacy v2 API: `runPass` (legacy-pass.ts) as it is. */
 export function legacySource(options: LegacySourceOptions): ReadSource {
   return {
     name: 'legacy',

@@ -11,7 +11,7 @@ import type { Metrics } from '../ground/metrics.js';
 import { formatEpochMs } from '../ground/time.js';
 import type { Logger } from '../ground/log.js';
 import { UpstreamAuthError } from '../upstream/http.js';
-import type { LegacyClient } from '../upstream/legacy.js';
+import type { LegacyClient } from '../upstream/legacy/client.js';
 import { authPauseKey, clearAuthPause, isPaused, readAuthPause, recordAuthFailure } from './auth-pause.js';
 import {
   decide,
@@ -24,8 +24,8 @@ import {
   type TypeProof,
 } from './decide.js';
 import { tryAcquirePassLock, type HeldLock } from './lock.js';
-import { membersAwaitingProof } from '../mirror/store.js';
-import { PassInterruptedError, type PassProgress, type PassResult } from './poll.js';
+import { membersAwaitingProof } from '../mirror/store/index.js';
+import { PassInterruptedError, type PassProgress, type PassResult } from './legacy-pass.js';
 import { legacySource, type ReadSource } from './source.js';
 import {
   SYNC_QUEUE,

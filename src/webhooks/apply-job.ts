@@ -158,7 +158,7 @@ function subscribersOf(plan: EffectPlan): string[] {
  * A delivery that carries a forgotten subscriber (one that arrives after the forget, or the forget
  * itself) is redacted as soon as it is applied, with the links of the subscriber's activity: no
  * copy waits for the next erasure run. Right after the commit; a crash or an error in between
- * leaves it to the run's re-check (`src/erasure.ts`).
+ * leaves it to the run's re-check (`src/webhooks/erasure-run.ts`).
  */
 async function redactForgotten(client: pg.PoolClient, id: string, forgotten: readonly string[]): Promise<void> {
   if (forgotten.length === 0) return;

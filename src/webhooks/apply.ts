@@ -5,7 +5,7 @@
  * Two steps, so the per-kind logic is testable without a database:
  * - `planDelivery(events)` (pure) turns the events of one delivery into an {@link EffectPlan}: every
  *   subscriber version, reference row, membership fact and activity row the delivery carries.
- * - `applyPlan(client, plan)` hands the plan to `src/mirror/store.ts`, the only writer of mirrored
+ * - `applyPlan(client, plan)` hands the plan to `src/mirror/store/`, the only writer of mirrored
  *   tables, on the caller's transaction, with one statement per kind of row rather than one per event
  *   (a batch of 100 `campaign.open` is one subscriber upsert, one campaign upsert, one activity insert).
  *
@@ -42,7 +42,7 @@ import {
   upsertMemberships,
   upsertSubscribers,
   type UpsertCounts,
-} from '../mirror/store.js';
+} from '../mirror/store/index.js';
 import { versionTime } from '../mirror/version.js';
 import type { EventKind, EventOf, WebhookEvent, WebhookSubscriber } from './payloads.js';
 

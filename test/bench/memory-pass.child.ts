@@ -12,8 +12,8 @@
 import pg from 'pg';
 import type { SubscriberType } from '../../src/db/schema.js';
 import { createLogger } from '../../src/ground/log.js';
-import { runPass, type PassDeps } from '../../src/sync/poll.js';
-import { createLegacyClient } from '../../src/upstream/legacy.js';
+import { runPass, type PassDeps } from '../../src/sync/legacy-pass.js';
+import { createLegacyClient } from '../../src/upstream/legacy/client.js';
 import { createLimiter } from '../../src/upstream/limiter.js';
 
 export interface MemoryChildConfig {

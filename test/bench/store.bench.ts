@@ -24,7 +24,7 @@ import {
   type SubscriberRow,
   type SubscriberValues,
 } from '../../src/mirror/normalize.js';
-import { upsertSubscribers } from '../../src/mirror/store.js';
+import { upsertSubscribers } from '../../src/mirror/store/index.js';
 import { configureHistory } from '../../src/mirror/history.js';
 import { copyFromStdin, copyRows, SUBSCRIBER_COPY_COLUMNS, subscriberCopyTuple } from './lib/copy.js';
 import { SUBSCRIBER_TABLE_COLUMNS } from '../../src/db/subscriber-columns.js';

@@ -7,7 +7,7 @@ import type { Simulator } from '../../src/simulator/index.js';
 import type { World } from '../../src/simulator/world.js';
 import { normalizeCurrentSubscriber, type SubscriberValues } from '../../src/mirror/normalize.js';
 import { currentSource } from '../../src/sync/current-pass.js';
-import type { PassResult } from '../../src/sync/poll.js';
+import type { PassResult } from '../../src/sync/legacy-pass.js';
 import type { PassContext, ReadSource } from '../../src/sync/source.js';
 import { createCurrentClient } from '../../src/upstream/current/client.js';
 import type { RequestGate } from '../../src/upstream/http.js';

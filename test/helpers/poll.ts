@@ -5,8 +5,8 @@ import { afterAll, afterEach, beforeAll } from 'vitest';
 import type { SubscriberType } from '../../src/db/schema.js';
 import { createLogger } from '../../src/ground/log.js';
 import type { Simulator } from '../../src/simulator/index.js';
-import { runPass, type PassDeps, type PassResult } from '../../src/sync/poll.js';
-import { createLegacyClient } from '../../src/upstream/legacy.js';
+import { runPass, type PassDeps, type PassResult } from '../../src/sync/legacy-pass.js';
+import { createLegacyClient } from '../../src/upstream/legacy/client.js';
 import { createTestDatabase, type TestDatabase } from './db.js';
 
 export const ALL_TYPES: SubscriberType[] = ['active', 'unsubscribed', 'bounced', 'junk', 'unconfirmed'];

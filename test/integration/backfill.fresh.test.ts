@@ -13,7 +13,7 @@ import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { waitForPass } from '../../src/sync/backfill.js';
 import { createSyncQueue, enqueueBackfill, type PassJobResult } from '../../src/sync/schedule.js';
 import { createSyncWorker, type SyncWorker } from '../../src/sync/worker.js';
-import { createLegacyClient } from '../../src/upstream/legacy.js';
+import { createLegacyClient } from '../../src/upstream/legacy/client.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { readMembers } from '../helpers/mirror.js';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';

@@ -1,10 +1,10 @@
 /**
- * `endMemberships` (src/mirror/store.ts), added for the consumer's `subscriber.deleted`: ends every
+ * `endMemberships` (src/mirror/store/index.ts), added for the consumer's `subscriber.deleted`: ends every
  * current membership of a subscriber at the deletion's upstream time, with the ordering guard of
  * `removeMembership` (invariant 2).
  */
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { endMemberships, removeMembership, upsertMemberships } from '../../src/mirror/store.js';
+import { endMemberships, removeMembership, upsertMemberships } from '../../src/mirror/store/index.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { readMember, ts } from '../fixtures/mirror/rows.js';
 

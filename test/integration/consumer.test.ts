@@ -10,7 +10,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, test } from 'vitest'
 import { buildServer } from '../../src/http/server.js';
 import { createLogger, type Logger } from '../../src/ground/log.js';
 import { normalizeLegacySubscriber } from '../../src/mirror/normalize.js';
-import { upsertMemberships, upsertSubscribers } from '../../src/mirror/store.js';
+import { upsertMemberships, upsertSubscribers } from '../../src/mirror/store/index.js';
 import type { EventKind } from '../../src/webhooks/payloads.js';
 import { storeDelivery, type DeliveryRecord } from '../../src/webhooks/inbox.js';
 import { registerWebhookRoute } from '../../src/webhooks/receiver.js';

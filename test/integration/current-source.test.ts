@@ -6,9 +6,9 @@
  */
 import { describe, expect, it } from 'vitest';
 import { normalizeCurrentSubscriber, normalizeWebhookSubscriber, SUBSCRIBER_FIELDS } from '../../src/mirror/normalize.js';
-import { upsertSubscribers } from '../../src/mirror/store.js';
+import { upsertSubscribers } from '../../src/mirror/store/index.js';
 import { CURRENT_REQUESTS, startSimulator, type Simulator } from '../../src/simulator/index.js';
-import { PassInterruptedError, runPass } from '../../src/sync/poll.js';
+import { PassInterruptedError, runPass } from '../../src/sync/legacy-pass.js';
 import { readSyncState } from '../../src/sync/state.js';
 import { collectStatus } from '../../src/sync/status.js';
 import { createLimiter } from '../../src/upstream/limiter.js';

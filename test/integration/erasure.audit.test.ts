@@ -8,7 +8,7 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { runErasure } from '../../src/erasure.js';
+import { runErasure } from '../../src/webhooks/erasure-run.js';
 import { configureHistory } from '../../src/mirror/history.js';
 import { applyDelivery } from '../../src/webhooks/apply-job.js';
 import { storeDelivery, type DeliveryRecord } from '../../src/webhooks/inbox.js';

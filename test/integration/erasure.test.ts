@@ -4,7 +4,7 @@
  * period has its personal data erased.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { runErasure } from '../../src/erasure.js';
+import { runErasure } from '../../src/webhooks/erasure-run.js';
 import { applyPlan, planDelivery } from '../../src/webhooks/apply.js';
 import { bodySha256, purgeDeliveries, storeDelivery, type DeliveryRecord } from '../../src/webhooks/inbox.js';
 import { parseDelivery } from '../../src/webhooks/payloads.js';

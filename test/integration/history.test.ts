@@ -11,7 +11,7 @@ import {
   removeMembership,
   upsertMemberships,
   upsertSubscribers,
-} from '../../src/mirror/store.js';
+} from '../../src/mirror/store/index.js';
 import { configureHistory, purgeHistory } from '../../src/mirror/history.js';
 import { legacySubscriber, readSubscriber, webhookSubscriber } from '../fixtures/mirror/rows.js';
 import { iso } from '../helpers/mirror.js';

@@ -16,7 +16,7 @@ import {
   type Limiter,
   type LimiterOptions,
 } from '../../src/upstream/limiter.js';
-import { createLegacyClient } from '../../src/upstream/legacy.js';
+import { createLegacyClient } from '../../src/upstream/legacy/client.js';
 
 const PER_WINDOW = 20;
 const WINDOW_MS = 2000;

@@ -7,7 +7,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
-import { runPass, type PassDeps } from '../../src/sync/poll.js';
+import { runPass, type PassDeps } from '../../src/sync/legacy-pass.js';
 import type { TestDatabase } from '../helpers/db.js';
 import { readMembers } from '../helpers/mirror.js';
 import { passDeps, passFixture } from '../helpers/poll.js';

@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { createLogger } from '../../src/ground/log.js';
 import { SUBSCRIBER_FIELDS } from '../../src/mirror/normalize.js';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
-import { runPass, type PassDeps } from '../../src/sync/poll.js';
+import { runPass, type PassDeps } from '../../src/sync/legacy-pass.js';
 import { readPaging, readSyncState, savePaging } from '../../src/sync/state.js';
 import { collectStatus } from '../../src/sync/status.js';
 import type { TestDatabase } from '../helpers/db.js';

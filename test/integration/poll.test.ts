@@ -5,10 +5,10 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { SUBSCRIBER_FIELDS } from '../../src/mirror/normalize.js';
 import { startSimulator, type Simulator, type SimulatorOptions } from '../../src/simulator/index.js';
-import { runPass, incrementalFilterDay } from '../../src/sync/poll.js';
+import { runPass, incrementalFilterDay } from '../../src/sync/legacy-pass.js';
 import { readPaging, readSyncState } from '../../src/sync/state.js';
 import { UpstreamAuthError } from '../../src/upstream/http.js';
-import { createLegacyClient, overlapFor } from '../../src/upstream/legacy.js';
+import { createLegacyClient, overlapFor } from '../../src/upstream/legacy/client.js';
 import { createLimiter } from '../../src/upstream/limiter.js';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { createLogger } from '../../src/ground/log.js';

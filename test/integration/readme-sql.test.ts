@@ -1,6 +1,6 @@
 /**
  * SQL for users (issue #6 part 6): the three views, and every ```sql example of docs/sql.md (and of
- * README.md, should it carry any), run against a mirror populated through `src/mirror/store.ts` with
+ * README.md, should it carry any), run against a mirror populated through `src/mirror/store/` with
  * a small, hand-checked world. An example that stops running, or stops answering its question, fails
  * here.
  */
@@ -21,7 +21,7 @@ import {
   type MemberInput,
   type SubscriberRow,
   type SubscriberValues,
-} from '../../src/mirror/store.js';
+} from '../../src/mirror/store/index.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { iso } from '../helpers/mirror.js';
 

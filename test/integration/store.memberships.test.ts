@@ -11,7 +11,7 @@ import {
   upsertCampaigns,
   upsertGroups,
   upsertMemberships,
-} from '../../src/mirror/store.js';
+} from '../../src/mirror/store/index.js';
 import { normalizeCampaign } from '../../src/mirror/normalize.js';
 import { readMember, ts } from '../fixtures/mirror/rows.js';
 

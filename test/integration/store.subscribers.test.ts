@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { LosslessNumber, parse as losslessParse } from 'lossless-json';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { normalizeLegacySubscriber, normalizeWebhookSubscriber, type SubscriberRow } from '../../src/mirror/normalize.js';
-import { SUBSCRIBER_COLUMNS, upsertSubscribers, withTransaction } from '../../src/mirror/store.js';
+import { SUBSCRIBER_COLUMNS, upsertSubscribers, withTransaction } from '../../src/mirror/store/index.js';
 import { fixtureText, legacySubscriber, readSubscriber, ts, webhookSubscriber } from '../fixtures/mirror/rows.js';
 
 let tdb: TestDatabase;

@@ -21,7 +21,7 @@ import {
   resumeOpenFullPasses,
   type SyncWorker,
 } from '../../src/sync/worker.js';
-import { createLegacyClient } from '../../src/upstream/legacy.js';
+import { createLegacyClient } from '../../src/upstream/legacy/client.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
 

@@ -11,7 +11,7 @@ import {
   UpstreamNetworkError,
   UpstreamRateLimitError,
 } from '../../src/upstream/http.js';
-import { createLegacyClient, overlapFor, type LegacyPage } from '../../src/upstream/legacy.js';
+import { createLegacyClient, overlapFor, type LegacyPage } from '../../src/upstream/legacy/client.js';
 import { createLimiter, type Limiter } from '../../src/upstream/limiter.js';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
 

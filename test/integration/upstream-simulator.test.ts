@@ -4,7 +4,7 @@
  */
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { startSimulator, type Simulator, type SimulatorOptions } from '../../src/simulator/index.js';
-import { createLegacyClient, type LegacyClientOptions, type LegacyPage } from '../../src/upstream/legacy.js';
+import { createLegacyClient, type LegacyClientOptions, type LegacyPage } from '../../src/upstream/legacy/client.js';
 import { UpstreamAuthError, UpstreamBodyError } from '../../src/upstream/http.js';
 import { createLimiter, maxInAnyWindow, type Limiter } from '../../src/upstream/limiter.js';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';

@@ -7,13 +7,13 @@ import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { iso } from '../helpers/mirror.js';
 import { legacySubscriber, readMember, readSubscriber, webhookSubscriber } from '../fixtures/mirror/rows.js';
 import { normalizeLegacySubscriber, normalizeWebhookSubscriber } from '../../src/mirror/normalize.js';
-import { upsertSubscribers, withTransaction } from '../../src/mirror/store.js';
+import { upsertSubscribers, withTransaction } from '../../src/mirror/store/index.js';
 import { applyPlan, planDelivery } from '../../src/webhooks/apply.js';
 import { applyDelivery } from '../../src/webhooks/apply-job.js';
 import { storeDelivery } from '../../src/webhooks/inbox.js';
 import { deliveryKinds, parseDelivery } from '../../src/webhooks/payloads.js';
-import { runPass, type PassDeps } from '../../src/sync/poll.js';
-import type { LegacyClient, LegacyPage } from '../../src/upstream/legacy.js';
+import { runPass, type PassDeps } from '../../src/sync/legacy-pass.js';
+import type { LegacyClient, LegacyPage } from '../../src/upstream/legacy/client.js';
 import { createLogger } from '../../src/ground/log.js';
 
 let tdb: TestDatabase;

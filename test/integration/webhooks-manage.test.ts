@@ -25,7 +25,7 @@ import {
   updateWebhook,
   type StoredEndpoint,
 } from '../../src/webhooks/manage.js';
-import { runWebhooksCli } from '../../src/webhooks/cli.js';
+import { runWebhooksCli } from '../../src/webhooks-cli.js';
 import { openDatabase } from '../../src/db/client.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { buildServer } from '../../src/http/server.js';

@@ -9,7 +9,7 @@ import {
   type DateFilter,
   type LegacyPage,
   type PageCapKnowledge,
-} from '../../src/upstream/legacy.js';
+} from '../../src/upstream/legacy/client.js';
 import { isRealDate } from '../../src/ground/time.js';
 import { UpstreamAuthError, UpstreamBodyError } from '../../src/upstream/http.js';
 

@@ -14,7 +14,7 @@ import {
   parseUpdateArgs,
   publicWebhook,
   UsageError,
-} from '../../src/webhooks/cli.js';
+} from '../../src/webhooks-cli.js';
 import type { Webhook } from '../../src/upstream/webhooks-api.js';
 
 function usageError(fn: () => unknown): UsageError {

@@ -13,9 +13,9 @@
  * The paging decisions are pure steps in `legacy/paging.ts` (and the cap knowledge, a value, in
  * `legacy/cap-knowledge.ts`); `pages()` here only makes the requests they ask for.
  */
-import type { Logger } from '../ground/log.js';
-import { SUBSCRIBER_TYPES, type SubscriberType } from '../db/schema.js';
-import { isRealDate } from '../ground/time.js';
+import type { Logger } from '../../ground/log.js';
+import { SUBSCRIBER_TYPES, type SubscriberType } from '../../db/schema.js';
+import { isRealDate } from '../../ground/time.js';
 import {
   createHttpClient,
   isPlainObject,
@@ -24,8 +24,8 @@ import {
   type HttpStats,
   type RequestGate,
   type RequestTarget,
-} from './http.js';
-import { emptyCapKnowledge, withKnownCap, type PageCapKnowledge } from './legacy/cap-knowledge.js';
+} from '../http.js';
+import { emptyCapKnowledge, withKnownCap, type PageCapKnowledge } from './cap-knowledge.js';
 import {
   fullPassNeedsNoRead,
   fullStep,
@@ -35,10 +35,10 @@ import {
   type PagingContext,
   type PagingStepFunction,
   type PassPosition,
-} from './legacy/paging.js';
+} from './paging.js';
 
-export { emptyCapKnowledge, type PageCapKnowledge } from './legacy/cap-knowledge.js';
-export { overlapFor } from './legacy/paging.js';
+export { emptyCapKnowledge, type PageCapKnowledge } from './cap-knowledge.js';
+export { overlapFor } from './paging.js';
 
 export const LEGACY_LABEL = 'legacy API';
 export const DEFAULT_API_KEY_HEADER = 'X-Service-ApiKey';

@@ -11,8 +11,8 @@
  */
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import type pg from 'pg';
-import { ConfigError, type Config } from '../config.js';
-import { createScrubber, type Logger, type SecretScrubber } from '../ground/log.js';
+import { ConfigError, type Config } from './config.js';
+import { createScrubber, type Logger, type SecretScrubber } from './ground/log.js';
 import {
   createWebhooksApi,
   isWebhookId,
@@ -22,8 +22,8 @@ import {
   type WebhooksApi,
   type WebhooksApiOptions,
   type WebhookUpdateBody,
-} from '../upstream/webhooks-api.js';
-import { EVENT_KINDS, isEventKind } from './payloads.js';
+} from './upstream/webhooks-api.js';
+import { EVENT_KINDS, isEventKind } from './webhooks/payloads.js';
 import {
   adoptWebhook,
   AlreadyRegisteredError,
@@ -38,7 +38,7 @@ import {
   type AdoptResult,
   type ListResult,
   type RegisterAction,
-} from './manage.js';
+} from './webhooks/manage.js';
 
 /** Bad arguments; `src/cli.ts` maps the name to exit code 2 and prints the message as is. */
 export class UsageError extends Error {

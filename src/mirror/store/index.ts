@@ -24,9 +24,9 @@
  * - `ON CONFLICT DO UPDATE … WHERE` re-checks the guard against the latest committed version of the
  *   row under its lock, so concurrent writers (poll and consumer) cannot regress a row either.
  */
-export { withTransaction } from './store/executor.js';
-export type { UpsertCounts } from './store/values.js';
-export { SUBSCRIBER_COLUMNS, SUBSCRIBER_COLUMN_OF, upsertSubscribers } from './store/subscribers.js';
+export { withTransaction } from './executor.js';
+export type { UpsertCounts } from './values.js';
+export { SUBSCRIBER_COLUMNS, SUBSCRIBER_COLUMN_OF, upsertSubscribers } from './subscribers.js';
 export {
   endMemberships,
   membersAwaitingProof,
@@ -35,7 +35,7 @@ export {
   upsertMemberships,
   type MemberInput,
   type UpsertMembershipsOptions,
-} from './store/memberships.js';
-export { upsertAutomations, upsertCampaigns, upsertGroups } from './store/reference.js';
-export { recordActivity } from './store/activity.js';
-export type { ActivityRow, AutomationRow, CampaignRow, GroupRow, SubscriberField, SubscriberRow, SubscriberValues } from './normalize.js';
+} from './memberships.js';
+export { upsertAutomations, upsertCampaigns, upsertGroups } from './reference.js';
+export { recordActivity } from './activity.js';
+export type { ActivityRow, AutomationRow, CampaignRow, GroupRow, SubscriberField, SubscriberRow, SubscriberValues } from '../normalize.js';

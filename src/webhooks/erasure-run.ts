@@ -5,11 +5,11 @@
  * those received since the last check. What the run erased once stays erased, however late a copy
  * arrives; an apply redacts a forgotten subscriber's delivery itself (`src/webhooks/apply-job.ts`).
  */
-import { eraseVersionsOfErased } from './mirror/history.js';
-import { awaitingRedaction, databaseNow, eraseOutOfGroups, logForgotten, markChecked, markRedacted } from './mirror/erasure.js';
-import { eraseActivityLinksOfErased } from './mirror/store/activity.js';
-import type { Queryable } from './ground/queryable.js';
-import { redactDeliveries, redactDeliveriesSince } from './webhooks/redact.js';
+import { eraseVersionsOfErased } from '../mirror/history.js';
+import { awaitingRedaction, databaseNow, eraseOutOfGroups, logForgotten, markChecked, markRedacted } from '../mirror/erasure.js';
+import { eraseActivityLinksOfErased } from '../mirror/store/activity.js';
+import type { Queryable } from '../ground/queryable.js';
+import { redactDeliveries, redactDeliveriesSince } from './redact.js';
 
 /** How often the worker runs it: the delay of the two timer paths. */
 export const ERASURE_EVERY_MS = 3_600_000;

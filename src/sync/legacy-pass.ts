@@ -28,9 +28,9 @@ import {
   upsertSubscribers,
   withTransaction,
   type UpsertCounts,
-} from '../mirror/store.js';
+} from '../mirror/store/index.js';
 import type { AwaitingProof } from '../mirror/store/memberships.js';
-import type { DateFilter, FilterKey, LegacyClient, LegacyPage, PageCapKnowledge, PageOptions } from '../upstream/legacy.js';
+import type { DateFilter, FilterKey, LegacyClient, LegacyPage, PageCapKnowledge, PageOptions } from '../upstream/legacy/client.js';
 import {
   markRunFailed,
   markRunStarted,
