@@ -32,7 +32,8 @@ const tstz = (name: string) => timestamp(name, { withTimezone: true, precision: 
 export const SUBSCRIBER_TYPES = ['active', 'unsubscribed', 'bounced', 'junk', 'unconfirmed'] as const;
 export type SubscriberType = (typeof SUBSCRIBER_TYPES)[number];
 
-/** Which path wrote a row: the legacy poll, a webhook, or a read of the current API (issue 22). */
+/** Which path wrote a row: the legacy poll, a webhook, or a read of the current API (docs/upstream-current.md). The stored value `poll` means the
+ * legacy API's list read: it names rows users' SQL already filters on, so it stays. */
 export const MIRROR_SOURCES = ['poll', 'webhook', 'current'] as const;
 export type MirrorSource = (typeof MIRROR_SOURCES)[number];
 
@@ -93,7 +94,7 @@ export const subscribers = pgTable('subscribers', subscriberColumns, (t) => [
  * - `key`: the id;
  * - `content`: upstream data that makes a version: a change is a new version, kept in every version
  *   (`subscriber_versions_past`, the `subscriber_versions` view, `subscribers_as_of`);
- * - `current`: upstream data kept for the current version only (a change still rewrites the row,
+ * - `latest`: upstream data kept for the latest version only (a change still rewrites the row,
  *   but history does not keep it: rates move with every campaign, and the IPs and `extra` are
  *   personal data history has no use for);
  * - `version`: the version time (`version_at`);
@@ -103,7 +104,7 @@ export const subscribers = pgTable('subscribers', subscriberColumns, (t) => [
  * (a forgotten subscriber keeps its id, status, counters and timestamps). `merge`: a jsonb object
  * merged key by key into the stored one instead of replacing it.
  */
-export type SubscriberColumnRole = 'key' | 'content' | 'current' | 'version' | 'bookkeeping';
+export type SubscriberColumnRole = 'key' | 'content' | 'latest' | 'version' | 'bookkeeping';
 
 export interface SubscriberColumnInfo {
   readonly role: SubscriberColumnRole;
@@ -125,19 +126,19 @@ export const SUBSCRIBER_COLUMN_ROLES = {
   sent: { role: 'content' },
   opensCount: { role: 'content' },
   clicksCount: { role: 'content' },
-  openRate: { role: 'current' },
-  clickRate: { role: 'current' },
-  ipAddress: { role: 'current', personal: true },
+  openRate: { role: 'latest' },
+  clickRate: { role: 'latest' },
+  ipAddress: { role: 'latest', personal: true },
   subscribedAt: { role: 'content' },
   unsubscribedAt: { role: 'content' },
   createdAt: { role: 'content' },
   updatedAt: { role: 'content' },
   deletedAt: { role: 'content' },
   forgetAt: { role: 'content' },
-  optedInAt: { role: 'current' },
-  optinIp: { role: 'current', personal: true },
+  optedInAt: { role: 'latest' },
+  optinIp: { role: 'latest', personal: true },
   fields: { role: 'content', personal: true, merge: true },
-  extra: { role: 'current', personal: true, merge: true },
+  extra: { role: 'latest', personal: true, merge: true },
   mirroredAt: { role: 'bookkeeping' },
   mirroredVia: { role: 'bookkeeping' },
   versionAt: { role: 'version' },
@@ -170,7 +171,7 @@ const subscriberContentColumns = Object.fromEntries(SUBSCRIBER_CONTENT_KEYS.map(
 >;
 
 /**
- * History (issue #13): every version of a subscriber the mirror has seen except the current one,
+ * History (docs/sql.md, "History"): every version of a subscriber the mirror has seen except the current one,
  * which is the `subscribers` row itself (`version_at` is its time). Written by `src/mirror/history.ts`
  * in the transaction of the subscriber upsert: when the upsert replaces a row, the row it replaced
  * moves here; a version that arrives late goes here directly. `valid_from` is the version's time in
@@ -311,7 +312,7 @@ export const subscriberActivity = pgTable(
 /**
  * Personal data in `subscriber_activity`, per column (exhaustive, like {@link SUBSCRIBER_COLUMN_ROLES}):
  * `link-query` marks a link whose query string can carry the subscriber's data (`?email=…`); ids,
- * kinds and times are not personal. Erasing link query strings of erased subscribers is issue 19's
+ * kinds and times are not personal. Erasing link query strings of erased subscribers is docs/security.md's
  * (no code erases them yet); this is where it reads which columns to clear.
  */
 export const SUBSCRIBER_ACTIVITY_PERSONAL = {
@@ -422,7 +423,7 @@ export const webhookDeliveries = pgTable(
 );
 
 /**
- * The dedupe keys of purged deliveries (issue 19): a delivery's body goes at its retention, its hash
+ * The dedupe keys of purged deliveries (docs/security.md, "Personal data and erasure"): a delivery's body goes at its retention, its hash
  * stays here, so the same bytes replayed later (a captured delivery) are recognised as a duplicate
  * and not stored again. No body, no personal data: 32 bytes of hash, the id and status it had.
  */
@@ -459,7 +460,7 @@ export const webhookEndpoints = pgTable('webhook_endpoints', {
 });
 
 // ---------------------------------------------------------------------------------------------
-// Views: the common questions, answered once (issue #6 part 6). Their names and columns are part of
+// Views: the common questions, answered once (docs/sql.md, "Views"). Their names and columns are part of
 // the SQL contract like the tables' (docs/sql.md). Each is a plain view over the
 // mirrored tables, so it is always current and costs nothing to keep; the definitions are written as
 // SQL, not built from the table objects, because users read them back with `\d+ <view>`.
@@ -607,7 +608,7 @@ from (
 }
 
 /**
- * Every version of every subscriber (issue #13): the past versions and the current `subscribers`
+ * Every version of every subscriber (docs/sql.md, "History"): the past versions and the current `subscribers`
  * rows, with `valid_to`, the next version's `valid_from` (null for the current version). A filter on
  * `subscriber_id` is pushed below the window into both tables' primary keys, so one subscriber's
  * timeline reads its own rows only. Its columns and definition derive from the content columns.

@@ -15,7 +15,7 @@ import {
 type Select = typeof subscribers.$inferSelect;
 
 /** A data column of `subscribers` (upstream data: content or current), keyed like the drizzle schema. */
-export type SubscriberField = SubscriberKeyOfRole<'content' | 'current'>;
+export type SubscriberField = SubscriberKeyOfRole<'content' | 'latest'>;
 
 /**
  * Every data column of `subscribers` plus the id. Timestamps are canonical UTC strings
@@ -25,7 +25,7 @@ export type SubscriberField = SubscriberKeyOfRole<'content' | 'current'>;
 export type SubscriberValues = { id: string; updatedAt: string } & Omit<Pick<Select, SubscriberField>, 'updatedAt'>;
 
 /** All {@link SubscriberField}s in table order. */
-export const SUBSCRIBER_FIELDS: readonly SubscriberField[] = subscriberKeysOfRole('content', 'current');
+export const SUBSCRIBER_FIELDS: readonly SubscriberField[] = subscriberKeysOfRole('content', 'latest');
 
 /** Postgres types of the store's array parameters. */
 export type PgType = 'text' | 'int4' | 'float8' | 'timestamptz' | 'jsonb';
@@ -64,7 +64,7 @@ function describe<F extends keyof Select>(field: F): SubscriberColumn<F> {
 export const SUBSCRIBER_TABLE_COLUMNS: readonly SubscriberColumn[] = subscriberKeysOfRole(
   'key',
   'content',
-  'current',
+  'latest',
   'version',
   'bookkeeping',
 ).map((f) => describe(f));
@@ -72,7 +72,7 @@ export const SUBSCRIBER_TABLE_COLUMNS: readonly SubscriberColumn[] = subscriberK
 /** The SQL names of every column of `subscribers`, in table order (e.g. a COPY column list). */
 export const SUBSCRIBER_COLUMN_NAMES: readonly string[] = SUBSCRIBER_TABLE_COLUMNS.map((c) => c.column);
 
-/** The data columns (content and current), in table order. */
+/** The data columns (content and latest), in table order. */
 export const SUBSCRIBER_DATA_COLUMNS: readonly SubscriberColumn<SubscriberField>[] = SUBSCRIBER_FIELDS.map((f) => describe(f));
 
 /** The content columns (kept in every version), in table order. */

@@ -51,7 +51,7 @@ erased as (
     from candidates where s.id = candidates.id
   returning s.id
 ),
--- History (issue #13): the same personal columns in every past version (the current one is the
+-- History: the same personal columns in every past version (the current one is the
 -- subscribers row above).
 erased_history as (
   update subscriber_versions_past v set ${eraseSetSql(PERSONAL_CONTENT)}

@@ -1,5 +1,5 @@
 /**
- * History (issue #13): every version of a subscriber, kept as the current `subscribers` row plus
+ * History (docs/sql.md, "History"): every version of a subscriber, kept as the current `subscribers` row plus
  * `subscriber_versions_past` (read together through the `subscriber_versions` view), written from
  * the subscriber upsert in its transaction. Membership periods (`group_membership_periods`) are
  * kept by a trigger on `group_members` (migration `0010_history_functions`), so every path that
@@ -14,7 +14,7 @@
  * after our statement's snapshot; a fresh subscriber costs no history write at all.
  *
  * The timeline of a subscriber is the set of versions seen, ordered by their time (`version_at`,
- * issue #12's {@link versionTime}). A late version is inserted only if it differs from the one
+ * invariant 2's {@link versionTime}). A late version is inserted only if it differs from the one
  * before it, and the one after it is dropped if it now equals it, so the timeline does not depend
  * on arrival order. Rows are only ever inserted (or deleted): `valid_to` is derived by the view.
  *

@@ -115,7 +115,7 @@ export function webhookSubscriberRow(s: WebhookSubscriber): SubscriberRow {
   return subscriberRowOf(s, 'webhook');
 }
 
-/** The §2.2 mapping, for the webhook payloads and the current API's lists alike. */
+/** The subscriber mapping of docs/upstream.md, "Subscriber object", for the webhook payloads and the current API's lists alike. */
 function subscriberRowOf(s: WebhookSubscriber, via: MirrorSource): SubscriberRow {
   const o = s as Record<string, unknown>;
   const createdAt = (o.created_at as string | null | undefined) ?? null;
@@ -141,13 +141,13 @@ function subscriberRowOf(s: WebhookSubscriber, via: MirrorSource): SubscriberRow
 export const webhookSubscriberRowSchema = subscriberSchema.transform(webhookSubscriberRow);
 
 // ---------------------------------------------------------------------------------------------
-// Current API list subscriber (docs/upstream-current.md): the §2.2 shape with zoneless dates
+// Current API list subscriber (docs/upstream-current.md): the webhook subscriber shape with zoneless dates
 
 const currentSchemas = new Map<string, z.ZodType<SubscriberRow>>();
 
 /**
  * A member as the current API lists it, read in `timeZone` (checked by the caller) → its
- * {@link SubscriberRow} (`via: 'current'`). The §2.2 keys and mapping, with the dates of lists
+ * {@link SubscriberRow} (`via: 'current'`). The webhook subscriber keys and mapping, with the dates of lists
  * (`Y-m-d H:i:s`, read like the legacy ones; a value with a zone is read by its own zone).
  */
 export function currentSubscriberRowSchema(timeZone: string): z.ZodType<SubscriberRow> {

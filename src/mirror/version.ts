@@ -1,5 +1,5 @@
 /**
- * Where a subscriber version stands in the order of versions (docs/architecture.md, invariant 2, issue 12).
+ * Where a subscriber version stands in the order of versions (docs/architecture.md, invariant 2).
  *
  * A version asserts a state, and a state carries its own time: the service does not always move
  * `updated_at` when a status changes (a real `subscriber.unsubscribed` payload keeps the `updated_at`

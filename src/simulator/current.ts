@@ -1,5 +1,5 @@
 /**
- * The service's current platform, read side (issue 22): a group's members by status with cursor
+ * The service's current platform, read side (docs/upstream-current.md): a group's members by status with cursor
  * paging, and a group with its counts by status, under a Bearer token and a limit of 120 requests a
  * minute. Served from the same world as the legacy API.
  *

@@ -1,5 +1,5 @@
 /**
- * The mailing-service simulator (issue #3): a faithful fake of the legacy group-subscriber API, the
+ * The mailing-service simulator: a faithful fake of the legacy group-subscriber API, the
  * webhook management API and webhook delivery, over an in-memory world tests can seed and mutate.
  *
  *   const sim = await startSimulator({ subscribers: 10_000, groups: 3, largeIds: true, timeScale: 0.001 });

@@ -45,7 +45,7 @@ export interface WorldOptions {
   eventLogLimit?: number;
   /**
    * Record every change of every subscriber with its time (`world.changes`, `world.asOf(us)`): the
-   * oracle for history (issue #13). Off by default: it keeps one snapshot per change.
+   * oracle for history (docs/sql.md, "History"). Off by default: it keeps one snapshot per change.
    */
   recordChanges?: boolean;
 }
@@ -412,7 +412,7 @@ export class World {
   }
 
   /**
-   * The subscriber as the current API lists it: the §2.2 shape (string id, `status`, `fields`) with
+   * The subscriber as the current API lists it: the shape of docs/upstream.md, "Subscriber object" (string id, `status`, `fields`) with
    * dates as `YYYY-MM-DD HH:MM:SS` in the world's zone, and without `deleted_at`/`forget_at`.
    */
   renderCurrent(id: string): Record<string, unknown> {

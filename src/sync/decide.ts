@@ -77,7 +77,7 @@ export function decide(job: DecisionJob, state: DecisionState): Action {
 
 /**
  * A full pass comes once per RECONCILE_EVERY: dropping a scheduled one because another pass held
- * the lock would postpone removals and unstamped changes by a whole interval (issue 11).
+ * the lock would postpone removals and unstamped changes by a whole interval (docs/architecture.md, "Proof in rounds").
  */
 function mustRun(job: DecisionJob): boolean {
   return job.trigger !== 'schedule' || job.mode === 'full';
@@ -116,7 +116,7 @@ function decideLocked(job: DecisionJob, state: DecisionState): Action {
 }
 
 // ---------------------------------------------------------------------------------------------
-// After a full pass: the confirming pass (issue 11's proof, at once instead of a day later)
+// After a full pass: the confirming pass (invariant 11's proof, at once instead of a day later)
 // ---------------------------------------------------------------------------------------------
 
 /** What the worker knows after a full pass of the job's (group, type). */

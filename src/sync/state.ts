@@ -244,7 +244,7 @@ export async function saveUpstreamCount(db: Queryable, groupId: string, type: st
 }
 
 /**
- * The removal cutoff for a group (docs/architecture.md, invariant 11, issue 11): for every given type, the start of
+ * The removal cutoff for a group (docs/architecture.md, invariant 11): for every given type, the start of
  * the earlier of its last two complete full passes that skipped nothing; the earliest of those. A
  * member no pass has listed since then was missed by two complete passes in a row of its type.
  * Null while any type lacks two such passes (then nobody may be removed).

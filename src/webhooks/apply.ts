@@ -1,6 +1,6 @@
 /**
- * What each event kind writes to the mirror (issue #5 part 3), as a table: `EFFECTS` has one entry
- * per kind (docs/upstream.md, "Event kinds") listing its effects, so a new kind is one entry (docs/architecture.md, "Conventions": table-driven).
+ * What each event kind writes to the mirror (docs/architecture.md, "Webhook path"), as a table: `EFFECTS` has one entry
+ * per kind (docs/upstream.md, "Event kinds") listing its effects (docs/architecture.md, "Conventions": table-driven).
  *
  * Two steps, so the per-kind logic is testable without a database:
  * - `planDelivery(events)` (pure) turns the events of one delivery into an {@link EffectPlan}: every

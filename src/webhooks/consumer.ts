@@ -1,5 +1,5 @@
 /**
- * The consumer (issue #5 part 3): applies stored deliveries (`webhook_deliveries` rows in status
+ * The consumer (docs/architecture.md, "Webhook path"): applies stored deliveries (`webhook_deliveries` rows in status
  * `pending`) to the mirror, one transaction per delivery, through BullMQ queue "events".
  *
  *   receiver ─onStored(id)─► enqueue ─► queue "events" (job `delivery-<id>`) ─► worker ─► applyDelivery

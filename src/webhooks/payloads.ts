@@ -2,7 +2,9 @@
  * Every delivery shape (docs/upstream.md, "Webhook deliveries") → a list of typed events.
  *
  * The 14 kinds are one table (`EVENT_REGISTRY`): which shapes a kind may arrive in and what it
- * carries. Parsers and the `WebhookEvent` type are both derived from it, so a new kind is one entry.
+ * carries. Parsers and the `WebhookEvent` type are both derived from it. A new kind is one entry
+ * here, one in `EFFECTS` (apply.ts) and one in the simulator's `EVENT_KINDS`; the event-kinds unit
+ * test fails until the three agree (docs/architecture.md, "Conventions").
  *
  * Liberal where harmless: unknown keys are kept (inside the subscriber/campaign objects for flat
  * shapes, in `extra` for nested items), any kind may arrive inside a batch, flat subscriber kinds are

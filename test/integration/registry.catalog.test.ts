@@ -99,7 +99,7 @@ function sample(type: PgType, i: number): string {
 
 describe('every content column reaches every version (the trigger, the view, subscribers_as_of)', () => {
   const id = 'catalog-1';
-  const columns = SUBSCRIBER_TABLE_COLUMNS.filter((c) => c.role === 'content' || c.role === 'current');
+  const columns = SUBSCRIBER_TABLE_COLUMNS.filter((c) => c.role === 'content' || c.role === 'latest');
   const values = new Map(columns.map((c, i) => [c.column, sample(c.type, i)]));
   const asText = (c: string) => `${c}::text as ${c}`;
   const expected = async () => {

@@ -23,7 +23,7 @@ import {
 export const CURRENT_LABEL = 'current API';
 
 /**
- * One member as listed (the §2.2 subscriber shape, dates as `YYYY-MM-DD HH:MM:SS`). `id` is a string
+ * One member as listed (the subscriber shape of docs/upstream.md, "Subscriber object"; dates as `YYYY-MM-DD HH:MM:SS`). `id` is a string
  * of digits; a number only if the service ever sent one that fits in 2^53. Unknown keys are kept.
  */
 export interface CurrentSubscriberRecord {

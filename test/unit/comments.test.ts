@@ -1,0 +1,66 @@
+/**
+ * What a comment in `src/` may point to: a heading of `docs/` or an invariant number
+ * (docs/architecture.md, "Invariants"). Issue numbers and sections of a spec that is not in the
+ * repository lead a newcomer nowhere, so this fails on them; the `docs/…` paths comments name must exist.
+ */
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, test } from 'vitest';
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const SRC = path.join(ROOT, 'src');
+
+function filesUnder(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
+    const full = path.join(dir, e.name);
+    if (e.isDirectory()) return filesUnder(full);
+    return /\.(ts|md)$/.test(e.name) ? [full] : [];
+  });
+}
+
+/** Pointers a reader cannot follow from this repository. */
+const UNFOLLOWABLE: ReadonlyArray<{ what: string; pattern: RegExp }> = [
+  { what: 'a spec section (§N)', pattern: /§\s?\d/ },
+  { what: 'an issue number', pattern: /\b[Ii]ssues?\s*#?\d+|(?:^|[\s(])#\d+\b/ },
+];
+
+/** `file:line: text` for each line of `text` that matches one of the patterns. */
+function unfollowablePointers(file: string, text: string): string[] {
+  return text
+    .split('\n')
+    .flatMap((line, i) =>
+      UNFOLLOWABLE.filter(({ pattern }) => pattern.test(line)).map(({ what }) => `${file}:${i + 1}: ${what}: ${line.trim()}`),
+    );
+}
+
+/** The `docs/<name>.md` paths a text names. */
+function docsNamed(text: string): string[] {
+  return [...new Set([...text.matchAll(/\bdocs\/([\w.-]+\.md)\b/g)].map((m) => m[1] as string))];
+}
+
+describe('comments in src point only where a newcomer can follow', () => {
+  const files = filesUnder(SRC).map((f) => ({ file: path.relative(ROOT, f), text: readFileSync(f, 'utf8') }));
+
+  test('no issue numbers and no spec sections', () => {
+    expect(files.flatMap(({ file, text }) => unfollowablePointers(file, text))).toEqual([]);
+  });
+
+  test('every docs/ page a comment names exists', () => {
+    const missing = files.flatMap(({ file, text }) =>
+      docsNamed(text)
+        .filter((doc) => !existsSync(path.join(ROOT, 'docs', doc)))
+        .map((doc) => `${file}: docs/${doc}`),
+    );
+    expect(missing).toEqual([]);
+  });
+
+  test('the check itself finds each kind of pointer', () => {
+    expect(unfollowablePointers('x.ts', ' * the §2.2 shape')).toHaveLength(1);
+    expect(unfollowablePointers('x.ts', ' * (issue 22)')).toHaveLength(1);
+    expect(unfollowablePointers('x.ts', ' * (issue #13)')).toHaveLength(1);
+    expect(unfollowablePointers('x.ts', ' * as in #12')).toHaveLength(1);
+    expect(unfollowablePointers('x.ts', ' * invariant 11; docs/architecture.md, "Proof in rounds"')).toEqual([]);
+    expect(docsNamed('see docs/nowhere.md and docs/sql.md')).toEqual(['nowhere.md', 'sql.md']);
+  });
+});
