@@ -17,6 +17,7 @@ import { enqueueBackfills, waitForPass, type BackfillTarget } from './sync/backf
 import { createSyncQueue, type PassJobResult } from './sync/schedule.js';
 import { collectStatus, formatStatusTable } from './sync/status.js';
 import { authPauseKey, isPaused, readAuthPause } from './sync/auth-pause.js';
+import { auditSettings } from './audit-settings.js';
 
 export class UsageError extends Error {
   override name = 'UsageError';
@@ -30,7 +31,9 @@ commands:
   healthcheck                          exit 0 when the local service is ready (as dist/healthcheck.js)
   backfill (--group ID | --all) [--type T] [--wait]
                                        enqueue full passes (all configured types unless --type)
-  status [--json]                      per group × type: cursor, last run, rows, drift
+  status [--json]                      per group × type: cursor, last run, rows, drift, audit accuracy
+  audit [--group G] [--type T] [--json]
+                                       check the mirror against the service now and repair what differs
   webhooks list|get|register|adopt|update|delete
                                        manage the service-side webhooks
   webhooks replay [--status failed|ignored] [--since DATE]
@@ -59,6 +62,7 @@ const start: Handler = async (args) => {
     throw new UsageError(`--role must be one of ${ROLES.join(', ')}, got "${role}"`);
   }
   const config = loadConfig(process.env, needsForRole(role as Role));
+  auditSettings(config);
   // Installed before any start-up work: a SIGTERM while migrations run or while Redis is unreachable
   // must stop the process at once, not wait for Docker's SIGKILL. Nothing is half-done by exiting then:
   // each migration is a transaction Postgres rolls back when the connection goes, and nothing has been
@@ -288,8 +292,26 @@ const replay: Handler = async (args) => {
   }
 };
 
+/** `audit`: one audit of the configured pairs (or one group / type) now. */
+const audit: Handler = async (args) => {
+  const { values } = parse(args, { group: { type: 'string' }, type: { type: 'string' }, json: { type: 'boolean', default: false } });
+  const config = loadConfig(process.env, ['poll']);
+  if (values.group !== undefined && !config.sync.groups.includes(values.group)) {
+    throw new UsageError(
+      `--group ${values.group} is not configured; configured groups (SYNC_GROUPS): ${config.sync.groups.join(', ') || 'none'}`,
+    );
+  }
+  if (values.type !== undefined && !(config.sync.types as readonly string[]).includes(values.type)) {
+    throw new UsageError(`--type must be one of the configured types (SYNC_TYPES): ${config.sync.types.join(', ')}, got "${values.type}"`);
+  }
+  const { runAuditCli } = await import('./audit-cli.js');
+  const target = { ...(values.group ? { groupId: values.group } : {}), ...(values.type ? { type: values.type as SubscriberType } : {}) };
+  return runAuditCli(config, target, values.json);
+};
+
 const COMMANDS: Record<string, Handler> = {
   start,
+  audit,
   healthcheck,
   migrate,
   backfill,
