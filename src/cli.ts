@@ -15,7 +15,7 @@ import { createScrubber } from './ground/log.js';
 import { describeConnectionError, startService, type RunningService } from './start.js';
 import { enqueueBackfills, waitForPass, type BackfillTarget } from './sync/backfill.js';
 import { createSyncQueue, type PassJobResult } from './sync/schedule.js';
-import { collectStatus, formatStatusTable } from './sync/status.js';
+import { collectStatus, formatStatusTable, webhookHealth } from './sync/status.js';
 import { authPauseKey, isPaused, readAuthPause } from './sync/auth-pause.js';
 import { auditSettings } from './audit-settings.js';
 
@@ -219,6 +219,7 @@ const status: Handler = async (args) => {
   const database = openDatabase(config.databaseUrl, { max: 1 });
   try {
     const rows = await collectStatus(database.pool, { groups: config.sync.groups, types: config.sync.types });
+    const webhooks = await webhookHealth(database.pool);
     let pause = null;
     const credential = readCredentialOf(config);
     if (credential) {
@@ -234,7 +235,7 @@ const status: Handler = async (args) => {
     }
     if (values.json) {
       const reads = config.sync.reconciles ? { source: config.sync.source } : { source: null, notice: NOTHING_RECONCILES };
-      process.stdout.write(`${JSON.stringify({ ...reads, authPause: pause, passes: rows }, null, 2)}\n`);
+      process.stdout.write(`${JSON.stringify({ ...reads, authPause: pause, passes: rows, webhooks }, null, 2)}\n`);
     } else {
       if (!config.sync.reconciles) process.stdout.write(`${NOTHING_RECONCILES}\n\n`);
       if (pause) {
@@ -243,6 +244,11 @@ const status: Handler = async (args) => {
         );
       }
       process.stdout.write(rows.length > 0 ? `${formatStatusTable(rows)}\n` : 'no groups configured and no passes recorded yet\n');
+      for (const w of webhooks.filter((h) => h.problems.length > 0)) {
+        process.stdout.write(
+          `WEBHOOK ${w.id}: ${w.problems.join(', ')}${w.missingEvents.length > 0 ? ` (missing ${w.missingEvents.join(', ')})` : ''}\n`,
+        );
+      }
     }
     return 0;
   } catch (error) {

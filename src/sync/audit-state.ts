@@ -136,8 +136,10 @@ export async function purgeAuditResults(db: Queryable, keepMs = AUDIT_RESULTS_KE
   return rowCount ?? 0;
 }
 
+export type AuditWindowRow = AuditTally & { lastAuditAt: string | null };
+
 /** Per `group:type`, the sums over the results of the last `windowMs` (24 h for the accuracy figure), and when the pair was last audited. */
-export async function auditWindow(db: Queryable, windowMs = 86_400_000): Promise<Map<string, AuditTally & { lastAuditAt: string | null }>> {
+export async function auditWindow(db: Queryable, windowMs = 86_400_000): Promise<Map<string, AuditWindowRow>> {
   const { rows } = await db.query<AuditTally & { groupId: string; type: string; lastAuditAt: string | null }>(
     `select group_id as "groupId", type, sum(rows_checked)::int as "rowsChecked", sum(in_flight)::int as "inFlight",
             sum(content)::int as content, sum(missing)::int as missing, sum(extra)::int as extra, sum(count)::int as count,
