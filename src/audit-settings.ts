@@ -49,11 +49,11 @@ function parseFlag(text: string | undefined, problems: string[]): boolean {
   return false;
 }
 
-export function auditSettings(config: Config, env: NodeJS.ProcessEnv = process.env): AuditSettings {
+export function auditSettings(config: Config): AuditSettings {
   const problems: string[] = [];
-  const everyMs = parseEvery(env.AUDIT_EVERY, problems);
-  const sampleSize = parseSample(env.AUDIT_SAMPLE, config.sync.pageSize, problems);
-  const reenableWebhooks = parseFlag(env.WEBHOOKS_REENABLE, problems);
+  const everyMs = parseEvery(config.auditEnv.every, problems);
+  const sampleSize = parseSample(config.auditEnv.sample, config.sync.pageSize, problems);
+  const reenableWebhooks = parseFlag(config.auditEnv.reenable, problems);
   if (problems.length > 0) throw new ConfigError(problems);
   const incrementalMs = config.sync.source === 'legacy' ? 2 * config.sync.everyMs : 0;
   return { everyMs, sampleSize, reenableWebhooks, settleMs: Math.max(WEBHOOK_SETTLE_MS, incrementalMs) };

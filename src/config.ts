@@ -109,6 +109,8 @@ export interface Config {
   /** auto: human-readable on a terminal unless NODE_ENV=production, JSON otherwise. */
   logFormat: (typeof LOG_FORMATS)[number];
   shutdownTimeoutMs: number;
+  /** AUDIT_EVERY, AUDIT_SAMPLE, WEBHOOKS_REENABLE as given: parsed and checked by `audit-settings.ts` (until they join this schema). */
+  auditEnv: { every: string | undefined; sample: string | undefined; reenable: string | undefined };
 }
 
 /** Thrown for bad configuration; the CLI prints `message` and exits with code 2. */
@@ -557,6 +559,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, needs: ConfigNe
     logLevel: e.LOG_LEVEL,
     logFormat: e.LOG_FORMAT,
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT,
+    auditEnv: { every: env.AUDIT_EVERY, sample: env.AUDIT_SAMPLE, reenable: env.WEBHOOKS_REENABLE },
   };
 }
 

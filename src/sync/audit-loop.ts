@@ -20,6 +20,7 @@ import {
   type WebhookProblem,
 } from './audit-state.js';
 import { isPaused, readAuthPause } from './auth-pause.js';
+import { readSyncState } from './state.js';
 import { passLockKey } from './worker.js';
 
 export interface AuditLoopDeps extends AuditDeps {
@@ -85,6 +86,8 @@ async function auditOne(
   const skip = (reason: string) => outcome.skipped.push({ ...pair, reason });
   if (!options.force && (deps.limiterWaiting?.() ?? 0) > 0) return void skip('passes are waiting for the rate limit');
   if (await passRunning(deps.redis, passLockKey(deps.prefix, pair.groupId, pair.type))) return void skip('a pass of it is running');
+  // Before its first complete full pass the mirror does not claim to hold the pair: nothing to audit yet.
+  if (!(await readSyncState(deps.pool, pair.groupId, pair.type))?.lastFullCompletedAt) return void skip('no complete full pass yet');
   const state = await claimAudit(deps.pool, pair.groupId, pair.type, deps.everyMs, options.force);
   if (!state) return void skip('audited within this period');
   try {
@@ -168,6 +171,7 @@ export function startAuditLoop(deps: AuditLoopDeps): Repeating {
     async () => {
       const outcome = await runAuditTick(deps, { rotation });
       rotation += Math.max(1, outcome.audits.length);
+      if (outcome.skipped.length > 0) deps.logger.debug({ skipped: outcome.skipped }, 'audit: pairs left for a later tick');
       if (Date.now() - lastPurge > 86_400_000) {
         lastPurge = Date.now();
         await purgeAuditResults(deps.pool);
