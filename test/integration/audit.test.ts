@@ -21,9 +21,9 @@ import { runPass } from '../../src/sync/legacy-pass.js';
 import { createCurrentClient } from '../../src/upstream/current/client.js';
 import { createLegacyClient } from '../../src/upstream/legacy/client.js';
 import { createWebhooksApi } from '../../src/upstream/webhooks-api.js';
-import { currentPassAllTypes, currentTestSource, passContext } from '../helpers/current.js';
+import { currentTestSource, passContext } from '../helpers/current.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
-import { ALL_TYPES, passAllTypes, passDeps } from '../helpers/poll.js';
+import { ALL_TYPES, fullPassAllTypes, passAllTypes, passDeps } from '../helpers/poll.js';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
 
 const EVERY_MS = 15 * 60_000;
@@ -64,7 +64,7 @@ function reader(source: Source, s: Simulator): AuditReader {
 async function fullPasses(source: Source, s: Simulator, groupId: string, rounds = 1): Promise<void> {
   for (let i = 0; i < rounds; i++) {
     if (source === 'legacy') await passAllTypes(passDeps(database, s), groupId, 'full');
-    else await currentPassAllTypes(currentTestSource(s), passContext(database), groupId);
+    else await fullPassAllTypes(currentTestSource(s), passContext(database), groupId);
   }
 }
 
