@@ -5,7 +5,7 @@
  * are shared; a source only says how one pass of one (group, type) reads and commits its pages.
  */
 import type pg from 'pg';
-import type { SubscriberType } from '../db/schema.js';
+import type { MirrorSource, SubscriberType } from '../db/schema.js';
 import type { Logger } from '../ground/log.js';
 import type { LegacyClient } from '../upstream/legacy/client.js';
 import { runPass, type PassProgress, type PassResult } from './legacy-pass.js';
@@ -35,7 +35,7 @@ export interface ReadSource {
   /** Whether the source can read only what changed (a date filter). Without, every pass is full. */
   readonly incremental: boolean;
   /** The `mirrored_via` of the rows its passes write. */
-  readonly via: 'poll' | 'current';
+  readonly via: Exclude<MirrorSource, 'webhook'>;
   runPass(ctx: PassContext, groupId: string, type: SubscriberType, mode: PassMode): Promise<PassResult>;
 }
 

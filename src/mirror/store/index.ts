@@ -26,7 +26,7 @@
  */
 export { withTransaction } from './executor.js';
 export type { UpsertCounts } from './values.js';
-export { SUBSCRIBER_COLUMNS, SUBSCRIBER_COLUMN_OF, upsertSubscribers } from './subscribers.js';
+export { upsertSubscribers } from './subscribers.js';
 export {
   endMemberships,
   membersAwaitingProof,
