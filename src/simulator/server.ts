@@ -157,6 +157,14 @@ function legacyError(code: number, message: string): string {
   return JSON.stringify({ error: { code, message } });
 }
 
+/** What runs before an API's routes: a reply when it answered the request itself (a limit, a fault, a refusal). */
+type Gate = (
+  config: ServerConfig,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  record: RequestRecord,
+) => Promise<FastifyReply | undefined>;
+
 /** An API's request budget, as its gate applies it. */
 interface GateLimit {
   limiter: RateLimiter | null;
@@ -188,12 +196,7 @@ async function limitAndFault(
   return undefined;
 }
 
-async function legacyGate(
-  config: ServerConfig,
-  request: FastifyRequest,
-  reply: FastifyReply,
-  record: RequestRecord,
-): Promise<FastifyReply | undefined> {
+const legacyGate: Gate = async (config, request, reply, record) => {
   const limit = {
     limiter: config.limiter,
     key: rateLimitKey(config, request),
@@ -212,7 +215,7 @@ async function legacyGate(
       .type(JSON_TYPE)
       .send(JSON.stringify({ error: { message: 'Endpoint not found' } }));
   return undefined;
-}
+};
 
 /** The Laravel-style APIs' error body: `{message}`, whatever the code. */
 const laravelError = (_code: number, message: string): string => laravelMessage(message);
@@ -225,12 +228,7 @@ function bearerRefusal(config: ServerConfig, request: FastifyRequest, reply: Fas
 }
 
 /** The current API: its own limit (one budget for the account), faults, then the Bearer token. */
-async function currentGate(
-  config: ServerConfig,
-  request: FastifyRequest,
-  reply: FastifyReply,
-  record: RequestRecord,
-): Promise<FastifyReply | undefined> {
+const currentGate: Gate = async (config, request, reply, record) => {
   const limit = {
     limiter: config.currentLimiter,
     key: 'account',
@@ -238,17 +236,12 @@ async function currentGate(
     tooMany: laravelMessage('Too Many Attempts.'),
   };
   return (await limitAndFault(config, request, reply, record, laravelError, limit)) ?? bearerRefusal(config, request, reply);
-}
+};
 
 /** The management API: faults, then the Bearer token (no budget of its own here). */
-async function webhooksGate(
-  config: ServerConfig,
-  request: FastifyRequest,
-  reply: FastifyReply,
-  record: RequestRecord,
-): Promise<FastifyReply | undefined> {
+const webhooksGate: Gate = async (config, request, reply, record) => {
   return (await limitAndFault(config, request, reply, record, laravelError, null)) ?? bearerRefusal(config, request, reply);
-}
+};
 
 function rateLimitKey(config: ServerConfig, request: FastifyRequest): string {
   return config.rateLimitScope === 'global' ? 'global' : `${request.method} ${request.routeOptions.url ?? 'unmatched'}`;
