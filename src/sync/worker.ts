@@ -105,7 +105,7 @@ function assertJobData(data: unknown): asserts data is PassJobData {
 }
 
 /**
- * One scope wherever jobs come from (docs/security.md, "Only what is configured"): /admin/backfill and
+ * One scope wherever jobs come from (docs/security.md, "Admin authentication"): /admin/backfill and
  * the CLI check it before queueing, but anyone who can add to the queue (the dashboard, Redis itself)
  * bypasses them, so the worker checks it again where the job is consumed. Unrecoverable: retrying
  * cannot make a group configured.
