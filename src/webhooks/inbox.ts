@@ -580,8 +580,12 @@ export async function pendingDeliveries(
   return rows;
 }
 
-/** An `id` found in a body (a jsonb value `v`) as the normalizer reads it: `007` is subscriber 7. */
-const BODY_ID = canonicalIdSql(`v #>> '{}'`);
+/**
+ * An `id` found in a body (a jsonb value `v`) as the normalizer reads it: `007` is subscriber 7. What
+ * the normalizer would refuse is compared as it is written (no subscriber has such an id).
+ */
+const bodyId = (text: string) => `coalesce(${canonicalIdSql(text)}, ${text})`;
+const BODY_ID = bodyId(`v #>> '{}'`);
 
 // Any `id` anywhere in the body that is one of the ids (however spelled); pages by delivery id.
 const MENTIONING_SQL = `
@@ -636,7 +640,7 @@ const EMAILS_OF_SQL = `
 select distinct lower(o ->> 'email') as email
   from webhook_deliveries d
   cross join lateral jsonb_path_query(d.body, 'strict $.** ? (@.type() == "object" && exists(@.email))') o
- where ${canonicalIdSql(`o ->> 'id'`)} = any($1::text[])
+ where ${bodyId(`o ->> 'id'`)} = any($1::text[])
    and coalesce(o ->> 'email', '') <> ''`;
 
 /** The emails stored deliveries carry for the subscribers `ids`, lower-cased. */

@@ -63,7 +63,7 @@ function redactLink(object: Record<string, unknown>): boolean {
  */
 function isSubscriberOf(value: unknown, ids: ReadonlySet<string>): value is Record<string, unknown> {
   if (!isPlainObject(value)) return false;
-  const id = canonicalIdOrNull(value.id);
+  const id = canonicalIdOrNull(value.id) ?? (typeof value.id === 'string' ? value.id : null);
   return id !== null && ids.has(id) && PERSONAL_KEYS.some((k) => k in value);
 }
 
