@@ -7,7 +7,17 @@ import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import dotenv from 'dotenv';
-import { ConfigError, loadConfig, needsForRole, NOTHING_RECONCILES, readCredentialOf, ROLES, secretsOf, type Role } from './config.js';
+import {
+  ConfigError,
+  loadConfig,
+  needsForRole,
+  NOTHING_RECONCILES,
+  readCredentialOf,
+  ROLES,
+  secretsOf,
+  secretValuesIn,
+  type Role,
+} from './config.js';
 import { runMigrations } from './db/migrate.js';
 import { SUBSCRIBER_TYPES, type SubscriberType } from './db/schema.js';
 import { openDatabase } from './db/client.js';
@@ -354,11 +364,7 @@ export async function main(argv: string[]): Promise<number> {
       for (const s of secretsOf(loadConfig(process.env))) scrub.add(s);
     } catch {
       // Config is invalid; the raw variables are still the values to hide.
-      for (const name of ['MAILER_API_KEY', 'MAILER_WEBHOOKS_TOKEN', 'ADMIN_TOKEN']) {
-        const v = process.env[name];
-        if (v) scrub.add(v);
-      }
-      for (const v of (process.env.WEBHOOK_SECRETS ?? '').split(',')) if (v.trim()) scrub.add(v.trim());
+      for (const s of secretValuesIn(process.env)) scrub.add(s);
     }
     process.stderr.write(`subscriber-mirror: ${scrub((error as Error).message ?? String(error))}\n`);
     return 1;

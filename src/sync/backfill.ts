@@ -6,7 +6,7 @@
  */
 import type { Job, Queue } from 'bullmq';
 import type { SubscriberType } from '../db/schema.js';
-import type { PassProgress } from './legacy-pass.js';
+import type { PassProgress } from './pass-recorder.js';
 import { enqueueBackfill, type PassJobData, type PassJobResult } from './schedule.js';
 
 export interface BackfillTarget {

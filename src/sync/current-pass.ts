@@ -16,18 +16,11 @@ import type { SubscriberType } from '../db/schema.js';
 import { latestTimestamp } from '../ground/time.js';
 import { normalizeCurrentSubscriber, SUBSCRIBER_FIELDS, type SubscriberRow } from '../mirror/normalize.js';
 import { versionTime } from '../mirror/version.js';
-import {
-  membersAwaitingProof,
-  upsertGroups,
-  upsertMemberships,
-  upsertSubscribers,
-  withTransaction,
-  type UpsertCounts,
-} from '../mirror/store/index.js';
+import { upsertGroups, upsertMemberships, upsertSubscribers, withTransaction } from '../mirror/store/index.js';
 import type { CurrentClient } from '../upstream/current/client.js';
-import { PassInterruptedError, removeUnseenMembers, type PassResult } from './legacy-pass.js';
-import type { PassContext, ReadSource } from './source.js';
-import { markRunFailed, markRunStarted, markRunSucceeded, openCursorPass, saveCursorCheckpoint, saveUpstreamCount } from './state.js';
+import { PassInterruptedError, recordPass, type PassContext, type PassResult, type PassTally } from './pass-recorder.js';
+import type { ReadSource } from './source.js';
+import { openCursorPass, saveCursorCheckpoint, saveUpstreamCount } from './state.js';
 
 export interface CurrentSourceOptions {
   /** A fresh client per pass, so the per-pass request count is exact; all share one limiter. */
@@ -65,28 +58,18 @@ function listedRows(deps: CurrentPassDeps, raws: readonly Record<string, unknown
   });
 }
 
-function addCounts(into: UpsertCounts, more: UpsertCounts): void {
-  into.inserted += more.inserted;
-  into.updated += more.updated;
-  into.unchanged += more.unchanged;
-  into.skipped += more.skipped;
-}
-
-interface CursorTotals {
-  counts: UpsertCounts;
-  rowsSeen: number;
-  maxVersion: string | null;
-  upstreamCount: number | null;
-  /** When the pass (perhaps resumed) started: the `seen_at` of what it listed. */
-  startedAt: string | null;
-}
-
 /** Reads the list from the checkpoint to its end; each page commits with the cursor after it. */
-async function commitCursorPages(deps: CurrentPassDeps, groupId: string, type: SubscriberType, totals: CursorTotals): Promise<void> {
+async function commitCursorPages(
+  deps: CurrentPassDeps,
+  groupId: string,
+  type: SubscriberType,
+  upstreamCount: number,
+  tally: PassTally,
+): Promise<{ startedAt: string; maxVersion: string | null }> {
   const open = await openCursorPass(deps.pool, groupId, type, { restart: deps.restart ?? false });
-  totals.startedAt = open.startedAt;
+  let maxVersion: string | null = null;
   // The last page committed and the pass stopped before it was recorded complete: nothing left to read.
-  if (open.pages > 0 && open.cursor === null) return;
+  if (open.pages > 0 && open.cursor === null) return { startedAt: open.startedAt, maxVersion };
   if (open.pages > 0) deps.logger.info({ pages: open.pages }, 'resuming full pass from its cursor checkpoint');
   let pages = open.pages;
   for await (const page of deps.client.pages(groupId, {
@@ -104,17 +87,11 @@ async function commitCursorPages(deps: CurrentPassDeps, groupId: string, type: S
       await saveCursorCheckpoint(client, groupId, type, checkpoint);
       return written;
     });
-    addCounts(totals.counts, counts);
-    totals.rowsSeen += rows.length;
-    for (const r of rows) totals.maxVersion = latestTimestamp(totals.maxVersion, versionTime(r.values));
-    await deps.onProgress?.({
-      mode: 'full',
-      offset: totals.rowsSeen,
-      rowsSeen: totals.rowsSeen,
-      total: totals.upstreamCount,
-    });
+    for (const r of rows) maxVersion = latestTimestamp(maxVersion, versionTime(r.values));
+    await tally.committed({ counts, rows: rows.length, offset: tally.rowsSeen + rows.length, total: upstreamCount });
     if (deps.shouldStop?.() && page.nextCursor !== null) throw new PassInterruptedError(pages);
   }
+  return { startedAt: open.startedAt, maxVersion };
 }
 
 /** The group's name and its count of `type` (drift and progress). */
@@ -125,72 +102,12 @@ async function readCounts(deps: CurrentPassDeps, groupId: string, type: Subscrib
   return group.counts[type];
 }
 
+/** One pass: the counts, then the pages by cursor; the bookkeeping is the shared `recordPass`. */
 export async function runCurrentPass(deps: CurrentPassDeps, groupId: string, type: SubscriberType): Promise<PassResult> {
   const log = deps.logger.child({ groupId, type, source: 'current' });
-  await markRunStarted(deps.pool, groupId, type, 'full');
-  log.info({ mode: 'full' }, 'pass started');
-  const requestsBefore = deps.client.stats().requests;
-  const requests = () => deps.client.stats().requests - requestsBefore;
-  const totals: CursorTotals = {
-    counts: { inserted: 0, updated: 0, unchanged: 0, skipped: 0 },
-    rowsSeen: 0,
-    maxVersion: null,
-    upstreamCount: null,
-    startedAt: null,
-  };
-  const written = () => totals.counts.inserted + totals.counts.updated;
-  try {
-    totals.upstreamCount = await readCounts(deps, groupId, type);
-    await commitCursorPages({ ...deps, logger: log }, groupId, type, totals);
-    await markRunSucceeded(deps.pool, groupId, type, {
-      mode: 'full',
-      maxUpdatedAt: totals.maxVersion,
-      rowsWritten: written(),
-      rowsSeen: totals.rowsSeen,
-      requests: requests(),
-      fullCompleted: true,
-      upstreamCount: totals.upstreamCount,
-    });
-    // After the pass is recorded complete, so that it counts towards the removal cutoff.
-    const removed = await removeUnseenMembers(deps.pool, groupId, deps.groupTypes, 'current');
-    // Members of this status the pass did not list and no newer fact covers: candidates, proven gone
-    // only by the next complete pass (the worker runs it at once: decideAfterPass, passesToProve).
-    const awaitingProof = totals.startedAt === null ? null : await membersAwaitingProof(deps.pool, groupId, totals.startedAt, { type });
-    log.info(
-      {
-        mode: 'full',
-        rowsSeen: totals.rowsSeen,
-        rowsWritten: written(),
-        removed,
-        awaitingProof: awaitingProof?.count,
-        requests: requests(),
-      },
-      'pass succeeded',
-    );
-    return {
-      mode: 'full',
-      rowsSeen: totals.rowsSeen,
-      rowsWritten: written(),
-      counts: totals.counts,
-      requests: requests(),
-      removed,
-      maxUpdatedAt: totals.maxVersion,
-      filterDay: null,
-      futureRows: 0,
-      gaps: 0,
-      stepBacks: 0,
-      startedAt: totals.startedAt,
-      awaitingProof,
-    };
-  } catch (error) {
-    const message = error instanceof Error ? error.message : String(error);
-    await markRunFailed(deps.pool, groupId, type, {
-      mode: 'full',
-      error: message,
-      rowsWritten: written(),
-      rowsSeen: totals.rowsSeen,
-      requests: requests(),
-    }).catch((e: unknown) => log.error({ err: e }, 'could not record the failed pass'));
-    throw error;
-  }
+  return recordPass(deps, { groupId, type, mode: 'full', log, via: 'current', client: deps.client }, async (tally) => {
+    const upstreamCount = await readCounts(deps, groupId, type);
+    const { startedAt, maxVersion } = await commitCursorPages({ ...deps, logger: log }, groupId, type, upstreamCount, tally);
+    return { startedAt, maxUpdatedAt: maxVersion, upstreamCount };
+  });
 }

@@ -13,37 +13,18 @@
  *   joined to the previous one) did not list it and no newer fact about it is stored (invariant 11).
  *
  * The poller never writes mirrored tables itself: rows go through `mirror/normalize` and
- * `mirror/store`.
+ * `mirror/store`. The run's bookkeeping (start, success, removals, failure, the result) is the
+ * shared `recordPass` (pass-recorder.ts); this file says only how a legacy pass reads its pages.
  */
-import type pg from 'pg';
-import type { MirrorSource, SubscriberType } from '../db/schema.js';
+import type { SubscriberType } from '../db/schema.js';
 import type { Logger } from '../ground/log.js';
 import { addDays, DAY_MS, dayInZone, formatEpochMs, latestTimestamp } from '../ground/time.js';
 import { normalizeLegacySubscriber, SUBSCRIBER_FIELDS, type SubscriberRow } from '../mirror/normalize.js';
 import { versionTime } from '../mirror/version.js';
-import {
-  membersAwaitingProof,
-  removeMembersNotSeenSince,
-  upsertMemberships,
-  upsertSubscribers,
-  withTransaction,
-  type UpsertCounts,
-} from '../mirror/store/index.js';
-import type { AwaitingProof } from '../mirror/store/memberships.js';
+import { upsertMemberships, upsertSubscribers, withTransaction, type UpsertCounts } from '../mirror/store/index.js';
 import type { DateFilter, FilterKey, LegacyClient, LegacyPage, PageCapKnowledge, PageOptions } from '../upstream/legacy/client.js';
-import {
-  markRunFailed,
-  markRunStarted,
-  markRunSucceeded,
-  openFullPass,
-  readPaging,
-  readSyncState,
-  removalCutoff,
-  saveFullCheckpoint,
-  savePaging,
-  saveUpstreamCount,
-  type PassMode,
-} from './state.js';
+import { PassInterruptedError, recordPass, type PassContext, type PassReading, type PassResult, type PassTally } from './pass-recorder.js';
+import { openFullPass, readPaging, readSyncState, saveFullCheckpoint, savePaging, saveUpstreamCount, type PassMode } from './state.js';
 
 /**
  * The service's date filters have undocumented timezone semantics (invariant 4). Shifting the
@@ -52,62 +33,12 @@ import {
  */
 const TIMEZONE_MARGIN_MS = 14 * 3_600_000;
 
-export interface PassDeps {
-  pool: pg.Pool;
+/** What the legacy pass needs beyond what every pass gets (`PassContext`). */
+export interface PassDeps extends PassContext {
   legacy: LegacyClient;
-  logger: Logger;
   sourceTimezone: string;
   lookbackMs: number;
   pageSize: number;
-  /** Every configured type of the group: removal waits for complete full passes of all of them. */
-  groupTypes: readonly SubscriberType[];
-  /** Reports progress after each committed page (backfill --wait, admin API). */
-  onProgress?: (progress: PassProgress) => void | Promise<void>;
-  /** Checked after each committed page: a graceful shutdown stops at a checkpoint. */
-  shouldStop?: () => boolean;
-  /** Full pass: start a new pass even when an older one left a checkpoint open (a backfill is served only by a pass that starts after it). */
-  restart?: boolean;
-  /** Incremental pass: read every change since this time even when the cursor is later (source.ts, `PassContext`). */
-  changedSince?: string;
-}
-
-export interface PassProgress {
-  mode: PassMode;
-  offset: number;
-  rowsSeen: number;
-  total: number | null;
-}
-
-export interface PassResult {
-  mode: PassMode;
-  rowsSeen: number;
-  rowsWritten: number;
-  counts: UpsertCounts;
-  requests: number;
-  removed: number;
-  maxUpdatedAt: string | null;
-  filterDay: string | null;
-  /** Rows dated after the service's now + the timezone margin: stored, but the cursor did not follow them. */
-  futureRows: number;
-  /** Full pass: pages that could not be joined to the previous one (then the pass proves no removal). */
-  gaps: number;
-  /** Full pass: requests spent stepping back because the list moved by more than the overlap. */
-  stepBacks: number;
-  /** Full pass: when it started (the `seen_at` of what it listed); null for an incremental pass. */
-  startedAt: string | null;
-  /**
-   * Full pass: current members of this group and type it did not list, still awaiting a second
-   * pass to prove they left, and the latest time any of them was seen; null for an incremental pass.
-   */
-  awaitingProof: AwaitingProof | null;
-}
-
-/** The pass stopped at a checkpoint because the process is shutting down; it resumes later. */
-export class PassInterruptedError extends Error {
-  constructor(readonly offset: number) {
-    super(`pass interrupted by shutdown at offset ${offset}; it resumes from there`);
-    this.name = 'PassInterruptedError';
-  }
 }
 
 /**
@@ -192,13 +123,6 @@ function startingPoint(
   const since = changedSince === undefined ? null : formatEpochMs(Date.parse(changedSince));
   const cursor = stored === null ? since : since === null ? stored : minTimestamp(stored, since);
   return { mode: requested === 'incremental' && !cursor ? 'full' : requested, cursor };
-}
-
-function addCounts(into: UpsertCounts, more: UpsertCounts): void {
-  into.inserted += more.inserted;
-  into.updated += more.updated;
-  into.unchanged += more.unchanged;
-  into.skipped += more.skipped;
 }
 
 interface FullCheckpoint {
@@ -288,23 +212,22 @@ async function planPass(
   return { reads, seenAt: null, upstreamCount: null, filterDay };
 }
 
-/** What a pass's pages added up to so far (also reported when it fails). */
-interface PassTotals {
-  counts: UpsertCounts;
-  rowsSeen: number;
+/** What only offset paging and the cursor add up over a pass (the recorder counts rows and writes). */
+interface LegacyTotals {
   /** Full pass: pages that could not be joined to the previous one. */
   gaps: number;
   stepBacks: number;
-  tally: CursorTally;
+  cursor: CursorTally;
 }
 
 /** One loop for every read of a pass: each page commits (with its checkpoint in a full pass), then reports progress. */
 async function commitPages(
   deps: PassDeps,
   log: Logger,
-  pass: { groupId: string; type: SubscriberType; mode: PassMode },
+  pass: { groupId: string; type: SubscriberType },
   plan: PassPlan,
-  totals: PassTotals,
+  totals: LegacyTotals,
+  tally: PassTally,
 ): Promise<void> {
   for (const read of plan.reads) {
     for await (const page of read()) {
@@ -316,10 +239,9 @@ async function commitPages(
       }
       const checkpoint =
         plan.seenAt === null ? null : { seenAt: plan.seenAt, nextOffset: page.nextOffset, tailIds: page.tail, continuous: page.continuous };
-      addCounts(totals.counts, await commitPage(deps, pass.groupId, pass.type, rows, checkpoint));
-      totals.rowsSeen += rows.length;
-      totals.tally.add(rows, page.serviceTime);
-      await deps.onProgress?.({ mode: pass.mode, offset: page.nextOffset, rowsSeen: totals.rowsSeen, total: plan.upstreamCount });
+      const counts = await commitPage(deps, pass.groupId, pass.type, rows, checkpoint);
+      totals.cursor.add(rows, page.serviceTime);
+      await tally.committed({ counts, rows: rows.length, offset: page.nextOffset, total: plan.upstreamCount });
       // A full pass resumes from its checkpoint; an incremental one just leaves the cursor where it was.
       if (deps.shouldStop?.()) throw new PassInterruptedError(page.nextOffset);
     }
@@ -335,123 +257,48 @@ function warnFutureRows(log: Logger, tally: CursorTally): void {
   );
 }
 
+/**
+ * Reads one pass's pages, from its plan to its last page: what the legacy pass adds to the shared
+ * bookkeeping of `recordPass`. `paging` holds the cap knowledge, which the reads update.
+ */
+async function readLegacyPass(
+  deps: PassDeps,
+  log: Logger,
+  pass: { groupId: string; type: SubscriberType; mode: PassMode; cursor: string | null },
+  paging: { caps: PageCapKnowledge | null },
+  tally: PassTally,
+): Promise<PassReading> {
+  const totals: LegacyTotals = { gaps: 0, stepBacks: 0, cursor: new CursorTally(Date.now()) };
+  const stored = capKnowledgeOf(await readPaging(deps.pool));
+  paging.caps = stored;
+  const capOptions = (): PageReadOptions => ({ capKnowledge: paging.caps ?? stored, onCapKnowledge: (k) => (paging.caps = k) });
+  const plan = await planPass(deps, log, pass.groupId, pass.type, pass.mode, pass.cursor, totals.cursor.ceiling, capOptions);
+  await commitPages(deps, log, pass, plan, totals, tally);
+  warnFutureRows(log, totals.cursor);
+  return {
+    startedAt: plan.seenAt,
+    maxUpdatedAt: totals.cursor.maxVersion,
+    upstreamCount: plan.upstreamCount,
+    gaps: totals.gaps,
+    stepBacks: totals.stepBacks,
+    filterDay: plan.filterDay,
+    cursorCeiling: totals.cursor.ceiling,
+    futureRows: totals.cursor.futureRows,
+  };
+}
+
 export async function runPass(deps: PassDeps, groupId: string, type: SubscriberType, requestedMode: PassMode): Promise<PassResult> {
   const log = deps.logger.child({ groupId, type });
   const state = await readSyncState(deps.pool, groupId, type);
   const { mode, cursor } = startingPoint(requestedMode, state?.cursor ?? null, deps.changedSince);
-  await markRunStarted(deps.pool, groupId, type, mode);
-  log.info({ mode }, 'pass started');
-  const requestsBefore = deps.legacy.stats().requests;
-  const totals: PassTotals = {
-    counts: { inserted: 0, updated: 0, unchanged: 0, skipped: 0 },
-    rowsSeen: 0,
-    gaps: 0,
-    stepBacks: 0,
-    tally: new CursorTally(Date.now()),
-  };
-  const { counts, tally } = totals;
-  let caps = capKnowledgeOf(await readPaging(deps.pool));
-  const capOptions = (): PageReadOptions => ({ capKnowledge: caps, onCapKnowledge: (k) => (caps = k) });
-  const requests = () => deps.legacy.stats().requests - requestsBefore;
-
+  const paging: { caps: PageCapKnowledge | null } = { caps: null };
   try {
-    const plan = await planPass(deps, log, groupId, type, mode, cursor, tally.ceiling, capOptions);
-    const { upstreamCount, filterDay } = plan;
-    await commitPages(deps, log, { groupId, type, mode }, plan, totals);
-
-    const rowsWritten = counts.inserted + counts.updated;
-    await markRunSucceeded(deps.pool, groupId, type, {
-      mode,
-      maxUpdatedAt: tally.maxVersion,
-      rowsWritten,
-      rowsSeen: totals.rowsSeen,
-      requests: requests(),
-      fullCompleted: mode === 'full',
-      upstreamCount,
-      cursorCeiling: tally.ceiling,
-      futureRows: tally.futureRows,
-      stepBacks: mode === 'full' ? totals.stepBacks : undefined,
-    });
-    warnFutureRows(log, tally);
-    // After the pass is recorded complete, so that it counts towards the removal cutoff.
-    const { removed, awaitingProof } = await settleRemovals(deps, groupId, type, plan.seenAt);
-    log.info(
-      {
-        mode,
-        rowsSeen: totals.rowsSeen,
-        rowsWritten,
-        removed,
-        gaps: totals.gaps,
-        stepBacks: totals.stepBacks,
-        awaitingProof: awaitingProof?.count,
-        requests: requests(),
-        filterDay,
-      },
-      'pass succeeded',
+    return await recordPass(deps, { groupId, type, mode, log, via: 'poll', client: deps.legacy }, (tally) =>
+      readLegacyPass(deps, log, { groupId, type, mode, cursor }, paging, tally),
     );
-    return {
-      mode,
-      rowsSeen: totals.rowsSeen,
-      rowsWritten,
-      counts,
-      requests: requests(),
-      removed,
-      maxUpdatedAt: tally.maxVersion,
-      filterDay,
-      futureRows: tally.futureRows,
-      gaps: totals.gaps,
-      stepBacks: totals.stepBacks,
-      startedAt: plan.seenAt,
-      awaitingProof,
-    };
-  } catch (error) {
-    const message = error instanceof Error ? error.message : String(error);
-    await markRunFailed(deps.pool, groupId, type, {
-      mode,
-      error: message,
-      rowsWritten: counts.inserted + counts.updated,
-      rowsSeen: totals.rowsSeen,
-      requests: requests(),
-    }).catch((e: unknown) => log.error({ err: e }, 'could not record the failed pass'));
-    throw error;
   } finally {
     // What the pages taught about the service's page cap is true whatever became of the pass.
-    await savePaging(deps.pool, caps).catch((e: unknown) => log.warn({ err: e }, 'could not save the page cap knowledge'));
+    if (paging.caps)
+      await savePaging(deps.pool, paging.caps).catch((e: unknown) => log.warn({ err: e }, 'could not save the page cap knowledge'));
   }
-}
-
-/**
- * After a full pass (started at `seenAt`) is recorded complete: ends what two passes proved gone,
- * and counts the members of its type it did not list (awaiting a confirming pass). Nothing for an
- * incremental pass (`seenAt` null).
- */
-async function settleRemovals(
-  deps: PassDeps,
-  groupId: string,
-  type: SubscriberType,
-  seenAt: string | null,
-): Promise<{ removed: number; awaitingProof: AwaitingProof | null }> {
-  if (seenAt === null) return { removed: 0, awaitingProof: null };
-  const removed = await removeUnseenMembers(deps.pool, groupId, deps.groupTypes);
-  return { removed, awaitingProof: await membersAwaitingProof(deps.pool, groupId, seenAt, { type }) };
-}
-
-/**
- * Ends the memberships two complete, gap-free full passes in a row of every configured type did
- * not list (the cutoff is the start of the earlier one; see `removalCutoff`). One pass is no proof:
- * paging over a changing list can skip a member (docs/architecture.md, invariant 11). Both read
- * sources end memberships here; `via` records which one proved it.
- */
-export async function removeUnseenMembers(
-  pool: PassDeps['pool'],
-  groupId: string,
-  groupTypes: PassDeps['groupTypes'],
-  via: MirrorSource = 'poll',
-): Promise<number> {
-  const cutoff = await removalCutoff(pool, groupId, groupTypes);
-  if (!cutoff) return 0;
-  const now = formatEpochMs(Date.now());
-  let removed = 0;
-  for (const type of groupTypes) removed += await removeMembersNotSeenSince(pool, groupId, cutoff, now, { type, via });
-  return removed;
 }

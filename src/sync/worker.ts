@@ -25,7 +25,7 @@ import {
 } from './decide.js';
 import { tryAcquirePassLock, type HeldLock } from './lock.js';
 import { membersAwaitingProof } from '../mirror/store/index.js';
-import { PassInterruptedError, type PassProgress, type PassResult } from './legacy-pass.js';
+import { PassInterruptedError, type PassProgress, type PassResult } from './pass-recorder.js';
 import { legacySource, type ReadSource } from './source.js';
 import {
   SYNC_QUEUE,

@@ -1,14 +1,13 @@
 /**
  * Passes of the current API's source in-process against the simulator and a test database.
  */
-import type { SubscriberType } from '../../src/db/schema.js';
 import { createLogger, type Logger } from '../../src/ground/log.js';
 import type { Simulator } from '../../src/simulator/index.js';
 import type { World } from '../../src/simulator/world.js';
 import { normalizeCurrentSubscriber, type SubscriberValues } from '../../src/mirror/normalize.js';
 import { currentSource } from '../../src/sync/current-pass.js';
-import type { PassResult } from '../../src/sync/legacy-pass.js';
-import type { PassContext, ReadSource } from '../../src/sync/source.js';
+import type { PassContext } from '../../src/sync/pass-recorder.js';
+import type { ReadSource } from '../../src/sync/source.js';
 import { createCurrentClient } from '../../src/upstream/current/client.js';
 import type { RequestGate } from '../../src/upstream/http.js';
 import type { TestDatabase } from './db.js';
@@ -33,18 +32,6 @@ export function currentTestSource(sim: Simulator, options: { pageSize?: number; 
 
 export function passContext(database: TestDatabase, overrides: Partial<PassContext> & { logger?: Logger } = {}): PassContext {
   return { pool: database.pool, logger: silent, groupTypes: ALL_TYPES, ...overrides };
-}
-
-/** One full pass of each status, in order. */
-export async function currentPassAllTypes(
-  source: ReadSource,
-  ctx: PassContext,
-  groupId: string,
-  types: readonly SubscriberType[] = ALL_TYPES,
-): Promise<PassResult[]> {
-  const results = [];
-  for (const type of types) results.push(await source.runPass(ctx, groupId, type, 'full'));
-  return results;
 }
 
 /** The current API's rendering of every given subscriber, normalized: what the mirror must hold after a pass. */

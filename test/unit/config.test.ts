@@ -1,5 +1,20 @@
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ConfigError, loadConfig, needsForRole, parseDuration, secretsOf, syncSourceOf } from '../../src/config.js';
+import {
+  ConfigError,
+  configTable,
+  loadConfig,
+  needsForRole,
+  parseDuration,
+  secretsOf,
+  secretValuesIn,
+  SETTINGS,
+  syncSourceOf,
+} from '../../src/config.js';
+import { settingsOf } from '../../src/ground/settings.js';
+import { ROOT } from '../helpers/cli.js';
+import { CONFIG_DOCS, tableIn } from '../helpers/config-docs.js';
 
 const POLL_ENV = {
   MAILER_LEGACY_URL: 'https://legacy.example.com/',
@@ -353,5 +368,44 @@ describe('the read source (SYNC_SOURCE) and the current API settings', () => {
       'MAILER_WEBHOOKS_TOKEN: required for webhooks commands (or MAILER_API_TOKEN)',
     ]);
     expect(problemsOf({ MAILER_API_URL: 'nope' }).map((p) => p.split(':')[0])).toEqual(['MAILER_API_URL']);
+  });
+});
+
+describe('each setting declared once (SETTINGS in src/config.ts)', () => {
+  const names = new Set(settingsOf(SETTINGS).flatMap((s) => s.names));
+
+  it('is what the configuration table of docs/operations.md shows', () => {
+    const table = tableIn(readFileSync(CONFIG_DOCS, 'utf8'));
+    expect(table, 'docs/operations.md ("Configuration") differs from the settings: run `npm run docs:config`').toBe(configTable());
+  });
+
+  it.each(['mirror.env.example', 'worker.env.example', 'receiver.env.example'])('is behind every variable %s names', (file) => {
+    const named = [...readFileSync(path.join(ROOT, file), 'utf8').matchAll(/^#? ?([A-Z][A-Z0-9_]+)=/gm)].map((m) => m[1]!);
+    expect(named.length).toBeGreaterThan(0);
+    expect(
+      named.filter((name) => !names.has(name)),
+      `${file} names variables no setting reads: declare them in SETTINGS (src/config.ts) or drop them`,
+    ).toEqual([]);
+  });
+
+  it('keeps the value of every secret setting out of messages and logs, parsed or raw', () => {
+    const secret = settingsOf(SETTINGS).filter((s) => s.declaration.secret);
+    expect(secret.map((s) => s.names[0]).sort()).toEqual(['ADMIN_TOKEN', 'MAILER_API_KEY', 'MAILER_API_TOKEN', 'WEBHOOK_SECRETS']);
+    const env = Object.fromEntries(secret.map((s) => [s.names[0], `secret-of-${s.names[0]}`]));
+    // The admin token needs a port to be served on.
+    const config = loadConfig({ ...env, OPS_PORT: '9090' });
+    expect(secretsOf(config).sort()).toEqual(Object.values(env).sort());
+    const aliased = Object.fromEntries(secret.map((s) => [s.names.at(-1)!, `bad,secret-of-${s.names.at(-1)!}`]));
+    expect(secretValuesIn(aliased)).toEqual(expect.arrayContaining(Object.values(aliased).flatMap((v) => [v, ...v.split(',')])));
+    // Whatever a message would say, the given secrets are not in it.
+    const error = (() => {
+      try {
+        return loadConfig({ ...aliased, SYNC_EVERY: 'x' });
+      } catch (e) {
+        return e as Error;
+      }
+    })();
+    expect(error).toBeInstanceOf(ConfigError);
+    for (const value of Object.values(aliased)) expect((error as Error).message).not.toContain(value);
   });
 });

@@ -1,3 +1,8 @@
+/**
+ * The current API's client (src/upstream/current/client.ts) in-process, with a fake fetch: cursor
+ * pages, group counts, errors. The same client against the simulator is
+ * upstream-current.simulator.test.ts.
+ */
 import { describe, expect, it } from 'vitest';
 import { createCurrentClient, type CurrentPage } from '../../src/upstream/current/client.js';
 import { UpstreamAuthError, UpstreamBodyError, UpstreamHttpError, UpstreamMovedAccountError } from '../../src/upstream/http.js';

@@ -1,3 +1,8 @@
+/**
+ * The upstream HTTP client (src/upstream/http.ts) in-process, with a fake fetch: lossless JSON,
+ * Retry-After, response classification, secrets kept out of errors, retries and requests. The same
+ * client over real sockets is upstream-http.sockets.test.ts.
+ */
 import { describe, expect, it } from 'vitest';
 import {
   classifyResponse,

@@ -1,6 +1,7 @@
 /**
  * The consumer's pure parts: the per-kind effect table, planning a delivery, membership rounds,
- * merging reference rows, job ids and error classes. No I/O.
+ * merging reference rows, job ids and error classes. No I/O; the consumer against Postgres and Redis
+ * is the integration test consumer.test.ts.
  */
 import { describe, expect, test } from 'vitest';
 import { NormalizeError } from '../../src/mirror/normalize.js';

@@ -1,5 +1,6 @@
 /**
  * The upstream client against real sockets: small node:http stub servers that misbehave on purpose.
+ * Its logic with a fake fetch is the unit test upstream-http.test.ts.
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
