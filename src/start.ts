@@ -154,6 +154,7 @@ async function registerAdmin(
     logger: deps.log,
     metrics: deps.metrics,
     cookieInsecure: config.adminCookieInsecure,
+    dashboardWrite: config.dashboardWrite,
   });
 }
 
