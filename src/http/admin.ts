@@ -12,7 +12,8 @@
  * The token never travels in a URL. Browsers send Basic credentials and cookies on their own, so every
  * request that changes something (any method but GET/HEAD/OPTIONS), the dashboard's actions included,
  * must prove it comes from our own pages (Origin or Sec-Fetch-Site) unless it carries Bearer, which no
- * browser adds by itself: no CSRF. Form bodies are accepted by the login and logout forms only, JSON
+ * browser adds by itself: no CSRF; the dashboard, a browser's page, needs it even with Bearer, and
+ * is read-only unless DASHBOARD_WRITE. Form bodies are accepted by the login and logout forms only, JSON
  * elsewhere. Failed credentials are throttled per client; every action and every failed login is
  * logged and counted. No /admin page may be framed.
  */
