@@ -480,9 +480,9 @@ const present = (env: NodeJS.ProcessEnv, name: string): boolean => {
 };
 
 /** Settings that ask for reads: any legacy read setting, SYNC_SOURCE or SYNC_GROUPS. */
-function readSettingsGiven(env: NodeJS.ProcessEnv): boolean {
-  return ['MAILER_LEGACY_URL', 'MAILER_API_KEY', 'SYNC_SOURCE', 'SYNC_GROUPS'].some((name) => present(env, name));
-}
+const READ_SETTINGS: EnvName[] = ['MAILER_LEGACY_URL', 'MAILER_API_KEY', 'SYNC_SOURCE', 'SYNC_GROUPS'];
+
+const readSettingsGiven = (env: NodeJS.ProcessEnv): boolean => READ_SETTINGS.some((name) => present(env, name));
 
 /** SYNC_SOURCE, or its default: legacy when legacy settings are given, else current. */
 export function syncSourceOf(env: NodeJS.ProcessEnv): SyncSource {

@@ -19,6 +19,8 @@ import {
   jsonb,
   pgTable,
   pgView,
+  type PgColumn,
+  type PgTable,
   primaryKey,
   smallint,
   text,
@@ -333,14 +335,18 @@ export const SUBSCRIBER_ACTIVITY_PERSONAL = {
 export const SYNC_RUN_STATUSES = ['running', 'succeeded', 'failed'] as const;
 export type SyncRunStatus = (typeof SYNC_RUN_STATUSES)[number];
 
+/** A poll pass: incremental (by date filter) or full (every page; the only kind that proves removals). */
+export const PASS_MODES = ['incremental', 'full'] as const;
+export type PassMode = (typeof PASS_MODES)[number];
+
 export const syncState = pgTable(
   'sync_state',
   {
     groupId: text('group_id').notNull(),
-    type: text('type').notNull(),
+    type: text('type').$type<SubscriberType>().notNull(),
     /** Max upstream `date_updated` committed by an incremental or full pass (invariant 3). */
     cursor: tstz('cursor'),
-    lastMode: text('last_mode').$type<'incremental' | 'full'>(),
+    lastMode: text('last_mode').$type<PassMode>(),
     lastStatus: text('last_status').$type<SyncRunStatus>(),
     lastRunStartedAt: tstz('last_run_started_at'),
     lastRunFinishedAt: tstz('last_run_finished_at'),
@@ -354,7 +360,10 @@ export const syncState = pgTable(
     fullOffset: integer('full_offset'),
     fullStartedAt: tstz('full_started_at'),
     lastFullCompletedAt: tstz('last_full_completed_at'),
-    /** Unused since the page cap is learned once per install (`upstream_paging`); kept for old readers. */
+    /**
+     * Retired ({@link SYNC_STATE_RETIRED}): the page cap is learned once per install (`upstream_paging`,
+     * migration 0007_removal_proof_and_install_page_cap); no code reads or writes it, the column stays for users' SQL (docs/sql.md).
+     */
     effectiveLimit: integer('effective_limit'),
     /** Current API: the cursor of the next page of the open full pass (null: its first page), committed with each page. */
     fullCursor: text('full_cursor'),
@@ -376,6 +385,13 @@ export const syncState = pgTable(
   },
   (t) => [primaryKey({ columns: [t.groupId, t.type] })],
 );
+
+/**
+ * Columns of `sync_state` the service no longer reads or writes (kept: dropping a column breaks the
+ * SQL of whoever reads it, docs/sql.md). The row type and select list of `src/sync/state.ts` leave
+ * them out, and `test/unit/tables.test.ts` fails when SQL in src/ names one.
+ */
+export const SYNC_STATE_RETIRED = ['effectiveLimit'] as const satisfies readonly (keyof typeof syncState.$inferSelect)[];
 
 /**
  * What this install knows about the service's silent page cap (docs/upstream.md, "Legacy lists"): one row, because
@@ -458,6 +474,15 @@ export const webhookEndpoints = pgTable('webhook_endpoints', {
    */
   adopted: boolean('adopted').notNull().default(false),
 });
+
+/**
+ * What the analyst role may not read (docs/security.md, "Database roles"): a whole table, or a column
+ * of a table the migrations grant column by column, every other column granted. A webhook secret can
+ * forge deliveries, a stored body is raw personal data, the dedupe hashes are the service's business.
+ * `test/integration/registry.catalog.test.ts` compares the migrations' grants with this list, so a
+ * column added to one of these tables fails there until a migration grants it or it is listed here.
+ */
+export const ANALYST_UNREADABLE: readonly (PgTable | PgColumn)[] = [webhookDeliveryHashes, webhookDeliveries.body, webhookEndpoints.secret];
 
 // ---------------------------------------------------------------------------------------------
 // Views: the common questions, answered once (docs/sql.md, "Views"). Their names and columns are part of

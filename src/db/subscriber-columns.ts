@@ -4,6 +4,7 @@
  * the data fields in table order with their SQL names and types, and what forgetting erases. Nothing
  * here lists a column by hand.
  */
+import { paramTypeOf, type PgType } from './columns.js';
 import {
   SUBSCRIBER_COLUMN_ROLES,
   subscriberKeysOfRole,
@@ -27,16 +28,7 @@ export type SubscriberValues = { id: string; updatedAt: string } & Omit<Pick<Sel
 /** All {@link SubscriberField}s in table order. */
 export const SUBSCRIBER_FIELDS: readonly SubscriberField[] = subscriberKeysOfRole('content', 'latest');
 
-/** Postgres types of the store's array parameters. */
-export type PgType = 'text' | 'int4' | 'float8' | 'timestamptz' | 'jsonb';
-
-const PG_TYPE_OF_COLUMN_TYPE: Readonly<Record<string, PgType>> = {
-  PgText: 'text',
-  PgInteger: 'int4',
-  PgDoublePrecision: 'float8',
-  PgTimestampString: 'timestamptz',
-  PgJsonb: 'jsonb',
-};
+export type { PgType } from './columns.js';
 
 /** A column of `subscribers` as the store, history and erasure use it. */
 export interface SubscriberColumn<F extends keyof Select = keyof Select> {
@@ -54,8 +46,7 @@ export interface SubscriberColumn<F extends keyof Select = keyof Select> {
 
 function describe<F extends keyof Select>(field: F): SubscriberColumn<F> {
   const column = subscribers[field];
-  const type = PG_TYPE_OF_COLUMN_TYPE[column.columnType];
-  if (!type) throw new Error(`subscribers.${column.name}: no parameter type for ${column.columnType} (src/db/subscriber-columns.ts)`);
+  const type = paramTypeOf(column);
   const info: { role: SubscriberColumnRole; personal?: true; merge?: true } = SUBSCRIBER_COLUMN_ROLES[field];
   return { field, column: column.name, type, role: info.role, personal: info.personal === true, merge: info.merge === true };
 }

@@ -94,23 +94,31 @@ export function formatEpochMs(ms: number): string {
 const zoneCache = new Map<string, Intl.DateTimeFormat | null>();
 const UTC_NAMES = new Set(['UTC', 'Etc/UTC', 'Etc/GMT', 'GMT', 'Etc/Universal', 'Etc/Zulu', 'Universal', 'Zulu']);
 
+/**
+ * A formatter whose parts are the zone's wall clock (24-hour, with the era so years before 1 stay
+ * right), for {@link zoneOffsetMs}. Throws Intl's RangeError for a zone it does not know.
+ */
+export function wallClockFormat(timeZone: string): Intl.DateTimeFormat {
+  return new Intl.DateTimeFormat('en-US', {
+    timeZone,
+    hourCycle: 'h23',
+    year: 'numeric',
+    month: 'numeric',
+    day: 'numeric',
+    hour: 'numeric',
+    minute: 'numeric',
+    second: 'numeric',
+    era: 'short',
+  });
+}
+
 /** Validates a zone name once and caches its formatter. Throws {@link TimezoneError}. */
 export function zoneFormatter(timeZone: string): Intl.DateTimeFormat | null {
   const cached = zoneCache.get(timeZone);
   if (cached !== undefined) return cached;
   let fmt: Intl.DateTimeFormat;
   try {
-    fmt = new Intl.DateTimeFormat('en-US', {
-      timeZone,
-      hourCycle: 'h23',
-      year: 'numeric',
-      month: 'numeric',
-      day: 'numeric',
-      hour: 'numeric',
-      minute: 'numeric',
-      second: 'numeric',
-      era: 'short',
-    });
+    fmt = wallClockFormat(timeZone);
   } catch {
     throw new TimezoneError(timeZone);
   }
@@ -124,8 +132,8 @@ export function assertTimeZone(timeZone: string): void {
   zoneFormatter(timeZone);
 }
 
-/** Offset (local − UTC, in ms) of the zone at an instant, to the second. */
-function offsetAt(fmt: Intl.DateTimeFormat, epochMs: number): number {
+/** Offset (local − UTC, in ms) of a {@link wallClockFormat} zone at an instant, to the second. */
+export function zoneOffsetMs(fmt: Intl.DateTimeFormat, epochMs: number): number {
   const t: CivilTime = { year: 0, month: 1, day: 1, hour: 0, minute: 0, second: 0 };
   let bc = false;
   for (const part of fmt.formatToParts(epochMs)) {
@@ -176,8 +184,8 @@ function steadyDayOffset(fmt: Intl.DateTimeFormat, localMs: number): number | nu
   const day = Math.floor(localMs / DAY_MS);
   let offset = days.get(day);
   if (offset === undefined) {
-    const before = offsetAt(fmt, day * DAY_MS - DAY_MS);
-    offset = before === offsetAt(fmt, day * DAY_MS + 2 * DAY_MS) ? before : null;
+    const before = zoneOffsetMs(fmt, day * DAY_MS - DAY_MS);
+    offset = before === zoneOffsetMs(fmt, day * DAY_MS + 2 * DAY_MS) ? before : null;
     if (days.size >= DAY_CACHE_LIMIT) days.clear();
     days.set(day, offset);
   }
@@ -192,12 +200,12 @@ function steadyDayOffset(fmt: Intl.DateTimeFormat, localMs: number): number | nu
  */
 function zonedToEpochMs(fmt: Intl.DateTimeFormat, localMs: number): number {
   // Offsets a day either side bracket any transition near this civil time (zones are within ±14 h).
-  const before = offsetAt(fmt, localMs - DAY_MS);
-  const after = offsetAt(fmt, localMs + DAY_MS);
+  const before = zoneOffsetMs(fmt, localMs - DAY_MS);
+  const after = zoneOffsetMs(fmt, localMs + DAY_MS);
   let best: number | undefined;
   for (const offset of before === after ? [before] : [before, after]) {
     const instant = localMs - offset;
-    if (offsetAt(fmt, instant) === offset && (best === undefined || instant < best)) best = instant;
+    if (zoneOffsetMs(fmt, instant) === offset && (best === undefined || instant < best)) best = instant;
   }
   return best ?? localMs - before;
 }

@@ -3,7 +3,8 @@
  * Their own module so that `schemas.ts` and `normalize.ts` both depend on it rather than on each
  * other (no file cycle; `normalize.ts` re-exports everything here for its importers).
  */
-import type { MirrorSource } from '../db/schema.js';
+import type { RowOf } from '../db/columns.js';
+import type { automations, campaigns, groups, MirrorSource } from '../db/schema.js';
 
 // ---------------------------------------------------------------------------------------------
 // Row shapes
@@ -38,28 +39,17 @@ export interface SubscriberRow {
 }
 
 /** A group as embedded in payloads (docs/upstream.md, "Objects in payloads"). A null name means "not known", never "erase". */
-export interface GroupRow {
-  id: string;
-  name: string | null;
-}
+export type GroupRow = Omit<RowOf<typeof groups>, 'mirroredAt'>;
 
 /** An automation as embedded in payloads (docs/upstream.md, "Objects in payloads"). */
-export interface AutomationRow {
-  id: string;
-  name: string | null;
-}
+export type AutomationRow = Omit<RowOf<typeof automations>, 'mirroredAt'>;
 
-/** A campaign as embedded in payloads or the flat `campaign.sent` payload (docs/upstream.md, "Objects in payloads"). Nulls mean "not known". */
-export interface CampaignRow {
-  id: string;
-  name: string | null;
-  totalRecipients: number | null;
-  previewUrl: string | null;
-  /** The payload's `date`. */
-  date: string | null;
-  /** Set from `date` when normalized from a `campaign.sent` event. */
-  sentAt: string | null;
-}
+/**
+ * A campaign as embedded in payloads or the flat `campaign.sent` payload (docs/upstream.md, "Objects
+ * in payloads"). Nulls mean "not known"; `date` is the payload's, `sentAt` is set from it when
+ * normalized from a `campaign.sent` event.
+ */
+export type CampaignRow = Omit<RowOf<typeof campaigns>, 'mirroredAt'>;
 
 /**
  * One applied event: each item of each delivery is one row, keyed by (`deliveryId`, `itemIndex`), so

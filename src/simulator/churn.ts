@@ -176,7 +176,8 @@ export interface PageChurnSettings {
   flee?: readonly string[];
 }
 
-export interface PageChurnServed {
+/** A list page as the server served it (legacy, or current-API members): what page churn reacts to. */
+export interface ServedPage {
   groupId: string;
   type: SubscriberType | null;
   offset: number;
@@ -252,7 +253,7 @@ export class PageChurn {
   }
 
   /** Called by the server after each list page. Filtered (incremental) reads are left alone. */
-  onPage(served: PageChurnServed): void {
+  onPage(served: ServedPage): void {
     if (!this.active || served.filtered || served.rows === 0) return;
     if (this.settings.groupId !== undefined && served.groupId !== this.settings.groupId) return;
     this.settings.pages -= 1;
@@ -287,7 +288,7 @@ export class PageChurn {
   }
 
   /** Fleeing members of the type just read that are still ahead of the read position change type. */
-  private flee(ahead: ReadonlySet<string>, served: PageChurnServed): void {
+  private flee(ahead: ReadonlySet<string>, served: ServedPage): void {
     if (served.type === null) return;
     for (const id of this.settings.flee) {
       if (!ahead.has(id) || this.world.membership(served.groupId, id)?.type !== served.type) continue;

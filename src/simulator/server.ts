@@ -9,12 +9,13 @@ import Fastify from 'fastify';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { QueryError, compileFilters, parseListQuery } from './filters.js';
 import type { Boundary } from './filters.js';
+import type { ServedPage } from './churn.js';
 import { HTML_ERROR_PAGE } from './faults.js';
 import type { FaultDecision, Faults } from './faults.js';
 import { SUBSCRIBER_TYPES, isSubscriberType } from './kinds.js';
 import type { SubscriberType } from './kinds.js';
 import { rateLimitHeaders } from './rate-limit.js';
-import type { RateLimiter } from './rate-limit.js';
+import type { RateDecision, RateLimiter } from './rate-limit.js';
 import { legacyArrayJson } from './render.js';
 import { CURRENT_PREFIX, currentRateLimitHeaders, laravelMessage, registerCurrentRoutes } from './current.js';
 import type { RequestApi, RequestLog, RequestRecord } from './requests.js';
@@ -50,17 +51,6 @@ export interface ServerConfig {
   /** Called after every current-API member page is served. */
   onCurrentPage?: (served: ServedPage) => void;
   logger: boolean;
-}
-
-/** A legacy list page as served, for the page-churn mode. */
-export interface ServedPage {
-  groupId: string;
-  type: SubscriberType | null;
-  offset: number;
-  rows: number;
-  filtered: boolean;
-  /** The list's order: the legacy list order, or ascending id (the current API's cursor key). */
-  order?: 'list' | 'id';
 }
 
 export const LEGACY_PREFIX = '/api/v2';
@@ -167,19 +157,54 @@ function legacyError(code: number, message: string): string {
   return JSON.stringify({ error: { code, message } });
 }
 
-async function legacyGate(
+/** What runs before an API's routes: a reply when it answered the request itself (a limit, a fault, a refusal). */
+type Gate = (
   config: ServerConfig,
   request: FastifyRequest,
   reply: FastifyReply,
   record: RequestRecord,
+) => Promise<FastifyReply | undefined>;
+
+/** An API's request budget, as its gate applies it. */
+interface GateLimit {
+  limiter: RateLimiter | null;
+  /** What the budget is counted under. */
+  key: string;
+  headers: (decision: RateDecision) => Record<string, string>;
+  /** The 429 body. */
+  tooMany: string;
+}
+
+/**
+ * What every API's gate does first: the service's own clock in `Date` (as a real server's header
+ * gives it; the world's clock may be fake), the API's budget, then an injected fault. The reply when
+ * one of them answered.
+ */
+async function limitAndFault(
+  config: ServerConfig,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  record: RequestRecord,
+  errorBody: (code: number, message: string) => string,
+  limit: GateLimit | null,
 ): Promise<FastifyReply | undefined> {
-  // The service's own clock, as a real server's Date header gives it (the world's clock may be fake).
   reply.header('date', new Date(config.world.now()).toUTCString());
-  const decision = config.limiter?.consume(rateLimitKey(config, request));
-  if (decision) reply.headers(rateLimitHeaders(decision));
-  const fault = config.faults.decide('legacy');
-  if (await applyFault(fault, request, reply, record, legacyError)) return reply;
-  if (decision && !decision.allowed) return reply.code(429).type(JSON_TYPE).send(legacyError(429, 'Too many requests'));
+  const decision = limit?.limiter?.consume(limit.key);
+  if (decision && limit) reply.headers(limit.headers(decision));
+  if (await applyFault(config.faults.decide(record.api), request, reply, record, errorBody)) return reply;
+  if (decision && limit && !decision.allowed) return reply.code(429).type(JSON_TYPE).send(limit.tooMany);
+  return undefined;
+}
+
+const legacyGate: Gate = async (config, request, reply, record) => {
+  const limit = {
+    limiter: config.limiter,
+    key: rateLimitKey(config, request),
+    headers: rateLimitHeaders,
+    tooMany: legacyError(429, 'Too many requests'),
+  };
+  const answered = await limitAndFault(config, request, reply, record, legacyError, limit);
+  if (answered) return answered;
   const key = headerValue(request, config.apiKeyHeader);
   if (key === undefined || key === '') return reply.code(401).type(JSON_TYPE).send(legacyError(1, 'Unauthorized'));
   if (key !== config.apiKey) return reply.code(401).type(JSON_TYPE).send(legacyError(302, 'API-Key Unauthorized'));
@@ -190,45 +215,33 @@ async function legacyGate(
       .type(JSON_TYPE)
       .send(JSON.stringify({ error: { message: 'Endpoint not found' } }));
   return undefined;
-}
+};
 
-/** The current API: its own limit (one budget for the account), faults, then the Bearer token. */
-async function currentGate(
-  config: ServerConfig,
-  request: FastifyRequest,
-  reply: FastifyReply,
-  record: RequestRecord,
-): Promise<FastifyReply | undefined> {
-  reply.header('date', new Date(config.world.now()).toUTCString());
-  const decision = config.currentLimiter?.consume('account');
-  if (decision) reply.headers(currentRateLimitHeaders(decision));
-  const fault = config.faults.decide('current');
-  if (await applyFault(fault, request, reply, record, (_code, message) => laravelMessage(message))) return reply;
-  if (decision && !decision.allowed) return reply.code(429).type(JSON_TYPE).send(laravelMessage('Too Many Attempts.'));
+/** The Laravel-style APIs' error body: `{message}`, whatever the code. */
+const laravelError = (_code: number, message: string): string => laravelMessage(message);
+
+/** The current API and the management API take the same Bearer token. */
+function bearerRefusal(config: ServerConfig, request: FastifyRequest, reply: FastifyReply): FastifyReply | undefined {
   const match = /^Bearer\s+(.+)$/i.exec(headerValue(request, 'authorization') ?? '');
   if (!match || match[1] !== config.webhooksToken) return reply.code(401).type(JSON_TYPE).send(laravelMessage('Unauthenticated.'));
   return undefined;
 }
 
-async function webhooksGate(
-  config: ServerConfig,
-  request: FastifyRequest,
-  reply: FastifyReply,
-  record: RequestRecord,
-): Promise<FastifyReply | undefined> {
-  const fault = config.faults.decide('webhooks');
-  const laravelError = (_code: number, message: string): string => JSON.stringify({ message });
-  if (await applyFault(fault, request, reply, record, laravelError)) return reply;
-  const authorization = headerValue(request, 'authorization') ?? '';
-  const match = /^Bearer\s+(.+)$/i.exec(authorization);
-  if (!match || match[1] !== config.webhooksToken) {
-    return reply
-      .code(401)
-      .type(JSON_TYPE)
-      .send(JSON.stringify({ message: 'Unauthenticated.' }));
-  }
-  return undefined;
-}
+/** The current API: its own limit (one budget for the account), faults, then the Bearer token. */
+const currentGate: Gate = async (config, request, reply, record) => {
+  const limit = {
+    limiter: config.currentLimiter,
+    key: 'account',
+    headers: currentRateLimitHeaders,
+    tooMany: laravelMessage('Too Many Attempts.'),
+  };
+  return (await limitAndFault(config, request, reply, record, laravelError, limit)) ?? bearerRefusal(config, request, reply);
+};
+
+/** The management API: faults, then the Bearer token (no budget of its own here). */
+const webhooksGate: Gate = async (config, request, reply, record) => {
+  return (await limitAndFault(config, request, reply, record, laravelError, null)) ?? bearerRefusal(config, request, reply);
+};
 
 function rateLimitKey(config: ServerConfig, request: FastifyRequest): string {
   return config.rateLimitScope === 'global' ? 'global' : `${request.method} ${request.routeOptions.url ?? 'unmatched'}`;

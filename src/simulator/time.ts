@@ -5,6 +5,7 @@
  * Internally every subscriber timestamp is an epoch in microseconds held in a JS number: exact up to
  * 2^53 µs (year 2255), so no bigint is needed and a Float64Array can store a whole column.
  */
+import { wallClockFormat, zoneOffsetMs } from '../ground/time.js';
 
 export interface Zone {
   readonly name: string;
@@ -48,16 +49,7 @@ function fixedZone(name: string, offsetMinutes: number): Zone {
 function ianaZone(name: string): Zone {
   let format: Intl.DateTimeFormat;
   try {
-    format = new Intl.DateTimeFormat('en-US', {
-      timeZone: name,
-      hourCycle: 'h23',
-      year: 'numeric',
-      month: 'numeric',
-      day: 'numeric',
-      hour: 'numeric',
-      minute: 'numeric',
-      second: 'numeric',
-    });
+    format = wallClockFormat(name);
   } catch {
     throw new RangeError(`unknown timezone: ${name}`);
   }
@@ -71,28 +63,12 @@ function ianaZone(name: string): Zone {
       const bucket = Math.floor(epochMs / bucketMs);
       const hit = cache.get(bucket);
       if (hit !== undefined) return hit;
-      const offset = intlOffsetMinutes(format, bucket * bucketMs);
+      const offset = Math.round(zoneOffsetMs(format, bucket * bucketMs) / 60_000);
       if (cache.size > 10_000) cache.clear();
       cache.set(bucket, offset);
       return offset;
     },
   };
-}
-
-function intlOffsetMinutes(format: Intl.DateTimeFormat, epochMs: number): number {
-  const parts: Record<string, number> = {};
-  for (const part of format.formatToParts(new Date(epochMs))) {
-    if (part.type !== 'literal') parts[part.type] = Number(part.value);
-  }
-  const wall = Date.UTC(
-    parts['year'] ?? 1970,
-    (parts['month'] ?? 1) - 1,
-    parts['day'] ?? 1,
-    parts['hour'] ?? 0,
-    parts['minute'] ?? 0,
-    parts['second'] ?? 0,
-  );
-  return Math.round((wall - epochMs) / 60_000);
 }
 
 const YMD = /^(\d{4})-(\d{2})-(\d{2})$/;

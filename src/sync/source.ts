@@ -5,7 +5,7 @@
  * are shared, and so is a pass's bookkeeping (`recordPass`, pass-recorder.ts); a source only says how
  * one pass of one (group, type) reads and commits its pages.
  */
-import type { SubscriberType } from '../db/schema.js';
+import type { MirrorSource, SubscriberType } from '../db/schema.js';
 import type { LegacyClient } from '../upstream/legacy/client.js';
 import { runPass } from './legacy-pass.js';
 import type { PassContext, PassResult } from './pass-recorder.js';
@@ -18,7 +18,7 @@ export interface ReadSource {
   /** Whether the source can read only what changed (a date filter). Without, every pass is full. */
   readonly incremental: boolean;
   /** The `mirrored_via` of the rows its passes write. */
-  readonly via: 'poll' | 'current';
+  readonly via: Exclude<MirrorSource, 'webhook'>;
   runPass(ctx: PassContext, groupId: string, type: SubscriberType, mode: PassMode): Promise<PassResult>;
 }
 

@@ -5,67 +5,25 @@
  * takes a `Queryable` so the poller can write a page and its checkpoint in one transaction
  * (invariant 3: a cursor or checkpoint never moves ahead of the rows it covers).
  */
-import type { SubscriberType } from '../db/schema.js';
-
+import { canonicalTimestampSql as iso, rowSelectSql, type RowOf } from '../db/columns.js';
+import { SYNC_STATE_RETIRED, syncState, upstreamPaging, type PassMode } from '../db/schema.js';
 import type { Queryable } from '../ground/queryable.js';
 
-export type PassMode = 'incremental' | 'full';
+export type { PassMode } from '../db/schema.js';
 
-export interface SyncStateRow {
-  groupId: string;
-  type: SubscriberType;
-  cursor: string | null;
-  lastMode: PassMode | null;
-  lastStatus: 'running' | 'succeeded' | 'failed' | null;
-  lastRunStartedAt: string | null;
-  lastRunFinishedAt: string | null;
-  lastSuccessAt: string | null;
-  lastError: string | null;
-  rowsLastRun: number | null;
-  rowsSeenLastRun: number | null;
-  requestsLastRun: number | null;
-  fullOffset: number | null;
-  fullStartedAt: string | null;
-  lastFullCompletedAt: string | null;
-  effectiveLimit: number | null;
-  upstreamCount: number | null;
-  upstreamCountAt: string | null;
-  fullTailIds: string[] | null;
-  fullContinuous: boolean | null;
-  proofStartedAt: string | null;
-  prevProofStartedAt: string | null;
-  futureRowsLastRun: number | null;
-  /** Step backs of the last complete full pass. */
-  stepBacksLastFull: number | null;
-}
+/** A `sync_state` row as drizzle infers it from the table, less its retired columns. */
+export type SyncStateRow = Omit<RowOf<typeof syncState>, (typeof SYNC_STATE_RETIRED)[number]>;
 
-// Timestamps are rendered by Postgres as ISO strings with microseconds (UTC), never through JS Date.
-const SELECT = `
-  select group_id as "groupId", type, ${iso('cursor')} as cursor, last_mode as "lastMode",
-         last_status as "lastStatus", ${iso('last_run_started_at')} as "lastRunStartedAt",
-         ${iso('last_run_finished_at')} as "lastRunFinishedAt", ${iso('last_success_at')} as "lastSuccessAt",
-         last_error as "lastError", rows_last_run as "rowsLastRun", rows_seen_last_run as "rowsSeenLastRun",
-         requests_last_run as "requestsLastRun", full_offset as "fullOffset",
-         ${iso('full_started_at')} as "fullStartedAt", ${iso('last_full_completed_at')} as "lastFullCompletedAt",
-         effective_limit as "effectiveLimit", upstream_count as "upstreamCount",
-         ${iso('upstream_count_at')} as "upstreamCountAt", full_tail_ids as "fullTailIds",
-         full_continuous as "fullContinuous", ${iso('proof_started_at')} as "proofStartedAt",
-         ${iso('prev_proof_started_at')} as "prevProofStartedAt", future_rows_last_run as "futureRowsLastRun",
-         step_backs_last_full as "stepBacksLastFull"
-    from sync_state`;
-
-function iso(column: string): string {
-  return `to_char(${column} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
-}
+// Every column but the retired ones; timestamps rendered by Postgres as canonical strings, never through JS Date.
+const SELECT = `select ${rowSelectSql(syncState, { omit: SYNC_STATE_RETIRED })} from sync_state`;
 
 export async function readSyncState(db: Queryable, groupId: string, type: string): Promise<SyncStateRow | null> {
-  const { rows } = await db.query<Record<string, unknown>>(`${SELECT} where group_id = $1 and type = $2`, [groupId, type]);
-  return (rows[0] as unknown as SyncStateRow | undefined) ?? null;
+  const { rows } = await db.query<SyncStateRow>(`${SELECT} where group_id = $1 and type = $2`, [groupId, type]);
+  return rows[0] ?? null;
 }
 
 export async function listSyncStates(db: Queryable): Promise<SyncStateRow[]> {
-  const { rows } = await db.query<Record<string, unknown>>(`${SELECT} order by group_id, type`);
-  return rows as unknown as SyncStateRow[];
+  return (await db.query<SyncStateRow>(`${SELECT} order by group_id, type`)).rows;
 }
 
 export async function markRunStarted(db: Queryable, groupId: string, type: string, mode: PassMode): Promise<void> {
@@ -330,17 +288,19 @@ export interface StoredPaging {
   candidate: { length: number; where: string } | null;
 }
 
+/** The columns of `upstream_paging` that hold what was learned (the row's id and time are the table's). */
+type PagingRow = Pick<RowOf<typeof upstreamPaging>, 'pageCap' | 'longestPage' | 'candidateLength' | 'candidateList'>;
+
+const SELECT_PAGING = `select ${rowSelectSql(upstreamPaging, { omit: ['id', 'updatedAt'] })} from upstream_paging where id = 1`;
+
 export async function readPaging(db: Queryable): Promise<StoredPaging> {
-  const { rows } = await db.query<{ cap: number | null; longestPage: number; length: number | null; list: string | null }>(
-    `select page_cap as cap, longest_page as "longestPage", candidate_length as length, candidate_list as list
-       from upstream_paging where id = 1`,
-  );
-  const row = rows[0];
+  const row = (await db.query<PagingRow>(SELECT_PAGING)).rows[0];
   if (!row) return { cap: null, longestPage: 0, candidate: null };
   return {
-    cap: row.cap,
+    cap: row.pageCap,
     longestPage: row.longestPage,
-    candidate: row.length !== null && row.list !== null ? { length: row.length, where: row.list } : null,
+    candidate:
+      row.candidateLength !== null && row.candidateList !== null ? { length: row.candidateLength, where: row.candidateList } : null,
   };
 }
 

@@ -22,6 +22,7 @@ import type { DeliveryStatus } from '../db/schema.js';
 import { NormalizeError } from '../mirror/normalize.js';
 import { forgottenAmongSql } from '../mirror/erasure.js';
 import { eraseActivityLinks } from '../mirror/store/activity.js';
+import { rollbackOrBroken } from '../mirror/store/index.js';
 import { applyPlan, planDelivery, type ApplyCounts, type EffectPlan } from './apply.js';
 import { deliveryStatus, finishDeliverySql, lockDeliverySql, recordFailedAttempt, type LockedDelivery } from './inbox.js';
 import { deliveryKinds, parseDelivery, PayloadError } from './payloads.js';
@@ -115,13 +116,7 @@ async function applyInTransaction(pool: pg.Pool, id: string): Promise<ApplyResul
     open = false; // applyLocked committed
     return result;
   } catch (error) {
-    if (open) {
-      try {
-        await client.query('rollback');
-      } catch {
-        broken = true; // the connection is unusable: destroy it instead of returning it to the pool
-      }
-    }
+    if (open) broken = await rollbackOrBroken(client);
     throw error;
   } finally {
     client.release(broken);

@@ -29,6 +29,7 @@
  *   note in `error` (invariant 9).
  */
 import type pg from 'pg';
+import { canonicalTimestampSql } from '../db/columns.js';
 import type { MirrorSource } from '../db/schema.js';
 import type { ActivityRow, AutomationRow, CampaignRow, GroupRow, SubscriberRow } from '../mirror/normalize.js';
 import { automationRow, campaignRow, groupRow, webhookSubscriberRow } from '../mirror/schemas.js';
@@ -321,7 +322,7 @@ async function applyMembershipRound(client: pg.ClientBase, round: readonly Membe
  */
 const SUPERSEDED_ADDS_SQL = `
 select t.subscriber_id as "subscriberId",
-       to_char(s.version_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as at
+       ${canonicalTimestampSql('s.version_at')} as at
   from unnest($1::text[], $2::timestamptz[]) as t(subscriber_id, at)
   join subscribers s on s.id = t.subscriber_id
  where s.deleted_at is not null and s.version_at > t.at`;

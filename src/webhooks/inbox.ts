@@ -16,7 +16,8 @@
  */
 import { createHash } from 'node:crypto';
 import type pg from 'pg';
-import { DELIVERY_STATUSES, type DeliveryStatus } from '../db/schema.js';
+import { canonicalTimestampSql, type RowOf } from '../db/columns.js';
+import { DELIVERY_STATUSES, webhookDeliveries, type DeliveryStatus } from '../db/schema.js';
 import type { Queryable } from '../ground/queryable.js';
 import { canonicalIdSql } from '../mirror/rules.js';
 
@@ -444,14 +445,14 @@ function sanitizeForJsonb(value: unknown): unknown {
 // the others call these.
 
 /** An apply's locked row. */
-export type LockedDelivery = { status: DeliveryStatus; body: unknown; receivedAt: string };
+export type LockedDelivery = Pick<RowOf<typeof webhookDeliveries>, 'status' | 'body' | 'receivedAt'>;
 
 /**
  * The `select … for update` that opens an apply, as text to send after `begin` and the
  * transaction's settings in one simple query (the id is a validated string of digits, inlined).
  */
 export function lockDeliverySql(id: string): string {
-  return `select status, body, to_char(received_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as "receivedAt" from webhook_deliveries where id = ${id} for update`;
+  return `select status, body, ${canonicalTimestampSql('received_at')} as "receivedAt" from webhook_deliveries where id = ${id} for update`;
 }
 
 /**
@@ -673,13 +674,8 @@ export async function countDeliveriesByStatus(pool: Queryable): Promise<Record<D
   return counts;
 }
 
-export interface FailedDelivery {
-  id: string;
-  kinds: string[];
-  attempts: number;
-  error: string | null;
-  receivedAt: string;
-}
+/** `receivedAt` to the second; `id` as text (int8 comes back from node-postgres as a string). */
+export type FailedDelivery = { id: string } & Pick<RowOf<typeof webhookDeliveries>, 'kinds' | 'attempts' | 'error' | 'receivedAt'>;
 
 /** The most recent deliveries that could not be applied, newest first (ids and errors, no payload). */
 export async function latestFailedDeliveries(pool: Queryable, limit = 10): Promise<FailedDelivery[]> {

@@ -14,6 +14,8 @@
  * deleted upstream is created again. The table is not a mirrored table, so plain parameterized SQL is used.
  */
 import type pg from 'pg';
+import { rowSelectSql, type RowOf } from '../db/columns.js';
+import { webhookEndpoints } from '../db/schema.js';
 import type { Queryable } from '../ground/queryable.js';
 import { EVENT_KINDS, EVENT_REGISTRY, type EventKind } from './payloads.js';
 import {
@@ -74,61 +76,20 @@ function isHttpUrl(value: string): boolean {
 // webhook_endpoints
 // ---------------------------------------------------------------------------------------------
 
-export interface StoredEndpoint {
-  id: string;
-  name: string | null;
-  url: string;
-  events: string[];
-  enabled: boolean;
-  batchable: boolean;
-  /** Never print it. */
-  secret: string;
-  /** Stored by `adoptWebhook`, so `registerWebhooks` leaves it alone. */
-  adopted: boolean;
-  createdAt: string;
-  updatedAt: string;
-}
+/**
+ * A row of `webhook_endpoints`, as drizzle infers it from the table. `secret`: never print it.
+ * `adopted`: stored by `adoptWebhook`, so `registerWebhooks` leaves it alone.
+ */
+export type StoredEndpoint = RowOf<typeof webhookEndpoints>;
 
-interface EndpointRow {
-  id: string;
-  name: string | null;
-  url: string;
-  events: string[];
-  enabled: boolean;
-  batchable: boolean;
-  secret: string;
-  adopted: boolean;
-  created_at: string;
-  updated_at: string;
-}
-
-const SELECT_ENDPOINTS = `select id, name, url, events, enabled, batchable, secret, adopted,
-                                 created_at::text as created_at, updated_at::text as updated_at
-                            from webhook_endpoints`;
+const SELECT_ENDPOINTS = `select ${rowSelectSql(webhookEndpoints)} from webhook_endpoints`;
 
 export async function readEndpoints(pool: Queryable): Promise<StoredEndpoint[]> {
-  const { rows } = await pool.query<EndpointRow>(`${SELECT_ENDPOINTS} order by created_at, id`);
-  return rows.map(toEndpoint);
+  return (await pool.query<StoredEndpoint>(`${SELECT_ENDPOINTS} order by created_at, id`)).rows;
 }
 
 export async function readEndpoint(pool: Queryable, id: string): Promise<StoredEndpoint | undefined> {
-  const { rows } = await pool.query<EndpointRow>(`${SELECT_ENDPOINTS} where id = $1`, [id]);
-  return rows[0] ? toEndpoint(rows[0]) : undefined;
-}
-
-function toEndpoint(r: EndpointRow): StoredEndpoint {
-  return {
-    id: r.id,
-    name: r.name,
-    url: r.url,
-    events: r.events,
-    enabled: r.enabled,
-    batchable: r.batchable,
-    secret: r.secret,
-    adopted: r.adopted,
-    createdAt: r.created_at,
-    updatedAt: r.updated_at,
-  };
+  return (await pool.query<StoredEndpoint>(`${SELECT_ENDPOINTS} where id = $1`, [id])).rows[0];
 }
 
 export type StoreOutcome = 'inserted' | 'updated' | 'unchanged';

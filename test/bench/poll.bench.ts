@@ -33,6 +33,7 @@ import os from 'node:os';
 import path from 'node:path';
 import type pg from 'pg';
 import { SUBSCRIBER_TYPES, type SubscriberType } from '../../src/db/schema.js';
+import { SUBSCRIBER_COLUMN_NAMES } from '../../src/db/subscriber-columns.js';
 import { createLogger } from '../../src/ground/log.js';
 import { normalizeLegacySubscriber, type SubscriberRow } from '../../src/mirror/normalize.js';
 import { upsertMemberships, upsertSubscribers, withTransaction } from '../../src/mirror/store/index.js';
@@ -41,7 +42,7 @@ import { runPass, type PassDeps } from '../../src/sync/legacy-pass.js';
 import { markRunStarted, saveFullCheckpoint } from '../../src/sync/state.js';
 import { createLegacyClient, type LegacyClient } from '../../src/upstream/legacy/client.js';
 import { createLimiter } from '../../src/upstream/limiter.js';
-import { copyFromStdin, copyRows, SUBSCRIBER_COPY_COLUMNS, subscriberCopyTuple } from './lib/copy.js';
+import { copyFromStdin, copyRows, subscriberCopyTuple } from './lib/copy.js';
 import { argText, isMain } from './lib/cli.js';
 import { figure, printTable, round, timed, writeJson, type BenchFigure, type BenchResult } from './lib/report.js';
 import { createScratchDatabase, type ScratchDatabase } from './lib/scratch-db.js';
@@ -205,7 +206,7 @@ function encodeCopy(s: Setup, pages: readonly KeptPage[]): { subscribers: Buffer
 async function rawCopy(s: Setup, encoded: { subscribers: Buffer[]; members: Buffer[] }, rows: number): Promise<void> {
   const client = await s.scratch.pool.connect();
   try {
-    const a = await copyFromStdin(client, `copy subscribers (${SUBSCRIBER_COPY_COLUMNS.join(', ')}) from stdin`, encoded.subscribers);
+    const a = await copyFromStdin(client, `copy subscribers (${SUBSCRIBER_COLUMN_NAMES.join(', ')}) from stdin`, encoded.subscribers);
     const b = await copyFromStdin(client, `copy group_members (${COPY_MEMBER_COLUMNS.join(', ')}) from stdin`, encoded.members);
     if (a !== rows || b !== rows) throw new Error(`raw COPY wrote ${a} subscribers and ${b} memberships, expected ${rows}`);
   } finally {

@@ -26,8 +26,8 @@ import {
 } from '../../src/mirror/normalize.js';
 import { upsertSubscribers } from '../../src/mirror/store/index.js';
 import { configureHistory } from '../../src/mirror/history.js';
-import { copyFromStdin, copyRows, SUBSCRIBER_COPY_COLUMNS, subscriberCopyTuple } from './lib/copy.js';
-import { SUBSCRIBER_TABLE_COLUMNS } from '../../src/db/subscriber-columns.js';
+import { copyFromStdin, copyRows, subscriberCopyTuple } from './lib/copy.js';
+import { SUBSCRIBER_COLUMN_NAMES, SUBSCRIBER_TABLE_COLUMNS } from '../../src/db/subscriber-columns.js';
 import { arrayLiteral, jsonbArrayFromParam } from '../../src/mirror/pg-params.js';
 import { figure, printTable, timed, writeJson, type BenchFigure, type BenchResult } from './lib/report.js';
 import { createScratchDatabase } from './lib/scratch-db.js';
@@ -96,8 +96,6 @@ function pages<T>(items: readonly T[], size: number): T[][] {
   return out;
 }
 
-/** Every column the store writes, `version_at` included (the baselines write the same rows). */
-const COPY_COLUMNS = SUBSCRIBER_COPY_COLUMNS;
 const copyTuple = subscriberCopyTuple;
 
 /** Postgres type of each column (the registry). */
@@ -108,7 +106,7 @@ function unnestType(column: string): string {
 }
 
 /** The columns the unnest variants pass as arrays (mirrored_at is now()), and their typed parameters. */
-const UNNEST_COLUMNS = COPY_COLUMNS.filter((c) => c !== 'mirrored_at');
+const UNNEST_COLUMNS = SUBSCRIBER_COLUMN_NAMES.filter((c) => c !== 'mirrored_at');
 const UNNEST_ARGS = UNNEST_COLUMNS.map((c, i) =>
   unnestType(c) === 'jsonb' ? jsonbArrayFromParam(`$${i + 1}`) : `$${i + 1}::${unnestType(c)}[]`,
 );
@@ -123,7 +121,7 @@ function unnestParams(cols: readonly string[], rows: readonly SubscriberRow[]): 
   const now = new Date().toISOString();
   const tuples = rows.map((r) => subscriberCopyTuple(r, now));
   return cols.map((c) => {
-    const i = COPY_COLUMNS.indexOf(c);
+    const i = SUBSCRIBER_COLUMN_NAMES.indexOf(c);
     const column = tuples.map((t) => t[i]);
     return unnestType(c) === 'jsonb' ? JSON.stringify(column) : arrayLiteral(column);
   });
@@ -292,7 +290,7 @@ async function countVersions(client: pg.ClientBase): Promise<number> {
 /** The fastest ways to put the rows in: COPY in one stream (the baseline), COPY per page, plain INSERT per page. */
 async function timeBaselines(run: StoreRun, repeat: string): Promise<void> {
   const { client, n, pageSize, fresh, now, log } = run;
-  const copyText = `copy subscribers (${COPY_COLUMNS.join(', ')}) from stdin`;
+  const copyText = `copy subscribers (${SUBSCRIBER_COLUMN_NAMES.join(', ')}) from stdin`;
   log(`${repeat}: COPY (one stream)…`);
   const encoded = pages(fresh, pageSize).map((p) => copyRows(p.map((row) => copyTuple(row, now))));
   run.record(

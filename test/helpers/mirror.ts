@@ -11,7 +11,7 @@ import {
   SUBSCRIBER_FIELDS,
   type SubscriberValues,
 } from '../../src/mirror/normalize.js';
-import { SUBSCRIBER_COLUMN_OF } from '../../src/mirror/store/index.js';
+import { SUBSCRIBER_COLUMN_OF } from '../../src/db/subscriber-columns.js';
 
 /** SQL rendering `expr` (a timestamptz) as a UTC ISO-8601 string with microseconds, e.g. 2024-01-02T03:04:05.000006Z. */
 export const iso = (expr: string) => `to_char((${expr}) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;

@@ -1,12 +1,20 @@
 /**
- * The registry of `subscribers` columns (src/db/schema.ts) against the SQL that migrations had to
- * spell by hand: the past-versions table, the `subscriber_versions` view, the history trigger
- * (`subscriber_history_push`) and `subscribers_as_of` (drizzle/0009_history.sql,
- * 0010_history_functions.sql). Read from the catalog of a migrated database, and exercised once with
- * a value in every content column, so a column added to the registry but not to one of them (or
- * left there after leaving the registry) fails here, naming it.
+ * The tables of src/db/schema.ts against the catalog of a migrated database (docs/architecture.md,
+ * invariant 12): every table has exactly its declared columns, types, nullability and defaults (a
+ * column declared without its migration, or a migration without its declaration, fails here naming
+ * it), and the analyst role reads exactly the columns `ANALYST_UNREADABLE` does not withhold (the
+ * migrations grant some tables column by column).
+ *
+ * The registry of `subscribers` columns against the SQL that migrations had to spell by hand: the
+ * past-versions table, the `subscriber_versions` view, the history trigger (`subscriber_history_push`)
+ * and `subscribers_as_of` (drizzle/0009_history.sql, 0010_history_functions.sql), exercised once with
+ * a value in every content column, so a column added to the registry but not to one of them (or left
+ * there after leaving the registry) fails here, naming it.
  */
+import { getTableColumns, getTableName, is } from 'drizzle-orm';
+import { PgColumn, PgTable } from 'drizzle-orm/pg-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import * as schema from '../../src/db/schema.js';
 import { SUBSCRIBER_COLUMN_NAMES, SUBSCRIBER_CONTENT, SUBSCRIBER_TABLE_COLUMNS, type PgType } from '../../src/db/subscriber-columns.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 
@@ -42,6 +50,71 @@ async function functionSource(name: string): Promise<string> {
   expect(rows, `function ${name}`).toHaveLength(1);
   return (rows[0] as { src: string }).src;
 }
+
+const TABLES = (Object.values(schema) as unknown[]).filter((value): value is PgTable => is(value, PgTable));
+
+interface ColumnShape {
+  name: string;
+  type: string;
+  notNull: boolean;
+  hasDefault: boolean;
+}
+
+/** drizzle's SQL type as `format_type` spells it (serials are integers with a sequence default). */
+function catalogType(sqlType: string): string {
+  const type = sqlType.replace(/ \(/g, '(');
+  return ({ bigserial: 'bigint', serial: 'integer', smallserial: 'smallint' } as Record<string, string>)[type] ?? type;
+}
+
+function declaredShape(table: PgTable): ColumnShape[] {
+  return Object.values(getTableColumns(table))
+    .map((c) => ({ name: c.name, type: catalogType(c.getSQLType()), notNull: c.notNull, hasDefault: c.hasDefault }))
+    .sort((a, b) => a.name.localeCompare(b.name));
+}
+
+async function catalogShape(table: string): Promise<ColumnShape[]> {
+  const { rows } = await db.pool.query<ColumnShape>(
+    `select a.attname as name, format_type(a.atttypid, a.atttypmod) as type, a.attnotnull as "notNull", a.atthasdef as "hasDefault"
+       from pg_attribute a
+      where a.attrelid = $1::regclass and a.attnum > 0 and not a.attisdropped`,
+    [`public.${table}`],
+  );
+  return rows.sort((a, b) => a.name.localeCompare(b.name));
+}
+
+const ANALYST = 'subscriber_mirror_analyst';
+
+/** Whether the analyst may read a column, as `ANALYST_UNREADABLE` says. */
+function analystReads(table: PgTable, column: string): boolean {
+  return !schema.ANALYST_UNREADABLE.some((entry) =>
+    is(entry, PgColumn) ? entry.table === table && entry.name === column : entry === table,
+  );
+}
+
+describe('every table of src/db/schema.ts and the catalog agree', () => {
+  it('finds the tables', () => {
+    expect(TABLES.map((t) => getTableName(t))).toEqual(
+      expect.arrayContaining(['subscribers', 'sync_state', 'upstream_paging', 'webhook_endpoints']),
+    );
+  });
+
+  it.each(TABLES.map((t) => [getTableName(t), t] as const))('%s has exactly its declared columns', async (name, table) => {
+    expect(await catalogShape(name)).toEqual(declaredShape(table));
+  });
+
+  it.each(TABLES.map((t) => [getTableName(t), t] as const))(
+    'the analyst reads the columns of %s it may, and no other',
+    async (name, table) => {
+      const { rows } = await db.pool.query<{ name: string; readable: boolean }>(
+        `select a.attname as name, has_column_privilege($1, a.attrelid, a.attnum, 'select') as readable
+         from pg_attribute a where a.attrelid = $2::regclass and a.attnum > 0 and not a.attisdropped order by a.attname`,
+        [ANALYST, `public.${name}`],
+      );
+      expect(rows.length).toBeGreaterThan(0);
+      expect(rows).toEqual(rows.map((r) => ({ name: r.name, readable: analystReads(table, r.name) })));
+    },
+  );
+});
 
 describe('the registry and the catalog agree', () => {
   it('subscribers has exactly the registry columns, in order', async () => {

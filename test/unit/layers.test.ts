@@ -4,13 +4,11 @@
  * literal path) goes downward, no two folders import each other, no file cycle, the simulator uses
  * nothing of the service beyond `ground/`, and each table is written by its owner only.
  */
-import { readdirSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
 import { describe, expect, test } from 'vitest';
-
-const SRC = fileURLToPath(new URL('../../src/', import.meta.url));
+import { literalTexts, relativeToSrc, SRC, sourceFiles } from '../helpers/source-text.js';
 
 // ---------------------------------------------------------------------------------------------
 // The layer table: a unit is a folder (`name/`) or one file; the longest matching entry wins.
@@ -75,16 +73,7 @@ const DYNAMIC_WRITERS: Readonly<Record<string, readonly string[]>> = {
 // ---------------------------------------------------------------------------------------------
 // Reading the source
 
-function sourceFiles(dir = SRC): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
-    const full = path.join(dir, e.name);
-    if (e.isDirectory()) return sourceFiles(full);
-    return e.name.endsWith('.ts') && !e.name.endsWith('.d.ts') ? [full] : [];
-  });
-}
-
-/** A path relative to `src/`, with `/` separators. */
-const rel = (file: string) => path.relative(SRC, file).split(path.sep).join('/');
+const rel = relativeToSrc;
 
 interface Import {
   from: string;
@@ -150,20 +139,6 @@ function cycles(edges: ReadonlyArray<readonly [string, string]>): string[] {
   };
   for (const node of [...next.keys()].sort()) if (!done.has(node)) visit(node, [], new Set());
   return [...new Set(reported)];
-}
-
-/** The text of every string and template literal of a file (template holes become `${}`); no comments. */
-function literalTexts(source: ts.SourceFile): string[] {
-  const out: string[] = [];
-  const walk = (node: ts.Node): void => {
-    if (ts.isStringLiteral(node) || ts.isNoSubstitutionTemplateLiteral(node)) out.push(node.text);
-    else if (ts.isTemplateExpression(node)) {
-      out.push([node.head.text, ...node.templateSpans.map((s) => s.literal.text)].join('${}'));
-    }
-    ts.forEachChild(node, walk);
-  };
-  walk(source);
-  return out;
 }
 
 const WRITE_PATTERNS = [

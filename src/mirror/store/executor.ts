@@ -47,13 +47,22 @@ export async function withTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClie
     await client.query('commit');
     return result;
   } catch (err) {
-    try {
-      await client.query('rollback');
-    } catch {
-      broken = true; // the connection is unusable: destroy it instead of returning it to the pool
-    }
+    broken = await rollbackOrBroken(client);
     throw err;
   } finally {
     client.release(broken);
+  }
+}
+
+/**
+ * Rolls back the open transaction of a failed unit of work; true when even that failed: the
+ * connection is unusable, so release it destroyed (`release(true)`) instead of back to the pool.
+ */
+export async function rollbackOrBroken(client: pg.ClientBase): Promise<boolean> {
+  try {
+    await client.query('rollback');
+    return false;
+  } catch {
+    return true;
   }
 }

@@ -24,9 +24,9 @@
  * - `ON CONFLICT DO UPDATE … WHERE` re-checks the guard against the latest committed version of the
  *   row under its lock, so concurrent writers (poll and consumer) cannot regress a row either.
  */
-export { withTransaction } from './executor.js';
+export { rollbackOrBroken, withTransaction } from './executor.js';
 export type { UpsertCounts } from './values.js';
-export { SUBSCRIBER_COLUMNS, SUBSCRIBER_COLUMN_OF, upsertSubscribers } from './subscribers.js';
+export { upsertSubscribers } from './subscribers.js';
 export {
   endMemberships,
   membersAwaitingProof,

@@ -2,6 +2,7 @@
  * `group_members`: membership facts ordered by their upstream time (`source_updated_at`), and the
  * removals only a complete full pass may infer.
  */
+import { canonicalTimestampSql } from '../../db/columns.js';
 import type { MirrorSource } from '../../db/schema.js';
 import { run } from './executor.js';
 import type { Queryable } from '../../ground/queryable.js';
@@ -234,7 +235,7 @@ export async function membersAwaitingProof(
   assertTimestamp(seenBefore, 'seenBefore');
   const res = await exec.query<{ count: number; lastSeenAt: string | null }>(
     `select count(*)::int as count,
-            to_char(max(last_seen_at) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as "lastSeenAt"
+            ${canonicalTimestampSql('max(last_seen_at)')} as "lastSeenAt"
        from group_members
       where group_id = $1 and removed_at is null
         and (last_seen_at is null or last_seen_at < $2::timestamptz)

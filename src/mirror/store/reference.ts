@@ -1,27 +1,37 @@
 /** `groups`, `automations`, `campaigns`: reference rows embedded in payloads. */
+import { getTableColumns, getTableName, type Column } from 'drizzle-orm';
+import type { PgTable } from 'drizzle-orm/pg-core';
+import { paramTypeOf, type RowOf } from '../../db/columns.js';
+import { automations, campaigns, groups } from '../../db/schema.js';
 import type { AutomationRow, CampaignRow, GroupRow } from '../normalize.js';
 import { run } from './executor.js';
 import type { Queryable } from '../../ground/queryable.js';
-import { assertId, assertTimestampOrNull, EMPTY_COUNTS, type PgType, type UpsertCounts } from './values.js';
+import { assertId, assertTimestampOrNull, EMPTY_COUNTS, type UpsertCounts } from './values.js';
+
+type ReferenceTable = typeof groups | typeof automations | typeof campaigns;
+/** A reference row as the normalizers produce it: every column of its table but `mirrored_at`. */
+type ReferenceRow<T extends ReferenceTable> = Omit<RowOf<T>, 'mirroredAt'>;
 
 /**
- * Upserts small reference rows. These objects carry no version time, so the last arrival wins, but
- * a null never erases a known value and identical rows write nothing. Duplicates: the later wins.
+ * Upserts small reference rows, every column of the table (the schema's, so a column added there is
+ * written here too). These objects carry no version time, so the last arrival wins, but a null never
+ * erases a known value and identical rows write nothing. Duplicates: the later wins.
  */
-async function upsertReference(
+async function upsertReference<T extends ReferenceTable>(
   exec: Queryable,
-  table: 'groups' | 'automations' | 'campaigns',
-  ids: string[],
-  columns: ReadonlyArray<{ name: string; type: PgType; values: unknown[] }>,
+  table: T,
+  rows: readonly ReferenceRow<T>[],
 ): Promise<UpsertCounts> {
-  const params: unknown[] = [ids, ...columns.map((c) => c.values)];
-  const names = columns.map((c) => c.name);
+  const columns = Object.entries(getTableColumns(table) as Record<string, Column>).filter(([key]) => key !== 'id' && key !== 'mirroredAt');
+  const params: unknown[] = [rows.map((r) => r.id), ...columns.map(([key]) => rows.map((r) => r[key as keyof ReferenceRow<T>]))];
+  const names = columns.map(([, c]) => c.name);
+  const types = columns.map(([, c]) => paramTypeOf(c));
   const newValue = (n: string) => `coalesce(excluded.${n}, r.${n})`;
   const text = `
 with written as (
-  insert into ${table} as r (id, ${names.join(', ')}, mirrored_at)
+  insert into ${getTableName(table as PgTable)} as r (id, ${names.join(', ')}, mirrored_at)
   select id, ${names.join(', ')}, now()
-  from unnest($1::text[], ${columns.map((c, i) => `$${i + 2}::${c.type}[]`).join(', ')}) as t(id, ${names.join(', ')})
+  from unnest($1::text[], ${types.map((type, i) => `$${i + 2}::${type}[]`).join(', ')}) as t(id, ${names.join(', ')})
   on conflict (id) do update set ${names.map((n) => `${n} = ${newValue(n)}`).join(', ')}, mirrored_at = now()
   where row(${names.map(newValue).join(', ')}) is distinct from row(${names.map((n) => `r.${n}`).join(', ')})
   returning (r.xmax = 0) as inserted
@@ -30,7 +40,7 @@ select (select count(*) from written where inserted)::int as inserted,
        (select count(*) from written where not inserted)::int as updated`;
   const res = await run<{ inserted: number; updated: number }>(exec, text, params);
   const r = res.rows[0] ?? { inserted: 0, updated: 0 };
-  return { inserted: r.inserted, updated: r.updated, unchanged: ids.length - r.inserted - r.updated, skipped: 0 };
+  return { inserted: r.inserted, updated: r.updated, unchanged: rows.length - r.inserted - r.updated, skipped: 0 };
 }
 
 function lastPerId<T extends { id: string }>(rows: readonly T[], what: string): { kept: T[]; dropped: number } {
@@ -51,12 +61,7 @@ function withDropped(counts: UpsertCounts, dropped: number): UpsertCounts {
 export async function upsertGroups(exec: Queryable, rows: readonly GroupRow[]): Promise<UpsertCounts> {
   if (rows.length === 0) return { ...EMPTY_COUNTS };
   const { kept, dropped } = lastPerId(rows, 'groups');
-  const counts = await upsertReference(
-    exec,
-    'groups',
-    kept.map((r) => r.id),
-    [{ name: 'name', type: 'text', values: kept.map((r) => r.name) }],
-  );
+  const counts = await upsertReference(exec, groups, kept);
   return withDropped(counts, dropped);
 }
 
@@ -64,12 +69,7 @@ export async function upsertGroups(exec: Queryable, rows: readonly GroupRow[]): 
 export async function upsertAutomations(exec: Queryable, rows: readonly AutomationRow[]): Promise<UpsertCounts> {
   if (rows.length === 0) return { ...EMPTY_COUNTS };
   const { kept, dropped } = lastPerId(rows, 'automations');
-  const counts = await upsertReference(
-    exec,
-    'automations',
-    kept.map((r) => r.id),
-    [{ name: 'name', type: 'text', values: kept.map((r) => r.name) }],
-  );
+  const counts = await upsertReference(exec, automations, kept);
   return withDropped(counts, dropped);
 }
 
@@ -84,17 +84,6 @@ export async function upsertCampaigns(exec: Queryable, rows: readonly CampaignRo
     assertTimestampOrNull(r.date, `campaigns[${i}].date`);
     assertTimestampOrNull(r.sentAt, `campaigns[${i}].sentAt`);
   });
-  const counts = await upsertReference(
-    exec,
-    'campaigns',
-    kept.map((r) => r.id),
-    [
-      { name: 'name', type: 'text', values: kept.map((r) => r.name) },
-      { name: 'total_recipients', type: 'int4', values: kept.map((r) => r.totalRecipients) },
-      { name: 'preview_url', type: 'text', values: kept.map((r) => r.previewUrl) },
-      { name: 'date', type: 'timestamptz', values: kept.map((r) => r.date) },
-      { name: 'sent_at', type: 'timestamptz', values: kept.map((r) => r.sentAt) },
-    ],
-  );
+  const counts = await upsertReference(exec, campaigns, kept);
   return withDropped(counts, dropped);
 }

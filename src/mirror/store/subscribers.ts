@@ -5,8 +5,6 @@
 import pg from 'pg';
 import {
   erasePersonalData,
-  SUBSCRIBER_COLUMN_NAMES,
-  SUBSCRIBER_COLUMN_OF,
   SUBSCRIBER_DATA_COLUMNS,
   SUBSCRIBER_FIELDS,
   type SubscriberColumn,
@@ -23,11 +21,6 @@ import { assertId, assertTimestamp, assertTimestampOrNull, assertVia, newestPerK
 /** The data columns of `subscribers` (the registry in `src/db/schema.ts`), in table order. */
 type ColumnSpec = SubscriberColumn<SubscriberField>;
 const SUBSCRIBER_SPECS: readonly ColumnSpec[] = SUBSCRIBER_DATA_COLUMNS;
-
-export { SUBSCRIBER_COLUMN_OF };
-
-/** Every column of `subscribers` this module writes, in table order (tests compare it to the table). */
-export const SUBSCRIBER_COLUMNS: readonly string[] = SUBSCRIBER_COLUMN_NAMES;
 
 const FIELD_BIT = new Map<SubscriberField, number>(SUBSCRIBER_FIELDS.map((f, i) => [f, 2 ** i]));
 /** `updatedAt` and `extra` are written for every row (see {@link SubscriberRow}). */

@@ -8,7 +8,7 @@
  */
 import type pg from 'pg';
 import type { SubscriberKeyOfRole } from '../../../src/db/schema.js';
-import { SUBSCRIBER_COLUMN_NAMES, SUBSCRIBER_TABLE_COLUMNS, type SubscriberField } from '../../../src/db/subscriber-columns.js';
+import { SUBSCRIBER_TABLE_COLUMNS, type SubscriberField } from '../../../src/db/subscriber-columns.js';
 import type { SubscriberRow } from '../../../src/mirror/normalize.js';
 import { versionTime } from '../../../src/mirror/version.js';
 
@@ -95,10 +95,7 @@ const OWN_COLUMNS: Record<SubscriberKeyOfRole<'key' | 'version' | 'bookkeeping'>
   mirroredVia: (row) => row.via,
 };
 
-/** Every column of `subscribers`, in table order: the column list of a COPY that writes what the store writes. */
-export const SUBSCRIBER_COPY_COLUMNS: readonly string[] = SUBSCRIBER_COLUMN_NAMES;
-
-/** One row's values in {@link SUBSCRIBER_COPY_COLUMNS} order (`now` is `mirrored_at`). */
+/** One row's values in `SUBSCRIBER_COLUMN_NAMES` order, every column (`now` is `mirrored_at`): a COPY writing what the store writes. */
 export function subscriberCopyTuple(row: SubscriberRow, now: string): unknown[] {
   return SUBSCRIBER_TABLE_COLUMNS.map((c) => {
     const own = (OWN_COLUMNS as Partial<Record<string, (row: SubscriberRow, now: string) => unknown>>)[c.field];

@@ -1,0 +1,183 @@
+/**
+ * Every table of `src/db/schema.ts` against the SQL in `src/` that still names its columns by hand
+ * (docs/architecture.md, invariant 12: one declaration), read from the source text (nothing running):
+ * every column an `insert into t (…)` list, an `on conflict (…)` target or an `update t set …`
+ * assignment names exists in the drizzle table; an insert list spelled out in full names every column
+ * that has neither a default nor null allowed; a retired column is named by no SQL. Whole-row
+ * select lists and row types derive from the tables (`src/db/columns.ts`); the catalog of a migrated
+ * database is compared with the tables in `test/integration/registry.catalog.test.ts`.
+ */
+import { readFileSync } from 'node:fs';
+import { getTableColumns, getTableName, is } from 'drizzle-orm';
+import { PgTable } from 'drizzle-orm/pg-core';
+import ts from 'typescript';
+import { describe, expect, test } from 'vitest';
+import { canonicalTimestampSql, rowSelectSql, sqlNames } from '../../src/db/columns.js';
+import * as schema from '../../src/db/schema.js';
+import { literalTexts, relativeToSrc, sourceFiles } from '../helpers/source-text.js';
+
+const TABLES = (Object.values(schema) as unknown[]).filter((value): value is PgTable => is(value, PgTable));
+const TABLE_BY_NAME = new Map(TABLES.map((t) => [getTableName(t), t]));
+
+/** A column list SQL spells by hand, and where. */
+interface NamedColumns {
+  table: string;
+  names: string[];
+  /** What names them: an insert's column list, a conflict target, `set` targets. */
+  kind: 'insert' | 'conflict' | 'set';
+  /** The list has a `${}` hole (a derived part): it need not be complete. */
+  hole: boolean;
+}
+
+const IDENT = '[a-z_][a-z0-9_]*';
+const INSERT = new RegExp(`\\binsert\\s+into\\s+(${IDENT}|\\$\\{\\})(?:\\s+as\\s+${IDENT})?\\s*\\(([^)]*)\\)`, 'g');
+const UPDATE = new RegExp(`\\bupdate\\s+(${IDENT})(?:\\s+(?:as\\s+)?${IDENT})?\\s+set\\b`, 'g');
+const CONFLICT = /\bon\s+conflict\s*\(([^)]*)\)(\s*do\s+update\s+set\b)?/g;
+
+function splitNames(list: string): { names: string[]; hole: boolean } {
+  const items = list.split(',').map((s) => s.trim());
+  return { names: items.filter((s) => s !== '' && s !== '${}'), hole: items.includes('${}') };
+}
+
+/** The targets of a `set` clause starting at `from`: it ends at a top-level `where`, `from`, `returning`, `;` or `)`. */
+function setTargets(sql: string, from: number): { names: string[]; hole: boolean } {
+  const items: string[] = [];
+  let depth = 0;
+  let start = from;
+  let i = from;
+  for (; i < sql.length; i++) {
+    const ch = sql[i] as string;
+    if (ch === "'") i = sql.indexOf("'", i + 1);
+    else if (ch === '(') depth++;
+    else if (ch === ')' && depth-- === 0) break;
+    else if (depth === 0 && ch === ';') break;
+    else if (depth === 0 && ch === ',') {
+      items.push(sql.slice(start, i));
+      start = i + 1;
+    } else if (depth === 0 && /\s/.test(ch) && /^\s(where|from|returning)\b/.test(sql.slice(i, i + 12))) break;
+    if (i < 0) break;
+  }
+  items.push(sql.slice(start, i));
+  const names = items.map((item) => new RegExp(`^\\s*(${IDENT})\\s*=`).exec(item)?.[1]).filter((n): n is string => n !== undefined);
+  return { names, hole: items.some((item) => item.trim().startsWith('${}')) };
+}
+
+/** Every hand-written column list of one SQL text (lower-cased). */
+function columnLists(text: string): NamedColumns[] {
+  const sql = text.toLowerCase();
+  const out: NamedColumns[] = [];
+  const inserts = [...sql.matchAll(INSERT)];
+  for (const m of inserts) out.push({ table: m[1] as string, kind: 'insert', ...splitNames(m[2] as string) });
+  for (const m of sql.matchAll(UPDATE)) out.push({ table: m[1] as string, kind: 'set', ...setTargets(sql, (m.index ?? 0) + m[0].length) });
+  for (const m of sql.matchAll(CONFLICT)) {
+    const insert = inserts.filter((i) => (i.index ?? 0) < (m.index ?? 0)).at(-1);
+    if (!insert) continue;
+    const table = insert[1] as string;
+    out.push({ table, kind: 'conflict', ...splitNames(m[1] as string) });
+    if (m[2]) out.push({ table, kind: 'set', ...setTargets(sql, (m.index ?? 0) + m[0].length) });
+  }
+  return out.filter((list) => list.table !== '${}');
+}
+
+/** Columns an insert must name: no default, null not allowed. */
+function requiredColumns(table: PgTable): string[] {
+  return Object.values(getTableColumns(table))
+    .filter((c) => c.notNull && !c.hasDefault)
+    .map((c) => c.name);
+}
+
+/** What is wrong with one list, each problem a line. */
+function listProblems(list: NamedColumns): string[] {
+  const table = TABLE_BY_NAME.get(list.table);
+  if (!table) return [`${list.kind} names table ${list.table}, which src/db/schema.ts does not declare`];
+  const known = new Set(Object.values(getTableColumns(table)).map((c) => c.name));
+  const problems = list.names
+    .filter((n) => !known.has(n))
+    .map((n) => `${list.kind} names ${list.table}.${n}, which the table does not have`);
+  if (list.kind === 'insert' && !list.hole) {
+    for (const n of requiredColumns(table))
+      if (!list.names.includes(n)) problems.push(`insert into ${list.table} leaves out ${n} (not null, no default)`);
+  }
+  return problems;
+}
+
+const SOURCES = sourceFiles()
+  .map((file) => ({ file: relativeToSrc(file), text: readFileSync(file, 'utf8') }))
+  // The simulator keeps its own world in memory; it has no table.
+  .filter((s) => !s.file.startsWith('simulator/'));
+
+function literalsOf(text: string): string[] {
+  return literalTexts(ts.createSourceFile('x.ts', text, ts.ScriptTarget.Latest, true));
+}
+
+describe('SQL that names columns by hand', () => {
+  test('the reader finds what it is for', () => {
+    const sql = `with w as (update sync_state s set full_offset = coalesce($1, full_offset), ${'${}'} = 1, lats = case when a then b else c end
+      where group_id = $2 returning 1)
+      insert into upstream_paging as p (id, page_cap, nonsense) values (1, 2, 3)
+      on conflict (id) do update set page_cap = excluded.page_cap, longest = greatest(p.longest_page, 1) where p.id = 1`;
+    const problems = columnLists(sql).flatMap(listProblems);
+    expect(problems).toEqual([
+      'insert names upstream_paging.nonsense, which the table does not have',
+      'set names sync_state.lats, which the table does not have',
+      'set names upstream_paging.longest, which the table does not have',
+    ]);
+    expect(listProblems({ table: 'webhook_endpoints', kind: 'insert', names: ['id', 'url'], hole: false })).toEqual([
+      'insert into webhook_endpoints leaves out events (not null, no default)',
+      'insert into webhook_endpoints leaves out secret (not null, no default)',
+    ]);
+    expect(listProblems({ table: 'webhook_endpoints', kind: 'insert', names: ['id'], hole: true })).toEqual([]);
+    expect(listProblems({ table: 'sync_states', kind: 'set', names: [], hole: false })).toEqual([
+      'set names table sync_states, which src/db/schema.ts does not declare',
+    ]);
+  });
+
+  test('every column named in src/ exists in its drizzle table, and full insert lists leave out no required column', () => {
+    const problems: string[] = [];
+    let lists = 0;
+    for (const { file, text } of SOURCES) {
+      for (const literal of literalsOf(text)) {
+        for (const list of columnLists(literal)) {
+          lists++;
+          for (const p of listProblems(list)) problems.push(`${file}: ${p}`);
+        }
+      }
+    }
+    expect(problems, problems.join('\n')).toEqual([]);
+    // The reader still sees the statements it checks (a broken pattern would check nothing).
+    expect(lists).toBeGreaterThan(30);
+  });
+
+  test('no SQL in src/ names a retired column', () => {
+    const retired = schema.SYNC_STATE_RETIRED.map((key) => sqlNames(schema.syncState)[key]);
+    const named = SOURCES.filter((s) => s.file !== 'db/schema.ts').flatMap(({ file, text }) =>
+      literalsOf(text)
+        .filter((literal) => retired.some((name) => new RegExp(`\\b${name}\\b`).test(literal)))
+        .map(() => file),
+    );
+    expect(named, `retired columns (${retired.join(', ')}) named in`).toEqual([]);
+  });
+});
+
+describe('whole rows derive from the table', () => {
+  test('a row select list reads every column as its drizzle key, timestamps canonical, retired columns left out', () => {
+    const list = rowSelectSql(schema.syncState, { omit: schema.SYNC_STATE_RETIRED });
+    const aliases = [...list.matchAll(/ as "(\w+)"/g)].map((m) => m[1]);
+    const keys = Object.keys(getTableColumns(schema.syncState));
+    expect(aliases).toEqual(keys.filter((k) => !(schema.SYNC_STATE_RETIRED as readonly string[]).includes(k)));
+    expect(list).toContain(`${canonicalTimestampSql('cursor')} as "cursor"`);
+    expect(list).toContain(`full_cursor as "fullCursor"`);
+    expect(rowSelectSql(schema.webhookEndpoints, { qualifier: 'e' })).toContain(`e.secret as "secret"`);
+  });
+
+  test('a table whose int8 columns node-postgres returns as strings is refused as a whole row', () => {
+    expect(() => rowSelectSql(schema.webhookDeliveries)).toThrow(/id: PgBigSerial64/);
+  });
+
+  test('every table of the schema is seen', () => {
+    expect([...TABLE_BY_NAME.keys()]).toEqual(
+      expect.arrayContaining(['subscribers', 'sync_state', 'upstream_paging', 'webhook_endpoints']),
+    );
+    expect(TABLE_BY_NAME.has('current_group_members')).toBe(false);
+  });
+});
