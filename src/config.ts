@@ -140,7 +140,7 @@ const trustProxy: Kind<boolean | number | string[]> = {
       return extra !== undefined || isIP(address ?? '') === 0 || (bits !== undefined && !/^\d{1,3}$/.test(bits));
     });
     if (list.length > 0 && bad.length === 0) return list;
-    ctx.addIssue({ code: 'custom', message: `must be ${TRUST_PROXY_FORMS} (e.g. 10.0.0.1,172.16.0.0/12)` });
+    ctx.addIssue({ code: 'custom', message: `must be ${TRUST_PROXY_FORMS} (e.g. 10.0.0.1, the proxy's own address)` });
     return z.NEVER;
   }),
   values: TRUST_PROXY_FORMS.replace(/\b(true|false)\b/g, '`$1`'),
@@ -319,19 +319,29 @@ export const SETTINGS = {
     default: '127.0.0.1',
   }),
   opsOnPublicPort: setting('ADMIN_ON_PUBLIC_PORT', flag, {
-    doc: '`true`: serve `/metrics`, `/admin` and the detailed `/readyz` on `PORT` (not with `OPS_PORT`); for a loopback-only development setup such as the demo',
+    doc: '`true`: serve `/metrics`, `/admin` and the detailed `/readyz` on `PORT` (not with `OPS_PORT`); for a loopback-only development setup such as the demo. With a `HOST` that is not loopback (the default is not) it is refused at start unless `EXPOSE_ADMIN_BEYOND_LOOPBACK=true`',
     default: 'false',
   }),
   adminToken: setting('ADMIN_TOKEN', minLength(16, 'it guards the admin API'), {
     doc: 'token for the admin routes and the status page; admin routes are off without it. Needs `OPS_PORT` or `ADMIN_ON_PUBLIC_PORT=true` (otherwise every command exits 2, as for any bad setting)',
     secret: true,
   }),
+  // HOST defaults to every interface (right for the receiver): ADMIN_ON_PUBLIC_PORT alone would put
+  // the admin pages on all of them (docs/security.md, "What is on the ops port").
+  exposeAdminBeyondLoopback: setting('EXPOSE_ADMIN_BEYOND_LOOPBACK', flag, {
+    doc: '`true`: confirms that `ADMIN_ON_PUBLIC_PORT=true` with a `HOST` that is not loopback is meant (e.g. a container whose port is published on loopback only); refused at start otherwise',
+    default: 'false',
+  }),
+  dashboardWrite: setting('DASHBOARD_WRITE', flag, {
+    doc: '`true`: the BullMQ dashboard (`/admin/queues`) may change queues (add, retry, clean, empty, pause…), from our own pages only; read-only otherwise (backfills go through `/admin/backfill`)',
+    default: 'false',
+  }),
   adminCookieInsecure: setting('ADMIN_COOKIE_INSECURE', flag, {
     doc: '`true`: the admin session cookie is not `Secure` on plain-http requests (development over http; https requests always get `Secure`)',
     default: 'false',
   }),
   trustProxy: setting('TRUST_PROXY', trustProxy, {
-    doc: "read the client address, protocol and host from `X-Forwarded-*` (Fastify's `trustProxy`): `true` trusts every hop, so prefer the proxies' addresses/CIDRs ([security.md](security.md#admin-authentication))",
+    doc: "on the public port only (never the ops port): read the client address, protocol and host from `X-Forwarded-*` (Fastify's `trustProxy`). `true` trusts every hop: prefer the proxy's own address, never a network other containers share, such as Docker's bridge range ([security.md](security.md#admin-authentication))",
     default: 'false',
   }),
   audit: {
@@ -411,6 +421,12 @@ function withContextDefaults(v: Values) {
   };
 }
 
+/** A bind address only this machine reaches: 127.0.0.0/8, ::1 (also IPv4-mapped) or localhost. */
+function isLoopback(host: string): boolean {
+  const h = host.trim().toLowerCase();
+  return h === 'localhost' || h === '::1' || /^(::ffff:)?127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h);
+}
+
 /** Rules between settings, reported with the others. */
 function crossChecks(c: ReturnType<typeof withContextDefaults>, report: Report<EnvName>): void {
   if (c.webhookBodyMemoryBytes < c.webhookMaxBodyBytes) {
@@ -433,6 +449,12 @@ function crossChecks(c: ReturnType<typeof withContextDefaults>, report: Report<E
   }
   if (c.opsOnPublicPort && c.opsPort !== undefined) {
     report('ADMIN_ON_PUBLIC_PORT', 'set either OPS_PORT or ADMIN_ON_PUBLIC_PORT=true, not both');
+  }
+  if (c.opsOnPublicPort && c.opsPort === undefined && !isLoopback(c.host) && !c.exposeAdminBeyondLoopback) {
+    report(
+      'ADMIN_ON_PUBLIC_PORT',
+      `with HOST=${c.host} (not loopback) it would serve /admin, /metrics and the detailed /readyz beyond this machine; set OPS_PORT (e.g. 9090; OPS_HOST is loopback by default) instead, or HOST=127.0.0.1, or confirm with EXPOSE_ADMIN_BEYOND_LOOPBACK=true`,
+    );
   }
   if (c.adminToken !== undefined && c.opsPort === undefined && !c.opsOnPublicPort) {
     report(

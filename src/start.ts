@@ -159,6 +159,7 @@ async function registerAdmin(
     logger: deps.log,
     metrics: deps.metrics,
     cookieInsecure: config.adminCookieInsecure,
+    dashboardWrite: config.dashboardWrite,
   });
 }
 
@@ -177,10 +178,12 @@ function buildListeners(config: Config, log: Logger, readiness: ReadinessCheck[]
     name: 'public',
     trustProxy,
   });
-  // The ops listener is internal (never published): default limits, and no body budget (no webhook route).
+  // The ops listener is internal (never published): default limits, and no body budget (no webhook
+  // route). No proxy sits in front of it, so it never believes X-Forwarded-*: TRUST_PROXY is for the
+  // public port only (a neighbour on the network would otherwise pick its own address per guess).
   const ops =
     config.opsPort !== undefined
-      ? buildServer({ logger: log, readiness, metrics, name: 'ops', trustProxy })
+      ? buildServer({ logger: log, readiness, metrics, name: 'ops', trustProxy: false })
       : config.opsOnPublicPort
         ? server
         : null;
@@ -535,6 +538,7 @@ async function startPolling(
     sourceTimezone: config.legacy.sourceTimezone,
     lookbackMs: config.sync.lookbackMs,
     pageSize: config.sync.pageSize,
+    groups,
     types,
     metrics,
   });

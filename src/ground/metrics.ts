@@ -39,6 +39,7 @@ export interface Metrics {
   auditAccuracy: Gauge<'group' | 'type'>;
   webhookProblems: Gauge<'webhook' | 'problem'>;
   webhooksReenabled: Counter;
+  syncJobsRefused: Counter<'reason'>;
 }
 
 export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metrics {
@@ -192,6 +193,12 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
       labelNames: ['action', 'outcome'],
       registers,
     }),
+    syncJobsRefused: new Counter({
+      name: 'subscriber_mirror_sync_jobs_refused_total',
+      help: 'Sync jobs the worker refused because their group (reason group) or type (reason type) is not configured, whoever queued them',
+      labelNames: ['reason'],
+      registers,
+    }),
     ...auditMetrics(registers),
   };
 }
@@ -265,4 +272,5 @@ export function initSeries(metrics: Metrics, inboxStatuses: readonly string[]): 
     for (const outcome of ['succeeded', 'failed']) metrics.passDuration.zero({ mode, outcome });
   }
   for (const status of inboxStatuses) metrics.inbox.set({ status }, 0);
+  for (const reason of ['group', 'type']) metrics.syncJobsRefused.inc({ reason }, 0);
 }

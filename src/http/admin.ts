@@ -12,7 +12,8 @@
  * The token never travels in a URL. Browsers send Basic credentials and cookies on their own, so every
  * request that changes something (any method but GET/HEAD/OPTIONS), the dashboard's actions included,
  * must prove it comes from our own pages (Origin or Sec-Fetch-Site) unless it carries Bearer, which no
- * browser adds by itself: no CSRF. Form bodies are accepted by the login and logout forms only, JSON
+ * browser adds by itself: no CSRF; the dashboard, a browser's page, needs it even with Bearer, and
+ * is read-only unless DASHBOARD_WRITE. Form bodies are accepted by the login and logout forms only, JSON
  * elsewhere. Failed credentials are throttled per client; every action and every failed login is
  * logged and counted. No /admin page may be framed.
  */
@@ -33,7 +34,7 @@ import { collectStatus, webhookHealth } from '../sync/status.js';
 import { countDeliveriesByStatus, latestFailedDeliveries } from '../webhooks/inbox.js';
 import { SESSION_MS, type SessionStore } from './sessions.js';
 import { renderLoginPage, renderStatusPage } from './status-page.js';
-import { createLoginThrottle, type LoginThrottle } from './throttle.js';
+import { createLoginThrottle, type Attempt, type LoginThrottle } from './throttle.js';
 
 export interface AdminDeps {
   token: string;
@@ -54,8 +55,13 @@ export interface AdminDeps {
   metrics?: Metrics;
   /** ADMIN_COOKIE_INSECURE: no `Secure` on the cookie of a plain-http request (local use). */
   cookieInsecure?: boolean;
-  /** Failed credentials allowed per client within the window before 429 (default 5 per minute). */
-  loginThrottle?: { max: number; windowMs: number };
+  /** DASHBOARD_WRITE: the BullMQ dashboard may change queues (add, retry, empty, pause…); read-only otherwise. */
+  dashboardWrite?: boolean;
+  /**
+   * Failed credentials allowed per client within the window before 429 (default 5 per minute), and
+   * from all clients together (default 100 per minute, a backstop against guessers with many addresses).
+   */
+  loginThrottle?: { max: number; windowMs: number; maxPerProcess?: number };
 }
 
 const SESSION_COOKIE = 'sm_admin';
@@ -130,6 +136,7 @@ function sendHtml(reply: FastifyReply, status: number, render: (nonce: string) =
 }
 
 const OPEN_PATHS = new Set(['/admin/login']);
+const DASHBOARD_PATH = '/admin/queues';
 /** The only routes that take form bodies: our own login and logout forms. */
 const FORM_PATHS = new Set(['/admin/login', '/admin/logout']);
 
@@ -199,24 +206,28 @@ function note(g: Guard, request: FastifyRequest, extra: AuditNote): void {
   g.notes.set(request, { ...g.notes.get(request), ...extra });
 }
 
-/** 429 while the client is throttled; the first refusal of a window is logged, the rest counted. */
-async function throttled(g: Guard, request: FastifyRequest, reply: FastifyReply): Promise<boolean> {
-  const retryAfter = g.throttle.retryAfterSeconds(request.ip);
-  if (retryAfter === 0) return false;
-  note(g, request, { log: g.throttle.firstRefusal(request.ip) });
-  await reply.code(429).header('retry-after', String(retryAfter)).send({ error: 'too many failed logins; try again later' });
-  return true;
+/** 429 for a refused attempt; the first refusal of a window is logged, the rest counted. */
+async function refuse(g: Guard, request: FastifyRequest, reply: FastifyReply, attempt: Attempt & { allowed: false }): Promise<void> {
+  note(g, request, { log: attempt.firstRefusal });
+  await reply.code(429).header('retry-after', String(attempt.retryAfterSeconds)).send({ error: 'too many failed logins; try again later' });
 }
 
-/** The method that authenticated the request, or null; answers 429 itself for a throttled client. */
+/**
+ * The method that authenticated the request, or null; answers 429 itself for a throttled client. The
+ * attempt is reserved before anything is awaited (throttle.ts), so pipelined guesses all count.
+ */
 async function authenticate(g: Guard, request: FastifyRequest, reply: FastifyReply): Promise<AuthMethod | null> {
   const presented = presentedToken(request.headers.authorization);
   if (presented) {
     note(g, request, { via: presented.scheme });
-    if (await throttled(g, request, reply)) return null;
-    if (sameSecret(presented.token, g.deps.token)) return presented.scheme;
-    g.throttle.failed(request.ip);
-    return null;
+    const attempt = g.throttle.reserve(request.ip);
+    if (!attempt.allowed) {
+      await refuse(g, request, reply, attempt);
+      return null;
+    }
+    const right = sameSecret(presented.token, g.deps.token);
+    attempt.settle(right ? 'succeeded' : 'failed');
+    return right ? presented.scheme : null;
   }
   const cookie = cookieValue(request.headers.cookie, SESSION_COOKIE);
   if (cookie === undefined) return null;
@@ -266,12 +277,19 @@ async function guardRequest(g: Guard, request: FastifyRequest, reply: FastifyRep
   const method = await authenticate(g, request, reply);
   if (reply.sent) return;
   const changes = !SAFE_METHODS.has(request.method);
-  if (method && method !== 'bearer' && changes && !sameOrigin(request)) {
+  const dashboard = path === DASHBOARD_PATH || path.startsWith(`${DASHBOARD_PATH}/`);
+  // The dashboard is a browser's page: its writes need our own page even with Bearer (a script that
+  // wants a pass uses /admin/backfill, which checks the scope).
+  if (method && (method !== 'bearer' || dashboard) && changes && !sameOrigin(request)) {
     await reply.code(403).send({ error: 'cross-site request refused' });
     return;
   }
   if (method && changes && !acceptableBody(request, path)) {
     await reply.code(415).send({ error: 'send a JSON body (application/json)' });
+    return;
+  }
+  if (method && dashboard && changes && !g.deps.dashboardWrite) {
+    await reply.code(403).send({ error: 'the queue dashboard is read-only (DASHBOARD_WRITE=true allows changes); use /admin/backfill' });
     return;
   }
   if (method) return;
@@ -335,13 +353,16 @@ function registerSessionRoutes(admin: FastifyInstance, g: Guard): void {
   admin.post('/admin/login', async (request, reply) => {
     note(g, request, { via: 'form' });
     if (!sameOrigin(request)) return reply.code(403).send({ error: 'cross-site login refused' });
-    if (await throttled(g, request, reply)) return reply;
+    const attempt = g.throttle.reserve(request.ip);
+    if (!attempt.allowed) {
+      await refuse(g, request, reply, attempt);
+      return reply;
+    }
     const body = request.body as { token?: unknown } | undefined;
     const presented = typeof body?.token === 'string' ? body.token : '';
-    if (!sameSecret(presented, deps.token)) {
-      g.throttle.failed(request.ip);
-      return sendHtml(reply, 401, (nonce) => renderLoginPage(nonce, 'Wrong token.'));
-    }
+    const right = sameSecret(presented, deps.token);
+    attempt.settle(right ? 'succeeded' : 'failed');
+    if (!right) return sendHtml(reply, 401, (nonce) => renderLoginPage(nonce, 'Wrong token.'));
     let session: string;
     try {
       session = await deps.sessions.create();
@@ -447,12 +468,14 @@ async function registerDashboard(admin: FastifyInstance, deps: AdminDeps): Promi
   });
 
   const board = new FastifyAdapter();
-  board.setBasePath('/admin/queues');
+  board.setBasePath(DASHBOARD_PATH);
+  // Read-only also hides the buttons; the guard refuses the writes whatever the dashboard does.
+  const readOnlyMode = !deps.dashboardWrite;
   createBullBoard({
-    queues: [deps.syncQueue, ...(deps.extraQueues ?? [])].map((q) => new BullMQAdapter(q)),
+    queues: [deps.syncQueue, ...(deps.extraQueues ?? [])].map((q) => new BullMQAdapter(q, { readOnlyMode })),
     serverAdapter: board,
   });
-  await admin.register(board.registerPlugin(), { prefix: '/admin/queues' });
+  await admin.register(board.registerPlugin(), { prefix: DASHBOARD_PATH });
 }
 
 /** Form bodies on our own forms only; JSON (or no body) everywhere else. */

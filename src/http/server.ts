@@ -45,6 +45,13 @@ export interface ServerOptions {
   readiness: ReadinessCheck[];
   /** Per-check time limit so /readyz answers even when a dependency hangs. */
   readinessTimeoutMs?: number;
+  /**
+   * How long a readiness result is reused (default 1 s): whatever the request rate, the checks run at
+   * most once per this period, and concurrent callers share the run in flight.
+   */
+  readinessCacheMs?: number;
+  /** The clock of the readiness cache (tests). */
+  now?: () => number;
   metrics?: Metrics;
   limits?: ListenerLimits;
   /**
@@ -121,18 +128,50 @@ function createLimitedServer(handler: http.RequestListener, limits: ListenerLimi
   return server;
 }
 
-function registerReadiness(app: FastifyInstance, options: ServerOptions): void {
-  app.get('/readyz', async (_request, reply) => {
-    const results = await Promise.all(
-      options.readiness.map(async (r) => {
+interface CheckResult {
+  name: string;
+  ok: boolean;
+  reason?: string;
+}
+
+/**
+ * The readiness checks, run at most once per `cacheMs` whatever the request rate: callers while a run
+ * is in flight share it, and callers within `cacheMs` of its start get its result. /readyz on the
+ * public port must not let the internet set the database's load.
+ */
+function sharedReadiness(options: ServerOptions): () => Promise<CheckResult[]> {
+  const cacheMs = options.readinessCacheMs ?? 1_000;
+  const now = options.now ?? Date.now;
+  let inFlight: Promise<CheckResult[]> | null = null;
+  let cached: { at: number; results: CheckResult[] } | null = null;
+  const runChecks = () =>
+    Promise.all(
+      options.readiness.map(async (r): Promise<CheckResult> => {
         try {
           await withTimeout(r.check(), options.readinessTimeoutMs ?? 2_000, `${r.name} did not answer in time`);
-          return { name: r.name, ok: true as const };
+          return { name: r.name, ok: true };
         } catch (error) {
-          return { name: r.name, ok: false as const, reason: (error as Error).message };
+          return { name: r.name, ok: false, reason: (error as Error).message };
         }
       }),
     );
+  return () => {
+    if (inFlight) return inFlight;
+    const at = now();
+    if (cached && at >= cached.at && at - cached.at < cacheMs) return Promise.resolve(cached.results);
+    inFlight = runChecks().then((results) => {
+      cached = { at: now(), results };
+      inFlight = null;
+      return results;
+    });
+    return inFlight;
+  };
+}
+
+function registerReadiness(app: FastifyInstance, options: ServerOptions): void {
+  const readiness = sharedReadiness(options);
+  app.get('/readyz', async (_request, reply) => {
+    const results = await readiness();
     const ready = results.every((r) => r.ok);
     if (options.public) return reply.code(ready ? 200 : 503).send({ status: ready ? 'ready' : 'unavailable' });
     if (!ready) return reply.code(503).send({ status: 'unavailable', checks: results });

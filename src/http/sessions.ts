@@ -2,10 +2,12 @@
  * Admin sessions, kept server-side in Redis so that logging out ends a session for good (a copied
  * cookie is worthless afterwards) and changing ADMIN_TOKEN ends every session at once.
  *
- * The cookie holds 32 random bytes; Redis holds, under a hash of them (a dump of Redis yields no
- * usable cookie), an HMAC of a fixed text keyed by ADMIN_TOKEN: a session made under another token
- * does not match. Keys expire with the session. When Redis cannot answer, no session is valid (cookie
- * users see the login form; Bearer and Basic keep working).
+ * The cookie holds 32 random bytes; Redis holds, under their hash (the session's id: a dump of Redis
+ * yields no usable cookie), an HMAC of that id keyed by ADMIN_TOKEN. The value is bound to its own
+ * key: whoever can write to Redis but does not hold the token cannot make one, and a value copied
+ * under another key (the hash of a cookie of one's choosing) is worthless there; a session made under
+ * another token does not match either. Keys expire with the session. When Redis cannot answer, no
+ * session is valid (cookie users see the login form; Bearer and Basic keep working).
  */
 import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 
@@ -30,12 +32,16 @@ const VALUE = /^[A-Za-z0-9_-]{43}$/;
 
 export function createSessionStore(redis: SessionRedis, options: { prefix: string; token: string; ttlMs?: number }): SessionStore {
   const ttlMs = options.ttlMs ?? SESSION_MS;
-  const binding = createHmac('sha256', options.token).update('subscriber-mirror admin session').digest();
-  const keyOf = (value: string) => `${options.prefix}:admin-session:${createHash('sha256').update(value).digest('hex')}`;
+  const idOf = (value: string) => createHash('sha256').update(value).digest('hex');
+  const keyOf = (value: string) => `${options.prefix}:admin-session:${idOf(value)}`;
+  const bindingOf = (value: string) =>
+    createHmac('sha256', options.token)
+      .update(`subscriber-mirror admin session ${idOf(value)}`)
+      .digest();
   return {
     async create() {
       const value = randomBytes(32).toString('base64url');
-      await redis.set(keyOf(value), binding.toString('base64url'), 'PX', ttlMs);
+      await redis.set(keyOf(value), bindingOf(value).toString('base64url'), 'PX', ttlMs);
       return value;
     },
     async valid(value) {
@@ -43,6 +49,7 @@ export function createSessionStore(redis: SessionRedis, options: { prefix: strin
       const stored = await redis.get(keyOf(value)).catch(() => null);
       if (stored === null) return false;
       const presented = Buffer.from(stored, 'base64url');
+      const binding = bindingOf(value);
       return presented.length === binding.length && timingSafeEqual(presented, binding);
     },
     async revoke(value) {

@@ -37,20 +37,26 @@ export const SUBSCRIBER_EMPTIED: Readonly<Record<string, unknown>> = Object.from
 );
 
 /**
- * A link without what can carry a subscriber's data: the query string, the fragment and any user
- * info (`https://x.example/offer?email=…` → `https://x.example/offer`); scheme, host and path stay.
- * The same rule as {@link linkWithoutQuerySql}, for the links inside stored delivery bodies.
+ * A link without what can carry a subscriber's data: the query string, the fragment, any user info,
+ * and every path segment (or a link without slashes, such as `mailto:`) holding an `@` plain or
+ * URL-encoded (`%40`), which an email in the path would (`https://x.example/u/jane@example.com/offer?email=…` → `https://x.example/u/-/offer`);
+ * scheme, host and the rest of the path stay. The same rule as {@link linkWithoutPersonalDataSql},
+ * for the links inside stored delivery bodies.
  */
-export function linkWithoutQuery(url: string): string {
-  return url.replace(/[?#][\s\S]*$/, '').replace(/^([a-z][a-z0-9+.-]*:\/\/)[^/@]*@/i, '$1');
+export function linkWithoutPersonalData(url: string): string {
+  return url
+    .replace(/[?#][\s\S]*$/, '')
+    .replace(/^([a-z][a-z0-9+.-]*:\/\/)[^/@]*@/i, '$1')
+    .replace(/(^|\/)[^/]*(?:@|%40)[^/]*/gi, '$1-');
 }
 
-/** {@link linkWithoutQuery} as a SQL expression over `expr` (a text column). */
-export function linkWithoutQuerySql(expr: string): string {
-  return `regexp_replace(regexp_replace(${expr}, '[?#].*$', ''), '^([a-z][a-z0-9+.-]*://)[^/@]*@', '\\1', 'i')`;
+/** {@link linkWithoutPersonalData} as a SQL expression over `expr` (a text column). */
+export function linkWithoutPersonalDataSql(expr: string): string {
+  const cut = `regexp_replace(regexp_replace(${expr}, '[?#].*$', ''), '^([a-z][a-z0-9+.-]*://)[^/@]*@', '\\1', 'i')`;
+  return `regexp_replace(${cut}, '(^|/)[^/]*(@|%40)[^/]*', '\\1-', 'gi')`;
 }
 
-/** The columns of `subscriber_activity` holding links whose query strings an erasure removes (the registry). */
+/** The columns of `subscriber_activity` holding links an erasure cuts (the registry's `link-query` role). */
 export const ACTIVITY_LINK_COLUMNS: readonly string[] = (
   Object.keys(SUBSCRIBER_ACTIVITY_PERSONAL) as Array<keyof typeof SUBSCRIBER_ACTIVITY_PERSONAL>
 )

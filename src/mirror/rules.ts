@@ -67,6 +67,24 @@ export const idRule = z.unknown().transform((value, ctx): string => {
   return issue(ctx, value, `id must be a string of digits, got ${describeValue(value)}`);
 });
 
+/** What `String.prototype.trim` removes (the rule trims a string id first), as a regex class body. */
+const TRIMMED = '\\t\\n\\v\\f\\r \\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000\\ufeff';
+
+/**
+ * {@link idRule} in SQL, over a text expression: the canonical id of a string of digits (trimmed, no
+ * leading zeros), null where the rule would refuse it. Erasure compares the ids it finds in stored
+ * bodies through it, so a body spelling an id `007` is the subscriber `7`, as the normalizer read it.
+ */
+export function canonicalIdSql(expr: string): string {
+  return `substring(${expr} from '^[${TRIMMED}]*0*([0-9]+)[${TRIMMED}]*$')`;
+}
+
+/** {@link idRule} for a value found anywhere in a body: the canonical id, or null for what is no id. */
+export function canonicalIdOrNull(value: unknown): string | null {
+  const result = idRule.safeParse(value);
+  return result.success ? result.data : null;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Timestamps (invariant 2: they order versions, so they keep their microseconds)
 

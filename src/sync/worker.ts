@@ -54,7 +54,9 @@ export interface SyncWorkerDeps {
   sourceTimezone: string;
   lookbackMs: number;
   pageSize: number;
-  /** Configured types per group (for membership removal). */
+  /** SYNC_GROUPS: a job for any other group is refused, whoever queued it (docs/security.md). */
+  groups: readonly string[];
+  /** SYNC_TYPES, per group (for membership removal); a job for any other type is refused too. */
   types: readonly SubscriberType[];
   concurrency?: number;
   metrics?: Metrics;
@@ -102,6 +104,22 @@ function assertJobData(data: unknown): asserts data is PassJobData {
   }
 }
 
+/**
+ * One scope wherever jobs come from (docs/security.md, "Admin authentication"): /admin/backfill and
+ * the CLI check it before queueing, but anyone who can add to the queue (the dashboard, Redis itself)
+ * bypasses them, so the worker checks it again where the job is consumed. Unrecoverable: retrying
+ * cannot make a group configured.
+ */
+function refuseOutOfScope(deps: SyncWorkerDeps, log: Logger, job: Job<PassJobData, PassJobResult>): void {
+  const { groupId, type, trigger } = job.data;
+  const reason = !deps.groups.includes(groupId) ? 'group' : !deps.types.includes(type) ? 'type' : null;
+  if (reason === null) return;
+  deps.metrics?.syncJobsRefused.inc({ reason });
+  log.warn({ jobId: job.id, name: job.name, groupId, type, trigger }, 'sync job refused: outside the configured scope');
+  const configured = reason === 'group' ? `SYNC_GROUPS: ${deps.groups.join(', ') || 'none'}` : `SYNC_TYPES: ${deps.types.join(', ')}`;
+  throw new UnrecoverableError(`${reason} ${reason === 'group' ? groupId : type} is not configured (${configured})`);
+}
+
 /** What the worker's functions share. */
 interface WorkerContext {
   deps: SyncWorkerDeps;
@@ -119,6 +137,7 @@ export function createSyncWorker(deps: SyncWorkerDeps): SyncWorker {
   /** Runs `decide` (decide.ts): gathers each fact it asks for, then does what it decided. */
   const process = async (job: Job<PassJobData, PassJobResult>, token?: string): Promise<PassJobResult> => {
     assertJobData(job.data);
+    refuseOutOfScope(deps, log, job);
     const { mode, trigger } = job.data;
     // A scheduler's job is added ahead of its due time, with the rest as delay.
     const decisionJob: DecisionJob = {

@@ -19,6 +19,7 @@ import type pg from 'pg';
 import { canonicalTimestampSql, type RowOf } from '../db/columns.js';
 import { DELIVERY_STATUSES, webhookDeliveries, type DeliveryStatus } from '../db/schema.js';
 import type { Queryable } from '../ground/queryable.js';
+import { canonicalIdSql } from '../mirror/rules.js';
 
 export type InboxStatus = Extract<DeliveryStatus, 'pending' | 'ignored' | 'failed'>;
 
@@ -580,11 +581,18 @@ export async function pendingDeliveries(
   return rows;
 }
 
-// Any `id` anywhere in the body equal to one of the ids; pages by delivery id.
+/**
+ * An `id` found in a body (a jsonb value `v`) as the normalizer reads it: `007` is subscriber 7. What
+ * the normalizer would refuse is compared as it is written (no subscriber has such an id).
+ */
+const bodyId = (text: string) => `coalesce(${canonicalIdSql(text)}, ${text})`;
+const BODY_ID = bodyId(`v #>> '{}'`);
+
+// Any `id` anywhere in the body that is one of the ids (however spelled); pages by delivery id.
 const MENTIONING_SQL = `
 select id::text, body::text as body from webhook_deliveries d
  where d.id > $2::bigint
-   and exists (select 1 from jsonb_path_query(d.body, 'lax $.**.id') v where v #>> '{}' = any($1::text[]))
+   and exists (select 1 from jsonb_path_query(d.body, 'lax $.**.id') v where ${BODY_ID} = any($1::text[]))
  order by d.id
  limit $3`;
 
@@ -604,7 +612,7 @@ const MENTIONING_ERASED_SQL = `
 select d.id::text as id, d.body::text as body, array_agg(distinct e.subscriber_id) as ids
   from webhook_deliveries d
   cross join lateral jsonb_path_query(d.body, 'lax $.**.id') v
-  join erasures e on e.subscriber_id = v #>> '{}'
+  join erasures e on e.subscriber_id = ${BODY_ID}
  where d.id > $3::bigint
    and e.deliveries_redacted_at < $1::timestamptz
    and d.received_at >= e.deliveries_redacted_at - make_interval(secs => $2::float8 / 1000)
@@ -625,6 +633,21 @@ export async function deliveriesMentioningErasedSince(
 ): Promise<Array<{ id: string; body: string; ids: string[] }>> {
   return (await pool.query<{ id: string; body: string; ids: string[] }>(MENTIONING_ERASED_SQL, [checkedBefore, marginMs, afterId, limit]))
     .rows;
+}
+
+// The emails the stored bodies give the subscribers `ids` (objects with an id among them and an
+// email), lower-cased: what else an erasure scrubs from the bodies it redacts.
+const EMAILS_OF_SQL = `
+select distinct lower(o ->> 'email') as email
+  from webhook_deliveries d
+  cross join lateral jsonb_path_query(d.body, 'strict $.** ? (@.type() == "object" && exists(@.email))') o
+ where ${bodyId(`o ->> 'id'`)} = any($1::text[])
+   and coalesce(o ->> 'email', '') <> ''`;
+
+/** The emails stored deliveries carry for the subscribers `ids`, lower-cased. */
+export async function emailsOfSubscribers(pool: Queryable, ids: readonly string[]): Promise<string[]> {
+  if (ids.length === 0) return [];
+  return (await pool.query<{ email: string }>(EMAILS_OF_SQL, [ids])).rows.map((r) => r.email);
 }
 
 /** One stored body as text, or null when the row is gone. */

@@ -261,6 +261,7 @@ async function proofFigure(
     sourceTimezone: 'UTC',
     lookbackMs: 86_400_000,
     pageSize: GROUP_PAGE,
+    groups: [groupId],
     types,
   });
   try {

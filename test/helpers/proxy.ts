@@ -15,10 +15,16 @@ export interface TcpProxy {
   close(): Promise<void>;
 }
 
-export async function startTcpProxy(target: { host: string; port: number }): Promise<TcpProxy> {
+export interface ProxyOptions {
+  /** Sees every chunk the target sends, with the number of the connection it belongs to. */
+  onTargetData?: (chunk: Buffer, connection: number) => void;
+}
+
+export async function startTcpProxy(target: { host: string; port: number }, options: ProxyOptions = {}): Promise<TcpProxy> {
   const sockets = new Set<net.Socket>();
   let server: net.Server | null = null;
   let port = 0;
+  let connections = 0;
 
   const listen = () =>
     new Promise<void>((resolve, reject) => {
@@ -34,6 +40,8 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
         };
         client.on('error', drop).on('close', drop);
         upstream.on('error', drop).on('close', drop);
+        const connection = ++connections;
+        if (options.onTargetData) upstream.on('data', (chunk: Buffer) => options.onTargetData?.(chunk, connection));
         client.pipe(upstream).pipe(client);
       });
       s.once('error', reject);
@@ -74,4 +82,31 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
 export function hostPort(url: string, defaultPort: number): { host: string; port: number } {
   const u = new URL(url);
   return { host: u.hostname || '127.0.0.1', port: Number(u.port || defaultPort) };
+}
+
+/**
+ * Counts the statements Postgres completed through a proxy: its ReadyForQuery messages, less the one
+ * that ends each connection's start-up. Each is one transaction when nothing opens one explicitly.
+ */
+export function createPgStatementCounter(): { tap: NonNullable<ProxyOptions['onTargetData']>; count(): number } {
+  const streams = new Map<number, { pending: Buffer; ready: number }>();
+  let total = 0;
+  return {
+    tap(chunk, connection) {
+      const stream = streams.get(connection) ?? { pending: Buffer.alloc(0), ready: 0 };
+      streams.set(connection, stream);
+      let buffer = Buffer.concat([stream.pending, chunk]);
+      while (buffer.length >= 5) {
+        const length = buffer.readInt32BE(1);
+        if (buffer.length < 1 + length) break;
+        if (buffer[0] === 0x5a) {
+          stream.ready += 1;
+          if (stream.ready > 1) total += 1;
+        }
+        buffer = buffer.subarray(1 + length);
+      }
+      stream.pending = buffer;
+    },
+    count: () => total,
+  };
 }

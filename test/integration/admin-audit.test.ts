@@ -51,6 +51,8 @@ describe('admin audit trail', () => {
       sessions: createSessionStore(redis, { prefix, token: TOKEN }),
       logger,
       metrics,
+      // The dashboard's actions are audited when it may change anything at all.
+      dashboardWrite: true,
     });
     await app.ready();
   });

@@ -37,6 +37,7 @@ describe('admin login', () => {
     REDIS_PREFIX: prefix,
     ADMIN_TOKEN: token,
     ADMIN_ON_PUBLIC_PORT: 'true',
+    HOST: '127.0.0.1',
     TRUST_PROXY: 'true',
     SYNC_GROUPS: GROUP,
     SYNC_TYPES: 'active',
@@ -186,9 +187,12 @@ describe('admin login', () => {
     expect(text.status).toBe(415);
     const multipart = new FormData();
     multipart.set('group', GROUP);
-    expect((await fetch(`${base}/admin/queues/api/queues/sync/add`, { method: 'POST', headers: bearer, body: multipart })).status).toBe(
-      415,
-    );
+    const dashboardAdd = await fetch(`${base}/admin/queues/api/queues/sync/add`, {
+      method: 'POST',
+      headers: { ...bearer, ...sameSite() },
+      body: multipart,
+    });
+    expect(dashboardAdd.status).toBe(415);
   });
 
   it("forbids framing every /admin page, the dashboard's included", async () => {

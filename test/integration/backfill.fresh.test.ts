@@ -56,6 +56,7 @@ function backfillFixture(label: string, world: { subscribers: number; seed: numb
       sourceTimezone: 'UTC',
       lookbackMs: 86_400_000,
       pageSize: 100,
+      groups: [fx.groupId],
       types,
       busyRetryMs: 200,
     });

@@ -240,3 +240,59 @@ describe('deliveries that arrive after the erasure run', () => {
     expect(await dumpHits(db, p)).toEqual([]);
   });
 });
+
+/** Every form of the email an auditor searches for, compared without case: plain and URL-encoded. */
+async function emailHits(db: TestDatabase, email: string): Promise<string[]> {
+  const { stdout } = await run('pg_dump', ['--data-only', '--no-owner', '--dbname', db.url], { maxBuffer: 256 * 1024 * 1024 });
+  const needles = [...new Set([email, encodeURIComponent(email)].map((n) => n.toLowerCase()))];
+  return stdout
+    .split('\n')
+    .filter((line) => needles.some((n) => line.toLowerCase().includes(n)))
+    .map((line) => line.slice(0, 300));
+}
+
+describe('erasure by identity, not by spelling', () => {
+  it('a stored delivery spelling the id with leading zeros is redacted like any other', async () => {
+    const db = await freshDatabase();
+    const p = person('1006');
+    const zeros = { ...p, id: `000${p.id}` };
+    // The normalizer reads "000…" as the same subscriber: the mirror has one row.
+    await deliver(db, updated(zeros, '2024-06-01T10:00:00.000000Z', 3));
+    await deliver(db, click(zeros, '2024-06-03T10:00:00.000000Z'));
+    await deliver(db, updated(zeros, '2024-06-04T10:00:00.000000Z', 4), { apply: false, status: 'failed' });
+    const rows = await db.pool.query('select id from subscribers');
+    expect(rows.rows).toEqual([{ id: p.id }]);
+    await deliver(db, forget(zeros, '2024-06-21T16:40:00.123456Z'));
+    await runErasure(db.pool, NO_GROUPS);
+    expect(await dumpHits(db, p)).toEqual([]);
+  });
+
+  it('the email is scrubbed from link paths and from keys nobody declared, in any case, plain or URL-encoded', async () => {
+    const db = await freshDatabase();
+    const p = person('1007');
+    const shouting = p.email.toUpperCase();
+    const pathClick = (link: string, at: string) => ({
+      ...click(p, at),
+      link_url: link,
+      // Keys the registry does not know, beside the subscriber and at the top.
+      tracking: { recipient: shouting, note: `sent to ${p.email} by list` },
+      recipient_hint: encodeURIComponent(p.email),
+    });
+    await deliver(db, pathClick(`https://shop.example.com/u/${p.email}/offer`, '2024-06-02T10:00:00.000000Z'));
+    await deliver(db, pathClick(`https://shop.example.com/u/${encodeURIComponent(shouting)}/offer`, '2024-06-03T10:00:00.000000Z'));
+    await deliver(db, pathClick(`https://shop.example.com/r/${p.email}`, '2024-06-04T10:00:00.000000Z'), {
+      apply: false,
+      status: 'failed',
+    });
+    expect((await emailHits(db, p.email)).length).toBeGreaterThan(0);
+    await deliver(db, forget(p, '2024-06-21T16:40:00.123456Z'));
+    await runErasure(db.pool, NO_GROUPS);
+    expect(await emailHits(db, p.email)).toEqual([]);
+    // The links keep what is not the person: scheme, host and the rest of the path.
+    const { rows } = await db.pool.query<{ link_url: string }>(
+      `select link_url from subscriber_activity where subscriber_id = $1 and kind = 'campaign.click' order by link_url`,
+      [p.id],
+    );
+    expect(rows.map((r) => r.link_url)).toEqual(['https://shop.example.com/u/-/offer', 'https://shop.example.com/u/-/offer']);
+  });
+});

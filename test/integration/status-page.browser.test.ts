@@ -38,6 +38,7 @@ function serviceEnv(database: TestDatabase, sim: Simulator, prefix: string, apiK
     ADMIN_TOKEN: token,
     // One plain-http port on this machine, as in the demo.
     ADMIN_ON_PUBLIC_PORT: 'true',
+    HOST: '127.0.0.1',
     ADMIN_COOKIE_INSECURE: 'true',
     PORT: '0',
     LOG_LEVEL: 'silent',

@@ -58,6 +58,7 @@ describe('sync worker triggers', () => {
       sourceTimezone: 'UTC',
       lookbackMs: 86_400_000,
       pageSize: 100,
+      groups: [groupId],
       types: ['active'],
       busyRetryMs: 200,
       metrics,

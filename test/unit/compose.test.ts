@@ -92,7 +92,11 @@ describe('docker-compose.yml', () => {
       });
       expect(service.restart).toBe('unless-stopped');
       expect(service.environment?.DATABASE_URL).toMatch(/^postgres:\/\/.*@postgres:5432\//);
-      expect(service.environment?.REDIS_URL).toBe('redis://:${REDIS_PASSWORD:?set REDIS_PASSWORD in .env}@redis:6379');
+      expect(service.environment?.REDIS_URL).toBe(
+        name === 'receiver'
+          ? 'redis://receiver:${RECEIVER_REDIS_PASSWORD:?set RECEIVER_REDIS_PASSWORD in .env}@redis:6379'
+          : 'redis://:${REDIS_PASSWORD:?set REDIS_PASSWORD in .env}@redis:6379',
+      );
       expect(service.command).toEqual(['start', '--role', name]);
       expect(service.healthcheck?.test).toEqual(TINY_HEALTHCHECK);
       // Room for a loaded host (a check once took 4.45 s) and for the migrations at start.
@@ -109,7 +113,14 @@ describe('docker-compose.yml', () => {
       expect(files, name).not.toContain('.env');
     }
     // Each setting lives in the file of the containers that need it.
-    const passwords = ['GRAFANA_ADMIN_PASSWORD', 'MIRROR_DB_PASSWORD', 'POSTGRES_PASSWORD', 'RECEIVER_DB_PASSWORD', 'REDIS_PASSWORD'];
+    const passwords = [
+      'GRAFANA_ADMIN_PASSWORD',
+      'MIRROR_DB_PASSWORD',
+      'POSTGRES_PASSWORD',
+      'RECEIVER_DB_PASSWORD',
+      'RECEIVER_REDIS_PASSWORD',
+      'REDIS_PASSWORD',
+    ];
     expect(variablesOf('.env.example').sort()).toEqual(passwords);
     const worker = variablesOf('worker.env.example');
     const receiver = variablesOf('receiver.env.example');
@@ -192,9 +203,25 @@ describe('docker-compose.yml', () => {
   it('has Redis require a password from .env, given to the services in REDIS_URL and to redis-cli', () => {
     const redis = compose.services.redis!;
     expect(redis.environment?.REDISCLI_AUTH).toMatch(/^\$\{REDIS_PASSWORD:\?[^}]+\}$/);
-    expect(redis.command?.join(' ')).toContain('--requirepass "$$REDISCLI_AUTH"');
-    // Not on the command line, which `ps` shows.
-    expect(redis.command?.join(' ')).not.toContain('${REDIS_PASSWORD');
+    expect(redis.environment?.RECEIVER_REDIS_PASSWORD).toMatch(/^\$\{RECEIVER_REDIS_PASSWORD:\?[^}]+\}$/);
+    // The start script sets both passwords from the environment, on redis-server's stdin: not on
+    // the command line, which `ps` shows.
+    expect(redis.command).toEqual(['sh', '/etc/redis/start.sh']);
+    expect(redis.volumes).toEqual(
+      expect.arrayContaining(['./deploy/redis/start.sh:/etc/redis/start.sh:ro', './deploy/redis/receiver.acl:/etc/redis/receiver.acl:ro']),
+    );
+    const start = read('deploy/redis/start.sh');
+    expect(start).toMatch(/requirepass "%s".*user receiver on >%s %s/);
+    expect(start).toMatch(/\| *\n? *exec redis-server - /);
+    expect(JSON.stringify(redis.command)).not.toContain('PASSWORD');
+  });
+
+  // The receiver's Redis user may only queue deliveries: tried with its own rules in
+  // test/integration/redis-receiver-acl.test.ts.
+  it('gives the receiver its own Redis user and not the shared Redis password', () => {
+    const receiver = compose.services.receiver!;
+    expect(JSON.stringify(receiver.environment)).not.toContain('${REDIS_PASSWORD');
+    expect(read('deploy/redis/receiver.acl')).toMatch(/^resetkeys resetchannels %RW~\{prefix\}:events:\*$/m);
   });
 
   it('gives Grafana an admin password from .env (not admin/admin)', () => {

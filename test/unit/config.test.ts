@@ -155,7 +155,7 @@ describe('loadConfig', () => {
         HOST: '::',
         OPS_HOST: '10.0.0.5',
         ADMIN_COOKIE_INSECURE: 'TRUE',
-        TRUST_PROXY: '10.0.0.1, 172.16.0.0/12',
+        TRUST_PROXY: '10.0.0.1, 10.20.0.0/16',
         WEBHOOK_PATH: '/hooks/mailer',
         ADMIN_TOKEN: 'a'.repeat(32),
         LOG_LEVEL: 'debug',
@@ -180,10 +180,10 @@ describe('loadConfig', () => {
     expect(config.host).toBe('::');
     expect(config.opsHost).toBe('10.0.0.5');
     expect(config.adminCookieInsecure).toBe(true);
-    expect(config.trustProxy).toEqual(['10.0.0.1', '172.16.0.0/12']);
+    expect(config.trustProxy).toEqual(['10.0.0.1', '10.20.0.0/16']);
     expect(loadConfig({ TRUST_PROXY: 'true' }).trustProxy).toBe(true);
     expect(loadConfig({ TRUST_PROXY: '2' }).trustProxy).toBe(2);
-    const shared = loadConfig({ ADMIN_TOKEN: 'a'.repeat(32), ADMIN_ON_PUBLIC_PORT: 'true' });
+    const shared = loadConfig({ ADMIN_TOKEN: 'a'.repeat(32), ADMIN_ON_PUBLIC_PORT: 'true', HOST: '127.0.0.1' });
     expect([shared.opsOnPublicPort, shared.opsPort]).toEqual([true, undefined]);
     expect(config.webhookPath).toBe('/hooks/mailer');
     expect(config.legacy.sourceTimezone).toBe('Europe/Vilnius');

@@ -3,7 +3,7 @@ import type { ActivityRow } from '../normalize.js';
 import { run } from './executor.js';
 import type { Queryable } from '../../ground/queryable.js';
 import { assertTimestampOrNull } from './values.js';
-import { ACTIVITY_LINK_COLUMNS, linkWithoutQuerySql } from '../personal-data.js';
+import { ACTIVITY_LINK_COLUMNS, linkWithoutPersonalDataSql } from '../personal-data.js';
 
 const ACTIVITY_INSERT_SQL = `
 insert into subscriber_activity
@@ -55,10 +55,11 @@ export async function recordActivity(exec: Queryable, rows: readonly ActivityRow
 }
 
 // ---------------------------------------------------------------------------------------------
-// Erasure: links lose their query strings (the registry's `link-query` columns, src/db/schema.ts)
+// Erasure: links lose their query strings and the path segments holding an email (the registry's
+// `link-query` columns, src/db/schema.ts)
 
-const LINK_SET = ACTIVITY_LINK_COLUMNS.map((c) => `${c} = ${linkWithoutQuerySql(c)}`).join(', ');
-const LINK_HOLDS_QUERY = `(${ACTIVITY_LINK_COLUMNS.map((c) => `${c} is distinct from ${linkWithoutQuerySql(c)}`).join(' or ')})`;
+const LINK_SET = ACTIVITY_LINK_COLUMNS.map((c) => `${c} = ${linkWithoutPersonalDataSql(c)}`).join(', ');
+const LINK_HOLDS_QUERY = `(${ACTIVITY_LINK_COLUMNS.map((c) => `${c} is distinct from ${linkWithoutPersonalDataSql(c)}`).join(' or ')})`;
 
 /** Strips the links of the activity rows of `subscriberIds` (a forgotten subscriber's delivery just applied). */
 export async function eraseActivityLinks(exec: Queryable, subscriberIds: readonly string[]): Promise<number> {
