@@ -25,7 +25,7 @@ import { createScrubber } from './ground/log.js';
 import { describeConnectionError, startService, type RunningService } from './start.js';
 import { enqueueBackfills, waitForPass, type BackfillTarget } from './sync/backfill.js';
 import { createSyncQueue, type PassJobResult } from './sync/schedule.js';
-import { collectStatus, formatStatusTable } from './sync/status.js';
+import { collectStatus, formatStatusTable, webhookHealth } from './sync/status.js';
 import { authPauseKey, isPaused, readAuthPause } from './sync/auth-pause.js';
 
 export class UsageError extends Error {
@@ -40,7 +40,9 @@ commands:
   healthcheck                          exit 0 when the local service is ready (as dist/healthcheck.js)
   backfill (--group ID | --all) [--type T] [--wait]
                                        enqueue full passes (all configured types unless --type)
-  status [--json]                      per group × type: cursor, last run, rows, drift
+  status [--json]                      per group × type: cursor, last run, rows, drift, audit accuracy
+  audit [--group G] [--type T] [--json]
+                                       check the mirror against the service now and repair what differs
   webhooks list|get|register|adopt|update|delete
                                        manage the service-side webhooks
   webhooks replay [--status failed|ignored] [--since DATE]
@@ -225,6 +227,7 @@ const status: Handler = async (args) => {
   const database = openDatabase(config.databaseUrl, { max: 1 });
   try {
     const rows = await collectStatus(database.pool, { groups: config.sync.groups, types: config.sync.types });
+    const webhooks = await webhookHealth(database.pool);
     let pause = null;
     const credential = readCredentialOf(config);
     if (credential) {
@@ -240,7 +243,7 @@ const status: Handler = async (args) => {
     }
     if (values.json) {
       const reads = config.sync.reconciles ? { source: config.sync.source } : { source: null, notice: NOTHING_RECONCILES };
-      process.stdout.write(`${JSON.stringify({ ...reads, authPause: pause, passes: rows }, null, 2)}\n`);
+      process.stdout.write(`${JSON.stringify({ ...reads, authPause: pause, passes: rows, webhooks }, null, 2)}\n`);
     } else {
       if (!config.sync.reconciles) process.stdout.write(`${NOTHING_RECONCILES}\n\n`);
       if (pause) {
@@ -249,6 +252,11 @@ const status: Handler = async (args) => {
         );
       }
       process.stdout.write(rows.length > 0 ? `${formatStatusTable(rows)}\n` : 'no groups configured and no passes recorded yet\n');
+      for (const w of webhooks.filter((h) => h.problems.length > 0)) {
+        process.stdout.write(
+          `WEBHOOK ${w.id}: ${w.problems.join(', ')}${w.missingEvents.length > 0 ? ` (missing ${w.missingEvents.join(', ')})` : ''}\n`,
+        );
+      }
     }
     return 0;
   } catch (error) {
@@ -298,8 +306,26 @@ const replay: Handler = async (args) => {
   }
 };
 
+/** `audit`: one audit of the configured pairs (or one group / type) now. */
+const audit: Handler = async (args) => {
+  const { values } = parse(args, { group: { type: 'string' }, type: { type: 'string' }, json: { type: 'boolean', default: false } });
+  const config = loadConfig(process.env, ['poll']);
+  if (values.group !== undefined && !config.sync.groups.includes(values.group)) {
+    throw new UsageError(
+      `--group ${values.group} is not configured; configured groups (SYNC_GROUPS): ${config.sync.groups.join(', ') || 'none'}`,
+    );
+  }
+  if (values.type !== undefined && !(config.sync.types as readonly string[]).includes(values.type)) {
+    throw new UsageError(`--type must be one of the configured types (SYNC_TYPES): ${config.sync.types.join(', ')}, got "${values.type}"`);
+  }
+  const { runAuditCli } = await import('./audit-cli.js');
+  const target = { ...(values.group ? { groupId: values.group } : {}), ...(values.type ? { type: values.type as SubscriberType } : {}) };
+  return runAuditCli(config, target, values.json);
+};
+
 const COMMANDS: Record<string, Handler> = {
   start,
+  audit,
   healthcheck,
   migrate,
   backfill,

@@ -146,6 +146,18 @@ const trustProxy: Kind<boolean | number | string[]> = {
   values: TRUST_PROXY_FORMS.replace(/\b(true|false)\b/g, '`$1`'),
 };
 
+/** AUDIT_EVERY: a duration of at least a second, or `off` (null: no audit). */
+const durationOrOff: Kind<number | null> = {
+  schema: z.string().transform((v, ctx): number | null => {
+    if (v.trim().toLowerCase() === 'off') return null;
+    const parsed = duration({ min: '1s' }).schema.safeParse(v);
+    if (parsed.success) return parsed.data;
+    ctx.addIssue({ code: 'custom', message: `${parsed.error.issues[0]?.message ?? 'not a duration'} (or "off")` });
+    return z.NEVER;
+  }),
+  values: 'duration, at least `1s`, or `off`',
+};
+
 // ---------------------------------------------------------------------------------------------
 // The settings: Config's shape, one declaration per setting (docs/operations.md, "Configuration")
 
@@ -332,6 +344,20 @@ export const SETTINGS = {
     doc: "on the public port only (never the ops port): read the client address, protocol and host from `X-Forwarded-*` (Fastify's `trustProxy`). `true` trusts every hop: prefer the proxy's own address, never a network other containers share, such as Docker's bridge range ([security.md](security.md#admin-authentication))",
     default: 'false',
   }),
+  audit: {
+    everyMs: setting('AUDIT_EVERY', durationOrOff, {
+      doc: 'how often the [audit](#the-audit) checks each group × type against the service (values down to `1s` are accepted, for tests and demos); `off` disables it',
+      default: '15m',
+    }),
+    sampleSize: setting('AUDIT_SAMPLE', wholeNumber(1, 10_000), {
+      doc: 'rows the audit reads back per group × type per tick',
+      unset: '`SYNC_PAGE_SIZE`',
+    }),
+    reenableWebhooks: setting('WEBHOOKS_REENABLE', flag, {
+      doc: '`true`: the audit enables again a managed webhook the service disabled (logged)',
+      default: 'false',
+    }),
+  },
   metricsRefreshMs: setting('METRICS_REFRESH_EVERY', duration({ min: '1s' }), {
     doc: 'how often gauges read from Postgres and Redis are refreshed (a scrape only reads the registry)',
     default: '15s',

@@ -37,6 +37,11 @@ import { createLimiter, type Limiter } from './upstream/limiter.js';
 import { createDeliveryConsumer, type DeliveryConsumer } from './webhooks/consumer.js';
 import { registerWebhookRoute, type ReceiverOutcome } from './webhooks/receiver.js';
 import { ERASURE_EVERY_MS, runErasure } from './webhooks/erasure-run.js';
+import { auditSettings } from './audit-settings.js';
+import { auditLoopDeps } from './audit-run.js';
+import { startAuditLoop } from './sync/audit-loop.js';
+import { auditWindow } from './sync/audit-state.js';
+import { accuracy } from './sync/audit-core.js';
 
 export interface RunningService {
   logger: Logger;
@@ -384,6 +389,7 @@ function passIntervalMs(config: Config): number {
 async function recordSyncGauges(metrics: Metrics, pool: pg.Pool, config: Config): Promise<void> {
   try {
     const rows = await collectStatus(pool, { groups: config.sync.groups, types: config.sync.types });
+    const audits = await auditWindow(pool);
     const now = Date.now();
     for (const r of rows) {
       const labels = { group: r.groupId, type: r.type };
@@ -394,6 +400,12 @@ async function recordSyncGauges(metrics: Metrics, pool: pg.Pool, config: Config)
       if (r.upstreamCount !== null) metrics.upstreamCount.set(labels, r.upstreamCount);
       if (r.drift !== null) metrics.drift.set(labels, r.drift);
       metrics.membersAwaitingProof.set(labels, r.awaitingProof);
+      const window = audits.get(`${r.groupId}:${r.type}`);
+      const share = window ? accuracy(window.rowsChecked, window.content + window.missing + window.extra) : null;
+      if (share !== null) metrics.auditAccuracy.set(labels, share);
+      for (const kind of ['content', 'missing', 'extra', 'count']) metrics.auditMismatches.inc({ ...labels, kind }, 0);
+      metrics.auditRowsChecked.inc(labels, 0);
+      metrics.auditUnrepaired.inc(labels, 0);
       // The series exists from the first scrape (dashboards and alerts read 0, not "no data").
       metrics.passStepBacks.inc(labels, 0);
     }
@@ -530,16 +542,33 @@ async function startPolling(
     types,
     metrics,
   });
+  const audit = startAudit(config, { pool, redis, limiter, queue, log, metrics });
   return {
     pauseKey,
     queue,
     async stop(timeoutMs: number) {
       scheduleWatch.stop();
+      audit?.stop();
       await worker.close(timeoutMs);
       await queue.close();
       await limiter.close();
     },
   };
+}
+
+/** The audit loop (docs/operations.md, "The audit"), unless AUDIT_EVERY=off. */
+function startAudit(
+  config: Config,
+  parts: { pool: pg.Pool; redis: Redis; limiter: Limiter; queue: ReturnType<typeof createSyncQueue>; log: Logger; metrics: Metrics },
+): Repeating | null {
+  const settings = auditSettings(config);
+  if (settings.everyMs === null) {
+    parts.log.info('AUDIT_EVERY=off: the mirror is not checked against the service between full passes');
+    return null;
+  }
+  const hooks = upstreamHooks(config.sync.source, parts.limiter, parts.metrics);
+  const deps = auditLoopDeps({ config, settings, ...parts, logger: parts.log, hooks }, settings.everyMs);
+  return startAuditLoop(deps);
 }
 
 /**

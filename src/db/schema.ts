@@ -412,6 +412,72 @@ export const upstreamPaging = pgTable(
   (t) => [check('upstream_paging_single_row', sql`${t.id} = 1`)],
 );
 
+// ---------------------------------------------------------------------------------------------
+// The audit (docs/operations.md, "The audit"): written by `src/sync/audit-state.ts` only
+
+/** Per (group, type): where the audit's sample reads next, and what it saw that a later tick must check again. */
+export const auditState = pgTable(
+  'audit_state',
+  {
+    groupId: text('group_id').notNull(),
+    type: text('type').notNull(),
+    /** Legacy: the offset the next sample reads at (it advances each tick and wraps). */
+    sampleOffset: integer('sample_offset').notNull().default(0),
+    /** Current: the service's cursor of the next sample page (null: the list's first page). */
+    sampleCursor: text('sample_cursor'),
+    /** Current: the last id of the previous sample page, where the next page's id range starts. */
+    sampleAfterId: text('sample_after_id'),
+    /** The service's count read at `pending_count_at`, checked once the mirror had time to catch up. */
+    pendingCount: integer('pending_count'),
+    pendingCountAt: tstz('pending_count_at'),
+    /** Mirror members the service did not list (`[{id, factAt}]`), checked again with the count. */
+    pendingExtras: jsonb('pending_extras').$type<Array<{ id: string; factAt: string | null }>>(),
+    /** When a tick last audited this pair (replicas claim a tick by moving it). */
+    lastAuditAt: tstz('last_audit_at'),
+    lastError: text('last_error'),
+    /** When the audit last asked for a full pass of this pair (at most one per audit period). */
+    fullPassAskedAt: tstz('full_pass_asked_at'),
+    updatedAt: tstz('updated_at').notNull().defaultNow(),
+  },
+  (t) => [primaryKey({ columns: [t.groupId, t.type] })],
+);
+
+/** One row per audit of a (group, type): what it checked, found and repaired (the accuracy figure sums the last 24 h). */
+export const auditResults = pgTable(
+  'audit_results',
+  {
+    id: bigserial('id', { mode: 'number' }).primaryKey(),
+    groupId: text('group_id').notNull(),
+    type: text('type').notNull(),
+    at: tstz('at').notNull().defaultNow(),
+    rowsChecked: integer('rows_checked').notNull(),
+    inFlight: integer('in_flight').notNull(),
+    content: integer('content').notNull(),
+    missing: integer('missing').notNull(),
+    extra: integer('extra').notNull(),
+    count: integer('count').notNull(),
+    repaired: integer('repaired').notNull(),
+    /** Mismatches a repair did not fix (a write the guard refused, a count gap after the full pass it asked for). */
+    unrepaired: integer('unrepaired').notNull(),
+    missedDeliveries: integer('missed_deliveries').notNull(),
+  },
+  (t) => [index('audit_results_at_idx').on(t.at), index('audit_results_pair_idx').on(t.groupId, t.type, t.at)],
+);
+
+/** The service-side webhooks as the audit last read them back: what is wrong with each, if anything. */
+export const auditWebhooks = pgTable('audit_webhooks', {
+  /** The service-side webhook id (a row of `webhook_endpoints`). */
+  id: text('id').primaryKey(),
+  /** Null when the service no longer has it. */
+  enabled: boolean('enabled'),
+  /** Problems found: `missing`, `disabled`, `wrong-url`, `missing-events` (empty when healthy). */
+  problems: text('problems').array().notNull(),
+  missingEvents: text('missing_events').array().notNull(),
+  checkedAt: tstz('checked_at').notNull(),
+  /** When the audit last re-enabled it (WEBHOOKS_REENABLE). */
+  reenabledAt: tstz('reenabled_at'),
+});
+
 export const DELIVERY_STATUSES = ['pending', 'applied', 'failed', 'ignored'] as const;
 export type DeliveryStatus = (typeof DELIVERY_STATUSES)[number];
 

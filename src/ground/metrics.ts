@@ -31,6 +31,15 @@ export interface Metrics {
   inbox: Gauge<'status'>;
   adminActions: Counter<'action' | 'outcome'>;
   syncJobsRefused: Counter<'reason'>;
+  auditRowsChecked: Counter<'group' | 'type'>;
+  auditMismatches: Counter<'group' | 'type' | 'kind'>;
+  auditRepaired: Counter<'group' | 'type'>;
+  auditUnrepaired: Counter<'group' | 'type'>;
+  auditMissedDeliveries: Counter<'group' | 'type'>;
+  auditRequests: Counter;
+  auditAccuracy: Gauge<'group' | 'type'>;
+  webhookProblems: Gauge<'webhook' | 'problem'>;
+  webhooksReenabled: Counter;
 }
 
 export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metrics {
@@ -188,6 +197,65 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
       name: 'subscriber_mirror_sync_jobs_refused_total',
       help: 'Sync jobs the worker refused because their group (reason group) or type (reason type) is not configured, whoever queued them',
       labelNames: ['reason'],
+      registers,
+    }),
+    ...auditMetrics(registers),
+  };
+}
+
+/** The audit's metrics (docs/operations.md, "The audit"). */
+function auditMetrics(registers: Registry[]) {
+  return {
+    auditRowsChecked: new Counter({
+      name: 'subscriber_mirror_audit_rows_checked_total',
+      help: 'Rows the audit read back from the service and compared with the mirror, per group and type',
+      labelNames: ['group', 'type'],
+      registers,
+    }),
+    auditMismatches: new Counter({
+      name: 'subscriber_mirror_audit_mismatches_total',
+      help: 'Mismatches the audit found that no stamped change explains: content, missing, extra, count',
+      labelNames: ['group', 'type', 'kind'],
+      registers,
+    }),
+    auditRepaired: new Counter({
+      name: 'subscriber_mirror_audit_repairs_total',
+      help: 'Mismatches the audit repaired (rows rewritten or added; full passes asked for extras and count gaps)',
+      labelNames: ['group', 'type'],
+      registers,
+    }),
+    auditUnrepaired: new Counter({
+      name: 'subscriber_mirror_audit_unrepaired_total',
+      help: 'Mismatches that persisted after a repair (a write the guard refused, a gap after the full pass asked for it)',
+      labelNames: ['group', 'type'],
+      registers,
+    }),
+    auditMissedDeliveries: new Counter({
+      name: 'subscriber_mirror_audit_missed_deliveries_total',
+      help: 'Rows the audit wrote that a webhook should have brought (stamped longer ago than the settle time)',
+      labelNames: ['group', 'type'],
+      registers,
+    }),
+    auditRequests: new Counter({
+      name: 'subscriber_mirror_audit_requests_total',
+      help: 'Requests the audit made to the service (counts, sample pages, the webhook read-back)',
+      registers,
+    }),
+    auditAccuracy: new Gauge({
+      name: 'subscriber_mirror_audit_accuracy',
+      help: 'Share of the rows the audit checked in the last 24 h that matched the service, per group and type',
+      labelNames: ['group', 'type'],
+      registers,
+    }),
+    webhookProblems: new Gauge({
+      name: 'subscriber_mirror_webhook_problems',
+      help: 'Managed webhooks as the audit read them back: 1 per problem (missing, disabled, wrong-url, missing-events)',
+      labelNames: ['webhook', 'problem'],
+      registers,
+    }),
+    webhooksReenabled: new Counter({
+      name: 'subscriber_mirror_webhooks_reenabled_total',
+      help: 'Webhooks the service had disabled that the audit enabled again (WEBHOOKS_REENABLE)',
       registers,
     }),
   };

@@ -30,7 +30,7 @@ import { SUBSCRIBER_TYPES, type SubscriberType } from '../db/schema.js';
 import { enqueueBackfills } from '../sync/backfill.js';
 import type { PassJobData, PassJobResult } from '../sync/schedule.js';
 import { isPaused, type AuthPause } from '../sync/auth-pause.js';
-import { collectStatus } from '../sync/status.js';
+import { collectStatus, webhookHealth } from '../sync/status.js';
 import { countDeliveriesByStatus, latestFailedDeliveries } from '../webhooks/inbox.js';
 import { SESSION_MS, type SessionStore } from './sessions.js';
 import { renderLoginPage, renderStatusPage } from './status-page.js';
@@ -389,11 +389,12 @@ function registerSessionRoutes(admin: FastifyInstance, g: Guard): void {
 
 function registerStatusRoutes(admin: FastifyInstance, g: Guard): void {
   admin.get('/admin/', async (_request, reply) => {
-    const [passes, authPause, inbox, failed] = await Promise.all([
+    const [passes, authPause, inbox, failed, webhooks] = await Promise.all([
       collectStatus(g.deps.pool, g.deps.configured),
       g.deps.authPause ? g.deps.authPause().catch(() => null) : null,
       countDeliveriesByStatus(g.deps.pool),
       latestFailedDeliveries(g.deps.pool, 10),
+      webhookHealth(g.deps.pool),
     ]);
     const now = Date.now();
     return sendHtml(reply, 200, (nonce) =>
@@ -406,6 +407,7 @@ function registerStatusRoutes(admin: FastifyInstance, g: Guard): void {
           notice: g.deps.notice ?? null,
           inbox,
           failed,
+          webhooks,
           refreshSeconds: REFRESH_SECONDS,
           links: [
             { href: '/admin/queues', label: 'Queues (BullMQ)' },
@@ -452,6 +454,7 @@ function registerStatusRoutes(admin: FastifyInstance, g: Guard): void {
     ...(g.deps.notice ? { notice: g.deps.notice } : {}),
     authPause: g.deps.authPause ? await g.deps.authPause().catch(() => null) : null,
     passes: await collectStatus(g.deps.pool, g.deps.configured),
+    webhooks: await webhookHealth(g.deps.pool),
   }));
 }
 

@@ -7,7 +7,8 @@
  * errors come from the network or from upstream messages.
  */
 import type { AuthPause } from '../sync/auth-pause.js';
-import type { StatusRow } from '../sync/status.js';
+import type { WebhookHealth } from '../sync/audit-state.js';
+import { formatAccuracy, type StatusRow } from '../sync/status.js';
 import type { FailedDelivery } from '../webhooks/inbox.js';
 
 export interface StatusPageData {
@@ -20,6 +21,8 @@ export interface StatusPageData {
   notice?: string | null;
   inbox: Readonly<Record<string, number>>;
   failed: readonly FailedDelivery[];
+  /** The managed webhooks as the audit last read them back. */
+  webhooks?: readonly WebhookHealth[];
   refreshSeconds: number;
   /** Links shown in the header (relative to /admin/). */
   links: ReadonlyArray<{ href: string; label: string }>;
@@ -76,8 +79,32 @@ function passRow(row: StatusRow, data: StatusPageData): string {
 <td class="num${drift.bad ? ' stale' : ''}" data-field="drift">${escapeHtml(drift.text)}</td>
 <td class="num" data-field="awaiting-proof" title="members the last full pass did not list; ended when a second pass confirms">${escapeHtml(row.awaitingProof)}</td>
 <td class="num" data-field="step-backs" title="requests the last full pass spent stepping back (the list moved under it)">${escapeHtml(row.stepBacks ?? '–')}</td>
+${accuracyCell(row)}
 <td class="err">${escapeHtml(row.lastError ?? '')}</td>
 </tr>`;
+}
+
+/** The audit's last 24 h: red when a mismatch persisted after its repair, yellow when any was found. */
+function accuracyCell(row: StatusRow): string {
+  const a = row.audit;
+  const found = a.mismatches.content + a.mismatches.missing + a.mismatches.extra + a.mismatches.count;
+  const state = a.unrepaired > 0 ? ' stale' : found > 0 ? ' late' : '';
+  const title = `last 24 h: ${a.rowsChecked} rows checked; content ${a.mismatches.content}, missing ${a.mismatches.missing}, extra ${a.mismatches.extra}, count ${a.mismatches.count}; not repaired ${a.unrepaired}`;
+  return `<td class="num${state}" data-field="accuracy" title="${escapeHtml(title)}">${escapeHtml(formatAccuracy(a))}</td>`;
+}
+
+function webhookRows(webhooks: readonly WebhookHealth[] | undefined): string {
+  if (!webhooks || webhooks.length === 0)
+    return '<p class="muted">Not read back yet (the audit reads the webhooks each period when webhook management is configured).</p>';
+  const rows = webhooks
+    .map((w) => {
+      const state = w.problems.length === 0 ? 'fresh' : 'stale';
+      const problems =
+        w.problems.length === 0 ? 'ok' : w.problems.join(', ') + (w.missingEvents.length > 0 ? ` (${w.missingEvents.join(', ')})` : '');
+      return `<tr><td>${escapeHtml(w.id)}</td><td class="${state}" data-webhook="${escapeHtml(w.id)}">${escapeHtml(problems)}</td><td>${escapeHtml(w.checkedAt ?? '')}</td><td>${escapeHtml(w.reenabledAt ?? '')}</td></tr>`;
+    })
+    .join('\n');
+  return `<table id="webhooks"><thead><tr><th>webhook</th><th>health</th><th>checked</th><th>re-enabled</th></tr></thead><tbody>${rows}</tbody></table>`;
 }
 
 function pauseBanner(pause: AuthPause | null, now: number): string {
@@ -133,8 +160,10 @@ ${data.notice ? `<div class="banner" role="status" id="notice">${escapeHtml(data
 ${pauseBanner(data.authPause, data.now)}
 <h2>Groups × types</h2>
 <table id="passes"><thead><tr><th>group</th><th>type</th><th>last success</th><th>last run</th><th>cursor</th>
-<th>mirrored</th><th>upstream</th><th>drift</th><th>awaiting proof</th><th>step backs</th><th>last error</th></tr></thead>
+<th>mirrored</th><th>upstream</th><th>drift</th><th>awaiting proof</th><th>step backs</th><th title="the audit's last 24 h: rows that matched the service (mismatches/rows checked)">accuracy</th><th>last error</th></tr></thead>
 <tbody>${data.passes.map((row) => passRow(row, data)).join('\n')}</tbody></table>
+<h2>Webhooks</h2>
+${webhookRows(data.webhooks)}
 <h2>Webhook inbox</h2>
 <table id="inbox"><thead><tr><th>status</th><th>deliveries</th></tr></thead><tbody>${inbox}</tbody></table>
 <h2>Latest failed deliveries</h2>

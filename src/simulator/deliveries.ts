@@ -51,6 +51,11 @@ export interface DeliveryOptions {
   concurrency: number;
   /** Attempts kept in `attempts` (oldest dropped first). */
   logLimit: number;
+  /**
+   * A webhook whose deliveries failed without a success in between for this long is disabled by the
+   * service (docs/upstream.md, "Delivery and retries": 3 days, already scaled); null never.
+   */
+  disableAfterMs?: number | null;
 }
 
 export interface PendingCounts {
@@ -90,7 +95,10 @@ export class Deliveries {
   private readonly batches = new Map<string, PendingBatch>();
   private readonly idleWaiters = new Set<() => void>();
   private readonly attemptListeners = new Set<AttemptListener>();
+  private readonly disabledListeners = new Set<(webhookId: string) => void>();
   private batchTimer: NodeJS.Timeout | undefined;
+  /** Per webhook, when its current run of failed attempts began. */
+  private readonly failingSince = new Map<string, number>();
   private nextDeliveryId = 1;
   private nextSeq = 1;
   private closed = false;
@@ -280,7 +288,29 @@ export class Deliveries {
       gaveUp: !outcome.ok && retryDelay === undefined,
     };
     this.record(record);
+    this.trackFailures(job.webhookId, outcome.ok, finishedAt);
     if (retryDelay !== undefined && !this.closed) this.scheduleRetry({ ...job, attempt: job.attempt + 1 }, retryDelay);
+  }
+
+  /** Disables a webhook that kept failing for `disableAfterMs`, as the service does; a success resets the run. */
+  private trackFailures(webhookId: string, ok: boolean, at: number): void {
+    if (ok) {
+      this.failingSince.delete(webhookId);
+      return;
+    }
+    const since = this.failingSince.get(webhookId) ?? at;
+    this.failingSince.set(webhookId, since);
+    const limit = this.options.disableAfterMs;
+    if (limit === null || limit === undefined || at - since < limit) return;
+    this.failingSince.delete(webhookId);
+    this.registry.update(webhookId, { enabled: false });
+    this.disabledListeners.forEach((listener) => listener(webhookId));
+  }
+
+  /** Called with the id of each webhook the service disables after its deliveries kept failing. */
+  onDisabled(listener: (webhookId: string) => void): () => void {
+    this.disabledListeners.add(listener);
+    return () => this.disabledListeners.delete(listener);
   }
 
   private scheduleRetry(job: Job, delayMs: number): void {

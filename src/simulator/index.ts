@@ -63,6 +63,8 @@ export interface SimulatorOptions extends WorldOptions {
   retryDelaysMs?: readonly number[];
   /** Delivery requests in flight at once (default 8). */
   deliveryConcurrency?: number;
+  /** A webhook whose deliveries keep failing this long is disabled, as the service does (default 3 days × timeScale; null never). */
+  webhookDisableAfterMs?: number | null;
   /** Delivery attempts kept in `deliveries.attempts` (default 50 000). */
   deliveryLogLimit?: number;
   /** Random mutations per second of wall time (default 0). */
@@ -118,6 +120,7 @@ export interface Simulator {
 }
 
 const MINUTE_MS = 60_000;
+const DAY_MS = 86_400_000;
 /** The current platform's documented limit: 120 requests a minute per account. */
 const CURRENT_RATE_LIMIT = 120;
 /** Rows the current API serves at most per member page, whatever `limit` asks (its docs disagree on the maximum). */
@@ -210,6 +213,10 @@ function createDeliveries(registry: WebhookRegistry, accountId: number, options:
     batchMaxEvents: positive(options.batchMaxEvents ?? 100, 'batchMaxEvents'),
     concurrency: positive(options.deliveryConcurrency ?? 8, 'deliveryConcurrency'),
     logLimit: options.deliveryLogLimit ?? 50_000,
+    disableAfterMs:
+      options.webhookDisableAfterMs === null
+        ? null
+        : positive(options.webhookDisableAfterMs ?? 3 * DAY_MS * timeScale, 'webhookDisableAfterMs'),
   });
 }
 

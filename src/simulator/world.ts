@@ -579,6 +579,50 @@ export class World {
     return this.commitAt(slot, Math.floor(atMs * 1000), ['subscriber.updated']);
   }
 
+  // ---------------------------------------------------------------- blind spots
+  // Changes the service makes without stamping `updated_at` and without announcing them: what no
+  // webhook and no date filter can see (docs/operations.md, "The audit"). Each emits nothing and
+  // keeps every stamp; the history oracle records it at the clock's time.
+
+  /** Fields and/or email change, `updated_at` stays, no event (an unstamped change). */
+  updateFieldsSilently(id: string, patch: Partial<SubscriberFields> & { email?: string }): void {
+    const slot = this.liveSlot(id);
+    const { email, ...fieldPatch } = patch;
+    const current = this.personAt(slot);
+    this.table.overrides.set(slot, { email: email ?? current.email, fields: { ...current.fields, ...definedFields(fieldPatch) } });
+    this.changedSilently(slot);
+  }
+
+  /** Joins the group keeping its old `updated_at` (e.g. 3 days old), no event: older than any incremental window. */
+  addToGroupSilently(id: string, groupId: string): void {
+    const slot = this.liveSlot(id);
+    const group = this.groupOrThrow(groupId);
+    if (this.table.isMember(group.index, slot)) return;
+    this.table.setMember(group.index, slot, true);
+    this.changedSilently(slot);
+  }
+
+  /** Leaves the group with no stamp and no event: only a full pass (or a count) shows it. */
+  removeFromGroupSilently(id: string, groupId: string): void {
+    const slot = this.liveSlot(id);
+    const group = this.groupOrThrow(groupId);
+    if (!this.table.isMember(group.index, slot)) return;
+    this.table.setMember(group.index, slot, false);
+    this.changedSilently(slot);
+  }
+
+  /** Stamps `updated_at` with `atMs` without changing anything else or emitting an event (a member dated in the past). */
+  restamp(id: string, atMs: number): void {
+    const slot = this.liveSlot(id);
+    this.table.updatedUs[slot] = Math.floor(atMs * 1000);
+    this.changedSilently(slot);
+  }
+
+  private changedSilently(slot: number): void {
+    this.changed();
+    this.changeLog?.push({ atUs: Math.max(Math.floor(this.clock() * 1000), this.lastStampUs), subscriber: this.viewAt(slot) });
+  }
+
   bounce(id: string): WorldEvent[] {
     return this.setStatus(id, 'bounced', 'subscriber.bounced');
   }

@@ -6,6 +6,8 @@
 import type { Queryable } from '../ground/queryable.js';
 import type { SyncStateRow } from './state.js';
 import { listSyncStates } from './state.js';
+import { accuracy } from './audit-core.js';
+import { auditWindow, listWebhookHealth, type AuditWindowRow, type WebhookHealth } from './audit-state.js';
 
 export interface StatusRow {
   groupId: string;
@@ -28,6 +30,18 @@ export interface StatusRow {
   awaitingProof: number;
   /** Requests the last complete full pass spent stepping back (the list moved by more than the overlap); null before one. */
   stepBacks: number | null;
+  /** The audit's last 24 h (docs/operations.md, "The audit"): rows checked, mismatches by kind, and the accuracy. */
+  audit: AuditFigure;
+}
+
+export interface AuditFigure {
+  rowsChecked: number;
+  mismatches: { content: number; missing: number; extra: number; count: number };
+  /** Share of checked rows that matched (content, missing and extra against rows checked); null before any check. */
+  accuracy: number | null;
+  unrepaired: number;
+  missedDeliveries: number;
+  lastAuditAt: string | null;
 }
 
 export async function collectStatus(
@@ -41,6 +55,7 @@ export async function collectStatus(
   );
   const mirrored = new Map(counts.map((c) => [`${c.groupId}:${c.type}`, c.n]));
   const awaiting = await countAwaitingProof(db);
+  const audits = await auditWindow(db);
   const keys = new Set<string>();
   for (const g of configured.groups) for (const t of configured.types) keys.add(`${g}:${t}`);
   for (const key of states.keys()) keys.add(key);
@@ -66,8 +81,41 @@ export async function collectStatus(
       futureRows: s?.futureRowsLastRun ?? 0,
       awaitingProof: awaiting.get(key) ?? 0,
       stepBacks: s?.stepBacksLastFull ?? null,
+      audit: auditFigure(audits.get(key)),
     };
   });
+}
+
+function auditFigure(w: AuditWindowRow | undefined): AuditFigure {
+  if (!w)
+    return {
+      rowsChecked: 0,
+      mismatches: { content: 0, missing: 0, extra: 0, count: 0 },
+      accuracy: null,
+      unrepaired: 0,
+      missedDeliveries: 0,
+      lastAuditAt: null,
+    };
+  return {
+    rowsChecked: w.rowsChecked,
+    mismatches: { content: w.content, missing: w.missing, extra: w.extra, count: w.count },
+    accuracy: accuracy(w.rowsChecked, w.content + w.missing + w.extra),
+    unrepaired: w.unrepaired,
+    missedDeliveries: w.missedDeliveries,
+    lastAuditAt: w.lastAuditAt,
+  };
+}
+
+/** The webhooks as the audit last read them back (empty before the first read or without webhook management). */
+export function webhookHealth(db: Queryable): Promise<WebhookHealth[]> {
+  return listWebhookHealth(db);
+}
+
+/** `99.5 % of 1200` style text for the accuracy column; `-` before any check. */
+export function formatAccuracy(a: AuditFigure): string {
+  if (a.accuracy === null) return '-';
+  const mismatches = a.mismatches.content + a.mismatches.missing + a.mismatches.extra;
+  return `${(a.accuracy * 100).toFixed(1)}% (${mismatches}/${a.rowsChecked})`;
 }
 
 /** Per `group:type`, current members not listed since the start of that type's last gap-free full pass (the poller's removal condition, one pass short). */
@@ -102,6 +150,8 @@ export function formatStatusTable(rows: readonly StatusRow[]): string {
     'future',
     'awaiting proof',
     'step backs',
+    'accuracy 24h',
+    'count gaps',
     'last error',
   ];
   const body = rows.map((r) => [
@@ -116,6 +166,8 @@ export function formatStatusTable(rows: readonly StatusRow[]): string {
     String(r.futureRows),
     String(r.awaitingProof),
     r.stepBacks === null ? '-' : String(r.stepBacks),
+    formatAccuracy(r.audit),
+    String(r.audit.mismatches.count),
     r.lastError ? r.lastError.slice(0, 80) : '',
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...body.map((b) => (b[i] ?? '').length)));

@@ -65,6 +65,9 @@ const CONTRACT: Record<string, Record<string, string>> = {
     future_rows_last_run: 'integer',
   },
   upstream_paging: { page_cap: 'integer', longest_page: 'integer' },
+  audit_state: { group_id: 'text', type: 'text', sample_offset: 'integer', sample_cursor: 'text', pending_count: 'integer' },
+  audit_results: { group_id: 'text', type: 'text', rows_checked: 'integer', content: 'integer', unrepaired: 'integer' },
+  audit_webhooks: { id: 'text', enabled: 'boolean', problems: 'ARRAY' },
   webhook_deliveries: {
     body_sha256: 'text',
     body: 'jsonb',

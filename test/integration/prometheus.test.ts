@@ -61,6 +61,8 @@ describe.skipIf(prometheusTool.skip)('a real Prometheus scraping subscriber-mirr
         // As in docker-compose.yml: /metrics on the ops listener, which Prometheus scrapes.
         OPS_PORT: '0',
         METRICS_REFRESH_EVERY: '1s',
+        // The audit's first tick comes after one period (at most 30 s): its accuracy gauge then exists.
+        AUDIT_EVERY: '2s',
         LOG_LEVEL: 'info',
         LOG_FORMAT: 'json',
       },

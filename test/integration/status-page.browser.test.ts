@@ -33,6 +33,8 @@ function serviceEnv(database: TestDatabase, sim: Simulator, prefix: string, apiK
     SYNC_GROUPS: sim.world.groupIds().join(','),
     SYNC_EVERY: '30s',
     API_RATE_LIMIT: '100000',
+    // The audit ticks every 2 s here (at most 30 s after start), so the accuracy column has figures.
+    AUDIT_EVERY: '2s',
     ADMIN_TOKEN: token,
     // One plain-http port on this machine, as in the demo.
     ADMIN_ON_PUBLIC_PORT: 'true',
@@ -76,6 +78,17 @@ describe.skipIf(chromiumTool.skip)('status page in a real browser', () => {
     service = await startService(loadConfig(serviceEnv(database, sim, prefix, sim.apiKey, TOKEN), ['poll', 'receive']), 'all');
     base = `http://127.0.0.1:${service.port}`;
     await waitForFullPasses(database.pool, sim.world.groupIds());
+    // Two members renamed without a new stamp: the audit finds and repairs them (the accuracy column shows it).
+    const group = sim.world.groupIds()[0] as string;
+    for (const id of sim.world.members(group, 'active').slice(0, 2)) sim.world.updateFieldsSilently(id, { name: 'Renamed quietly' });
+    await waitFor(
+      'an audit of every group × type',
+      async () =>
+        (await database.pool.query<{ n: number }>('select count(distinct (group_id, type))::int as n from audit_results')).rows[0]?.n ===
+        10,
+      60_000,
+      250,
+    );
     browser = await launchChromium();
   }, 180_000);
 
@@ -128,6 +141,7 @@ describe.skipIf(chromiumTool.skip)('status page in a real browser', () => {
       expect(await row.locator('[data-field=upstream]').textContent()).toBe(String(expected.upstreamCount));
       expect(await row.locator('[data-freshness]').getAttribute('data-freshness')).toBe('fresh');
       expect(await row.locator('code').textContent()).toBe(expected.cursor ?? '–');
+      expect(await row.locator('[data-field=accuracy]').textContent()).toMatch(/^\d+\.\d% \(\d+\/\d+\)$/);
     }
     expect(await page.locator('#auth-pause').count()).toBe(0);
     if (process.env.STATUS_PAGE_SCREENSHOT) await page.screenshot({ path: process.env.STATUS_PAGE_SCREENSHOT, fullPage: true });

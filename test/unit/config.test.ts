@@ -409,3 +409,20 @@ describe('each setting declared once (SETTINGS in src/config.ts)', () => {
     for (const value of Object.values(aliased)) expect((error as Error).message).not.toContain(value);
   });
 });
+
+describe('the audit settings', () => {
+  it('AUDIT_EVERY is a duration of at least 1s or off; AUDIT_SAMPLE defaults to the page size', async () => {
+    const { auditSettings } = await import('../../src/audit-settings.js');
+    expect(auditSettings(loadConfig({})).everyMs).toBe(15 * 60_000);
+    expect(auditSettings(loadConfig({ AUDIT_EVERY: 'off' })).everyMs).toBeNull();
+    expect(auditSettings(loadConfig({ AUDIT_EVERY: '2s' })).everyMs).toBe(2_000);
+    expect(auditSettings(loadConfig({ SYNC_PAGE_SIZE: '250' })).sampleSize).toBe(250);
+    expect(auditSettings(loadConfig({ AUDIT_SAMPLE: '40', WEBHOOKS_REENABLE: 'true' }))).toMatchObject({
+      sampleSize: 40,
+      reenableWebhooks: true,
+    });
+    expect(() => loadConfig({ AUDIT_EVERY: '500ms' })).toThrow(/AUDIT_EVERY/);
+    expect(() => loadConfig({ AUDIT_EVERY: 'sometimes' })).toThrow(/AUDIT_EVERY.*or "off"/);
+    expect(() => loadConfig({ AUDIT_SAMPLE: '0' })).toThrow(/AUDIT_SAMPLE/);
+  });
+});

@@ -28,6 +28,9 @@ const LAYERS: ReadonlyArray<{ unit: string; rank: number }> = [
   { unit: 'start.ts', rank: EDGE },
   { unit: 'demo.ts', rank: EDGE },
   { unit: 'cli.ts', rank: EDGE },
+  { unit: 'audit-cli.ts', rank: EDGE }, // `subscriber-mirror audit`
+  { unit: 'audit-run.ts', rank: EDGE }, // wires the audit from the config, for start.ts and audit-cli.ts
+  { unit: 'audit-settings.ts', rank: EDGE }, // AUDIT_EVERY, AUDIT_SAMPLE, WEBHOOKS_REENABLE beside config.ts
   { unit: 'healthcheck.ts', rank: EDGE }, // the image's HEALTHCHECK: imports node built-ins only
 ];
 
@@ -55,6 +58,9 @@ const TABLE_OWNERS: Readonly<Record<string, string>> = {
   webhook_deliveries: 'webhooks/inbox.ts',
   webhook_delivery_hashes: 'webhooks/inbox.ts',
   webhook_endpoints: 'webhooks/manage.ts',
+  audit_state: 'sync/audit-state.ts',
+  audit_results: 'sync/audit-state.ts',
+  audit_webhooks: 'sync/audit-state.ts',
 };
 
 /** Writes by a module that does not own the table, each with the reason it stays. Keep this short. */

@@ -56,6 +56,7 @@ describe('alert rules', () => {
       'ScrapeTargetDown',
       'RateLimiterSaturated',
       'FullPassesFailing',
+      'MirrorInaccurate',
     ]);
   });
 

@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { ALL_EVENT_KINDS } from '../../src/simulator/kinds.js';
+import { Deliveries } from '../../src/simulator/deliveries.js';
 import { WebhookRegistry, pageEnvelope, pageWindow } from '../../src/simulator/webhooks.js';
+import { World } from '../../src/simulator/world.js';
 
 const registry = () => new WebhookRegistry({ clock: () => Date.UTC(2022, 9, 4, 21, 59, 40) });
 
@@ -110,5 +112,46 @@ describe('simulator webhooks: page envelope', () => {
     expect(pageWindow(1, 20)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, null, 19, 20]);
     expect(pageWindow(10, 20)).toEqual([1, 2, null, 7, 8, 9, 10, 11, 12, 13, null, 19, 20]);
     expect(pageWindow(18, 20)).toEqual([1, 2, null, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20]);
+  });
+});
+
+describe('simulator webhooks: disabled after failing deliveries', () => {
+  async function failingRun(disableAfterMs: number) {
+    const registry = new WebhookRegistry({ clock: Date.now });
+    // Port 9 (discard) on loopback refuses at once: every attempt fails.
+    const created = registry.create({ url: 'http://127.0.0.1:9/hook', events: ['subscriber.updated'] });
+    if (!created.ok) throw new Error('create failed');
+    const deliveries = new Deliveries(registry, {
+      accountId: 1,
+      timeoutMs: 1000,
+      retryDelaysMs: [40, 40, 40],
+      batchIntervalMs: 1000,
+      batchMaxEvents: 100,
+      concurrency: 2,
+      logLimit: 100,
+      disableAfterMs,
+    });
+    const disabled: string[] = [];
+    deliveries.onDisabled((id) => disabled.push(id));
+    const world = new World({ subscribers: 3, groups: 1 });
+    world.onEvent((e) => deliveries.handle(e));
+    world.updateFields([...world.ids()][0] as string, { name: 'x' });
+    await deliveries.idle(5_000);
+    await deliveries.close();
+    expect(deliveries.attempts.length).toBe(4);
+    expect(deliveries.attempts.every((a) => !a.ok)).toBe(true);
+    return { disabled, id: created.webhook.id, enabled: registry.get(created.webhook.id)?.enabled };
+  }
+
+  it('disables a webhook whose deliveries kept failing for disableAfterMs', async () => {
+    const run = await failingRun(60);
+    expect(run.disabled).toEqual([run.id]);
+    expect(run.enabled).toBe(false);
+  });
+
+  it('keeps it enabled while the failures are younger than that', async () => {
+    const run = await failingRun(60_000);
+    expect(run.disabled).toEqual([]);
+    expect(run.enabled).toBe(true);
   });
 });

@@ -416,3 +416,43 @@ describe('simulator world: recorded changes (history oracle)', () => {
     expect(() => world.asOf(0)).toThrow(/recordChanges/);
   });
 });
+
+describe('simulator world: blind spots (unstamped, unannounced changes)', () => {
+  function quietWorld() {
+    const time = fixedClock();
+    const world = new World({ subscribers: 30, groups: 2, clock: time.clock });
+    const events: WorldEvent[] = [];
+    world.onEvent((e) => events.push(e));
+    return { world, events, time };
+  }
+
+  it('updateFieldsSilently changes the name and email but neither updated_at nor the event log', () => {
+    const { world, events, time } = quietWorld();
+    const id = world.members(world.groupIds()[0] as string)[0] as string;
+    const before = world.subscriber(id) as SubscriberView;
+    time.advance(HOUR);
+    world.updateFieldsSilently(id, { name: 'Renamed', email: 'renamed@example.com' });
+    const after = world.subscriber(id) as SubscriberView;
+    expect(after.fields.name).toBe('Renamed');
+    expect(after.email).toBe('renamed@example.com');
+    expect(after.updatedAtUs).toBe(before.updatedAtUs);
+    expect(events).toEqual([]);
+  });
+
+  it('addToGroupSilently lists the member under its type with its old stamp; removeFromGroupSilently unlists it; neither emits', () => {
+    const { world, events, time } = quietWorld();
+    const [g1, g2] = world.groupIds() as [string, string];
+    const id = world.members(g1).find((m) => !world.membership(g2, m)) as string;
+    const stampedAt = Date.parse('2024-05-29T12:00:00Z');
+    world.restamp(id, stampedAt);
+    time.advance(HOUR);
+    const type = (world.membership(g1, id) as { type: SubscriberType }).type;
+    world.addToGroupSilently(id, g2);
+    expect(world.members(g2, type)).toContain(id);
+    expect(world.renderLegacy(id).date_updated).toBe('2024-05-29 12:00:00');
+    world.removeFromGroupSilently(id, g1);
+    expect(world.members(g1)).not.toContain(id);
+    expect(world.subscriber(id)?.updatedAtUs).toBe(stampedAt * 1000);
+    expect(events).toEqual([]);
+  });
+});

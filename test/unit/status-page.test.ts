@@ -23,6 +23,14 @@ function row(over: Partial<StatusRow> = {}): StatusRow {
     futureRows: 0,
     awaitingProof: 0,
     stepBacks: 0,
+    audit: {
+      rowsChecked: 0,
+      mismatches: { content: 0, missing: 0, extra: 0, count: 0 },
+      accuracy: null,
+      unrepaired: 0,
+      missedDeliveries: 0,
+      lastAuditAt: null,
+    },
     ...over,
   };
 }
@@ -94,5 +102,40 @@ describe('status page: removal proof', () => {
     expect(html).toMatch(/data-type="active"[\s\S]*?data-field="awaiting-proof"[^>]*>17</);
     expect(html).toMatch(/data-type="active"[\s\S]*?data-field="step-backs"[^>]*>3</);
     expect(html).toMatch(/data-type="junk"[\s\S]*?data-field="step-backs"[^>]*>–</);
+  });
+});
+
+describe('status page: the audit', () => {
+  const audit = (over: Partial<StatusRow['audit']> = {}): StatusRow['audit'] => ({
+    rowsChecked: 400,
+    mismatches: { content: 5, missing: 1, extra: 0, count: 1 },
+    accuracy: 394 / 400,
+    unrepaired: 0,
+    missedDeliveries: 0,
+    lastAuditAt: '2026-11-26T11:55:00.000000Z',
+    ...over,
+  });
+
+  it('shows the accuracy of the last 24 h, yellow when mismatches were found, red when one persisted after its repair', () => {
+    expect(page()).toContain(
+      'data-field="accuracy" title="last 24 h: 0 rows checked; content 0, missing 0, extra 0, count 0; not repaired 0">-</td>',
+    );
+    expect(page({ passes: [row({ audit: audit() })] })).toMatch(/class="num late" data-field="accuracy"[^>]*>98\.5% \(6\/400\)</);
+    expect(page({ passes: [row({ audit: audit({ unrepaired: 1 }) })] })).toContain('class="num stale" data-field="accuracy"');
+    expect(page({ passes: [row({ audit: audit({ mismatches: { content: 0, missing: 0, extra: 0, count: 0 }, accuracy: 1 }) })] })).toMatch(
+      /class="num" data-field="accuracy"[^>]*>100\.0% \(0\/400\)</,
+    );
+  });
+
+  it('lists the webhooks with what is wrong with them', () => {
+    const html = page({
+      webhooks: [
+        { id: '11', enabled: false, problems: ['disabled'], missingEvents: [], checkedAt: 'c', reenabledAt: null },
+        { id: '12', enabled: true, problems: [], missingEvents: [], checkedAt: 'c', reenabledAt: null },
+      ],
+    });
+    expect(html).toContain('class="stale" data-webhook="11">disabled<');
+    expect(html).toContain('class="fresh" data-webhook="12">ok<');
+    expect(page()).toContain('Not read back yet');
   });
 });

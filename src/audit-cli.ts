@@ -1,0 +1,71 @@
+/**
+ * `subscriber-mirror audit [--group G] [--type T] [--json]`: one audit now (docs/operations.md, "The
+ * audit"), whatever AUDIT_EVERY says, printing what it found and repaired. Ids only: no personal data.
+ */
+import { Redis } from 'ioredis';
+import { auditSettings } from './audit-settings.js';
+import { auditLoopDeps } from './audit-run.js';
+import type { Config } from './config.js';
+import { openDatabase } from './db/client.js';
+import { createLogger } from './ground/log.js';
+import { runAuditTick, type TickOutcome } from './sync/audit-loop.js';
+import type { PairAudit } from './sync/audit.js';
+import { createSyncQueue } from './sync/schedule.js';
+import { createLimiter } from './upstream/limiter.js';
+import type { SubscriberType } from './db/schema.js';
+
+function ids(list: readonly string[]): string {
+  if (list.length === 0) return '';
+  const shown = list.slice(0, 10).join(', ');
+  return list.length > 10 ? `${shown} … (${list.length})` : shown;
+}
+
+function pairLines(a: PairAudit): string[] {
+  const t = a.tally;
+  const lines = [
+    `group ${a.groupId} ${a.type}: ${t.rowsChecked} rows checked, ${t.inFlight} in flight, ` +
+      `${t.content} content, ${t.missing} missing, ${t.extra} extra, ${t.count} count mismatch(es); ` +
+      `${t.repaired} repaired, ${t.unrepaired} not repaired; service count ${a.serviceCount}`,
+  ];
+  if (a.ids.content.length > 0) lines.push(`  content rewritten: ${ids(a.ids.content)}`);
+  if (a.ids.missing.length > 0) lines.push(`  missing added: ${ids(a.ids.missing)}`);
+  if (a.ids.extra.length > 0) lines.push(`  extra (not listed by the service): ${ids(a.ids.extra)}`);
+  if (a.countGap !== null) lines.push(`  count gap no stamped change explains: ${a.countGap}`);
+  if (a.fullPassJob !== null) lines.push(`  full pass with removal proof asked (job ${a.fullPassJob})`);
+  if (a.ids.unrepaired.length > 0) lines.push(`  persisting after a repair: ${ids(a.ids.unrepaired)}`);
+  return lines;
+}
+
+export function formatAuditOutcome(outcome: TickOutcome): string {
+  const lines = outcome.audits.flatMap(pairLines);
+  for (const s of outcome.skipped) lines.push(`group ${s.groupId} ${s.type}: skipped (${s.reason})`);
+  for (const f of outcome.failed) lines.push(`group ${f.groupId} ${f.type}: failed: ${f.error}`);
+  for (const w of outcome.webhooks ?? []) {
+    lines.push(
+      `webhook ${w.id}: ${w.problems.length === 0 ? 'ok' : w.problems.join(', ')}${w.missingEvents.length ? ` (${w.missingEvents.join(', ')})` : ''}`,
+    );
+  }
+  lines.push(`${outcome.requests} request(s) to the service`);
+  return lines.join('\n');
+}
+
+export async function runAuditCli(config: Config, target: { groupId?: string; type?: SubscriberType }, json: boolean): Promise<number> {
+  const settings = auditSettings(config);
+  const database = openDatabase(config.databaseUrl, { max: 2 });
+  const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1, lazyConnect: true });
+  const queue = createSyncQueue({ url: config.redisUrl, maxRetriesPerRequest: 1 }, config.redisPrefix);
+  const limiter = createLimiter({ mode: 'redis', redisUrl: config.redisUrl, prefix: config.redisPrefix, perMinute: config.apiRateLimit });
+  try {
+    await redis.connect();
+    const logger = createLogger({ level: 'silent' }).logger;
+    const deps = auditLoopDeps({ config, settings, pool: database.pool, redis, limiter, queue, logger }, settings.everyMs ?? 15 * 60_000);
+    const outcome = await runAuditTick(deps, { force: true, ...target });
+    process.stdout.write(json ? `${JSON.stringify(outcome, null, 2)}\n` : `${formatAuditOutcome(outcome)}\n`);
+    return outcome.failed.length > 0 ? 1 : 0;
+  } finally {
+    await limiter.close();
+    await queue.close();
+    redis.disconnect();
+    await database.close();
+  }
+}

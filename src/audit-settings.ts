@@ -1,0 +1,30 @@
+/**
+ * The audit's settings (docs/operations.md, "The audit") as its wiring uses them: AUDIT_EVERY,
+ * AUDIT_SAMPLE (default one page) and WEBHOOKS_REENABLE from the configuration, and the settle time
+ * that follows from the other settings.
+ */
+import type { Config } from './config.js';
+
+export interface AuditSettings {
+  /** AUDIT_EVERY in ms; null: `off`. */
+  everyMs: number | null;
+  /** AUDIT_SAMPLE: rows read back per (group, type) per tick; default one page (SYNC_PAGE_SIZE). */
+  sampleSize: number;
+  /** WEBHOOKS_REENABLE: enable again a webhook the service disabled. */
+  reenableWebhooks: boolean;
+  /** How long a stamped change may take to reach the mirror: webhook batching (about a minute), the incremental interval. */
+  settleMs: number;
+}
+
+/** The service batches deliveries about once a minute (docs/upstream.md, "Delivery and retries"); twice that, to be sure. */
+const WEBHOOK_SETTLE_MS = 2 * 60_000;
+
+export function auditSettings(config: Config): AuditSettings {
+  const incrementalMs = config.sync.source === 'legacy' ? 2 * config.sync.everyMs : 0;
+  return {
+    everyMs: config.audit.everyMs,
+    sampleSize: config.audit.sampleSize ?? config.sync.pageSize,
+    reenableWebhooks: config.audit.reenableWebhooks,
+    settleMs: Math.max(WEBHOOK_SETTLE_MS, incrementalMs),
+  };
+}

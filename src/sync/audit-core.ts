@@ -1,0 +1,301 @@
+/**
+ * The audit's decisions as pure functions (docs/operations.md, "The audit"): what a row the service
+ * listed says about the mirror, whether a count gap is explained by changes still on their way, where
+ * the sample reads next, and which (group, type) pairs a tick can afford. `audit.ts` makes the
+ * requests and the writes; everything here is decided from values, so it is tested by tables.
+ *
+ * Precision matters as much as recall: a change the service stamped is on its way (a webhook, the next
+ * incremental pass) and is never reported. Only what no stamp explains is a mismatch.
+ */
+
+export const MISMATCH_KINDS = ['content', 'missing', 'extra', 'count'] as const;
+export type MismatchKind = (typeof MISMATCH_KINDS)[number];
+
+/** The subscriber columns the audit compares, as both read paths render them for the same state. */
+export const AUDITED_FIELDS = ['email', 'name', 'status', 'sent', 'opensCount', 'clicksCount', 'fields'] as const;
+export type AuditedField = (typeof AUDITED_FIELDS)[number];
+/**
+ * Timestamps compared to the second: list dates have whole seconds where webhooks carry microseconds.
+ * `subscribed_at` is left out: the legacy list may give only its day.
+ */
+export const AUDITED_TIMES = ['updatedAt', 'unsubscribedAt', 'createdAt'] as const;
+export type AuditedTime = (typeof AUDITED_TIMES)[number];
+
+/** The values of one subscriber the audit compares (a normalized row's values, or the mirror's row). */
+export type AuditedValues = Partial<Record<AuditedField | AuditedTime, unknown>>;
+
+/** A row the service listed under (group, type), normalized. */
+export interface ListedRow {
+  id: string;
+  /** Its version time (canonical UTC timestamp; whole seconds from a list). */
+  version: string;
+  values: AuditedValues;
+  /** The columns the list carries (only these are compared). */
+  provided: ReadonlySet<string>;
+}
+
+/** What the mirror holds for a listed id in the audited group. */
+export interface MirrorRow {
+  /** `subscribers.version_at`, null when the mirror has no such subscriber. */
+  version: string | null;
+  values: AuditedValues | null;
+  /** Its `group_members` row in the audited group, null when there is none. */
+  membership: { type: string | null; removed: boolean; factAt: string | null } | null;
+}
+
+export type RowFinding =
+  | { kind: 'match' }
+  /** A newer stamp than the mirror holds (or a stamp of the last `settleMs`): on its way. `overdue`: stamped longer ago than that, so a delivery was missed. */
+  | { kind: 'in-flight'; overdue: boolean; fields: string[] }
+  | { kind: 'content'; fields: string[] }
+  | { kind: 'missing' };
+
+/** When the audit classifies: `now` and how long stamped changes may take to reach the mirror. */
+export interface AuditClock {
+  /** Epoch ms. */
+  now: number;
+  /** Webhook batching and the incremental interval: a stamp younger than this may not have arrived. */
+  settleMs: number;
+}
+
+/** A canonical timestamp cut to its second (`YYYY-MM-DDTHH:MM:SS`). */
+function secondOf(ts: string): string {
+  return ts.slice(0, 19);
+}
+
+function epochOfSecond(ts: string): number {
+  return Date.parse(`${secondOf(ts)}Z`);
+}
+
+function sameValue(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (a === null || a === undefined || b === null || b === undefined) return (a ?? null) === (b ?? null);
+  if (typeof a === 'number' || typeof b === 'number') return Number(a) === Number(b);
+  return JSON.stringify(a) === JSON.stringify(b);
+}
+
+/** Keys of `listed`'s `fields` whose value differs from the mirror's (a key the mirror lacks counts as null). */
+function fieldsDiffer(listed: unknown, mirror: unknown): boolean {
+  const l = (listed ?? {}) as Record<string, unknown>;
+  const m = (mirror ?? {}) as Record<string, unknown>;
+  return Object.keys(l).some((k) => !sameValue(l[k] ?? null, m[k] ?? null));
+}
+
+/** The audited columns where the listed row and the mirror's differ (times to the second). */
+export function differingFields(listed: ListedRow, mirror: AuditedValues): string[] {
+  const out: string[] = [];
+  for (const f of AUDITED_FIELDS) {
+    if (!listed.provided.has(f)) continue;
+    const differs = f === 'fields' ? fieldsDiffer(listed.values.fields, mirror.fields) : !sameValue(listed.values[f], mirror[f]);
+    if (differs) out.push(f);
+  }
+  for (const t of AUDITED_TIMES) {
+    if (!listed.provided.has(t)) continue;
+    const a = listed.values[t] as string | null | undefined;
+    const b = mirror[t] as string | null | undefined;
+    if ((a ? secondOf(a) : null) !== (b ? secondOf(b) : null)) out.push(t);
+  }
+  return out;
+}
+
+/**
+ * What one listed row says about the mirror:
+ * - the mirror lacks the subscriber or its live membership of this type: `missing`, unless the row's
+ *   stamp is younger than `settleMs` or the mirror's membership fact is newer (then it is on its way,
+ *   or the member changed after the read);
+ * - the service's stamp is newer (to the second) than the mirror's: `in-flight`;
+ * - the mirror's is newer: the mirror is ahead (a change after the read), a `match`;
+ * - the same second with different content: `content` (a change the service did not stamp), unless
+ *   that second is younger than `settleMs` (a second change within the same second may be on its way).
+ */
+export function classifyRow(listed: ListedRow, mirror: MirrorRow, type: string, clock: AuditClock): RowFinding {
+  const recent = epochOfSecond(listed.version) >= clock.now - clock.settleMs;
+  if (mirror.version === null || mirror.values === null)
+    return recent ? { kind: 'in-flight', overdue: false, fields: [] } : { kind: 'missing' };
+  const listedSecond = secondOf(listed.version);
+  const mirrorSecond = secondOf(mirror.version);
+  if (listedSecond > mirrorSecond) return { kind: 'in-flight', overdue: !recent, fields: differingFields(listed, mirror.values) };
+  if (listedSecond < mirrorSecond) return { kind: 'match' };
+  const membership = mirror.membership;
+  const listedHere = membership !== null && !membership.removed && membership.type === type;
+  const membershipAhead = membership?.factAt != null && secondOf(membership.factAt) > listedSecond;
+  if (!listedHere && !membershipAhead) return recent ? { kind: 'in-flight', overdue: false, fields: [] } : { kind: 'missing' };
+  const fields = differingFields(listed, mirror.values);
+  if (fields.length === 0) return { kind: 'match' };
+  return recent ? { kind: 'in-flight', overdue: false, fields } : { kind: 'content', fields };
+}
+
+/**
+ * Fields whose change a subscriber event carries: an overdue in-flight row differing in one of them
+ * is a delivery the webhooks missed. A campaign send moves `sent` with no event per subscriber.
+ */
+export function announcedChange(fields: readonly string[]): boolean {
+  return fields.some((f) => f !== 'sent' && f !== 'updatedAt');
+}
+
+// ---------------------------------------------------------------------------------------------
+// Counts
+
+/** The mirror's members of (group, type) as of an instant, from the facts it holds now. */
+export interface MirrorCountAt {
+  /** Live members of this type whose membership fact is not newer than the instant (minus the margin): they were members then. */
+  certain: number;
+  /** Members of the group (any type, live or not) with a newer fact: each may or may not have been one then. */
+  uncertain: number;
+}
+
+export interface CountCheck {
+  explained: boolean;
+  /** The service's count minus the nearest count the mirror's facts allow (0 when explained). */
+  gap: number;
+}
+
+/**
+ * A count the service gave at an instant against what the mirror, having had `settleMs` to catch up
+ * on every stamped change before it, says about that instant. Members whose facts changed after it
+ * may go either way; every other member's state then is its state now. A gap outside
+ * [certain, certain + uncertain] is what no stamped change explains.
+ */
+export function checkCount(serviceCount: number, mirror: MirrorCountAt): CountCheck {
+  if (serviceCount < mirror.certain) return { explained: false, gap: serviceCount - mirror.certain };
+  const most = mirror.certain + mirror.uncertain;
+  if (serviceCount > most) return { explained: false, gap: serviceCount - most };
+  return { explained: true, gap: 0 };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Extras (the current source's cursor walks ids in ascending order)
+
+/** Compares two ids of digits numerically (they may exceed 2^53). */
+export function compareIds(a: string, b: string): number {
+  if (a.length !== b.length) return a.length - b.length;
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/** Whether a page's ids ascend strictly: only then does it cover a range of ids the mirror can be checked against. */
+export function ascending(ids: readonly string[]): boolean {
+  for (let i = 1; i < ids.length; i++) if (compareIds(ids[i - 1] as string, ids[i] as string) >= 0) return false;
+  return true;
+}
+
+/**
+ * The id range a cursor page covers: after the previous page's last id (null: the list's start), up
+ * to its own last id, or to the end of the list when it was the last page.
+ */
+export interface IdRange {
+  after: string | null;
+  upTo: string | null;
+}
+
+export function pageRange(after: string | null, ids: readonly string[], lastPage: boolean): IdRange | null {
+  if (!ascending(ids)) return null;
+  if (after !== null && ids.length > 0 && compareIds(ids[0] as string, after) <= 0) return null;
+  if (lastPage) return { after, upTo: null };
+  if (ids.length === 0) return null;
+  return { after, upTo: ids[ids.length - 1] as string };
+}
+
+/** Mirror members in the page's range that the page did not list: extra unless a stamped change explains them by the next check. */
+export function extraCandidates(listedIds: readonly string[], mirrorIdsInRange: readonly string[]): string[] {
+  const listed = new Set(listedIds);
+  return mirrorIdsInRange.filter((id) => !listed.has(id));
+}
+
+/** A mirror member the service did not list, as first seen: confirmed extra when nothing newer about it arrived by the next check. */
+export interface PendingExtra {
+  id: string;
+  /** Its membership fact when seen (null: none). */
+  factAt: string | null;
+}
+
+/**
+ * Pending extras checked again at least `settleMs` later: those still live in the mirror with no
+ * newer fact are extra (a removal nothing stamped); the rest were changes on their way.
+ */
+export function confirmExtras(
+  pending: readonly PendingExtra[],
+  now: ReadonlyMap<string, { live: boolean; factAt: string | null }>,
+): string[] {
+  return pending
+    .filter((p) => {
+      const current = now.get(p.id);
+      return current !== undefined && current.live && (current.factAt ?? '') <= (p.factAt ?? '');
+    })
+    .map((p) => p.id);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Where the sample reads next
+
+/**
+ * Legacy: the offset after a page, so that the whole list is covered over time; back to 0 at the
+ * end of the list (a short page, or the count reached).
+ */
+export function nextOffset(offset: number, rows: number, limit: number, count: number): number {
+  const next = offset + rows;
+  return rows < limit || next >= count ? 0 : next;
+}
+
+/** Legacy: where a tick reads, given the saved offset and the service's count (a list that shrank starts over). */
+export function startOffset(saved: number, count: number): number {
+  return saved >= count ? 0 : saved;
+}
+
+/** Current: the saved cursor after a page and the last id read; at the end of the list both go back to the start. */
+export function nextCursor(page: { nextCursor: string | null; ids: readonly string[] }): { cursor: string | null; afterId: string | null } {
+  if (page.nextCursor === null) return { cursor: null, afterId: null };
+  return { cursor: page.nextCursor, afterId: page.ids.length > 0 ? (page.ids[page.ids.length - 1] as string) : null };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Budget
+
+/** The audit's share of the request budget. */
+export const AUDIT_BUDGET_SHARE = 0.05;
+
+/** Requests one audit tick may make: the share of `perMinute` over one period. */
+export function tickBudget(perMinute: number, everyMs: number, share = AUDIT_BUDGET_SHARE): number {
+  return Math.floor((perMinute * share * everyMs) / 60_000);
+}
+
+/** Requests the audit of one (group, type) makes per tick: legacy `/count` and a page; current a page (the group's counts are read once per group). */
+export function pairCost(source: 'legacy' | 'current'): number {
+  return source === 'legacy' ? 2 : 1;
+}
+
+/**
+ * The pairs a tick audits within `budget` requests (after `reserved` ones, e.g. the webhook read),
+ * starting at `rotation` so that, when not all fit, every pair gets its turn over the following ticks.
+ * A group's first pair on the current source costs one more (its counts).
+ */
+export function planTick<P extends { groupId: string }>(
+  pairs: readonly P[],
+  source: 'legacy' | 'current',
+  budget: number,
+  rotation: number,
+  reserved = 0,
+): P[] {
+  const out: P[] = [];
+  const groups = new Set<string>();
+  let left = budget - reserved;
+  for (let i = 0; i < pairs.length; i++) {
+    const pair = pairs[(rotation + i) % pairs.length] as P;
+    const cost = pairCost(source) + (source === 'current' && !groups.has(pair.groupId) ? 1 : 0);
+    if (cost > left) break;
+    left -= cost;
+    groups.add(pair.groupId);
+    out.push(pair);
+  }
+  return out;
+}
+
+/** Requests per hour of the audit at a period, for the documentation and the benchmark. */
+export function requestsPerHour(groups: number, types: number, source: 'legacy' | 'current', everyMs: number, webhookReads = 1): number {
+  const perTick = groups * types * pairCost(source) + (source === 'current' ? groups : 0) + webhookReads;
+  return (perTick * 3_600_000) / everyMs;
+}
+
+/** Accuracy over a window: the share of checked rows that matched; null when nothing was checked. */
+export function accuracy(rowsChecked: number, rowMismatches: number): number | null {
+  return rowsChecked === 0 ? null : Math.max(0, (rowsChecked - rowMismatches) / rowsChecked);
+}

@@ -1,0 +1,186 @@
+/**
+ * The audit loop (docs/operations.md, "The audit"): every `AUDIT_EVERY`, the (group, type) pairs a
+ * tick can afford within its share of the request budget (`tickBudget`, 5 %), each claimed in
+ * Postgres so that replicas do not audit the same pair twice in a period; then the webhooks read back
+ * (their health), by one replica per period.
+ */
+import type { Redis } from 'ioredis';
+import type { SubscriberType } from '../db/schema.js';
+import { repeat, type Repeating } from '../ground/repeat.js';
+import type { WebhooksApi } from '../upstream/webhooks-api.js';
+import { planTick, tickBudget } from './audit-core.js';
+import { auditPair, passRunning, type AuditDeps, type AuditReader, type PairAudit } from './audit.js';
+import { managedWebhooks } from './audit-reads.js';
+import {
+  claimAudit,
+  listWebhookHealth,
+  purgeAuditResults,
+  saveWebhookHealth,
+  type WebhookHealth,
+  type WebhookProblem,
+} from './audit-state.js';
+import { isPaused, readAuthPause } from './auth-pause.js';
+import { readSyncState } from './state.js';
+import { passLockKey } from './worker.js';
+
+export interface AuditLoopDeps extends AuditDeps {
+  redis: Redis;
+  prefix: string;
+  groups: readonly string[];
+  types: readonly SubscriberType[];
+  /** A reader with fresh clients (exact request counts); all share the limiter. */
+  readerFactory: () => AuditReader;
+  /** API_RATE_LIMIT: the audit spends at most its share of it. */
+  perMinute: number;
+  /** Requests of this process waiting for the shared limiter: a tick yields to them. */
+  limiterWaiting?: () => number;
+  /** The auth pause's key: no audit while the credential is rejected. */
+  pauseKey?: string;
+  /** Webhook management, when configured: the webhooks are read back every period. */
+  webhooks?: { api: () => WebhooksApi; reenable: boolean };
+}
+
+export interface TickOutcome {
+  audits: PairAudit[];
+  /** Pairs left for a later tick: a pass ran, passes waited for the limiter, or another replica had it. */
+  skipped: Array<{ groupId: string; type: SubscriberType; reason: string }>;
+  failed: Array<{ groupId: string; type: SubscriberType; error: string }>;
+  webhooks: WebhookHealth[] | null;
+  requests: number;
+}
+
+export interface TickOptions {
+  /** Audit now whatever the claims say (`subscriber-mirror audit`). */
+  force?: boolean;
+  groupId?: string;
+  type?: SubscriberType;
+  /** Where the rotation starts (the loop moves it on when not every pair fits). */
+  rotation?: number;
+}
+
+/** One tick: the pairs it can afford, then the webhooks. */
+export async function runAuditTick(deps: AuditLoopDeps, options: TickOptions = {}): Promise<TickOutcome> {
+  const outcome: TickOutcome = { audits: [], skipped: [], failed: [], webhooks: null, requests: 0 };
+  if (deps.pauseKey && isPaused(await readAuthPause(deps.redis, deps.pauseKey))) return outcome;
+  const reader = deps.readerFactory();
+  const pairs = deps.groups
+    .filter((g) => options.groupId === undefined || g === options.groupId)
+    .flatMap((groupId) => deps.types.filter((t) => options.type === undefined || t === options.type).map((type) => ({ groupId, type })));
+  const budget = options.force ? Number.POSITIVE_INFINITY : tickBudget(deps.perMinute, deps.everyMs);
+  const planned = planTick(pairs, reader.name, budget, options.rotation ?? 0, deps.webhooks ? 1 : 0);
+  for (const pair of pairs) if (!planned.includes(pair)) outcome.skipped.push({ ...pair, reason: 'over the audit budget this tick' });
+  for (const pair of planned) await auditOne(deps, reader, pair, options, outcome);
+  if (deps.webhooks && (options.force || (await claimWebhookCheck(deps)))) outcome.webhooks = await checkWebhooks(deps);
+  outcome.requests = reader.requests();
+  deps.metrics?.auditRequests.inc(outcome.requests);
+  return outcome;
+}
+
+async function auditOne(
+  deps: AuditLoopDeps,
+  reader: AuditReader,
+  pair: { groupId: string; type: SubscriberType },
+  options: TickOptions,
+  outcome: TickOutcome,
+): Promise<void> {
+  const skip = (reason: string) => outcome.skipped.push({ ...pair, reason });
+  if (!options.force && (deps.limiterWaiting?.() ?? 0) > 0) return void skip('passes are waiting for the rate limit');
+  if (await passRunning(deps.redis, passLockKey(deps.prefix, pair.groupId, pair.type))) return void skip('a pass of it is running');
+  // Before its first complete full pass the mirror does not claim to hold the pair: nothing to audit yet.
+  if (!(await readSyncState(deps.pool, pair.groupId, pair.type))?.lastFullCompletedAt) return void skip('no complete full pass yet');
+  const state = await claimAudit(deps.pool, pair.groupId, pair.type, deps.everyMs, options.force);
+  if (!state) return void skip('audited within this period');
+  try {
+    outcome.audits.push(await auditPair(deps, reader, state));
+  } catch (error) {
+    const message = error instanceof Error ? error.message : String(error);
+    outcome.failed.push({ ...pair, error: message });
+    deps.logger.warn({ groupId: pair.groupId, type: pair.type, err: message }, 'audit failed; it is tried again next period');
+  }
+}
+
+/** One replica reads the webhooks back per period. */
+async function claimWebhookCheck(deps: AuditLoopDeps): Promise<boolean> {
+  const ttl = Math.max(1_000, Math.floor(deps.everyMs * 0.9));
+  return (await deps.redis.set(`${deps.prefix}:audit-webhooks`, '1', 'PX', ttl, 'NX').catch(() => null)) === 'OK';
+}
+
+/** What is wrong with one managed webhook as the service has it. */
+export function webhookProblems(
+  managed: { url: string; events: readonly string[] },
+  upstream: { url: string; events: readonly string[]; enabled: boolean } | undefined,
+): { problems: WebhookProblem[]; missingEvents: string[] } {
+  if (!upstream) return { problems: ['missing'], missingEvents: [...managed.events] };
+  const missingEvents = managed.events.filter((e) => !upstream.events.includes(e));
+  const problems: WebhookProblem[] = [];
+  if (!upstream.enabled) problems.push('disabled');
+  if (upstream.url !== managed.url) problems.push('wrong-url');
+  if (missingEvents.length > 0) problems.push('missing-events');
+  return { problems, missingEvents };
+}
+
+/**
+ * Reads the managed webhooks back: disabled, wrong URL or missing event kinds show in `status` and as
+ * a metric. With WEBHOOKS_REENABLE a webhook the service disabled is enabled again (logged).
+ */
+export async function checkWebhooks(deps: AuditLoopDeps): Promise<WebhookHealth[]> {
+  const settings = deps.webhooks;
+  if (!settings) return [];
+  const api = settings.api();
+  const upstream = new Map((await api.list()).map((w) => [w.id, w]));
+  const health: WebhookHealth[] = [];
+  const reenabled: string[] = [];
+  for (const managed of await managedWebhooks(deps.pool)) {
+    const found = upstream.get(managed.id);
+    let { problems, missingEvents } = webhookProblems(managed, found);
+    if (settings.reenable && found && !found.enabled) {
+      const now = await api.update(managed.id, { enabled: true });
+      reenabled.push(managed.id);
+      ({ problems, missingEvents } = webhookProblems(managed, now));
+      deps.logger.warn(
+        { webhookId: managed.id },
+        'the service had disabled this webhook (failed deliveries?); re-enabled it (WEBHOOKS_REENABLE)',
+      );
+      deps.metrics?.webhooksReenabled.inc();
+    } else if (problems.length > 0) {
+      deps.logger.warn({ webhookId: managed.id, problems, missingEvents }, 'a managed webhook is not as registered');
+    }
+    const enabled = found ? found.enabled || reenabled.includes(managed.id) : null;
+    health.push({ id: managed.id, enabled, problems, missingEvents });
+  }
+  await saveWebhookHealth(deps.pool, health, reenabled);
+  recordWebhookGauges(deps, health);
+  return listWebhookHealth(deps.pool);
+}
+
+function recordWebhookGauges(deps: AuditLoopDeps, health: readonly WebhookHealth[]): void {
+  const gauge = deps.metrics?.webhookProblems;
+  if (!gauge) return;
+  gauge.reset();
+  for (const h of health)
+    for (const problem of ['missing', 'disabled', 'wrong-url', 'missing-events'] as const) {
+      gauge.set({ webhook: h.id, problem }, h.problems.includes(problem) ? 1 : 0);
+    }
+}
+
+/** The loop of a worker: a tick every `everyMs` (results older than a week are purged daily). */
+export function startAuditLoop(deps: AuditLoopDeps): Repeating {
+  let rotation = 0;
+  let lastPurge = 0;
+  return repeat(
+    async () => {
+      const outcome = await runAuditTick(deps, { rotation });
+      rotation += Math.max(1, outcome.audits.length);
+      if (outcome.skipped.length > 0) deps.logger.debug({ skipped: outcome.skipped }, 'audit: pairs left for a later tick');
+      if (Date.now() - lastPurge > 86_400_000) {
+        lastPurge = Date.now();
+        await purgeAuditResults(deps.pool);
+      }
+    },
+    {
+      firstDelayMs: Math.min(deps.everyMs, 30_000),
+      nextDelayMs: () => deps.everyMs,
+      onError: (error) => deps.logger.warn({ err: error }, 'audit tick failed; trying again next period'),
+    },
+  );
+}
