@@ -40,6 +40,4 @@ CREATE TABLE "audit_webhooks" (
 );
 --> statement-breakpoint
 CREATE INDEX "audit_results_at_idx" ON "audit_results" USING btree ("at");--> statement-breakpoint
-CREATE INDEX "audit_results_pair_idx" ON "audit_results" USING btree ("group_id","type","at");--> statement-breakpoint
--- The audit's figures are the analyst's to read (docs/security.md, "Database roles"): ids and counts, no personal data.
-GRANT SELECT ON audit_state, audit_results, audit_webhooks TO subscriber_mirror_analyst;
+CREATE INDEX "audit_results_pair_idx" ON "audit_results" USING btree ("group_id","type","at");

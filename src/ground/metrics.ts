@@ -30,6 +30,7 @@ export interface Metrics {
   mirrored: Gauge<'group' | 'type'>;
   inbox: Gauge<'status'>;
   adminActions: Counter<'action' | 'outcome'>;
+  syncJobsRefused: Counter<'reason'>;
   auditRowsChecked: Counter<'group' | 'type'>;
   auditMismatches: Counter<'group' | 'type' | 'kind'>;
   auditRepaired: Counter<'group' | 'type'>;
@@ -39,7 +40,6 @@ export interface Metrics {
   auditAccuracy: Gauge<'group' | 'type'>;
   webhookProblems: Gauge<'webhook' | 'problem'>;
   webhooksReenabled: Counter;
-  syncJobsRefused: Counter<'reason'>;
 }
 
 export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metrics {
