@@ -302,6 +302,8 @@ export class Deliveries {
     this.failingSince.set(webhookId, since);
     const limit = this.options.disableAfterMs;
     if (limit === null || limit === undefined || at - since < limit) return;
+    // Retries already queued still fail after the webhook was disabled: it is disabled once.
+    if (this.registry.get(webhookId)?.enabled === false) return;
     this.failingSince.delete(webhookId);
     this.registry.update(webhookId, { enabled: false });
     this.disabledListeners.forEach((listener) => listener(webhookId));
