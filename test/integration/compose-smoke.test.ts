@@ -121,7 +121,7 @@ describe.skipIf(reason !== null)('compose demo stack: build, up --wait, a delive
         10 * 60_000,
       );
       expect(backfill.code, backfill.out).toBe(0);
-      expect(Number(await sql(`select count(*) from group_members where group_id = 1000001 and removed_at is null`))).toBeGreaterThan(0);
+      expect(Number(await sql(`select count(*) from group_members where group_id = '1000001' and removed_at is null`))).toBeGreaterThan(0);
     },
     11 * 60_000,
   );
