@@ -253,9 +253,31 @@ export function nextCursor(page: { nextCursor: string | null; ids: readonly stri
 /** The audit's share of the request budget. */
 export const AUDIT_BUDGET_SHARE = 0.05;
 
-/** Requests one audit tick may make: the share of `perMinute` over one period. */
+/** Requests one audit tick earns: the share of `perMinute` over one period (a fraction for short periods). */
+export function tickEarning(perMinute: number, everyMs: number, share = AUDIT_BUDGET_SHARE): number {
+  return (perMinute * share * everyMs) / 60_000;
+}
+
+/** Requests one audit tick may make on its own earning alone. */
 export function tickBudget(perMinute: number, everyMs: number, share = AUDIT_BUDGET_SHARE): number {
-  return Math.floor((perMinute * share * everyMs) / 60_000);
+  return Math.floor(tickEarning(perMinute, everyMs, share));
+}
+
+/**
+ * The allowance for the next tick: what was left, plus one tick's earning. Carried over because a
+ * short period (seconds, for demos and tests) earns less than one pair's cost per tick: without the
+ * carry such an audit never ran at all; with it, it audits a pair every few ticks and still spends its
+ * share on average. Capped at one period's earning or one whole tick's cost, whichever is larger, so
+ * that idle ticks never save up a burst.
+ */
+export function nextAllowance(left: number, earning: number, wholeTickCost: number): number {
+  // Rounded to a millionth: ten earnings of 0.1 make the 1 a pair needs, not 0.9999999999999999.
+  return Math.round(Math.min(Math.max(earning, wholeTickCost), left + earning) * 1e6) / 1e6;
+}
+
+/** Requests of a tick that audits every pair and reads the webhooks back. */
+export function tickCost(groups: number, types: number, source: 'legacy' | 'current', webhookReads = 1): number {
+  return groups * types * pairCost(source) + (source === 'current' ? groups : 0) + webhookReads;
 }
 
 /** Requests the audit of one (group, type) makes per tick: legacy `/count` and a page; current a page (the group's counts are read once per group). */
@@ -291,8 +313,7 @@ export function planTick<P extends { groupId: string }>(
 
 /** Requests per hour of the audit at a period, for the documentation and the benchmark. */
 export function requestsPerHour(groups: number, types: number, source: 'legacy' | 'current', everyMs: number, webhookReads = 1): number {
-  const perTick = groups * types * pairCost(source) + (source === 'current' ? groups : 0) + webhookReads;
-  return (perTick * 3_600_000) / everyMs;
+  return (tickCost(groups, types, source, webhookReads) * 3_600_000) / everyMs;
 }
 
 /** Accuracy over a window: the share of checked rows that matched; null when nothing was checked. */

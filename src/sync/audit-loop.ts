@@ -8,7 +8,7 @@ import type { Redis } from 'ioredis';
 import type { SubscriberType } from '../db/schema.js';
 import { repeat, type Repeating } from '../ground/repeat.js';
 import type { WebhooksApi } from '../upstream/webhooks-api.js';
-import { planTick, tickBudget } from './audit-core.js';
+import { nextAllowance, planTick, tickBudget, tickCost, tickEarning } from './audit-core.js';
 import { auditPair, passRunning, type AuditDeps, type AuditReader, type PairAudit } from './audit.js';
 import { managedWebhooks } from './audit-reads.js';
 import {
@@ -56,6 +56,8 @@ export interface TickOptions {
   type?: SubscriberType;
   /** Where the rotation starts (the loop moves it on when not every pair fits). */
   rotation?: number;
+  /** Requests this tick may make (the loop's carried allowance); default: one period's share. */
+  allowance?: number;
 }
 
 /** One tick: the pairs it can afford, then the webhooks. */
@@ -66,7 +68,7 @@ export async function runAuditTick(deps: AuditLoopDeps, options: TickOptions = {
   const pairs = deps.groups
     .filter((g) => options.groupId === undefined || g === options.groupId)
     .flatMap((groupId) => deps.types.filter((t) => options.type === undefined || t === options.type).map((type) => ({ groupId, type })));
-  const budget = options.force ? Number.POSITIVE_INFINITY : tickBudget(deps.perMinute, deps.everyMs);
+  const budget = options.force ? Number.POSITIVE_INFINITY : (options.allowance ?? tickBudget(deps.perMinute, deps.everyMs));
   const planned = planTick(pairs, reader.name, budget, options.rotation ?? 0, deps.webhooks ? 1 : 0);
   for (const pair of pairs) if (!planned.includes(pair)) outcome.skipped.push({ ...pair, reason: 'over the audit budget this tick' });
   for (const pair of planned) await auditOne(deps, reader, pair, options, outcome);
@@ -167,9 +169,15 @@ function recordWebhookGauges(deps: AuditLoopDeps, health: readonly WebhookHealth
 export function startAuditLoop(deps: AuditLoopDeps): Repeating {
   let rotation = 0;
   let lastPurge = 0;
+  let allowance = 0;
+  const earning = tickEarning(deps.perMinute, deps.everyMs);
+  // Legacy's pair cost bounds both sources'.
+  const wholeTick = tickCost(deps.groups.length, deps.types.length, 'legacy', deps.webhooks ? 1 : 0);
   return repeat(
     async () => {
-      const outcome = await runAuditTick(deps, { rotation });
+      allowance = nextAllowance(allowance, earning, wholeTick);
+      const outcome = await runAuditTick(deps, { rotation, allowance });
+      allowance -= outcome.requests;
       rotation += Math.max(1, outcome.audits.length);
       if (outcome.skipped.length > 0) deps.logger.debug({ skipped: outcome.skipped }, 'audit: pairs left for a later tick');
       if (Date.now() - lastPurge > 86_400_000) {

@@ -11,7 +11,11 @@ import {
   planTick,
   requestsPerHour,
   startOffset,
+  nextAllowance,
+  pairCost,
   tickBudget,
+  tickCost,
+  tickEarning,
   type ListedRow,
   type MirrorRow,
   type RowFinding,
@@ -168,6 +172,35 @@ describe('audit core: budget', () => {
     expect(tickBudget(60, 15 * 60_000)).toBe(45);
     expect(tickBudget(120, 15 * 60_000)).toBe(90);
     expect(tickBudget(60, 5_000)).toBe(0);
+  });
+
+  it('a short period carries its allowance over: a pair every few ticks, never more than the share on average', () => {
+    // 60 a minute, a 2 s period: 0.1 request per tick; a legacy pair costs 2.
+    const earning = tickEarning(60, 2_000);
+    const wholeTick = tickCost(1, 1, 'legacy');
+    let allowance = 0;
+    let spent = 0;
+    const auditedAt: number[] = [];
+    for (let tick = 1; tick <= 200; tick++) {
+      allowance = nextAllowance(allowance, earning, wholeTick);
+      const planned = planTick([{ groupId: 'g' }], 'legacy', allowance, 0);
+      const requests = planned.length * pairCost('legacy');
+      allowance -= requests;
+      spent += requests;
+      if (requests > 0) auditedAt.push(tick);
+    }
+    expect(auditedAt[0]).toBe(20);
+    expect(auditedAt).toHaveLength(10);
+    expect(spent).toBeLessThanOrEqual(200 * earning + 1e-9);
+  });
+
+  it('idle ticks save up at most one whole tick (no burst after a pause)', () => {
+    let allowance = 0;
+    for (let i = 0; i < 1_000; i++) allowance = nextAllowance(allowance, 45, 11);
+    expect(allowance).toBe(45);
+    allowance = 0;
+    for (let i = 0; i < 1_000; i++) allowance = nextAllowance(allowance, 0.5, 11);
+    expect(allowance).toBe(11);
   });
 
   it('plans as many pairs as fit, rotating so every pair gets its turn', () => {
