@@ -165,20 +165,33 @@ function recordWebhookGauges(deps: AuditLoopDeps, health: readonly WebhookHealth
     }
 }
 
-/** The loop of a worker: a tick every `everyMs` (results older than a week are purged daily). */
-export function startAuditLoop(deps: AuditLoopDeps): Repeating {
-  let rotation = 0;
-  let lastPurge = 0;
-  let allowance = 0;
+/** What the loop carries from one tick to the next. */
+export interface AuditLoopState {
+  /** Where the next tick's plan starts among the pairs. */
+  rotation: number;
+  /** Requests carried over (`nextAllowance`). */
+  allowance: number;
+}
+
+/** One tick of the loop: its allowance (one tick's earning added to what was left), the tick, the rotation moved on. */
+export async function loopTick(deps: AuditLoopDeps, state: AuditLoopState): Promise<TickOutcome> {
   const earning = tickEarning(deps.perMinute, deps.everyMs);
   // Legacy's pair cost bounds both sources'.
   const wholeTick = tickCost(deps.groups.length, deps.types.length, 'legacy', deps.webhooks ? 1 : 0);
+  state.allowance = nextAllowance(state.allowance, earning, wholeTick);
+  const outcome = await runAuditTick(deps, { rotation: state.rotation, allowance: state.allowance });
+  state.allowance -= outcome.requests;
+  state.rotation += Math.max(1, outcome.audits.length);
+  return outcome;
+}
+
+/** The loop of a worker: a tick every `everyMs` (results older than a week are purged daily). */
+export function startAuditLoop(deps: AuditLoopDeps): Repeating {
+  const state: AuditLoopState = { rotation: 0, allowance: 0 };
+  let lastPurge = 0;
   return repeat(
     async () => {
-      allowance = nextAllowance(allowance, earning, wholeTick);
-      const outcome = await runAuditTick(deps, { rotation, allowance });
-      allowance -= outcome.requests;
-      rotation += Math.max(1, outcome.audits.length);
+      const outcome = await loopTick(deps, state);
       if (outcome.skipped.length > 0) deps.logger.debug({ skipped: outcome.skipped }, 'audit: pairs left for a later tick');
       if (Date.now() - lastPurge > 86_400_000) {
         lastPurge = Date.now();
