@@ -86,8 +86,8 @@ async function auditOne(
   outcome: TickOutcome,
 ): Promise<void> {
   const skip = (reason: string) => outcome.skipped.push({ ...pair, reason });
-  if (!options.force && (deps.limiterWaiting?.() ?? 0) > 0) return void skip('passes are waiting for the rate limit');
-  if (await passRunning(deps.redis, passLockKey(deps.prefix, pair.groupId, pair.type))) return void skip('a pass of it is running');
+  const inTheWay = await passesInTheWay(deps, pair, options.force === true);
+  if (inTheWay !== null) return void skip(inTheWay);
   // Before its first complete full pass the mirror does not claim to hold the pair: nothing to audit yet.
   if (!(await readSyncState(deps.pool, pair.groupId, pair.type))?.lastFullCompletedAt) return void skip('no complete full pass yet');
   const state = await claimAudit(deps.pool, pair.groupId, pair.type, deps.everyMs, options.force);
@@ -98,6 +98,31 @@ async function auditOne(
     const message = error instanceof Error ? error.message : String(error);
     outcome.failed.push({ ...pair, error: message });
     deps.logger.warn({ groupId: pair.groupId, type: pair.type, err: message }, 'audit failed; it is tried again next period');
+  }
+}
+
+/** The longest a pair waits for passes to get out of its way before it is left for a later tick (at most a tenth of the period). */
+const YIELD_WAIT_MS = 2_000;
+const YIELD_POLL_MS = 50;
+
+/**
+ * Why the pair must yield to passes (null: it need not): passes of this process waiting for the
+ * limiter (not with `force`), or a pass of the pair running. Waits a moment for either to clear
+ * first: a request queued for a few milliseconds, or an incremental pass of a short list, is no
+ * reason to leave the pair for a whole period; passes that keep the budget busy still are.
+ */
+async function passesInTheWay(
+  deps: AuditLoopDeps,
+  pair: { groupId: string; type: SubscriberType },
+  force: boolean,
+): Promise<string | null> {
+  const deadline = Date.now() + Math.min(YIELD_WAIT_MS, deps.everyMs / 10);
+  for (;;) {
+    let reason: string | null = null;
+    if (!force && (deps.limiterWaiting?.() ?? 0) > 0) reason = 'passes are waiting for the rate limit';
+    else if (await passRunning(deps.redis, passLockKey(deps.prefix, pair.groupId, pair.type))) reason = 'a pass of it is running';
+    if (reason === null || Date.now() >= deadline) return reason;
+    await new Promise((resolve) => setTimeout(resolve, YIELD_POLL_MS));
   }
 }
 
