@@ -1,7 +1,8 @@
 /**
  * The audit's settings (docs/operations.md, "The audit") as its wiring uses them: AUDIT_EVERY,
- * AUDIT_SAMPLE (default one page) and WEBHOOKS_REENABLE from the configuration, and the settle time
- * that follows from the other settings.
+ * AUDIT_SAMPLE (default one page) and WEBHOOKS_REENABLE from the configuration, and the settle time:
+ * AUDIT_SETTLE (default 2 min: the service batches deliveries about once a minute, docs/upstream.md,
+ * "Delivery and retries"; twice that, to be sure), or the incremental interval twice when longer.
  */
 import type { Config } from './config.js';
 
@@ -16,15 +17,12 @@ export interface AuditSettings {
   settleMs: number;
 }
 
-/** The service batches deliveries about once a minute (docs/upstream.md, "Delivery and retries"); twice that, to be sure. */
-const WEBHOOK_SETTLE_MS = 2 * 60_000;
-
 export function auditSettings(config: Config): AuditSettings {
   const incrementalMs = config.sync.source === 'legacy' ? 2 * config.sync.everyMs : 0;
   return {
     everyMs: config.audit.everyMs,
     sampleSize: config.audit.sampleSize ?? config.sync.pageSize,
     reenableWebhooks: config.audit.reenableWebhooks,
-    settleMs: Math.max(WEBHOOK_SETTLE_MS, incrementalMs),
+    settleMs: Math.max(config.audit.settleMs, incrementalMs),
   };
 }

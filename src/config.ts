@@ -357,6 +357,10 @@ export const SETTINGS = {
       doc: '`true`: the audit enables again a managed webhook the service disabled (logged)',
       default: 'false',
     }),
+    settleMs: setting('AUDIT_SETTLE', duration({ min: '1s' }), {
+      doc: 'how long the service may take to deliver a stamped change by webhook (its batching, about a minute): the audit reports nothing younger than this (on the legacy source nothing younger than 2 × `SYNC_EVERY` either). Lower it only against a service that delivers faster, such as the simulator with a `timeScale` (the fault suite)',
+      default: '2m',
+    }),
   },
   metricsRefreshMs: setting('METRICS_REFRESH_EVERY', duration({ min: '1s' }), {
     doc: 'how often gauges read from Postgres and Redis are refreshed (a scrape only reads the registry)',

@@ -63,10 +63,24 @@ function randomAutomation(world: World, rng: Rng): string | undefined {
   return list[Math.floor(rng() * list.length)]?.id;
 }
 
-/** Applies one random mutation and returns its name. */
-export function randomMutation(world: World, rng: Rng): MutationName {
+/** Tries at picking a subscriber the churn does not spare before it picks none (then it creates one). */
+const SPARE_TRIES = 8;
+
+function pickUnspared(world: World, rng: Rng, spared: ReadonlySet<string>): string | undefined {
+  for (let i = 0; i < SPARE_TRIES; i++) {
+    const id = world.randomLiveId(rng);
+    if (id === undefined || !spared.has(id)) return id;
+  }
+  return undefined;
+}
+
+/**
+ * Applies one random mutation and returns its name. `spared` subscribers are never picked (a test
+ * that set a blind spot on them keeps it until the mirror finds it); a campaign still reaches them.
+ */
+export function randomMutation(world: World, rng: Rng, spared: ReadonlySet<string> = new Set()): MutationName {
   const spec = MUTATIONS[pickWeighted(rng, WEIGHTS)] ?? MUTATIONS[0];
-  const id = world.randomLiveId(rng);
+  const id = pickUnspared(world, rng, spared);
   if (!spec || (id === undefined && spec.name !== 'create')) {
     world.createSubscriber({ groups: world.groupIds().slice(0, 1) });
     return 'create';
@@ -89,6 +103,7 @@ export class Churn {
   private due = 0;
   private lastTick = 0;
   private count = 0;
+  private readonly spared = new Set<string>();
 
   constructor(
     private readonly world: World,
@@ -120,10 +135,15 @@ export class Churn {
     this.timer.unref();
   }
 
+  /** From now on these subscribers are never picked (campaigns still reach them). */
+  spare(ids: Iterable<string>): void {
+    for (const id of ids) this.spared.add(id);
+  }
+
   /** Applies `n` random mutations now; returns their names. */
   step(n = 1): MutationName[] {
     const names: MutationName[] = [];
-    for (let i = 0; i < n; i++) names.push(randomMutation(this.world, this.rng));
+    for (let i = 0; i < n; i++) names.push(randomMutation(this.world, this.rng, this.spared));
     this.count += n;
     return names;
   }

@@ -102,7 +102,9 @@ export function differingFields(listed: ListedRow, mirror: AuditedValues): strin
  * What one listed row says about the mirror:
  * - the mirror lacks the subscriber or its live membership of this type: `missing`, unless the row's
  *   stamp is younger than `settleMs` or the mirror's membership fact is newer (then it is on its way,
- *   or the member changed after the read);
+ *   or the member changed after the read), or the mirror's row holds the listed status at this stamp
+ *   with a live membership of its old type (a stamped status change whose type only a pass writes:
+ *   in flight, written now);
  * - the service's stamp is newer (to the second) than the mirror's: `in-flight`;
  * - the mirror's is newer: the mirror is ahead (a change after the read), a `match`;
  * - the same second with different content: `content` (a change the service did not stamp), unless
@@ -119,9 +121,18 @@ export function classifyRow(listed: ListedRow, mirror: MirrorRow, type: string, 
   const membership = mirror.membership;
   const listedHere = membership !== null && !membership.removed && membership.type === type;
   const membershipAhead = membership?.factAt != null && secondOf(membership.factAt) > listedSecond;
-  if (!listedHere && !membershipAhead) return recent ? { kind: 'in-flight', overdue: false, fields: [] } : { kind: 'missing' };
+  // A status event updates the subscriber row, not its memberships' type (the next pass of the type
+  // does): a live member whose row already holds the listed status at this stamp is catching up.
+  const typeLags =
+    !listedHere &&
+    !membershipAhead &&
+    membership !== null &&
+    !membership.removed &&
+    listed.provided.has('status') &&
+    sameValue(listed.values.status, mirror.values.status);
+  if (!listedHere && !membershipAhead && !typeLags) return recent ? { kind: 'in-flight', overdue: false, fields: [] } : { kind: 'missing' };
   const fields = differingFields(listed, mirror.values);
-  if (fields.length === 0) return { kind: 'match' };
+  if (fields.length === 0) return typeLags ? { kind: 'in-flight', overdue: false, fields: [] } : { kind: 'match' };
   return recent ? { kind: 'in-flight', overdue: false, fields } : { kind: 'content', fields };
 }
 

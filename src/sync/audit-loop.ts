@@ -86,8 +86,8 @@ async function auditOne(
   outcome: TickOutcome,
 ): Promise<void> {
   const skip = (reason: string) => outcome.skipped.push({ ...pair, reason });
-  if (!options.force && (deps.limiterWaiting?.() ?? 0) > 0) return void skip('passes are waiting for the rate limit');
-  if (await passRunning(deps.redis, passLockKey(deps.prefix, pair.groupId, pair.type))) return void skip('a pass of it is running');
+  const inTheWay = await passesInTheWay(deps, pair, options.force === true);
+  if (inTheWay !== null) return void skip(inTheWay);
   // Before its first complete full pass the mirror does not claim to hold the pair: nothing to audit yet.
   if (!(await readSyncState(deps.pool, pair.groupId, pair.type))?.lastFullCompletedAt) return void skip('no complete full pass yet');
   const state = await claimAudit(deps.pool, pair.groupId, pair.type, deps.everyMs, options.force);
@@ -98,6 +98,31 @@ async function auditOne(
     const message = error instanceof Error ? error.message : String(error);
     outcome.failed.push({ ...pair, error: message });
     deps.logger.warn({ groupId: pair.groupId, type: pair.type, err: message }, 'audit failed; it is tried again next period');
+  }
+}
+
+/** The longest a pair waits for passes to get out of its way before it is left for a later tick (at most a tenth of the period). */
+const YIELD_WAIT_MS = 2_000;
+const YIELD_POLL_MS = 50;
+
+/**
+ * Why the pair must yield to passes (null: it need not): passes of this process waiting for the
+ * limiter (not with `force`), or a pass of the pair running. Waits a moment for either to clear
+ * first: a request queued for a few milliseconds, or an incremental pass of a short list, is no
+ * reason to leave the pair for a whole period; passes that keep the budget busy still are.
+ */
+async function passesInTheWay(
+  deps: AuditLoopDeps,
+  pair: { groupId: string; type: SubscriberType },
+  force: boolean,
+): Promise<string | null> {
+  const deadline = Date.now() + Math.min(YIELD_WAIT_MS, deps.everyMs / 10);
+  for (;;) {
+    let reason: string | null = null;
+    if (!force && (deps.limiterWaiting?.() ?? 0) > 0) reason = 'passes are waiting for the rate limit';
+    else if (await passRunning(deps.redis, passLockKey(deps.prefix, pair.groupId, pair.type))) reason = 'a pass of it is running';
+    if (reason === null || Date.now() >= deadline) return reason;
+    await new Promise((resolve) => setTimeout(resolve, YIELD_POLL_MS));
   }
 }
 
@@ -165,20 +190,33 @@ function recordWebhookGauges(deps: AuditLoopDeps, health: readonly WebhookHealth
     }
 }
 
-/** The loop of a worker: a tick every `everyMs` (results older than a week are purged daily). */
-export function startAuditLoop(deps: AuditLoopDeps): Repeating {
-  let rotation = 0;
-  let lastPurge = 0;
-  let allowance = 0;
+/** What the loop carries from one tick to the next. */
+export interface AuditLoopState {
+  /** Where the next tick's plan starts among the pairs. */
+  rotation: number;
+  /** Requests carried over (`nextAllowance`). */
+  allowance: number;
+}
+
+/** One tick of the loop: its allowance (one tick's earning added to what was left), the tick, the rotation moved on. */
+export async function loopTick(deps: AuditLoopDeps, state: AuditLoopState): Promise<TickOutcome> {
   const earning = tickEarning(deps.perMinute, deps.everyMs);
   // Legacy's pair cost bounds both sources'.
   const wholeTick = tickCost(deps.groups.length, deps.types.length, 'legacy', deps.webhooks ? 1 : 0);
+  state.allowance = nextAllowance(state.allowance, earning, wholeTick);
+  const outcome = await runAuditTick(deps, { rotation: state.rotation, allowance: state.allowance });
+  state.allowance -= outcome.requests;
+  state.rotation += Math.max(1, outcome.audits.length);
+  return outcome;
+}
+
+/** The loop of a worker: a tick every `everyMs` (results older than a week are purged daily). */
+export function startAuditLoop(deps: AuditLoopDeps): Repeating {
+  const state: AuditLoopState = { rotation: 0, allowance: 0 };
+  let lastPurge = 0;
   return repeat(
     async () => {
-      allowance = nextAllowance(allowance, earning, wholeTick);
-      const outcome = await runAuditTick(deps, { rotation, allowance });
-      allowance -= outcome.requests;
-      rotation += Math.max(1, outcome.audits.length);
+      const outcome = await loopTick(deps, state);
       if (outcome.skipped.length > 0) deps.logger.debug({ skipped: outcome.skipped }, 'audit: pairs left for a later tick');
       if (Date.now() - lastPurge > 86_400_000) {
         lastPurge = Date.now();

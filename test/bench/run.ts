@@ -4,13 +4,14 @@
  * reported for context) with the baseline measured in the same run, the ratio, the goal and whether
  * it is met, plus the machine; writes everything to `bench-results.json` at the repo root.
  *
- * Names: store, poll, passes, current, webhooks (= webhooks + freshness), freshness, memory. Default: all, in that
+ * Names: store, poll, passes, current, audit, webhooks (= webhooks + freshness), freshness, memory. Default: all, in that
  * order, with a Postgres CHECKPOINT before each.
  * Flags (defaults fit a few minutes on 2 cores):
  *   --store-rows 50000 --store-repeats 3
  *   --poll-subscribers 50000 --poll-repeats 2 --poll-types all|active,…
  *   --passes-subscribers 20000 --passes-page-size 500
  *   --current-subscribers 50000
+ *   --audit-subscribers 5000 --audit-ticks 8     (ticks of AUDIT_EVERY=15m, time compressed)
  *   --memory-sizes 100000,1000000     (--quick: 100000,300000)
  *   --webhooks-seconds 5 --webhooks-connections 64
  *   --freshness-seconds 10 --freshness-rate 500
@@ -29,6 +30,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import type { SubscriberType } from '../../src/db/schema.js';
+import { benchAudit, type AuditBenchFigures } from './audit.bench.js';
 import { benchCurrent, type CurrentBenchFigures } from './current.bench.js';
 import { benchFreshness, type FreshnessResult } from './freshness.bench.js';
 import { printTable, round, type BenchFigure, type BenchResult } from './lib/report.js';
@@ -51,7 +53,7 @@ import { benchWebhooks, type WebhookBenchFigures } from './webhooks.bench.js';
  * Run order. Memory goes last: its parent process (this one) holds the 1M-subscriber simulator world,
  * and the GC of that heap would otherwise land in the webhook benchmarks, whose receiver runs here too.
  */
-const BENCHES = ['store', 'poll', 'passes', 'current', 'webhooks', 'freshness', 'memory'] as const;
+const BENCHES = ['store', 'poll', 'passes', 'current', 'audit', 'webhooks', 'freshness', 'memory'] as const;
 type BenchName = (typeof BENCHES)[number];
 /** What each name on the command line selects. */
 const SELECTS: Record<BenchName, BenchName[]> = {
@@ -59,6 +61,7 @@ const SELECTS: Record<BenchName, BenchName[]> = {
   poll: ['poll'],
   passes: ['passes'],
   current: ['current'],
+  audit: ['audit'],
   memory: ['memory'],
   webhooks: ['webhooks', 'freshness'],
   freshness: ['freshness'],
@@ -78,6 +81,8 @@ const GOALS = {
   departuresRatioToQuiet: 1.5,
   /** Requests of a full pass of the 5-type group ÷ the minimum (issue 20). */
   groupPassRatioToMinimum: 1.1,
+  /** The audit's requests ÷ the request budget at the defaults (issue 27). */
+  auditBudgetShare: 0.05,
 } as const;
 
 interface RunOptions {
@@ -93,6 +98,8 @@ interface RunOptions {
   passesSubscribers: number;
   passesPageSize: number;
   currentSubscribers: number;
+  auditSubscribers: number;
+  auditTicks: number;
   memorySizes: number[];
   webhooksSeconds: number;
   webhooksConnections: number;
@@ -146,6 +153,8 @@ const SMOKE = {
   passesSubscribers: 2_000,
   passesPageSize: 50,
   currentSubscribers: 2_000,
+  auditSubscribers: 500,
+  auditTicks: 4,
   memorySizes: [5_000, 10_000],
   webhooksSeconds: 1,
   webhooksConnections: 8,
@@ -170,6 +179,8 @@ const KNOWN_FLAGS = new Set([
   'passes-subscribers',
   'passes-page-size',
   'current-subscribers',
+  'audit-subscribers',
+  'audit-ticks',
   'memory-sizes',
   'webhooks-seconds',
   'webhooks-connections',
@@ -244,6 +255,8 @@ function parseArgs(argv: readonly string[]): RunOptions {
     passesSubscribers: num('passes-subscribers', smoke ? SMOKE.passesSubscribers : 20_000),
     passesPageSize: num('passes-page-size', smoke ? SMOKE.passesPageSize : 500),
     currentSubscribers: num('current-subscribers', smoke ? SMOKE.currentSubscribers : 50_000),
+    auditSubscribers: num('audit-subscribers', smoke ? SMOKE.auditSubscribers : 5_000),
+    auditTicks: num('audit-ticks', smoke ? SMOKE.auditTicks : 8),
     memorySizes,
     webhooksSeconds: num('webhooks-seconds', smoke ? SMOKE.webhooksSeconds : 5),
     webhooksConnections: num('webhooks-connections', smoke ? SMOKE.webhooksConnections : 64),
@@ -261,6 +274,7 @@ const USAGE = `usage: npm run bench [-- NAME…] [--quick | --smoke] [flags]
   --poll-subscribers N (50000)  --poll-repeats N (2)  --poll-types all|active,… (all)
   --passes-subscribers N (20000)  --passes-page-size N (500)
   --current-subscribers N (50000)
+  --audit-subscribers N (5000)  --audit-ticks N (8)
   --memory-sizes A,B (100000,1000000; --quick: 100000,300000)
   --webhooks-seconds N (5)  --webhooks-connections N (64)
   --freshness-seconds N (10)  --freshness-rate N (500)
@@ -530,6 +544,30 @@ function currentRows(c: CurrentBenchFigures): SummaryRow[] {
   ];
 }
 
+function auditRows(a: AuditBenchFigures): SummaryRow[] {
+  return a.runs.flatMap((r) => [
+    row({
+      bench: 'audit',
+      figure: `${r.source}: requests per hour at AUDIT_EVERY=15m`,
+      value: r.perHour,
+      unit: 'requests/h',
+      baselineLabel: 'computed (audit-core requestsPerHour)',
+      baseline: r.computedPerHour,
+      goals: [],
+      note: `1 group × ${r.types} types, ${r.members.toLocaleString('en-US')} members; ${r.ticks} ticks measured (${r.requestsPerTick.join(' ')} a tick), ${r.requests.throughLimiter} of ${r.requests.service} through the shared limiter (the ${r.requests.webhookReads} webhook reads are not)`,
+    }),
+    row({
+      bench: 'audit',
+      figure: `${r.source}: share of the request budget (${r.perMinute}/min)`,
+      value: Math.round(r.share * 10_000) / 100,
+      unit: '%',
+      baselineLabel: null,
+      baseline: null,
+      goals: [{ on: 'value', op: '<=', target: GOALS.auditBudgetShare * 100 }],
+    }),
+  ]);
+}
+
 function memoryRows(m: MemoryBenchFigures): SummaryRow[] {
   const smallest = m.runs[0];
   return m.runs.map((run) =>
@@ -717,6 +755,7 @@ interface Results {
   poll?: PollBenchFigures;
   passes?: PassesBenchFigures;
   current?: CurrentBenchFigures;
+  audit?: AuditBenchFigures;
   memory?: MemoryBenchFigures;
   webhooks?: WebhookBenchFigures;
   freshness?: FreshnessResult;
@@ -756,6 +795,17 @@ async function runOne(name: BenchName, o: RunOptions, results: Results, log: (li
       const r = await benchCurrent({ subscribers: o.currentSubscribers, databaseUrl: o.databaseUrl, log });
       results.current = r;
       return currentRows(r);
+    }
+    case 'audit': {
+      const r = await benchAudit({
+        subscribers: o.auditSubscribers,
+        ticks: o.auditTicks,
+        databaseUrl: o.databaseUrl,
+        redisUrl: o.redisUrl,
+        log,
+      });
+      results.audit = r;
+      return auditRows(r);
     }
     case 'memory': {
       const r = await benchMemory({ sizes: o.memorySizes, databaseUrl: o.databaseUrl, log });

@@ -265,3 +265,24 @@ describe('the audit stays quiet under stamped changes', () => {
     expect(await liveMember(groupId, newcomer)).toBe('active');
   });
 });
+
+describe('the audit yields to passes', () => {
+  it('waits out a request queued for a moment, but leaves the pair for a later tick while passes keep waiting', async () => {
+    const { s, groupId } = await start('legacy');
+    const clearsAt = Date.now() + 300;
+    const transient = harness('legacy', s, groupId, { types: ['active'], limiterWaiting: () => (Date.now() < clearsAt ? 1 : 0) });
+    const first = await runAuditTick(transient.deps, { allowance: 100 });
+    expect(first.skipped).toEqual([]);
+    expect(first.audits.map((a) => a.type)).toEqual(['active']);
+
+    await database.pool.query('truncate audit_state');
+    const busy = harness('legacy', s, groupId, { types: ['active'], limiterWaiting: () => 1 });
+    const started = Date.now();
+    const second = await runAuditTick(busy.deps, { allowance: 100 });
+    expect(second.audits).toEqual([]);
+    expect(second.skipped).toEqual([{ groupId, type: 'active', reason: 'passes are waiting for the rate limit' }]);
+    // A tenth of the 15 min period, at most 2 s.
+    expect(Date.now() - started).toBeGreaterThanOrEqual(2_000);
+    expect(second.requests).toBe(0);
+  });
+});

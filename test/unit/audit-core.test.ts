@@ -82,7 +82,26 @@ describe('audit core: one listed row against the mirror', () => {
       mirror(OLD, {}, { type: 'active', removed: true, factAt: NEWER }),
       'match',
     ],
-    ['listed under another type by an older fact', listed(OLD), mirror(OLD, {}, live('bounced', OLDER)), 'missing'],
+    [
+      'listed under another type by an older fact, the mirror holds the old status: an unstamped type change',
+      listed(OLD),
+      mirror(OLD, { status: 'bounced' }, live('bounced', OLDER)),
+      'missing',
+    ],
+    [
+      'listed under another type, the mirror already holds the listed status (a status event; the type follows at the next pass)',
+      listed(OLD),
+      mirror(OLD, {}, live('bounced', OLDER)),
+      'in-flight',
+      [],
+    ],
+    [
+      'the same, renamed without a new stamp as well',
+      listed(OLD, { name: 'Bea' }),
+      mirror(OLD, {}, live('bounced', OLDER)),
+      'content',
+      ['name'],
+    ],
     ['listed under another type, newer fact', listed(OLD), mirror(OLD, {}, live('bounced', NEWER)), 'match'],
   ];
   it.each(cases)('%s', (_name, row, held, kind, fields) => {

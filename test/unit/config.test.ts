@@ -425,4 +425,14 @@ describe('the audit settings', () => {
     expect(() => loadConfig({ AUDIT_EVERY: 'sometimes' })).toThrow(/AUDIT_EVERY.*or "off"/);
     expect(() => loadConfig({ AUDIT_SAMPLE: '0' })).toThrow(/AUDIT_SAMPLE/);
   });
+
+  it('AUDIT_SETTLE defaults to 2 min; the legacy source never settles faster than two incremental intervals', async () => {
+    const { auditSettings } = await import('../../src/audit-settings.js');
+    const legacy = { MAILER_LEGACY_URL: 'http://127.0.0.1:1', MAILER_API_KEY: 'k', SYNC_GROUPS: '1' };
+    expect(auditSettings(loadConfig({})).settleMs).toBe(120_000);
+    expect(auditSettings(loadConfig({ AUDIT_SETTLE: '4s' })).settleMs).toBe(4_000);
+    expect(auditSettings(loadConfig({ ...legacy, AUDIT_SETTLE: '4s', SYNC_EVERY: '3s' })).settleMs).toBe(6_000);
+    expect(auditSettings(loadConfig({ ...legacy, SYNC_EVERY: '5m' })).settleMs).toBe(600_000);
+    expect(() => loadConfig({ AUDIT_SETTLE: '0s' })).toThrow(/AUDIT_SETTLE/);
+  });
 });
