@@ -10,6 +10,7 @@ import dotenv from 'dotenv';
 import {
   ConfigError,
   loadConfig,
+  loadDatabaseUrl,
   needsForRole,
   NOTHING_RECONCILES,
   readCredentialOf,
@@ -124,9 +125,9 @@ const healthcheck: Handler = async (args) => {
 
 const migrate: Handler = async (args) => {
   parse(args, {});
-  const config = loadConfig(process.env, ['database']);
+  const databaseUrl = loadDatabaseUrl(process.env);
   try {
-    const { applied } = await runMigrations(config.databaseUrl);
+    const { applied } = await runMigrations(databaseUrl);
     process.stdout.write(applied > 0 ? `applied ${applied} migration(s)\n` : 'database is up to date\n');
     return 0;
   } catch (error) {

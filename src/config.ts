@@ -583,6 +583,16 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, needs: ConfigNe
   return result.data;
 }
 
+/**
+ * Only what `migrate` uses: the database's address. A setting it does not use (a bad ADMIN_TOKEN, a
+ * rule between the ops settings) must not stop a migration, so nothing else is parsed.
+ */
+export function loadDatabaseUrl(env: NodeJS.ProcessEnv = process.env): string {
+  const result = SETTINGS.databaseUrl.schema.safeParse(env.DATABASE_URL);
+  if (result.success) return result.data;
+  throw new ConfigError([`DATABASE_URL: ${result.error.issues[0]?.message ?? 'invalid'}`]);
+}
+
 /** Values that must never be printed; `log.ts` also redacts them wherever they appear in text. */
 export function secretsOf(config: Config): string[] {
   return secretValues(SETTINGS, config);

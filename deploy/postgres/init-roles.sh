@@ -1,4 +1,5 @@
 #!/bin/sh
+# The demo's (docker-compose.demo.yml; production's roles are deploy/setup/setup.sh's, at every start).
 # Runs once, when the Postgres volume is first initialised (docker-entrypoint-initdb.d), as the
 # superuser. Creates the service's own role, which owns the `mirror` database and everything the
 # migrations create in it but is no superuser; the webhook receiver's role, which the migrations

@@ -126,6 +126,20 @@ describe('subscriber-mirror CLI', () => {
     expect(second.stdout).toBe('database is up to date\n');
   });
 
+  // An earlier release's install: ADMIN_TOKEN without OPS_PORT, which `start` refuses with one line
+  // naming the change; `migrate` serves nothing and reads only DATABASE_URL.
+  it('migrate never refuses over a setting it does not use', async () => {
+    const earlier = { DATABASE_URL: database.url, ADMIN_TOKEN: 'an-admin-token-of-earlier' };
+    const start = await runCli(['start', '--role', 'receiver'], { ...earlier, DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none' });
+    expect(start.code).toBe(2);
+    expect(start.stderr).toMatch(/ADMIN_TOKEN: the admin pages are served on OPS_PORT only; set OPS_PORT/);
+    for (const env of [earlier, { ...earlier, SYNC_GROUPS: 'not-a-number', OPS_PORT: 'x' }]) {
+      const migrate = await runCli(['migrate'], env);
+      expect(migrate.stderr).toBe('');
+      expect(migrate.code).toBe(0);
+    }
+  });
+
   it('webhooks commands name the missing management settings and exit 2', async () => {
     const result = await runCli(['webhooks', 'list'], { DATABASE_URL: database.url });
     expect(result.code).toBe(2);

@@ -1,6 +1,6 @@
 /**
  * The receiver's Redis credentials (docs/security.md, "Redis"), tried as whoever took the receiver
- * over: with the credentials docker-compose.yml gives the receiver, the receiver does its job (a
+ * over: with the credentials compose gives the receiver (deploy/service/start.sh), the receiver does its job (a
  * signed delivery is stored and its apply job queued) but cannot create an admin session, pause a
  * sync, read the configuration or manage users. The user's rules are read from where compose reads them
  * (`deploy/redis/receiver.acl`, through `deploy/redis/start.sh`); the test makes a user of its own
@@ -12,7 +12,6 @@ import path from 'node:path';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parse } from 'yaml';
 import { loadConfig } from '../../src/config.js';
 import { createSessionStore } from '../../src/http/sessions.js';
 import { startService, type RunningService } from '../../src/start.js';
@@ -26,14 +25,13 @@ import { waitFor } from '../helpers/wait.js';
 const SECRET = 'whsec-receiver-acl-0123456789';
 const ACL_FILE = 'deploy/redis/receiver.acl';
 
-interface ComposeFile {
-  services: Record<string, { environment?: Record<string, string> }>;
-}
-
-/** The Redis user compose gives the receiver: `default` (the shared password) or a user of its own. */
+/**
+ * The Redis user compose gives the receiver: `default` (the shared password) or a user of its own.
+ * Its REDIS_URL is built by the receiver's entry point in compose, deploy/service/start.sh.
+ */
 function receiverRedisUser(): string {
-  const compose = parse(readFileSync(path.join(ROOT, 'docker-compose.yml'), 'utf8'), { merge: true }) as ComposeFile;
-  const url = compose.services.receiver?.environment?.REDIS_URL ?? '';
+  const start = readFileSync(path.join(ROOT, 'deploy/service/start.sh'), 'utf8');
+  const url = /^ {2}receiver\)[\s\S]*?REDIS_URL="([^"]*)"/m.exec(start)?.[1] ?? '';
   return /^rediss?:\/\/([^:@/]*):/.exec(url)?.[1] || 'default';
 }
 

@@ -54,7 +54,7 @@ describe('DASHBOARD_WRITE', () => {
 describe('TRUST_PROXY examples', () => {
   it("name no Docker range (trusting Docker's bridge lets every container pick its own address)", () => {
     const docker = /172\.(1[6-9]|2\d|3[01])\.\d+\.\d+\/\d+|172\.16\.0\.0\/12|192\.168\.0\.0\/16/;
-    for (const file of ['mirror.env.example', 'docs/security.md', 'docs/operations.md', 'src/config.ts']) {
+    for (const file of ['.env.example', 'docs/security.md', 'docs/operations.md', 'src/config.ts']) {
       expect(readFileSync(file, 'utf8'), file).not.toMatch(docker);
     }
     const problems = problemsOf({ TRUST_PROXY: 'proxy.example.com' });

@@ -123,8 +123,10 @@ describe('Grafana and compose', () => {
     };
     expect(prometheusYml.scrape_configs.map((c) => c.job_name)).toEqual(['subscriber-mirror-receiver', 'subscriber-mirror-worker']);
     // /metrics is on the ops port of the receiver and of every worker replica.
-    const ops = compose.services.receiver as { environment?: Record<string, string> } | undefined;
-    const opsPort = ops?.environment?.OPS_PORT;
+    // The receiver's environment is a list of names and NAME=value entries.
+    const ops = compose.services.receiver as { environment?: string[] } | undefined;
+    const opsPort = ops?.environment?.find((entry) => entry.startsWith('OPS_PORT='))?.split('=')[1];
+    expect(opsPort).toBe('9090');
     expect(prometheusYml.scrape_configs[0]?.static_configs?.[0]?.targets).toEqual([`receiver:${opsPort}`]);
     expect(prometheusYml.scrape_configs[1]?.dns_sd_configs?.[0]?.port).toBe(Number(opsPort));
   });

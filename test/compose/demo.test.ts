@@ -2,7 +2,8 @@
  * The compose stack as users run it (docs/compose.md): build the image, `up --wait` the demo stack
  * (the simulator, the service, Postgres and Redis, with their health checks), see a webhook delivery
  * applied and a backfill complete, then `down -v`. It needs a Docker engine, Compose v2.24+ and the
- * base images already present (it never pulls); elsewhere it skips with one line saying what is missing.
+ * base images already present (it never pulls); elsewhere it skips with one line saying what is missing
+ * (fails with CI=true). `npm run test:compose` runs it (from .ci/compose), not `npm test`.
  *
  * It runs under its own project name and port, so a demo or production stack on the same machine is
  * not touched.
@@ -47,6 +48,8 @@ function missing(): string | null {
 }
 
 const reason = missing();
+// In CI (.ci/compose, after the engine and the images are set up) a missing piece is a failure.
+if (reason && process.env.CI === 'true') throw new Error(`compose smoke test cannot run: ${reason}`);
 if (reason) console.log(`compose smoke test skipped: ${reason}`);
 
 describe.skipIf(reason !== null)('compose demo stack: build, up --wait, a delivery, a backfill, down', () => {

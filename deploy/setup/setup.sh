@@ -1,0 +1,114 @@
+#!/bin/sh
+# The `setup` service of docker-compose.yml: runs to completion on every `up`, after Postgres is healthy
+# and before Redis and the services (docs/compose.md, "Setup on every start"). Idempotent: it brings
+# any volume, new or from an earlier release, to what this release needs, so an upgrade is
+# `git pull && docker compose up -d --build --wait` and a password changed in .env just works.
+#   1. Passwords: each one the services use is taken from .env, else the one generated at an earlier
+#      start, else generated now (a release that adds a password needs no manual step), and written
+#      where only its users read it: /run/subscriber-mirror/worker (the worker) and .../receiver.
+#   2. Roles: created when missing and altered to those passwords; the `mirror` database and its
+#      objects owned by `mirror` (earlier releases may have created some as the superuser).
+#   3. Settings still in the per-service files of earlier releases (mirror.env, worker.env,
+#      receiver.env): copied for the services to read, one release long, with a warning.
+# It connects over the Postgres unix socket (a volume shared with the postgres service), where the
+# image trusts the superuser without a password: so a changed POSTGRES_PASSWORD is reconciled too.
+set -eu
+umask 077
+out=/run/subscriber-mirror
+worker=$out/worker
+receiver=$out/receiver
+project=/project
+NODE_UID=1000 # the image's `node` user, which the services run as
+
+say() { printf 'setup: %s\n' "$*"; }
+
+new_password() { od -An -N24 -tx1 /dev/urandom | tr -d ' \n'; }
+
+# keep DIR NAME: the password NAME from .env, else the one kept at an earlier start, else a new one.
+keep() {
+  dir=$1 name=$2
+  eval "value=\${$name:-}"
+  if [ -z "$value" ] && [ -s "$dir/$name" ]; then
+    value=$(cat "$dir/$name")
+  elif [ -z "$value" ]; then
+    value=$(new_password)
+    say "$name is not in .env: generated one (kept in the volume; set it in .env to choose your own)"
+  fi
+  case $value in *[!A-Za-z0-9._~-]*) say "$name: use URL-safe characters only (letters, digits, . _ ~ -)"; exit 2 ;; esac
+  printf '%s' "$value" >"$dir/$name"
+  eval "$name=\$value"
+}
+
+mkdir -p "$worker" "$receiver"
+keep "$worker" MIRROR_DB_PASSWORD
+keep "$worker" REDIS_PASSWORD
+keep "$receiver" RECEIVER_DB_PASSWORD
+keep "$receiver" RECEIVER_REDIS_PASSWORD
+
+psql_super() { psql -v ON_ERROR_STOP=1 -qAt -h /var/run/postgresql -U postgres "$@"; }
+
+for _ in $(seq 1 30); do psql_super -d postgres -c 'select 1' >/dev/null 2>&1 && break; sleep 1; done
+
+psql_super -d postgres \
+  -v mpw="$MIRROR_DB_PASSWORD" -v rpw="$RECEIVER_DB_PASSWORD" -v spw="${POSTGRES_PASSWORD:-}" <<'SQL'
+SELECT 'CREATE ROLE mirror' WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'mirror') \gexec
+ALTER ROLE mirror LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD :'mpw';
+SELECT 'CREATE ROLE subscriber_mirror_receiver' WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'subscriber_mirror_receiver') \gexec
+ALTER ROLE subscriber_mirror_receiver LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD :'rpw';
+SELECT 'CREATE ROLE subscriber_mirror_analyst NOLOGIN' WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'subscriber_mirror_analyst') \gexec
+SELECT 'CREATE DATABASE mirror OWNER mirror' WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = 'mirror') \gexec
+ALTER DATABASE mirror OWNER TO mirror;
+-- The superuser's password too, when .env names one (it is used for administration only).
+SELECT format('ALTER ROLE postgres PASSWORD %L', :'spw') WHERE :'spw' <> '' \gexec
+SQL
+
+psql_super -d mirror <<'SQL'
+-- Nobody but the owner (and the roles the migrations grant to) creates objects in the schema.
+REVOKE CREATE ON SCHEMA public FROM PUBLIC;
+-- Everything the migrations created belongs to `mirror`, whoever ran them (an earlier release may
+-- have migrated as the superuser): the worker migrates as `mirror` and must own what it alters.
+DO $$
+DECLARE o record;
+BEGIN
+  FOR o IN
+    SELECT n.nspname AS schema, c.relname AS name,
+           CASE c.relkind WHEN 'S' THEN 'SEQUENCE' WHEN 'v' THEN 'VIEW' WHEN 'm' THEN 'MATERIALIZED VIEW' ELSE 'TABLE' END AS kind
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE n.nspname IN ('public', 'drizzle') AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
+      AND pg_get_userbyid(c.relowner) <> 'mirror'
+      -- A sequence owned by a table column follows its table.
+      AND NOT (c.relkind = 'S' AND EXISTS (SELECT FROM pg_depend d WHERE d.objid = c.oid AND d.deptype IN ('a', 'i')))
+  LOOP
+    EXECUTE format('ALTER %s %I.%I OWNER TO mirror', o.kind, o.schema, o.name);
+  END LOOP;
+  FOR o IN
+    SELECT p.oid::regprocedure AS signature, CASE p.prokind WHEN 'p' THEN 'PROCEDURE' ELSE 'FUNCTION' END AS kind
+    FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+    WHERE n.nspname = 'public' AND pg_get_userbyid(p.proowner) <> 'mirror'
+  LOOP
+    EXECUTE format('ALTER %s %s OWNER TO mirror', o.kind, o.signature);
+  END LOOP;
+  IF EXISTS (SELECT FROM pg_namespace WHERE nspname = 'drizzle' AND pg_get_userbyid(nspowner) <> 'mirror') THEN
+    ALTER SCHEMA drizzle OWNER TO mirror;
+  END IF;
+END $$;
+SQL
+say "roles mirror, subscriber_mirror_receiver and subscriber_mirror_analyst and their passwords are as .env says"
+
+# old_settings FILE... : the KEY=value lines of the files that exist, for one service.
+old_settings() {
+  for f in "$@"; do [ -f "$project/$f" ] && grep -E '^[A-Z][A-Z0-9_]*=' "$project/$f"; done || true
+}
+found=""
+for f in mirror.env worker.env receiver.env; do [ -f "$project/$f" ] && found="$found $f"; done
+if [ -n "$found" ]; then
+  say "WARNING:$found: settings files of an earlier release, read for this release only. Move their lines into .env (the one settings file; values already in .env win) and delete them."
+fi
+old_settings mirror.env worker.env >"$worker/old-settings.env"
+# The receiver never gets the upstream credentials nor the admin token, whatever file holds them.
+old_settings mirror.env receiver.env | grep -Ev '^(MAILER_API_KEY|MAILER_API_TOKEN|MAILER_WEBHOOKS_TOKEN|ADMIN_TOKEN)=' >"$receiver/old-settings.env" || true
+
+chown -R "$NODE_UID:$NODE_UID" "$worker" "$receiver"
+chmod 0500 "$worker" "$receiver"
+chmod 0400 "$worker"/* "$receiver"/*
+say "done"
