@@ -222,6 +222,24 @@ describe('docker-compose.yml', () => {
     expect(worker).not.toContain('WEBHOOK_SECRETS');
   });
 
+  // A setting added later must reach the service that reads it (AUDIT_SETTLE once did not): every
+  // setting is passed to the worker or the receiver, or named here with the reason it is not.
+  const NOT_PASSED: Record<string, string> = {
+    DATABASE_URL: 'deploy/service/start.sh builds it from the service role and its password',
+    REDIS_URL: 'deploy/service/start.sh builds it from the service user and its password',
+    PORT: 'the default, 8080, is the one published port',
+    HOST: 'the default, 0.0.0.0, inside a container: the port mapping decides exposure',
+    ADMIN_ON_PUBLIC_PORT: 'the stack serves the admin routes on the ops port only',
+    EXPOSE_ADMIN_BEYOND_LOOPBACK: 'only meaningful with ADMIN_ON_PUBLIC_PORT',
+  };
+  it('passes every setting to a service, or says why not', () => {
+    const passed = new Set([...environmentNames(compose.services.worker), ...environmentNames(compose.services.receiver)]);
+    const notPassed = settingsOf(SETTINGS)
+      .filter((s) => ![...s.names].some((n) => passed.has(n)))
+      .map((s) => [...s.names][0]);
+    expect(notPassed.sort()).toEqual(Object.keys(NOT_PASSED).sort());
+  });
+
   // The receiver is the one container on the internet: whoever takes it over gets its environment,
   // its database role (test/integration/db-receiver-role.test.ts) and its Redis user.
   it('gives the receiver its own role and Redis user, and no credential beyond them', () => {
