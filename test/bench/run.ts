@@ -12,6 +12,7 @@
  *   --passes-subscribers 20000 --passes-page-size 500
  *   --current-subscribers 50000
  *   --memory-sizes 100000,1000000     (--quick: 100000,300000)
+ *   --budget-subscribers 100000       (real time: about eight minutes; builds dist/ first)
  *   --webhooks-seconds 5 --webhooks-connections 64
  *   --freshness-seconds 10 --freshness-rate 500
  *   --json PATH (default <repo>/bench-results.json)
@@ -42,6 +43,7 @@ import {
   QUICK_MEMORY_SIZES,
   type MemoryBenchFigures,
 } from './memory.bench.js';
+import { benchBudget, type BudgetBenchFigures } from './budget.bench.js';
 import { benchPasses, type PassesBenchFigures } from './passes.bench.js';
 import { benchPoll, parseTypes, type PollBenchFigures } from './poll.bench.js';
 import { benchStore } from './store.bench.js';
@@ -51,7 +53,7 @@ import { benchWebhooks, type WebhookBenchFigures } from './webhooks.bench.js';
  * Run order. Memory goes last: its parent process (this one) holds the 1M-subscriber simulator world,
  * and the GC of that heap would otherwise land in the webhook benchmarks, whose receiver runs here too.
  */
-const BENCHES = ['store', 'poll', 'passes', 'current', 'webhooks', 'freshness', 'memory'] as const;
+const BENCHES = ['store', 'poll', 'passes', 'current', 'webhooks', 'freshness', 'budget', 'memory'] as const;
 type BenchName = (typeof BENCHES)[number];
 /** What each name on the command line selects. */
 const SELECTS: Record<BenchName, BenchName[]> = {
@@ -60,6 +62,7 @@ const SELECTS: Record<BenchName, BenchName[]> = {
   passes: ['passes'],
   current: ['current'],
   memory: ['memory'],
+  budget: ['budget'],
   webhooks: ['webhooks', 'freshness'],
   freshness: ['freshness'],
 };
@@ -78,6 +81,8 @@ const GOALS = {
   departuresRatioToQuiet: 1.5,
   /** Requests of a full pass of the 5-type group ÷ the minimum (issue 20). */
   groupPassRatioToMinimum: 1.1,
+  /** Time to a full mirror ÷ the floor of the budget model: at least 0.9 × the floor's speed (issue 30). */
+  budgetRatioToFloor: 1 / 0.9,
 } as const;
 
 interface RunOptions {
@@ -94,6 +99,7 @@ interface RunOptions {
   passesPageSize: number;
   currentSubscribers: number;
   memorySizes: number[];
+  budgetSubscribers: number;
   webhooksSeconds: number;
   webhooksConnections: number;
   freshnessSeconds: number;
@@ -147,6 +153,7 @@ const SMOKE = {
   passesPageSize: 50,
   currentSubscribers: 2_000,
   memorySizes: [5_000, 10_000],
+  budgetSubscribers: 3_000,
   webhooksSeconds: 1,
   webhooksConnections: 8,
   freshnessSeconds: 2,
@@ -171,6 +178,7 @@ const KNOWN_FLAGS = new Set([
   'passes-page-size',
   'current-subscribers',
   'memory-sizes',
+  'budget-subscribers',
   'webhooks-seconds',
   'webhooks-connections',
   'freshness-seconds',
@@ -245,6 +253,7 @@ function parseArgs(argv: readonly string[]): RunOptions {
     passesPageSize: num('passes-page-size', smoke ? SMOKE.passesPageSize : 500),
     currentSubscribers: num('current-subscribers', smoke ? SMOKE.currentSubscribers : 50_000),
     memorySizes,
+    budgetSubscribers: num('budget-subscribers', smoke ? SMOKE.budgetSubscribers : 100_000),
     webhooksSeconds: num('webhooks-seconds', smoke ? SMOKE.webhooksSeconds : 5),
     webhooksConnections: num('webhooks-connections', smoke ? SMOKE.webhooksConnections : 64),
     freshnessSeconds: num('freshness-seconds', smoke ? SMOKE.freshnessSeconds : 10),
@@ -262,6 +271,7 @@ const USAGE = `usage: npm run bench [-- NAME…] [--quick | --smoke] [flags]
   --passes-subscribers N (20000)  --passes-page-size N (500)
   --current-subscribers N (50000)
   --memory-sizes A,B (100000,1000000; --quick: 100000,300000)
+  --budget-subscribers N (100000; the service's one-minute window: about eight minutes)
   --webhooks-seconds N (5)  --webhooks-connections N (64)
   --freshness-seconds N (10)  --freshness-rate N (500)
   --json PATH (bench-results.json at the repo root; --smoke: in the temp directory)
@@ -530,6 +540,34 @@ function currentRows(c: CurrentBenchFigures): SummaryRow[] {
   ];
 }
 
+/** Time to a full mirror against the model's floor (≥ 0.9 × its speed), and 429s (at most one per model change). */
+function budgetRows(b: BudgetBenchFigures): SummaryRow[] {
+  return b.runs.flatMap((run) => {
+    const label = `${run.model} budgets, ${run.spread === 'issue' ? "the issue's group" : 'even group'}`;
+    return [
+      row({
+        bench: 'budget',
+        figure: `time to a full mirror, ${label}`,
+        value: Math.round(run.elapsedMs / 100) / 10,
+        unit: 's',
+        baselineLabel: `floor: ${run.floorRequests} requests at the model's budgets`,
+        baseline: run.floorMs / 1000,
+        goals: [{ on: 'ratio', op: '<=', target: GOALS.budgetRatioToFloor }],
+        note: `from the spawn of dist/cli.js; learned ${run.learned}; ${run.requests} requests; peak RSS ${run.peakRssMb} MB`,
+      }),
+      row({
+        bench: 'budget',
+        figure: `429 answers, ${label}`,
+        value: run.tooMany,
+        unit: 'answers',
+        baselineLabel: 'model changes',
+        baseline: run.modelChanges,
+        goals: [{ on: 'value', op: '<=', target: run.modelChanges }],
+      }),
+    ];
+  });
+}
+
 function memoryRows(m: MemoryBenchFigures): SummaryRow[] {
   const smallest = m.runs[0];
   return m.runs.map((run) =>
@@ -718,6 +756,7 @@ interface Results {
   passes?: PassesBenchFigures;
   current?: CurrentBenchFigures;
   memory?: MemoryBenchFigures;
+  budget?: BudgetBenchFigures;
   webhooks?: WebhookBenchFigures;
   freshness?: FreshnessResult;
 }
@@ -756,6 +795,11 @@ async function runOne(name: BenchName, o: RunOptions, results: Results, log: (li
       const r = await benchCurrent({ subscribers: o.currentSubscribers, databaseUrl: o.databaseUrl, log });
       results.current = r;
       return currentRows(r);
+    }
+    case 'budget': {
+      const r = await benchBudget({ subscribers: o.budgetSubscribers, databaseUrl: o.databaseUrl, redisUrl: o.redisUrl, log, json: null });
+      results.budget = r;
+      return budgetRows(r);
     }
     case 'memory': {
       const r = await benchMemory({ sizes: o.memorySizes, databaseUrl: o.databaseUrl, log });
