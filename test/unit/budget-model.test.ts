@@ -137,3 +137,54 @@ describe('budgetFor', () => {
     expect(budgetFor('auto', 1, 60, 0.1)).toBe(1);
   });
 });
+
+describe('readAhead (legacy pass)', () => {
+  it('asks for the next page while the current one is handled, and yields every page in order', async () => {
+    const { readAhead } = await import('../../src/sync/legacy-pass.js');
+    const asked: number[] = [];
+    async function* pages(): AsyncGenerator<number, void, undefined> {
+      for (let i = 0; i < 4; i++) {
+        asked.push(i);
+        yield i;
+      }
+    }
+    const seen: Array<[number, number[]]> = [];
+    for await (const page of readAhead(pages())) {
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      seen.push([page, [...asked]]);
+    }
+    expect(seen.map(([p]) => p)).toEqual([0, 1, 2, 3]);
+    // While page 0 is handled, page 1 was already asked for.
+    expect(seen[0]?.[1]).toEqual([0, 1]);
+  });
+
+  it('a failure of the page read ahead reaches the caller when it asks for that page; a stop ends the read', async () => {
+    const { readAhead } = await import('../../src/sync/legacy-pass.js');
+    const ended = { failing: false, endless: false };
+    async function* failing(): AsyncGenerator<number, void, undefined> {
+      try {
+        yield 1;
+        throw new Error('page 2 failed');
+      } finally {
+        ended.failing = true;
+      }
+    }
+    const got: number[] = [];
+    await expect(
+      (async () => {
+        for await (const page of readAhead(failing())) got.push(page);
+      })(),
+    ).rejects.toThrow('page 2 failed');
+    expect(got).toEqual([1]);
+    expect(ended.failing).toBe(true);
+    async function* endless(): AsyncGenerator<number, void, undefined> {
+      try {
+        for (let i = 0; ; i++) yield i;
+      } finally {
+        ended.endless = true;
+      }
+    }
+    for await (const page of readAhead(endless())) if (page === 2) break;
+    expect(ended.endless).toBe(true);
+  });
+});

@@ -24,6 +24,8 @@ export interface ServiceRunOptions {
   types: readonly string[];
   timeoutMs: number;
   sampleMs?: number;
+  /** Start it as the image does (PRODUCTION_NODE_OPTIONS, PRODUCTION_ENV); default true. False: plain `node`. */
+  productionFlags?: boolean;
 }
 
 export interface ServiceRun {
@@ -68,9 +70,10 @@ export async function runServiceUntilMirrored(options: ServiceRunOptions): Promi
   if (!existsSync(CLI)) throw new Error('dist/cli.js is missing: run `npm run build` first');
   const sampleMs = options.sampleMs ?? 100;
   const started = performance.now();
-  const child = spawn(process.execPath, [...PRODUCTION_NODE_OPTIONS, CLI, 'start', '--role', 'worker'], {
+  const production = options.productionFlags !== false;
+  const child = spawn(process.execPath, [...(production ? PRODUCTION_NODE_OPTIONS : []), CLI, 'start', '--role', 'worker'], {
     cwd: REPO_ROOT,
-    env: { PATH: process.env.PATH ?? '', ...PRODUCTION_ENV, ...options.env },
+    env: { PATH: process.env.PATH ?? '', ...(production ? PRODUCTION_ENV : {}), ...options.env },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
   let stderr = '';
