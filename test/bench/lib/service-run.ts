@@ -14,7 +14,7 @@ const HERE = path.dirname(fileURLToPath(import.meta.url));
 export const REPO_ROOT = path.resolve(HERE, '../../..');
 const CLI = path.join(REPO_ROOT, 'dist/cli.js');
 /** What the production start command and the image add (Dockerfile): kept here so the benchmark measures the same process. */
-export const PRODUCTION_NODE_OPTIONS = ['--max-semi-space-size=8'];
+export const PRODUCTION_NODE_OPTIONS = ['--max-semi-space-size=8', '--heap-growing-percent=50'];
 export const PRODUCTION_ENV: Readonly<Record<string, string>> = { MALLOC_MMAP_THRESHOLD_: '131072' };
 
 export interface ServiceRunOptions {
@@ -71,7 +71,8 @@ export async function runServiceUntilMirrored(options: ServiceRunOptions): Promi
   const sampleMs = options.sampleMs ?? 100;
   const started = performance.now();
   const production = options.productionFlags !== false;
-  const child = spawn(process.execPath, [...(production ? PRODUCTION_NODE_OPTIONS : []), CLI, 'start', '--role', 'worker'], {
+  const extra = (process.env.BENCH_NODE_FLAGS ?? '').split(' ').filter((f) => f !== '');
+  const child = spawn(process.execPath, [...(production ? PRODUCTION_NODE_OPTIONS : []), ...extra, CLI, 'start', '--role', 'worker'], {
     cwd: REPO_ROOT,
     env: { PATH: process.env.PATH ?? '', ...(production ? PRODUCTION_ENV : {}), ...options.env },
     stdio: ['ignore', 'ignore', 'pipe'],
