@@ -228,7 +228,8 @@ export async function benchMemory(options: MemoryBenchOptions = {}): Promise<Mem
   if (settings.process !== 'child') buildDist();
   const runs: MemoryRun[] = [];
   for (const size of sizes) {
-    log(`memory: full pass of ${size.toLocaleString('en-US')} subscribers in a child process…`);
+    const where = settings.process === 'child' ? 'a child process under tsx' : 'node dist/cli.js';
+    log(`memory: full pass of ${size.toLocaleString('en-US')} subscribers (${where})…`);
     const run = await measure(size, settings);
     log(
       `memory: ${size.toLocaleString('en-US')}: peak RSS ${run.peakRssMb} MB (before the pass ${run.rssBeforeMb} MB), ` +
@@ -248,12 +249,12 @@ export async function benchMemory(options: MemoryBenchOptions = {}): Promise<Mem
         run.peakRssMb,
         'MB',
         run === smallest ? run.rssBeforeMb : smallest.peakRssMb,
-        `${run === smallest ? 'baseline: the child before the pass' : `baseline: the ${compact(smallest.subscribers)} pass`}; ` +
+        `${run === smallest ? 'baseline: the process before (child) or as passes started (service)' : `baseline: the ${compact(smallest.subscribers)} pass`}; ` +
           `sampled ${run.rssPeakSampledMb} MB, maxRSS ${run.maxRssMb} MB, heapUsed peak ${run.heapUsedPeakMb} MB; ` +
           `RSS over the pass ${run.rssProfileMb.join(' ')} MB`,
       ),
       figure(
-        `full pass rate, ${label} (child process)`,
+        `full pass rate, ${label} (${run.rssProfileMb.length > 0 ? 'child process' : 'from the spawn'})`,
         run.rowsPerSecond,
         'rows/s',
         null,

@@ -577,7 +577,7 @@ function memoryRows(m: MemoryBenchFigures): SummaryRow[] {
       value: run.peakRssMb,
       unit: 'MB',
       ...(run === smallest
-        ? { baselineLabel: 'the pass process before the pass', baseline: run.rssBeforeMb, ratio: null }
+        ? { baselineLabel: 'the process before the pass (child) or as passes started (service)', baseline: run.rssBeforeMb, ratio: null }
         : { baselineLabel: `peak RSS of the ${compact(smallest?.subscribers ?? 0)} pass`, baseline: smallest?.peakRssMb ?? null }),
       goals:
         run === smallest
