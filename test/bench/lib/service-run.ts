@@ -51,7 +51,8 @@ function statusField(pid: number, field: string): number {
 
 async function fullPassesDone(pool: pg.Pool, groupId: string, types: readonly string[]): Promise<{ done: number; started: number }> {
   const { rows } = await pool.query<{ done: number; started: number }>(
-    `select count(*) filter (where last_status = 'succeeded' and last_mode = 'full')::int as done, count(*)::int as started
+    // Completed full passes: a type done early may already have run an incremental pass since.
+    `select count(last_full_completed_at)::int as done, count(*)::int as started
        from sync_state where group_id = $1 and type = any($2)`,
     [groupId, [...types]],
   );
