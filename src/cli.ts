@@ -28,6 +28,7 @@ import { enqueueBackfills, waitForPass, type BackfillTarget } from './sync/backf
 import { createSyncQueue, type PassJobResult } from './sync/schedule.js';
 import { collectStatus, formatStatusTable, webhookHealth } from './sync/status.js';
 import { authPauseKey, isPaused, readAuthPause } from './sync/auth-pause.js';
+import { formatBudgetReport, readRateBudgets, type BudgetReport } from './upstream/budget-limiter.js';
 
 export class UsageError extends Error {
   override name = 'UsageError';
@@ -230,6 +231,7 @@ const status: Handler = async (args) => {
     const rows = await collectStatus(database.pool, { groups: config.sync.groups, types: config.sync.types });
     const webhooks = await webhookHealth(database.pool);
     let pause = null;
+    let rateBudgets: BudgetReport | null = null;
     const credential = readCredentialOf(config);
     if (credential) {
       const { Redis } = await import('ioredis');
@@ -238,13 +240,14 @@ const status: Handler = async (args) => {
         await redis.connect();
         const p = await readAuthPause(redis, authPauseKey(config.redisPrefix, credential));
         pause = isPaused(p) ? p : null;
+        rateBudgets = await readRateBudgets(redis, config.redisPrefix);
       } finally {
         redis.disconnect();
       }
     }
     if (values.json) {
       const reads = config.sync.reconciles ? { source: config.sync.source } : { source: null, notice: NOTHING_RECONCILES };
-      process.stdout.write(`${JSON.stringify({ ...reads, authPause: pause, passes: rows, webhooks }, null, 2)}\n`);
+      process.stdout.write(`${JSON.stringify({ ...reads, authPause: pause, rateBudgets, passes: rows, webhooks }, null, 2)}\n`);
     } else {
       if (!config.sync.reconciles) process.stdout.write(`${NOTHING_RECONCILES}\n\n`);
       if (pause) {
@@ -253,6 +256,7 @@ const status: Handler = async (args) => {
         );
       }
       process.stdout.write(rows.length > 0 ? `${formatStatusTable(rows)}\n` : 'no groups configured and no passes recorded yet\n');
+      if (rateBudgets) process.stdout.write(`\n${formatBudgetReport(rateBudgets)}\n`);
       for (const w of webhooks.filter((h) => h.problems.length > 0)) {
         process.stdout.write(
           `WEBHOOK ${w.id}: ${w.problems.join(', ')}${w.missingEvents.length > 0 ? ` (missing ${w.missingEvents.join(', ')})` : ''}\n`,

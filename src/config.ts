@@ -43,6 +43,7 @@ import {
   type ValuesOf,
   variablesSchema,
   wholeNumber,
+  wholeNumberOr,
 } from './ground/settings.js';
 
 export { parseDuration } from './ground/settings.js';
@@ -241,8 +242,8 @@ export const SETTINGS = {
   },
   // Default by source (withContextDefaults): the legacy API allows 60 a minute, the current platform
   // 120 (docs/upstream-current.md).
-  apiRateLimit: setting('API_RATE_LIMIT', wholeNumber(1, 100_000), {
-    doc: 'requests per minute, all replicas together',
+  apiRateLimit: setting('API_RATE_LIMIT', wholeNumberOr('auto', 1, 100_000), {
+    doc: 'requests per minute per budget, all replicas together: the most used of any one budget the service grants (legacy: the budgets are learned from its rate-limit headers, one per endpoint or one for the account); `auto`: what the headers announce less a 10 % reserve',
     unset: `\`${DEFAULT_RATE_LIMIT.legacy}\` (legacy), \`${DEFAULT_RATE_LIMIT.current}\` (current)`,
   }),
   // Per attempt (connect, headers and body); a hung request counts as a failure and is retried.
@@ -420,7 +421,9 @@ function withContextDefaults(v: Values) {
     },
     /** Webhook management: the same host and token as `currentApi` (its aliases name them). */
     webhooksApi: { ...v.currentApi },
-    apiRateLimit: v.apiRateLimit ?? DEFAULT_RATE_LIMIT[source],
+    /** A number even with `auto`: the platform's documented limit, until the headers announce one. */
+    apiRateLimit: typeof v.apiRateLimit === 'number' ? v.apiRateLimit : DEFAULT_RATE_LIMIT[source],
+    apiRateLimitAuto: v.apiRateLimit === 'auto',
     webhookBodyMemoryBytes: v.webhookBodyMemoryBytes ?? Math.max(DEFAULT_BODY_MEMORY, v.webhookMaxBodyBytes),
   };
 }

@@ -33,7 +33,8 @@ import { createLegacyClient } from './upstream/legacy/client.js';
 import { createCurrentClient } from './upstream/current/client.js';
 import { legacySource, type ReadSource } from './sync/source.js';
 import { currentSource } from './sync/current-pass.js';
-import { createLimiter, type Limiter } from './upstream/limiter.js';
+import type { Limiter } from './upstream/limiter.js';
+import { createBudgetLimiter, rateBudgetsKey, readRateBudgets, type BudgetLimiter } from './upstream/budget-limiter.js';
 import { createDeliveryConsumer, type DeliveryConsumer } from './webhooks/consumer.js';
 import { registerWebhookRoute, type ReceiverOutcome } from './webhooks/receiver.js';
 import { ERASURE_EVERY_MS, runErasure } from './webhooks/erasure-run.js';
@@ -153,6 +154,7 @@ async function registerAdmin(
     extraQueues: [deps.consumer.queue],
     configured: { groups: config.sync.groups, types: config.sync.types },
     authPause: apiKey ? () => readAuthPause(deps.redis, authPauseKey(config.redisPrefix, apiKey)) : undefined,
+    rateBudgets: () => readRateBudgets(deps.redis, config.redisPrefix),
     syncEveryMs: passIntervalMs(config),
     ...(config.sync.reconciles ? {} : { notice: NOTHING_RECONCILES }),
     sessions: createSessionStore(deps.redis, { prefix: config.redisPrefix, token }),
@@ -428,13 +430,19 @@ interface Polling {
   stop(timeoutMs: number): Promise<void>;
 }
 
-/** The shared rate limiter of every replica (invariant 7): API_RATE_LIMIT, 60 a minute legacy, 120 current. */
-function createSharedLimiter(config: Config, log: Logger): Limiter {
-  return createLimiter({
+/**
+ * The rate limiter every replica shares (invariant 7): the budgets the service's headers show, one per
+ * endpoint or one for the account (budget-limiter.ts), each used up to API_RATE_LIMIT (60 a minute
+ * legacy, 120 current). What it learned is published for `status` and the status page.
+ */
+function createSharedLimiter(config: Config, redis: Redis, log: Logger): BudgetLimiter {
+  return createBudgetLimiter({
     mode: 'redis',
     redisUrl: config.redisUrl,
     prefix: config.redisPrefix,
-    perMinute: config.apiRateLimit,
+    perMinute: config.apiRateLimitAuto ? 'auto' : config.apiRateLimit,
+    autoStart: config.apiRateLimit,
+    publish: { client: redis, key: rateBudgetsKey(config.redisPrefix) },
     // A replica killed mid-request holds its shared concurrency slot until this expires; one attempt
     // never outlives MAILER_TIMEOUT, so a little more than that frees the slot as soon as it can.
     jobExpirationMs: config.upstreamTimeoutMs + 5_000,
@@ -501,7 +509,8 @@ async function startPolling(
   metrics: Metrics,
 ): Promise<Polling> {
   const credential = readCredentialOf(config) as string;
-  const limiter = createSharedLimiter(config, log);
+  const limiter = createSharedLimiter(config, redis, log);
+  metrics.watchBudgets(() => limiter.report());
   const source = createReadSource(config, limiter, log, metrics);
   const queue = createSyncQueue(connection, config.redisPrefix);
   // Without a listener, a Redis hiccup is printed raw to stderr instead of through the logger.
@@ -541,6 +550,8 @@ async function startPolling(
     groups,
     types,
     metrics,
+    // One pass per type at once: with a budget per endpoint, the types of a group are read side by side.
+    concurrency: Math.max(2, types.length),
   });
   const audit = startAudit(config, { pool, redis, limiter, queue, log, metrics });
   return {

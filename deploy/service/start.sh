@@ -49,4 +49,5 @@ if [ -s "$dir/old-settings.env" ]; then
     printf '{"level":"warn","msg":"settings read from mirror.env, worker.env or receiver.env (an earlier release'"'"'s files), for this release only: move them into .env","settings":"%s"}\n' "${used# }" >&2
   fi
 fi
-exec node --enable-source-maps dist/cli.js "$@"
+# The image's memory flags (Dockerfile, ENTRYPOINT: this script replaces it; a unit test keeps the two equal).
+exec node --enable-source-maps --max-semi-space-size=8 --heap-growing-percent=50 dist/cli.js "$@"

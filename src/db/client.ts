@@ -1,7 +1,7 @@
 /**
  * Postgres pool and drizzle handle. Callers own the pool's lifetime (`close()`).
  */
-import { drizzle, type NodePgDatabase } from 'drizzle-orm/node-postgres';
+import { drizzle, type NodePgDatabase } from './orm.js';
 import pg from 'pg';
 import * as schema from './schema.js';
 

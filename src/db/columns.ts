@@ -6,8 +6,8 @@
  * hand are compared with the tables by `test/unit/tables.test.ts` and, against a migrated database,
  * by `test/integration/registry.catalog.test.ts`.
  */
-import { getTableColumns, type Column } from 'drizzle-orm';
-import type { PgTable } from 'drizzle-orm/pg-core';
+import { getTableColumns, type Column } from './orm.js';
+import type { PgTable } from './orm.js';
 
 /** A row of `T` as drizzle infers it: every column, keyed by its drizzle name. */
 export type RowOf<T extends PgTable> = T['$inferSelect'];

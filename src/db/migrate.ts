@@ -7,8 +7,8 @@
  */
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
-import { drizzle } from 'drizzle-orm/node-postgres';
-import { migrate } from 'drizzle-orm/node-postgres/migrator';
+import { drizzle } from './orm.js';
+import { migrate } from './orm.js';
 import pg from 'pg';
 
 /** Resolved from this module (src/db or dist/db), never from the working directory. */

@@ -6,7 +6,7 @@
  * with microseconds. Only `src/mirror/store/` writes the mirrored tables;
  * the history tables also by `src/mirror/history.ts` and two triggers (migration 0010_history_functions).
  */
-import { sql } from 'drizzle-orm';
+import { sql } from './orm.js';
 import {
   bigint,
   bigserial,
@@ -26,7 +26,7 @@ import {
   text,
   timestamp,
   unique,
-} from 'drizzle-orm/pg-core';
+} from './orm.js';
 
 // Strings, not Date: JS Dates drop the microseconds that order webhook versions (invariant 2).
 const tstz = (name: string) => timestamp(name, { withTimezone: true, precision: 6, mode: 'string' });

@@ -40,7 +40,19 @@ export interface Metrics {
   auditAccuracy: Gauge<'group' | 'type'>;
   webhookProblems: Gauge<'webhook' | 'problem'>;
   webhooksReenabled: Counter;
+  rateBudgetModel: Gauge<'model'>;
+  rateBudget: Gauge<'budget'>;
+  /** Reads the limiter's learned budget model when metrics are scraped. */
+  watchBudgets(read: () => BudgetSnapshot): void;
 }
+
+/** What the metrics show of the rate limiter's learned budgets (upstream/budget-limiter.ts reports it). */
+export interface BudgetSnapshot {
+  model: string;
+  budgets: ReadonlyArray<{ budget: string; perWindow: number }>;
+}
+
+const BUDGET_MODELS = ['unknown', 'account', 'endpoint', 'mixed'] as const;
 
 export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metrics {
   const registry = new Registry();
@@ -200,10 +212,45 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
       registers,
     }),
     ...auditMetrics(registers),
+    ...budgetMetrics(registers),
   };
 }
 
 /** The audit's metrics (docs/operations.md, "The audit"). */
+/** The rate limiter's learned budgets, read from the limiter when scraped. */
+function budgetMetrics(registers: Registry[]): Pick<Metrics, 'rateBudgetModel' | 'rateBudget' | 'watchBudgets'> {
+  const budgets: { read?: () => BudgetSnapshot } = {};
+  return {
+    rateBudgetModel: new Gauge({
+      name: 'subscriber_mirror_rate_budget_model',
+      help: 'The budget model learned from the rate-limit headers: 1 for the current one (unknown, account, endpoint, mixed)',
+      labelNames: ['model'],
+      registers,
+      collect() {
+        const snapshot = budgets.read?.();
+        if (!snapshot) return;
+        for (const model of BUDGET_MODELS) this.set({ model }, snapshot.model === model ? 1 : 0);
+      },
+    }),
+    rateBudget: new Gauge({
+      name: 'subscriber_mirror_rate_budget_per_window',
+      help: 'Requests per window the limiter uses of each budget: shared, or the endpoint with a budget of its own',
+      labelNames: ['budget'],
+      registers,
+      collect() {
+        const snapshot = budgets.read?.();
+        if (!snapshot) return;
+        // Own budgets come and go: only the current ones are shown.
+        this.reset();
+        for (const b of snapshot.budgets) this.set({ budget: b.budget }, b.perWindow);
+      },
+    }),
+    watchBudgets(read) {
+      budgets.read = read;
+    },
+  };
+}
+
 function auditMetrics(registers: Registry[]) {
   return {
     auditRowsChecked: new Counter({

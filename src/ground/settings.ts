@@ -223,6 +223,19 @@ export function wholeNumber(min: number, max: number): Kind<number> {
   };
 }
 
+/** A whole number in `min..max`, or the one word `word` (any case). */
+export function wholeNumberOr<const W extends string>(word: W, min: number, max: number): Kind<number | W> {
+  const numbers = wholeNumber(min, max);
+  return {
+    schema: z.string().transform((v, ctx): number | W => {
+      if (v.trim().toLowerCase() === word) return word;
+      const parsed = numbers.schema.safeParse(v);
+      return parsed.success ? parsed.data : fail(ctx, `${parsed.error.issues[0]?.message ?? `"${v}" is not valid`} (nor ${word})`);
+    }),
+    values: `${code(word)} or whole number, ${min}..${max}`,
+  };
+}
+
 /** One of a few words, any case. */
 export function oneOf<const V extends readonly [string, ...string[]]>(options: V): Kind<V[number]> {
   const listed = options.length === 2 ? options.join(' or ') : `one of ${options.join(', ')}`;

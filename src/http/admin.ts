@@ -31,6 +31,7 @@ import { enqueueBackfills } from '../sync/backfill.js';
 import type { PassJobData, PassJobResult } from '../sync/schedule.js';
 import { isPaused, type AuthPause } from '../sync/auth-pause.js';
 import { collectStatus, webhookHealth } from '../sync/status.js';
+import type { BudgetReport } from '../upstream/budget-limiter.js';
 import { countDeliveriesByStatus, latestFailedDeliveries } from '../webhooks/inbox.js';
 import { SESSION_MS, type SessionStore } from './sessions.js';
 import { renderLoginPage, renderStatusPage } from './status-page.js';
@@ -46,6 +47,8 @@ export interface AdminDeps {
   configured: { groups: readonly string[]; types: readonly SubscriberType[] };
   /** The API-key pause of the poll path (null when not polling or not paused). */
   authPause?: () => Promise<AuthPause | null>;
+  /** The rate budgets the poller learned (published in Redis by its limiter). */
+  rateBudgets?: () => Promise<BudgetReport | null>;
   /** Shown above the status page and in /admin/status (a webhook-only install: nothing reconciles). */
   notice?: string;
   /** SYNC_EVERY in ms: the status page colours freshness against it. */
@@ -389,12 +392,13 @@ function registerSessionRoutes(admin: FastifyInstance, g: Guard): void {
 
 function registerStatusRoutes(admin: FastifyInstance, g: Guard): void {
   admin.get('/admin/', async (_request, reply) => {
-    const [passes, authPause, inbox, failed, webhooks] = await Promise.all([
+    const [passes, authPause, inbox, failed, webhooks, rateBudgets] = await Promise.all([
       collectStatus(g.deps.pool, g.deps.configured),
       g.deps.authPause ? g.deps.authPause().catch(() => null) : null,
       countDeliveriesByStatus(g.deps.pool),
       latestFailedDeliveries(g.deps.pool, 10),
       webhookHealth(g.deps.pool),
+      g.deps.rateBudgets ? g.deps.rateBudgets().catch(() => null) : null,
     ]);
     const now = Date.now();
     return sendHtml(reply, 200, (nonce) =>
@@ -408,6 +412,7 @@ function registerStatusRoutes(admin: FastifyInstance, g: Guard): void {
           inbox,
           failed,
           webhooks,
+          rateBudgets,
           refreshSeconds: REFRESH_SECONDS,
           links: [
             { href: '/admin/queues', label: 'Queues (BullMQ)' },
@@ -455,6 +460,7 @@ function registerStatusRoutes(admin: FastifyInstance, g: Guard): void {
     authPause: g.deps.authPause ? await g.deps.authPause().catch(() => null) : null,
     passes: await collectStatus(g.deps.pool, g.deps.configured),
     webhooks: await webhookHealth(g.deps.pool),
+    rateBudgets: g.deps.rateBudgets ? await g.deps.rateBudgets().catch(() => null) : null,
   }));
 }
 

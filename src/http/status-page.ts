@@ -9,6 +9,7 @@
 import type { AuthPause } from '../sync/auth-pause.js';
 import type { WebhookHealth } from '../sync/audit-state.js';
 import { formatAccuracy, type StatusRow } from '../sync/status.js';
+import type { BudgetReport } from '../upstream/budget-limiter.js';
 import type { FailedDelivery } from '../webhooks/inbox.js';
 
 export interface StatusPageData {
@@ -23,6 +24,8 @@ export interface StatusPageData {
   failed: readonly FailedDelivery[];
   /** The managed webhooks as the audit last read them back. */
   webhooks?: readonly WebhookHealth[];
+  /** The rate budgets the poller learned from the service's headers; null before any answer. */
+  rateBudgets?: BudgetReport | null;
   refreshSeconds: number;
   /** Links shown in the header (relative to /admin/). */
   links: ReadonlyArray<{ href: string; label: string }>;
@@ -107,6 +110,20 @@ function webhookRows(webhooks: readonly WebhookHealth[] | undefined): string {
   return `<table id="webhooks"><thead><tr><th>webhook</th><th>health</th><th>checked</th><th>re-enabled</th></tr></thead><tbody>${rows}</tbody></table>`;
 }
 
+function budgetRows(report: BudgetReport | null | undefined): string {
+  if (!report) return '<p class="muted" id="rate-budgets">No answer from the service read yet.</p>';
+  const perMinute = (n: number): number => Math.round((n * 60_000) / report.windowMs);
+  const rows = report.budgets
+    .map(
+      (b) =>
+        `<tr><td><code>${escapeHtml(b.budget)}</code></td><td class="num">${escapeHtml(perMinute(b.perWindow))}</td><td class="num">${escapeHtml(b.announcedLimit ?? '–')}</td></tr>`,
+    )
+    .join('');
+  const fallback = report.fallbackUntil ? ` · on the shared budget after a 429 until ${escapeHtml(report.fallbackUntil)}` : '';
+  return `<p id="rate-budgets">Model <strong data-field="model">${escapeHtml(report.model)}</strong>${fallback} · as of ${escapeHtml(report.at)}</p>
+<table id="budgets"><thead><tr><th>budget</th><th>requests/min used</th><th>announced limit</th></tr></thead><tbody>${rows}</tbody></table>`;
+}
+
 function pauseBanner(pause: AuthPause | null, now: number): string {
   if (!pause || pause.until <= now) return '';
   // The message says what to fix: a rejected key or token, or a legacy key whose account has moved.
@@ -162,6 +179,8 @@ ${pauseBanner(data.authPause, data.now)}
 <table id="passes"><thead><tr><th>group</th><th>type</th><th>last success</th><th>last run</th><th>cursor</th>
 <th>mirrored</th><th>upstream</th><th>drift</th><th>awaiting proof</th><th>step backs</th><th title="the audit's last 24 h: rows that matched the service (mismatches/rows checked)">accuracy</th><th>last error</th></tr></thead>
 <tbody>${data.passes.map((row) => passRow(row, data)).join('\n')}</tbody></table>
+<h2>Rate budgets</h2>
+${budgetRows(data.rateBudgets)}
 <h2>Webhooks</h2>
 ${webhookRows(data.webhooks)}
 <h2>Webhook inbox</h2>

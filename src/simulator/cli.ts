@@ -8,6 +8,7 @@ import { ALL_EVENT_KINDS, BATCH_ONLY_KINDS } from './kinds.js';
 import { parseZone } from './time.js';
 import { startSimulator } from './index.js';
 import type { Simulator, SimulatorOptions } from './index.js';
+import { RATE_LIMIT_MODELS, type RateLimitScope } from './server.js';
 import type { Webhook } from './webhooks.js';
 
 export class UsageError extends Error {
@@ -27,7 +28,9 @@ export const SIMULATOR_USAGE = `Usage: subscriber-mirror simulator [options]
   --seed N              PRNG seed (default 1)
   --churn N             random mutations per second (default 0)
   --time-scale X        multiplies batch interval, retry delays, rate-limit window (default 1)
-  --rate-limit N|off    legacy requests per minute per endpoint (default 60)
+  --rate-limit N|off    legacy requests per minute per budget (default 60)
+  --rate-limit-model M  endpoint (default: a budget per endpoint) | account (one budget) |
+                        mixed (lists per endpoint, counts share one budget)
   --page-cap N          silently cap legacy pages at N rows
   --current-page-cap N  silently cap current-API member pages at N rows (default 100)
   --moved-account       legacy group endpoints answer 404 as for an account moved to the current platform
@@ -49,6 +52,7 @@ const FLAGS = {
   churn: { type: 'string' },
   'time-scale': { type: 'string' },
   'rate-limit': { type: 'string' },
+  'rate-limit-model': { type: 'string' },
   'page-cap': { type: 'string' },
   'current-page-cap': { type: 'string' },
   'moved-account': { type: 'boolean' },
@@ -117,6 +121,11 @@ export function parseSimulatorArgs(argv: readonly string[]): CliConfig {
   const rateLimit = values['rate-limit'];
   if (rateLimit === 'off' || rateLimit === 'false') options.rateLimit = false;
   else options.rateLimit = integer('rate-limit', rateLimit, 60, 1);
+  const model = values['rate-limit-model'];
+  if (model !== undefined) {
+    if ((RATE_LIMIT_MODELS as readonly string[]).includes(model)) options.rateLimitScope = model as RateLimitScope;
+    else problems.push(`--rate-limit-model must be one of ${RATE_LIMIT_MODELS.join(', ')}, got "${model}"`);
+  }
   if (values['page-cap'] !== undefined) options.pageCap = integer('page-cap', values['page-cap'], 100, 1);
   if (values['current-page-cap'] !== undefined) options.currentPageCap = integer('current-page-cap', values['current-page-cap'], 100, 1);
   if (values['moved-account']) options.movedAccount = true;

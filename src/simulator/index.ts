@@ -47,7 +47,7 @@ export interface SimulatorOptions extends WorldOptions {
   rateLimit?: number | false;
   /** fixed (default) or sliding window. */
   rateLimitMode?: RateLimitMode;
-  /** `endpoint` (default: one budget per route) or `global` (one budget for all legacy routes). */
+  /** `endpoint` (default: one budget per endpoint), `account` (alias `global`: one for all legacy requests) or `mixed` (lists per endpoint, counts shared); see RateLimitScope. */
   rateLimitScope?: RateLimitScope;
   /** Rate-limit window in real ms (default 60 000 × timeScale). */
   rateLimitWindowMs?: number;

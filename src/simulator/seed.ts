@@ -12,7 +12,7 @@ export const SOURCES = ['api', 'import', 'webform', 'manual', 'ecommerce'] as co
 const DAY_US = 86_400_000_000;
 const HOUR_US = 3_600_000_000;
 /** active, unsubscribed, bounced, junk, unconfirmed: a typical list is mostly active. */
-const TYPE_WEIGHTS = [70, 12, 6, 4, 8];
+export const TYPE_WEIGHTS: readonly number[] = [70, 12, 6, 4, 8];
 const SECOND_GROUP_PROBABILITY = 0.25;
 
 const UNSUBSCRIBED = SUBSCRIBER_TYPES.indexOf('unsubscribed');
@@ -22,13 +22,20 @@ const UNCONFIRMED = SUBSCRIBER_TYPES.indexOf('unconfirmed');
  * Writes slots [first, first+n) and returns the newest updated_at written. The first 5·G slots
  * cycle through every (group, type) pair so small worlds still have all five types in each group.
  */
-export function seedSubscribers(table: SubscriberTable, n: number, groupCount: number, rng: Rng, nowUs: number): number {
+export function seedSubscribers(
+  table: SubscriberTable,
+  n: number,
+  groupCount: number,
+  rng: Rng,
+  nowUs: number,
+  typeWeights: readonly number[] = TYPE_WEIGHTS,
+): number {
   const first = table.allocate(n);
   const covering = groupCount * SUBSCRIBER_TYPES.length;
   let newest = 0;
   for (let i = 0; i < n; i++) {
     const slot = first + i;
-    const status = i < covering ? Math.floor(i / groupCount) : pickWeighted(rng, TYPE_WEIGHTS);
+    const status = i < covering ? Math.floor(i / groupCount) : pickWeighted(rng, typeWeights);
     table.status[slot] = status;
     seedMembership(table, slot, i < covering ? i % groupCount : Math.floor(rng() * groupCount), groupCount, rng);
     newest = Math.max(newest, seedTimes(table, slot, status, rng, nowUs));

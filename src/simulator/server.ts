@@ -23,7 +23,14 @@ import { VALIDATION_MESSAGE, pageEnvelope } from './webhooks.js';
 import type { WebhookRegistry, WebhookResult } from './webhooks.js';
 import type { World } from './world.js';
 
-export type RateLimitScope = 'endpoint' | 'global';
+/**
+ * How the legacy budget is counted (docs/upstream.md, "Limits"): `endpoint`, one budget per endpoint
+ * (method and path: every group's and type's list and count is its own); `account` (alias `global`),
+ * one budget for every legacy request; `mixed`, lists per endpoint while every count shares one
+ * budget. Every model answers with honest X-RateLimit-* headers for the budget the request used.
+ */
+export type RateLimitScope = 'endpoint' | 'account' | 'global' | 'mixed';
+export const RATE_LIMIT_MODELS = ['endpoint', 'account', 'mixed'] as const;
 
 export interface ServerConfig {
   world: World;
@@ -199,7 +206,7 @@ async function limitAndFault(
 const legacyGate: Gate = async (config, request, reply, record) => {
   const limit = {
     limiter: config.limiter,
-    key: rateLimitKey(config, request),
+    key: rateLimitKey(config.rateLimitScope, request.method, request.url),
     headers: rateLimitHeaders,
     tooMany: legacyError(429, 'Too many requests'),
   };
@@ -243,8 +250,12 @@ const webhooksGate: Gate = async (config, request, reply, record) => {
   return (await limitAndFault(config, request, reply, record, laravelError, null)) ?? bearerRefusal(config, request, reply);
 };
 
-function rateLimitKey(config: ServerConfig, request: FastifyRequest): string {
-  return config.rateLimitScope === 'global' ? 'global' : `${request.method} ${request.routeOptions.url ?? 'unmatched'}`;
+/** The budget a legacy request counts against under the configured model (see RateLimitScope). */
+export function rateLimitKey(scope: RateLimitScope, method: string, url: string): string {
+  if (scope === 'global' || scope === 'account') return 'account';
+  const path = url.split('?')[0] ?? url;
+  if (scope === 'mixed' && path.endsWith('/count')) return 'account';
+  return `${method} ${path}`;
 }
 
 /** Applies an injected fault; true when it answered (or dropped) the request. */

@@ -21,14 +21,24 @@ import { inRange } from './filters.js';
 import type { SecondsRange } from './filters.js';
 import { hash32, mulberry32 } from './prng.js';
 import { legacyJson, rate } from './render.js';
-import { SOURCES, seedSubscribers } from './seed.js';
+import { SOURCES, TYPE_WEIGHTS, seedSubscribers } from './seed.js';
 import { FLAG_DELETED, FLAG_FORGOTTEN, SubscriberTable } from './table.js';
 import { formatLocalDate, formatLocalDateTime, isoMicros, parseZone } from './time.js';
 import type { Zone } from './time.js';
 
+function typeWeightsOf(weights: readonly number[] | undefined): readonly number[] {
+  if (weights === undefined) return TYPE_WEIGHTS;
+  const valid =
+    weights.length === SUBSCRIBER_TYPES.length && weights.every((w) => Number.isFinite(w) && w >= 0) && weights.some((w) => w > 0);
+  if (!valid) throw new RangeError(`typeWeights must be ${SUBSCRIBER_TYPES.length} non-negative numbers, not all zero`);
+  return weights;
+}
+
 export interface WorldOptions {
   /** Subscribers to seed (default 100). */
   subscribers?: number;
+  /** Relative weights of the seeded types, in SUBSCRIBER_TYPES order (default: mostly active, see seed.ts). */
+  typeWeights?: readonly number[];
   /** Groups to create (default 3). */
   groups?: number;
   /** Issue ids above 2^53 (around 1.26e18) for subscribers, groups, campaigns, automations. */
@@ -140,6 +150,7 @@ export class World {
   private readonly changeLog: WorldChange[] | null;
   private lastStampUs = 0;
   private eventSeq = 0;
+  private readonly typeWeights: readonly number[];
   private changeVersion = 0;
 
   constructor(options: WorldOptions = {}) {
@@ -156,13 +167,14 @@ export class World {
     const groups = nonNegativeInteger(options.groups ?? 3, 'groups');
     this.table = new SubscriberTable(subscribers + 16, hash32(this.salt, 0x0bde));
     for (let g = 0; g < groups; g++) this.createGroup();
+    this.typeWeights = typeWeightsOf(options.typeWeights);
     this.seedAccount(seed, subscribers);
   }
 
   private seedAccount(seed: number, subscribers: number): void {
     const nowUs = Math.floor(this.clock() * 1000);
     if (subscribers > 0 && this.groupList.length === 0) throw new RangeError('seeding subscribers needs at least one group');
-    const newest = seedSubscribers(this.table, subscribers, this.groupList.length, mulberry32(seed), nowUs);
+    const newest = seedSubscribers(this.table, subscribers, this.groupList.length, mulberry32(seed), nowUs, this.typeWeights);
     this.table.rebuildOrder();
     this.lastStampUs = newest;
     // Seeded subscribers count as changed at their seeded updated_at, in time order.

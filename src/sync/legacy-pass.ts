@@ -220,6 +220,28 @@ interface LegacyTotals {
   cursor: CursorTally;
 }
 
+/**
+ * The pages of `pages`, the next one already asked for while the caller commits this one: with a
+ * budget per endpoint a pass's speed is its slots, and a commit that takes most of a slot would
+ * otherwise delay every next request by that long. At most two pages are held at once, whatever the
+ * list's length. A stop (break or error) waits for the page in flight and ends the read.
+ */
+export async function* readAhead<T>(pages: AsyncGenerator<T, void, undefined>): AsyncGenerator<T, void, undefined> {
+  let next = pages.next();
+  try {
+    for (;;) {
+      const current = await next;
+      if (current.done === true) return;
+      next = pages.next();
+      // Its failure is the caller's when it asks for that page; until then it must not go unhandled.
+      next.catch(() => {});
+      yield current.value;
+    }
+  } finally {
+    await pages.return(undefined).catch(() => {});
+  }
+}
+
 /** One loop for every read of a pass: each page commits (with its checkpoint in a full pass), then reports progress. */
 async function commitPages(
   deps: PassDeps,
@@ -230,7 +252,7 @@ async function commitPages(
   tally: PassTally,
 ): Promise<void> {
   for (const read of plan.reads) {
-    for await (const page of read()) {
+    for await (const page of readAhead(read())) {
       const rows = listedRows(deps, page.rows);
       totals.stepBacks += page.stepBacks ?? 0;
       if (!page.continuous) {

@@ -393,9 +393,24 @@ export function classifyResponse(ctx: ClassifyContext, status: number, headers: 
 // Client
 // ---------------------------------------------------------------------------------------------
 
+export interface GateScheduleOptions {
+  signal?: AbortSignal;
+  endpoint?: string;
+}
+
+/** Where an attempt reports what the service answered (its rate-limit headers teach the gate). */
+export interface GateSlot {
+  answered(status: number, headers: Headers): void;
+}
+
 /** What the client needs from a rate limiter (`limiter.ts` implements it). */
 export interface RequestGate {
-  schedule<T>(fn: () => Promise<T>, options?: { signal?: AbortSignal }): Promise<T>;
+  /**
+   * Runs `fn` (one attempt) when the budget allows. `endpoint` (method and path, no query) names the
+   * budget a gate that learns per-endpoint budgets schedules it on; such a gate hands `fn` a slot
+   * to report the answer's status and headers on.
+   */
+  schedule<T>(fn: (slot?: GateSlot) => Promise<T>, options?: GateScheduleOptions): Promise<T>;
   /** Tells every replica to send nothing for `ms` (a 429 names how long). */
   pauseFor?(ms: number): Promise<void>;
 }
@@ -629,9 +644,10 @@ function clientSettings(options: HttpClientOptions): ClientSettings {
 async function sendWithRetry(client: ClientState, req: HttpRequest): Promise<HttpResponse> {
   const { label, gate, retry } = client.settings;
   const target: RequestTarget = { label, method: req.method ?? 'GET', path: buildPath(req.path, req.query) };
+  const endpoint = `${target.method} ${req.path}`;
   const runAttempt = (attempt: number): Promise<HttpResponse> =>
     gate
-      ? gate.schedule(() => attemptOnce(client, req, target, attempt), { signal: req.signal })
+      ? gate.schedule((slot) => attemptOnce(client, req, target, attempt, slot), { signal: req.signal, endpoint })
       : attemptOnce(client, req, target, attempt);
   try {
     return await pRetry(runAttempt, {
@@ -649,7 +665,13 @@ async function sendWithRetry(client: ClientState, req: HttpRequest): Promise<Htt
   }
 }
 
-async function attemptOnce(client: ClientState, request: HttpRequest, target: RequestTarget, attempt: number): Promise<HttpResponse> {
+async function attemptOnce(
+  client: ClientState,
+  request: HttpRequest,
+  target: RequestTarget,
+  attempt: number,
+  slot?: GateSlot,
+): Promise<HttpResponse> {
   const { settings, counters } = client;
   request.signal?.throwIfAborted();
   // The timeout starts when the attempt is sent, not while it queues in the limiter.
@@ -676,6 +698,7 @@ async function attemptOnce(client: ClientState, request: HttpRequest, target: Re
   } catch (error) {
     throw fetchFailure(error, target, settings.timeoutMs, timeoutSignal);
   }
+  slot?.answered(status, responseHeaders);
   settings.hooks.onResponse?.({ ...target, attempt, status, durationMs: performance.now() - started });
   const { credentialName, scrub, defaultRetryAfterMs } = settings;
   const classified = classifyResponse({ ...target, credentialName, scrub, defaultRetryAfterMs }, status, responseHeaders, text);

@@ -30,7 +30,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import Bottleneck from 'bottleneck';
 import { Redis, type RedisOptions } from 'ioredis';
 import type { Logger } from '../ground/log.js';
-import type { RequestGate } from './http.js';
+import type { GateScheduleOptions, GateSlot, RequestGate } from './http.js';
 import { localLedger, redisLedger, type SendLedger } from './send-ledger.js';
 
 export type LimiterMode = 'redis' | 'memory' | 'off';
@@ -60,6 +60,14 @@ export interface LimiterOptions {
   readyTimeoutMs?: number;
   /** Rebuilds one `schedule()` call may trigger before giving up; default 3. */
   maxRebuilds?: number;
+  /**
+   * Whether the first instance also pushes the shared next slot ahead (see header); default false:
+   * rebuilt instances do, since only a lost state can have handed out slots the new one does not
+   * know. At a start the state is either still in Redis (Bottleneck continues from its next slot) or
+   * gone with the send ledger (then the push could not cover the window anyway); the push only
+   * delayed every start by (maxConcurrent + 1) slots.
+   */
+  pushOnStart?: boolean;
   logger?: Logger;
 }
 
@@ -86,7 +94,7 @@ export interface LimiterStats {
 }
 
 export interface Limiter extends RequestGate {
-  schedule<T>(fn: () => Promise<T>, options?: { signal?: AbortSignal }): Promise<T>;
+  schedule<T>(fn: (slot?: GateSlot) => Promise<T>, options?: GateScheduleOptions): Promise<T>;
   /** Stops every replica from starting requests for `ms` (never shortens a longer pause). */
   pauseFor(ms: number): Promise<void>;
   /** Remaining shared pause, 0 when none. */
@@ -276,6 +284,7 @@ interface SpacedSettings {
   expiration: number;
   readyTimeoutMs: number;
   maxRebuilds: number;
+  pushOnStart: boolean;
   /** Bottleneck id (`<prefix>:<name>`); empty in memory mode. */
   id: string;
   redisUrl: string | undefined;
@@ -306,6 +315,7 @@ function spacedSettings(options: LimiterOptions, mode: 'redis' | 'memory', windo
     expiration: (options.jobExpirationMs ?? 120_000) + (maxConcurrent + 1) * minTime,
     readyTimeoutMs: options.readyTimeoutMs ?? 10_000,
     maxRebuilds: options.maxRebuilds ?? 3,
+    pushOnStart: options.pushOnStart ?? false,
     id,
     redisUrl,
     redisOptions: { maxRetriesPerRequest: 2, connectTimeout: 5_000, ...options.redisOptions },
@@ -337,7 +347,7 @@ class SpacedLimiter {
     this.ledger = this.ledgerClient
       ? redisLedger(this.ledgerClient, `b_${settings.id}_ledger`, ledgerSettings)
       : localLedger(ledgerSettings);
-    this.current = this.createGeneration();
+    this.current = this.createGeneration(settings.pushOnStart);
   }
 
   private warnThrottled(error: unknown): void {
@@ -353,7 +363,7 @@ class SpacedLimiter {
     return client;
   }
 
-  private createGeneration(): Generation {
+  private createGeneration(push = true): Generation {
     const { mode, minTime, maxConcurrent, id } = this.settings;
     if (mode === 'memory') {
       const bottleneck = new Bottleneck({ minTime, maxConcurrent });
@@ -374,7 +384,8 @@ class SpacedLimiter {
     connection.on('error', (error: unknown) => this.warnThrottled(error));
     bottleneck.on('error', (error: unknown) => this.onBottleneckError(generation, error));
     generation.ready = bottleneck.ready().then(async () => {
-      // See header: a fresh or rebuilt state must not hand out a slot next to one the lost state issued.
+      // See header: a rebuilt state must not hand out a slot next to one the lost state issued.
+      if (!push) return;
       await client.eval(PUSH_NEXT_REQUEST_LUA, 1, `b_${id}_settings`, String(Date.now() + (maxConcurrent + 1) * minTime));
     });
     // Surfaced to callers by currentGeneration(), which replaces a failed instance.

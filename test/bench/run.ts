@@ -13,6 +13,7 @@
  *   --current-subscribers 50000
  *   --audit-subscribers 5000 --audit-ticks 8     (ticks of AUDIT_EVERY=15m, time compressed)
  *   --memory-sizes 100000,1000000     (--quick: 100000,300000)
+ *   --budget-subscribers 100000       (real time: about eight minutes; builds dist/ first)
  *   --webhooks-seconds 5 --webhooks-connections 64
  *   --freshness-seconds 10 --freshness-rate 500
  *   --json PATH (default <repo>/bench-results.json)
@@ -44,6 +45,7 @@ import {
   QUICK_MEMORY_SIZES,
   type MemoryBenchFigures,
 } from './memory.bench.js';
+import { benchBudget, type BudgetBenchFigures } from './budget.bench.js';
 import { benchPasses, type PassesBenchFigures } from './passes.bench.js';
 import { benchPoll, parseTypes, type PollBenchFigures } from './poll.bench.js';
 import { benchStore } from './store.bench.js';
@@ -53,7 +55,7 @@ import { benchWebhooks, type WebhookBenchFigures } from './webhooks.bench.js';
  * Run order. Memory goes last: its parent process (this one) holds the 1M-subscriber simulator world,
  * and the GC of that heap would otherwise land in the webhook benchmarks, whose receiver runs here too.
  */
-const BENCHES = ['store', 'poll', 'passes', 'current', 'audit', 'webhooks', 'freshness', 'memory'] as const;
+const BENCHES = ['store', 'poll', 'passes', 'current', 'audit', 'webhooks', 'freshness', 'budget', 'memory'] as const;
 type BenchName = (typeof BENCHES)[number];
 /** What each name on the command line selects. */
 const SELECTS: Record<BenchName, BenchName[]> = {
@@ -63,6 +65,7 @@ const SELECTS: Record<BenchName, BenchName[]> = {
   current: ['current'],
   audit: ['audit'],
   memory: ['memory'],
+  budget: ['budget'],
   webhooks: ['webhooks', 'freshness'],
   freshness: ['freshness'],
 };
@@ -83,6 +86,8 @@ const GOALS = {
   groupPassRatioToMinimum: 1.1,
   /** The audit's requests ÷ the request budget at the defaults (issue 27). */
   auditBudgetShare: 0.05,
+  /** Time to a full mirror ÷ the floor of the budget model: at least 0.9 × the floor's speed (issue 30). */
+  budgetRatioToFloor: 1 / 0.9,
 } as const;
 
 interface RunOptions {
@@ -101,6 +106,7 @@ interface RunOptions {
   auditSubscribers: number;
   auditTicks: number;
   memorySizes: number[];
+  budgetSubscribers: number;
   webhooksSeconds: number;
   webhooksConnections: number;
   freshnessSeconds: number;
@@ -156,6 +162,7 @@ const SMOKE = {
   auditSubscribers: 500,
   auditTicks: 4,
   memorySizes: [5_000, 10_000],
+  budgetSubscribers: 3_000,
   webhooksSeconds: 1,
   webhooksConnections: 8,
   freshnessSeconds: 2,
@@ -182,6 +189,7 @@ const KNOWN_FLAGS = new Set([
   'audit-subscribers',
   'audit-ticks',
   'memory-sizes',
+  'budget-subscribers',
   'webhooks-seconds',
   'webhooks-connections',
   'freshness-seconds',
@@ -258,6 +266,7 @@ function parseArgs(argv: readonly string[]): RunOptions {
     auditSubscribers: num('audit-subscribers', smoke ? SMOKE.auditSubscribers : 5_000),
     auditTicks: num('audit-ticks', smoke ? SMOKE.auditTicks : 8),
     memorySizes,
+    budgetSubscribers: num('budget-subscribers', smoke ? SMOKE.budgetSubscribers : 100_000),
     webhooksSeconds: num('webhooks-seconds', smoke ? SMOKE.webhooksSeconds : 5),
     webhooksConnections: num('webhooks-connections', smoke ? SMOKE.webhooksConnections : 64),
     freshnessSeconds: num('freshness-seconds', smoke ? SMOKE.freshnessSeconds : 10),
@@ -276,6 +285,7 @@ const USAGE = `usage: npm run bench [-- NAME…] [--quick | --smoke] [flags]
   --current-subscribers N (50000)
   --audit-subscribers N (5000)  --audit-ticks N (8)
   --memory-sizes A,B (100000,1000000; --quick: 100000,300000)
+  --budget-subscribers N (100000; the service's one-minute window: about eight minutes)
   --webhooks-seconds N (5)  --webhooks-connections N (64)
   --freshness-seconds N (10)  --freshness-rate N (500)
   --json PATH (bench-results.json at the repo root; --smoke: in the temp directory)
@@ -568,6 +578,34 @@ function auditRows(a: AuditBenchFigures): SummaryRow[] {
   ]);
 }
 
+/** Time to a full mirror against the model's floor (≥ 0.9 × its speed), and 429s (at most one per model change). */
+function budgetRows(b: BudgetBenchFigures): SummaryRow[] {
+  return b.runs.flatMap((run) => {
+    const label = `${run.model} budgets, ${run.spread === 'issue' ? "the issue's group" : 'even group'}`;
+    return [
+      row({
+        bench: 'budget',
+        figure: `time to a full mirror, ${label}`,
+        value: Math.round(run.elapsedMs / 100) / 10,
+        unit: 's',
+        baselineLabel: `floor: ${run.floorRequests} requests at the model's budgets`,
+        baseline: run.floorMs / 1000,
+        goals: [{ on: 'ratio', op: '<=', target: GOALS.budgetRatioToFloor }],
+        note: `from the spawn of dist/cli.js; learned ${run.learned}; ${run.requests} requests; peak RSS ${run.peakRssMb} MB`,
+      }),
+      row({
+        bench: 'budget',
+        figure: `429 answers, ${label}`,
+        value: run.tooMany,
+        unit: 'answers',
+        baselineLabel: 'model changes',
+        baseline: run.modelChanges,
+        goals: [{ on: 'value', op: '<=', target: run.modelChanges }],
+      }),
+    ];
+  });
+}
+
 function memoryRows(m: MemoryBenchFigures): SummaryRow[] {
   const smallest = m.runs[0];
   return m.runs.map((run) =>
@@ -577,7 +615,7 @@ function memoryRows(m: MemoryBenchFigures): SummaryRow[] {
       value: run.peakRssMb,
       unit: 'MB',
       ...(run === smallest
-        ? { baselineLabel: 'the pass process before the pass', baseline: run.rssBeforeMb, ratio: null }
+        ? { baselineLabel: 'the process before the pass (child) or as passes started (service)', baseline: run.rssBeforeMb, ratio: null }
         : { baselineLabel: `peak RSS of the ${compact(smallest?.subscribers ?? 0)} pass`, baseline: smallest?.peakRssMb ?? null }),
       goals:
         run === smallest
@@ -757,6 +795,7 @@ interface Results {
   current?: CurrentBenchFigures;
   audit?: AuditBenchFigures;
   memory?: MemoryBenchFigures;
+  budget?: BudgetBenchFigures;
   webhooks?: WebhookBenchFigures;
   freshness?: FreshnessResult;
 }
@@ -806,6 +845,11 @@ async function runOne(name: BenchName, o: RunOptions, results: Results, log: (li
       });
       results.audit = r;
       return auditRows(r);
+    }
+    case 'budget': {
+      const r = await benchBudget({ subscribers: o.budgetSubscribers, databaseUrl: o.databaseUrl, redisUrl: o.redisUrl, log, json: null });
+      results.budget = r;
+      return budgetRows(r);
     }
     case 'memory': {
       const r = await benchMemory({ sizes: o.memorySizes, databaseUrl: o.databaseUrl, log });

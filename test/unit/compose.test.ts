@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import { SETTINGS } from '../../src/config.js';
 import { settingsOf } from '../../src/ground/settings.js';
+import { PRODUCTION_ENV, PRODUCTION_NODE_OPTIONS } from '../bench/lib/service-run.js';
 import { ROOT } from '../helpers/cli.js';
 
 interface Service {
@@ -222,6 +223,22 @@ describe('docker-compose.yml', () => {
     expect(worker).not.toContain('WEBHOOK_SECRETS');
   });
 
+  // The memory flags were measured once (docs/benchmarks.md, "memory"); every way the service is
+  // started in production must use them: the image's ENTRYPOINT, the compose services' start script
+  // (which replaces it), `npm start`, and the benchmark that measures them.
+  it('starts node with the memory flags of the image wherever it starts the service', () => {
+    const dockerfile = readFileSync(path.join(ROOT, 'Dockerfile'), 'utf8');
+    const entrypoint = JSON.parse(/^ENTRYPOINT (\[.*\])$/m.exec(dockerfile)?.[1] ?? '[]') as string[];
+    const flags = entrypoint.filter((a) => a.startsWith('--') && a !== '--enable-source-maps');
+    expect(flags).toEqual(PRODUCTION_NODE_OPTIONS);
+    for (const [name, value] of Object.entries(PRODUCTION_ENV)) expect(dockerfile).toMatch(new RegExp(`^ENV ${name}=${value}$`, 'm'));
+    const startSh = readFileSync(path.join(ROOT, 'deploy/service/start.sh'), 'utf8');
+    expect(startSh).toContain(`exec node --enable-source-maps ${flags.join(' ')} dist/cli.js "$@"`);
+    const npmStart = (JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts.start;
+    expect(npmStart).toContain(`node --enable-source-maps ${flags.join(' ')} dist/cli.js`);
+    for (const [name, value] of Object.entries(PRODUCTION_ENV)) expect(npmStart).toContain(`${name}=${value}`);
+  });
+
   // A setting added later must reach the service that reads it (AUDIT_SETTLE once did not): every
   // setting is passed to the worker or the receiver, or named here with the reason it is not.
   const NOT_PASSED: Record<string, string> = {
@@ -318,7 +335,7 @@ describe('docker-compose.yml', () => {
 
   it('has a Dockerfile whose entrypoint is the CLI', () => {
     const dockerfile = readFileSync(path.join(ROOT, 'Dockerfile'), 'utf8');
-    expect(dockerfile).toMatch(/ENTRYPOINT \["node", "--enable-source-maps", "dist\/cli\.js"\]/);
+    expect(dockerfile).toMatch(/^ENTRYPOINT \["node", "--enable-source-maps", ("--[a-z-]+=\d+", )*"dist\/cli\.js"\]$/m);
     expect(dockerfile).toMatch(/COPY drizzle \.\/drizzle/);
   });
 });

@@ -332,6 +332,9 @@ describe('the read source (SYNC_SOURCE) and the current API settings', () => {
     expect(loadConfig(POLL_ENV).apiRateLimit).toBe(60);
     expect(loadConfig(CURRENT_ENV).apiRateLimit).toBe(120);
     expect(loadConfig({ ...CURRENT_ENV, API_RATE_LIMIT: '100' }).apiRateLimit).toBe(100);
+    // auto: the budgets the headers announce less a reserve; until then the platform's documented limit.
+    expect(loadConfig({ ...POLL_ENV, API_RATE_LIMIT: 'AUTO' })).toMatchObject({ apiRateLimit: 60, apiRateLimitAuto: true });
+    expect(loadConfig(POLL_ENV).apiRateLimitAuto).toBe(false);
   });
 
   it('accepts a webhook-only install (no read settings at all): nothing reconciles', () => {

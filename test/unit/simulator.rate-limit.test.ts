@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { RateLimiter, rateLimitHeaders } from '../../src/simulator/rate-limit.js';
 import { RequestLog, maxInAnyWindow } from '../../src/simulator/requests.js';
+import { rateLimitKey } from '../../src/simulator/server.js';
+import { parseSimulatorArgs } from '../../src/simulator/cli.js';
 
 describe('simulator rate limit', () => {
   it('fixed window: allows the limit, then refuses until the window ends', () => {
@@ -71,5 +73,37 @@ describe('simulator request log', () => {
     log.add({ ...base, at: 2, api: 'legacy' });
     expect(log.maxInAnyWindow(10)).toBe(2);
     expect(log.maxInAnyWindow(10, () => true)).toBe(3);
+  });
+});
+
+describe('simulator rate-limit models (--rate-limit-model)', () => {
+  const list = '/api/v2/groups/7/subscribers/active?limit=1000&offset=0';
+  const otherList = '/api/v2/groups/7/subscribers/junk';
+  const count = '/api/v2/groups/7/subscribers/active/count';
+  const otherCount = '/api/v2/groups/8/subscribers/count';
+
+  it('endpoint: every method and path is its own budget, whatever the query', () => {
+    expect(rateLimitKey('endpoint', 'GET', list)).toBe('GET /api/v2/groups/7/subscribers/active');
+    expect(rateLimitKey('endpoint', 'GET', otherList)).not.toBe(rateLimitKey('endpoint', 'GET', list));
+    expect(rateLimitKey('endpoint', 'GET', count)).not.toBe(rateLimitKey('endpoint', 'GET', otherCount));
+  });
+
+  it('account (and its old name global): one budget for everything', () => {
+    for (const scope of ['account', 'global'] as const) {
+      const keys = new Set([list, otherList, count, otherCount].map((u) => rateLimitKey(scope, 'GET', u)));
+      expect([...keys]).toEqual(['account']);
+    }
+  });
+
+  it('mixed: lists per endpoint, every count in one shared budget', () => {
+    expect(rateLimitKey('mixed', 'GET', count)).toBe(rateLimitKey('mixed', 'GET', otherCount));
+    expect(rateLimitKey('mixed', 'GET', list)).toBe('GET /api/v2/groups/7/subscribers/active');
+    expect(rateLimitKey('mixed', 'GET', otherList)).not.toBe(rateLimitKey('mixed', 'GET', count));
+  });
+
+  it('the command line takes the model and names a bad one', () => {
+    expect(parseSimulatorArgs(['--rate-limit-model', 'mixed']).options.rateLimitScope).toBe('mixed');
+    expect(parseSimulatorArgs([]).options.rateLimitScope).toBeUndefined();
+    expect(() => parseSimulatorArgs(['--rate-limit-model', 'route'])).toThrow(/--rate-limit-model must be one of endpoint, account, mixed/);
   });
 });

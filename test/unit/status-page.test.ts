@@ -1,3 +1,4 @@
+import { formatBudgetReport } from '../../src/upstream/budget-limiter.js';
 import { describe, expect, it } from 'vitest';
 import { escapeHtml, formatAge, freshness, renderStatusPage, type StatusPageData } from '../../src/http/status-page.js';
 import type { StatusRow } from '../../src/sync/status.js';
@@ -137,5 +138,45 @@ describe('status page: the audit', () => {
     expect(html).toContain('class="stale" data-webhook="11">disabled<');
     expect(html).toContain('class="fresh" data-webhook="12">ok<');
     expect(page()).toContain('Not read back yet');
+  });
+});
+
+describe('status page: rate budgets', () => {
+  const report = {
+    model: 'endpoint' as const,
+    fallbackUntil: null,
+    windowMs: 60_000,
+    budgets: [
+      { budget: 'shared', perWindow: 60, announcedLimit: null },
+      { budget: 'GET /api/v2/groups/1/subscribers/active', perWindow: 60, announcedLimit: 60 },
+    ],
+    endpoints: [],
+    modelChanges: 1,
+    at: '2026-11-27T00:00:00.000Z',
+  };
+
+  it('shows the learned model and each budget, escaped', () => {
+    const html = page({
+      rateBudgets: { ...report, budgets: [...report.budgets, { budget: 'GET /<x>', perWindow: 30, announcedLimit: 30 }] },
+    });
+    expect(html).toContain('<strong data-field="model">endpoint</strong>');
+    expect(html).toContain('<code>GET /api/v2/groups/1/subscribers/active</code>');
+    expect(html).toContain('GET /&lt;x&gt;');
+    expect(html).not.toContain('GET /<x>');
+  });
+
+  it('says when nothing was learned yet, and the fallback after a 429', () => {
+    expect(page({ rateBudgets: null })).toContain('No answer from the service read yet.');
+    expect(page({ rateBudgets: { ...report, model: 'account', fallbackUntil: '2026-11-27T00:02:00.000Z' } })).toContain(
+      'on the shared budget after a 429 until 2026-11-27T00:02:00.000Z',
+    );
+  });
+
+  it('status prints the same as text', () => {
+    const text = formatBudgetReport(report);
+    expect(text).toContain('RATE BUDGETS');
+    expect(text).toContain('model endpoint');
+    expect(text).toContain('  shared: 60/min');
+    expect(text).toContain('  GET /api/v2/groups/1/subscribers/active: 60/min (announced 60)');
   });
 });

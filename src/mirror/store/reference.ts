@@ -1,6 +1,6 @@
 /** `groups`, `automations`, `campaigns`: reference rows embedded in payloads. */
-import { getTableColumns, getTableName, type Column } from 'drizzle-orm';
-import type { PgTable } from 'drizzle-orm/pg-core';
+import { getTableColumns, getTableName, type Column } from '../../db/orm.js';
+import type { PgTable } from '../../db/orm.js';
 import { paramTypeOf, type RowOf } from '../../db/columns.js';
 import { automations, campaigns, groups } from '../../db/schema.js';
 import type { AutomationRow, CampaignRow, GroupRow } from '../normalize.js';

@@ -1,0 +1,23 @@
+import { readFileSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { relativeToSrc, sourceFiles } from '../helpers/source-text.js';
+
+// src/db/orm.ts loads drizzle-orm through its CommonJS build (its ESM build costs ~250 MB of RSS
+// under Node 24): one direct import anywhere else would load the ESM build again.
+describe('drizzle-orm is loaded in one place', () => {
+  it('no module but src/db/orm.ts imports drizzle-orm at run time', () => {
+    const offenders = sourceFiles()
+      .filter((file) => relativeToSrc(file) !== 'db/orm.ts')
+      .filter((file) => /^\s*(import|export)\s+(?!type\b)[^;]*from\s+'drizzle-orm(\/[^']*)?'/m.test(readFileSync(file, 'utf8')))
+      .map(relativeToSrc);
+    expect(offenders).toEqual([]);
+  });
+
+  it('the check sees an import when there is one', () => {
+    const text = "import { sql } from 'drizzle-orm';\nimport type { PgTable } from 'drizzle-orm/pg-core';";
+    expect(/^\s*(import|export)\s+(?!type\b)[^;]*from\s+'drizzle-orm(\/[^']*)?'/m.test(text)).toBe(true);
+    expect(/^\s*(import|export)\s+(?!type\b)[^;]*from\s+'drizzle-orm(\/[^']*)?'/m.test("import type { X } from 'drizzle-orm';")).toBe(
+      false,
+    );
+  });
+});
