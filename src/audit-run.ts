@@ -81,7 +81,9 @@ export function auditLoopDeps(w: AuditWiring, everyMs: number): AuditLoopDeps {
     ...(url && token
       ? {
           webhooks: {
-            api: () => createWebhooksApi({ baseUrl: url, token, http: { timeoutMs: config.upstreamTimeoutMs }, logger: w.logger }),
+            // Through the shared limiter like the audit's other reads: the account's budget counts them too.
+            api: () =>
+              createWebhooksApi({ baseUrl: url, token, http: { timeoutMs: config.upstreamTimeoutMs, gate: w.limiter }, logger: w.logger }),
             reenable: w.settings.reenableWebhooks,
           },
         }

@@ -81,7 +81,8 @@ export interface WebhooksApiOptions {
   baseUrl: string;
   /** Bearer token (MAILER_WEBHOOKS_TOKEN). */
   token: string;
-  http?: Pick<HttpClientOptions, 'timeoutMs' | 'retry' | 'hooks' | 'defaultRetryAfterMs' | 'maxRetryAfterMs' | 'fetch'>;
+  /** `gate`: the shared rate limiter, for callers whose requests count against the read budget (the audit). */
+  http?: Pick<HttpClientOptions, 'timeoutMs' | 'retry' | 'hooks' | 'defaultRetryAfterMs' | 'maxRetryAfterMs' | 'fetch' | 'gate'>;
   logger?: Logger;
 }
 

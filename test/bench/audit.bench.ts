@@ -164,7 +164,7 @@ function auditDeps(
     limiterWaiting: () => limiter.stats().waiting,
     // What the worker's job would do is not the audit's cost: the request is counted, not run.
     askFullPass: () => Promise.resolve('bench'),
-    webhooks: { api: () => createWebhooksApi({ baseUrl: sim.url, token: sim.webhooksToken }), reenable: false },
+    webhooks: { api: () => createWebhooksApi({ baseUrl: sim.url, token: sim.webhooksToken, http: { gate: w.limiter } }), reenable: false },
     now: () => w.clock.now,
   };
 }

@@ -564,7 +564,7 @@ function auditRows(a: AuditBenchFigures): SummaryRow[] {
       baselineLabel: 'computed (audit-core requestsPerHour)',
       baseline: r.computedPerHour,
       goals: [],
-      note: `1 group × ${r.types} types, ${r.members.toLocaleString('en-US')} members; ${r.ticks} ticks measured (${r.requestsPerTick.join(' ')} a tick), ${r.requests.throughLimiter} of ${r.requests.service} through the shared limiter (the ${r.requests.webhookReads} webhook reads are not)`,
+      note: `1 group × ${r.types} types, ${r.members.toLocaleString('en-US')} members; ${r.ticks} ticks measured (${r.requestsPerTick.join(' ')} a tick), ${r.requests.throughLimiter} of ${r.requests.service} through the shared limiter (${r.requests.webhookReads} of them webhook reads)`,
     }),
     row({
       bench: 'audit',
