@@ -125,6 +125,10 @@ describe('fault 2: Postgres restarted for 10 s under webhook load', () => {
         SYNC_TYPES: 'active',
         SYNC_EVERY: '1h',
         RECONCILE_EVERY: '24h',
+        // The mirror is compared with what the webhooks carried. The audit (on by default, first tick
+        // at 30 s) reads the service's lists and writes what is newer there, such as campaign counts
+        // no webhook carries, so its rows would differ from the webhooks' effects by design.
+        AUDIT_EVERY: 'off',
         API_RATE_LIMIT: '100000',
         WEBHOOK_SECRETS: secrets.staticWebhookSecret,
         ADMIN_TOKEN: secrets.adminToken,
