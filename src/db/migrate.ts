@@ -51,8 +51,18 @@ async function countApplied(client: pg.Client): Promise<number> {
 export async function migrationsPending(pool: pg.Pool, folder = MIGRATIONS_FOLDER): Promise<number> {
   const { readMigrationFiles } = await import('drizzle-orm/migrator');
   const expected = readMigrationFiles({ migrationsFolder: folder }).length;
-  const exists = await pool.query<{ present: boolean }>(`select to_regclass('drizzle.__drizzle_migrations') is not null as present`);
-  if (!exists.rows[0]?.present) return expected;
-  const res = await pool.query<{ n: string }>('select count(*)::text as n from drizzle.__drizzle_migrations');
-  return Math.max(0, expected - Number(res.rows[0]?.n ?? 0));
+  try {
+    const exists = await pool.query<{ present: boolean }>(`select to_regclass('drizzle.__drizzle_migrations') is not null as present`);
+    if (!exists.rows[0]?.present) return expected;
+    const res = await pool.query<{ n: string }>('select count(*)::text as n from drizzle.__drizzle_migrations');
+    return Math.max(0, expected - Number(res.rows[0]?.n ?? 0));
+  } catch (error) {
+    // A worker migrating a new database creates the schema before the migration that lets other
+    // roles read it: until that one is applied, a role without the grant sees "permission denied".
+    if ((error as { code?: unknown }).code === INSUFFICIENT_PRIVILEGE) return expected;
+    throw error;
+  }
 }
+
+/** SQLSTATE 42501: the role may not read the migration journal (yet). */
+const INSUFFICIENT_PRIVILEGE = '42501';

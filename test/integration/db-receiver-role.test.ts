@@ -4,6 +4,8 @@
  * receiver's own work (store deliveries, recognise duplicates, read the signing secrets, readiness)
  * succeeds; reading subscribers or stored bodies, and writing anything but a new inbox row, fails.
  */
+import { readdirSync } from 'node:fs';
+import path from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { loadConfig } from '../../src/config.js';
@@ -12,6 +14,7 @@ import { startService } from '../../src/start.js';
 import { signBody } from '../../src/webhooks/signature.js';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait.js';
+import { ROOT } from '../helpers/cli.js';
 import { createInboxWriter, loadSecrets, purgeDeliveries, storeDelivery, type DeliveryRecord } from '../../src/webhooks/inbox.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 
@@ -73,6 +76,19 @@ describe('the receiver role does its own work', () => {
     expect(again).toMatchObject({ duplicate: true, id: fresh.id });
     await writer.close();
     expect(await loadSecrets(attacker)).toEqual([{ endpointId: 'w1', secret: 'whsec-0123456789abcdef' }]);
+    expect(await migrationsPending(attacker)).toBe(0);
+  });
+
+  // A worker migrating a new database creates the drizzle schema before the migration that grants
+  // the receiver USAGE on it: a receiver starting meanwhile waits (everything pending), not exits.
+  it('reads every migration as pending while the journal is not yet readable to it', async () => {
+    await db.pool.query(`revoke usage on schema drizzle from ${RECEIVER}`);
+    try {
+      const files = readdirSync(path.join(ROOT, 'drizzle')).filter((f) => f.endsWith('.sql'));
+      expect(await migrationsPending(attacker)).toBe(files.length);
+    } finally {
+      await db.pool.query(`grant usage on schema drizzle to ${RECEIVER}`);
+    }
     expect(await migrationsPending(attacker)).toBe(0);
   });
 
