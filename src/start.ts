@@ -15,7 +15,7 @@ import type pg from 'pg';
 import type { Config, Role } from './config.js';
 import { NOTHING_RECONCILES, readCredentialOf, secretsOf } from './config.js';
 import { openDatabase, type Database } from './db/client.js';
-import { migrationsPending, runMigrations } from './db/migrate.js';
+import { INSUFFICIENT_PRIVILEGE, migrationsPending, runMigrations } from './db/migrate.js';
 import { configureHistory, purgeHistory } from './mirror/history.js';
 import { repeat, type Repeating } from './ground/repeat.js';
 import { registerAdminRoutes } from './http/admin.js';
@@ -103,8 +103,6 @@ async function migrateOrWait(databaseUrl: string, role: Role, log: Logger): Prom
   }
 }
 
-/** SQLSTATE of a statement the role may not run (the receiver's role and DDL). */
-const INSUFFICIENT_PRIVILEGE = '42501';
 const MIGRATION_WAIT_MS = 1_000;
 
 /** The SQLSTATE of a Postgres error, also when drizzle wrapped it (its `cause`). */

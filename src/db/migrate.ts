@@ -64,5 +64,5 @@ export async function migrationsPending(pool: pg.Pool, folder = MIGRATIONS_FOLDE
   }
 }
 
-/** SQLSTATE 42501: the role may not read the migration journal (yet). */
-const INSUFFICIENT_PRIVILEGE = '42501';
+/** SQLSTATE 42501: the role may not run a statement (DDL as the receiver, or read the journal yet). */
+export const INSUFFICIENT_PRIVILEGE = '42501';
