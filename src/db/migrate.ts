@@ -7,8 +7,7 @@
  */
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
-import { drizzle } from './orm.js';
-import { migrate } from './orm.js';
+import { drizzle, migrate, readMigrationFiles } from './orm.js';
 import pg from 'pg';
 
 /** Resolved from this module (src/db or dist/db), never from the working directory. */
@@ -49,7 +48,6 @@ async function countApplied(client: pg.Client): Promise<number> {
 
 /** True when every committed migration has been applied (used by /readyz). */
 export async function migrationsPending(pool: pg.Pool, folder = MIGRATIONS_FOLDER): Promise<number> {
-  const { readMigrationFiles } = await import('drizzle-orm/migrator');
   const expected = readMigrationFiles({ migrationsFolder: folder }).length;
   try {
     const exists = await pool.query<{ present: boolean }>(`select to_regclass('drizzle.__drizzle_migrations') is not null as present`);

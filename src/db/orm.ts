@@ -12,6 +12,7 @@ import path from 'node:path';
 import type * as Core from 'drizzle-orm';
 import type * as NodePg from 'drizzle-orm/node-postgres';
 import type * as Migrator from 'drizzle-orm/node-postgres/migrator';
+import type * as MigrationFiles from 'drizzle-orm/migrator';
 import type * as PgCore from 'drizzle-orm/pg-core';
 
 // drizzle-kit bundles the schema as CommonJS, where import.meta.url is empty: resolve from the project then.
@@ -20,6 +21,7 @@ const core = load('drizzle-orm') as typeof Core;
 const pgCore = load('drizzle-orm/pg-core') as typeof PgCore;
 const nodePg = load('drizzle-orm/node-postgres') as typeof NodePg;
 const migrator = load('drizzle-orm/node-postgres/migrator') as typeof Migrator;
+const migrationFiles = load('drizzle-orm/migrator') as typeof MigrationFiles;
 
 export const { sql, getTableColumns, getTableName, is } = core;
 export const {
@@ -42,6 +44,7 @@ export const {
 } = pgCore;
 export const { drizzle } = nodePg;
 export const { migrate } = migrator;
+export const { readMigrationFiles } = migrationFiles;
 export type { Column } from 'drizzle-orm';
 export type { NodePgDatabase } from 'drizzle-orm/node-postgres';
 export type { PgColumn, PgTable } from 'drizzle-orm/pg-core';
