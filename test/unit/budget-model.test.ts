@@ -188,3 +188,22 @@ describe('readAhead (legacy pass)', () => {
     expect(ended.endless).toBe(true);
   });
 });
+
+describe('readRateBudgets', () => {
+  const store = (text: string | null) => ({ get: async () => text });
+
+  it('reads back what a limiter published, and nothing from what is not a report', async () => {
+    const { createBudgetLimiter, readRateBudgets } = await import('../../src/upstream/budget-limiter.js');
+    const limiter = createBudgetLimiter({ mode: 'memory', perMinute: 60 });
+    try {
+      const report = limiter.report();
+      expect(await readRateBudgets(store(JSON.stringify(report)), 'p')).toEqual(report);
+    } finally {
+      await limiter.close();
+    }
+    expect(await readRateBudgets(store(null), 'p')).toBeNull();
+    expect(await readRateBudgets(store('{not json'), 'p')).toBeNull();
+    expect(await readRateBudgets(store('{"model":"endpoint"}'), 'p')).toBeNull();
+    expect(await readRateBudgets(store('[1,2]'), 'p')).toBeNull();
+  });
+});
