@@ -40,6 +40,19 @@ describe('BudgetLearner', () => {
     expect(learner.budgetOf('GET /g/2/subscribers/active')).toBe('own');
   });
 
+  it('one proof of an own budget is enough to presume one for an endpoint not seen yet', () => {
+    const learner = new BudgetLearner({ windowMs: 60_000, now: () => 0 });
+    const answer = service((e) => e);
+    // The first answer proves nothing; the second, on another endpoint, left the first out.
+    for (const endpoint of COUNTS.slice(0, 2)) {
+      const sentAt = learner.sent();
+      learner.answered(endpoint, sentAt, 200, answer(endpoint));
+    }
+    expect(learner.knowledge().map((k) => k.budget)).toEqual([null, 'own']);
+    expect(learner.budgetOf(LISTS[0] ?? '')).toBe('own');
+    expect(learner.model()).toBe('endpoint');
+  });
+
   it('proves a shared budget when a counter counts other endpoints, and presumes nothing own', () => {
     const learner = new BudgetLearner({ windowMs: 60_000, now: () => 0 });
     readSideBySide(
