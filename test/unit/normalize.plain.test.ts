@@ -102,7 +102,13 @@ describe('legacySubscriberRowOf: the schema, without zod', () => {
     ['confirmation_timestamp', '2024-03-10 02:30:00'],
     ['fields', null],
     ['fields', { city: 'Paris', email: 'x@example.com', n: 1, b: true }],
-    ['fields', [{ key: 'a\u0000', value: 'x\u0000', type: 'TEXT' }, { key: 'a', value: 'later wins' }]],
+    [
+      'fields',
+      [
+        { key: 'a\u0000', value: 'x\u0000', type: 'TEXT' },
+        { key: 'a', value: 'later wins' },
+      ],
+    ],
     ['fields', [{ key: '', value: 'x' }]],
     ['fields', [{ key: 'k', value: { no: 1 } }]],
     ['fields', 'text'],
