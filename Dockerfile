@@ -40,10 +40,12 @@ EXPOSE 8080 9090
 HEALTHCHECK --interval=10s --timeout=10s --start-period=60s --retries=3 CMD ["node", "dist/healthcheck.js"]
 # `docker run` without --init: node is PID 1, and the CLI installs its SIGTERM/SIGINT handlers before
 # any start-up work, so a stop is never ignored. Compose adds an init (`init: true`) all the same.
-# --max-semi-space-size=8: a young generation of 8 MB semi-spaces (Node 24 grows them to 32 MB+),
-# which a pass's short-lived page objects never need. --heap-growing-percent=50: the old space grows
-# by half of what a GC left live instead of V8's default factor (up to 4x), so the garbage of a pass's
-# pages is collected before it doubles the heap (docs/benchmarks.md, "memory": a pass of 70k members
-# peaked at 314 MB without, 182 MB with, at the same speed). test/bench/lib/service-run.ts starts the same way.
-ENTRYPOINT ["node", "--enable-source-maps", "--max-semi-space-size=8", "--heap-growing-percent=50", "dist/cli.js"]
+# --max-semi-space-size=4: a young generation of 4 MB semi-spaces (Node 24 grows them to 32 MB+),
+# which a pass's short-lived page objects never need. --heap-growing-percent=30: the old space grows
+# by 30 % of what a GC left live instead of V8's default factor (up to 4x), so the garbage of a pass's
+# pages is collected before it swells the heap. V8 keeps the pages of a heap that shrank, so the
+# process's RSS is its heap's high-water mark (docs/benchmarks.md, "memory": five passes at full speed
+# peaked at 179-202 MB with these flags, 208 MB with 8 and 50 %, at the same speed).
+# test/bench/lib/service-run.ts starts the same way.
+ENTRYPOINT ["node", "--enable-source-maps", "--max-semi-space-size=4", "--heap-growing-percent=30", "dist/cli.js"]
 CMD ["start", "--role", "all"]

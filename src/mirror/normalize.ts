@@ -45,6 +45,7 @@ import {
   groupRow,
   groupSchema,
   currentSubscriberRowSchema,
+  legacySubscriberRowOf,
   legacySubscriberRowSchema,
   upstreamKeysOf,
   webhookSubscriberRowSchema,
@@ -180,7 +181,7 @@ export interface LegacyNormalizeOptions {
 export function normalizeLegacySubscriber(raw: Record<string, unknown>, opts: LegacyNormalizeOptions): SubscriberRow {
   const obj = asObject(raw, 'subscriber');
   assertSourceTimezone(opts.sourceTimezone);
-  return parseWith(legacySubscriberRowSchema(opts.sourceTimezone), obj);
+  return legacySubscriberRowOf(obj, opts.sourceTimezone) ?? parseWith(legacySubscriberRowSchema(opts.sourceTimezone), obj);
 }
 
 /**

@@ -44,6 +44,38 @@ function issue(ctx: Ctx, value: unknown, message: string): never {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The same checks as plain functions (the hot path of a pass)
+
+/** What a rule does to a value, written once: `ctx.addIssue` marks the value bad. */
+export type RuleCheck<T> = (value: unknown, ctx: Ctx) => T;
+
+/** A rule's check, and whether an absent value skips it (`.optional()`). */
+export interface PlainRule {
+  check: RuleCheck<unknown>;
+  optional: boolean;
+}
+
+const PLAIN_RULES = new WeakMap<z.ZodType, PlainRule>();
+
+/**
+ * The rule as a zod schema, its check also kept as a plain function (`plainRuleOf`). Zod's wrapping
+ * of every value in payload objects was most of what a pass allocated per member (docs/benchmarks.md,
+ * "memory"); `schemas.ts` runs the plain checks for a page's members and asks the schema only for a
+ * member they refuse, so the error is zod's, word for word.
+ */
+function rule<T>(check: RuleCheck<T>, optional = true): z.ZodType<T | undefined> {
+  const base = z.unknown().transform(check);
+  const schema = optional ? base.optional() : base;
+  PLAIN_RULES.set(schema, { check, optional });
+  return schema as z.ZodType<T | undefined>;
+}
+
+/** The plain check of a rule made by `rule`; undefined for any other schema. */
+export function plainRuleOf(schema: z.ZodType): PlainRule | undefined {
+  return PLAIN_RULES.get(schema);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Ids (invariant 6)
 
 const DIGITS = /^\d+$/;
@@ -54,7 +86,7 @@ const LOSSY_NUMBER =
  * A canonical decimal id (no sign, no leading zeros) from a string of digits, a non-negative safe
  * integer, a bigint or a lossless-json number. A JS number beyond 2^53 has already lost digits.
  */
-export const idRule = z.unknown().transform((value, ctx): string => {
+export const idRule = rule((value, ctx): string => {
   if (typeof value === 'string' || isLosslessNumber(value)) {
     const text = typeof value === 'string' ? value.trim() : value.value;
     if (DIGITS.test(text)) return BigInt(text).toString();
@@ -65,7 +97,7 @@ export const idRule = z.unknown().transform((value, ctx): string => {
   if (typeof value === 'number') return Number.isSafeInteger(value) && value >= 0 ? String(value) : issue(ctx, value, LOSSY_NUMBER);
   if (value === null || value === undefined) return issue(ctx, value, 'id is missing');
   return issue(ctx, value, `id must be a string of digits, got ${describeValue(value)}`);
-});
+}, false) as z.ZodType<string>;
 
 /** What `String.prototype.trim` removes (the rule trims a string id first), as a regex class body. */
 const TRIMMED = '\\t\\n\\v\\f\\r \\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000\\ufeff';
@@ -111,25 +143,22 @@ const legacyTimestampRules = new Map<string, z.ZodType<string | null | undefined
  * zero date and `""` are null. The zone must have been checked (`assertTimeZone`).
  */
 export function legacyTimestampRule(timeZone: string): z.ZodType<string | null | undefined> {
-  let rule = legacyTimestampRules.get(timeZone);
-  if (!rule) {
-    rule = z
-      .unknown()
-      .transform((value, ctx): string | null | undefined => {
-        if (value === undefined) return undefined;
-        if (value === null) return null;
-        if (typeof value !== 'string') return issue(ctx, value, 'expected a "Y-m-d H:i:s" string');
-        try {
-          return parseLegacyTimestamp(value, timeZone);
-        } catch (err) {
-          if (!(err instanceof TimestampError)) throw err;
-          return issue(ctx, value, err.message);
-        }
-      })
-      .optional();
-    legacyTimestampRules.set(timeZone, rule);
+  let cached = legacyTimestampRules.get(timeZone);
+  if (!cached) {
+    cached = rule((value, ctx): string | null | undefined => {
+      if (value === undefined) return undefined;
+      if (value === null) return null;
+      if (typeof value !== 'string') return issue(ctx, value, 'expected a "Y-m-d H:i:s" string');
+      try {
+        return parseLegacyTimestamp(value, timeZone);
+      } catch (err) {
+        if (!(err instanceof TimestampError)) throw err;
+        return issue(ctx, value, err.message);
+      }
+    });
+    legacyTimestampRules.set(timeZone, cached);
   }
-  return rule;
+  return cached;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -164,20 +193,17 @@ interface NumberKind {
 }
 
 function numberRule(kind: NumberKind, form: NumberForm): z.ZodType<number | null | undefined> {
-  return z
-    .unknown()
-    .transform((value, ctx): number | null | undefined => {
-      if (value === null || (form.numericStrings && value === '')) return null;
-      const text = numericText(value, form);
-      let n: number;
-      if (typeof value === 'number') n = value;
-      else if (typeof value === 'bigint') n = Number(value);
-      else if (text !== undefined && kind.text.test(text)) n = Number(text);
-      else return issue(ctx, value, text !== undefined ? `expected ${kind.noun}` : `expected ${kind.noun} or null`);
-      const misfit = kind.misfit(n);
-      return misfit === null ? n : issue(ctx, value, misfit);
-    })
-    .optional();
+  return rule((value, ctx): number | null | undefined => {
+    if (value === null || (form.numericStrings && value === '')) return null;
+    const text = numericText(value, form);
+    let n: number;
+    if (typeof value === 'number') n = value;
+    else if (typeof value === 'bigint') n = Number(value);
+    else if (text !== undefined && kind.text.test(text)) n = Number(text);
+    else return issue(ctx, value, text !== undefined ? `expected ${kind.noun}` : `expected ${kind.noun} or null`);
+    const misfit = kind.misfit(n);
+    return misfit === null ? n : issue(ctx, value, misfit);
+  });
 }
 
 const INT4: NumberKind = {
@@ -198,14 +224,11 @@ export function floatRule(form: NumberForm): z.ZodType<number | null | undefined
 }
 
 /** A text column. */
-export const textRule = z
-  .unknown()
-  .transform((value, ctx): string | null | undefined => {
-    if (value === undefined || value === null) return value;
-    if (typeof value !== 'string') return issue(ctx, value, 'expected a string or null');
-    return stripNul(value);
-  })
-  .optional();
+export const textRule = rule((value, ctx): string | null | undefined => {
+  if (value === undefined || value === null) return value;
+  if (typeof value !== 'string') return issue(ctx, value, 'expected a string or null');
+  return stripNul(value);
+});
 
 // ---------------------------------------------------------------------------------------------
 // Custom fields (docs/upstream.md, "Subscriber object": "all values are strings")
@@ -221,58 +244,52 @@ function fieldText(value: unknown): string | null | undefined {
 const FIELD_VALUE_MESSAGE = 'custom field values must be strings (or numbers, booleans, null)';
 
 /** Webhook `fields`: an object of scalar values, each made a string. */
-export const fieldsRule = z
-  .unknown()
-  .transform((value, ctx): Record<string, string | null> | null | undefined => {
-    if (value === undefined || value === null) return value;
-    if (typeof value !== 'object' || Array.isArray(value) || isLosslessNumber(value)) {
-      return issue(ctx, value, 'fields must be an object of custom field values');
+export const fieldsRule = rule((value, ctx): Record<string, string | null> | null | undefined => {
+  if (value === undefined || value === null) return value;
+  if (typeof value !== 'object' || Array.isArray(value) || isLosslessNumber(value)) {
+    return issue(ctx, value, 'fields must be an object of custom field values');
+  }
+  const out: Record<string, string | null> = {};
+  for (const [key, raw] of Object.entries(value as Record<string, unknown>)) {
+    const text = fieldText(raw);
+    if (text === undefined) {
+      ctx.addIssue({ code: 'custom', message: FIELD_VALUE_MESSAGE, path: [key], input: raw });
+      continue;
     }
-    const out: Record<string, string | null> = {};
-    for (const [key, raw] of Object.entries(value as Record<string, unknown>)) {
-      const text = fieldText(raw);
-      if (text === undefined) {
-        ctx.addIssue({ code: 'custom', message: FIELD_VALUE_MESSAGE, path: [key], input: raw });
-        continue;
-      }
-      out[stripNul(key)] = text;
-    }
-    return out;
-  })
-  .optional();
+    out[stripNul(key)] = text;
+  }
+  return out;
+});
 
 /** Legacy `fields`: an array of `{key, value, type}` (or an object, as webhooks send it). A later duplicate key wins. */
-export const legacyFieldsRule = z
-  .unknown()
-  .transform((value, ctx): Record<string, string | null> | null | undefined => {
-    if (value === undefined || value === null) return value;
-    if (!Array.isArray(value)) {
-      if (typeof value === 'object' && !isLosslessNumber(value)) return forward(ctx, fieldsRule.safeParse(value));
-      return issue(ctx, value, `expected an array or an object, got ${describeValue(value)}`);
+export const legacyFieldsRule = rule((value, ctx): Record<string, string | null> | null | undefined => {
+  if (value === undefined || value === null) return value;
+  if (!Array.isArray(value)) {
+    if (typeof value === 'object' && !isLosslessNumber(value)) return forward(ctx, fieldsRule.safeParse(value));
+    return issue(ctx, value, `expected an array or an object, got ${describeValue(value)}`);
+  }
+  const out: Record<string, string | null> = {};
+  value.forEach((item: unknown, i) => {
+    if (typeof item !== 'object' || item === null || Array.isArray(item)) {
+      ctx.addIssue({ code: 'custom', message: 'expected an object {key, value, type}', path: [i], input: item });
+      return;
     }
-    const out: Record<string, string | null> = {};
-    value.forEach((item: unknown, i) => {
-      if (typeof item !== 'object' || item === null || Array.isArray(item)) {
-        ctx.addIssue({ code: 'custom', message: 'expected an object {key, value, type}', path: [i], input: item });
-        return;
-      }
-      const entry = item as Record<string, unknown>;
-      if (typeof entry.key !== 'string' || entry.key === '') {
-        ctx.addIssue({ code: 'custom', message: 'expected a non-empty string', path: [i, 'key'], input: entry.key });
-        return;
-      }
-      const text = fieldText(entry.value);
-      if (text === undefined) {
-        ctx.addIssue({
-          code: 'custom',
-          message: `expected a scalar value, got ${describeValue(entry.value)}`,
-          path: [i, 'value'],
-          input: entry.value,
-        });
-        return;
-      }
-      out[stripNul(entry.key)] = text;
-    });
-    return out;
-  })
-  .optional();
+    const entry = item as Record<string, unknown>;
+    if (typeof entry.key !== 'string' || entry.key === '') {
+      ctx.addIssue({ code: 'custom', message: 'expected a non-empty string', path: [i, 'key'], input: entry.key });
+      return;
+    }
+    const text = fieldText(entry.value);
+    if (text === undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        message: `expected a scalar value, got ${describeValue(entry.value)}`,
+        path: [i, 'value'],
+        input: entry.value,
+      });
+      return;
+    }
+    out[stripNul(entry.key)] = text;
+  });
+  return out;
+});

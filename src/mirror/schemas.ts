@@ -22,9 +22,11 @@ import {
   isoTimestampRule,
   legacyFieldsRule,
   legacyTimestampRule,
+  plainRuleOf,
   stripNul,
   textRule,
   type NumberForm,
+  type PlainRule,
 } from './rules.js';
 
 const WEBHOOK_NUMBERS = { numericStrings: false };
@@ -213,21 +215,86 @@ export function upstreamKeysOf(fields: readonly SubscriberField[]): string[] {
   return [...new Set([...keysOf(WEBHOOK_KEY_FIELD, fields), ...keysOf(LEGACY_KEY_FIELD, fields)].map(([key]) => key))];
 }
 
-const legacySchemas = new Map<string, z.ZodType<SubscriberRow>>();
+/** The legacy Single Subscriber in one time zone: the schema, and its checks as one plain function. */
+interface LegacyReading {
+  schema: z.ZodType<SubscriberRow>;
+  plain: (raw: Record<string, unknown>) => SubscriberRow | null;
+}
 
-/** The legacy Single Subscriber read in `timeZone` (checked by the caller) → its {@link SubscriberRow} (`via: 'poll'`). */
-export function legacySubscriberRowSchema(timeZone: string): z.ZodType<SubscriberRow> {
-  let schema = legacySchemas.get(timeZone);
-  if (schema) return schema;
+const legacyReadings = new Map<string, LegacyReading>();
+
+function legacyReading(timeZone: string): LegacyReading {
+  let reading = legacyReadings.get(timeZone);
+  if (reading) return reading;
   const time = legacyTimestampRule(timeZone);
-  const fieldsSchema = subscriberObject(
+  const object = subscriberObject(
     { text: LEGACY_TEXT, int: LEGACY_INT, float: LEGACY_FLOAT, time: LEGACY_TIME },
     { numbers: LEGACY_NUMBERS, time },
     { date_updated: time, signup_timestamp: time, date_subscribe: time, fields: legacyFieldsRule },
-  ).check(requireClock('date_updated', 'date_created', 'missing, and no date_created to fall back to'));
-  schema = z.unknown().transform((raw, ctx) => legacyRow(forward(ctx, fieldsSchema.safeParse(raw)), raw as Record<string, unknown>));
-  legacySchemas.set(timeZone, schema);
-  return schema;
+  );
+  const clock = requireClock('date_updated', 'date_created', 'missing, and no date_created to fall back to');
+  const fieldsSchema = object.check(clock);
+  const plainObject = plainLooseObject(object.shape);
+  reading = {
+    schema: z.unknown().transform((raw, ctx) => legacyRow(forward(ctx, fieldsSchema.safeParse(raw)), raw as Record<string, unknown>)),
+    plain: (raw) => {
+      const o = plainObject(raw);
+      return o === null || !hasClock(o, 'date_updated', 'date_created') ? null : legacyRow(o, raw);
+    },
+  };
+  legacyReadings.set(timeZone, reading);
+  return reading;
+}
+
+/** The legacy Single Subscriber read in `timeZone` (checked by the caller) → its {@link SubscriberRow} (`via: 'poll'`). */
+export function legacySubscriberRowSchema(timeZone: string): z.ZodType<SubscriberRow> {
+  return legacyReading(timeZone).schema;
+}
+
+/**
+ * The same reading without zod's machinery: the row the schema gives, or null when any check refuses a
+ * value (the caller then parses with the schema, for its error). A pass reads every member this way.
+ */
+export function legacySubscriberRowOf(raw: Record<string, unknown>, timeZone: string): SubscriberRow | null {
+  return legacyReading(timeZone).plain(raw);
+}
+
+/**
+ * A loose object schema's checks (each a `rule` of rules.ts) as one plain function: the object zod
+ * outputs (the shape's keys present, in its order, then every other key as received), or null when a
+ * check refuses a value. Only the zod schema says why, so a refusal goes back to it.
+ */
+function plainLooseObject(shape: Readonly<Record<string, z.ZodType>>): (raw: Record<string, unknown>) => Record<string, unknown> | null {
+  const checks: Array<[string, PlainRule]> = Object.entries(shape).map(([key, schema]) => {
+    const plain = plainRuleOf(schema);
+    if (!plain) throw new Error(`the rule of "${key}" has no plain form (make it with rule() in rules.ts)`);
+    return [key, plain];
+  });
+  const known = new Set(Object.keys(shape));
+  return (raw) => {
+    let refused = false;
+    const ctx = { addIssue: () => (refused = true) } as unknown as z.core.$RefinementCtx;
+    const out: Record<string, unknown> = {};
+    for (const [key, { check, optional }] of checks) {
+      const value = Object.hasOwn(raw, key) ? raw[key] : undefined;
+      if (value === undefined && optional) continue;
+      const result = check(value, ctx);
+      if (refused) return null;
+      out[key] = result;
+    }
+    for (const key of Object.keys(raw)) {
+      if (known.has(key)) continue;
+      // Assigning it would set the prototype: zod's own handling decides.
+      if (key === '__proto__') return null;
+      out[key] = raw[key];
+    }
+    return out;
+  };
+}
+
+/** `requireClock` as a plain test. */
+function hasClock(o: Record<string, unknown>, updated: string, created: string): boolean {
+  return Boolean(o[updated]) || Boolean(o[created]);
 }
 
 function legacyRow(o: Record<string, unknown>, raw: Record<string, unknown>): SubscriberRow {
@@ -289,6 +356,15 @@ export function campaignRow(c: WebhookCampaign, opts: { sent?: boolean } = {}): 
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
+const ENTRIES = new WeakMap<object, ReadonlyArray<[string, SubscriberField]>>();
+
+/** `Object.entries` of a constant map, made once: it runs for every member of every page. */
+function entriesOf(map: Readonly<Record<string, SubscriberField>>): ReadonlyArray<[string, SubscriberField]> {
+  let entries = ENTRIES.get(map);
+  if (!entries) ENTRIES.set(map, (entries = Object.entries(map)));
+  return entries;
+}
+
 /** Copies every carried key of `map` into its column and marks the column provided. */
 function copyColumns(
   o: Record<string, unknown>,
@@ -297,7 +373,7 @@ function copyColumns(
   provided: Set<SubscriberField>,
 ): void {
   const into = values as unknown as Record<SubscriberField, unknown>;
-  for (const [key, column] of Object.entries(map)) {
+  for (const [key, column] of entriesOf(map)) {
     const value = o[key];
     if (value === undefined) continue;
     into[column] = value;
@@ -336,7 +412,8 @@ function cleanExtraValue(value: unknown): unknown {
 
 function collectExtra(o: Record<string, unknown>, known: ReadonlySet<string>): Record<string, unknown> {
   const extra: Record<string, unknown> = {};
-  for (const [key, value] of Object.entries(o)) {
+  for (const key of Object.keys(o)) {
+    const value = o[key];
     if (known.has(key) || value === undefined) continue;
     extra[stripNul(key)] = cleanExtraValue(value);
   }

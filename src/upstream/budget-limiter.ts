@@ -15,6 +15,7 @@
  *   shared budget for that window (budget-model.ts).
  */
 import type { Redis } from 'ioredis';
+import { z } from 'zod';
 import { BudgetLearner, readRateHeaders, type BudgetModel, type EndpointBudget } from './budget-model.js';
 import type { GateScheduleOptions, GateSlot } from './http.js';
 import { createLimiter, type Limiter, type LimiterOptions, type LimiterStats } from './limiter.js';
@@ -37,15 +38,32 @@ export function rateBudgetsKey(prefix: string): string {
   return `${prefix}:rate-budgets`;
 }
 
-/** The published report, or null when none was published (or it is unreadable). */
+const budgetName = z.enum(['own', 'shared']);
+const reportSchema = z.object({
+  model: z.enum(['unknown', 'account', 'endpoint', 'mixed']),
+  fallbackUntil: z.string().nullable(),
+  windowMs: z.number().int().positive(),
+  budgets: z.array(z.object({ budget: z.string(), perWindow: z.number().nonnegative(), announcedLimit: z.number().nullable() })),
+  endpoints: z.array(z.object({ endpoint: z.string(), budget: budgetName, announcedLimit: z.number().nullable() })),
+  modelChanges: z.number().int().nonnegative(),
+  at: z.string(),
+});
+
+/**
+ * The published report, or null when none was published or what is there is not one (another
+ * release's shape, a hand edit): `status` and the status page then say nothing was learned.
+ */
 export async function readRateBudgets(redis: Pick<Redis, 'get'>, prefix: string): Promise<BudgetReport | null> {
   const text = await redis.get(rateBudgetsKey(prefix));
   if (!text) return null;
+  let value: unknown;
   try {
-    return JSON.parse(text) as BudgetReport;
+    value = JSON.parse(text);
   } catch {
     return null;
   }
+  const parsed = reportSchema.safeParse(value);
+  return parsed.success ? parsed.data : null;
 }
 
 /** The report as lines of text, for `status`. */
@@ -135,14 +153,16 @@ function abortableWait(ms: number, signal: AbortSignal | undefined): Promise<voi
 }
 
 class LearningLimiter {
-  readonly shared: Limiter;
+  shared: Limiter;
   private readonly windowMs: number;
   private readonly reserve: number;
   private readonly autoStart: number;
   private readonly maxOwn: number;
   private readonly name: string;
   private readonly learner: BudgetLearner;
-  private readonly sharedPerWindow: number;
+  private sharedPerWindow: number;
+  /** Requests scheduled on each shared limiter; one replaced (`auto`) is closed when its count is 0. */
+  private readonly sharedInUse = new Map<Limiter, number>();
   private readonly own = new Map<string, OwnBudget>();
   private readonly retired: Limiter[] = [];
   private readonly waitingOnShared = new Set<{ endpoint: string; reroute: AbortController }>();
@@ -192,6 +212,48 @@ class LearningLimiter {
     }
   }
 
+  /**
+   * With `auto`, the shared budget is what the endpoints on it announce (the least of them) less the
+   * reserve. A new rate is a new limiter under the same Redis id (so every replica's spacing follows
+   * it); requests already queued on the old one go at the old rate, and it closes once they have.
+   */
+  private rateShared(): void {
+    if (this.options.perMinute !== 'auto' || this.closed) return;
+    let least: number | null = null;
+    for (const k of this.learner.knowledge())
+      if (k.announcedLimit !== null && this.learner.budgetOf(k.endpoint) === 'shared')
+        least = Math.min(least ?? k.announcedLimit, k.announcedLimit);
+    if (least === null) return;
+    const perWindow = budgetFor('auto', least, this.autoStart, this.reserve);
+    if (perWindow === this.sharedPerWindow) return;
+    const old = this.shared;
+    this.shared = createLimiter({ ...this.options, perMinute: perWindow });
+    this.sharedPerWindow = perWindow;
+    // A pause (a 429, a budget with nothing left) holds on the new limiter too.
+    void old
+      .pausedForMs()
+      .then((ms) => (ms > 0 ? this.shared.pauseFor(ms) : undefined))
+      .catch(() => {});
+    if ((this.sharedInUse.get(old) ?? 0) === 0) void old.close();
+    else this.retired.push(old);
+  }
+
+  /** Schedules on the shared limiter in force, counting what it holds (see rateShared). */
+  private async onSharedLimiter<T>(fn: () => Promise<T>, options: { signal: AbortSignal } | undefined): Promise<T> {
+    const limiter = this.shared;
+    this.sharedInUse.set(limiter, (this.sharedInUse.get(limiter) ?? 0) + 1);
+    try {
+      return await limiter.schedule(fn, options);
+    } finally {
+      const left = (this.sharedInUse.get(limiter) ?? 1) - 1;
+      if (left > 0) this.sharedInUse.set(limiter, left);
+      else {
+        this.sharedInUse.delete(limiter);
+        if (limiter !== this.shared && this.retired.includes(limiter)) void limiter.close();
+      }
+    }
+  }
+
   report(): BudgetReport {
     const until = this.learner.fallbackUntilMs();
     return {
@@ -230,6 +292,7 @@ class LearningLimiter {
     const counters = readRateHeaders(headers);
     this.learner.answered(endpoint, sentAt, status, counters);
     this.rerouteWaiting();
+    if (counters && status !== 429) this.rateShared();
     if (counters && status !== 429 && counters.remaining === 0) {
       const waitMs = counters.reset * 1000 - Date.now();
       void (budget ? budget.limiter : this.shared).pauseFor(Math.min(waitMs, this.windowMs)).catch(() => {});
@@ -248,7 +311,7 @@ class LearningLimiter {
   async schedule<T>(fn: (slot?: GateSlot) => Promise<T>, scheduleOptions?: GateScheduleOptions): Promise<T> {
     const endpoint = scheduleOptions?.endpoint;
     const signal = scheduleOptions?.signal;
-    if (endpoint === undefined || this.closed) return this.shared.schedule(() => fn(), signal ? { signal } : undefined);
+    if (endpoint === undefined || this.closed) return this.onSharedLimiter(() => fn(), signal ? { signal } : undefined);
     this.closeIdle();
     for (;;) {
       // A 429 anywhere holds every budget: own budgets do not see the shared pause themselves.
@@ -282,7 +345,7 @@ class LearningLimiter {
     const both = signal ? AbortSignal.any([signal, reroute.signal]) : reroute.signal;
     try {
       return {
-        value: await this.shared.schedule(() => (this.waitingOnShared.delete(waiting), this.send(endpoint, fn, null)), { signal: both }),
+        value: await this.onSharedLimiter(() => (this.waitingOnShared.delete(waiting), this.send(endpoint, fn, null)), { signal: both }),
       };
     } catch (error) {
       if (reroute.signal.aborted && !signal?.aborted) return REROUTE;

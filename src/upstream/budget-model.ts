@@ -17,8 +17,11 @@
  * Answers in different windows prove nothing (a new window restarts the counter), so a service
  * whose windows slide per endpoint (a different `Reset` on every endpoint) is never proven to give
  * own budgets: it is read on the shared budget, as before. An endpoint not seen yet is presumed to
- * share, unless at least two endpoints were proven to have their own budget and none to share (the
- * per-endpoint model), so a new list starts at its own pace at once. A 429 drops every endpoint back
+ * share, unless an endpoint was proven to have its own budget and none to share (the per-endpoint
+ * model), so a new list starts at its own pace at once. One proof is enough: a pass asks for its
+ * count first, so where counts share one budget (the mixed model) the second answer already shows
+ * it, before any list is presumed; a presumption the service does not bear out costs one 429, which
+ * drops everyone back to the shared budget. A 429 drops every endpoint back
  * to the shared budget for a window past its reset, and what was learned is forgotten.
  */
 
@@ -162,7 +165,7 @@ export class BudgetLearner {
     const known = this.endpoints.get(endpoint)?.budget;
     if (known) return known;
     const { own, shared } = this.counts();
-    return own >= 2 && shared === 0 ? 'own' : 'shared';
+    return own >= 1 && shared === 0 ? 'own' : 'shared';
   }
 
   announcedLimit(endpoint: string): number | null {

@@ -76,3 +76,32 @@ describe('the limiter learns the budget model from the rate-limit headers (simul
     expect(sim.maxRequestsInAnyWindow(WINDOW_MS, (r) => (r.url.split('?')[0] ?? '').endsWith('/count'))).toBeLessThanOrEqual(LIMIT);
   }, 20_000);
 });
+
+describe('API_RATE_LIMIT=auto', () => {
+  it('one account budget: the shared budget follows what the headers announce, less the reserve, never a 429', async () => {
+    const sim = await startSimulator({
+      subscribers: 3_000,
+      groups: 1,
+      rateLimit: 10,
+      rateLimitWindowMs: WINDOW_MS,
+      rateLimitScope: 'account',
+    });
+    // Before the first answer only the start value is known: 3 less the reserve = 2 a window.
+    const limiter = createBudgetLimiter({ mode: 'memory', perMinute: 'auto', autoStart: 3, windowMs: WINDOW_MS });
+    open.push(sim, limiter);
+    expect(limiter.report().budgets).toEqual([{ budget: 'shared', perWindow: 2, announcedLimit: null }]);
+    const client = createLegacyClient({ baseUrl: sim.url, apiKey: sim.apiKey, apiKeyHeader: sim.apiKeyHeader, limiter });
+    const groupId = sim.world.groupIds()[0] ?? '';
+    const started = performance.now();
+    await Promise.all(TYPES.map((type) => client.count(groupId, type)));
+    for (let i = 0; i < 12; i++) await client.count(groupId, TYPES[i % TYPES.length] ?? 'active');
+    const elapsedMs = performance.now() - started;
+    // 10 announced, less the reserve of 10 % (at least one): 9 a window.
+    expect(limiter.report().budgets).toEqual([{ budget: 'shared', perWindow: 9, announcedLimit: null }]);
+    expect(limiter.report().model).toBe('account');
+    expect(sim.requests.filter((r) => r.status === 429)).toHaveLength(0);
+    expect(sim.maxRequestsInAnyWindow(WINDOW_MS)).toBeLessThanOrEqual(9);
+    // 15 requests at the start value of 2 a window would take 7 s.
+    expect(elapsedMs).toBeLessThan(4_500);
+  }, 20_000);
+});

@@ -40,6 +40,19 @@ describe('BudgetLearner', () => {
     expect(learner.budgetOf('GET /g/2/subscribers/active')).toBe('own');
   });
 
+  it('one proof of an own budget is enough to presume one for an endpoint not seen yet', () => {
+    const learner = new BudgetLearner({ windowMs: 60_000, now: () => 0 });
+    const answer = service((e) => e);
+    // The first answer proves nothing; the second, on another endpoint, left the first out.
+    for (const endpoint of COUNTS.slice(0, 2)) {
+      const sentAt = learner.sent();
+      learner.answered(endpoint, sentAt, 200, answer(endpoint));
+    }
+    expect(learner.knowledge().map((k) => k.budget)).toEqual([null, 'own']);
+    expect(learner.budgetOf(LISTS[0] ?? '')).toBe('own');
+    expect(learner.model()).toBe('endpoint');
+  });
+
   it('proves a shared budget when a counter counts other endpoints, and presumes nothing own', () => {
     const learner = new BudgetLearner({ windowMs: 60_000, now: () => 0 });
     readSideBySide(
@@ -186,5 +199,24 @@ describe('readAhead (legacy pass)', () => {
     }
     for await (const page of readAhead(endless())) if (page === 2) break;
     expect(ended.endless).toBe(true);
+  });
+});
+
+describe('readRateBudgets', () => {
+  const store = (text: string | null) => ({ get: async () => text });
+
+  it('reads back what a limiter published, and nothing from what is not a report', async () => {
+    const { createBudgetLimiter, readRateBudgets } = await import('../../src/upstream/budget-limiter.js');
+    const limiter = createBudgetLimiter({ mode: 'memory', perMinute: 60 });
+    try {
+      const report = limiter.report();
+      expect(await readRateBudgets(store(JSON.stringify(report)), 'p')).toEqual(report);
+    } finally {
+      await limiter.close();
+    }
+    expect(await readRateBudgets(store(null), 'p')).toBeNull();
+    expect(await readRateBudgets(store('{not json'), 'p')).toBeNull();
+    expect(await readRateBudgets(store('{"model":"endpoint"}'), 'p')).toBeNull();
+    expect(await readRateBudgets(store('[1,2]'), 'p')).toBeNull();
   });
 });

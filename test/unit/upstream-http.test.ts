@@ -79,6 +79,32 @@ describe('lossless JSON (invariant 6)', () => {
     expect(Object.getPrototypeOf(parsed)).toBe(Object.prototype);
   });
 
+  it('reads long digits exactly wherever they stand: values, strings, fractions, exponents', () => {
+    const text =
+      '{"a":[12345678901234567, -12345678901234567, 1234567890123456, 1.12345678901234567, 12345678901234567e2],' +
+      ' "s":"x:12345678901234567", "t":"[12345678901234567]", "u":"a\\":12345678901234567", "id" : 12345678901234567}';
+    expect(parseJsonLossless(text)).toEqual({
+      a: ['12345678901234567', '-12345678901234567', 1234567890123456, 1.1234567890123457, 1234567890123456800],
+      s: 'x:12345678901234567',
+      t: '[12345678901234567]',
+      u: 'a":12345678901234567',
+      id: '12345678901234567',
+    });
+  });
+
+  it('lets a later duplicate key win, on both paths', () => {
+    expect(parseJsonLossless('{"a":1,"a":2}')).toEqual({ a: 2 });
+    expect(parseJsonLossless('{"id":12345678901234567,"id":22345678901234567,"s":"x,12345678901234567"}')).toEqual({
+      id: '22345678901234567',
+      s: 'x,12345678901234567',
+    });
+  });
+
+  it('rejects a long integer used as a key, and leading zeros', () => {
+    expect(() => parseJsonLossless('{12345678901234567: 1}')).toThrow(SyntaxError);
+    expect(() => parseJsonLossless('[-00000000000000000001]')).toThrow(SyntaxError);
+  });
+
   it('rejects text that is not JSON', () => {
     expect(() => parseJsonLossless('<html>')).toThrow(SyntaxError);
     expect(() => parseJsonLossless('[1,2')).toThrow();
