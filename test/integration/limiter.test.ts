@@ -172,6 +172,10 @@ describe('limiter shared through Redis', () => {
       await second.schedule(async () => undefined);
       expect(Number(await redis.hget(settingsKey, 'minTime'))).toBe(spacingMs(5, WINDOW_MS, 250));
       expect(second.stats().minTimeMs).toBe(spacingMs(5, WINDOW_MS, 250));
+      // A one-off command's limiter (writeSettings: false) follows the spacing instead of setting it.
+      const guest = limiter(prefix, { perMinute: 20, writeSettings: false });
+      await guest.schedule(async () => undefined);
+      expect(Number(await redis.hget(settingsKey, 'minTime'))).toBe(spacingMs(5, WINDOW_MS, 250));
     } finally {
       redis.disconnect();
     }
