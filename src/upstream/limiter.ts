@@ -394,7 +394,8 @@ class SpacedLimiter {
     generation.ready = bottleneck.ready().then(async () => {
       // Bottleneck writes its settings to Redis only when the id has none, so a new rate under an id
       // Redis already holds (API_RATE_LIMIT changed, a budget re-rated) would keep the old spacing.
-      if (writeSettings) await bottleneck.updateSettings({ minTime, maxConcurrent });
+      // Typed as returning the limiter; it returns a promise of it (the Redis write).
+      if (writeSettings) await Promise.resolve(bottleneck.updateSettings({ minTime, maxConcurrent }));
       // See header: a rebuilt state must not hand out a slot next to one the lost state issued.
       if (!push) return;
       await client.eval(PUSH_NEXT_REQUEST_LUA, 1, `b_${id}_settings`, String(Date.now() + (maxConcurrent + 1) * minTime));
