@@ -54,7 +54,14 @@ export async function runAuditCli(config: Config, target: { groupId?: string; ty
   const database = openDatabase(config.databaseUrl, { max: 2 });
   const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1, lazyConnect: true });
   const queue = createSyncQueue({ url: config.redisUrl, maxRetriesPerRequest: 1 }, config.redisPrefix);
-  const limiter = createLimiter({ mode: 'redis', redisUrl: config.redisUrl, prefix: config.redisPrefix, perMinute: config.apiRateLimit });
+  // The service's own limiter sets the shared spacing (it may have re-rated it): this one follows it.
+  const limiter = createLimiter({
+    mode: 'redis',
+    redisUrl: config.redisUrl,
+    prefix: config.redisPrefix,
+    perMinute: config.apiRateLimit,
+    writeSettings: false,
+  });
   try {
     await redis.connect();
     const logger = createLogger({ level: 'silent' }).logger;

@@ -20,7 +20,7 @@ export {
   type SubscriberField,
   type SubscriberValues,
 } from '../db/subscriber-columns.js';
-import type { SubscriberField, SubscriberValues } from '../db/subscriber-columns.js';
+import { SUBSCRIBER_FIELDS as FIELDS, type SubscriberField, type SubscriberValues } from '../db/subscriber-columns.js';
 
 /**
  * One subscriber version as one path saw it.
@@ -36,6 +36,17 @@ export interface SubscriberRow {
   values: SubscriberValues;
   /** Columns this payload carried, in {@link SUBSCRIBER_FIELDS} order, without duplicates. */
   provided: readonly SubscriberField[];
+}
+
+/**
+ * A version read from a list (a pass, the audit): alive. The service lists only subscribers that
+ * are not deleted, so the version asserts `deleted_at` null: newer than a stored deletion (a restore
+ * the webhooks did not announce) it makes the subscriber current again; an older one is skipped by
+ * the version guard and the deletion stands.
+ */
+export function listedRow(row: SubscriberRow): SubscriberRow {
+  if (row.provided.includes('deletedAt')) return row;
+  return { ...row, provided: FIELDS.filter((f) => f === 'deletedAt' || row.provided.includes(f)) };
 }
 
 /** A group as embedded in payloads (docs/upstream.md, "Objects in payloads"). A null name means "not known", never "erase". */

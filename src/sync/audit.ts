@@ -19,7 +19,7 @@ import type { SubscriberType } from '../db/schema.js';
 import type { Logger } from '../ground/log.js';
 import type { Metrics } from '../ground/metrics.js';
 import { formatEpochMs } from '../ground/time.js';
-import { normalizeCurrentSubscriber, normalizeLegacySubscriber, SUBSCRIBER_FIELDS, type SubscriberRow } from '../mirror/normalize.js';
+import { listedRow, normalizeCurrentSubscriber, normalizeLegacySubscriber, type SubscriberRow } from '../mirror/normalize.js';
 import { versionTime } from '../mirror/version.js';
 import { upsertMemberships, upsertSubscribers, withTransaction } from '../mirror/store/index.js';
 import type { CurrentClient, CurrentGroup } from '../upstream/current/client.js';
@@ -73,11 +73,6 @@ export interface AuditReader {
   requests(): number;
 }
 
-/** Listed rows are alive (a list never shows a deleted subscriber), as in the passes. */
-function alive(row: SubscriberRow): SubscriberRow {
-  return { ...row, provided: SUBSCRIBER_FIELDS.filter((f) => f === 'deletedAt' || row.provided.includes(f)) };
-}
-
 export function legacyAuditReader(client: LegacyClient, sourceTimezone: string): AuditReader {
   return {
     name: 'legacy',
@@ -86,7 +81,7 @@ export function legacyAuditReader(client: LegacyClient, sourceTimezone: string):
       const offset = startOffset(state.sampleOffset, count);
       if (count === 0) return { rows: [], advance: { offset: 0 }, range: null };
       const raws = await client.listGroupSubscribers(groupId, { type, limit, offset });
-      const rows = raws.map((raw) => alive(normalizeLegacySubscriber(raw, { sourceTimezone })));
+      const rows = raws.map((raw) => listedRow(normalizeLegacySubscriber(raw, { sourceTimezone })));
       return { rows, advance: { offset: nextOffset(offset, raws.length, limit, count) }, range: null };
     },
     requests: () => client.stats().requests,
@@ -105,7 +100,7 @@ export function currentAuditReader(client: CurrentClient, sourceTimezone: string
     count: async (groupId, type) => (await group(groupId)).counts[type],
     async sample(groupId, type, state, limit) {
       const page = await client.listPage(groupId, { status: type, limit, cursor: state.sampleCursor });
-      const rows = page.rows.map((raw) => alive(normalizeCurrentSubscriber(raw, { sourceTimezone })));
+      const rows = page.rows.map((raw) => listedRow(normalizeCurrentSubscriber(raw, { sourceTimezone })));
       const ids = rows.map((r) => r.values.id);
       const range = pageRange(state.sampleCursor === null ? null : state.sampleAfterId, ids, page.nextCursor === null);
       const next = nextCursor({ nextCursor: page.nextCursor, ids });

@@ -14,7 +14,7 @@
  */
 import type { SubscriberType } from '../db/schema.js';
 import { latestTimestamp } from '../ground/time.js';
-import { normalizeCurrentSubscriber, SUBSCRIBER_FIELDS, type SubscriberRow } from '../mirror/normalize.js';
+import { listedRow, normalizeCurrentSubscriber, type SubscriberRow } from '../mirror/normalize.js';
 import { versionTime } from '../mirror/version.js';
 import { upsertGroups, upsertMemberships, upsertSubscribers, withTransaction } from '../mirror/store/index.js';
 import type { CurrentClient } from '../upstream/current/client.js';
@@ -47,15 +47,9 @@ interface CurrentPassDeps extends PassContext {
   pageSize: number;
 }
 
-/** Listed rows are alive: a listed version asserts `deleted_at` null (as in the legacy poll). */
+/** A page's rows as versions: normalized, and alive (`listedRow`). */
 function listedRows(deps: CurrentPassDeps, raws: readonly Record<string, unknown>[]): SubscriberRow[] {
-  return raws.map((raw) => {
-    const row = normalizeCurrentSubscriber(raw, { sourceTimezone: deps.sourceTimezone });
-    return {
-      ...row,
-      provided: SUBSCRIBER_FIELDS.filter((f) => f === 'deletedAt' || row.provided.includes(f)),
-    };
-  });
+  return raws.map((raw) => listedRow(normalizeCurrentSubscriber(raw, { sourceTimezone: deps.sourceTimezone })));
 }
 
 /** Reads the list from the checkpoint to its end; each page commits with the cursor after it. */

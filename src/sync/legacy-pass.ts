@@ -19,7 +19,7 @@
 import type { SubscriberType } from '../db/schema.js';
 import type { Logger } from '../ground/log.js';
 import { addDays, DAY_MS, dayInZone, formatEpochMs, latestTimestamp } from '../ground/time.js';
-import { normalizeLegacySubscriber, SUBSCRIBER_FIELDS, type SubscriberRow } from '../mirror/normalize.js';
+import { listedRow, normalizeLegacySubscriber, type SubscriberRow } from '../mirror/normalize.js';
 import { versionTime } from '../mirror/version.js';
 import { upsertMemberships, upsertSubscribers, withTransaction, type UpsertCounts } from '../mirror/store/index.js';
 import type { DateFilter, FilterKey, LegacyClient, LegacyPage, PageCapKnowledge, PageOptions } from '../upstream/legacy/client.js';
@@ -54,17 +54,9 @@ export function incrementalFilterDay(cursor: string, lookbackMs: number, sourceT
   return addDays(day, -lookbackDays);
 }
 
-/**
- * A page's rows as versions: normalized, and alive. The service lists only subscribers that are not
- * deleted, so a listed version asserts `deleted_at` null: when it is newer than a stored deletion
- * (a restore the webhooks did not announce) the subscriber is current again; an older one is
- * skipped by the version guard and the deletion stands.
- */
+/** A page's rows as versions: normalized, and alive (`listedRow`). */
 function listedRows(deps: PassDeps, raws: readonly Record<string, unknown>[]): SubscriberRow[] {
-  return raws.map((raw) => {
-    const row = normalizeLegacySubscriber(raw, { sourceTimezone: deps.sourceTimezone });
-    return { ...row, provided: SUBSCRIBER_FIELDS.filter((f) => f === 'deletedAt' || row.provided.includes(f)) };
-  });
+  return raws.map((raw) => listedRow(normalizeLegacySubscriber(raw, { sourceTimezone: deps.sourceTimezone })));
 }
 
 /** Canonical UTC timestamp (µs) → epoch ms. */

@@ -190,11 +190,11 @@ export function parseJsonNumber(text: string): number | string {
 /** Sixteen digits in a row: the shortest integer that can be past 2^53. Without one, JSON.parse is exact. */
 const LONG_DIGITS = /\d{16}/;
 /**
- * A bare integer of 16 or more digits where a value starts (after `:`, `[` or `,`), not a fraction,
- * exponent or key. The same digits inside a string can match too: quoting them there always breaks
+ * A bare integer of 16 or more digits where a value starts (the text's start, or after `:`, `[` or
+ * `,`), not a fraction, exponent or key. The same digits inside a string can match too: quoting them there always breaks
  * the text (a digit right after a closing quote), so JSON.parse throws and the slow parser decides.
  */
-const BARE_LONG_INTEGER = /(?<=[:[,]\s*)-?[1-9]\d{15,}(?![\d.eE]|\s*:)/g;
+const BARE_LONG_INTEGER = /(?<=(?:^|[:[,])\s*)-?[1-9]\d{15,}(?![\d.eE]|\s*:)/g;
 
 function quoteUnsafeInteger(digits: string): string {
   return Number.isSafeInteger(Number(digits)) ? digits : `"${digits}"`;

@@ -68,6 +68,12 @@ export interface LimiterOptions {
    * delayed every start by (maxConcurrent + 1) slots.
    */
   pushOnStart?: boolean;
+  /**
+   * Whether this instance writes its spacing to Redis when ready; default true. False for a one-off
+   * command (`audit`) sharing the service's budget: it follows the spacing the service's limiter set
+   * (which may have been re-rated since) instead of setting its own for everyone.
+   */
+  writeSettings?: boolean;
   logger?: Logger;
 }
 
@@ -285,6 +291,7 @@ interface SpacedSettings {
   readyTimeoutMs: number;
   maxRebuilds: number;
   pushOnStart: boolean;
+  writeSettings: boolean;
   /** Bottleneck id (`<prefix>:<name>`); empty in memory mode. */
   id: string;
   redisUrl: string | undefined;
@@ -316,6 +323,7 @@ function spacedSettings(options: LimiterOptions, mode: 'redis' | 'memory', windo
     readyTimeoutMs: options.readyTimeoutMs ?? 10_000,
     maxRebuilds: options.maxRebuilds ?? 3,
     pushOnStart: options.pushOnStart ?? false,
+    writeSettings: options.writeSettings ?? true,
     id,
     redisUrl,
     redisOptions: { maxRetriesPerRequest: 2, connectTimeout: 5_000, ...options.redisOptions },
@@ -364,7 +372,7 @@ class SpacedLimiter {
   }
 
   private createGeneration(push = true): Generation {
-    const { mode, minTime, maxConcurrent, id } = this.settings;
+    const { mode, minTime, maxConcurrent, id, writeSettings } = this.settings;
     if (mode === 'memory') {
       const bottleneck = new Bottleneck({ minTime, maxConcurrent });
       return { bottleneck, dispose: async () => {}, ready: Promise.resolve(), failed: false, retired: false };
@@ -384,6 +392,10 @@ class SpacedLimiter {
     connection.on('error', (error: unknown) => this.warnThrottled(error));
     bottleneck.on('error', (error: unknown) => this.onBottleneckError(generation, error));
     generation.ready = bottleneck.ready().then(async () => {
+      // Bottleneck writes its settings to Redis only when the id has none, so a new rate under an id
+      // Redis already holds (API_RATE_LIMIT changed, a budget re-rated) would keep the old spacing.
+      // Typed as returning the limiter; it returns a promise of it (the Redis write).
+      if (writeSettings) await Promise.resolve(bottleneck.updateSettings({ minTime, maxConcurrent }));
       // See header: a rebuilt state must not hand out a slot next to one the lost state issued.
       if (!push) return;
       await client.eval(PUSH_NEXT_REQUEST_LUA, 1, `b_${id}_settings`, String(Date.now() + (maxConcurrent + 1) * minTime));

@@ -13,6 +13,7 @@ import {
   LimiterClosedError,
   LimiterUnavailableError,
   maxInAnyWindow,
+  spacingMs,
   type Limiter,
   type LimiterOptions,
 } from '../../src/upstream/limiter.js';
@@ -156,6 +157,28 @@ describe('limiter shared through Redis', () => {
     await a.pauseFor(100);
     expect(await b.pausedForMs()).toBeGreaterThan(4000);
     expect(a.stats().pauses).toBe(3);
+  });
+
+  it('a new rate under the same id takes effect: Redis keeps no older spacing (API_RATE_LIMIT changed, a budget re-rated)', async () => {
+    const prefix = newPrefix('rerate');
+    const settingsKey = `b_${prefix}:legacy_settings`;
+    const redis = new Redis(redisUrl());
+    try {
+      const first = limiter(prefix, { perMinute: 20 });
+      await first.schedule(async () => undefined);
+      expect(Number(await redis.hget(settingsKey, 'minTime'))).toBe(spacingMs(20, WINDOW_MS, 250));
+      await first.close();
+      const second = limiter(prefix, { perMinute: 5 });
+      await second.schedule(async () => undefined);
+      expect(Number(await redis.hget(settingsKey, 'minTime'))).toBe(spacingMs(5, WINDOW_MS, 250));
+      expect(second.stats().minTimeMs).toBe(spacingMs(5, WINDOW_MS, 250));
+      // A one-off command's limiter (writeSettings: false) follows the spacing instead of setting it.
+      const guest = limiter(prefix, { perMinute: 20, writeSettings: false });
+      await guest.schedule(async () => undefined);
+      expect(Number(await redis.hget(settingsKey, 'minTime'))).toBe(spacingMs(5, WINDOW_MS, 250));
+    } finally {
+      redis.disconnect();
+    }
   });
 
   it('jobs carry an expiration, so a job stuck in a dead replica does not hold capacity forever', async () => {

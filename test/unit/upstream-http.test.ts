@@ -92,6 +92,12 @@ describe('lossless JSON (invariant 6)', () => {
     });
   });
 
+  it('reads a body that is one long integer exactly', () => {
+    expect(parseJsonLossless('12345678901234567')).toBe('12345678901234567');
+    expect(parseJsonLossless(' -12345678901234567 ')).toBe('-12345678901234567');
+    expect(parseJsonLossless('1234567890123456')).toBe(1234567890123456);
+  });
+
   it('lets a later duplicate key win, on both paths', () => {
     expect(parseJsonLossless('{"a":1,"a":2}')).toEqual({ a: 2 });
     expect(parseJsonLossless('{"id":12345678901234567,"id":22345678901234567,"s":"x,12345678901234567"}')).toEqual({
