@@ -16,7 +16,7 @@
  */
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
-import { BudgetLearner, readRateHeaders, type BudgetModel, type EndpointBudget } from './budget-model.js';
+import { BUDGET_MODELS, BudgetLearner, ENDPOINT_BUDGETS, readRateHeaders, type BudgetModel, type EndpointBudget } from './budget-model.js';
 import type { GateScheduleOptions, GateSlot } from './http.js';
 import { createLimiter, type Limiter, type LimiterOptions, type LimiterStats } from './limiter.js';
 
@@ -38,13 +38,12 @@ export function rateBudgetsKey(prefix: string): string {
   return `${prefix}:rate-budgets`;
 }
 
-const budgetName = z.enum(['own', 'shared']);
 const reportSchema = z.object({
-  model: z.enum(['unknown', 'account', 'endpoint', 'mixed']),
+  model: z.enum(BUDGET_MODELS),
   fallbackUntil: z.string().nullable(),
   windowMs: z.number().int().positive(),
   budgets: z.array(z.object({ budget: z.string(), perWindow: z.number().nonnegative(), announcedLimit: z.number().nullable() })),
-  endpoints: z.array(z.object({ endpoint: z.string(), budget: budgetName, announcedLimit: z.number().nullable() })),
+  endpoints: z.array(z.object({ endpoint: z.string(), budget: z.enum(ENDPOINT_BUDGETS), announcedLimit: z.number().nullable() })),
   modelChanges: z.number().int().nonnegative(),
   at: z.string(),
 });

@@ -25,8 +25,10 @@
  * to the shared budget for a window past its reset, and what was learned is forgotten.
  */
 
-export type EndpointBudget = 'own' | 'shared';
-export type BudgetModel = 'unknown' | 'account' | 'endpoint' | 'mixed';
+export const ENDPOINT_BUDGETS = ['own', 'shared'] as const;
+export type EndpointBudget = (typeof ENDPOINT_BUDGETS)[number];
+export const BUDGET_MODELS = ['unknown', 'account', 'endpoint', 'mixed'] as const;
+export type BudgetModel = (typeof BUDGET_MODELS)[number];
 
 export interface RateHeaders {
   limit: number;
