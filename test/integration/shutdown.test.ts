@@ -50,7 +50,9 @@ describe('graceful shutdown', () => {
 
   it('exits 0 mid-pass under webhook load, loses no acknowledged delivery, and resumes the pass', async () => {
     database = await createTestDatabase();
-    sim = await startSimulator({ subscribers: 20_000, groups: 1, rateLimit: false, faults: { delayMs: 10 } });
+    // 200 pages at 40 ms each: the pass takes ≥ 8 s however fast the mirror writes, so the SIGTERM
+    // below (about 2 s in) always lands mid-pass.
+    sim = await startSimulator({ subscribers: 20_000, groups: 1, rateLimit: false, faults: { delayMs: 40 } });
     const groupId = sim.world.groupIds()[0]!;
     const env = {
       DATABASE_URL: database.url,
