@@ -17,7 +17,8 @@ import { latestTimestamp } from '../ground/time.js';
 import { listedRow, normalizeCurrentSubscriber, type SubscriberRow } from '../mirror/normalize.js';
 import { versionTime } from '../mirror/version.js';
 import { upsertGroups, upsertMemberships, upsertSubscribers, withTransaction } from '../mirror/store/index.js';
-import type { CurrentClient } from '../upstream/current/client.js';
+import type { CurrentClient, CurrentPage } from '../upstream/current/client.js';
+import { admissionOf } from '../upstream/page-gate.js';
 import { PassInterruptedError, recordPass, type PassContext, type PassResult, type PassTally } from './pass-recorder.js';
 import type { ReadSource } from './source.js';
 import { openCursorPass, saveCursorCheckpoint, saveUpstreamCount } from './state.js';
@@ -52,6 +53,35 @@ function listedRows(deps: CurrentPassDeps, raws: readonly Record<string, unknown
   return raws.map((raw) => listedRow(normalizeCurrentSubscriber(raw, { sourceTimezone: deps.sourceTimezone })));
 }
 
+/**
+ * Commits one page with the cursor after it; returns the newest version in it. Its own function so
+ * that the page's rows die with its frame: the loop waiting for the next page must not still hold
+ * this one (docs/benchmarks.md, "memory").
+ */
+async function commitCursorPage(
+  deps: CurrentPassDeps,
+  pass: { groupId: string; type: SubscriberType; seenAt: string; pages: number; upstreamCount: number },
+  page: CurrentPage,
+  tally: PassTally,
+): Promise<string | null> {
+  const { groupId, type } = pass;
+  const rows = listedRows(deps, page.rows);
+  // The service's own objects are not needed past here (see commitOne in legacy-pass.ts).
+  page.rows = [];
+  const checkpoint = { nextCursor: page.nextCursor, pages: pass.pages };
+  const counts = await withTransaction(deps.pool, async (client) => {
+    const written = await upsertSubscribers(client, rows);
+    const members = rows.map((r) => ({ subscriberId: r.values.id, type, at: versionTime(r.values) }));
+    await upsertMemberships(client, groupId, members, { via: 'current', seenAt: pass.seenAt });
+    await saveCursorCheckpoint(client, groupId, type, checkpoint);
+    return written;
+  }).finally(() => page.release?.());
+  let maxVersion: string | null = null;
+  for (const r of rows) maxVersion = latestTimestamp(maxVersion, versionTime(r.values));
+  await tally.committed({ counts, rows: rows.length, offset: tally.rowsSeen + rows.length, total: pass.upstreamCount });
+  return maxVersion;
+}
+
 /** Reads the list from the checkpoint to its end; each page commits with the cursor after it. */
 async function commitCursorPages(
   deps: CurrentPassDeps,
@@ -66,24 +96,18 @@ async function commitCursorPages(
   if (open.pages > 0 && open.cursor === null) return { startedAt: open.startedAt, maxVersion };
   if (open.pages > 0) deps.logger.info({ pages: open.pages }, 'resuming full pass from its cursor checkpoint');
   let pages = open.pages;
-  for await (const page of deps.client.pages(groupId, {
-    status: type,
-    limit: deps.pageSize,
-    cursor: open.cursor,
-  })) {
-    const rows = listedRows(deps, page.rows);
-    pages += 1;
-    const checkpoint = { nextCursor: page.nextCursor, pages };
-    const counts = await withTransaction(deps.pool, async (client) => {
-      const written = await upsertSubscribers(client, rows);
-      const members = rows.map((r) => ({ subscriberId: r.values.id, type, at: versionTime(r.values) }));
-      await upsertMemberships(client, groupId, members, { via: 'current', seenAt: open.startedAt });
-      await saveCursorCheckpoint(client, groupId, type, checkpoint);
-      return written;
-    });
-    for (const r of rows) maxVersion = latestTimestamp(maxVersion, versionTime(r.values));
-    await tally.committed({ counts, rows: rows.length, offset: tally.rowsSeen + rows.length, total: upstreamCount });
-    if (deps.shouldStop?.() && page.nextCursor !== null) throw new PassInterruptedError(pages);
+  const memory = deps.pageGate ? admissionOf(deps.pageGate) : undefined;
+  const list = { status: type, limit: deps.pageSize, cursor: open.cursor };
+  try {
+    for await (const page of deps.client.pages(groupId, memory ? { ...list, memory } : list)) {
+      pages += 1;
+      const pass = { groupId, type, seenAt: open.startedAt, pages, upstreamCount };
+      maxVersion = latestTimestamp(maxVersion, await commitCursorPage(deps, pass, page, tally));
+      if (deps.shouldStop?.() && page.nextCursor !== null) throw new PassInterruptedError(pages);
+    }
+  } finally {
+    // A page a stop or an error left uncommitted still holds its room.
+    memory?.close();
   }
   return { startedAt: open.startedAt, maxVersion };
 }

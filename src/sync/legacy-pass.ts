@@ -23,6 +23,7 @@ import { listedRow, normalizeLegacySubscriber, type SubscriberRow } from '../mir
 import { versionTime } from '../mirror/version.js';
 import { upsertMemberships, upsertSubscribers, withTransaction, type UpsertCounts } from '../mirror/store/index.js';
 import type { DateFilter, FilterKey, LegacyClient, LegacyPage, PageCapKnowledge, PageOptions } from '../upstream/legacy/client.js';
+import { admissionOf } from '../upstream/page-gate.js';
 import { PassInterruptedError, recordPass, type PassContext, type PassReading, type PassResult, type PassTally } from './pass-recorder.js';
 import { openFullPass, readPaging, readSyncState, saveFullCheckpoint, savePaging, saveUpstreamCount, type PassMode } from './state.js';
 
@@ -162,7 +163,7 @@ interface PassPlan {
   filterDay: string | null;
 }
 
-type PageReadOptions = Pick<PageOptions, 'capKnowledge' | 'onCapKnowledge'>;
+type PageReadOptions = Pick<PageOptions, 'capKnowledge' | 'onCapKnowledge' | 'memory'>;
 
 /**
  * Opens (or resumes) a full pass, or sets the day an incremental pass filters from. `caps` is read
@@ -234,7 +235,37 @@ export async function* readAhead<T>(pages: AsyncGenerator<T, void, undefined>): 
   }
 }
 
-/** One loop for every read of a pass: each page commits (with its checkpoint in a full pass), then reports progress. */
+/**
+ * Commits one page (with its checkpoint in a full pass) and reports progress. Its own function so
+ * that the page's rows die with its frame: the loop waiting for the next page must not still hold
+ * this one (docs/benchmarks.md, "memory").
+ */
+async function commitOne(
+  deps: PassDeps,
+  log: Logger,
+  pass: { groupId: string; type: SubscriberType },
+  plan: PassPlan,
+  page: LegacyPage,
+  totals: LegacyTotals,
+  tally: PassTally,
+): Promise<void> {
+  const rows = listedRows(deps, page.rows);
+  // The service's own objects are not needed past here; held through the commit, five passes'
+  // worth is a few megabytes the garbage collector must carry (docs/benchmarks.md, "memory").
+  page.rows = [];
+  totals.stepBacks += page.stepBacks ?? 0;
+  if (!page.continuous) {
+    totals.gaps += 1;
+    log.warn({ offset: page.offset }, 'the list shifted by more than the page overlap; this pass proves no removal');
+  }
+  const checkpoint =
+    plan.seenAt === null ? null : { seenAt: plan.seenAt, nextOffset: page.nextOffset, tailIds: page.tail, continuous: page.continuous };
+  const counts = await commitPage(deps, pass.groupId, pass.type, rows, checkpoint).finally(() => page.release?.());
+  totals.cursor.add(rows, page.serviceTime);
+  await tally.committed({ counts, rows: rows.length, offset: page.nextOffset, total: plan.upstreamCount });
+}
+
+/** One loop for every read of a pass: each page commits, then a stop is honoured at that checkpoint. */
 async function commitPages(
   deps: PassDeps,
   log: Logger,
@@ -245,20 +276,7 @@ async function commitPages(
 ): Promise<void> {
   for (const read of plan.reads) {
     for await (const page of readAhead(read())) {
-      const rows = listedRows(deps, page.rows);
-      // The service's own objects are not needed past here; held through the commit, five passes'
-      // worth is a few megabytes the garbage collector must carry (docs/benchmarks.md, "memory").
-      page.rows = [];
-      totals.stepBacks += page.stepBacks ?? 0;
-      if (!page.continuous) {
-        totals.gaps += 1;
-        log.warn({ offset: page.offset }, 'the list shifted by more than the page overlap; this pass proves no removal');
-      }
-      const checkpoint =
-        plan.seenAt === null ? null : { seenAt: plan.seenAt, nextOffset: page.nextOffset, tailIds: page.tail, continuous: page.continuous };
-      const counts = await commitPage(deps, pass.groupId, pass.type, rows, checkpoint);
-      totals.cursor.add(rows, page.serviceTime);
-      await tally.committed({ counts, rows: rows.length, offset: page.nextOffset, total: plan.upstreamCount });
+      await commitOne(deps, log, pass, plan, page, totals, tally);
       // A full pass resumes from its checkpoint; an incremental one just leaves the cursor where it was.
       if (deps.shouldStop?.()) throw new PassInterruptedError(page.nextOffset);
     }
@@ -288,9 +306,19 @@ async function readLegacyPass(
   const totals: LegacyTotals = { gaps: 0, stepBacks: 0, cursor: new CursorTally(Date.now()) };
   const stored = capKnowledgeOf(await readPaging(deps.pool));
   paging.caps = stored;
-  const capOptions = (): PageReadOptions => ({ capKnowledge: paging.caps ?? stored, onCapKnowledge: (k) => (paging.caps = k) });
-  const plan = await planPass(deps, log, pass.groupId, pass.type, pass.mode, pass.cursor, totals.cursor.ceiling, capOptions);
-  await commitPages(deps, log, pass, plan, totals, tally);
+  const memory = deps.pageGate ? admissionOf(deps.pageGate) : undefined;
+  const readOptions = (): PageReadOptions => ({
+    capKnowledge: paging.caps ?? stored,
+    onCapKnowledge: (k) => (paging.caps = k),
+    ...(memory ? { memory } : {}),
+  });
+  const plan = await planPass(deps, log, pass.groupId, pass.type, pass.mode, pass.cursor, totals.cursor.ceiling, readOptions);
+  try {
+    await commitPages(deps, log, pass, plan, totals, tally);
+  } finally {
+    // A read-ahead page a stop or an error left uncommitted still holds its room.
+    memory?.close();
+  }
   warnFutureRows(log, totals.cursor);
   return {
     startedAt: plan.seenAt,

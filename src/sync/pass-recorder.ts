@@ -17,6 +17,7 @@
 import type pg from 'pg';
 import type { MirrorSource, SubscriberType } from '../db/schema.js';
 import type { Logger } from '../ground/log.js';
+import type { PageGate } from '../upstream/page-gate.js';
 import { formatEpochMs } from '../ground/time.js';
 import { membersAwaitingProof, removeMembersNotSeenSince, type UpsertCounts } from '../mirror/store/index.js';
 import type { AwaitingProof } from '../mirror/store/memberships.js';
@@ -39,6 +40,8 @@ export interface PassContext {
    * a cursor, read from it instead of turning into a full pass (the sweep between confirming rounds).
    */
   changedSince?: string;
+  /** Room for list pages in memory, shared by every pass of the process (page-gate.ts); none = unbounded. */
+  pageGate?: PageGate;
 }
 
 export interface PassProgress {

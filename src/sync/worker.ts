@@ -37,6 +37,7 @@ import {
   type PassJobResult,
 } from './schedule.js';
 import { listSyncStates, readSyncState, type SyncStateRow } from './state.js';
+import { createPageGate, memoryTrim, PAGES_IN_MEMORY, type PageGate } from '../upstream/page-gate.js';
 
 export interface SyncWorkerDeps {
   pool: pg.Pool;
@@ -127,12 +128,20 @@ interface WorkerContext {
   pauseKey: string;
   /** The worker is shutting down: running passes stop at their next checkpoint. */
   closing: () => boolean;
+  /** Room for list pages in memory, shared by this worker's passes. */
+  pageGate: PageGate;
 }
 
 export function createSyncWorker(deps: SyncWorkerDeps): SyncWorker {
   let closing = false;
   const log = deps.logger.child({ component: 'sync-worker' });
-  const ctx: WorkerContext = { deps, log, pauseKey: authPauseKey(deps.prefix, deps.apiKey), closing: () => closing };
+  const ctx: WorkerContext = {
+    deps,
+    log,
+    pauseKey: authPauseKey(deps.prefix, deps.apiKey),
+    closing: () => closing,
+    pageGate: createPageGate(PAGES_IN_MEMORY, memoryTrim()),
+  };
 
   /** Runs `decide` (decide.ts): gathers each fact it asks for, then does what it decided. */
   const process = async (job: Job<PassJobData, PassJobResult>, token?: string): Promise<PassJobResult> => {
@@ -281,6 +290,7 @@ async function runOnePass(
         onProgress: (p: PassProgress) => job.updateProgress({ ...p, type }).catch(() => {}),
         shouldStop: () => ctx.closing() || lock.lost,
         restart: pass.restart ?? false,
+        pageGate: ctx.pageGate,
         ...(pass.changedSince ? { changedSince: pass.changedSince } : {}),
       },
       groupId,

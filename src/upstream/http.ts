@@ -15,6 +15,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { parse as parseLossless } from 'lossless-json';
 import pRetry from 'p-retry';
 import { createScrubber, type SecretScrubber } from '../ground/log.js';
+import type { Release } from './page-gate.js';
 
 // ---------------------------------------------------------------------------------------------
 // Errors
@@ -527,6 +528,11 @@ export interface HttpRequest {
    * then retried only on 429 (the service refused it without acting on it).
    */
   idempotent?: boolean;
+  /**
+   * Called once the headers are in, before the body is read: waits for room for it in memory
+   * (page-gate.ts). The room goes with the response (`release`); a failed attempt frees it.
+   */
+  beforeBody?: () => Promise<Release>;
 }
 
 export interface HttpResponse {
@@ -534,6 +540,8 @@ export interface HttpResponse {
   headers: Headers;
   /** Parsed losslessly; undefined for an empty body (e.g. 204). */
   body: unknown;
+  /** The room `beforeBody` gave this body: the caller frees it once done with the body. */
+  release?: Release;
 }
 
 export interface HttpStats {
@@ -724,12 +732,15 @@ async function attemptOnce(
   let status: number;
   let responseHeaders: Headers;
   let text: string;
+  let release: Release | undefined;
   try {
     const response = await settings.doFetch(`${settings.baseUrl}${target.path}`, init);
     status = response.status;
     responseHeaders = response.headers;
+    release = await request.beforeBody?.();
     text = await response.text();
   } catch (error) {
+    release?.();
     throw fetchFailure(error, target, settings.timeoutMs, timeoutSignal);
   }
   slot?.answered(status, responseHeaders);
@@ -737,10 +748,13 @@ async function attemptOnce(
   const { credentialName, scrub, defaultRetryAfterMs } = settings;
   const classified = classifyResponse({ ...target, credentialName, scrub, defaultRetryAfterMs }, status, responseHeaders, text);
   if (!classified.ok) {
+    release?.();
     if (classified.error instanceof UpstreamRateLimitError) counters.rateLimited += 1;
     throw classified.error;
   }
-  return { status, headers: responseHeaders, body: classified.body };
+  return release
+    ? { status, headers: responseHeaders, body: classified.body, release }
+    : { status, headers: responseHeaders, body: classified.body };
 }
 
 /**

@@ -10,6 +10,7 @@
  * null cursor ends a list. One page is held at a time (invariant 8).
  */
 import { SUBSCRIBER_TYPES, type SubscriberType } from '../../db/schema.js';
+import type { PageAdmission, Release } from '../page-gate.js';
 import {
   createHttpClient,
   isPlainObject,
@@ -41,6 +42,8 @@ export interface CurrentPage {
   requestedLimit: number;
   /** The service's clock when it answered (its `Date` header, ms), null when it sent none. */
   serviceTime: number | null;
+  /** Frees the page's room in memory (`CurrentListOptions.memory`): called by the consumer once the page is committed. */
+  release?: Release;
 }
 
 /** Members of one group by status, as `GET /api/groups/{id}` counts them. */
@@ -59,6 +62,8 @@ export interface CurrentListOptions {
   /** Resume point of a pass: a `nextCursor` it returned. */
   cursor?: string | null;
   signal?: AbortSignal;
+  /** Room for the pages in memory (page-gate.ts): each body waits for one; the page carries it as `release`. */
+  memory?: Pick<PageAdmission, 'admit'>;
 }
 
 export interface CurrentClient {
@@ -207,38 +212,54 @@ export function createCurrentClient(options: CurrentClientOptions): CurrentClien
     ];
     if (cursor !== null) query.push(['cursor', cursor]);
     const path = membersPath(id);
-    const response = await http.request({ method: 'GET', path, query, signal: list.signal });
-    const page = validateMemberPage(response.body, { label: CURRENT_LABEL, method: 'GET', path }, response.status);
+    const memory = list.memory;
+    const request = { method: 'GET', path, query, signal: list.signal } as const;
+    const response = await http.request(memory ? { ...request, beforeBody: () => memory.admit() } : request);
+    let page: ReturnType<typeof validateMemberPage>;
+    try {
+      page = validateMemberPage(response.body, { label: CURRENT_LABEL, method: 'GET', path }, response.status);
+    } catch (error) {
+      response.release?.();
+      throw error;
+    }
     const date = Date.parse(response.headers.get('date') ?? '');
-    return {
+    const read: CurrentPage = {
       cursor,
       rows: page.rows,
       nextCursor: page.nextCursor,
       requestedLimit: list.limit,
       serviceTime: Number.isNaN(date) ? null : date,
     };
+    if (response.release) read.release = response.release;
+    return read;
   }
 
   async function* pages(groupId: GroupId, list: CurrentListOptions): AsyncGenerator<CurrentPage, void, undefined> {
     let cursor = list.cursor ?? null;
     let emptyInARow = 0;
     for (;;) {
-      const page = await listPage(groupId, { ...list, cursor });
+      let page: CurrentPage | null = await listPage(groupId, { ...list, cursor });
+      // Read before the page is handed over: the consumer may empty `rows` once it has them.
+      const { nextCursor } = page;
+      const empty = page.rows.length === 0;
       yield page;
-      if (page.nextCursor === null) return;
-      emptyInARow = page.rows.length === 0 ? emptyInARow + 1 : 0;
-      if (page.nextCursor === cursor || emptyInARow >= MAX_EMPTY_PAGES_WITH_CURSOR) {
+      // This frame must not keep the page alive while the next one is read.
+      // eslint-disable-next-line no-useless-assignment -- it frees the page, which a suspended generator would otherwise hold
+      page = null;
+      if (nextCursor === null) return;
+      emptyInARow = empty ? emptyInARow + 1 : 0;
+      if (nextCursor === cursor || emptyInARow >= MAX_EMPTY_PAGES_WITH_CURSOR) {
         // A cursor that does not move on would read the same page for ever.
         const path = membersPath(normalizeGroupId(groupId));
         const why =
-          page.nextCursor === cursor ? 'the same cursor it was read with' : `${emptyInARow} empty pages in a row, each with a next cursor`;
+          nextCursor === cursor ? 'the same cursor it was read with' : `${emptyInARow} empty pages in a row, each with a next cursor`;
         throw new UpstreamBodyError(
           `${CURRENT_LABEL} answered ${why} on GET ${path}; the list does not advance`,
           { label: CURRENT_LABEL, method: 'GET', path },
           200,
         );
       }
-      cursor = page.nextCursor;
+      cursor = nextCursor;
     }
   }
 

@@ -25,6 +25,7 @@ import {
   type RequestGate,
   type RequestTarget,
 } from '../http.js';
+import type { PageAdmission, Release } from '../page-gate.js';
 import { emptyCapKnowledge, withKnownCap, type PageCapKnowledge } from './cap-knowledge.js';
 import {
   fullPassNeedsNoRead,
@@ -211,6 +212,11 @@ export interface PageOptions {
   /** Called when a pass learns (or drops) the service's page cap. */
   onEffectiveLimit?: (limit: number) => void;
   signal?: AbortSignal;
+  /**
+   * Room for the pages in memory (page-gate.ts): each body waits for a room; a yielded page carries
+   * its room as `release`, which the consumer calls once it committed the page.
+   */
+  memory?: Pick<PageAdmission, 'admit' | 'take'>;
 }
 
 export interface LegacyPage {
@@ -233,6 +239,8 @@ export interface LegacyPage {
   stepBacks?: number;
   /** The service's clock when it answered (its `Date` header, ms), null when it sent none. */
   serviceTime: number | null;
+  /** Frees the page's room in memory (`PageOptions.memory`): called by the consumer once the page is committed. */
+  release?: Release;
 }
 
 export interface LegacyClient {
@@ -334,12 +342,60 @@ interface CapKeeper {
   keep(next: PageCapKnowledge): void;
 }
 
+/** One list request's answer; `release` frees the room its body took (page-gate.ts), when it took one. */
+interface ListAnswer {
+  rows: LegacySubscriberRecord[];
+  serviceTime: number | null;
+  release?: Release;
+}
+
+/** How a read gets its room: a probe is read while its page is held, so it takes one without waiting (a pass must not wait on itself). */
+function roomFor(memory: PageOptions['memory'], probe: boolean | undefined): (() => Promise<Release>) | undefined {
+  if (!memory) return undefined;
+  return probe ? () => Promise.resolve(memory.take()) : () => memory.admit();
+}
+
 /** What a pass needs besides its steps: the requests, the knowledge, and the error for a service that ignores offset. */
 interface PassIo {
   context: PagingContext;
-  read(offset: number): Promise<{ rows: LegacySubscriberRecord[]; serviceTime: number | null }>;
+  /** `probe`: a second read for the same step, made while the first page is held (it must not wait for a room). */
+  read(offset: number, probe?: boolean): Promise<ListAnswer>;
   caps: CapKeeper;
   ignoresOffset(offset: number, farOffset: number): Error;
+}
+
+/** What one step of a pass came to: the page to hand over (if any), and where the pass goes on (none: it ended). */
+interface TakenStep<S> {
+  page: LegacyPage | null;
+  next: S | null;
+}
+
+/**
+ * One step: the read at `state.offset` (and a probe if the step asks for one), decided by `step`.
+ * Its own function so that the answer's parsed rows die with its frame: a pass waiting for its
+ * next page must not still hold the last one (docs/benchmarks.md, "memory").
+ */
+async function takeStep<S extends PassPosition>(io: PassIo, step: PagingStepFunction<S>, state: S): Promise<TakenStep<S>> {
+  const { rows, serviceTime, release } = await io.read(state.offset);
+  let handedOver = false;
+  try {
+    let next = step(state, { rows }, io.caps.current(), io.context);
+    io.caps.keep(next.knowledge);
+    if (next.kind === 'probe') {
+      const probe = await io.read(next.offset, true);
+      probe.release?.();
+      next = step(state, { rows, probe: probe.rows }, io.caps.current(), io.context);
+      io.caps.keep(next.knowledge);
+    }
+    if (next.kind === 'ignores-offset') throw io.ignoresOffset(next.offset, next.farOffset);
+    if (next.kind === 'probe') throw new Error('paging step asked for a second probe of the same page');
+    const page = next.kind !== 'back' && next.page ? { ...next.page, serviceTime, ...(release ? { release } : {}) } : null;
+    handedOver = page !== null;
+    return { page, next: next.kind === 'end' ? null : next.state };
+  } finally {
+    // A page not handed over (a step back, an end without rows, an error) is not needed any more.
+    if (!handedOver) release?.();
+  }
 }
 
 /**
@@ -351,19 +407,12 @@ async function* walkPass<S extends PassPosition>(
   step: PagingStepFunction<S>,
   start: S,
 ): AsyncGenerator<LegacyPage, void, undefined> {
-  for (let state = start; ;) {
-    const { rows, serviceTime } = await io.read(state.offset);
-    let next = step(state, { rows }, io.caps.current(), io.context);
-    io.caps.keep(next.knowledge);
-    if (next.kind === 'probe') {
-      next = step(state, { rows, probe: (await io.read(next.offset)).rows }, io.caps.current(), io.context);
-      io.caps.keep(next.knowledge);
-    }
-    if (next.kind === 'ignores-offset') throw io.ignoresOffset(next.offset, next.farOffset);
-    if (next.kind === 'probe') throw new Error('paging step asked for a second probe of the same page');
-    if (next.kind !== 'back' && next.page) yield { ...next.page, serviceTime };
-    if (next.kind === 'end') return;
-    state = next.state;
+  for (let state: S | null = start; state !== null;) {
+    const taken: TakenStep<S> = await takeStep(io, step, state);
+    state = taken.next;
+    if (taken.page) yield taken.page;
+    // The consumer holds the page it was given; this frame must not (see takeStep).
+    taken.page = null;
   }
 }
 
@@ -386,17 +435,24 @@ export function createLegacyClient(options: LegacyClientOptions): LegacyClient {
     return (await fetchList(groupId, list)).rows;
   }
 
-  async function fetchList(groupId: GroupId, list: ListOptions): Promise<{ rows: LegacySubscriberRecord[]; serviceTime: number | null }> {
+  async function fetchList(groupId: GroupId, list: ListOptions, beforeBody?: () => Promise<Release>): Promise<ListAnswer> {
     const id = normalizeGroupId(groupId);
     if (list.type !== undefined) assertSubscriberType(list.type);
     assertCount('limit', list.limit, 1);
     assertCount('offset', list.offset, 0);
     const filters = list.filters ? Object.entries(buildFilters(list.filters)) : [];
     const query: Array<[string, string]> = [['limit', String(list.limit)], ['offset', String(list.offset)], ...filters];
-    const response = await http.request({ method: 'GET', path: subscribersPath(id, list.type), query, signal: list.signal });
+    const request = { method: 'GET', path: subscribersPath(id, list.type), query, signal: list.signal } as const;
+    const response = await http.request(beforeBody ? { ...request, beforeBody } : request);
     const target: RequestTarget = { label: LEGACY_LABEL, method: 'GET', path: subscribersPath(id, list.type) };
     const date = Date.parse(response.headers.get('date') ?? '');
-    return { rows: validateSubscriberList(response.body, target, response.status), serviceTime: Number.isNaN(date) ? null : date };
+    try {
+      const rows = validateSubscriberList(response.body, target, response.status);
+      return { rows, serviceTime: Number.isNaN(date) ? null : date, release: response.release };
+    } catch (error) {
+      response.release?.();
+      throw error;
+    }
   }
 
   async function count(groupId: GroupId, type?: SubscriberType, opts?: { signal?: AbortSignal }): Promise<number> {
@@ -413,7 +469,12 @@ export function createLegacyClient(options: LegacyClientOptions): LegacyClient {
     const startOffset = page.startOffset ?? 0;
     const pass: PassIo = {
       context: { limit: page.limit, knownLength: page.knownLength, list: `${id}/${page.type ?? 'all'}` },
-      read: (offset) => fetchList(id, { type: page.type, limit: page.limit, offset, filters: page.filters, signal: page.signal }),
+      read: (offset, probe) =>
+        fetchList(
+          id,
+          { type: page.type, limit: page.limit, offset, filters: page.filters, signal: page.signal },
+          roomFor(page.memory, probe),
+        ),
       caps: capKeeper(caps, id, page),
       ignoresOffset: (offset, farOffset) => ignoresOffset(id, page.type, offset, farOffset),
     };
