@@ -24,11 +24,12 @@ export const PAGES_IN_MEMORY = 2;
 
 /**
  * Pages between two memory-reducing collections (`memoryTrim`): at 1000 rows a page is about 5 MB
- * allocated, so a trim follows every ~40 MB of pages; at full speed about one a second, ~5 % of the
- * worker's time, and under the service's budgets (a page a second per endpoint at most) less.
- * Measured with 8 (docs/benchmarks.md, "memory"); 16 was no better on 100k, and lets the pool grow twice as long.
+ * allocated, so a trim follows every ~20 MB of pages. At full speed that is about two a second and
+ * makes the pass 10–15 % slower; under the service's budgets (a page a second per endpoint at most)
+ * it costs no time (docs/benchmarks.md, "memory"). Every 8 pages: half the cost, but the 1M pass
+ * peaked 8 % above the 100k one; every 16 was no lower on 100k.
  */
-export const PAGES_PER_TRIM = 8;
+export const PAGES_PER_TRIM = 4;
 
 /** Frees one room; calling it again does nothing. */
 export type Release = () => void;
