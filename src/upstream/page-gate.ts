@@ -73,9 +73,9 @@ export function createPageGate(capacity: number, trim?: PageTrim): PageGate {
         freedSinceTrim = 0;
         trim.run();
       }
-      // Handed straight to the longest waiter: a newcomer cannot slip in between.
-      const next = waiting.shift();
-      if (next) next();
+      // Handed straight to the longest waiter (a newcomer cannot slip in between), unless a probe's
+      // `take` left the gate at or past its capacity.
+      if (held < capacity) waiting.shift()?.();
     };
   };
 

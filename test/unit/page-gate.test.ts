@@ -67,6 +67,21 @@ describe('page gate', () => {
     expect(gate.stats().held).toBe(0);
   });
 
+  it('a room freed while a probe keeps the gate at its capacity goes to no waiter', async () => {
+    const gate = createPageGate(1);
+    const page = await gate.admit();
+    const probe = gate.take();
+    let admitted = false;
+    const waiter = gate.admit().then((release) => ((admitted = true), release));
+    page();
+    await settle();
+    expect(admitted).toBe(false);
+    expect(gate.stats()).toEqual({ capacity: 1, held: 1, waiting: 1 });
+    probe();
+    (await waiter)();
+    expect(gate.stats()).toEqual({ capacity: 1, held: 0, waiting: 0 });
+  });
+
   it("a pass's admission frees every room it still holds when closed", async () => {
     const gate = createPageGate(2);
     const pass = admissionOf(gate);
