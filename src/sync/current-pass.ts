@@ -97,9 +97,8 @@ async function commitCursorPages(
   if (open.pages > 0) deps.logger.info({ pages: open.pages }, 'resuming full pass from its cursor checkpoint');
   let pages = open.pages;
   const memory = deps.pageGate ? admissionOf(deps.pageGate) : undefined;
-  const list = { status: type, limit: deps.pageSize, cursor: open.cursor };
   try {
-    for await (const page of deps.client.pages(groupId, memory ? { ...list, memory } : list)) {
+    for await (const page of deps.client.pages(groupId, { status: type, limit: deps.pageSize, cursor: open.cursor, memory })) {
       pages += 1;
       const pass = { groupId, type, seenAt: open.startedAt, pages, upstreamCount };
       maxVersion = latestTimestamp(maxVersion, await commitCursorPage(deps, pass, page, tally));

@@ -307,11 +307,7 @@ async function readLegacyPass(
   const stored = capKnowledgeOf(await readPaging(deps.pool));
   paging.caps = stored;
   const memory = deps.pageGate ? admissionOf(deps.pageGate) : undefined;
-  const readOptions = (): PageReadOptions => ({
-    capKnowledge: paging.caps ?? stored,
-    onCapKnowledge: (k) => (paging.caps = k),
-    ...(memory ? { memory } : {}),
-  });
+  const readOptions = (): PageReadOptions => ({ capKnowledge: paging.caps ?? stored, onCapKnowledge: (k) => (paging.caps = k), memory });
   const plan = await planPass(deps, log, pass.groupId, pass.type, pass.mode, pass.cursor, totals.cursor.ceiling, readOptions);
   try {
     await commitPages(deps, log, pass, plan, totals, tally);

@@ -752,9 +752,7 @@ async function attemptOnce(
     if (classified.error instanceof UpstreamRateLimitError) counters.rateLimited += 1;
     throw classified.error;
   }
-  return release
-    ? { status, headers: responseHeaders, body: classified.body, release }
-    : { status, headers: responseHeaders, body: classified.body };
+  return { status, headers: responseHeaders, body: classified.body, release };
 }
 
 /**

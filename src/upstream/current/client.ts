@@ -212,9 +212,8 @@ export function createCurrentClient(options: CurrentClientOptions): CurrentClien
     ];
     if (cursor !== null) query.push(['cursor', cursor]);
     const path = membersPath(id);
-    const memory = list.memory;
-    const request = { method: 'GET', path, query, signal: list.signal } as const;
-    const response = await http.request(memory ? { ...request, beforeBody: () => memory.admit() } : request);
+    const { memory } = list;
+    const response = await http.request({ method: 'GET', path, query, signal: list.signal, beforeBody: memory && (() => memory.admit()) });
     let page: ReturnType<typeof validateMemberPage>;
     try {
       page = validateMemberPage(response.body, { label: CURRENT_LABEL, method: 'GET', path }, response.status);
@@ -223,15 +222,14 @@ export function createCurrentClient(options: CurrentClientOptions): CurrentClien
       throw error;
     }
     const date = Date.parse(response.headers.get('date') ?? '');
-    const read: CurrentPage = {
+    return {
       cursor,
       rows: page.rows,
       nextCursor: page.nextCursor,
       requestedLimit: list.limit,
       serviceTime: Number.isNaN(date) ? null : date,
+      release: response.release,
     };
-    if (response.release) read.release = response.release;
-    return read;
   }
 
   async function* pages(groupId: GroupId, list: CurrentListOptions): AsyncGenerator<CurrentPage, void, undefined> {

@@ -389,7 +389,7 @@ async function takeStep<S extends PassPosition>(io: PassIo, step: PagingStepFunc
     }
     if (next.kind === 'ignores-offset') throw io.ignoresOffset(next.offset, next.farOffset);
     if (next.kind === 'probe') throw new Error('paging step asked for a second probe of the same page');
-    const page = next.kind !== 'back' && next.page ? { ...next.page, serviceTime, ...(release ? { release } : {}) } : null;
+    const page = next.kind !== 'back' && next.page ? { ...next.page, serviceTime, release } : null;
     handedOver = page !== null;
     return { page, next: next.kind === 'end' ? null : next.state };
   } finally {
@@ -442,8 +442,7 @@ export function createLegacyClient(options: LegacyClientOptions): LegacyClient {
     assertCount('offset', list.offset, 0);
     const filters = list.filters ? Object.entries(buildFilters(list.filters)) : [];
     const query: Array<[string, string]> = [['limit', String(list.limit)], ['offset', String(list.offset)], ...filters];
-    const request = { method: 'GET', path: subscribersPath(id, list.type), query, signal: list.signal } as const;
-    const response = await http.request(beforeBody ? { ...request, beforeBody } : request);
+    const response = await http.request({ method: 'GET', path: subscribersPath(id, list.type), query, signal: list.signal, beforeBody });
     const target: RequestTarget = { label: LEGACY_LABEL, method: 'GET', path: subscribersPath(id, list.type) };
     const date = Date.parse(response.headers.get('date') ?? '');
     try {
