@@ -375,6 +375,14 @@ export const syncState = pgTable(
     proofStartedAt: tstz('proof_started_at'),
     /** Start of the one before it: members unseen since then were missed by two passes in a row. */
     prevProofStartedAt: tstz('prev_proof_started_at'),
+    /** End of the pass `proof_started_at` started (null: recorded before this column). */
+    proofEndedAt: tstz('proof_ended_at'),
+    /** End of the pass `prev_proof_started_at` started: a sweep that proves a removal starts after it (invariant 11). */
+    prevProofEndedAt: tstz('prev_proof_ended_at'),
+    /** Start of the last incremental pass that read every change since `swept_since` (a sweep; legacy source). */
+    sweptAt: tstz('swept_at'),
+    /** The earliest change time that pass certainly read (its date filter, less the timezone margin). */
+    sweptSince: tstz('swept_since'),
     /** Rows dated after the service's now + the timezone margin in the last run (stored, cursor not moved). */
     futureRowsLastRun: integer('future_rows_last_run'),
     /** Requests the last complete full pass spent stepping back (the list moved by more than the page overlap). */

@@ -122,7 +122,7 @@ async function readCounts(deps: CurrentPassDeps, groupId: string, type: Subscrib
 /** One pass: the counts, then the pages by cursor; the bookkeeping is the shared `recordPass`. */
 export async function runCurrentPass(deps: CurrentPassDeps, groupId: string, type: SubscriberType): Promise<PassResult> {
   const log = deps.logger.child({ groupId, type, source: 'current' });
-  return recordPass(deps, { groupId, type, mode: 'full', log, via: 'current', client: deps.client }, async (tally) => {
+  return recordPass(deps, { groupId, type, mode: 'full', log, via: 'current', sweeps: false, client: deps.client }, async (tally) => {
     const upstreamCount = await readCounts(deps, groupId, type);
     const { startedAt, maxVersion } = await commitCursorPages({ ...deps, logger: log }, groupId, type, upstreamCount, tally);
     return { startedAt, maxUpdatedAt: maxVersion, upstreamCount };

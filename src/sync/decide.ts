@@ -158,18 +158,24 @@ export type ProofStep<T extends string = string> = { kind: 'pass'; type: T } | {
  * `date_unsubscribe`), so the sweep lists it and the newer fact keeps it. Passes run back to back
  * by type ("active" twice, then "unsubscribed" twice) would let one change per type's pair hide it.
  *
- * `needs` comes from `passesToProve`; `swept` says whether this job's sweep ran; `canSweep` is false
- * for a source with no date filter (rounds alone then). Null when nothing is left to prove.
+ * When every type already had its two passes and members still await (passes of other jobs made
+ * the rounds, and no sweep came after the first of them: the removal waits for one,
+ * `removalCutoff`), one more sweep; then nothing.
+ *
+ * `needs` comes from `passesToProve`; `swept` says whether this job's sweep ran, `sweptLast` whether
+ * its last step was one; `canSweep` is false for a source with no date filter (rounds alone then).
+ * Null when nothing is left to prove.
  */
 export function nextProofStep<T extends string>(
   needs: ReadonlyArray<{ type: T; passes: number }>,
-  progress: { swept: boolean; canSweep: boolean },
+  progress: { swept: boolean; sweptLast: boolean; canSweep: boolean },
 ): ProofStep<T> | null {
-  if (needs.length === 0) return null;
+  const next = needs[0];
+  if (!next) return progress.canSweep && !progress.sweptLast ? { kind: 'sweep' } : null;
   const firstRound = needs.find((n) => n.passes >= 2);
   if (firstRound) return { kind: 'pass', type: firstRound.type };
   if (progress.canSweep && !progress.swept) return { kind: 'sweep' };
-  return { kind: 'pass', type: (needs[0] as { type: T }).type };
+  return { kind: 'pass', type: next.type };
 }
 
 /** The removal proof of one type of the group: starts of its last two complete, gap-free full passes (epoch ms). */

@@ -55,6 +55,15 @@ export function incrementalFilterDay(cursor: string, lookbackMs: number, sourceT
   return addDays(day, -lookbackDays);
 }
 
+/**
+ * What an incremental pass from `cursor` certainly reads: every change stamped since the cursor less
+ * the timezone margin, because its `$gt` day (`incrementalFilterDay`) is at least a day before the
+ * day that time falls in, whichever way the service reads `$gt`.
+ */
+export function sweptSince(cursor: string): string {
+  return formatEpochMs(Date.parse(cursor) - TIMEZONE_MARGIN_MS);
+}
+
 /** A page's rows as versions: normalized, and alive (`listedRow`). */
 function listedRows(deps: PassDeps, raws: readonly Record<string, unknown>[]): SubscriberRow[] {
   return raws.map((raw) => listedRow(normalizeLegacySubscriber(raw, { sourceTimezone: deps.sourceTimezone })));
@@ -161,6 +170,8 @@ interface PassPlan {
   seenAt: string | null;
   upstreamCount: number | null;
   filterDay: string | null;
+  /** Incremental pass: the earliest change time its filters certainly read (`sweptSince`). */
+  sweptSince: string | null;
 }
 
 type PageReadOptions = Pick<PageOptions, 'capKnowledge' | 'onCapKnowledge' | 'memory'>;
@@ -194,15 +205,16 @@ async function planPass(
         knownLength: upstreamCount,
         ...caps(),
       });
-    return { reads: [read], seenAt: open.startedAt, upstreamCount, filterDay: null };
+    return { reads: [read], seenAt: open.startedAt, upstreamCount, filterDay: null, sweptSince: null };
   }
   // A cursor that ran away before this release (or a clock jump here) is read from the ceiling.
-  const filterDay = incrementalFilterDay(minTimestamp(cursor as string, ceiling), deps.lookbackMs, deps.sourceTimezone);
+  const from = minTimestamp(cursor as string, ceiling);
+  const filterDay = incrementalFilterDay(from, deps.lookbackMs, deps.sourceTimezone);
   const reads = incrementalFilterKeys(type).map((key) => () => {
     const filters: DateFilter[] = [{ key, op: '$gt', date: filterDay }];
     return deps.legacy.pages(groupId, { type, limit: deps.pageSize, mode: 'incremental', filters, ...caps() });
   });
-  return { reads, seenAt: null, upstreamCount: null, filterDay };
+  return { reads, seenAt: null, upstreamCount: null, filterDay, sweptSince: sweptSince(from) };
 }
 
 /** What only offset paging and the cursor add up over a pass (the recorder counts rows and writes). */
@@ -323,6 +335,7 @@ async function readLegacyPass(
     gaps: totals.gaps,
     stepBacks: totals.stepBacks,
     filterDay: plan.filterDay,
+    sweptSince: plan.sweptSince,
     cursorCeiling: totals.cursor.ceiling,
     futureRows: totals.cursor.futureRows,
   };
@@ -334,7 +347,7 @@ export async function runPass(deps: PassDeps, groupId: string, type: SubscriberT
   const { mode, cursor } = startingPoint(requestedMode, state?.cursor ?? null, deps.changedSince);
   const paging: { caps: PageCapKnowledge | null } = { caps: null };
   try {
-    return await recordPass(deps, { groupId, type, mode, log, via: 'poll', client: deps.legacy }, (tally) =>
+    return await recordPass(deps, { groupId, type, mode, log, via: 'poll', sweeps: true, client: deps.legacy }, (tally) =>
       readLegacyPass(deps, log, { groupId, type, mode, cursor }, paging, tally),
     );
   } finally {

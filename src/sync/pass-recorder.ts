@@ -6,12 +6,12 @@
  * 1. marks the run started in `sync_state` and logs 'pass started';
  * 2. runs the reader, adding up what each committed page wrote and reporting progress after it;
  * 3. when the reader returns: marks the run succeeded (a complete listing also completes a full
- *    pass, so that it counts towards the removal cutoff), then settles removals (invariant 11), logs
- *    'pass succeeded' and returns the `PassResult`;
+ *    pass, and a sweep is recorded as one, so that they count towards the removal cutoff), then
+ *    settles removals (invariant 11), logs 'pass succeeded' and returns the `PassResult`;
  * 4. when the reader throws: records the failure (cursor and checkpoint stay) and rethrows.
  *
  * A reader that lists no complete list (an incremental pass, a sample) returns `startedAt: null`:
- * nothing is completed and no membership is ended by it. Requests are counted on the reader's own
+ * nothing is completed; a sweep may still complete a proof the full passes left waiting for it. Requests are counted on the reader's own
  * client (a fresh one per pass, sharing the limiter), so the figure is the pass's.
  */
 import type pg from 'pg';
@@ -92,6 +92,11 @@ export interface RecordedPass {
   log: Logger;
   /** Recorded on the memberships it ends: which source proved them gone. */
   via: MirrorSource;
+  /**
+   * The source reads what changed since a time (its incremental passes are sweeps): then a removal
+   * in a group of several types also waits for a sweep after the first round (`removalCutoff`).
+   */
+  sweeps: boolean;
   /** The reader's own client: the requests it sent while the pass ran are the pass's. */
   client: { stats(): { requests: number } };
 }
@@ -125,6 +130,8 @@ export interface PassReading {
   filterDay?: string | null;
   cursorCeiling?: string;
   futureRows?: number;
+  /** Date filters: the earliest change time the reading certainly read (it was a sweep since then). */
+  sweptSince?: string | null;
 }
 
 export function addCounts(into: UpsertCounts, more: UpsertCounts): void {
@@ -176,6 +183,7 @@ export async function recordPass(
       cursorCeiling: reading.cursorCeiling,
       futureRows: reading.futureRows,
       stepBacks: complete ? reading.stepBacks : undefined,
+      sweptSince: reading.sweptSince,
     });
     // After the pass is recorded complete, so that it counts towards the removal cutoff.
     const { removed, awaitingProof } = await settleRemovals(ctx, pass, reading.startedAt);
@@ -228,37 +236,38 @@ function logSuccess(log: Logger, result: PassResult, reading: PassReading): void
 }
 
 /**
- * After a complete listing (started at `startedAt`) is recorded: ends what two passes proved gone,
- * and counts the members of its type it did not list and no newer fact covers. Those are candidates,
- * proven gone only by the next complete pass (the worker runs it at once: `decideAfterPass`,
- * `passesToProve`). Nothing for a reading of no complete list (`startedAt` null).
+ * After a pass is recorded: ends what the passes and sweeps so far proved gone, and, after a
+ * complete listing (started at `startedAt`), counts the members of its type it did not list and no
+ * newer fact covers. Those are candidates, proven gone only by the next complete pass (the worker
+ * runs it at once: `decideAfterPass`, `passesToProve`). An incremental pass ends members too: it may
+ * be the sweep the proof was waiting for.
  */
 async function settleRemovals(
   ctx: PassContext,
   pass: RecordedPass,
   startedAt: string | null,
 ): Promise<{ removed: number; awaitingProof: AwaitingProof | null }> {
-  if (startedAt === null) return { removed: 0, awaitingProof: null };
-  const removed = await removeUnseenMembers(ctx.pool, pass.groupId, ctx.groupTypes, pass.via);
+  const removed = await removeUnseenMembers(ctx.pool, pass, ctx.groupTypes);
+  if (startedAt === null) return { removed, awaitingProof: null };
   return { removed, awaitingProof: await membersAwaitingProof(ctx.pool, pass.groupId, startedAt, { type: pass.type }) };
 }
 
 /**
  * Ends the memberships two complete, gap-free full passes in a row of every configured type did
- * not list (the cutoff is the start of the earlier one; see `removalCutoff`). One pass is no proof:
- * paging over a changing list can skip a member (docs/architecture.md, invariant 11). `via` records
- * which source proved it.
+ * not list (the cutoff is the start of the earlier one; see `removalCutoff`), once a sweep after the
+ * first of them found no newer fact, where the source sweeps. One pass is no proof: paging over a
+ * changing list can skip a member (docs/architecture.md, invariant 11). `via` records which source
+ * proved it.
  */
 async function removeUnseenMembers(
   pool: pg.Pool,
-  groupId: string,
+  pass: Pick<RecordedPass, 'groupId' | 'via' | 'sweeps'>,
   groupTypes: readonly SubscriberType[],
-  via: MirrorSource,
 ): Promise<number> {
-  const cutoff = await removalCutoff(pool, groupId, groupTypes);
+  const cutoff = await removalCutoff(pool, pass.groupId, groupTypes, { sweeps: pass.sweeps });
   if (!cutoff) return 0;
   const now = formatEpochMs(Date.now());
   let removed = 0;
-  for (const type of groupTypes) removed += await removeMembersNotSeenSince(pool, groupId, cutoff, now, { type, via });
+  for (const type of groupTypes) removed += await removeMembersNotSeenSince(pool, pass.groupId, cutoff, now, { type, via: pass.via });
   return removed;
 }

@@ -130,6 +130,8 @@ export interface RunSuccess {
   futureRows?: number;
   /** Full pass: requests spent stepping back (the list moved by more than the overlap); kept until the next full pass. */
   stepBacks?: number;
+  /** Incremental pass: the earliest change time it certainly read; it is then recorded as a sweep that started with the run. */
+  sweptSince?: string | null;
 }
 
 export async function markRunSucceeded(db: Queryable, groupId: string, type: string, run: RunSuccess): Promise<void> {
@@ -147,6 +149,10 @@ export async function markRunSucceeded(db: Queryable, groupId: string, type: str
             last_full_completed_at = case when $8 then now() else last_full_completed_at end,
             prev_proof_started_at = case when $8 and full_continuous then proof_started_at else prev_proof_started_at end,
             proof_started_at = case when $8 and full_continuous then full_started_at else proof_started_at end,
+            prev_proof_ended_at = case when $8 and full_continuous then proof_ended_at else prev_proof_ended_at end,
+            proof_ended_at = case when $8 and full_continuous then now() else proof_ended_at end,
+            swept_at = case when $13::timestamptz is null then swept_at else last_run_started_at end,
+            swept_since = coalesce($13::timestamptz, swept_since),
             future_rows_last_run = $9,
             upstream_count = coalesce($10, upstream_count),
             upstream_count_at = case when $10::int is null then upstream_count_at else now() end,
@@ -166,6 +172,7 @@ export async function markRunSucceeded(db: Queryable, groupId: string, type: str
       run.upstreamCount ?? null,
       run.cursorCeiling ?? null,
       run.stepBacks ?? null,
+      run.sweptSince ?? null,
     ],
   );
 }
@@ -206,16 +213,34 @@ export async function saveUpstreamCount(db: Queryable, groupId: string, type: st
  * the earlier of its last two complete full passes that skipped nothing; the earliest of those. A
  * member no pass has listed since then was missed by two complete passes in a row of its type.
  * Null while any type lacks two such passes (then nobody may be removed).
+ *
+ * `sweeps` (a source that reads what changed since a time, in a group of several types): also null
+ * until every type had a sweep that started after the first of those passes of every type ended and
+ * read every change since the cutoff. A member of the group that the first passes all missed changed
+ * type while they read, after the cutoff; such a sweep lists it under its new type with that newer
+ * version, which keeps it ("Proof in rounds").
  */
-export async function removalCutoff(db: Queryable, groupId: string, types: readonly string[]): Promise<string | null> {
-  const { rows } = await db.query<{ cutoff: string | null; complete: number }>(
-    `select ${iso('min(prev_proof_started_at)')} as cutoff, count(*)::int as complete
-       from sync_state
-      where group_id = $1 and type = any($2::text[]) and prev_proof_started_at is not null`,
+export async function removalCutoff(
+  db: Queryable,
+  groupId: string,
+  types: readonly string[],
+  opts: { sweeps: boolean } = { sweeps: true },
+): Promise<string | null> {
+  const { rows } = await db.query<{ cutoff: string | null; complete: number; swept: number }>(
+    `with s as (select * from sync_state where group_id = $1 and type = any($2::text[])),
+          r as (select min(prev_proof_started_at) as cutoff, count(prev_proof_started_at) as complete,
+                       -- a pass ends before the next of its type starts: the bound for rows older than proof_ended_at
+                       max(coalesce(prev_proof_ended_at, proof_started_at)) as first_round_ended
+                  from s)
+     select ${iso('r.cutoff')} as cutoff, r.complete::int as complete,
+            (select count(*) from s
+              where s.swept_at >= r.first_round_ended and s.swept_since <= date_trunc('second', r.cutoff))::int as swept
+       from r`,
     [groupId, types],
   );
   const row = rows[0];
   if (!row || row.complete < types.length) return null;
+  if (opts.sweeps && types.length > 1 && row.swept < types.length) return null;
   return row.cutoff;
 }
 

@@ -425,22 +425,23 @@ async function confirmRemovals(
       decideAfterPass({ mode: first.mode }, { awaitingProof, confirmingPasses: outcome.passes, maxConfirmingPasses });
     if (decideAt(outcome.awaitingProof).kind === 'done' || startedAt === null) return outcome;
     if (!(await takeProofLock(ctx, job, locks))) return outcome;
-    let swept = false;
+    const progress = { swept: false, sweptLast: false, canSweep: readSourceOf(deps).incremental };
     for (;;) {
       const proofs = await groupProofs(deps, groupId);
       // Read afresh before every step: another job's proof (it held the proof lock first) or this
       // job's last pass may have settled them.
       outcome.awaitingProof = (await membersAwaitingProof(deps.pool, groupId, startedAt, { type })).count;
       const awaiting = await awaitingInTypes(deps, groupId, proofs);
-      if (decideAt(awaiting.count).kind === 'done' || ctx.closing()) return outcome;
-      const step = nextProofStep(passesToProve(proofs, awaiting.lastSeenAt, type), {
-        swept,
-        canSweep: readSourceOf(deps).incremental,
-      });
+      if (awaiting.count === 0 || ctx.closing()) return outcome;
+      // With its passes spent, the job still gives the sweep that members proven by passes may be
+      // waiting for (the passes of other jobs came between its rounds); a sweep is no pass.
+      const passesLeft = decideAt(awaiting.count).kind !== 'done';
+      const step = nextProofStep(passesLeft ? passesToProve(proofs, awaiting.lastSeenAt, type) : [], progress);
       if (!step) return outcome;
+      progress.sweptLast = step.kind === 'sweep';
       if (step.kind === 'sweep') {
         outcome.requests += await sweepChanges(ctx, job, locks, proofSince(proofs, startedAt));
-        swept = true;
+        progress.swept = true;
         continue;
       }
       const held = await passLockFor(ctx, groupId, step.type, locks);
@@ -524,18 +525,36 @@ function proofSince(proofs: ReadonlyArray<TypeProof<SubscriberType>>, startedAt:
 }
 
 /**
- * Between the rounds: an incremental pass of every configured type reading every change since
- * `since`. A member that changed type while round one read is listed by it under its new type and
- * its newer version keeps it (removal needs no fact newer than the cutoff). Returns its requests.
+ * The sweep: an incremental pass of every configured type reading every change since `since`. A
+ * member that changed type while round one read is listed by it under its new type and its newer
+ * version keeps it (removal needs no fact newer than the cutoff). It holds every type's pass lock
+ * from its first read to its last, so that no pass ends while it reads: the passes a removal counts
+ * then all ended before it began (`removalCutoff`), and its last type's pass settles the removals
+ * they prove. Taking the locks in order may hold some while waiting for a pass still running: that
+ * delays the passes of the other types, never the proof. Returns its requests.
  */
 async function sweepChanges(ctx: WorkerContext, job: Job<PassJobData, PassJobResult>, locks: ProofLocks, since: string): Promise<number> {
-  let requests = 0;
-  for (const type of ctx.deps.types) {
-    const held = await passLockFor(ctx, job.data.groupId, type, locks);
-    if (!held) throw new Error(`could not take the pass lock of ${type} for the sweep between the confirming rounds`);
-    requests += (await runOnePass(ctx, job, type, held, { mode: 'incremental', changedSince: since })).requests;
+  const { groupId } = job.data;
+  const held = new Map<SubscriberType, HeldLock>();
+  if (locks.pass && !locks.pass.lock.lost) held.set(locks.pass.type, locks.pass.lock);
+  else await locks.pass?.lock.release();
+  locks.pass = null;
+  try {
+    for (const type of ctx.deps.types) {
+      if (held.has(type)) continue;
+      const lock = await waitForLock(ctx, passLockKey(ctx.deps.prefix, groupId, type));
+      if (!lock) throw new Error(`could not take the pass lock of ${type} for the removal proof's sweep`);
+      held.set(type, lock);
+    }
+    const startedAt = new Date().toISOString();
+    let requests = 0;
+    for (const [type, lock] of held)
+      requests += (await runOnePass(ctx, job, type, lock, { mode: 'incremental', changedSince: since })).requests;
+    ctx.log.info({ groupId, since, startedAt, types: [...held.keys()], requests }, 'removal proof: swept every type');
+    return requests;
+  } finally {
+    for (const lock of held.values()) await lock.release();
   }
-  return requests;
 }
 
 async function groupProofs(deps: SyncWorkerDeps, groupId: string): Promise<Array<TypeProof<SubscriberType>>> {

@@ -92,8 +92,11 @@ function harness(source: Source, s: Simulator, groupId: string, extra: Partial<A
     perMinute: source === 'legacy' ? 60 : 120,
     askFullPass: async (g, type) => {
       asked.push({ groupId: g, type });
-      // What the worker does with the job: a full pass with its removal proof (two in a row of every type).
-      await fullPasses(source, s, g, 2);
+      // What the worker does with the job: a full pass with its removal proof (two rounds of every
+      // type, the legacy source's sweep between them).
+      await fullPasses(source, s, g);
+      if (source === 'legacy') await passAllTypes(passDeps(database, s), g, 'incremental');
+      await fullPasses(source, s, g);
       return `job-${asked.length}`;
     },
     now: () => now,

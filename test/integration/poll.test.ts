@@ -115,11 +115,45 @@ describe('full pass', () => {
     // One complete pass of every type that misses it is no proof (offset paging can skip a row).
     await passAllTypes(d, groupId, 'full');
     expect((await leaverRow())?.removedAt).toBeNull();
-    // The second one in a row is.
+    // The second one in a row is, with a sweep of every type after the first round (below).
+    await passAllTypes(d, groupId, 'incremental');
     const second = await passAllTypes(d, groupId, 'full');
     expect(second.reduce((n, r) => n + r.removed, 0)).toBe(1);
     expect((await leaverRow())?.removedAt).not.toBeNull();
     await assertMirrorEqualsWorld(database, sim, groupId);
+  });
+
+  it('keeps a member that changes type during each round: the removal waits for a sweep after the first round', async () => {
+    sim = await startSimulator({ subscribers: 300, groups: 1, rateLimit: false });
+    const groupId = sim.world.groupIds()[0]!;
+    const types = ['active', 'unsubscribed'] as const;
+    const d = deps(database, sim, { pageSize: 50, groupTypes: [...types] });
+    await passAllTypes(d, groupId, 'full', [...types]);
+    const [mover, leaver] = sim.world.members(groupId, 'active') as [string, string];
+    sim.world.removeFromGroup(leaver, groupId);
+    const row = async (id: string) => (await readMembers(database.pool, groupId)).find((m) => m.subscriberId === id);
+
+    // The mover is unsubscribed while "active" is read and active again while "unsubscribed" is,
+    // twice: every full pass of both rounds misses it, and no pass lists its changes.
+    for (let round = 0; round < 2; round++) {
+      sim.world.unsubscribe(mover);
+      await runPass(d, groupId, 'active', 'full');
+      sim.world.activate(mover);
+      await runPass(d, groupId, 'unsubscribed', 'full');
+    }
+    expect((await row(mover))?.removedAt).toBeNull();
+    // The leaver was missed by the same two rounds: it waits for the sweep too.
+    expect((await row(leaver))?.removedAt).toBeNull();
+
+    // The sweep (an incremental pass of every type after the first round) lists the mover's newer
+    // version and proves the leaver gone.
+    const sweep = await passAllTypes(d, groupId, 'incremental', [...types]);
+    expect(sweep.reduce((n, r) => n + r.removed, 0)).toBe(1);
+    expect((await row(leaver))?.removedAt).not.toBeNull();
+    expect(await row(mover)).toMatchObject({ removedAt: null, type: 'active' });
+    const current = (await readMembers(database.pool, groupId)).filter((m) => m.removedAt === null);
+    const want = [...sim.world.memberships()].filter((m) => m.groupId === groupId && (types as readonly string[]).includes(m.type));
+    expect(current.map((m) => `${m.subscriberId}:${m.type}`).sort()).toEqual(want.map((m) => `${m.subscriberId}:${m.type}`).sort());
   });
 
   it('completes a pass when the shared limiter loses its Redis state mid-pass', async () => {

@@ -267,9 +267,11 @@ describe('passesToProve: every type needs two gap-free full passes that started 
 });
 
 describe('nextProofStep: two rounds of confirming passes, the sweep of what changed between them', () => {
-  const sweepable = { swept: false, canSweep: true };
+  const sweepable = { swept: false, sweptLast: false, canSweep: true };
   it.each([
-    ['nothing left to prove: done', [], sweepable, null],
+    ['nothing left to prove, no sweep since the last pass: the sweep a removal waits for', [], sweepable, { kind: 'sweep' }],
+    ['nothing left to prove, swept since the last pass: done', [], { swept: true, sweptLast: true, canSweep: true }, null],
+    ['nothing left to prove, a source with no date filter: done', [], { swept: false, sweptLast: false, canSweep: false }, null],
     [
       "round one first: the first type that has no pass since (the job's own type has its own pass)",
       [
@@ -295,19 +297,19 @@ describe('nextProofStep: two rounds of confirming passes, the sweep of what chan
         { type: 'active', passes: 1 },
         { type: 'unsubscribed', passes: 1 },
       ],
-      { swept: true, canSweep: true },
+      { swept: true, sweptLast: true, canSweep: true },
       { kind: 'pass', type: 'active' },
     ],
     [
       'a source with no date filter: round two straight after round one',
       [{ type: 'unsubscribed', passes: 1 }],
-      { swept: false, canSweep: false },
+      { swept: false, sweptLast: false, canSweep: false },
       { kind: 'pass', type: 'unsubscribed' },
     ],
     [
       'a second-round pass that had gaps: its type runs again, with no second sweep',
       [{ type: 'bounced', passes: 1 }],
-      { swept: true, canSweep: true },
+      { swept: true, sweptLast: false, canSweep: true },
       { kind: 'pass', type: 'bounced' },
     ],
     ['one type, its own pass done: the sweep, then its confirming pass', [{ type: 'active', passes: 1 }], sweepable, { kind: 'sweep' }],
@@ -324,13 +326,14 @@ describe('nextProofStep: two rounds of confirming passes, the sweep of what chan
       ['junk', 2],
     ]);
     const order: string[] = [];
-    let swept = false;
+    const progress = { swept: false, sweptLast: false, canSweep: true };
     for (let i = 0; i < 20; i++) {
       const left = types.filter((t) => (needs.get(t) ?? 0) > 0).map((t) => ({ type: t, passes: needs.get(t) ?? 0 }));
-      const step = nextProofStep(left, { swept, canSweep: true });
+      const step = nextProofStep(left, progress);
       if (!step) break;
+      progress.sweptLast = step.kind === 'sweep';
       if (step.kind === 'sweep') {
-        swept = true;
+        progress.swept = true;
         order.push('sweep');
         continue;
       }
@@ -338,6 +341,8 @@ describe('nextProofStep: two rounds of confirming passes, the sweep of what chan
       needs.set(step.type, (needs.get(step.type) ?? 0) - 1);
     }
     // "active1" is the job's own pass, before the proof began.
-    expect(order).toEqual(['unsubscribed1', 'bounced1', 'junk1', 'sweep', 'active2', 'unsubscribed2', 'bounced2', 'junk2']);
+    // Members still awaiting after round two (another job's pass came between the sweep and a
+    // second pass): one more sweep, then the job is done.
+    expect(order).toEqual(['unsubscribed1', 'bounced1', 'junk1', 'sweep', 'active2', 'unsubscribed2', 'bounced2', 'junk2', 'sweep']);
   });
 });
