@@ -11,8 +11,9 @@
  * 4. when the reader throws: records the failure (cursor and checkpoint stay) and rethrows.
  *
  * A reader that lists no complete list (an incremental pass, a sample) returns `startedAt: null`:
- * nothing is completed; a sweep may still complete a proof the full passes left waiting for it. Requests are counted on the reader's own
- * client (a fresh one per pass, sharing the limiter), so the figure is the pass's.
+ * nothing is completed; as a sweep it may still complete a proof the full passes left waiting for
+ * it. Requests are counted on the reader's own client (a fresh one per pass, sharing the limiter),
+ * so the figure is the pass's.
  */
 import type pg from 'pg';
 import type { MirrorSource, SubscriberType } from '../db/schema.js';
