@@ -228,6 +228,8 @@ function logSuccess(log: Logger, result: PassResult, reading: PassReading): void
       removed: result.removed,
       gaps: reading.gaps,
       stepBacks: reading.stepBacks,
+      // A resumed full pass started when it was first opened: what the removal proof counts.
+      startedAt: result.startedAt ?? undefined,
       awaitingProof: result.awaitingProof?.count,
       requests: result.requests,
       filterDay: reading.filterDay,
