@@ -259,8 +259,6 @@ describe('fault 6: churn during full passes', () => {
       falseRemovals,
       `members ended while listed:\n${[...falselyEnded.values()].join('\n')}\nfull passes:\n${passLog.join('\n')}`,
     ).toBe(0);
-    if (late > 0)
-      (await import('node:fs')).writeFileSync(`/tmp/churn-late-${Date.now()}.jsonl`, worker.lines.map((l) => JSON.stringify(l)).join('\n'));
     expect(late, `leavers not ended by the sweep after two passes of every type: ${lateSeen.join('; ')}\n${lateDetail}`).toBe(0);
     const leaversKnown = [...leftAt.keys()].filter((id) => endedAfter.has(id)).length;
     expect(leaversKnown).toBeGreaterThan(100);
