@@ -239,6 +239,11 @@ export const SETTINGS = {
       doc: '`limit` asked per page; the current API serves at most 100 whatever is asked',
       default: '1000',
     }),
+    // At least a day: the proof reads the last passes, and "why was X ended" wants them for a while.
+    historyRetentionMs: setting('PASS_HISTORY_RETENTION', duration({ min: '1d' }), {
+      doc: 'rows of the pass history (`sync_passes`) that ended longer ago are deleted after each pass, except the passes the removal rule still reads and each pair’s newest',
+      default: '30d',
+    }),
   },
   // Default by source (withContextDefaults): the legacy API allows 60 a minute, the current platform
   // 120 (docs/upstream-current.md).

@@ -545,6 +545,7 @@ async function startPolling(
     sourceTimezone: config.legacy.sourceTimezone,
     lookbackMs: config.sync.lookbackMs,
     pageSize: config.sync.pageSize,
+    historyRetentionMs: config.sync.historyRetentionMs,
     groups,
     types,
     metrics,

@@ -6,8 +6,8 @@
  * hand are compared with the tables by `test/unit/tables.test.ts` and, against a migrated database,
  * by `test/integration/registry.catalog.test.ts`.
  */
-import { getTableColumns, type Column } from './orm.js';
-import type { PgTable } from './orm.js';
+import { getTableColumns, getViewSelectedFields, type Column } from './orm.js';
+import type { PgTable, PgView } from './orm.js';
 
 /** A row of `T` as drizzle infers it: every column, keyed by its drizzle name. */
 export type RowOf<T extends PgTable> = T['$inferSelect'];
@@ -57,6 +57,19 @@ export function rowSelectSql<T extends PgTable>(table: T, options: { omit?: read
       const value =
         column.columnType === 'PgTimestampString' ? canonicalTimestampSql(`${prefix}${column.name}`) : `${prefix}${column.name}`;
       return `${value} as "${key}"`;
+    })
+    .join(', ');
+}
+
+/** A select list reading whole rows of a view as its `$inferSelect`: each column aliased to its drizzle key, timestamps canonical. */
+export function viewSelectSql(view: PgView, options: { omit?: readonly string[]; qualifier?: string } = {}): string {
+  const omit = new Set<string>(options.omit ?? []);
+  const prefix = options.qualifier === undefined ? '' : `${options.qualifier}.`;
+  return Object.entries(getViewSelectedFields(view) as Record<string, Column>)
+    .filter(([key]) => !omit.has(key))
+    .map(([key, column]) => {
+      const name = `${prefix}${column.name}`;
+      return `${column.columnType === 'PgTimestampString' ? canonicalTimestampSql(name) : name} as "${key}"`;
     })
     .join(', ');
 }

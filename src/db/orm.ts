@@ -23,7 +23,7 @@ const nodePg = load('drizzle-orm/node-postgres') as typeof NodePg;
 const migrator = load('drizzle-orm/node-postgres/migrator') as typeof Migrator;
 const migrationFiles = load('drizzle-orm/migrator') as typeof MigrationFiles;
 
-export const { sql, getTableColumns, getTableName, is } = core;
+export const { sql, getTableColumns, getTableName, getViewSelectedFields, is } = core;
 export const {
   bigint,
   bigserial,
@@ -47,4 +47,4 @@ export const { migrate } = migrator;
 export const { readMigrationFiles } = migrationFiles;
 export type { Column } from 'drizzle-orm';
 export type { NodePgDatabase } from 'drizzle-orm/node-postgres';
-export type { PgColumn, PgTable } from 'drizzle-orm/pg-core';
+export type { PgColumn, PgTable, PgView } from 'drizzle-orm/pg-core';

@@ -248,6 +248,11 @@ export const groupMembers = pgTable(
     lastSeenAt: tstz('last_seen_at'),
     mirroredAt: tstz('mirrored_at').notNull().defaultNow(),
     mirroredVia: text('mirrored_via').$type<MirrorSource>().notNull(),
+    /**
+     * The `sync_passes` row whose removal rule ended this membership (its `proof` lists the passes
+     * that proved it: docs/sql.md, "Why was a member ended"); null while a member or when an event ended it.
+     */
+    endedBy: bigint('ended_by', { mode: 'number' }),
   },
   (t) => [
     primaryKey({ columns: [t.groupId, t.subscriberId] }),
@@ -339,67 +344,153 @@ export type SyncRunStatus = (typeof SYNC_RUN_STATUSES)[number];
 export const PASS_MODES = ['incremental', 'full'] as const;
 export type PassMode = (typeof PASS_MODES)[number];
 
+/** A row of the pass history: a pass of either mode, or a check of removal candidates one request each (current source). */
+export const PASS_KINDS = [...PASS_MODES, 'check'] as const;
+export type PassKind = (typeof PASS_KINDS)[number];
+
+/** Where a pass read: the legacy v2 API or the current platform's (docs/architecture.md, "Read sources"). */
+export const READ_SOURCES = ['legacy', 'current'] as const;
+export type ReadSourceName = (typeof READ_SOURCES)[number];
+
+/** Why a pass ran: its schedule, a backfill, the resume of an open pass, or the removal proof of another pass. */
+export const PASS_TRIGGERS = ['schedule', 'backfill', 'resume', 'proof'] as const;
+export type PassTrigger = (typeof PASS_TRIGGERS)[number];
+
+/**
+ * The pass history (docs/architecture.md, "Pass history and the removal rule"): one row per run of
+ * a pass or check of one (group, type), inserted when it starts and closed once when it ends, never
+ * changed after. The removal rule, status, last success and staleness all read these rows.
+ * Written by `src/sync/pass-history.ts` only; pruned after `PASS_HISTORY_RETENTION`, except the
+ * rows the removal rule still needs.
+ */
+export const syncPasses = pgTable(
+  'sync_passes',
+  {
+    id: bigserial('id', { mode: 'number' }).primaryKey(),
+    groupId: text('group_id').notNull(),
+    type: text('type').$type<SubscriberType>().notNull(),
+    kind: text('kind').$type<PassKind>().notNull(),
+    source: text('source').$type<ReadSourceName>().notNull(),
+    trigger: text('trigger').$type<PassTrigger>(),
+    /** When this run started. */
+    startedAt: tstz('started_at').notNull().defaultNow(),
+    /** Full pass: when its listing began (the `last_seen_at` it stamps); a resumed pass keeps the start it was first opened with. */
+    listedFrom: tstz('listed_from'),
+    /** Null while it runs (or when the process running it died). */
+    endedAt: tstz('ended_at'),
+    status: text('status').$type<SyncRunStatus>().notNull(),
+    /** Full pass: it read its list to the end. */
+    complete: boolean('complete').notNull().default(false),
+    /** Full pass: every page joined the one before it, so it skipped no member that held still. */
+    gapFree: boolean('gap_free'),
+    /** Incremental pass: the earliest change time it certainly read (its date filter less the timezone margin): a sweep since then. */
+    readSince: tstz('read_since'),
+    rowsSeen: integer('rows_seen').notNull().default(0),
+    rowsWritten: integer('rows_written').notNull().default(0),
+    requests: integer('requests').notNull().default(0),
+    /** Memberships the removal rule ended when this row was recorded. */
+    removed: integer('removed').notNull().default(0),
+    /** The rows the removal rule counted when it ended them: the proof of every membership whose `ended_by` is this row. */
+    proof: bigint('proof', { mode: 'number' }).array(),
+    /** The service's count of the list, read by this pass. */
+    upstreamCount: integer('upstream_count'),
+    /** Rows dated after the service's now + the timezone margin (stored; the cursor did not follow them). */
+    futureRows: integer('future_rows').notNull().default(0),
+    /** Full pass: requests spent stepping back (the list moved by more than the page overlap). */
+    stepBacks: integer('step_backs').notNull().default(0),
+    /** Full pass: pages it could not join to the one before. */
+    gaps: integer('gaps').notNull().default(0),
+    error: text('error'),
+  },
+  (t) => [index('sync_passes_pair_idx').on(t.groupId, t.type, t.id)],
+);
+
+/**
+ * What a pass of one (group, type) resumes from, and nothing else: the incremental cursor and the open
+ * full pass's checkpoint (invariant 3). What passes did is the history (`sync_passes`); the status
+ * users read is the view `sync_status`. Written by `src/sync/state.ts` only.
+ */
 export const syncState = pgTable(
   'sync_state',
   {
     groupId: text('group_id').notNull(),
     type: text('type').$type<SubscriberType>().notNull(),
-    /** Max upstream `date_updated` committed by an incremental or full pass (invariant 3). */
+    /** Max upstream version time committed by a pass (invariant 3); incremental passes read from it. */
     cursor: tstz('cursor'),
-    lastMode: text('last_mode').$type<PassMode>(),
-    lastStatus: text('last_status').$type<SyncRunStatus>(),
-    lastRunStartedAt: tstz('last_run_started_at'),
-    lastRunFinishedAt: tstz('last_run_finished_at'),
-    lastSuccessAt: tstz('last_success_at'),
-    lastError: text('last_error'),
-    /** Rows written (inserted + updated) by the last run. */
-    rowsLastRun: integer('rows_last_run'),
-    rowsSeenLastRun: integer('rows_seen_last_run'),
-    requestsLastRun: integer('requests_last_run'),
-    /** Full pass checkpoint: the offset of the next page to read, null when no full pass is open. */
-    fullOffset: integer('full_offset'),
+    /** Which source opened the open full pass (null: none is open): its position is `full_offset` (legacy) or `full_cursor` and `full_pages` (current). */
+    fullSource: text('full_source').$type<ReadSourceName>(),
+    /** When the open full pass was first opened: the `last_seen_at` its pages stamp, also after a resume. */
     fullStartedAt: tstz('full_started_at'),
-    lastFullCompletedAt: tstz('last_full_completed_at'),
-    /**
-     * Retired ({@link SYNC_STATE_RETIRED}): the page cap is learned once per install (`upstream_paging`,
-     * migration 0007_removal_proof_and_install_page_cap); no code reads or writes it, the column stays for users' SQL (docs/sql.md).
-     */
-    effectiveLimit: integer('effective_limit'),
-    /** Current API: the cursor of the next page of the open full pass (null: its first page), committed with each page. */
-    fullCursor: text('full_cursor'),
-    /** Ids at the end of the last committed page of the open full pass: a resumed pass joins on them. */
+    /** Legacy: the row offset of the open full pass's next page. */
+    fullOffset: integer('full_offset'),
+    /** Legacy: ids at the end of the last committed page, which the first page after a resume must join. */
     fullTailIds: text('full_tail_ids').array(),
-    /** False once the open full pass met a page it could not join to the previous one (rows may be skipped). */
+    /** Legacy: false once the open full pass met a page it could not join to the one before (it may have skipped rows). */
     fullContinuous: boolean('full_continuous'),
-    /** Start of the latest complete full pass that skipped nothing (proof for removals). */
-    proofStartedAt: tstz('proof_started_at'),
-    /** Start of the one before it: members unseen since then were missed by two passes in a row. */
-    prevProofStartedAt: tstz('prev_proof_started_at'),
-    /** End of the pass `proof_started_at` started (null: recorded before this column). */
-    proofEndedAt: tstz('proof_ended_at'),
-    /** End of the pass `prev_proof_started_at` started: a sweep that proves a removal starts after it (invariant 11). */
-    prevProofEndedAt: tstz('prev_proof_ended_at'),
-    /** Start of the last incremental pass that read every change since `swept_since` (a sweep; legacy source). */
-    sweptAt: tstz('swept_at'),
-    /** The earliest change time that pass certainly read (its date filter, less the timezone margin). */
-    sweptSince: tstz('swept_since'),
-    /** Rows dated after the service's now + the timezone margin in the last run (stored, cursor not moved). */
-    futureRowsLastRun: integer('future_rows_last_run'),
-    /** Requests the last complete full pass spent stepping back (the list moved by more than the page overlap). */
-    stepBacksLastFull: integer('step_backs_last_full'),
-    upstreamCount: integer('upstream_count'),
-    upstreamCountAt: tstz('upstream_count_at'),
+    /** Current API: the service's cursor of the open full pass's next page (null: its first page). */
+    fullCursor: text('full_cursor'),
+    /** Current API: pages the open full pass has committed. */
+    fullPages: integer('full_pages'),
     updatedAt: tstz('updated_at').notNull().defaultNow(),
   },
   (t) => [primaryKey({ columns: [t.groupId, t.type] })],
 );
 
 /**
- * Columns of `sync_state` the service no longer reads or writes (kept: dropping a column breaks the
- * SQL of whoever reads it, docs/sql.md). The row type and select list of `src/sync/state.ts` leave
- * them out, and `test/unit/tables.test.ts` fails when SQL in src/ names one.
+ * Per (group, type): the cursor and what the history says of its last run, last success, last
+ * complete full pass and the service's last count (docs/sql.md). The column names are those the
+ * `sync_state` table had before the history replaced them (migration 0022).
  */
-export const SYNC_STATE_RETIRED = ['effectiveLimit'] as const satisfies readonly (keyof typeof syncState.$inferSelect)[];
+export const syncStatus = pgView('sync_status', {
+  groupId: text('group_id').notNull(),
+  type: text('type').$type<SubscriberType>().notNull(),
+  cursor: tstz('cursor'),
+  lastMode: text('last_mode').$type<PassMode>(),
+  lastStatus: text('last_status').$type<SyncRunStatus>(),
+  lastRunStartedAt: tstz('last_run_started_at'),
+  lastRunFinishedAt: tstz('last_run_finished_at'),
+  lastSuccessAt: tstz('last_success_at'),
+  lastError: text('last_error'),
+  rowsLastRun: integer('rows_last_run'),
+  rowsSeenLastRun: integer('rows_seen_last_run'),
+  requestsLastRun: integer('requests_last_run'),
+  futureRowsLastRun: integer('future_rows_last_run'),
+  lastFullCompletedAt: tstz('last_full_completed_at'),
+  stepBacksLastFull: integer('step_backs_last_full'),
+  upstreamCount: integer('upstream_count'),
+  upstreamCountAt: tstz('upstream_count_at'),
+  /** A full pass is open (a crash or a stop left its checkpoint; it resumes from there). */
+  fullPassOpen: boolean('full_pass_open').notNull(),
+  /** Legacy: the open full pass's next row offset; current: the pages it committed. */
+  fullPassAt: integer('full_pass_at'),
+}).as(sql`
+select s.group_id, s.type, s.cursor,
+       l.kind as last_mode, l.status as last_status, l.started_at as last_run_started_at, l.ended_at as last_run_finished_at,
+       ok.ended_at as last_success_at, l.error as last_error,
+       l.rows_written as rows_last_run, l.rows_seen as rows_seen_last_run, l.requests as requests_last_run,
+       l.future_rows as future_rows_last_run,
+       f.ended_at as last_full_completed_at, f.step_backs as step_backs_last_full,
+       c.upstream_count, c.started_at as upstream_count_at,
+       s.full_source is not null as full_pass_open,
+       coalesce(s.full_offset, s.full_pages) as full_pass_at
+from sync_state s
+left join lateral (
+  select p.kind, p.status, p.started_at, p.ended_at, p.error, p.rows_written, p.rows_seen, p.requests, p.future_rows
+    from sync_passes p
+   where p.group_id = s.group_id and p.type = s.type and p.kind <> 'check'
+   order by p.id desc limit 1) l on true
+left join lateral (
+  select p.ended_at from sync_passes p
+   where p.group_id = s.group_id and p.type = s.type and p.kind <> 'check' and p.status = 'succeeded'
+   order by p.id desc limit 1) ok on true
+left join lateral (
+  select p.ended_at, p.step_backs from sync_passes p
+   where p.group_id = s.group_id and p.type = s.type and p.kind = 'full' and p.complete
+   order by p.id desc limit 1) f on true
+left join lateral (
+  select p.upstream_count, p.started_at from sync_passes p
+   where p.group_id = s.group_id and p.type = s.type and p.upstream_count is not null
+   order by p.id desc limit 1) c on true`);
 
 /**
  * What this install knows about the service's silent page cap (docs/upstream.md, "Legacy lists"): one row, because

@@ -27,7 +27,7 @@ const HAS_PERSONAL_DATA = holdsAnySql('s', PERSONAL);
 const OUT_OF_GROUPS_SQL = `
 with complete as (
   select min(last_full_completed_at) as at
-    from sync_state
+    from sync_status
    where group_id = any($1::text[]) and type = any($2::text[])
   having count(last_full_completed_at) = cardinality($1::text[]) * cardinality($2::text[])
 ),

@@ -16,9 +16,13 @@ import type { World } from './world.js';
 
 export const CURRENT_PREFIX = '/api/groups';
 
+/** The account-wide subscriber endpoints (`GET /api/subscribers/{id}`), on the same budget as the group routes. */
+export const CURRENT_SUBSCRIBERS_PREFIX = '/api/subscribers';
+
 const ROUTES = {
   members: `${CURRENT_PREFIX}/:groupId/subscribers`,
   group: `${CURRENT_PREFIX}/:groupId`,
+  subscriber: `${CURRENT_SUBSCRIBERS_PREFIX}/:id`,
 } as const;
 
 /** What the list answers when `limit` is not given (docs/upstream-current.md, "Group members"). */
@@ -77,6 +81,23 @@ export function decodeCursor(cursor: string): { id: string; next: boolean } | un
 export function registerCurrentRoutes(app: FastifyInstance, config: CurrentServerConfig): void {
   app.get<{ Params: { groupId: string } }>(ROUTES.members, async (request, reply) => sendMembers(config, request, reply));
   app.get<{ Params: { groupId: string } }>(ROUTES.group, async (request, reply) => sendGroup(config, request, reply));
+  app.get<{ Params: { id: string } }>(ROUTES.subscriber, async (request, reply) => sendSubscriber(config, request, reply));
+}
+
+/**
+ * One subscriber with the groups it is in (`{id, name}` each), 404 once deleted or never there
+ * (docs/upstream-current.md, "One subscriber").
+ */
+function sendSubscriber(config: CurrentServerConfig, request: FastifyRequest<{ Params: { id: string } }>, reply: FastifyReply): FastifyReply {
+  const { world } = config;
+  const view = world.subscriber(request.params.id);
+  if (!view || view.deleted) return notFound(reply);
+  const groups = view.groups.flatMap((id) => {
+    const group = world.group(id);
+    return group ? [{ id: group.id, name: group.name }] : [];
+  });
+  const data = { ...world.renderCurrent(view.id), groups };
+  return reply.type(JSON_TYPE).send(JSON.stringify({ data }));
 }
 
 function notFound(reply: FastifyReply): FastifyReply {

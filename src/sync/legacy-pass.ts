@@ -25,7 +25,8 @@ import { upsertMemberships, upsertSubscribers, withTransaction, type UpsertCount
 import type { DateFilter, FilterKey, LegacyClient, LegacyPage, PageCapKnowledge, PageOptions } from '../upstream/legacy/client.js';
 import { admissionOf } from '../upstream/page-gate.js';
 import { PassInterruptedError, recordPass, type PassContext, type PassReading, type PassResult, type PassTally } from './pass-recorder.js';
-import { openFullPass, readPaging, readSyncState, saveFullCheckpoint, savePaging, saveUpstreamCount, type PassMode } from './state.js';
+import { saveUpstreamCount } from './pass-history.js';
+import { fullPassContinuous, openFullPass, readCursor, readPaging, saveFullCheckpoint, savePaging, type PassMode } from './state.js';
 
 /**
  * The service's date filters have undocumented timezone semantics (invariant 4). Shifting the
@@ -189,11 +190,12 @@ async function planPass(
   cursor: string | null,
   ceiling: string,
   caps: () => PageReadOptions,
+  passId: number,
 ): Promise<PassPlan> {
   if (mode === 'full') {
     const open = await openFullPass(deps.pool, groupId, type, { restart: deps.restart ?? false });
     const upstreamCount = await deps.legacy.count(groupId, type);
-    await saveUpstreamCount(deps.pool, groupId, type, upstreamCount);
+    await saveUpstreamCount(deps.pool, passId, upstreamCount);
     if (open.offset > 0) log.info({ offset: open.offset }, 'resuming full pass from its checkpoint');
     const read = () =>
       deps.legacy.pages(groupId, {
@@ -320,7 +322,7 @@ async function readLegacyPass(
   paging.caps = stored;
   const memory = deps.pageGate ? admissionOf(deps.pageGate) : undefined;
   const readOptions = (): PageReadOptions => ({ capKnowledge: paging.caps ?? stored, onCapKnowledge: (k) => (paging.caps = k), memory });
-  const plan = await planPass(deps, log, pass.groupId, pass.type, pass.mode, pass.cursor, totals.cursor.ceiling, readOptions);
+  const plan = await planPass(deps, log, pass.groupId, pass.type, pass.mode, pass.cursor, totals.cursor.ceiling, readOptions, tally.passId);
   try {
     await commitPages(deps, log, pass, plan, totals, tally);
   } finally {
@@ -330,6 +332,8 @@ async function readLegacyPass(
   warnFutureRows(log, totals.cursor);
   return {
     startedAt: plan.seenAt,
+    // Over every run of the pass, a resumed one included: the checkpoint keeps it.
+    gapFree: plan.seenAt === null ? undefined : await fullPassContinuous(deps.pool, pass.groupId, pass.type),
     maxUpdatedAt: totals.cursor.maxVersion,
     upstreamCount: plan.upstreamCount,
     gaps: totals.gaps,
@@ -343,11 +347,11 @@ async function readLegacyPass(
 
 export async function runPass(deps: PassDeps, groupId: string, type: SubscriberType, requestedMode: PassMode): Promise<PassResult> {
   const log = deps.logger.child({ groupId, type });
-  const state = await readSyncState(deps.pool, groupId, type);
-  const { mode, cursor } = startingPoint(requestedMode, state?.cursor ?? null, deps.changedSince);
+  const stored = await readCursor(deps.pool, groupId, type);
+  const { mode, cursor } = startingPoint(requestedMode, stored, deps.changedSince);
   const paging: { caps: PageCapKnowledge | null } = { caps: null };
   try {
-    return await recordPass(deps, { groupId, type, mode, log, via: 'poll', sweeps: true, client: deps.legacy }, (tally) =>
+    return await recordPass(deps, { groupId, type, mode, log, via: 'poll', source: 'legacy', sweeps: true, client: deps.legacy }, (tally) =>
       readLegacyPass(deps, log, { groupId, type, mode, cursor }, paging, tally),
     );
   } finally {

@@ -3,26 +3,37 @@
  * sources"). A reader (the legacy pass, the current pass) says only how it reads and commits its
  * pages; `recordPass` does the rest, the same way for every reader:
  *
- * 1. marks the run started in `sync_state` and logs 'pass started';
+ * 1. opens the pass's row in the history (`sync_passes`, pass-history.ts) and logs 'pass started';
  * 2. runs the reader, adding up what each committed page wrote and reporting progress after it;
- * 3. when the reader returns: marks the run succeeded (a complete listing also completes a full
- *    pass, and a sweep is recorded as one, so that they count towards the removal cutoff), then
- *    settles removals (invariant 11), logs 'pass succeeded' and returns the `PassResult`;
- * 4. when the reader throws: records the failure (cursor and checkpoint stay) and rethrows.
+ * 3. when the reader returns, in one transaction: moves the cursor, closes a complete full pass's
+ *    checkpoint, closes the row with what the pass did (complete, gap-free, what it swept), and ends
+ *    what the removal rule now proves (invariant 11), recording on the row the passes that proved
+ *    it; then counts the members awaiting proof, logs 'pass succeeded' and returns the `PassResult`;
+ * 4. when the reader throws: closes the row as failed (cursor and checkpoint stay) and rethrows.
  *
- * A reader that lists no complete list (an incremental pass, a sample) returns `startedAt: null`:
- * nothing is completed; as a sweep it may still complete a proof the full passes left waiting for
- * it. Requests are counted on the reader's own client (a fresh one per pass, sharing the limiter),
- * so the figure is the pass's.
+ * A reader that lists no complete list (an incremental pass) returns `startedAt: null`: it completes
+ * nothing; as a sweep it may still be what the rule was waiting for. Requests are counted on the
+ * reader's own client (a fresh one per pass, sharing the limiter), so the figure is the pass's.
  */
 import type pg from 'pg';
 import type { MirrorSource, SubscriberType } from '../db/schema.js';
 import type { Logger } from '../ground/log.js';
 import type { PageGate } from '../upstream/page-gate.js';
+import type { PassTrigger, ReadSourceName } from '../db/schema.js';
+import type { Queryable } from '../ground/queryable.js';
 import { formatEpochMs } from '../ground/time.js';
-import { membersAwaitingProof, removeMembersNotSeenSince, type UpsertCounts } from '../mirror/store/index.js';
-import type { AwaitingProof } from '../mirror/store/memberships.js';
-import { markRunFailed, markRunStarted, markRunSucceeded, removalCutoff, type PassMode } from './state.js';
+import {
+  membersAwaitingProof,
+  removeMembersNotSeenSince,
+  withTransaction,
+  type AwaitingProof,
+  type UpsertCounts,
+} from '../mirror/store/index.js';
+import { closeRow, openRow, pruneHistory, removalRule, saveRemovals } from './pass-history.js';
+import { advanceCursor, closeFullPass, ensureSyncState, type PassMode } from './state.js';
+
+/** How long the pass history keeps rows the removal rule no longer reads (PASS_HISTORY_RETENTION's default). */
+export const DEFAULT_HISTORY_RETENTION_MS = 30 * 24 * 3_600_000;
 
 /** What every pass gets from the worker, whatever its source. */
 export interface PassContext {
@@ -43,6 +54,10 @@ export interface PassContext {
   changedSince?: string;
   /** Room for list pages in memory, shared by every pass of the process (page-gate.ts); none = unbounded. */
   pageGate?: PageGate;
+  /** Why the pass runs (recorded in the history); null when the caller does not say. */
+  trigger?: PassTrigger | null;
+  /** How long the history keeps rows the removal rule no longer reads (default 30 days). */
+  historyRetentionMs?: number;
 }
 
 export interface PassProgress {
@@ -53,6 +68,8 @@ export interface PassProgress {
 }
 
 export interface PassResult {
+  /** The pass's row in the history (`sync_passes.id`). */
+  passId: number;
   mode: PassMode;
   rowsSeen: number;
   rowsWritten: number;
@@ -93,9 +110,11 @@ export interface RecordedPass {
   log: Logger;
   /** Recorded on the memberships it ends: which source proved them gone. */
   via: MirrorSource;
+  /** Recorded in the history: where the pass read. */
+  source: ReadSourceName;
   /**
    * The source reads what changed since a time (its incremental passes are sweeps): then a removal
-   * in a group of several types also waits for a sweep after the first round (`removalCutoff`).
+   * in a group of several types also waits for a sweep after the first round (`removalRule`).
    */
   sweeps: boolean;
   /** The reader's own client: the requests it sent while the pass ran are the pass's. */
@@ -104,6 +123,8 @@ export interface RecordedPass {
 
 /** What the recorder hands the reader: the running totals, and the call after each committed page. */
 export interface PassTally {
+  /** The pass's row in the history, for what the reader records while it reads (the service's count). */
+  readonly passId: number;
   readonly counts: UpsertCounts;
   readonly rowsSeen: number;
   /**
@@ -124,6 +145,8 @@ export interface PassReading {
   /** The newest version time it saw that the cursor may follow (the cursor never moves back). */
   maxUpdatedAt: string | null;
   upstreamCount: number | null;
+  /** Whether the complete listing skipped nothing (every page joined the one before); a source without gaps leaves it out. */
+  gapFree?: boolean;
   /** Offset paging: pages not joined to the previous one, and requests spent stepping back. */
   gaps?: number;
   stepBacks?: number;
@@ -142,8 +165,9 @@ export function addCounts(into: UpsertCounts, more: UpsertCounts): void {
   into.skipped += more.skipped;
 }
 
-function newTally(ctx: Pick<PassContext, 'onProgress'>, mode: PassMode): PassTally {
+function newTally(ctx: Pick<PassContext, 'onProgress'>, mode: PassMode, passId: number): PassTally {
   const tally = {
+    passId,
     counts: { inserted: 0, updated: 0, unchanged: 0, skipped: 0 },
     rowsSeen: 0,
     async committed(page: { counts: UpsertCounts; rows: number; offset: number; total: number | null }): Promise<void> {
@@ -165,57 +189,80 @@ export async function recordPass(
 ): Promise<PassResult> {
   const { pool } = ctx;
   const { groupId, type, mode, log } = pass;
-  await markRunStarted(pool, groupId, type, mode);
-  log.info({ mode }, 'pass started');
+  await ensureSyncState(pool, groupId, type);
+  const passId = await openRow(pool, { groupId, type, kind: mode, source: pass.source, trigger: ctx.trigger ?? null });
+  log.info({ mode, passId }, 'pass started');
   const requestsBefore = pass.client.stats().requests;
   const requests = () => pass.client.stats().requests - requestsBefore;
-  const tally = newTally(ctx, mode);
+  const tally = newTally(ctx, mode, passId);
+  let reading: PassReading;
   try {
-    const reading = await read(tally);
-    const complete = reading.startedAt !== null;
-    await markRunSucceeded(pool, groupId, type, {
-      mode,
-      maxUpdatedAt: reading.maxUpdatedAt,
-      rowsWritten: written(tally.counts),
-      rowsSeen: tally.rowsSeen,
-      requests: requests(),
-      fullCompleted: complete,
-      upstreamCount: reading.upstreamCount,
-      cursorCeiling: reading.cursorCeiling,
-      futureRows: reading.futureRows,
-      stepBacks: complete ? reading.stepBacks : undefined,
-      sweptSince: reading.sweptSince,
-    });
-    // After the pass is recorded complete, so that it counts towards the removal cutoff.
-    const { removed, awaitingProof } = await settleRemovals(ctx, pass, reading.startedAt);
-    const result: PassResult = {
-      mode,
-      rowsSeen: tally.rowsSeen,
-      rowsWritten: written(tally.counts),
-      counts: tally.counts,
-      requests: requests(),
-      removed,
-      maxUpdatedAt: reading.maxUpdatedAt,
-      filterDay: reading.filterDay ?? null,
-      futureRows: reading.futureRows ?? 0,
-      gaps: reading.gaps ?? 0,
-      stepBacks: reading.stepBacks ?? 0,
-      startedAt: reading.startedAt,
-      awaitingProof,
-    };
-    logSuccess(log, result, reading);
-    return result;
+    reading = await read(tally);
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
-    await markRunFailed(pool, groupId, type, {
-      mode,
-      error: message,
-      rowsWritten: written(tally.counts),
-      rowsSeen: tally.rowsSeen,
-      requests: requests(),
-    }).catch((e: unknown) => log.error({ err: e }, 'could not record the failed pass'));
+    const closed = { status: 'failed', rowsWritten: written(tally.counts), rowsSeen: tally.rowsSeen, requests: requests(), error: message } as const;
+    await closeRow(pool, passId, closed).catch((e: unknown) => log.error({ err: e }, 'could not record the failed pass'));
     throw error;
   }
+  const removed = await withTransaction(pool, (db) => recordSuccess(db, ctx, pass, passId, reading, tally, requests()));
+  // Counted after the rule ran: what this pass missed that is not proven gone yet.
+  const awaitingProof =
+    reading.startedAt === null ? null : await membersAwaitingProof(pool, groupId, reading.startedAt, { type: pass.type });
+  await pruneHistory(pool, ctx.historyRetentionMs ?? DEFAULT_HISTORY_RETENTION_MS).catch((e: unknown) =>
+    log.warn({ err: e }, 'could not prune the pass history'),
+  );
+  const result: PassResult = {
+    passId,
+    mode,
+    rowsSeen: tally.rowsSeen,
+    rowsWritten: written(tally.counts),
+    counts: tally.counts,
+    requests: requests(),
+    removed,
+    maxUpdatedAt: reading.maxUpdatedAt,
+    filterDay: reading.filterDay ?? null,
+    futureRows: reading.futureRows ?? 0,
+    gaps: reading.gaps ?? 0,
+    stepBacks: reading.stepBacks ?? 0,
+    startedAt: reading.startedAt,
+    awaitingProof,
+  };
+  logSuccess(log, result, reading);
+  return result;
+}
+
+/**
+ * Step 3's transaction: the cursor, the checkpoint, the pass's row, and the removals the rule now
+ * proves, all or nothing. Returns the memberships ended.
+ */
+async function recordSuccess(
+  db: Queryable,
+  ctx: PassContext,
+  pass: RecordedPass,
+  passId: number,
+  reading: PassReading,
+  tally: PassTally,
+  requests: number,
+): Promise<number> {
+  const { groupId, type } = pass;
+  const complete = reading.startedAt !== null;
+  await advanceCursor(db, groupId, type, reading.maxUpdatedAt, reading.cursorCeiling ?? null);
+  if (complete) await closeFullPass(db, groupId, type);
+  await closeRow(db, passId, {
+    status: 'succeeded',
+    listedFrom: reading.startedAt,
+    complete,
+    gapFree: complete ? (reading.gapFree ?? true) : null,
+    readSince: reading.sweptSince ?? null,
+    rowsSeen: tally.rowsSeen,
+    rowsWritten: written(tally.counts),
+    requests,
+    upstreamCount: reading.upstreamCount,
+    futureRows: reading.futureRows ?? 0,
+    stepBacks: complete ? (reading.stepBacks ?? 0) : 0,
+    gaps: reading.gaps ?? 0,
+  });
+  return settleRemovals(db, ctx.groupTypes, pass, passId);
 }
 
 /** The 'pass succeeded' line: the fields every pass has, and those of the reading that has them. */
@@ -239,38 +286,21 @@ function logSuccess(log: Logger, result: PassResult, reading: PassReading): void
 }
 
 /**
- * After a pass is recorded: ends what the passes and sweeps so far proved gone, and, after a
- * complete listing (started at `startedAt`), counts the members of its type it did not list and no
- * newer fact covers. Those are candidates, proven gone only by the next complete pass (the worker
- * runs it at once: `decideAfterPass`, `passesToProve`). An incremental pass ends members too: it may
- * be the sweep the proof was waiting for.
+ * Ends what the history now proves gone (`removalRule`: two complete, gap-free full passes of every
+ * type since the member was last listed, and a sweep after the first of them where the source
+ * sweeps) and records on the pass's row the passes that proved it. Every pass settles, incremental
+ * ones included: it may be the sweep the rule was waiting for.
  */
 async function settleRemovals(
-  ctx: PassContext,
-  pass: RecordedPass,
-  startedAt: string | null,
-): Promise<{ removed: number; awaitingProof: AwaitingProof | null }> {
-  const removed = await removeUnseenMembers(ctx.pool, pass, ctx.groupTypes);
-  if (startedAt === null) return { removed, awaitingProof: null };
-  return { removed, awaitingProof: await membersAwaitingProof(ctx.pool, pass.groupId, startedAt, { type: pass.type }) };
-}
-
-/**
- * Ends the memberships two complete, gap-free full passes in a row of every configured type did
- * not list (the cutoff is the start of the earlier one; see `removalCutoff`), once a sweep after the
- * first of them found no newer fact, where the source sweeps. One pass is no proof: paging over a
- * changing list can skip a member (docs/architecture.md, invariant 11). `via` records which source
- * proved it.
- */
-async function removeUnseenMembers(
-  pool: pg.Pool,
-  pass: Pick<RecordedPass, 'groupId' | 'via' | 'sweeps'>,
+  db: Queryable,
   groupTypes: readonly SubscriberType[],
+  pass: Pick<RecordedPass, 'groupId' | 'via' | 'sweeps'>,
+  passId: number,
 ): Promise<number> {
-  const cutoff = await removalCutoff(pool, pass.groupId, groupTypes, { sweeps: pass.sweeps });
-  if (!cutoff) return 0;
+  const rule = await removalRule(db, pass.groupId, groupTypes, { sweeps: pass.sweeps });
+  if (!rule) return 0;
   const now = formatEpochMs(Date.now());
-  let removed = 0;
-  for (const type of groupTypes) removed += await removeMembersNotSeenSince(pool, pass.groupId, cutoff, now, { type, via: pass.via });
+  const removed = await removeMembersNotSeenSince(db, pass.groupId, rule.cutoff, now, { types: groupTypes, via: pass.via, endedBy: passId });
+  if (removed > 0) await saveRemovals(db, passId, removed, rule.proof);
   return removed;
 }

@@ -5,13 +5,33 @@
  * are shared, and so is a pass's bookkeeping (`recordPass`, pass-recorder.ts); a source only says how
  * one pass of one (group, type) reads and commits its pages.
  */
-import type { MirrorSource, SubscriberType } from '../db/schema.js';
+import type { MirrorSource, ReadSourceName, SubscriberType } from '../db/schema.js';
 import type { LegacyClient } from '../upstream/legacy/client.js';
 import { runPass } from './legacy-pass.js';
 import type { PassContext, PassResult } from './pass-recorder.js';
 import type { PassMode } from './state.js';
 
-export type ReadSourceName = 'legacy' | 'current';
+export type { ReadSourceName } from '../db/schema.js';
+
+/** The members of one type a complete pass missed, and that pass. */
+export interface Candidates {
+  type: SubscriberType;
+  ids: readonly string[];
+  /** The complete, gap-free pass that did not list them: the proof the check's row records. */
+  missedBy: number;
+}
+
+/** What a check of candidates did. */
+export interface CheckOutcome {
+  requests: number;
+  /** Memberships the service said ended: ended, with the check as their proof. */
+  removed: number;
+  /** Candidates the service still lists in the group: their version and membership are written. */
+  kept: number;
+  /** Answers without a `groups` list: they prove nothing, and the rounds remain the proof. */
+  undecided: number;
+}
+
 
 export interface ReadSource {
   readonly name: ReadSourceName;
@@ -20,6 +40,12 @@ export interface ReadSource {
   /** The `mirrored_via` of the rows its passes write. */
   readonly via: Exclude<MirrorSource, 'webhook'>;
   runPass(ctx: PassContext, groupId: string, type: SubscriberType, mode: PassMode): Promise<PassResult>;
+  /**
+   * Where the service answers for one member (the current API): asks about each removal candidate,
+   * one request each, and ends those that left. The proof uses it when it costs fewer requests than
+   * another round of passes.
+   */
+  checkCandidates?(ctx: Pick<PassContext, 'pool' | 'logger'>, groupId: string, candidates: readonly Candidates[]): Promise<CheckOutcome>;
 }
 
 export interface LegacySourceOptions {

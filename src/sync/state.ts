@@ -1,39 +1,78 @@
 /**
- * `sync_state`: per (group, type) cursor, full-pass checkpoint and run bookkeeping.
+ * `sync_state`: what a pass of one (group, type) resumes from: the incremental cursor and the open
+ * full pass's checkpoint (invariant 3). What passes did is the history (`pass-history.ts`); status
+ * reads both through the view `sync_status`.
  *
- * Not a mirrored table (the mirror store owns those); this is the poller's own ledger. Every function
- * takes a `Queryable` so the poller can write a page and its checkpoint in one transaction
- * (invariant 3: a cursor or checkpoint never moves ahead of the rows it covers).
+ * Every function takes a `Queryable` so the poller can write a page and its checkpoint in one
+ * transaction (invariant 3: a cursor or checkpoint never moves ahead of the rows it covers).
  */
-import { canonicalTimestampSql as iso, rowSelectSql, type RowOf } from '../db/columns.js';
-import { SYNC_STATE_RETIRED, syncState, upstreamPaging, type PassMode } from '../db/schema.js';
+import { canonicalTimestampSql as iso, rowSelectSql, viewSelectSql, type RowOf } from '../db/columns.js';
+import { syncState, syncStatus, upstreamPaging } from '../db/schema.js';
 import type { Queryable } from '../ground/queryable.js';
 
 export type { PassMode } from '../db/schema.js';
 
-/** A `sync_state` row as drizzle infers it from the table, less its retired columns. */
-export type SyncStateRow = Omit<RowOf<typeof syncState>, (typeof SYNC_STATE_RETIRED)[number]>;
+/** What a pair resumes from (its `sync_state` row) and what the history says of its last runs (its `sync_status` row). */
+export type SyncStateRow = RowOf<typeof syncState> & Omit<(typeof syncStatus)['$inferSelect'], 'groupId' | 'type' | 'cursor'>;
 
-// Every column but the retired ones; timestamps rendered by Postgres as canonical strings, never through JS Date.
-const SELECT = `select ${rowSelectSql(syncState, { omit: SYNC_STATE_RETIRED })} from sync_state`;
+// Timestamps rendered by Postgres as canonical strings, never through JS Date.
+const SELECT = `select ${rowSelectSql(syncState, { qualifier: 's' })}, ${viewSelectSql(syncStatus, { qualifier: 'v', omit: ['groupId', 'type', 'cursor'] })}
+  from sync_state s join sync_status v on v.group_id = s.group_id and v.type = s.type`;
 
 export async function readSyncState(db: Queryable, groupId: string, type: string): Promise<SyncStateRow | null> {
-  const { rows } = await db.query<SyncStateRow>(`${SELECT} where group_id = $1 and type = $2`, [groupId, type]);
+  const { rows } = await db.query<SyncStateRow>(`${SELECT} where s.group_id = $1 and s.type = $2`, [groupId, type]);
   return rows[0] ?? null;
 }
 
 export async function listSyncStates(db: Queryable): Promise<SyncStateRow[]> {
-  return (await db.query<SyncStateRow>(`${SELECT} order by group_id, type`)).rows;
+  return (await db.query<SyncStateRow>(`${SELECT} order by s.group_id, s.type`)).rows;
 }
 
-export async function markRunStarted(db: Queryable, groupId: string, type: string, mode: PassMode): Promise<void> {
+/** The pair's row, created with nothing to resume from when it has none. */
+export async function ensureSyncState(db: Queryable, groupId: string, type: string): Promise<void> {
+  await db.query(`insert into sync_state (group_id, type) values ($1, $2) on conflict (group_id, type) do nothing`, [groupId, type]);
+}
+
+/** Where an incremental pass reads from (null before the first pass). */
+export async function readCursor(db: Queryable, groupId: string, type: string): Promise<string | null> {
+  const { rows } = await db.query<{ cursor: string | null }>(
+    `select ${iso('cursor')} as cursor from sync_state where group_id = $1 and type = $2`,
+    [groupId, type],
+  );
+  return rows[0]?.cursor ?? null;
+}
+
+/**
+ * Moves the cursor to `maxUpdatedAt` after a pass committed everything it covers; it never moves back,
+ * nor past `ceiling` (the service's now + the timezone margin), which also pulls a runaway one back.
+ */
+export async function advanceCursor(
+  db: Queryable,
+  groupId: string,
+  type: string,
+  maxUpdatedAt: string | null,
+  ceiling: string | null,
+): Promise<void> {
   await db.query(
-    `insert into sync_state (group_id, type, last_mode, last_status, last_run_started_at, last_error, updated_at)
-     values ($1, $2, $3, 'running', now(), null, now())
-     on conflict (group_id, type) do update
-       set last_mode = excluded.last_mode, last_status = 'running',
-           last_run_started_at = now(), updated_at = now()`,
-    [groupId, type, mode],
+    `update sync_state
+        set cursor = least(case when $3::timestamptz is null then cursor
+                                when cursor is null then $3::timestamptz
+                                else greatest(cursor, $3::timestamptz) end,
+                           coalesce($4::timestamptz, 'infinity'::timestamptz)),
+            updated_at = now()
+      where group_id = $1 and type = $2`,
+    [groupId, type, maxUpdatedAt, ceiling],
+  );
+}
+
+/** A full pass that read its list to the end: nothing is left to resume. */
+export async function closeFullPass(db: Queryable, groupId: string, type: string): Promise<void> {
+  await db.query(
+    `update sync_state
+        set full_source = null, full_started_at = null, full_offset = null, full_tail_ids = null,
+            full_continuous = null, full_cursor = null, full_pages = null, updated_at = now()
+      where group_id = $1 and type = $2`,
+    [groupId, type],
   );
 }
 
@@ -49,44 +88,35 @@ export interface OpenFullPass {
 }
 
 /**
- * Which source left an open full-pass checkpoint: the legacy pass saves the ids at the end of each
- * page (`full_tail_ids`, never null after a page), the current pass a cursor and a page count with no
- * tail. A legacy checkpoint past offset 0 with no tail cannot be joined anyway.
+ * Drops an open checkpoint another source left (SYNC_SOURCE changed mid-pass: its position means
+ * nothing to this one), or any open one when `restart`: the pass opened next starts from the top.
  */
-const OFFSET_CHECKPOINT = `full_tail_ids is not null`;
-const CURSOR_CHECKPOINT = `(full_cursor is not null or (full_offset > 0 and full_tail_ids is null))`;
-
-/** Opens a full pass (or keeps the open one): returns its start time and where to resume. */
-export async function openFullPass(db: Queryable, groupId: string, type: string, opts: { restart?: boolean } = {}): Promise<OpenFullPass> {
-  // A restart drops an open checkpoint: the pass opened now starts from the top. So does a checkpoint
-  // the current source left (SYNC_SOURCE changed mid-pass): its cursor and page count are no row offset.
+async function dropForeignCheckpoint(db: Queryable, groupId: string, type: string, source: 'legacy' | 'current', restart: boolean) {
   await db.query(
-    `update sync_state set full_offset = null, full_tail_ids = null, full_cursor = null, updated_at = now()
-      where group_id = $1 and type = $2 and full_offset is not null
-        and ($3 or ${CURSOR_CHECKPOINT})`,
-    [groupId, type, opts.restart ?? false],
-  );
-  const { rows } = await db.query<{
-    startedAt: string;
-    offset: number;
-    resumed: boolean;
-    tailIds: string[] | null;
-    continuous: boolean | null;
-  }>(
     `update sync_state
-        set full_started_at = case when full_offset is null then now() else full_started_at end,
-            full_tail_ids = case when full_offset is null then null else full_tail_ids end,
-            full_continuous = case when full_offset is null then true else full_continuous end,
+        set full_source = null, full_started_at = null, full_offset = null, full_tail_ids = null,
+            full_continuous = null, full_cursor = null, full_pages = null, updated_at = now()
+      where group_id = $1 and type = $2 and full_source is not null and ($3 or full_source <> $4)`,
+    [groupId, type, restart, source],
+  );
+}
+
+/** Opens a legacy full pass (or keeps the open one): returns its start time and where to resume. */
+export async function openFullPass(db: Queryable, groupId: string, type: string, opts: { restart?: boolean } = {}): Promise<OpenFullPass> {
+  await ensureSyncState(db, groupId, type);
+  await dropForeignCheckpoint(db, groupId, type, 'legacy', opts.restart ?? false);
+  const { rows } = await db.query<{ startedAt: string; offset: number; resumed: boolean; tailIds: string[] | null; continuous: boolean | null }>(
+    `update sync_state
+        set full_source = 'legacy', full_started_at = coalesce(full_started_at, now()),
+            full_continuous = case when full_source is null then true else full_continuous end,
             full_offset = coalesce(full_offset, 0), updated_at = now()
       where group_id = $1 and type = $2
-      returning ${iso('full_started_at')} as "startedAt", full_offset as "offset",
-                (last_full_completed_at is null or full_started_at > last_full_completed_at) and full_offset > 0 as resumed,
+      returning ${iso('full_started_at')} as "startedAt", full_offset as "offset", full_offset > 0 as resumed,
                 full_tail_ids as "tailIds", full_continuous as continuous`,
     [groupId, type],
   );
   const row = rows[0];
   if (!row) throw new Error(`sync_state row missing for group ${groupId} type ${type}`);
-  // A pass opened before continuity was recorded (null) cannot prove it skipped nothing.
   return {
     startedAt: row.startedAt,
     offset: row.offset,
@@ -115,133 +145,13 @@ export async function saveFullCheckpoint(
   );
 }
 
-export interface RunSuccess {
-  mode: PassMode;
-  /** Max upstream `date_updated` seen by the pass; the cursor never moves backwards. */
-  maxUpdatedAt: string | null;
-  rowsWritten: number;
-  rowsSeen: number;
-  requests: number;
-  fullCompleted: boolean;
-  upstreamCount?: number | null;
-  /** The cursor never moves past this (the service's now + the timezone margin); a runaway cursor is pulled back to it. */
-  cursorCeiling?: string | null;
-  /** Rows dated after the ceiling: stored, but they did not move the cursor. */
-  futureRows?: number;
-  /** Full pass: requests spent stepping back (the list moved by more than the overlap); kept until the next full pass. */
-  stepBacks?: number;
-  /** Incremental pass: the earliest change time it certainly read; it is then recorded as a sweep that started with the run. */
-  sweptSince?: string | null;
-}
-
-export async function markRunSucceeded(db: Queryable, groupId: string, type: string, run: RunSuccess): Promise<void> {
-  await db.query(
-    `update sync_state
-        set cursor = least(case when $3::timestamptz is null then cursor
-                                when cursor is null then $3::timestamptz
-                                else greatest(cursor, $3::timestamptz) end,
-                           coalesce($11::timestamptz, 'infinity'::timestamptz)),
-            last_mode = $4, last_status = 'succeeded', last_run_finished_at = now(), last_success_at = now(),
-            last_error = null, rows_last_run = $5, rows_seen_last_run = $6, requests_last_run = $7,
-            full_offset = case when $8 then null else full_offset end,
-            full_tail_ids = case when $8 then null else full_tail_ids end,
-            full_cursor = case when $8 then null else full_cursor end,
-            last_full_completed_at = case when $8 then now() else last_full_completed_at end,
-            prev_proof_started_at = case when $8 and full_continuous then proof_started_at else prev_proof_started_at end,
-            proof_started_at = case when $8 and full_continuous then full_started_at else proof_started_at end,
-            prev_proof_ended_at = case when $8 and full_continuous then proof_ended_at else prev_proof_ended_at end,
-            proof_ended_at = case when $8 and full_continuous then now() else proof_ended_at end,
-            swept_at = case when $13::timestamptz is null then swept_at else last_run_started_at end,
-            swept_since = coalesce($13::timestamptz, swept_since),
-            future_rows_last_run = $9,
-            upstream_count = coalesce($10, upstream_count),
-            upstream_count_at = case when $10::int is null then upstream_count_at else now() end,
-            step_backs_last_full = coalesce($12::int, step_backs_last_full),
-            updated_at = now()
-      where group_id = $1 and type = $2`,
-    [
-      groupId,
-      type,
-      run.maxUpdatedAt,
-      run.mode,
-      run.rowsWritten,
-      run.rowsSeen,
-      run.requests,
-      run.fullCompleted,
-      run.futureRows ?? 0,
-      run.upstreamCount ?? null,
-      run.cursorCeiling ?? null,
-      run.stepBacks ?? null,
-      run.sweptSince ?? null,
-    ],
+/** Whether the open legacy full pass met no page it could not join (read when it ends: the pass is gap-free). */
+export async function fullPassContinuous(db: Queryable, groupId: string, type: string): Promise<boolean> {
+  const { rows } = await db.query<{ continuous: boolean | null }>(
+    `select full_continuous as continuous from sync_state where group_id = $1 and type = $2`,
+    [groupId, type],
   );
-}
-
-export interface RunFailure {
-  mode: PassMode;
-  error: string;
-  rowsWritten: number;
-  rowsSeen: number;
-  requests: number;
-}
-
-/** A failed pass is recorded as failed, never as a success; cursor and checkpoint stay where they are. */
-export async function markRunFailed(db: Queryable, groupId: string, type: string, run: RunFailure): Promise<void> {
-  await db.query(
-    `insert into sync_state (group_id, type, last_mode, last_status, last_run_finished_at, last_error,
-                             rows_last_run, rows_seen_last_run, requests_last_run, updated_at)
-     values ($1, $2, $3, 'failed', now(), $4, $5, $6, $7, now())
-     on conflict (group_id, type) do update
-       set last_mode = excluded.last_mode, last_status = 'failed', last_run_finished_at = now(),
-           last_error = excluded.last_error, rows_last_run = excluded.rows_last_run,
-           rows_seen_last_run = excluded.rows_seen_last_run, requests_last_run = excluded.requests_last_run,
-           updated_at = now()`,
-    [groupId, type, run.mode, run.error.slice(0, 2000), run.rowsWritten, run.rowsSeen, run.requests],
-  );
-}
-
-export async function saveUpstreamCount(db: Queryable, groupId: string, type: string, count: number): Promise<void> {
-  await db.query(
-    `update sync_state set upstream_count = $3, upstream_count_at = now(), updated_at = now()
-      where group_id = $1 and type = $2`,
-    [groupId, type, count],
-  );
-}
-
-/**
- * The removal cutoff for a group (docs/architecture.md, invariant 11): for every given type, the start of
- * the earlier of its last two complete full passes that skipped nothing; the earliest of those. A
- * member no pass has listed since then was missed by two complete passes in a row of its type.
- * Null while any type lacks two such passes (then nobody may be removed).
- *
- * `sweeps` (a source that reads what changed since a time, in a group of several types): also null
- * until every type had a sweep that started after the first of those passes of every type ended and
- * read every change since the cutoff. A member of the group that the first passes all missed changed
- * type while they read, after the cutoff; such a sweep lists it under its new type with that newer
- * version, which keeps it ("Proof in rounds").
- */
-export async function removalCutoff(
-  db: Queryable,
-  groupId: string,
-  types: readonly string[],
-  opts: { sweeps: boolean } = { sweeps: true },
-): Promise<string | null> {
-  const { rows } = await db.query<{ cutoff: string | null; complete: number; swept: number }>(
-    `with s as (select * from sync_state where group_id = $1 and type = any($2::text[])),
-          r as (select min(prev_proof_started_at) as cutoff, count(prev_proof_started_at) as complete,
-                       -- a pass ends before the next of its type starts: the bound for rows older than proof_ended_at
-                       max(coalesce(prev_proof_ended_at, proof_started_at)) as first_round_ended
-                  from s)
-     select ${iso('r.cutoff')} as cutoff, r.complete::int as complete,
-            (select count(*) from s
-              where s.swept_at >= r.first_round_ended and s.swept_since <= date_trunc('second', r.cutoff))::int as swept
-       from r`,
-    [groupId, types],
-  );
-  const row = rows[0];
-  if (!row || row.complete < types.length) return null;
-  if (opts.sweeps && types.length > 1 && row.swept < types.length) return null;
-  return row.cutoff;
+  return rows[0]?.continuous === true;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -251,7 +161,7 @@ export interface OpenCursorPass {
   startedAt: string;
   /** Where to read next: a cursor the service handed out, null for the list's first page. */
   cursor: string | null;
-  /** Pages committed so far (kept in `full_offset`, so that an open pass looks open to every reader). */
+  /** Pages committed so far. */
   pages: number;
 }
 
@@ -262,23 +172,14 @@ export async function openCursorPass(
   type: string,
   opts: { restart?: boolean } = {},
 ): Promise<OpenCursorPass> {
-  // A restart drops an open checkpoint: the pass opened now starts from the first page. So does one
-  // the legacy source left (SYNC_SOURCE changed mid-pass): its row offset is no page count, and read
-  // as one with no cursor it would end the pass at once, complete, having listed nobody.
-  await db.query(
-    `update sync_state set full_offset = null, full_tail_ids = null, full_cursor = null, updated_at = now()
-      where group_id = $1 and type = $2 and full_offset is not null
-        and ($3 or ${OFFSET_CHECKPOINT})`,
-    [groupId, type, opts.restart ?? false],
-  );
+  await ensureSyncState(db, groupId, type);
+  await dropForeignCheckpoint(db, groupId, type, 'current', opts.restart ?? false);
   const { rows } = await db.query<OpenCursorPass>(
     `update sync_state
-        set full_started_at = case when full_offset is null then now() else full_started_at end,
-            full_cursor = case when full_offset is null then null else full_cursor end,
-            full_tail_ids = null, full_continuous = true,
-            full_offset = coalesce(full_offset, 0), updated_at = now()
+        set full_source = 'current', full_started_at = coalesce(full_started_at, now()),
+            full_pages = coalesce(full_pages, 0), updated_at = now()
       where group_id = $1 and type = $2
-      returning ${iso('full_started_at')} as "startedAt", full_cursor as cursor, full_offset as pages`,
+      returning ${iso('full_started_at')} as "startedAt", full_cursor as cursor, full_pages as pages`,
     [groupId, type],
   );
   const row = rows[0];
@@ -296,7 +197,7 @@ export async function saveCursorCheckpoint(
   type: string,
   checkpoint: { nextCursor: string | null; pages: number },
 ): Promise<void> {
-  await db.query(`update sync_state set full_cursor = $3, full_offset = $4, updated_at = now() where group_id = $1 and type = $2`, [
+  await db.query(`update sync_state set full_cursor = $3, full_pages = $4, updated_at = now() where group_id = $1 and type = $2`, [
     groupId,
     type,
     checkpoint.nextCursor,

@@ -73,7 +73,7 @@ export async function collectStatus(
       lastRunFinishedAt: s?.lastRunFinishedAt ?? null,
       lastSuccessAt: s?.lastSuccessAt ?? null,
       lastError: s?.lastError ?? null,
-      fullPassOpenAt: s?.fullOffset ?? null,
+      fullPassOpenAt: s?.fullPassOpen ? s.fullPassAt : null,
       mirrored: n,
       upstreamCount: upstream,
       upstreamCountAt: s?.upstreamCountAt ?? null,
@@ -123,10 +123,13 @@ async function countAwaitingProof(db: Queryable): Promise<Map<string, number>> {
   const { rows } = await db.query<{ groupId: string; type: string; n: number }>(
     `select m.group_id as "groupId", m.type, count(*)::int as n
        from group_members m
-       join sync_state s on s.group_id = m.group_id and s.type = m.type
-      where m.removed_at is null and s.proof_started_at is not null
-        and (m.last_seen_at is null or m.last_seen_at < s.proof_started_at)
-        and (m.source_updated_at is null or m.source_updated_at < s.proof_started_at)
+       join (select distinct on (group_id, type) group_id, type, listed_from
+               from sync_passes
+              where kind = 'full' and status = 'succeeded' and complete and gap_free
+              order by group_id, type, listed_from desc, id desc) p on p.group_id = m.group_id and p.type = m.type
+      where m.removed_at is null
+        and (m.last_seen_at is null or m.last_seen_at < p.listed_from)
+        and (m.source_updated_at is null or m.source_updated_at < p.listed_from)
       group by m.group_id, m.type`,
   );
   return new Map(rows.map((r) => [`${r.groupId}:${r.type}`, r.n]));

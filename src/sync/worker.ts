@@ -6,26 +6,17 @@
 import { DelayedError, UnrecoverableError, Worker, type ConnectionOptions, type Job, type Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type pg from 'pg';
-import { SUBSCRIBER_TYPES, type SubscriberType } from '../db/schema.js';
+import { SUBSCRIBER_TYPES, type PassTrigger, type SubscriberType } from '../db/schema.js';
 import type { Metrics } from '../ground/metrics.js';
 import { formatEpochMs } from '../ground/time.js';
 import type { Logger } from '../ground/log.js';
 import { UpstreamAuthError } from '../upstream/http.js';
 import type { LegacyClient } from '../upstream/legacy/client.js';
 import { authPauseKey, clearAuthPause, isPaused, readAuthPause, recordAuthFailure } from './auth-pause.js';
-import {
-  decide,
-  decideAfterPass,
-  nextProofStep,
-  passesToProve,
-  type DecisionJob,
-  type DecisionState,
-  type Need,
-  type TypeProof,
-} from './decide.js';
+import { decide, type DecisionJob, type DecisionState, type Need } from './decide.js';
 import { tryAcquirePassLock, type HeldLock } from './lock.js';
-import { membersAwaitingProof } from '../mirror/store/index.js';
 import { PassInterruptedError, type PassProgress, type PassResult } from './pass-recorder.js';
+import { confirmRemovals, passLockKey, type ProofContext } from './proof.js';
 import { legacySource, type ReadSource } from './source.js';
 import {
   SYNC_QUEUE,
@@ -66,6 +57,8 @@ export interface SyncWorkerDeps {
   authPauseLimits?: { minMs?: number; maxMs?: number };
   /** How long a confirming pass waits for another type's pass lock before leaving the proof to the next full pass (default 30 min). */
   confirmLockWaitMs?: number;
+  /** PASS_HISTORY_RETENTION: how long the pass history keeps rows the removal rule no longer reads. */
+  historyRetentionMs?: number;
 }
 
 export interface SyncWorker {
@@ -74,9 +67,7 @@ export interface SyncWorker {
   close(timeoutMs: number): Promise<void>;
 }
 
-export function passLockKey(prefix: string, groupId: string, type: string): string {
-  return `${prefix}:pass-lock:g${groupId}:${type}`;
-}
+export { passLockKey, proofLockKey } from './proof.js';
 
 /**
  * Set while a backfill or resume waits for a busy (group, type): scheduled ticks skip until it got
@@ -236,7 +227,7 @@ async function gather(
       return;
     }
     case 'open-full-pass':
-      state.openFullPass = (await readSyncState(deps.pool, groupId, type))?.fullOffset != null;
+      state.openFullPass = (await readSyncState(deps.pool, groupId, type))?.fullPassOpen === true;
       return;
     case 'last-full-completed': {
       const completed = (await readSyncState(deps.pool, groupId, type))?.lastFullCompletedAt;
@@ -273,7 +264,7 @@ async function runOnePass(
   job: Job<PassJobData, PassJobResult>,
   type: SubscriberType,
   lock: HeldLock,
-  pass: { mode: PassJobData['mode']; restart?: boolean; changedSince?: string },
+  pass: { mode: PassJobData['mode']; trigger: PassTrigger; restart?: boolean; changedSince?: string },
 ): Promise<PassResult> {
   const { deps, log, pauseKey } = ctx;
   const { groupId } = job.data;
@@ -291,6 +282,8 @@ async function runOnePass(
         shouldStop: () => ctx.closing() || lock.lost,
         restart: pass.restart ?? false,
         pageGate: ctx.pageGate,
+        trigger: pass.trigger,
+        historyRetentionMs: deps.historyRetentionMs,
         ...(pass.changedSince ? { changedSince: pass.changedSince } : {}),
       },
       groupId,
@@ -339,18 +332,20 @@ async function runLocked(ctx: WorkerContext, job: Job<PassJobData, PassJobResult
   try {
     // A backfill is served only by a pass that starts after it was asked for: an open checkpoint
     // of an older pass is dropped, not resumed.
-    result = await runOnePass(ctx, job, type, lock, { mode: job.data.mode, restart: job.data.trigger === 'backfill' });
+    const { mode, trigger } = job.data;
+    result = await runOnePass(ctx, job, type, lock, { mode, trigger, restart: trigger === 'backfill' });
   } catch (error) {
     await lock.release();
     throw error;
   }
-  const proof = await confirmRemovals(ctx, job, lock, result);
-  if (proof.passes > 0) {
+  const proof = await confirmRemovals(proofContext(ctx, job), job.data, lock, result);
+  if (proof.passes > 0 || proof.checked > 0) {
     ctx.log.info(
       {
         groupId,
         type,
         confirmingPasses: proof.passes,
+        checked: proof.checked,
         proofRequests: proof.requests,
         removed: proof.removed,
         awaitingProof: proof.awaitingProof,
@@ -376,208 +371,21 @@ async function runLocked(ctx: WorkerContext, job: Job<PassJobData, PassJobResult
   };
 }
 
-/** What the confirming passes after a job's pass did. */
-interface ProofOutcome {
-  passes: number;
-  removed: number;
-  requests: number;
-  /** Members of the job's (group, type) the job's pass missed that are still current: not proven gone. */
-  awaitingProof: number;
-}
-
-/** The locks a confirming job holds: the group's proof lock, and at most one pass lock (of the type it reads now). */
-interface ProofLocks {
-  /** The pass lock held now, and its type (the job's own at first). */
-  pass: { type: SubscriberType; lock: HeldLock } | null;
-  /** The group's proof lock: one confirming job per group at a time, so the rounds of two jobs never interleave. */
-  proof: HeldLock | null;
-}
-
-export function proofLockKey(prefix: string, groupId: string): string {
-  return `${prefix}:proof-lock:g${groupId}`;
-}
-
-/**
- * Runs the confirming passes a full pass that missed members needs (decideAfterPass, then
- * nextProofStep until nothing is left to prove: two rounds of full passes with a sweep of what
- * changed between them) and releases `lock`. The proof is the group's: it plans for the members
- * every type's last pass missed, not only this job's, and runs under the group's proof lock with at
- * most one pass lock at a time, taking each type's lock when that type's turn comes.
- *
- * A job that finds another job proving the group lets go of its pass lock (that job may need it):
- * a backfill then waits to report the outcome; a scheduled pass or resume leaves its members to that
- * proof, which covers them, instead of holding a worker slot.
- */
-async function confirmRemovals(
-  ctx: WorkerContext,
-  job: Job<PassJobData, PassJobResult>,
-  lock: HeldLock,
-  first: PassResult,
-): Promise<ProofOutcome> {
+/** What the removal proof after this job's pass needs from the worker. */
+function proofContext(ctx: WorkerContext, job: Job<PassJobData, PassJobResult>): ProofContext {
   const { deps } = ctx;
-  const { groupId, type } = job.data;
-  const outcome: ProofOutcome = { passes: 0, removed: 0, requests: 0, awaitingProof: first.awaitingProof?.count ?? 0 };
-  const locks: ProofLocks = { pass: { type, lock }, proof: null };
-  const startedAt = first.startedAt;
-  try {
-    const maxConfirmingPasses = 2 * deps.types.length + 1;
-    const decideAt = (awaitingProof: number) =>
-      decideAfterPass({ mode: first.mode }, { awaitingProof, confirmingPasses: outcome.passes, maxConfirmingPasses });
-    if (decideAt(outcome.awaitingProof).kind === 'done' || startedAt === null) return outcome;
-    if (!(await takeProofLock(ctx, job, locks))) return outcome;
-    const progress = { swept: false, sweptLast: false, canSweep: readSourceOf(deps).incremental };
-    for (;;) {
-      const proofs = await groupProofs(deps, groupId);
-      // Read afresh before every step: another job's proof (it held the proof lock first) or this
-      // job's last pass may have settled them.
-      outcome.awaitingProof = (await membersAwaitingProof(deps.pool, groupId, startedAt, { type })).count;
-      const awaiting = await awaitingInTypes(deps, groupId, proofs);
-      if (awaiting.count === 0 || ctx.closing()) return outcome;
-      // With its passes spent, the job still gives the sweep that members proven by passes may be
-      // waiting for (the passes of other jobs came between its rounds); a sweep is no pass.
-      const passesLeft = decideAt(awaiting.count).kind !== 'done';
-      const step = nextProofStep(passesLeft ? passesToProve(proofs, awaiting.lastSeenAt, type) : [], progress);
-      if (!step) return outcome;
-      progress.sweptLast = step.kind === 'sweep';
-      if (step.kind === 'sweep') {
-        outcome.requests += await sweepChanges(ctx, job, locks, proofSince(proofs, startedAt));
-        progress.swept = true;
-        continue;
-      }
-      const held = await passLockFor(ctx, groupId, step.type, locks);
-      if (!held) return outcome;
-      const confirm = await runOnePass(ctx, job, step.type, held, { mode: 'full' });
-      outcome.passes += 1;
-      outcome.removed += confirm.removed;
-      outcome.requests += confirm.requests;
-    }
-  } catch (error) {
-    // The job's own pass succeeded: a confirming pass that fails leaves the proof to the next full pass.
-    ctx.log.warn({ groupId, type, err: error }, 'confirming pass failed; members awaiting proof wait for the next full pass');
-    return outcome;
-  } finally {
-    await locks.pass?.lock.release();
-    await locks.proof?.release();
-  }
-}
-
-/**
- * Members of the group that the last gap-free full pass of their type missed, over every type that
- * had one, and the latest time any of them was seen (epoch ms; null when none was ever seen by a
- * full pass).
- */
-async function awaitingInTypes(
-  deps: SyncWorkerDeps,
-  groupId: string,
-  proofs: ReadonlyArray<TypeProof<SubscriberType>>,
-): Promise<{ count: number; lastSeenAt: number | null }> {
-  let count = 0;
-  let lastSeenAt: number | null = null;
-  for (const p of proofs) {
-    if (p.proofStartedAt === null) continue;
-    const awaiting = await membersAwaitingProof(deps.pool, groupId, formatEpochMs(p.proofStartedAt), { type: p.type });
-    count += awaiting.count;
-    if (awaiting.lastSeenAt !== null) lastSeenAt = Math.max(lastSeenAt ?? -Infinity, Date.parse(awaiting.lastSeenAt));
-  }
-  return { count, lastSeenAt };
-}
-
-/**
- * Takes the group's proof lock. When another job holds it, releases the pass lock held first (that
- * job may be waiting for it); a backfill then waits (bounded by `confirmLockWaitMs`), anything else
- * leaves the proof to that job.
- */
-async function takeProofLock(ctx: WorkerContext, job: Job<PassJobData, PassJobResult>, locks: ProofLocks): Promise<boolean> {
-  const key = proofLockKey(ctx.deps.prefix, job.data.groupId);
-  locks.proof = await tryAcquirePassLock(ctx.deps.redis, key);
-  if (locks.proof) return true;
-  await locks.pass?.lock.release();
-  locks.pass = null;
-  if (job.data.trigger !== 'backfill') {
-    ctx.log.info(
-      { groupId: job.data.groupId, type: job.data.type },
-      'another job is proving the removals of this group; it covers this pass',
-    );
-    return false;
-  }
-  locks.proof = await waitForLock(ctx, key);
-  return locks.proof !== null;
-}
-
-/** The pass lock of `type`: the one held when it is that type's, else the held one is released first and `type`'s taken (waiting, bounded). */
-async function passLockFor(ctx: WorkerContext, groupId: string, type: SubscriberType, locks: ProofLocks): Promise<HeldLock | null> {
-  if (locks.pass?.type === type && !locks.pass.lock.lost) return locks.pass.lock;
-  await locks.pass?.lock.release();
-  locks.pass = null;
-  const lock = await waitForLock(ctx, passLockKey(ctx.deps.prefix, groupId, type));
-  if (lock) locks.pass = { type, lock };
-  return lock;
-}
-
-/**
- * The earliest time a change can have hidden an awaiting member from the passes that will prove its
- * removal: the start of the earlier of each type's last two passes, or of the job's own pass.
- */
-function proofSince(proofs: ReadonlyArray<TypeProof<SubscriberType>>, startedAt: string): string {
-  let since = Date.parse(startedAt);
-  for (const p of proofs) for (const at of [p.prevProofStartedAt, p.proofStartedAt]) if (at !== null) since = Math.min(since, at);
-  return formatEpochMs(since);
-}
-
-/**
- * The sweep: an incremental pass of every configured type reading every change since `since`. A
- * member that changed type while round one read is listed by it under its new type and its newer
- * version keeps it (removal needs no fact newer than the cutoff). It holds every type's pass lock
- * from its first read to its last, so that no pass ends while it reads: the passes a removal counts
- * then all ended before it began (`removalCutoff`), and its last type's pass settles the removals
- * they prove. Taking the locks in order may hold some while waiting for a pass still running: that
- * delays the passes of the other types, never the proof. Returns its requests.
- */
-async function sweepChanges(ctx: WorkerContext, job: Job<PassJobData, PassJobResult>, locks: ProofLocks, since: string): Promise<number> {
-  const { groupId } = job.data;
-  const held = new Map<SubscriberType, HeldLock>();
-  if (locks.pass && !locks.pass.lock.lost) held.set(locks.pass.type, locks.pass.lock);
-  else await locks.pass?.lock.release();
-  locks.pass = null;
-  try {
-    for (const type of ctx.deps.types) {
-      if (held.has(type)) continue;
-      const lock = await waitForLock(ctx, passLockKey(ctx.deps.prefix, groupId, type));
-      if (!lock) throw new Error(`could not take the pass lock of ${type} for the removal proof's sweep`);
-      held.set(type, lock);
-    }
-    const startedAt = new Date().toISOString();
-    let requests = 0;
-    for (const [type, lock] of held)
-      requests += (await runOnePass(ctx, job, type, lock, { mode: 'incremental', changedSince: since })).requests;
-    ctx.log.info({ groupId, since, startedAt, types: [...held.keys()], requests }, 'removal proof: swept every type');
-    return requests;
-  } finally {
-    for (const lock of held.values()) await lock.release();
-  }
-}
-
-async function groupProofs(deps: SyncWorkerDeps, groupId: string): Promise<Array<TypeProof<SubscriberType>>> {
-  const states = new Map((await listSyncStates(deps.pool)).filter((s) => s.groupId === groupId).map((s) => [s.type, s]));
-  const at = (ts: string | null | undefined) => (ts ? Date.parse(ts) : null);
-  return deps.types.map((t) => ({
-    type: t,
-    proofStartedAt: at(states.get(t)?.proofStartedAt),
-    prevProofStartedAt: at(states.get(t)?.prevProofStartedAt),
-  }));
-}
-
-/** Takes the lock at `key` (a pass lock, or a group's proof lock), waiting while another holds it (bounded). */
-async function waitForLock(ctx: WorkerContext, key: string): Promise<HeldLock | null> {
-  const { deps } = ctx;
-  const deadline = Date.now() + (deps.confirmLockWaitMs ?? 30 * 60_000);
-  const retryMs = Math.min(deps.busyRetryMs ?? 5_000, 1_000);
-  while (!ctx.closing() && Date.now() < deadline) {
-    const lock = await tryAcquirePassLock(deps.redis, key);
-    if (lock) return lock;
-    await new Promise((resolve) => setTimeout(resolve, retryMs));
-  }
-  return null;
+  return {
+    pool: deps.pool,
+    redis: deps.redis,
+    prefix: deps.prefix,
+    types: deps.types,
+    source: readSourceOf(deps),
+    log: ctx.log,
+    closing: ctx.closing,
+    confirmLockWaitMs: deps.confirmLockWaitMs,
+    busyRetryMs: deps.busyRetryMs,
+    runPass: (type, lock, pass) => runOnePass(ctx, job, type, lock, { ...pass, trigger: 'proof' }),
+  };
 }
 
 /**
@@ -600,10 +408,8 @@ async function openFullPasses(
   pool: pg.Pool,
   groups: readonly string[],
   types: readonly SubscriberType[],
-): Promise<Array<SyncStateRow & { fullOffset: number }>> {
-  return (await listSyncStates(pool)).filter(
-    (s): s is SyncStateRow & { fullOffset: number } => s.fullOffset !== null && groups.includes(s.groupId) && types.includes(s.type),
-  );
+): Promise<SyncStateRow[]> {
+  return (await listSyncStates(pool)).filter((s) => s.fullPassOpen && groups.includes(s.groupId) && types.includes(s.type));
 }
 
 export interface OrphanResumerDeps {
@@ -634,7 +440,7 @@ export function createOrphanResumer(deps: OrphanResumerDeps): () => Promise<stri
   const minRetryMs = deps.minRetryMs ?? 60_000;
   const maxRetryMs = deps.maxRetryMs ?? 3_600_000;
   const now = deps.now ?? Date.now;
-  const tried = new Map<string, { offset: number; at: number; waitMs: number }>();
+  const tried = new Map<string, { offset: number | null; at: number; waitMs: number }>();
   return async () => {
     const ids: string[] = [];
     for (const s of await openFullPasses(deps.pool, deps.groups, deps.types)) {
@@ -643,9 +449,9 @@ export function createOrphanResumer(deps: OrphanResumerDeps): () => Promise<stri
       if (await deps.queue.getDeduplicationJobId(fullPassDedupId('backfill', s.groupId, s.type))) continue;
       const key = fullPassKey(s.groupId, s.type);
       const last = tried.get(key);
-      const stuck = last !== undefined && last.offset === s.fullOffset;
+      const stuck = last !== undefined && last.offset === s.fullPassAt;
       if (stuck && now() < last.at + last.waitMs) continue;
-      tried.set(key, { offset: s.fullOffset, at: now(), waitMs: stuck ? Math.min(last.waitMs * 2, maxRetryMs) : minRetryMs });
+      tried.set(key, { offset: s.fullPassAt, at: now(), waitMs: stuck ? Math.min(last.waitMs * 2, maxRetryMs) : minRetryMs });
       ids.push(await enqueueResume(deps.queue, s.groupId, s.type));
     }
     return ids;

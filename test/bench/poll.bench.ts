@@ -39,7 +39,7 @@ import { normalizeLegacySubscriber, type SubscriberRow } from '../../src/mirror/
 import { upsertMemberships, upsertSubscribers, withTransaction } from '../../src/mirror/store/index.js';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { runPass, type PassDeps } from '../../src/sync/legacy-pass.js';
-import { markRunStarted, saveFullCheckpoint } from '../../src/sync/state.js';
+import { ensureSyncState, saveFullCheckpoint } from '../../src/sync/state.js';
 import { createLegacyClient, type LegacyClient } from '../../src/upstream/legacy/client.js';
 import { createLimiter } from '../../src/upstream/limiter.js';
 import { copyFromStdin, copyRows, subscriberCopyTuple } from './lib/copy.js';
@@ -151,7 +151,7 @@ async function fetchParse(s: Setup, normalize: boolean, keep: KeptPage[] | null)
 }
 
 async function truncateMirror(pool: pg.Pool): Promise<void> {
-  await pool.query('truncate subscribers, group_members, sync_state');
+  await pool.query('truncate subscribers, group_members, sync_state, sync_passes');
   // Start each write stage without the previous one's dirty buffers to flush.
   await pool.query('checkpoint');
 }
@@ -159,7 +159,7 @@ async function truncateMirror(pool: pg.Pool): Promise<void> {
 /** Stage `store only`: the pass's per-page transaction, fed from memory; `expect` says what every row should do. */
 async function storeOnly(s: Setup, pages: readonly KeptPage[], expect: 'inserted' | 'unchanged'): Promise<void> {
   const seenAt = new Date().toISOString().replace(/Z$/, '000Z');
-  for (const type of s.types) await markRunStarted(s.scratch.pool, s.groupId, type, 'full');
+  for (const type of s.types) await ensureSyncState(s.scratch.pool, s.groupId, type);
   let matched = 0;
   let total = 0;
   const offsets = new Map<SubscriberType, number>();

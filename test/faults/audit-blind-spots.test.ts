@@ -172,7 +172,7 @@ describe('fault: the audit against every blind spot at once under stamped churn'
       Number(
         (
           await database.pool.query<{ n: string }>(
-            'select count(*) as n from sync_state where group_id = $1 and last_full_completed_at is not null',
+            'select count(*) as n from sync_status where group_id = $1 and last_full_completed_at is not null',
             [groupId],
           )
         ).rows[0]?.n,

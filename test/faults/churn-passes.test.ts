@@ -163,12 +163,12 @@ describe('fault 6: churn during full passes', () => {
     let late = 0;
     const lateSeen: string[] = [];
     let lateDetail: string | null = null;
-    // The first late leaver with what the removal rule reads: its membership, and sync_state.
+    // The first late leaver with what the removal rule reads: its membership, and the pass history.
     const explainLate = async (id: string, at: number, round: number, sweeps: readonly number[]) => {
       const member = await database.pool.query('select * from group_members where group_id = $1 and subscriber_id = $2', [groupId, id]);
       const state = await database.pool.query(
-        `select type, prev_proof_started_at, prev_proof_ended_at, proof_started_at, proof_ended_at, swept_at, swept_since, last_mode, last_run_started_at
-           from sync_state where group_id = $1 order by type`,
+        `select id, type, kind, trigger, started_at, listed_from, ended_at, status, complete, gap_free, read_since, removed
+           from sync_passes where group_id = $1 order by id desc limit 40`,
         [groupId],
       );
       return JSON.stringify({

@@ -7,7 +7,7 @@
  * of JSON.
  *
  * Claims: a pass that failed never moved its cursor, at any step (a trigger in the test database
- * records every change of sync_state); the cursor never went back; once the chaos stops, one more
+ * records every change of a pass and of its cursor); the cursor never went back; once the chaos stops, one more
  * incremental pass per type makes every listed subscriber equal to the world, and two full passes make
  * the memberships equal too.
  */

@@ -79,7 +79,7 @@ export function passFixture(): { database: TestDatabase; sim: Simulator | undefi
   afterEach(async () => {
     await fixture.sim?.close();
     fixture.sim = undefined;
-    await fixture.database.pool.query('truncate subscribers, group_members, sync_state, upstream_paging');
+    await fixture.database.pool.query('truncate subscribers, group_members, sync_state, sync_passes, upstream_paging');
   });
   afterAll(async () => {
     await fixture.database.drop();

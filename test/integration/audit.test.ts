@@ -45,7 +45,7 @@ afterEach(async () => {
   await sim?.close();
   sim = undefined;
   await database.pool.query(
-    'truncate subscribers, group_members, sync_state, upstream_paging, audit_state, audit_results, audit_webhooks, webhook_endpoints',
+    'truncate subscribers, group_members, sync_state, sync_passes, upstream_paging, audit_state, audit_results, audit_webhooks, webhook_endpoints',
   );
 });
 afterAll(async () => {

@@ -58,7 +58,7 @@ describe('current API source: full passes by cursor', () => {
     const stopping = passContext(database, { shouldStop: () => ++pages >= 3 });
     await expect(source.runPass(stopping, groupId, 'active', 'full')).rejects.toBeInstanceOf(PassInterruptedError);
     const open = await readSyncState(database.pool, groupId, 'active');
-    expect(open?.fullOffset).toBe(3);
+    expect(open?.fullPages).toBe(3);
     expect(
       (await database.pool.query('select full_cursor from sync_state where group_id = $1 and type = $2', [groupId, 'active'])).rows[0]
         .full_cursor,
@@ -70,7 +70,7 @@ describe('current API source: full passes by cursor', () => {
     expect(resumed.rowsSeen).toBe(active - 300);
     expect(sim.requests.filter((r) => r.api === 'current' && !r.url.includes('cursor=') && r.url.includes('/subscribers'))).toHaveLength(0);
     const state = await readSyncState(database.pool, groupId, 'active');
-    expect(state?.fullOffset).toBeNull();
+    expect(state?.fullPages).toBeNull();
     expect(state?.lastFullCompletedAt).not.toBeNull();
     await fullPassAllTypes(
       source,
@@ -113,7 +113,7 @@ describe('current API source: full passes by cursor', () => {
     // The legacy pass stops after two pages: its checkpoint is a row offset with the ids that end it.
     const legacy = passDeps(database, sim, { pageSize: 100, shouldStop: () => ++pages >= 2 });
     await expect(runPass(legacy, groupId, 'active', 'full')).rejects.toBeInstanceOf(PassInterruptedError);
-    expect((await readSyncState(database.pool, groupId, 'active'))?.fullOffset).toBeGreaterThan(0);
+    expect((await readSyncState(database.pool, groupId, 'active'))?.fullPages).toBeGreaterThan(0);
     // Read as a cursor checkpoint (pages done, no cursor left), it would end the pass at once, complete, having listed nobody.
     const current = await currentTestSource(sim).runPass(passContext(database), groupId, 'active', 'full');
     expect(current.rowsSeen).toBe(active);

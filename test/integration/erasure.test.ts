@@ -187,12 +187,16 @@ describe('subscribers out of every configured group', () => {
 
   async function completeFullPasses(daysAgo: number, except?: { group: string; type: string }): Promise<void> {
     await db.pool.query('delete from sync_state');
+    await db.pool.query('delete from sync_passes');
     for (const group of GROUPS) {
       for (const type of TYPES) {
         const complete = !(except && except.group === group && except.type === type);
+        await db.pool.query(`insert into sync_state (group_id, type) values ($1, $2)`, [group, type]);
+        if (!complete) continue;
         await db.pool.query(
-          `insert into sync_state (group_id, type, last_full_completed_at) values ($1, $2, case when $3 then now() - make_interval(days => $4) end)`,
-          [group, type, complete, daysAgo],
+          `insert into sync_passes (group_id, type, kind, source, started_at, listed_from, ended_at, status, complete, gap_free)
+           select $1, $2, 'full', 'legacy', t, t, t, 'succeeded', true, true from (select now() - make_interval(days => $3) as t) x`,
+          [group, type, daysAgo],
         );
       }
     }

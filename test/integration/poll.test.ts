@@ -56,7 +56,7 @@ describe('full pass', () => {
   afterEach(async () => {
     await sim?.close();
     sim = undefined;
-    await database.pool.query('truncate subscribers, group_members, sync_state, upstream_paging');
+    await database.pool.query('truncate subscribers, group_members, sync_state, sync_passes, upstream_paging');
   });
   afterAll(async () => {
     await database.drop();
@@ -215,7 +215,7 @@ describe('incremental passes', () => {
   afterEach(async () => {
     await sim?.close();
     sim = undefined;
-    await database.pool.query('truncate subscribers, group_members, sync_state, upstream_paging');
+    await database.pool.query('truncate subscribers, group_members, sync_state, sync_passes, upstream_paging');
   });
   afterAll(async () => {
     await database.drop();

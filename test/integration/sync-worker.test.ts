@@ -11,7 +11,8 @@ import { createLogger } from '../../src/ground/log.js';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { tryAcquirePassLock } from '../../src/sync/lock.js';
 import { PASS_JOB_OPTIONS, createSyncQueue, enqueueBackfill, enqueueResume, type PassJobResult } from '../../src/sync/schedule.js';
-import { markRunStarted, openFullPass, readSyncState, saveFullCheckpoint } from '../../src/sync/state.js';
+import { closeRow, openRow } from '../../src/sync/pass-history.js';
+import { closeFullPass, openFullPass, readSyncState, saveFullCheckpoint } from '../../src/sync/state.js';
 import {
   createOrphanResumer,
   createSyncWorker,
@@ -93,7 +94,7 @@ describe('sync worker triggers', () => {
 
   it('continues an open full pass from its checkpoint', async () => {
     // What a process killed mid-pass leaves behind: an open pass with a committed checkpoint.
-    await markRunStarted(database.pool, groupId, 'active', 'full');
+    await openRow(database.pool, { groupId, type: 'active', kind: 'full', source: 'legacy', trigger: null });
     await openFullPass(database.pool, groupId, 'active');
     await saveFullCheckpoint(database.pool, groupId, 'active', { nextOffset: 700, tailIds: [], continuous: true });
 
@@ -108,7 +109,7 @@ describe('sync worker triggers', () => {
   });
 
   it('waits while the pass is held elsewhere, then skips if that holder finished it', async () => {
-    await markRunStarted(database.pool, groupId, 'active', 'full');
+    await openRow(database.pool, { groupId, type: 'active', kind: 'full', source: 'legacy', trigger: null });
     await openFullPass(database.pool, groupId, 'active');
     await saveFullCheckpoint(database.pool, groupId, 'active', { nextOffset: 300, tailIds: [], continuous: true });
     const lock = await tryAcquirePassLock(redis, passLockKey(prefix, groupId, 'active'));
@@ -121,7 +122,7 @@ describe('sync worker triggers', () => {
       expect(['delayed', 'active', 'waiting']).toContain(await (await queue.getJob(jobId))?.getState());
       expect(listRequests()).toHaveLength(0);
       // The holder completes the pass (as a still-running process would after Redis lost its job).
-      await database.pool.query('update sync_state set full_offset = null where group_id = $1 and type = $2', [groupId, 'active']);
+      await closeFullPass(database.pool, groupId, 'active');
     } finally {
       await lock?.release();
     }
@@ -196,7 +197,7 @@ describe('sync worker triggers', () => {
   it('a scheduled full pass that meets a running full pass is served by it (no back-to-back passes)', async () => {
     const lock = await tryAcquirePassLock(redis, passLockKey(prefix, groupId, 'active'));
     // The holder is running a full pass.
-    await markRunStarted(database.pool, groupId, 'active', 'full');
+    const running = await openRow(database.pool, { groupId, type: 'active', kind: 'full', source: 'legacy', trigger: null });
     try {
       const tick = await queue.add('full', { groupId, type: 'active', mode: 'full', trigger: 'schedule' }, PASS_JOB_OPTIONS);
       expect(await finished(tick.id as string)).toMatchObject({
@@ -205,7 +206,7 @@ describe('sync worker triggers', () => {
       });
       expect(listRequests()).toHaveLength(0);
     } finally {
-      await database.pool.query(`update sync_state set last_status = 'succeeded' where group_id = $1 and type = 'active'`, [groupId]);
+      await closeRow(database.pool, running, { status: 'succeeded', rowsSeen: 0, rowsWritten: 0, requests: 0 });
       await lock?.release();
     }
   });
@@ -216,7 +217,8 @@ describe('sync worker triggers', () => {
     try {
       await new Promise((r) => setTimeout(r, 400)); // it found the lock held and waits
       // The holder's pass completes as a full pass (e.g. the first pass of a type with no cursor).
-      await database.pool.query(`update sync_state set last_full_completed_at = now() where group_id = $1 and type = 'active'`, [groupId]);
+      const holder = await openRow(database.pool, { groupId, type: 'active', kind: 'full', source: 'legacy', trigger: null });
+      await closeRow(database.pool, holder, { status: 'succeeded', complete: true, rowsSeen: 0, rowsWritten: 0, requests: 0 });
     } finally {
       await lock?.release();
     }
@@ -240,7 +242,7 @@ describe('sync worker triggers', () => {
 
   it('finds open full passes that nothing runs or waits to run, and resumes them once', async () => {
     const orphans = createOrphanResumer({ queue, pool: database.pool, redis, prefix, groups: [groupId], types: ['active'] });
-    await markRunStarted(database.pool, groupId, 'active', 'full');
+    await openRow(database.pool, { groupId, type: 'active', kind: 'full', source: 'legacy', trigger: null });
     await openFullPass(database.pool, groupId, 'active');
     await saveFullCheckpoint(database.pool, groupId, 'active', { nextOffset: 500, tailIds: [], continuous: true });
 
@@ -273,7 +275,7 @@ describe('sync worker triggers', () => {
       maxRetryMs: 200_000,
       now: () => clock,
     });
-    await markRunStarted(database.pool, groupId, 'active', 'full');
+    await openRow(database.pool, { groupId, type: 'active', kind: 'full', source: 'legacy', trigger: null });
     await openFullPass(database.pool, groupId, 'active');
     await saveFullCheckpoint(database.pool, groupId, 'active', { nextOffset: 900, tailIds: [], continuous: true });
     sim.faults.set({ errorRate: 1 }); // every resume fails; the checkpoint stays at 900
@@ -317,7 +319,7 @@ describe('sync worker triggers', () => {
     expect(other).not.toBeNull();
     try {
       // A resume (like a scheduled pass) misses them, finds another job proving the group, and leaves it at that.
-      await markRunStarted(database.pool, groupId, 'active', 'full');
+      await openRow(database.pool, { groupId, type: "active", kind: "full", source: "legacy", trigger: null });
       await openFullPass(database.pool, groupId, 'active', { restart: true });
       const resumed = await finished(await enqueueResume(queue, groupId, 'active'));
       expect(resumed).toMatchObject({ status: 'succeeded', confirmingPasses: 0, awaitingProof: leavers.length, proofRequests: 0 });

@@ -65,6 +65,7 @@ describe('loadConfig', () => {
       lookbackMs: 86_400_000,
       reconcileEveryMs: 86_400_000,
       pageSize: 1000,
+      historyRetentionMs: 30 * 86_400_000,
     });
     expect(config.apiRateLimit).toBe(120);
     expect(config.webhookSecrets).toEqual([]);

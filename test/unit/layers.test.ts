@@ -54,6 +54,7 @@ const TABLE_OWNERS: Readonly<Record<string, string>> = {
   history_settings: 'mirror/history.ts',
   erasures: 'mirror/erasure.ts',
   sync_state: 'sync/state.ts',
+  sync_passes: 'sync/pass-history.ts',
   upstream_paging: 'sync/state.ts',
   webhook_deliveries: 'webhooks/inbox.ts',
   webhook_delivery_hashes: 'webhooks/inbox.ts',

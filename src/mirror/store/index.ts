@@ -28,11 +28,13 @@ export { rollbackOrBroken, withTransaction } from './executor.js';
 export type { UpsertCounts } from './values.js';
 export { upsertSubscribers } from './subscribers.js';
 export {
+  awaitingProofIds,
   endMemberships,
   membersAwaitingProof,
   removeMembersNotSeenSince,
   removeMembership,
   upsertMemberships,
+  type AwaitingProof,
   type MemberInput,
   type UpsertMembershipsOptions,
 } from './memberships.js';

@@ -51,7 +51,9 @@ with written as (
     mirrored_at = case when m.source_updated_at is null or excluded.source_updated_at >= m.source_updated_at
                        then now() else m.mirrored_at end,
     mirrored_via = case when m.source_updated_at is null or excluded.source_updated_at >= m.source_updated_at
-                        then excluded.mirrored_via else m.mirrored_via end
+                        then excluded.mirrored_via else m.mirrored_via end,
+    ended_by = case when m.source_updated_at is null or excluded.source_updated_at >= m.source_updated_at
+                    then null else m.ended_by end
   where ((m.source_updated_at is null or excluded.source_updated_at >= m.source_updated_at)
          and (row(coalesce(excluded.type, m.type), excluded.source_updated_at) is distinct from row(m.type, m.source_updated_at)
               or m.removed_at is not null or m.added_at is null))
@@ -127,7 +129,8 @@ on conflict (group_id, subscriber_id) do update set
   removed_at = excluded.removed_at,
   source_updated_at = excluded.source_updated_at,
   mirrored_at = now(),
-  mirrored_via = excluded.mirrored_via
+  mirrored_via = excluded.mirrored_via,
+  ended_by = null
 where (m.source_updated_at is null or excluded.source_updated_at >= m.source_updated_at)
   and (m.removed_at is null or m.source_updated_at is distinct from excluded.source_updated_at)`;
 
@@ -154,7 +157,7 @@ export async function removeMembership(
 
 const MEMBERSHIPS_END_SQL = `
 update group_members
-   set removed_at = $2::timestamptz, source_updated_at = $2::timestamptz, mirrored_at = now(), mirrored_via = $3
+   set removed_at = $2::timestamptz, source_updated_at = $2::timestamptz, mirrored_at = now(), mirrored_via = $3, ended_by = null
  where subscriber_id = $1 and removed_at is null
    and (source_updated_at is null or source_updated_at <= $2::timestamptz)`;
 
@@ -175,18 +178,18 @@ export async function endMemberships(exec: Queryable, subscriberId: string, at: 
 }
 
 /**
- * Ends every current membership of `groupId` that no full pass listed since `seenBefore`:
- * `last_seen_at` null or older than `seenBefore`, and no membership fact in or after the second of
- * `seenBefore` (so a webhook add that happened meanwhile is kept; the service stamps changes to the
- * second, so a change made just after `seenBefore` carries a time just before it). Sets `removed_at = at` (the caller's
- * completion time) and leaves `source_updated_at` alone: the inference has no upstream time, so any
- * later listing of the member re-adds it. The caller chooses `seenBefore` so that it is proof
- * (docs/architecture.md, invariant 11): the poll passes the start of the earlier of two complete, gap-free full
- * passes in a row (`removalCutoff` in src/sync/state.ts), because one pass over a list that changes
- * while it is read can skip a member.
+ * Ends every current membership of `groupId` (of the given `types`) that no full pass listed since
+ * `seenBefore`: `last_seen_at` null or older than `seenBefore`, and no membership fact in or after
+ * the second of `seenBefore` (so a webhook add that happened meanwhile is kept; the service stamps
+ * changes to the second, so a change made just after `seenBefore` carries a time just before it).
+ * Sets `removed_at = at` (the caller's completion time), `ended_by` (the history row whose removal
+ * rule proved it: docs/sql.md) and leaves `source_updated_at` alone: the inference has no upstream
+ * time, so any later listing of the member re-adds it. The caller chooses `seenBefore` so that it is
+ * proof (invariant 11: `removalRule` in src/sync/pass-history.ts).
  *
- * Passes are per (group × type): give `opts.type` to consider only members last listed under that
- * type, otherwise the `active` pass would end every `unsubscribed` membership.
+ * Passes are per (group × type): give `types` (or `type`) to consider only members last listed under
+ * them, otherwise the `active` pass would end every `unsubscribed` membership; `ids` narrows it to
+ * those members (a check of candidates).
  * Returns the number of memberships ended.
  */
 export async function removeMembersNotSeenSince(
@@ -194,21 +197,24 @@ export async function removeMembersNotSeenSince(
   groupId: string,
   seenBefore: string,
   at: string,
-  opts: { type?: string; via?: MirrorSource } = {},
+  opts: { types?: readonly string[]; type?: string; via?: MirrorSource; endedBy?: number | null; ids?: readonly string[] } = {},
 ): Promise<number> {
   assertId(groupId, 'groupId');
   assertTimestamp(seenBefore, 'seenBefore');
   assertTimestamp(at, 'at');
   const via = opts.via ?? 'poll';
   assertVia(via);
+  const types = opts.types ?? (opts.type === undefined ? null : [opts.type]);
+  opts.ids?.forEach((id, i) => assertId(id, `ids[${i}]`));
   const res = await run(
     exec,
-    `update group_members set removed_at = $3::timestamptz, mirrored_at = now(), mirrored_via = $5
+    `update group_members set removed_at = $3::timestamptz, mirrored_at = now(), mirrored_via = $5, ended_by = $6
      where group_id = $1 and removed_at is null
        and (last_seen_at is null or last_seen_at < $2::timestamptz)
        and (source_updated_at is null or source_updated_at < date_trunc('second', $2::timestamptz))
-       and ($4::text is null or type = $4::text)`,
-    [groupId, seenBefore, at, opts.type ?? null, via],
+       and ($4::text[] is null or type = any($4::text[]))
+       and ($7::text[] is null or subscriber_id = any($7::text[]))`,
+    [groupId, seenBefore, at, types, via, opts.endedBy ?? null, opts.ids ?? null],
   );
   return res.rowCount;
 }
@@ -244,4 +250,24 @@ export async function membersAwaitingProof(
     [groupId, seenBefore, opts.type ?? null],
   );
   return res.rows[0] ?? { count: 0, lastSeenAt: null };
+}
+
+/**
+ * Up to `limit` ids of current members of `groupId` and `type` that no full pass listed since
+ * `seenBefore` and no newer fact covers ({@link membersAwaitingProof}'s condition), in id order.
+ */
+export async function awaitingProofIds(exec: Queryable, groupId: string, type: string, seenBefore: string, limit: number): Promise<string[]> {
+  assertId(groupId, 'groupId');
+  assertTimestamp(seenBefore, 'seenBefore');
+  const res = await exec.query<{ id: string }>(
+    `select subscriber_id as id
+       from group_members
+      where group_id = $1 and removed_at is null and type = $3
+        and (last_seen_at is null or last_seen_at < $2::timestamptz)
+        and (source_updated_at is null or source_updated_at < date_trunc('second', $2::timestamptz))
+      order by subscriber_id
+      limit $4`,
+    [groupId, seenBefore, type, limit],
+  );
+  return res.rows.map((r) => r.id);
 }

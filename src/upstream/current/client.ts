@@ -15,6 +15,7 @@ import {
   createHttpClient,
   isPlainObject,
   UpstreamBodyError,
+  UpstreamHttpError,
   type HttpClientOptions,
   type HttpStats,
   type RequestGate,
@@ -66,7 +67,18 @@ export interface CurrentListOptions {
   memory?: Pick<PageAdmission, 'admit'>;
 }
 
+/**
+ * One subscriber as `GET /api/subscribers/{id}` answers it: its record and the ids of the groups it is
+ * in (null when the answer lists no `groups`: then it says nothing about membership), or missing (404:
+ * deleted, or never there).
+ */
+export type CurrentSubscriberLookup =
+  | { found: true; record: CurrentSubscriberRecord; groupIds: string[] | null }
+  | { found: false };
+
 export interface CurrentClient {
+  /** One subscriber and its groups: the exact answer to "is this candidate still a member" (docs/upstream-current.md). */
+  subscriber(id: string, options?: { signal?: AbortSignal }): Promise<CurrentSubscriberLookup>;
   /** One page of a group's members with `status`. */
   listPage(groupId: GroupId, options: CurrentListOptions): Promise<CurrentPage>;
   /** Every page of a group's members with `status`, following the cursor from `options.cursor` to its end. */
@@ -183,6 +195,19 @@ export function validateGroup(body: unknown, target: RequestTarget, status: numb
   return { id: String(data.id), name: typeof data.name === 'string' ? data.name : null, counts };
 }
 
+/** `{data: {id, …, groups?: [{id, …}]}}` → the record and its group ids (null without a `groups` list). */
+export function validateSubscriber(body: unknown, target: RequestTarget, status: number): CurrentSubscriberLookup {
+  const data = isPlainObject(body) ? body.data : undefined;
+  if (!isPlainObject(data) || !isValidId(data.id)) throw bodyError(target, status, 'answered no {data: {id, ...}} subscriber');
+  if (!Array.isArray(data.groups)) return { found: true, record: data as CurrentSubscriberRecord, groupIds: null };
+  const groupIds = data.groups.map((group: unknown, index) => {
+    const id = isPlainObject(group) ? group.id : undefined;
+    if (!isValidId(id)) throw bodyError(target, status, `answered a group #${index} without a valid id`);
+    return String(id);
+  });
+  return { found: true, record: data as CurrentSubscriberRecord, groupIds };
+}
+
 function membersPath(groupId: string): string {
   return `/api/groups/${groupId}/subscribers`;
 }
@@ -267,5 +292,17 @@ export function createCurrentClient(options: CurrentClientOptions): CurrentClien
     return validateGroup(response.body, { label: CURRENT_LABEL, method: 'GET', path }, response.status);
   }
 
-  return { listPage, pages, group, stats: () => http.stats() };
+  async function subscriber(id: string, opts?: { signal?: AbortSignal }): Promise<CurrentSubscriberLookup> {
+    if (!/^\d{1,30}$/.test(id)) throw new TypeError(`subscriber id ${JSON.stringify(id)} is not numeric`);
+    const path = `/api/subscribers/${id}`;
+    try {
+      const response = await http.request({ method: 'GET', path, signal: opts?.signal });
+      return validateSubscriber(response.body, { label: CURRENT_LABEL, method: 'GET', path }, response.status);
+    } catch (error) {
+      if (error instanceof UpstreamHttpError && error.status === 404) return { found: false };
+      throw error;
+    }
+  }
+
+  return { subscriber, listPage, pages, group, stats: () => http.stats() };
 }

@@ -53,7 +53,7 @@ async function fullPassesDone(pool: pg.Pool, groupId: string, types: readonly st
   const { rows } = await pool.query<{ done: number; started: number }>(
     // Completed full passes: a type done early may already have run an incremental pass since.
     `select count(last_full_completed_at)::int as done, count(*)::int as started
-       from sync_state where group_id = $1 and type = any($2)`,
+       from sync_status where group_id = $1 and type = any($2)`,
     [groupId, [...types]],
   );
   return rows[0] ?? { done: 0, started: 0 };

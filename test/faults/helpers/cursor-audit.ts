@@ -1,8 +1,9 @@
 /**
- * A test-only audit of `sync_state` (invariant 3, "cursor after commit"): a trigger in the test's own
- * database records every insert and update of a (group, type) row, so that each pass can be followed
- * from `running` to `succeeded` or `failed` with the cursor at every step, whatever the timing. The
- * audit lives in its own schema; the product's tables and migrations are not touched.
+ * A test-only audit of the passes and the cursor (invariant 3, "cursor after commit"): triggers in the
+ * test's own database record every change of a pass's row in `sync_passes` (with the pair's cursor at
+ * that moment) and every move of a cursor in `sync_state`, so that each pass can be followed from
+ * `running` to `succeeded` or `failed` with the cursor at every step, whatever the timing. The audit
+ * lives in its own schema; the product's tables and migrations are not touched.
  */
 import type pg from 'pg';
 import { iso } from '../../helpers/mirror.js';
@@ -21,18 +22,31 @@ create table if not exists fault_audit.sync_state_changes (
   new_cursor timestamptz,
   last_error text
 );
-create or replace function fault_audit.record_sync_state() returns trigger language plpgsql as $$
+create or replace function fault_audit.record_pass() returns trigger language plpgsql as $$
+declare
+  pair_cursor timestamptz;
 begin
+  if new.kind = 'check' then return new; end if;
+  select cursor into pair_cursor from public.sync_state where group_id = new.group_id and type = new.type;
   insert into fault_audit.sync_state_changes
     (group_id, type, old_status, new_status, mode, run_started_at, old_cursor, new_cursor, last_error)
-  values (new.group_id, new.type, case when tg_op = 'UPDATE' then old.last_status end, new.last_status,
-          new.last_mode, new.last_run_started_at, case when tg_op = 'UPDATE' then old.cursor end, new.cursor,
-          new.last_error);
+  values (new.group_id, new.type, case when tg_op = 'UPDATE' then old.status end, new.status,
+          new.kind, new.started_at, pair_cursor, pair_cursor, new.error);
   return new;
 end $$;
+create or replace function fault_audit.record_cursor() returns trigger language plpgsql as $$
+begin
+  if tg_op = 'UPDATE' and old.cursor is not distinct from new.cursor then return new; end if;
+  insert into fault_audit.sync_state_changes (group_id, type, old_cursor, new_cursor)
+  values (new.group_id, new.type, case when tg_op = 'UPDATE' then old.cursor end, new.cursor);
+  return new;
+end $$;
+drop trigger if exists fault_audit_sync_passes on public.sync_passes;
+create trigger fault_audit_sync_passes after insert or update on public.sync_passes
+  for each row execute function fault_audit.record_pass();
 drop trigger if exists fault_audit_sync_state on public.sync_state;
 create trigger fault_audit_sync_state after insert or update on public.sync_state
-  for each row execute function fault_audit.record_sync_state();`;
+  for each row execute function fault_audit.record_cursor();`;
 
 export async function installCursorAudit(pool: pg.Pool): Promise<void> {
   await pool.query(INSTALL);
@@ -84,7 +98,7 @@ export async function readPassRuns(pool: pg.Pool): Promise<PassRun[]> {
         type: c.type,
         mode: c.mode,
         outcome: 'unfinished',
-        // markRunStarted does not touch the cursor: before and after this change it is the same.
+        // Opening a pass's row does not touch the cursor: the trigger read it as it stood.
         cursorAtStart: c.old_cursor ?? c.new_cursor,
         cursorAtEnd: null,
         cursorsDuring: [],
