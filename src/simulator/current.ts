@@ -88,7 +88,11 @@ export function registerCurrentRoutes(app: FastifyInstance, config: CurrentServe
  * One subscriber with the groups it is in (`{id, name}` each), 404 once deleted or never there
  * (docs/upstream-current.md, "One subscriber").
  */
-function sendSubscriber(config: CurrentServerConfig, request: FastifyRequest<{ Params: { id: string } }>, reply: FastifyReply): FastifyReply {
+function sendSubscriber(
+  config: CurrentServerConfig,
+  request: FastifyRequest<{ Params: { id: string } }>,
+  reply: FastifyReply,
+): FastifyReply {
   const { world } = config;
   const view = world.subscriber(request.params.id);
   if (!view || view.deleted) return notFound(reply);

@@ -8,7 +8,7 @@
  *   checkpoint (invariant 3), so a crashed or stopped pass resumes at the page it had not committed.
  * - A cursor over the subscriber id skips no member that stays in the list, but a member whose status
  *   changes during a pass can be in no list it read. So one complete pass missing a member only
- *   makes it a candidate; the removal cutoff (`removalCutoff`, the same as the legacy poll's) ends
+ *   makes it a candidate; the removal rule (`removalRule`, the same as the legacy poll's) ends
  *   memberships that two complete passes in a row of every configured status did not list and that
  *   no newer fact (a webhook) covers (invariant 11). A pass that ends early proves nothing.
  */
@@ -16,13 +16,7 @@ import { SUBSCRIBER_TYPES, type SubscriberType } from '../db/schema.js';
 import { formatEpochMs, latestTimestamp } from '../ground/time.js';
 import { listedRow, normalizeCurrentSubscriber, type SubscriberRow } from '../mirror/normalize.js';
 import { versionTime } from '../mirror/version.js';
-import {
-  removeMembersNotSeenSince,
-  upsertGroups,
-  upsertMemberships,
-  upsertSubscribers,
-  withTransaction,
-} from '../mirror/store/index.js';
+import { removeMembersNotSeenSince, upsertGroups, upsertMemberships, upsertSubscribers, withTransaction } from '../mirror/store/index.js';
 import type { CurrentClient, CurrentPage } from '../upstream/current/client.js';
 import { admissionOf } from '../upstream/page-gate.js';
 import { PassInterruptedError, recordPass, type PassContext, type PassResult, type PassTally } from './pass-recorder.js';
@@ -135,11 +129,15 @@ async function readCounts(deps: CurrentPassDeps, groupId: string, type: Subscrib
 /** One pass: the counts, then the pages by cursor; the bookkeeping is the shared `recordPass`. */
 export async function runCurrentPass(deps: CurrentPassDeps, groupId: string, type: SubscriberType): Promise<PassResult> {
   const log = deps.logger.child({ groupId, type, source: 'current' });
-  return recordPass(deps, { groupId, type, mode: 'full', log, via: 'current', source: 'current', sweeps: false, client: deps.client }, async (tally) => {
-    const upstreamCount = await readCounts(deps, groupId, type, tally.passId);
-    const { startedAt, maxVersion } = await commitCursorPages({ ...deps, logger: log }, groupId, type, upstreamCount, tally);
-    return { startedAt, maxUpdatedAt: maxVersion, upstreamCount };
-  });
+  return recordPass(
+    deps,
+    { groupId, type, mode: 'full', log, via: 'current', source: 'current', sweeps: false, client: deps.client },
+    async (tally) => {
+      const upstreamCount = await readCounts(deps, groupId, type, tally.passId);
+      const { startedAt, maxVersion } = await commitCursorPages({ ...deps, logger: log }, groupId, type, upstreamCount, tally);
+      return { startedAt, maxUpdatedAt: maxVersion, upstreamCount };
+    },
+  );
 }
 
 // ---------------------------------------------------------------------------------------------

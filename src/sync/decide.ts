@@ -77,7 +77,7 @@ export function decide(job: DecisionJob, state: DecisionState): Action {
 
 /**
  * A full pass comes once per RECONCILE_EVERY: dropping a scheduled one because another pass held
- * the lock would postpone removals and unstamped changes by a whole interval (docs/architecture.md, "Proof in rounds").
+ * the lock would postpone removals and unstamped changes by a whole interval (docs/architecture.md, "Pass history and the removal rule").
  */
 function mustRun(job: DecisionJob): boolean {
   return job.trigger !== 'schedule' || job.mode === 'full';
@@ -150,7 +150,7 @@ export type ProofStep<T extends string = string> = { kind: 'pass'; type: T } | {
 
 /**
  * The confirming passes run in two rounds, with a sweep between them (docs/architecture.md,
- * invariant 11, "Proof in rounds"). Round one gives every type that has no pass yet since the
+ * invariant 11, "Pass history and the removal rule"). Round one gives every type that has no pass yet since the
  * member was last seen its first pass; then the sweep re-reads, in every type, what changed since
  * the proof began; round two gives every type its second pass. A member still in the group that
  * every pass missed changed type while each round read (a type that holds still during a round is
@@ -160,7 +160,7 @@ export type ProofStep<T extends string = string> = { kind: 'pass'; type: T } | {
  *
  * When every type already had its two passes and members still await (passes of other jobs made
  * the rounds, and no sweep came after the first of them: the removal waits for one,
- * `removalCutoff`), one more sweep; then nothing.
+ * `removalRule`), one more sweep; then nothing.
  *
  * `needs` comes from `passesToProve`; `swept` says whether this job's sweep ran, `sweptLast` whether
  * its last step was one; `canSweep` is false for a source with no date filter (rounds alone then).

@@ -200,7 +200,13 @@ export async function recordPass(
     reading = await read(tally);
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
-    const closed = { status: 'failed', rowsWritten: written(tally.counts), rowsSeen: tally.rowsSeen, requests: requests(), error: message } as const;
+    const closed = {
+      status: 'failed',
+      rowsWritten: written(tally.counts),
+      rowsSeen: tally.rowsSeen,
+      requests: requests(),
+      error: message,
+    } as const;
     await closeRow(pool, passId, closed).catch((e: unknown) => log.error({ err: e }, 'could not record the failed pass'));
     throw error;
   }
@@ -300,7 +306,11 @@ async function settleRemovals(
   const rule = await removalRule(db, pass.groupId, groupTypes, { sweeps: pass.sweeps });
   if (!rule) return 0;
   const now = formatEpochMs(Date.now());
-  const removed = await removeMembersNotSeenSince(db, pass.groupId, rule.cutoff, now, { types: groupTypes, via: pass.via, endedBy: passId });
+  const removed = await removeMembersNotSeenSince(db, pass.groupId, rule.cutoff, now, {
+    types: groupTypes,
+    via: pass.via,
+    endedBy: passId,
+  });
   if (removed > 0) await saveRemovals(db, passId, removed, rule.proof);
   return removed;
 }

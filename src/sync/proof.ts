@@ -1,5 +1,5 @@
 /**
- * The removal proof after a full pass that missed members (docs/architecture.md, "Proof in rounds"):
+ * The removal proof after a full pass that missed members (docs/architecture.md, "Pass history and the removal rule"):
  * on a source that answers for one member, a check of each candidate when that costs fewer requests
  * than another round; otherwise two rounds of full passes with a sweep of what changed between
  * them, run at once instead of at the next RECONCILE_EVERY. What it proves is settled by the rule
@@ -116,12 +116,7 @@ async function checkInsteadOfRounds(ctx: ProofContext, groupId: string, outcome:
  * a backfill then waits to report the outcome; a scheduled pass or resume leaves its members to that
  * proof, which covers them, instead of holding a worker slot.
  */
-export async function confirmRemovals(
-  ctx: ProofContext,
-  job: ProofJob,
-  lock: HeldLock,
-  first: PassResult,
-): Promise<ProofOutcome> {
+export async function confirmRemovals(ctx: ProofContext, job: ProofJob, lock: HeldLock, first: PassResult): Promise<ProofOutcome> {
   const { groupId, type } = job;
   const outcome: ProofOutcome = { passes: 0, checked: 0, removed: 0, requests: 0, awaitingProof: first.awaitingProof?.count ?? 0 };
   const locks: ProofLocks = { pass: { type, lock }, proof: null };
@@ -205,10 +200,7 @@ async function takeProofLock(ctx: ProofContext, job: ProofJob, locks: ProofLocks
   await locks.pass?.lock.release();
   locks.pass = null;
   if (job.trigger !== 'backfill') {
-    ctx.log.info(
-      { groupId: job.groupId, type: job.type },
-      'another job is proving the removals of this group; it covers this pass',
-    );
+    ctx.log.info({ groupId: job.groupId, type: job.type }, 'another job is proving the removals of this group; it covers this pass');
     return false;
   }
   locks.proof = await waitForLock(ctx, key);
@@ -240,7 +232,7 @@ function proofSince(proofs: ReadonlyArray<TypeProof<SubscriberType>>, startedAt:
  * member that changed type while round one read is listed by it under its new type and its newer
  * version keeps it (removal needs no fact newer than the cutoff). It holds every type's pass lock
  * from its first read to its last, so that no pass ends while it reads: the passes a removal counts
- * then all ended before it began (`removalCutoff`), and its last type's pass settles the removals
+ * then all ended before it began (`removalRule`), and its last type's pass settles the removals
  * they prove. Taking the locks in order may hold some while waiting for a pass still running: that
  * delays the passes of the other types, never the proof. Returns its requests.
  */
@@ -259,8 +251,7 @@ async function sweepChanges(ctx: ProofContext, job: ProofJob, locks: ProofLocks,
     }
     const startedAt = new Date().toISOString();
     let requests = 0;
-    for (const [type, lock] of held)
-      requests += (await ctx.runPass(type, lock, { mode: 'incremental', changedSince: since })).requests;
+    for (const [type, lock] of held) requests += (await ctx.runPass(type, lock, { mode: 'incremental', changedSince: since })).requests;
     ctx.log.info({ groupId, since, startedAt, types: [...held.keys()], requests }, 'removal proof: swept every type');
     return requests;
   } finally {
@@ -279,4 +270,3 @@ async function waitForLock(ctx: ProofContext, key: string): Promise<HeldLock | n
   }
   return null;
 }
-

@@ -34,7 +34,7 @@ export interface PassJobResult {
   startedAt?: string | null;
   /** Memberships ended by the pass and its confirming passes. */
   removed?: number;
-  /** Full passes run at once after it because it missed members (docs/architecture.md, "Proof in rounds"). */
+  /** Full passes run at once after it because it missed members (docs/architecture.md, "Pass history and the removal rule"). */
   confirmingPasses?: number;
   /** Requests of those passes and of the sweep between their rounds (included in `requests`). */
   proofRequests?: number;
@@ -81,7 +81,7 @@ export interface ScheduleConfig {
 }
 
 /**
- * When each (group, type) last completed a full pass, in ms (from sync_state, keyed by
+ * When each (group, type) last completed a full pass, in ms (from the pass history, keyed by
  * {@link fullPassKey}). A full scheduler created afresh (first start against this Redis, or after
  * Redis lost its data) starts RECONCILE_EVERY after that instead of at once, so losing Redis does not
  * cost an unplanned full pass of every group; with no completed pass it starts at once.

@@ -32,7 +32,6 @@ export interface CheckOutcome {
   undecided: number;
 }
 
-
 export interface ReadSource {
   readonly name: ReadSourceName;
   /** Whether the source can read only what changed (a date filter). Without, every pass is full. */

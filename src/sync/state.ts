@@ -105,7 +105,13 @@ async function dropForeignCheckpoint(db: Queryable, groupId: string, type: strin
 export async function openFullPass(db: Queryable, groupId: string, type: string, opts: { restart?: boolean } = {}): Promise<OpenFullPass> {
   await ensureSyncState(db, groupId, type);
   await dropForeignCheckpoint(db, groupId, type, 'legacy', opts.restart ?? false);
-  const { rows } = await db.query<{ startedAt: string; offset: number; resumed: boolean; tailIds: string[] | null; continuous: boolean | null }>(
+  const { rows } = await db.query<{
+    startedAt: string;
+    offset: number;
+    resumed: boolean;
+    tailIds: string[] | null;
+    continuous: boolean | null;
+  }>(
     `update sync_state
         set full_source = 'legacy', full_started_at = coalesce(full_started_at, now()),
             full_continuous = case when full_source is null then true else full_continuous end,

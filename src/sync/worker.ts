@@ -8,7 +8,6 @@ import type { Redis } from 'ioredis';
 import type pg from 'pg';
 import { SUBSCRIBER_TYPES, type PassTrigger, type SubscriberType } from '../db/schema.js';
 import type { Metrics } from '../ground/metrics.js';
-import { formatEpochMs } from '../ground/time.js';
 import type { Logger } from '../ground/log.js';
 import { UpstreamAuthError } from '../upstream/http.js';
 import type { LegacyClient } from '../upstream/legacy/client.js';
@@ -404,11 +403,7 @@ export async function resumeOpenFullPasses(
 }
 
 /** Full passes with an open checkpoint among the configured groups and types. */
-async function openFullPasses(
-  pool: pg.Pool,
-  groups: readonly string[],
-  types: readonly SubscriberType[],
-): Promise<SyncStateRow[]> {
+async function openFullPasses(pool: pg.Pool, groups: readonly string[], types: readonly SubscriberType[]): Promise<SyncStateRow[]> {
   return (await listSyncStates(pool)).filter((s) => s.fullPassOpen && groups.includes(s.groupId) && types.includes(s.type));
 }
 

@@ -4,13 +4,14 @@
  * reported for context) with the baseline measured in the same run, the ratio, the goal and whether
  * it is met, plus the machine; writes everything to `bench-results.json` at the repo root.
  *
- * Names: store, poll, passes, current, audit, webhooks (= webhooks + freshness), freshness, memory. Default: all, in that
+ * Names: store, poll, passes, current, proof, audit, webhooks (= webhooks + freshness), freshness, memory. Default: all, in that
  * order, with a Postgres CHECKPOINT before each.
  * Flags (defaults fit a few minutes on 2 cores):
  *   --store-rows 50000 --store-repeats 3
  *   --poll-subscribers 50000 --poll-repeats 2 --poll-types all|active,…
  *   --passes-subscribers 20000 --passes-page-size 500
  *   --current-subscribers 50000
+ *   --proof-subscribers 1000000 --proof-leavers 10,50000
  *   --audit-subscribers 5000 --audit-ticks 8     (ticks of AUDIT_EVERY=15m, time compressed)
  *   --memory-sizes 100000,1000000     (--quick: 100000,300000)
  *   --budget-subscribers 100000       (real time: about eight minutes; builds dist/ first)
@@ -32,6 +33,7 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import type { SubscriberType } from '../../src/db/schema.js';
 import { benchAudit, type AuditBenchFigures } from './audit.bench.js';
+import { benchProof, type ProofBenchFigures } from './proof.bench.js';
 import { benchCurrent, type CurrentBenchFigures } from './current.bench.js';
 import { benchFreshness, type FreshnessResult } from './freshness.bench.js';
 import { printTable, round, type BenchFigure, type BenchResult } from './lib/report.js';
@@ -55,7 +57,7 @@ import { benchWebhooks, type WebhookBenchFigures } from './webhooks.bench.js';
  * Run order. Memory goes last: its parent process (this one) holds the 1M-subscriber simulator world,
  * and the GC of that heap would otherwise land in the webhook benchmarks, whose receiver runs here too.
  */
-const BENCHES = ['store', 'poll', 'passes', 'current', 'audit', 'webhooks', 'freshness', 'budget', 'memory'] as const;
+const BENCHES = ['store', 'poll', 'passes', 'current', 'proof', 'audit', 'webhooks', 'freshness', 'budget', 'memory'] as const;
 type BenchName = (typeof BENCHES)[number];
 /** What each name on the command line selects. */
 const SELECTS: Record<BenchName, BenchName[]> = {
@@ -63,6 +65,7 @@ const SELECTS: Record<BenchName, BenchName[]> = {
   poll: ['poll'],
   passes: ['passes'],
   current: ['current'],
+  proof: ['proof'],
   audit: ['audit'],
   memory: ['memory'],
   budget: ['budget'],
@@ -103,6 +106,8 @@ interface RunOptions {
   passesSubscribers: number;
   passesPageSize: number;
   currentSubscribers: number;
+  proofSubscribers: number;
+  proofLeavers: number[];
   auditSubscribers: number;
   auditTicks: number;
   memorySizes: number[];
@@ -159,6 +164,8 @@ const SMOKE = {
   passesSubscribers: 2_000,
   passesPageSize: 50,
   currentSubscribers: 2_000,
+  proofSubscribers: 3_000,
+  proofLeavers: [3, 1_000],
   auditSubscribers: 500,
   auditTicks: 4,
   memorySizes: [5_000, 10_000],
@@ -186,6 +193,8 @@ const KNOWN_FLAGS = new Set([
   'passes-subscribers',
   'passes-page-size',
   'current-subscribers',
+  'proof-subscribers',
+  'proof-leavers',
   'audit-subscribers',
   'audit-ticks',
   'memory-sizes',
@@ -263,6 +272,12 @@ function parseArgs(argv: readonly string[]): RunOptions {
     passesSubscribers: num('passes-subscribers', smoke ? SMOKE.passesSubscribers : 20_000),
     passesPageSize: num('passes-page-size', smoke ? SMOKE.passesPageSize : 500),
     currentSubscribers: num('current-subscribers', smoke ? SMOKE.currentSubscribers : 50_000),
+    proofSubscribers: num('proof-subscribers', smoke ? SMOKE.proofSubscribers : 1_000_000),
+    proofLeavers: flags.has('proof-leavers')
+      ? (flags.get('proof-leavers') ?? '').split(',').map(Number)
+      : smoke
+        ? [...SMOKE.proofLeavers]
+        : [10, 50_000],
     auditSubscribers: num('audit-subscribers', smoke ? SMOKE.auditSubscribers : 5_000),
     auditTicks: num('audit-ticks', smoke ? SMOKE.auditTicks : 8),
     memorySizes,
@@ -283,6 +298,7 @@ const USAGE = `usage: npm run bench [-- NAME…] [--quick | --smoke] [flags]
   --poll-subscribers N (50000)  --poll-repeats N (2)  --poll-types all|active,… (all)
   --passes-subscribers N (20000)  --passes-page-size N (500)
   --current-subscribers N (50000)
+  --proof-subscribers N (1000000)  --proof-leavers K,K (10,50000)
   --audit-subscribers N (5000)  --audit-ticks N (8)
   --memory-sizes A,B (100000,1000000; --quick: 100000,300000)
   --budget-subscribers N (100000; the service's one-minute window: about eight minutes)
@@ -554,6 +570,21 @@ function currentRows(c: CurrentBenchFigures): SummaryRow[] {
   ];
 }
 
+function proofRows(p: ProofBenchFigures): SummaryRow[] {
+  return p.runs.map((r) =>
+    row({
+      bench: 'proof',
+      figure: `removal proof after ${r.leavers.toLocaleString('en-US')} leavers, requests`,
+      value: r.proofRequests,
+      unit: 'requests',
+      baselineLabel: 'a second round: one complete pass of every status',
+      baseline: r.roundRequests,
+      goals: [],
+      note: `current API, ${p.members.toLocaleString('en-US')} members, pages of 100: ${r.strategy === 'checks' ? 'one request per candidate' : 'rounds of passes (more candidates than a round costs)'}; ${r.ended.toLocaleString('en-US')} ended, ${r.seconds} s without a rate limit`,
+    }),
+  );
+}
+
 function auditRows(a: AuditBenchFigures): SummaryRow[] {
   return a.runs.flatMap((r) => [
     row({
@@ -793,6 +824,7 @@ interface Results {
   poll?: PollBenchFigures;
   passes?: PassesBenchFigures;
   current?: CurrentBenchFigures;
+  proof?: ProofBenchFigures;
   audit?: AuditBenchFigures;
   memory?: MemoryBenchFigures;
   budget?: BudgetBenchFigures;
@@ -825,16 +857,15 @@ async function runOne(name: BenchName, o: RunOptions, results: Results, log: (li
       results.poll = r;
       return pollRows(r);
     }
-    case 'passes': {
-      const r = await benchPasses({ subscribers: o.passesSubscribers, pageSize: o.passesPageSize, databaseUrl: o.databaseUrl, log });
-      results.passes = r;
-      return passesRows(r);
-    }
-    case 'current': {
-      const r = await benchCurrent({ subscribers: o.currentSubscribers, databaseUrl: o.databaseUrl, log });
-      results.current = r;
-      return currentRows(r);
-    }
+    case 'passes':
+      results.passes = await benchPasses({ subscribers: o.passesSubscribers, pageSize: o.passesPageSize, databaseUrl: o.databaseUrl, log });
+      return passesRows(results.passes);
+    case 'current':
+      results.current = await benchCurrent({ subscribers: o.currentSubscribers, databaseUrl: o.databaseUrl, log });
+      return currentRows(results.current);
+    case 'proof':
+      results.proof = await benchProof({ ...o, subscribers: o.proofSubscribers, leavers: o.proofLeavers, log });
+      return proofRows(results.proof);
     case 'audit': {
       const r = await benchAudit({
         subscribers: o.auditSubscribers,

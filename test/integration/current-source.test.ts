@@ -113,7 +113,7 @@ describe('current API source: full passes by cursor', () => {
     // The legacy pass stops after two pages: its checkpoint is a row offset with the ids that end it.
     const legacy = passDeps(database, sim, { pageSize: 100, shouldStop: () => ++pages >= 2 });
     await expect(runPass(legacy, groupId, 'active', 'full')).rejects.toBeInstanceOf(PassInterruptedError);
-    expect((await readSyncState(database.pool, groupId, 'active'))?.fullPages).toBeGreaterThan(0);
+    expect((await readSyncState(database.pool, groupId, 'active'))?.fullOffset).toBeGreaterThan(0);
     // Read as a cursor checkpoint (pages done, no cursor left), it would end the pass at once, complete, having listed nobody.
     const current = await currentTestSource(sim).runPass(passContext(database), groupId, 'active', 'full');
     expect(current.rowsSeen).toBe(active);

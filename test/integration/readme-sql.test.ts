@@ -22,6 +22,8 @@ import {
   type SubscriberRow,
   type SubscriberValues,
 } from '../../src/mirror/store/index.js';
+import { closeRow, openRow, removalRule, saveRemovals } from '../../src/sync/pass-history.js';
+import { removeMembersNotSeenSince } from '../../src/mirror/store/index.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { iso } from '../helpers/mirror.js';
 
@@ -74,6 +76,7 @@ const EXAMPLES = DOCUMENTS.flatMap((d) => sqlExamples(d));
 
 const NEWSLETTER = '1000001';
 const CUSTOMERS = '1000002'; // only ever polled: no name known
+const LEAVERS = '1000003'; // polled; Ben left it, which two full passes proved
 const MAY = '3000001';
 const JUNE = '3000002';
 const TEST_SEND = '3000003';
@@ -240,6 +243,13 @@ async function populate(pool: pg.Pool, clock: Clock): Promise<void> {
     { via: 'poll' },
   );
 
+  // Ben was listed in LEAVERS in May; two complete passes since did not list him: the rule ends him.
+  await upsertMemberships(pool, LEAVERS, [member(BEN, 'active', '2024-05-03', '08:00:00')], {
+    via: 'poll',
+    seenAt: at('2024-05-03', '08:00:00'),
+  });
+  await endByTwoPasses(pool, LEAVERS, [clock.threeHoursAgo, clock.twoHoursAgo]);
+
   await upsertCampaigns(pool, [
     { id: MAY, name: 'May newsletter', totalRecipients: 6, previewUrl: null, date: at('2024-05-10'), sentAt: at('2024-05-10') },
     { id: JUNE, name: 'June promo', totalRecipients: null, previewUrl: null, date: at('2024-06-10'), sentAt: at('2024-06-10') },
@@ -271,6 +281,30 @@ async function populate(pool: pg.Pool, clock: Clock): Promise<void> {
     click(BEN, SALE_URL, at('2024-05-10', '12:01:00')),
     delivered({ kind: 'subscriber.unsubscribed', subscriberId: CLEO, occurredAt: clock.thisWeek }),
   ]);
+}
+
+/** Two complete, gap-free full passes of the group's one type that listed nobody, then the rule, as the recorder runs it. */
+async function endByTwoPasses(pool: pg.Pool, groupId: string, listedFrom: readonly string[]): Promise<void> {
+  let last = 0;
+  for (const from of listedFrom) {
+    last = await openRow(pool, { groupId, type: 'active', kind: 'full', source: 'legacy', trigger: 'schedule' });
+    await closeRow(pool, last, {
+      status: 'succeeded',
+      listedFrom: from,
+      complete: true,
+      gapFree: true,
+      rowsSeen: 0,
+      rowsWritten: 0,
+      requests: 1,
+    });
+  }
+  const rule = await removalRule(pool, groupId, ['active'], { sweeps: true });
+  if (!rule) throw new Error('the two passes should prove the removal');
+  const removed = await removeMembersNotSeenSince(pool, groupId, rule.cutoff, listedFrom.at(-1) as string, {
+    types: ['active'],
+    endedBy: last,
+  });
+  await saveRemovals(pool, last, removed, rule.proof);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -472,6 +506,17 @@ const EXPECTATIONS: Expectation[] = [
       ]),
   },
   {
+    name: 'why was a member ended',
+    explanation: /^The passes that proved why a member/i,
+    check: (rows) => {
+      expect(rows).toHaveLength(2);
+      expect(rows.every((r) => r.subscriber_id === BEN && r.kind === 'full' && r.type === 'active' && r.removed_at !== null)).toBe(true);
+      // The later pass settled it; both are its proof.
+      expect(rows[1]?.settled_by).toBe(rows[1]?.pass);
+      expect(Date.parse(String(rows[0]?.listed_from))).toBeLessThan(Date.parse(String(rows[1]?.listed_from)));
+    },
+  },
+  {
     name: 'changed in the last 24 hours',
     explanation: /last 24 hours/i,
     check: (rows) => {
@@ -558,6 +603,30 @@ describe('SQL for users', () => {
             'deleted_at',
             'forget_at',
             'fields',
+          ],
+        },
+        {
+          table_name: 'sync_status',
+          columns: [
+            'group_id',
+            'type',
+            'cursor',
+            'last_mode',
+            'last_status',
+            'last_run_started_at',
+            'last_run_finished_at',
+            'last_success_at',
+            'last_error',
+            'rows_last_run',
+            'rows_seen_last_run',
+            'requests_last_run',
+            'future_rows_last_run',
+            'last_full_completed_at',
+            'step_backs_last_full',
+            'upstream_count',
+            'upstream_count_at',
+            'full_pass_open',
+            'full_pass_at',
           ],
         },
       ]);

@@ -152,7 +152,13 @@ describe('removalRule', () => {
   });
 
   it('a type with fewer than two complete passes: no cutoff', async () => {
-    await write([full('active', 10, 14), full('unsubscribed', 11, 11), full('active', 15, 16), sweep('active', 17, 0), sweep('unsubscribed', 17, 0)]);
+    await write([
+      full('active', 10, 14),
+      full('unsubscribed', 11, 11),
+      full('active', 15, 16),
+      sweep('active', 17, 0),
+      sweep('unsubscribed', 17, 0),
+    ]);
     expect(await cutoff()).toBeNull();
     expect(await cutoff(false)).toBeNull();
   });

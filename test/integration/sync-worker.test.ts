@@ -319,7 +319,7 @@ describe('sync worker triggers', () => {
     expect(other).not.toBeNull();
     try {
       // A resume (like a scheduled pass) misses them, finds another job proving the group, and leaves it at that.
-      await openRow(database.pool, { groupId, type: "active", kind: "full", source: "legacy", trigger: null });
+      await openRow(database.pool, { groupId, type: 'active', kind: 'full', source: 'legacy', trigger: null });
       await openFullPass(database.pool, groupId, 'active', { restart: true });
       const resumed = await finished(await enqueueResume(queue, groupId, 'active'));
       expect(resumed).toMatchObject({ status: 'succeeded', confirmingPasses: 0, awaitingProof: leavers.length, proofRequests: 0 });

@@ -26,7 +26,9 @@ afterAll(async () => {
   await tdb?.drop();
 });
 beforeEach(async () => {
-  await tdb.pool.query('truncate subscribers, groups, group_members, campaigns, subscriber_activity, webhook_deliveries, sync_state, sync_passes');
+  await tdb.pool.query(
+    'truncate subscribers, groups, group_members, campaigns, subscriber_activity, webhook_deliveries, sync_state, sync_passes',
+  );
 });
 
 /** Applies one delivery body the way the consumer does (parse, plan, apply in one transaction). */

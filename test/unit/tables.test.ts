@@ -12,7 +12,7 @@ import { getTableColumns, getTableName, is } from 'drizzle-orm';
 import { PgTable } from 'drizzle-orm/pg-core';
 import ts from 'typescript';
 import { describe, expect, test } from 'vitest';
-import { canonicalTimestampSql, rowSelectSql, sqlNames } from '../../src/db/columns.js';
+import { canonicalTimestampSql, rowSelectSql } from '../../src/db/columns.js';
 import * as schema from '../../src/db/schema.js';
 import { literalTexts, relativeToSrc, sourceFiles } from '../helpers/source-text.js';
 

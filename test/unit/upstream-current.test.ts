@@ -175,6 +175,52 @@ describe('current API client: group counts', () => {
   });
 });
 
+describe('current API client: one subscriber', () => {
+  const subscriber = {
+    id: '31986843064993537',
+    email: 'a@example.com',
+    status: 'unsubscribed',
+    fields: {},
+    updated_at: '2024-06-01 08:00:00',
+  };
+
+  it('reads the record and the ids of the groups it is in', async () => {
+    const { current, sent } = client([
+      { body: { data: { ...subscriber, groups: [{ id: '7', name: 'A' }, { id: 91872364529000018n.toString() }] } } },
+    ]);
+    const answer = await current.subscriber('31986843064993537');
+    expect(answer).toMatchObject({
+      found: true,
+      groupIds: ['7', '91872364529000018'],
+      record: { id: '31986843064993537', status: 'unsubscribed' },
+    });
+    expect(sent[0]?.url.pathname).toBe('/api/subscribers/31986843064993537');
+    expect(sent[0]?.headers.authorization).toBe(`Bearer ${TOKEN}`);
+  });
+
+  it('an answer without a groups list says nothing about membership', async () => {
+    const { current } = client([{ body: { data: subscriber } }]);
+    await expect(current.subscriber('31986843064993537')).resolves.toMatchObject({ found: true, groupIds: null });
+  });
+
+  it('a 404 is a subscriber that is gone; other errors are errors', async () => {
+    await expect(client([{ status: 404, body: { message: 'Resource not found.' } }]).current.subscriber('5')).resolves.toEqual({
+      found: false,
+    });
+    await expect(client([{ status: 422, body: { message: 'bad' } }]).current.subscriber('5')).rejects.toBeInstanceOf(UpstreamHttpError);
+  });
+
+  it('refuses a malformed answer, and an id that is not digits before asking', async () => {
+    await expect(
+      client([{ body: { data: { ...subscriber, groups: [{ name: 'no id' }] } } }]).current.subscriber('5'),
+    ).rejects.toBeInstanceOf(UpstreamBodyError);
+    await expect(client([{ body: { nothing: true } }]).current.subscriber('5')).rejects.toBeInstanceOf(UpstreamBodyError);
+    const { current, sent } = client([{ body: {} }]);
+    await expect(current.subscriber('5/../groups')).rejects.toThrow(TypeError);
+    expect(sent).toHaveLength(0);
+  });
+});
+
 describe('current API client: errors', () => {
   it('a 401 is an auth error (the auth pause applies) that never names the token, and is not retried', async () => {
     const { current, sent } = client([{ status: 401, body: { message: 'Unauthenticated.' } }]);

@@ -256,7 +256,13 @@ export async function membersAwaitingProof(
  * Up to `limit` ids of current members of `groupId` and `type` that no full pass listed since
  * `seenBefore` and no newer fact covers ({@link membersAwaitingProof}'s condition), in id order.
  */
-export async function awaitingProofIds(exec: Queryable, groupId: string, type: string, seenBefore: string, limit: number): Promise<string[]> {
+export async function awaitingProofIds(
+  exec: Queryable,
+  groupId: string,
+  type: string,
+  seenBefore: string,
+  limit: number,
+): Promise<string[]> {
   assertId(groupId, 'groupId');
   assertTimestamp(seenBefore, 'seenBefore');
   const res = await exec.query<{ id: string }>(

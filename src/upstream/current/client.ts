@@ -72,9 +72,7 @@ export interface CurrentListOptions {
  * in (null when the answer lists no `groups`: then it says nothing about membership), or missing (404:
  * deleted, or never there).
  */
-export type CurrentSubscriberLookup =
-  | { found: true; record: CurrentSubscriberRecord; groupIds: string[] | null }
-  | { found: false };
+export type CurrentSubscriberLookup = { found: true; record: CurrentSubscriberRecord; groupIds: string[] | null } | { found: false };
 
 export interface CurrentClient {
   /** One subscriber and its groups: the exact answer to "is this candidate still a member" (docs/upstream-current.md). */
@@ -212,6 +210,23 @@ function membersPath(groupId: string): string {
   return `/api/groups/${groupId}/subscribers`;
 }
 
+/** `GET /api/subscribers/{id}`: the subscriber and its groups, or `found: false` on a 404. */
+async function lookUpSubscriber(
+  http: ReturnType<typeof createHttpClient>,
+  id: string,
+  opts?: { signal?: AbortSignal },
+): Promise<CurrentSubscriberLookup> {
+  if (!/^\d{1,30}$/.test(id)) throw new TypeError(`subscriber id ${JSON.stringify(id)} is not numeric`);
+  const path = `/api/subscribers/${id}`;
+  try {
+    const response = await http.request({ method: 'GET', path, signal: opts?.signal });
+    return validateSubscriber(response.body, { label: CURRENT_LABEL, method: 'GET', path }, response.status);
+  } catch (error) {
+    if (error instanceof UpstreamHttpError && error.status === 404) return { found: false };
+    throw error;
+  }
+}
+
 export function createCurrentClient(options: CurrentClientOptions): CurrentClient {
   if (!options.token) throw new TypeError('current API client: token is required');
   const http = createHttpClient({
@@ -292,17 +307,5 @@ export function createCurrentClient(options: CurrentClientOptions): CurrentClien
     return validateGroup(response.body, { label: CURRENT_LABEL, method: 'GET', path }, response.status);
   }
 
-  async function subscriber(id: string, opts?: { signal?: AbortSignal }): Promise<CurrentSubscriberLookup> {
-    if (!/^\d{1,30}$/.test(id)) throw new TypeError(`subscriber id ${JSON.stringify(id)} is not numeric`);
-    const path = `/api/subscribers/${id}`;
-    try {
-      const response = await http.request({ method: 'GET', path, signal: opts?.signal });
-      return validateSubscriber(response.body, { label: CURRENT_LABEL, method: 'GET', path }, response.status);
-    } catch (error) {
-      if (error instanceof UpstreamHttpError && error.status === 404) return { found: false };
-      throw error;
-    }
-  }
-
-  return { subscriber, listPage, pages, group, stats: () => http.stats() };
+  return { subscriber: (id, opts) => lookUpSubscriber(http, id, opts), listPage, pages, group, stats: () => http.stats() };
 }
