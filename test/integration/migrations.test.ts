@@ -3,6 +3,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MIGRATIONS_FOLDER, runMigrations } from '../../src/db/migrate.js';
+import { removalRule } from '../../src/sync/pass-history.js';
+import { listSyncStates } from '../../src/sync/state.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 
 /** The SQL contract (docs/sql.md, "Tables"), asserted from information_schema rather than from the ORM. */
@@ -249,6 +251,72 @@ describe('migrations', () => {
         { group_id: '10', subscriber_id: '1', started_at: '2024-04-01 00:00:00+00', ended_at: null },
         { group_id: '10', subscriber_id: '2', started_at: '2024-04-02 00:00:00+00', ended_at: '2024-05-03 10:00:00+00' },
       ]);
+    } finally {
+      rmSync(before, { recursive: true, force: true });
+      await old.drop();
+    }
+  });
+
+  it('carries what sync_state knew into the pass history: the removal proof, the last run, open checkpoints (migration 0021)', async () => {
+    const before = mkdtempSync(path.join(os.tmpdir(), 'sm-migrations-'));
+    const old = await createTestDatabase({ migrated: false });
+    try {
+      cpSync(MIGRATIONS_FOLDER, before, { recursive: true });
+      const journalPath = path.join(before, 'meta', '_journal.json');
+      const journal = JSON.parse(readFileSync(journalPath, 'utf8')) as { entries: Array<{ tag: string }> };
+      const historyAt = journal.entries.findIndex((e) => e.tag.endsWith('_pass_history'));
+      expect(historyAt).toBeGreaterThan(0);
+      journal.entries = journal.entries.slice(0, historyAt);
+      writeFileSync(journalPath, JSON.stringify(journal));
+      await runMigrations(old.url, before);
+      const t = (minute: number) => `2026-11-20T10:${String(minute).padStart(2, '0')}:00Z`;
+      // Group 1 (legacy, two types): both proof passes and a sweep each, the last run an incremental
+      // one that failed after a success. Group 2 (current): a pass left open at page 3 by its cursor.
+      await old.pool.query(
+        `insert into sync_state (group_id, type, cursor, last_mode, last_status, last_run_started_at, last_run_finished_at,
+                                 last_success_at, last_error, rows_last_run, requests_last_run, last_full_completed_at,
+                                 prev_proof_started_at, prev_proof_ended_at, proof_started_at, proof_ended_at,
+                                 swept_at, swept_since, upstream_count, step_backs_last_full)
+         values ('1', 'active', $1, 'incremental', 'failed', $2, $3, $4, 'boom', 0, 1, $5, $6, $7, $8, $5, $9, $10, 40, 2),
+                ('1', 'unsubscribed', $1, 'full', 'succeeded', $11, $12, $12, null, 3, 4, $12, $13, $14, $11, $12, $9, $10, 7, 0)`,
+        [t(50), t(40), t(41), t(30), t(20), t(1), t(5), t(15), t(25), t(0), t(16), t(19), t(2), t(3)],
+      );
+      await old.pool.query(
+        `insert into group_members (group_id, subscriber_id, type, added_at, source_updated_at, last_seen_at, mirrored_via)
+         values ('2', '9', 'active', $1, $1, $1, 'current')`,
+        [t(0)],
+      );
+      await old.pool.query(
+        `insert into sync_state (group_id, type, last_mode, last_status, full_offset, full_cursor, full_started_at, full_continuous)
+         values ('2', 'active', 'full', 'running', 3, 'abc', $1, true)`,
+        [t(45)],
+      );
+
+      await runMigrations(old.url);
+      const states = await listSyncStates(old.pool);
+      const state = (group: string, type: string) => states.find((s) => s.groupId === group && s.type === type);
+      expect(state('1', 'active')).toMatchObject({
+        lastMode: 'incremental',
+        lastStatus: 'failed',
+        lastError: 'boom',
+        lastSuccessAt: '2026-11-20T10:30:00.000000Z',
+        lastFullCompletedAt: '2026-11-20T10:20:00.000000Z',
+        stepBacksLastFull: 2,
+        upstreamCount: 40,
+        fullPassOpen: false,
+      });
+      expect(state('1', 'unsubscribed')).toMatchObject({ lastStatus: 'succeeded', rowsLastRun: 3, requestsLastRun: 4, upstreamCount: 7 });
+      expect(state('2', 'active')).toMatchObject({
+        fullSource: 'current',
+        fullPages: 3,
+        fullOffset: null,
+        fullCursor: 'abc',
+        fullPassOpen: true,
+      });
+      // The proof as it stood: two passes of each type and a sweep of each after the first round.
+      const rule = await removalRule(old.pool, '1', ['active', 'unsubscribed'], { sweeps: true });
+      expect(rule?.cutoff).toBe('2026-11-20T10:01:00.000000Z');
+      expect(rule?.proof).toHaveLength(6);
     } finally {
       rmSync(before, { recursive: true, force: true });
       await old.drop();
