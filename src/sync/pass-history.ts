@@ -184,27 +184,24 @@ export async function lastProvingPasses(
 }
 
 /**
- * Drops rows that ended more than `retentionMs` ago, except what the removal rule and status still
- * read: the last two complete, gap-free full passes of each (group, type) and every row after the
- * earlier of them, and each pair's newest row. Returns the rows dropped.
+ * Drops the pair's rows that ended more than `retentionMs` ago, except what the removal rule and
+ * status still read: its last two complete, gap-free full passes and every row after the earlier of
+ * them, and its newest row. Per pair, after each of its passes, so it reads one index range.
+ * Returns the rows dropped.
  */
-export async function pruneHistory(db: Queryable, retentionMs: number): Promise<number> {
+export async function pruneHistory(db: Queryable, groupId: string, type: string, retentionMs: number): Promise<number> {
   const result = await db.query(
     `with keep_from as (
-       select group_id, type, min(id) as id
-         from (select group_id, type, id, row_number() over (partition by group_id, type order by listed_from desc, id desc) as n
-                 from sync_passes where kind = 'full' and status = 'succeeded' and complete and gap_free) p
-        where n <= 2
-        group by group_id, type
-     ),
-     newest as (select group_id, type, max(id) as id from sync_passes group by group_id, type)
-     delete from sync_passes s
-      using newest n
-      left join keep_from k on k.group_id = n.group_id and k.type = n.type
-      where s.group_id = n.group_id and s.type = n.type
-        and s.ended_at < now() - make_interval(secs => $1::float8 / 1000)
-        and s.id < least(n.id, coalesce(k.id, n.id))`,
-    [retentionMs],
+       select least(
+                (select max(id) from sync_passes where group_id = $1 and type = $2),
+                (select min(id) from (select id from sync_passes
+                                       where group_id = $1 and type = $2 and kind = 'full' and status = 'succeeded' and complete and gap_free
+                                       order by listed_from desc, id desc limit 2) p)) as id
+     )
+     delete from sync_passes s using keep_from k
+      where s.group_id = $1 and s.type = $2 and s.id < k.id
+        and s.ended_at < now() - make_interval(secs => $3::float8 / 1000)`,
+    [groupId, type, retentionMs],
   );
   return result.rowCount ?? 0;
 }

@@ -214,7 +214,7 @@ export async function recordPass(
   // Counted after the rule ran: what this pass missed that is not proven gone yet.
   const awaitingProof =
     reading.startedAt === null ? null : await membersAwaitingProof(pool, groupId, reading.startedAt, { type: pass.type });
-  await pruneHistory(pool, ctx.historyRetentionMs ?? DEFAULT_HISTORY_RETENTION_MS).catch((e: unknown) =>
+  await pruneHistory(pool, groupId, type, ctx.historyRetentionMs ?? DEFAULT_HISTORY_RETENTION_MS).catch((e: unknown) =>
     log.warn({ err: e }, 'could not prune the pass history'),
   );
   const result: PassResult = {

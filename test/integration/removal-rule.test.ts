@@ -5,7 +5,7 @@
  * and read every change since the cutoff. Real Postgres: the rule is SQL.
  */
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { removalRule } from '../../src/sync/pass-history.js';
+import { pruneHistory, removalRule } from '../../src/sync/pass-history.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 
 const GROUP = '7';
@@ -161,5 +161,29 @@ describe('removalRule', () => {
     ]);
     expect(await cutoff()).toBeNull();
     expect(await cutoff(false)).toBeNull();
+  });
+
+  it('pruning drops old rows but never the passes the rule reads, nor the newest row', async () => {
+    // All of these ended on the test's day, long before now: every one is past any retention.
+    const ids = await write([
+      full('active', 1, 2),
+      sweep('active', 3, 0),
+      full('active', 4, 5, { gapFree: false }),
+      full('active', 6, 7),
+      sweep('active', 8, 0),
+      full('active', 9, 10),
+      full('active', 11, 12, { status: 'failed' }),
+      full('unsubscribed', 1, 2),
+    ]);
+    const before = await cutoff(false, ['active']);
+    expect(await pruneHistory(database.pool, GROUP, 'active', 3_600_000)).toBe(3);
+    const { rows } = await database.pool.query<{ id: string }>('select id from sync_passes order by id');
+    // Kept: the last two proving passes of "active" and everything after the earlier one; "unsubscribed" untouched.
+    expect(rows.map((r) => Number(r.id))).toEqual(ids.slice(3));
+    expect(await cutoff(false, ['active'])).toBe(before);
+    // A pair with no proving pass keeps its newest row only.
+    await write([sweep('unsubscribed', 20, 0), sweep('unsubscribed', 21, 0)]);
+    await database.pool.query(`delete from sync_passes where type = 'unsubscribed' and kind = 'full'`);
+    expect(await pruneHistory(database.pool, GROUP, 'unsubscribed', 3_600_000)).toBe(1);
   });
 });
