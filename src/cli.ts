@@ -23,16 +23,13 @@ import { runMigrations } from './db/migrate.js';
 import { SUBSCRIBER_TYPES, type SubscriberType } from './db/schema.js';
 import { openDatabase } from './db/client.js';
 import { createScrubber } from './ground/log.js';
+import { UsageError } from './ground/usage-error.js';
 import { describeConnectionError, startService, type RunningService } from './start.js';
 import { enqueueBackfills, waitForPass, type BackfillTarget } from './sync/backfill.js';
 import { createSyncQueue, type PassJobResult } from './sync/schedule.js';
 import { collectStatus, formatStatusTable, webhookHealth } from './sync/status.js';
 import { authPauseKey, isPaused, readAuthPause } from './sync/auth-pause.js';
 import { formatBudgetReport, readRateBudgets, type BudgetReport } from './upstream/budget-limiter.js';
-
-export class UsageError extends Error {
-  override name = 'UsageError';
-}
 
 const USAGE = `usage: subscriber-mirror <command> [options]
 
@@ -378,12 +375,8 @@ export async function main(argv: string[]): Promise<number> {
     return await handler(rest);
   } catch (error) {
     if (error instanceof UsageError) {
-      process.stderr.write(`subscriber-mirror: ${error.message}\n\n${USAGE}\n`);
-      return 2;
-    }
-    if ((error as Error).name === 'UsageError') {
       // A subcommand's own usage error already explains its options.
-      process.stderr.write(`subscriber-mirror: ${(error as Error).message}\n`);
+      process.stderr.write(`subscriber-mirror: ${error.message}\n${error.printUsage ? `\n${USAGE}\n` : ''}`);
       return 2;
     }
     if (error instanceof ConfigError) {

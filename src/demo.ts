@@ -10,20 +10,22 @@ import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { loadConfig } from './config.js';
 import { openDatabase } from './db/client.js';
+import { UsageError } from './ground/usage-error.js';
 import { startSimulator } from './simulator/index.js';
 import { startService } from './start.js';
 import { createWebhooksApi } from './upstream/webhooks-api.js';
 import { registerWebhooks } from './webhooks/manage.js';
 
-export class DemoUsageError extends Error {
-  override name = 'UsageError';
+/** The demo's own usage errors say all there is: the CLI prints them without its usage. */
+function demoUsageError(message: string): UsageError {
+  return new UsageError(message, { printUsage: false });
 }
 
 const DEMO_DATABASE = 'subscriber_mirror_demo';
 
 function positiveInt(name: string, value: string | undefined, fallback: number): number {
   if (value === undefined) return fallback;
-  if (!/^\d+$/.test(value)) throw new DemoUsageError(`--${name} must be a whole number, got "${value}"`);
+  if (!/^\d+$/.test(value)) throw demoUsageError(`--${name} must be a whole number, got "${value}"`);
   return Number(value);
 }
 
@@ -69,12 +71,12 @@ function parseDemoArgs(argv: string[]): DemoOptions {
       allowPositionals: false,
     }));
   } catch (error) {
-    throw new DemoUsageError(
+    throw demoUsageError(
       `${(error as Error).message}\nusage: subscriber-mirror demo [--subscribers N] [--churn N] [--port N] [--source legacy|current]`,
     );
   }
   const source = values.source ?? 'legacy';
-  if (source !== 'legacy' && source !== 'current') throw new DemoUsageError(`--source must be legacy or current, got "${source}"`);
+  if (source !== 'legacy' && source !== 'current') throw demoUsageError(`--source must be legacy or current, got "${source}"`);
   return {
     subscribers: positiveInt('subscribers', values.subscribers, 5_000),
     churn: positiveInt('churn', values.churn, 5),

@@ -35,6 +35,7 @@ import { legacySource, type ReadSource } from './sync/source.js';
 import { currentSource } from './sync/current-pass.js';
 import type { Limiter } from './upstream/limiter.js';
 import { createBudgetLimiter, rateBudgetsKey, readRateBudgets, type BudgetLimiter } from './upstream/budget-limiter.js';
+import { BUDGET_MODELS } from './upstream/budget-model.js';
 import { createDeliveryConsumer, type DeliveryConsumer } from './webhooks/consumer.js';
 import { registerWebhookRoute, type ReceiverOutcome } from './webhooks/receiver.js';
 import { ERASURE_EVERY_MS, runErasure } from './webhooks/erasure-run.js';
@@ -508,7 +509,7 @@ async function startPolling(
 ): Promise<Polling> {
   const credential = readCredentialOf(config) as string;
   const limiter = createSharedLimiter(config, redis, log);
-  metrics.watchBudgets(() => limiter.report());
+  metrics.watchBudgets(BUDGET_MODELS, () => limiter.report());
   const source = createReadSource(config, limiter, log, metrics);
   const queue = createSyncQueue(connection, config.redisPrefix);
   // Without a listener, a Redis hiccup is printed raw to stderr instead of through the logger.

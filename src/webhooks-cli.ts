@@ -13,6 +13,7 @@ import { parseArgs, type ParseArgsConfig } from 'node:util';
 import type pg from 'pg';
 import { ConfigError, type Config } from './config.js';
 import { createScrubber, type Logger, type SecretScrubber } from './ground/log.js';
+import { UsageError } from './ground/usage-error.js';
 import {
   createWebhooksApi,
   isWebhookId,
@@ -40,11 +41,6 @@ import {
   type RegisterAction,
 } from './webhooks/manage.js';
 
-/** Bad arguments; `src/cli.ts` maps the name to exit code 2 and prints the message as is. */
-export class UsageError extends Error {
-  override name = 'UsageError';
-}
-
 export const WEBHOOKS_USAGE = `usage: subscriber-mirror webhooks <subcommand> [options]
 
   list [--json]                      every webhook of the account; MANAGED = this install's (in webhook_endpoints):
@@ -59,8 +55,9 @@ export const WEBHOOKS_USAGE = `usage: subscriber-mirror webhooks <subcommand> [o
 
 needs MAILER_WEBHOOKS_URL and MAILER_WEBHOOKS_TOKEN.`;
 
+/** Bad arguments: exit code 2, the message with this subcommand's usage. */
 function usage(problem: string): UsageError {
-  return new UsageError(`${problem}\n\n${WEBHOOKS_USAGE}`);
+  return new UsageError(`${problem}\n\n${WEBHOOKS_USAGE}`, { printUsage: false });
 }
 
 export interface WebhooksCliDeps {
@@ -371,7 +368,7 @@ async function adopt(ctx: Context, args: string[]): Promise<number> {
     result = await adoptWebhook(ctx.api, ctx.pool, id);
   } catch (error) {
     // A wrong id rather than a failure: exit 2, like the other bad arguments (the message says it all).
-    if (error instanceof AlreadyRegisteredError) throw new UsageError(error.message);
+    if (error instanceof AlreadyRegisteredError) throw new UsageError(error.message, { printUsage: false });
     throw await notFoundHint(ctx, error, id);
   }
   ctx.hide(result.webhook);
@@ -429,7 +426,7 @@ function apiFor(deps: WebhooksCliDeps): WebhooksApi {
 }
 
 function scrubbed(error: unknown, scrub: SecretScrubber): unknown {
-  if (!(error instanceof Error) || error.name === 'UsageError' || error instanceof ConfigError) return error;
+  if (!(error instanceof Error) || error instanceof UsageError || error instanceof ConfigError) return error;
   const message = scrub(error.message);
   if (error instanceof WebhookAuthError) return new Error(`${message}; check MAILER_WEBHOOKS_TOKEN`);
   if (message === error.message) return error;

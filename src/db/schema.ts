@@ -514,6 +514,17 @@ export const upstreamPaging = pgTable(
 // ---------------------------------------------------------------------------------------------
 // The audit (docs/operations.md, "The audit"): written by `src/sync/audit-state.ts` only
 
+/** A mirror member the audit's sample did not list, as first seen: confirmed extra when nothing newer about it arrived by the next check. */
+export interface PendingExtra {
+  id: string;
+  /** Its membership fact when seen (null: none). */
+  factAt: string | null;
+}
+
+/** What the audit finds wrong with a managed webhook it read back (`audit_webhooks.problems`). */
+export const WEBHOOK_PROBLEMS = ['missing', 'disabled', 'wrong-url', 'missing-events'] as const;
+export type WebhookProblem = (typeof WEBHOOK_PROBLEMS)[number];
+
 /** Per (group, type): where the audit's sample reads next, and what it saw that a later tick must check again. */
 export const auditState = pgTable(
   'audit_state',
@@ -529,8 +540,8 @@ export const auditState = pgTable(
     /** The service's count read at `pending_count_at`, checked once the mirror had time to catch up. */
     pendingCount: integer('pending_count'),
     pendingCountAt: tstz('pending_count_at'),
-    /** Mirror members the service did not list (`[{id, factAt}]`), checked again with the count. */
-    pendingExtras: jsonb('pending_extras').$type<Array<{ id: string; factAt: string | null }>>(),
+    /** Mirror members the service did not list, checked again with the count. */
+    pendingExtras: jsonb('pending_extras').$type<PendingExtra[]>(),
     /** When a tick last audited this pair (replicas claim a tick by moving it). */
     lastAuditAt: tstz('last_audit_at'),
     lastError: text('last_error'),
@@ -569,8 +580,8 @@ export const auditWebhooks = pgTable('audit_webhooks', {
   id: text('id').primaryKey(),
   /** Null when the service no longer has it. */
   enabled: boolean('enabled'),
-  /** Problems found: `missing`, `disabled`, `wrong-url`, `missing-events` (empty when healthy). */
-  problems: text('problems').array().notNull(),
+  /** Problems found, of {@link WEBHOOK_PROBLEMS} (empty when healthy). */
+  problems: text('problems').array().$type<WebhookProblem[]>().notNull(),
   missingEvents: text('missing_events').array().notNull(),
   checkedAt: tstz('checked_at').notNull(),
   /** When the audit last re-enabled it (WEBHOOKS_REENABLE). */

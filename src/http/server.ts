@@ -11,6 +11,7 @@ import http from 'node:http';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { Logger } from '../ground/log.js';
 import type { Metrics } from '../ground/metrics.js';
+import { withTimeout } from '../ground/wait.js';
 
 export interface ReadinessCheck {
   name: string;
@@ -148,7 +149,7 @@ function sharedReadiness(options: ServerOptions): () => Promise<CheckResult[]> {
     Promise.all(
       options.readiness.map(async (r): Promise<CheckResult> => {
         try {
-          await withTimeout(r.check(), options.readinessTimeoutMs ?? 2_000, `${r.name} did not answer in time`);
+          await withTimeout(r.check(), options.readinessTimeoutMs ?? 2_000, () => new Error(`${r.name} did not answer in time`));
           return { name: r.name, ok: true };
         } catch (error) {
           return { name: r.name, ok: false, reason: (error as Error).message };
@@ -189,25 +190,11 @@ export async function closeWithin(app: FastifyInstance, graceMs: number): Promis
   const outcome = await withTimeout(
     closing.then(() => 'drained' as const),
     graceMs,
-    'close timed out',
+    () => new Error('close timed out'),
   ).catch(() => 'forced' as const);
   if (outcome === 'forced') {
     app.server.closeAllConnections();
     await closing;
   }
   return outcome;
-}
-
-export async function withTimeout<T>(promise: Promise<T>, ms: number, message: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    return await Promise.race([
-      promise,
-      new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new Error(message)), ms);
-      }),
-    ]);
-  } finally {
-    if (timer) clearTimeout(timer);
-  }
 }

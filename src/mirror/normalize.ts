@@ -1,5 +1,5 @@
 /**
- * Upstream shapes → the row shapes `store.ts` writes (docs/architecture.md, "Modules and what they may import": upstream → normalize →
+ * Upstream shapes → the row shapes `store/` writes (docs/architecture.md, "Modules and what they may import": upstream → normalize →
  * store). Pure functions: no I/O, no clock, no config reads (the source timezone is an argument).
  * The validation and the mapping are the schemas of `schemas.ts` (the same ones the webhook receiver
  * validates deliveries with); the row shapes are in `rows.ts` (re-exported here); this module turns a

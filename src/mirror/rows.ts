@@ -4,7 +4,7 @@
  * other (no file cycle; `normalize.ts` re-exports everything here for its importers).
  */
 import type { RowOf } from '../db/columns.js';
-import type { automations, campaigns, groups, MirrorSource } from '../db/schema.js';
+import type { automations, campaigns, groups, MirrorSource, subscriberActivity } from '../db/schema.js';
 
 // ---------------------------------------------------------------------------------------------
 // Row shapes
@@ -66,23 +66,11 @@ export type CampaignRow = Omit<RowOf<typeof campaigns>, 'mirroredAt'>;
  * One applied event: each item of each delivery is one row, keyed by (`deliveryId`, `itemIndex`), so
  * applying the same delivery again writes nothing while two identical items are two events.
  */
-export interface ActivityRow {
-  /** The event kind, e.g. `campaign.open`. */
-  kind: string;
-  subscriberId: string | null;
-  groupId?: string | null;
-  automationId?: string | null;
-  campaignId?: string | null;
-  linkUrl?: string | null;
-  /**
-   * When the event reached us: the receipt time of its delivery. Payloads carry no event time, so
-   * for an open or a click this is the best time the service gives. Null when not known.
-   */
-  occurredAt: string | null;
-  /** The subscriber's `updated_at` in the event (an open or a click does not move it). */
-  subscriberUpdatedAt?: string | null;
-  /** `webhook_deliveries.id` the event came from. */
-  deliveryId?: string | bigint | null;
-  /** Position of the event in its delivery (0 for an unbatched one). */
-  itemIndex?: number | null;
-}
+export type ActivityRow = Required<Pick<ActivityColumns, 'kind' | 'subscriberId' | 'occurredAt'>> &
+  Omit<ActivityColumns, 'id' | 'mirroredAt' | 'kind' | 'subscriberId' | 'occurredAt' | 'deliveryId'> & {
+    /** `webhook_deliveries.id` the event came from, as text or as node-postgres gives it. */
+    deliveryId?: string | bigint | null;
+  };
+
+/** `subscriber_activity`'s columns as written (drizzle's insert type: nullable ones optional). */
+type ActivityColumns = (typeof subscriberActivity)['$inferInsert'];

@@ -3,6 +3,7 @@
  * UsageError naming every bad value; the main CLI turns that into exit code 2.
  */
 import { parseArgs } from 'node:util';
+import { UsageError } from '../ground/usage-error.js';
 import { isBoundary } from './filters.js';
 import { ALL_EVENT_KINDS, BATCH_ONLY_KINDS } from './kinds.js';
 import { parseZone } from './time.js';
@@ -10,10 +11,6 @@ import { startSimulator } from './index.js';
 import type { Simulator, SimulatorOptions } from './index.js';
 import { RATE_LIMIT_MODELS, type RateLimitScope } from './server.js';
 import type { Webhook } from './webhooks.js';
-
-export class UsageError extends Error {
-  override readonly name = 'UsageError';
-}
 
 export const SIMULATOR_USAGE = `Usage: subscriber-mirror simulator [options]
 
@@ -83,7 +80,7 @@ export function parseSimulatorArgs(argv: readonly string[]): CliConfig {
   try {
     ({ values } = parseArgs({ args: [...argv], options: FLAGS, strict: true, allowPositionals: false }));
   } catch (error) {
-    throw new UsageError(`${error instanceof Error ? error.message : String(error)}\n\n${SIMULATOR_USAGE}`);
+    throw new UsageError(`${error instanceof Error ? error.message : String(error)}\n\n${SIMULATOR_USAGE}`, { printUsage: false });
   }
   const problems: string[] = [];
   const integer = (flag: string, raw: string | undefined, fallback: number, min: number, max = Number.MAX_SAFE_INTEGER): number => {
@@ -145,7 +142,7 @@ export function parseSimulatorArgs(argv: readonly string[]): CliConfig {
   if (webhookTarget !== null && !isHttpUrl(webhookTarget)) {
     problems.push(`--webhook-target must be an http(s) URL, got "${webhookTarget}"`);
   }
-  if (problems.length > 0) throw new UsageError(problems.join('\n'));
+  if (problems.length > 0) throw new UsageError(problems.join('\n'), { printUsage: false });
   return { options, webhookTarget, help: values.help ?? false };
 }
 

@@ -143,49 +143,32 @@ export class SubscriberTable {
     if (needed <= this.capacity) return;
     let next = this.capacity;
     while (next < needed) next = Math.ceil(next * 1.5) + 16;
-    this.status = growU8(this.status, next);
-    this.source = growU8(this.source, next);
-    this.flags = growU8(this.flags, next);
-    this.countryId = grow16(this.countryId, next);
-    this.sent = grow32(this.sent, next);
-    this.opens = grow32(this.opens, next);
-    this.clicks = grow32(this.clicks, next);
-    this.ip = grow32(this.ip, next);
-    this.optinIp = grow32(this.optinIp, next);
-    this.order = grow32(this.order, next);
-    this.createdUs = grow64(this.createdUs, next);
-    this.updatedUs = grow64(this.updatedUs, next);
-    this.subscribedUs = grow64(this.subscribedUs, next);
-    this.unsubscribedUs = grow64(this.unsubscribedUs, next);
-    this.optedInUs = grow64(this.optedInUs, next);
+    this.status = grow(this.status, next);
+    this.source = grow(this.source, next);
+    this.flags = grow(this.flags, next);
+    this.countryId = grow(this.countryId, next);
+    this.sent = grow(this.sent, next);
+    this.opens = grow(this.opens, next);
+    this.clicks = grow(this.clicks, next);
+    this.ip = grow(this.ip, next);
+    this.optinIp = grow(this.optinIp, next);
+    this.order = grow(this.order, next);
+    this.createdUs = grow(this.createdUs, next);
+    this.updatedUs = grow(this.updatedUs, next);
+    this.subscribedUs = grow(this.subscribedUs, next);
+    this.unsubscribedUs = grow(this.unsubscribedUs, next);
+    this.optedInUs = grow(this.optedInUs, next);
     for (let g = 0; g < this.groupBits.length; g++) {
       const bits = this.groupBits[g];
-      if (bits) this.groupBits[g] = grow32(bits, Math.ceil(next / 32));
+      if (bits) this.groupBits[g] = grow(bits, Math.ceil(next / 32));
     }
     this.capacity = next;
   }
 }
 
-function growU8(array: Uint8Array, size: number): Uint8Array {
-  const next = new Uint8Array(size);
-  next.set(array);
-  return next;
-}
-
-function grow16(array: Uint16Array, size: number): Uint16Array {
-  const next = new Uint16Array(size);
-  next.set(array);
-  return next;
-}
-
-function grow32(array: Uint32Array, size: number): Uint32Array {
-  const next = new Uint32Array(size);
-  next.set(array);
-  return next;
-}
-
-function grow64(array: Float64Array, size: number): Float64Array {
-  const next = new Float64Array(size);
+/** A copy of a typed column with room for `size` entries (the new ones 0), of the same element type. */
+function grow<T extends Uint8Array | Uint16Array | Uint32Array | Float64Array>(array: T, size: number): T {
+  const next = new (array.constructor as new (length: number) => T)(size);
   next.set(array);
   return next;
 }

@@ -7,6 +7,9 @@
  * Precision matters as much as recall: a change the service stamped is on its way (a webhook, the next
  * incremental pass) and is never reported. Only what no stamp explains is a mismatch.
  */
+import type { PendingExtra } from '../db/schema.js';
+
+export type { PendingExtra };
 
 export const MISMATCH_KINDS = ['content', 'missing', 'extra', 'count'] as const;
 export type MismatchKind = (typeof MISMATCH_KINDS)[number];
@@ -210,13 +213,6 @@ export function pageRange(after: string | null, ids: readonly string[], lastPage
 export function extraCandidates(listedIds: readonly string[], mirrorIdsInRange: readonly string[]): string[] {
   const listed = new Set(listedIds);
   return mirrorIdsInRange.filter((id) => !listed.has(id));
-}
-
-/** A mirror member the service did not list, as first seen: confirmed extra when nothing newer about it arrived by the next check. */
-export interface PendingExtra {
-  id: string;
-  /** Its membership fact when seen (null: none). */
-  factAt: string | null;
 }
 
 /**

@@ -16,6 +16,8 @@ import {
   listWebhookHealth,
   purgeAuditResults,
   saveWebhookHealth,
+  WEBHOOK_PROBLEMS,
+  type WebhookCheck,
   type WebhookHealth,
   type WebhookProblem,
 } from './audit-state.js';
@@ -155,7 +157,7 @@ export async function checkWebhooks(deps: AuditLoopDeps): Promise<WebhookHealth[
   if (!settings) return [];
   const api = settings.api();
   const upstream = new Map((await api.list()).map((w) => [w.id, w]));
-  const health: WebhookHealth[] = [];
+  const health: WebhookCheck[] = [];
   const reenabled: string[] = [];
   for (const managed of await managedWebhooks(deps.pool)) {
     const found = upstream.get(managed.id);
@@ -180,12 +182,12 @@ export async function checkWebhooks(deps: AuditLoopDeps): Promise<WebhookHealth[
   return listWebhookHealth(deps.pool);
 }
 
-function recordWebhookGauges(deps: AuditLoopDeps, health: readonly WebhookHealth[]): void {
+function recordWebhookGauges(deps: AuditLoopDeps, health: readonly WebhookCheck[]): void {
   const gauge = deps.metrics?.webhookProblems;
   if (!gauge) return;
   gauge.reset();
   for (const h of health)
-    for (const problem of ['missing', 'disabled', 'wrong-url', 'missing-events'] as const) {
+    for (const problem of WEBHOOK_PROBLEMS) {
       gauge.set({ webhook: h.id, problem }, h.problems.includes(problem) ? 1 : 0);
     }
 }

@@ -3,12 +3,9 @@
  * sample listed, the members as of an instant, and the members in a cursor page's id range. Reads
  * only: repairs go through the mirror store like any other read's rows.
  */
+import { canonicalTimestampSql as iso } from '../db/columns.js';
 import type { Queryable } from '../ground/queryable.js';
 import type { AuditedValues, IdRange, MirrorCountAt, MirrorRow } from './audit-core.js';
-
-function iso(column: string): string {
-  return `to_char(${column} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
-}
 
 interface StoredRow {
   id: string;

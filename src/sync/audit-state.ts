@@ -4,33 +4,19 @@
  * into the accuracy figure) and `audit_webhooks` (the webhooks as last read back). This module is
  * their only writer (test/unit/layers.test.ts).
  */
+import { canonicalTimestampSql as iso, rowSelectSql, sqlNames, type RowOf } from '../db/columns.js';
+import { auditResults, auditState, auditWebhooks, type PendingExtra } from '../db/schema.js';
 import type { Queryable } from '../ground/queryable.js';
-import type { PendingExtra } from './audit-core.js';
 
-function iso(column: string): string {
-  return `to_char(${column} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
-}
+export { WEBHOOK_PROBLEMS, type WebhookProblem } from '../db/schema.js';
 
-export interface AuditStateRow {
-  groupId: string;
-  type: string;
-  sampleOffset: number;
-  sampleCursor: string | null;
-  sampleAfterId: string | null;
-  pendingCount: number | null;
-  pendingCountAt: string | null;
-  pendingExtras: PendingExtra[] | null;
-  lastAuditAt: string | null;
+/** An `audit_state` row as drizzle infers it (less `updated_at`), and the `last_audit_at` this claim replaced. */
+export type AuditStateRow = Omit<RowOf<typeof auditState>, 'updatedAt'> & {
   /** The previous `last_audit_at` (before this claim). */
   previousAuditAt: string | null;
-  lastError: string | null;
-  fullPassAskedAt: string | null;
-}
+};
 
-const COLUMNS = `group_id as "groupId", type, sample_offset as "sampleOffset", sample_cursor as "sampleCursor",
-  sample_after_id as "sampleAfterId", pending_count as "pendingCount", ${iso('pending_count_at')} as "pendingCountAt",
-  pending_extras as "pendingExtras", ${iso('last_audit_at')} as "lastAuditAt", last_error as "lastError",
-  ${iso('full_pass_asked_at')} as "fullPassAskedAt"`;
+const STATE_COLUMNS = rowSelectSql(auditState, { omit: ['updatedAt'] });
 
 /**
  * Claims this period's audit of (group, type): moves `last_audit_at` to now unless another replica
@@ -49,7 +35,7 @@ export async function claimAudit(
      insert into audit_state as a (group_id, type, last_audit_at, updated_at) values ($1, $2, now(), now())
      on conflict (group_id, type) do update set last_audit_at = now(), updated_at = now()
        where $4 or a.last_audit_at is null or a.last_audit_at < now() - make_interval(secs => $3::double precision / 1000)
-     returning ${COLUMNS}, (select ${iso('last_audit_at')} from prev) as "previousAuditAt"`,
+     returning ${STATE_COLUMNS}, (select ${iso('last_audit_at')} from prev) as "previousAuditAt"`,
     [groupId, type, everyMs * 0.9, force],
   );
   return rows[0] ?? null;
@@ -102,28 +88,27 @@ export async function saveAuditError(db: Queryable, groupId: string, type: strin
   ]);
 }
 
-export interface AuditTally {
-  rowsChecked: number;
-  inFlight: number;
-  content: number;
-  missing: number;
-  extra: number;
-  count: number;
-  repaired: number;
-  unrepaired: number;
-  missedDeliveries: number;
-}
+/** What one audit of a pair counted: the figures of an `audit_results` row. */
+export type AuditTally = Omit<RowOf<typeof auditResults>, 'id' | 'groupId' | 'type' | 'at'>;
+
+const RESULT_COLUMNS = sqlNames(auditResults);
+/** The figures of a result, in the table's order (every column but the row's identity and time). */
+const TALLY_KEYS = (Object.keys(RESULT_COLUMNS) as Array<keyof typeof RESULT_COLUMNS>).filter(
+  (key): key is keyof AuditTally => key !== 'id' && key !== 'groupId' && key !== 'type' && key !== 'at',
+);
 
 export function emptyTally(): AuditTally {
-  return { rowsChecked: 0, inFlight: 0, content: 0, missing: 0, extra: 0, count: 0, repaired: 0, unrepaired: 0, missedDeliveries: 0 };
+  return Object.fromEntries(TALLY_KEYS.map((key) => [key, 0])) as AuditTally;
 }
 
 export async function recordAuditResult(db: Queryable, groupId: string, type: string, t: AuditTally): Promise<void> {
-  await db.query(
-    `insert into audit_results (group_id, type, rows_checked, in_flight, content, missing, extra, count, repaired, unrepaired, missed_deliveries)
-     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
-    [groupId, type, t.rowsChecked, t.inFlight, t.content, t.missing, t.extra, t.count, t.repaired, t.unrepaired, t.missedDeliveries],
-  );
+  const columns = TALLY_KEYS.map((key) => RESULT_COLUMNS[key]);
+  const params = TALLY_KEYS.map((_, i) => `$${i + 3}`);
+  await db.query(`insert into audit_results (group_id, type, ${columns.join(', ')}) values ($1, $2, ${params.join(', ')})`, [
+    groupId,
+    type,
+    ...TALLY_KEYS.map((key) => t[key]),
+  ]);
 }
 
 /** Results older than this are deleted (the figure covers 24 h; a week stays for looking back). */
@@ -141,9 +126,7 @@ export type AuditWindowRow = AuditTally & { lastAuditAt: string | null };
 /** Per `group:type`, the sums over the results of the last `windowMs` (24 h for the accuracy figure), and when the pair was last audited. */
 export async function auditWindow(db: Queryable, windowMs = 86_400_000): Promise<Map<string, AuditWindowRow>> {
   const { rows } = await db.query<AuditTally & { groupId: string; type: string; lastAuditAt: string | null }>(
-    `select group_id as "groupId", type, sum(rows_checked)::int as "rowsChecked", sum(in_flight)::int as "inFlight",
-            sum(content)::int as content, sum(missing)::int as missing, sum(extra)::int as extra, sum(count)::int as count,
-            sum(repaired)::int as repaired, sum(unrepaired)::int as unrepaired, sum(missed_deliveries)::int as "missedDeliveries",
+    `select group_id as "groupId", type, ${TALLY_KEYS.map((key) => `sum(${RESULT_COLUMNS[key]})::int as "${key}"`).join(', ')},
             ${iso('max(at)')} as "lastAuditAt"
        from audit_results where at >= now() - make_interval(secs => $1::double precision / 1000)
       group by group_id, type`,
@@ -152,20 +135,14 @@ export async function auditWindow(db: Queryable, windowMs = 86_400_000): Promise
   return new Map(rows.map(({ groupId, type, ...rest }) => [`${groupId}:${type}`, rest]));
 }
 
-export const WEBHOOK_PROBLEMS = ['missing', 'disabled', 'wrong-url', 'missing-events'] as const;
-export type WebhookProblem = (typeof WEBHOOK_PROBLEMS)[number];
+/** A webhook as the audit last read it back: an `audit_webhooks` row. */
+export type WebhookHealth = RowOf<typeof auditWebhooks>;
 
-export interface WebhookHealth {
-  id: string;
-  enabled: boolean | null;
-  problems: WebhookProblem[];
-  missingEvents: string[];
-  checkedAt?: string;
-  reenabledAt?: string | null;
-}
+/** What one read-back found of a webhook (the rest of its row is stamped when saved). */
+export type WebhookCheck = Pick<WebhookHealth, 'id' | 'enabled' | 'problems' | 'missingEvents'>;
 
 /** Replaces what the audit knows about the webhooks with what it just read back. */
-export async function saveWebhookHealth(db: Queryable, health: readonly WebhookHealth[], reenabled: readonly string[]): Promise<void> {
+export async function saveWebhookHealth(db: Queryable, health: readonly WebhookCheck[], reenabled: readonly string[]): Promise<void> {
   await db.query(`delete from audit_webhooks where not (id = any($1::text[]))`, [health.map((h) => h.id)]);
   for (const h of health) {
     await db.query(
@@ -180,10 +157,6 @@ export async function saveWebhookHealth(db: Queryable, health: readonly WebhookH
 }
 
 export async function listWebhookHealth(db: Queryable): Promise<WebhookHealth[]> {
-  const { rows } = await db.query<WebhookHealth>(
-    `select id, enabled, problems, missing_events as "missingEvents", ${iso('checked_at')} as "checkedAt",
-            ${iso('reenabled_at')} as "reenabledAt"
-       from audit_webhooks order by id`,
-  );
+  const { rows } = await db.query<WebhookHealth>(`select ${rowSelectSql(auditWebhooks)} from audit_webhooks order by id`);
   return rows;
 }

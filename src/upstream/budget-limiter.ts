@@ -16,7 +16,8 @@
  */
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
-import { BUDGET_MODELS, BudgetLearner, ENDPOINT_BUDGETS, readRateHeaders, type BudgetModel, type EndpointBudget } from './budget-model.js';
+import { sleep } from '../ground/wait.js';
+import { BUDGET_MODELS, BudgetLearner, ENDPOINT_BUDGETS, readRateHeaders } from './budget-model.js';
 import type { GateScheduleOptions, GateSlot } from './http.js';
 import { createLimiter, type Limiter, type LimiterOptions, type LimiterStats } from './limiter.js';
 
@@ -38,15 +39,29 @@ export function rateBudgetsKey(prefix: string): string {
   return `${prefix}:rate-budgets`;
 }
 
-const reportSchema = z.object({
+/** One budget as `status`, the status page and the metrics show it. */
+const budgetViewSchema = z.object({
+  /** `shared`, or the endpoint (method and path) an own budget belongs to. */
+  budget: z.string(),
+  /** Requests per window this process schedules on it. */
+  perWindow: z.number().nonnegative(),
+  announcedLimit: z.number().nullable(),
+});
+export type BudgetView = z.infer<typeof budgetViewSchema>;
+
+/** The learned model as published in Redis and shown by `status` and the status page; its type is inferred from it. */
+const budgetReportSchema = z.object({
   model: z.enum(BUDGET_MODELS),
+  /** Until when a 429 holds everyone on the shared budget (ISO), null when it does not. */
   fallbackUntil: z.string().nullable(),
   windowMs: z.number().int().positive(),
-  budgets: z.array(z.object({ budget: z.string(), perWindow: z.number().nonnegative(), announcedLimit: z.number().nullable() })),
+  budgets: z.array(budgetViewSchema),
+  /** Endpoints answered so far and the budget they were proven (or presumed) to use. */
   endpoints: z.array(z.object({ endpoint: z.string(), budget: z.enum(ENDPOINT_BUDGETS), announcedLimit: z.number().nullable() })),
   modelChanges: z.number().int().nonnegative(),
   at: z.string(),
 });
+export type BudgetReport = z.infer<typeof budgetReportSchema>;
 
 /**
  * The published report, or null when none was published or what is there is not one (another
@@ -61,7 +76,7 @@ export async function readRateBudgets(redis: Pick<Redis, 'get'>, prefix: string)
   } catch {
     return null;
   }
-  const parsed = reportSchema.safeParse(value);
+  const parsed = budgetReportSchema.safeParse(value);
   return parsed.success ? parsed.data : null;
 }
 
@@ -77,27 +92,6 @@ export function formatBudgetReport(report: BudgetReport): string {
     ...own.map((b) => `  ${b.budget}: ${perMinute(b.perWindow)} (announced ${b.announcedLimit ?? '–'})`),
   ];
   return lines.join('\n');
-}
-
-/** One budget as `status`, the status page and the metrics show it. */
-export interface BudgetView {
-  /** `shared`, or the endpoint (method and path) an own budget belongs to. */
-  budget: string;
-  /** Requests per window this process schedules on it. */
-  perWindow: number;
-  announcedLimit: number | null;
-}
-
-export interface BudgetReport {
-  model: BudgetModel;
-  /** Until when a 429 holds everyone on the shared budget (ISO), null when it does not. */
-  fallbackUntil: string | null;
-  windowMs: number;
-  budgets: BudgetView[];
-  /** Endpoints answered so far and the budget they were proven (or presumed) to use. */
-  endpoints: Array<{ endpoint: string; budget: EndpointBudget; announcedLimit: number | null }>;
-  modelChanges: number;
-  at: string;
 }
 
 export interface BudgetLimiter extends Limiter {
@@ -135,20 +129,6 @@ export function createBudgetLimiter(options: BudgetLimiterOptions): BudgetLimite
     report: () => limiter.report(),
     close: () => limiter.close(),
   };
-}
-
-function abortableWait(ms: number, signal: AbortSignal | undefined): Promise<void> {
-  return new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(resolve, ms);
-    signal?.addEventListener(
-      'abort',
-      () => {
-        clearTimeout(timer);
-        reject(signal.reason);
-      },
-      { once: true },
-    );
-  });
 }
 
 class LearningLimiter {
@@ -303,7 +283,7 @@ class LearningLimiter {
     for (;;) {
       const ms = await this.shared.pausedForMs();
       if (ms <= 0) return;
-      await abortableWait(ms, signal);
+      await sleep(ms, signal);
     }
   }
 

@@ -2,7 +2,7 @@
  * JSON over HTTP for both upstream interfaces: Node's global fetch with a per-attempt timeout,
  * p-retry with exponential backoff and jitter, lossless JSON parsing and typed errors.
  *
- * Shared by `legacy.ts` (API key in a custom header) and `webhooks-api.ts` (bearer token): the caller
+ * Shared by `legacy/client.ts` (API key in a custom header), `current/client.ts` and `webhooks-api.ts` (bearer tokens): the caller
  * passes its credential as a header and names its secrets; this module never puts a request header
  * into an error or a log (invariant 10), and scrubs the secret values out of any text the server
  * sends back before it becomes an error message.
@@ -11,10 +11,10 @@
  * `limiter.ts`), because the service counts attempts (invariant 7). A 429 pauses the gate for every
  * replica and the retry waits at least what the service asked for, never less.
  */
-import { setTimeout as sleep } from 'node:timers/promises';
 import { parse as parseLossless } from 'lossless-json';
 import pRetry from 'p-retry';
 import { createScrubber, type SecretScrubber } from '../ground/log.js';
+import { sleep } from '../ground/wait.js';
 import type { Release } from './page-gate.js';
 
 // ---------------------------------------------------------------------------------------------
@@ -612,11 +612,6 @@ function describeCause(error: Error): string {
   return cause ? `${error.message} (${cause})` : error.message;
 }
 
-function abortableSleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
-  if (ms <= 0) return Promise.resolve();
-  return sleep(ms, undefined, signal ? { signal } : undefined);
-}
-
 export function createHttpClient(options: HttpClientOptions): HttpClient {
   const client: ClientState = {
     settings: clientSettings(options),
@@ -787,7 +782,7 @@ async function beforeRetry(
   }
   if (askedMs > 0) {
     await sharePause(settings.gate, askedMs);
-    await abortableSleep(askedMs, request.signal);
+    await sleep(askedMs, request.signal);
     counters.retryAfterWaitMs += askedMs;
   }
   counters.retries += 1;

@@ -26,7 +26,7 @@
  *
  * Jobs carry an `expiration` so a job stuck in a dead process does not hold concurrency forever.
  */
-import { setTimeout as sleep } from 'node:timers/promises';
+import { sleep, withTimeout } from '../ground/wait.js';
 import Bottleneck from 'bottleneck';
 import { Redis, type RedisOptions } from 'ioredis';
 import type { Logger } from '../ground/log.js';
@@ -224,10 +224,6 @@ function validatePositiveInt(name: string, value: number): void {
   if (!Number.isInteger(value) || value <= 0) throw new TypeError(`limiter ${name} must be a positive integer, got ${value}`);
 }
 
-function abortableSleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
-  return sleep(ms, undefined, signal ? { signal } : undefined);
-}
-
 /** Settles with `promise`, or rejects with the abort reason as soon as `signal` aborts. */
 function raceAbort<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
   if (signal.aborted) {
@@ -251,15 +247,6 @@ function raceAbort<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
       },
     );
   });
-}
-
-function withTimeout<T>(promise: Promise<T>, ms: number, message: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new LimiterUnavailableError(message)), ms);
-    timer.unref();
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
 export function createLimiter(options: LimiterOptions): Limiter {
@@ -433,7 +420,7 @@ class SpacedLimiter {
       await withTimeout(
         generation.bottleneck.stop({ dropWaitingJobs: true, dropErrorMessage: 'rate limiter instance retired' }),
         waitMs,
-        'retiring limiter timed out',
+        () => new LimiterUnavailableError('retiring limiter timed out'),
       );
     } catch {
       // Executing jobs finish on their own; nothing else to wait for.
@@ -448,7 +435,11 @@ class SpacedLimiter {
       if (this.closed) throw new LimiterClosedError();
       const generation = this.current;
       try {
-        await withTimeout(generation.ready, readyTimeoutMs, `rate limiter could not reach Redis within ${readyTimeoutMs} ms`);
+        await withTimeout(
+          generation.ready,
+          readyTimeoutMs,
+          () => new LimiterUnavailableError(`rate limiter could not reach Redis within ${readyTimeoutMs} ms`),
+        );
       } catch (error) {
         // A timeout means Redis is unreachable: fail fast. A rejected start-up would never recover.
         if (!generation.failed || attempt > 0) throw error;
@@ -464,7 +455,7 @@ class SpacedLimiter {
     for (;;) {
       const remaining = await this.pause.remainingMs();
       if (remaining <= 0) return;
-      await abortableSleep(remaining, signal);
+      await sleep(remaining, signal);
     }
   }
 
@@ -568,7 +559,7 @@ function createUnlimited(windowMs: number): Limiter {
       const queuedAt = performance.now();
       counters.scheduled += 1;
       const remaining = await pause.remainingMs();
-      if (remaining > 0) await abortableSleep(remaining, options?.signal);
+      if (remaining > 0) await sleep(remaining, options?.signal);
       options?.signal?.throwIfAborted();
       counters.started += 1;
       counters.waitMsTotal += performance.now() - queuedAt;

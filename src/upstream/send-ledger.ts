@@ -20,7 +20,7 @@
  * the entry `perWindow` places back ended `safetyMs` minus its latency before the window.
  */
 import { randomUUID } from 'node:crypto';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { sleep } from '../ground/wait.js';
 import type { Redis } from 'ioredis';
 
 /** A request the ledger admitted; call `ended` once its answer (or failure) is in, `cancel` if it was never sent. */
@@ -72,7 +72,7 @@ function ledgerOver(store: EntryStore, settings: LedgerSettings): SendLedger {
         if (waitMs <= 0) break;
         if (!waited) waits += 1;
         waited = true;
-        await sleep(Math.min(waitMs, settings.recheckMs), undefined, signal ? { signal } : undefined);
+        await sleep(Math.min(waitMs, settings.recheckMs), signal);
       }
       return { waited, ended: () => store.end(token), cancel: () => store.remove(token) };
     },

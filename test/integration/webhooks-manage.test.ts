@@ -6,7 +6,8 @@
  */
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
-import { loadConfig, type Config } from '../../src/config.js';
+import { ConfigError, loadConfig, type Config } from '../../src/config.js';
+import { UsageError } from '../../src/ground/usage-error.js';
 import {
   createWebhooksApi,
   WebhookAuthError,
@@ -80,7 +81,7 @@ async function cli(argv: string[], token = TOKEN): Promise<CliRun> {
     return { code, lines, error: undefined };
   } catch (error) {
     const e = error as Error;
-    return { code: e.name === 'UsageError' || e.name === 'ConfigError' ? 2 : 1, lines, error: e };
+    return { code: e instanceof UsageError || e instanceof ConfigError ? 2 : 1, lines, error: e };
   }
 }
 

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { UsageError, parseSimulatorArgs, runSimulatorCli } from '../../src/simulator/cli.js';
+import { UsageError } from '../../src/ground/usage-error.js';
+import { parseSimulatorArgs, runSimulatorCli } from '../../src/simulator/cli.js';
 import type { Simulator } from '../../src/simulator/index.js';
 
 describe('simulator CLI arguments', () => {

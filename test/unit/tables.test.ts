@@ -4,8 +4,10 @@
  * every column an `insert into t (…)` list, an `on conflict (…)` target or an `update t set …`
  * assignment names exists in the drizzle table; an insert list spelled out in full names every column
  * that has neither a default nor null allowed; a retired column is named by no SQL. Whole-row
- * select lists and row types derive from the tables (`src/db/columns.ts`); the catalog of a migrated
- * database is compared with the tables in `test/integration/registry.catalog.test.ts`.
+ * select lists and row types derive from the tables (`src/db/columns.ts`): no select or returning list
+ * in `src/` spells out most of a table's columns, and no interface spells out most of its keys. The
+ * catalog of a migrated database is compared with the tables in
+ * `test/integration/registry.catalog.test.ts`.
  */
 import { readFileSync } from 'node:fs';
 import { getTableColumns, getTableName, is } from 'drizzle-orm';
@@ -146,6 +148,110 @@ describe('SQL that names columns by hand', () => {
     expect(problems, problems.join('\n')).toEqual([]);
     // The reader still sees the statements it checks (a broken pattern would check nothing).
     expect(lists).toBeGreaterThan(30);
+  });
+});
+
+/** A list naming this many columns of one table, and at least {@link MOST} of them, reads (or types) whole rows. */
+const AT_LEAST = 4;
+const MOST = 0.6;
+
+/** Whether `named` of a table's `all` columns is most of them. */
+const isMost = (named: number, all: number): boolean => named >= AT_LEAST && named >= MOST * all;
+
+/**
+ * The select and returning lists of one SQL text (lower-cased) and the table each reads: a select's
+ * is the table right after its `from` (none for a subquery or `unnest`), a returning list's is its
+ * statement's. A text that is no statement (a fragment kept in a constant) may read any table.
+ */
+function readLists(sql: string): Array<{ list: string; table: string | null }> {
+  const lists: Array<{ list: string; table: string | null }> = [];
+  for (const m of sql.matchAll(/\b(select|returning)\b/g)) {
+    const start = (m.index ?? 0) + m[0].length;
+    const from = new RegExp(`\\bfrom\\s+(${IDENT})?`).exec(sql.slice(start));
+    const list = from ? sql.slice(start, start + from.index) : sql.slice(start);
+    if (m[1] === 'select') lists.push({ list, table: from?.[1] ?? '' });
+    else {
+      const statement = [
+        ...sql.slice(0, m.index).matchAll(new RegExp(`\\b(?:insert\\s+into|update|delete\\s+from)\\s+(${IDENT})`, 'g')),
+      ].at(-1);
+      lists.push({ list, table: statement?.[1] ?? '' });
+    }
+  }
+  if (lists.length === 0 && !/\b(insert|update|delete|create|alter|with)\b/.test(sql)) lists.push({ list: sql, table: null });
+  return lists;
+}
+
+/** The tables most of whose columns one read list of `text` names by hand (aliases and string literals aside). */
+function handWrittenRowReads(text: string): string[] {
+  return readLists(text.toLowerCase()).flatMap(({ list, table: read }) => {
+    const tokens = new Set(list.replace(/"[^"]*"|'[^']*'/g, ' ').match(/\b[a-z_][a-z0-9_]*\b/g) ?? []);
+    return TABLES.filter((table) => {
+      if (read !== null && getTableName(table) !== read) return false;
+      const columns = Object.values(getTableColumns(table)).map((c) => c.name);
+      return isMost(columns.filter((c) => tokens.has(c)).length, columns.length);
+    }).map((table) => getTableName(table));
+  });
+}
+
+/** `Name ~ table` for each interface or object type of a file whose keys are (mostly) those of a table, and most of them. */
+function handWrittenRowTypes(text: string): string[] {
+  const out: string[] = [];
+  const visit = (node: ts.Node): void => {
+    if (ts.isInterfaceDeclaration(node) || ts.isTypeLiteralNode(node)) {
+      const keys = node.members.flatMap((m) => (ts.isPropertySignature(m) && ts.isIdentifier(m.name) ? [m.name.text] : []));
+      for (const table of TABLES) {
+        const tableKeys = Object.keys(getTableColumns(table));
+        const shared = keys.filter((k) => tableKeys.includes(k)).length;
+        if (isMost(shared, tableKeys.length) && shared >= 0.75 * keys.length) {
+          out.push(`${ts.isInterfaceDeclaration(node) ? node.name.text : '{…}'} ~ ${getTableName(table)}`);
+        }
+      }
+    }
+    ts.forEachChild(node, visit);
+  };
+  visit(ts.createSourceFile('x.ts', text, ts.ScriptTarget.Latest, true));
+  return out;
+}
+
+describe('no hand-written copies of a table in src/', () => {
+  test('the readers find what they are for', () => {
+    // As src/sync/audit-state.ts spelled them before its rows were derived.
+    expect(
+      handWrittenRowReads(`group_id as "groupId", type, sample_offset as "sampleOffset", sample_cursor as "sampleCursor",
+      sample_after_id as "sampleAfterId", pending_count as "pendingCount", \${} as "pendingCountAt", pending_extras, last_error`),
+    ).toEqual(['audit_state']);
+    expect(
+      handWrittenRowReads(`select id, enabled, problems, missing_events as "missingEvents", \${} as "checkedAt", \${} as "reenabledAt"
+       from audit_webhooks order by id`),
+    ).toEqual(['audit_webhooks']);
+    expect(handWrittenRowReads(`select \${} from audit_webhooks order by id`)).toEqual([]);
+    expect(handWrittenRowReads(`select id, url, events from webhook_endpoints order by id`)).toEqual([]);
+    expect(handWrittenRowReads(`insert into audit_webhooks (id, enabled, problems, missing_events, checked_at) values ($1)`)).toEqual([]);
+    expect(handWrittenRowReads(`insert into t (a) select id, enabled, problems, missing_events from unnest($1::text[])`)).toEqual([]);
+    expect(
+      handWrittenRowReads(`update audit_webhooks set enabled = true returning id, enabled, problems, missing_events, checked_at`),
+    ).toEqual(['audit_webhooks']);
+    expect(
+      handWrittenRowTypes(`interface AuditTally { rowsChecked: number; inFlight: number; content: number; missing: number; extra: number;
+        count: number; repaired: number; unrepaired: number; missedDeliveries: number }`),
+    ).toEqual(['AuditTally ~ audit_results']);
+    expect(
+      handWrittenRowTypes(`type T = Omit<RowOf<typeof auditResults>, 'id'>; interface P { id: string; factAt: string | null }`),
+    ).toEqual([]);
+  });
+
+  // The clients of the service describe its wire (a webhook as its API has it), not our tables; the
+  // simulator keeps its own world and has no table.
+  const OWN = SOURCES.filter((s) => !s.file.startsWith('upstream/') && s.file !== 'db/schema.ts');
+
+  test('no select or returning list spells out most columns of a table (use rowSelectSql)', () => {
+    const found = OWN.flatMap(({ file, text }) => literalsOf(text).flatMap((l) => handWrittenRowReads(l).map((t) => `${file}: ${t}`)));
+    expect(found).toEqual([]);
+  });
+
+  test('no interface spells out most keys of a table (use RowOf)', () => {
+    const found = OWN.flatMap(({ file, text }) => handWrittenRowTypes(text).map((t) => `${file}: ${t}`));
+    expect(found).toEqual([]);
   });
 });
 

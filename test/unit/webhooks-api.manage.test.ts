@@ -13,8 +13,8 @@ import {
   parseRegisterArgs,
   parseUpdateArgs,
   publicWebhook,
-  UsageError,
 } from '../../src/webhooks-cli.js';
+import { UsageError } from '../../src/ground/usage-error.js';
 import type { Webhook } from '../../src/upstream/webhooks-api.js';
 
 function usageError(fn: () => unknown): UsageError {

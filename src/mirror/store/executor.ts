@@ -1,5 +1,5 @@
 /**
- * Where store statements run, and how (see `../store.ts` for the write rules).
+ * Where store statements run, and how (see `index.ts` for the write rules).
  *
  * Every store function takes a {@link Queryable}: a `pg.Pool` runs each statement on any idle
  * connection (each call is then its own transaction); a client runs them inside whatever transaction

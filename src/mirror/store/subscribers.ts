@@ -1,6 +1,6 @@
 /**
  * `subscribers`: the guarded upsert of subscriber versions (docs/architecture.md, invariant 2, docs/architecture.md,
- * "Conventions": one guarded upsert). See `../store.ts` for how writes stay correct.
+ * "Conventions": one guarded upsert). See `index.ts` for how writes stay correct.
  */
 import pg from 'pg';
 import {

@@ -3,7 +3,7 @@
  * total, a silent page cap, and a list that shifts under offset paging while members leave). Given
  * what a pass has seen (its state), the page just read and the install's page-cap knowledge, a step
  * says what to do next: read the next page, step back, read far away to test the service, or stop,
- * possibly handing a page (or a gap) to the caller first. `legacy.ts` runs the requests.
+ * possibly handing a page (or a gap) to the caller first. `client.ts` runs the requests.
  *
  * Full pass: overlapping pages (each request re-reads the tail of the previous page and steps back
  * when that tail moved away), any page it could not join to the previous one reported as a gap, the
