@@ -10,7 +10,7 @@ import { SUBSCRIBER_TYPES, type SubscriberType } from '../db/schema.js';
 import type { Metrics } from '../ground/metrics.js';
 import { formatEpochMs } from '../ground/time.js';
 import type { Logger } from '../ground/log.js';
-import { UpstreamAuthError } from '../upstream/http.js';
+import { UpstreamAuthError } from '../upstream/errors.js';
 import type { LegacyClient } from '../upstream/legacy/client.js';
 import { authPauseKey, clearAuthPause, isPaused, readAuthPause, recordAuthFailure } from './auth-pause.js';
 import {

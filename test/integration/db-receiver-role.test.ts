@@ -10,7 +10,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { loadConfig } from '../../src/config.js';
 import { migrationsPending } from '../../src/db/migrate.js';
-import { startService } from '../../src/start.js';
+import { startService } from '../../src/commands/start.js';
 import { signBody } from '../../src/webhooks/signature.js';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait.js';
