@@ -10,7 +10,7 @@ import type { Config } from '../config.js';
 import type { Metrics } from '../ground/metrics.js';
 import { repeat, type Repeating } from '../ground/repeat.js';
 import { collectStatus } from '../sync/status.js';
-import { countDeliveriesByStatus } from '../webhooks/inbox.js';
+import { countDeliveriesByStatus } from '../webhooks/inbox/report.js';
 
 type CountedQueue = { name: string; getJobCounts(...types: string[]): Promise<Record<string, number>> };
 

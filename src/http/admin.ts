@@ -32,7 +32,7 @@ import type { PassJobData, PassJobResult } from '../sync/schedule.js';
 import { isPaused, type AuthPause } from '../sync/auth-pause.js';
 import { collectStatus, webhookHealth } from '../sync/status.js';
 import type { BudgetReport } from '../ratelimit/budget-limiter.js';
-import { countDeliveriesByStatus, latestFailedDeliveries } from '../webhooks/inbox.js';
+import { countDeliveriesByStatus, latestFailedDeliveries } from '../webhooks/inbox/report.js';
 import { SESSION_MS, type SessionStore } from './sessions.js';
 import { renderLoginPage, renderStatusPage } from './status-page.js';
 import { createLoginThrottle, type Attempt, type LoginThrottle } from './throttle.js';

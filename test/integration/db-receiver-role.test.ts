@@ -15,7 +15,8 @@ import { signBody } from '../../src/webhooks/signature.js';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait.js';
 import { ROOT } from '../helpers/cli.js';
-import { createInboxWriter, loadSecrets, purgeDeliveries, storeDelivery, type DeliveryRecord } from '../../src/webhooks/inbox.js';
+import { purgeDeliveries } from '../../src/webhooks/inbox/lifecycle.js';
+import { createInboxWriter, loadSecrets, storeDelivery, type DeliveryRecord } from '../../src/webhooks/inbox/write.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 
 const RECEIVER = 'subscriber_mirror_receiver';
