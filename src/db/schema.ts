@@ -512,7 +512,7 @@ export const upstreamPaging = pgTable(
 );
 
 // ---------------------------------------------------------------------------------------------
-// The audit (docs/operations.md, "The audit"): written by `src/sync/audit-state.ts` only
+// The audit (docs/operations.md, "The audit"): written by `src/audit/state.ts` only
 
 /** A mirror member the audit's sample did not list, as first seen: confirmed extra when nothing newer about it arrived by the next check. */
 export interface PendingExtra {

@@ -91,7 +91,7 @@ export function buildServer(options: ServerOptions): FastifyInstance {
       metrics.httpDuration.observe({ method: request.method, route }, reply.elapsedTime / 1000);
     });
     if (!options.public) {
-      // Gauges that need SQL or Redis are refreshed on a timer (start.ts), never per scrape: a
+      // Gauges that need SQL or Redis are refreshed on a timer (commands/gauges.ts), never per scrape: a
       // scrape must not be able to load the database.
       app.get('/metrics', async (_request, reply) => {
         reply.header('content-type', metrics.registry.contentType);

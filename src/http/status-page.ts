@@ -7,10 +7,10 @@
  * errors come from the network or from upstream messages.
  */
 import type { AuthPause } from '../sync/auth-pause.js';
-import type { WebhookHealth } from '../sync/audit-state.js';
+import type { WebhookHealth } from '../audit/state.js';
 import { formatAccuracy, type StatusRow } from '../sync/status.js';
-import type { BudgetReport } from '../upstream/budget-limiter.js';
-import type { FailedDelivery } from '../webhooks/inbox.js';
+import type { BudgetReport } from '../ratelimit/budget-limiter.js';
+import type { FailedDelivery } from '../webhooks/inbox/report.js';
 
 export interface StatusPageData {
   now: number;

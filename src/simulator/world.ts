@@ -1,6 +1,6 @@
 /**
- * The simulated account: groups, subscribers, automations and campaigns, with every mutation the
- * issue lists. A mutation stamps the subscriber's updated_at (µs, never going backwards) and emits
+ * The simulated account: groups, subscribers, automations and campaigns, with every mutation of the
+ * service. The lists its APIs serve are scanned in `scans.ts`, its wire shapes rendered in `wire.ts`. A mutation stamps the subscriber's updated_at (µs, never going backwards) and emits
  * the matching event (docs/upstream.md, "Event kinds") carrying the subscriber as it is after the change.
  */
 import { ID_FAMILY, EMPTY_FIELDS, derivePerson, ipFromString, ipToString, sequenceId, subscriberIdScheme } from './identity.js';
@@ -17,14 +17,15 @@ import type {
   WebhookSubscriber,
   WorldEvent,
 } from './kinds.js';
-import { inRange } from './filters.js';
 import type { SecondsRange } from './filters.js';
 import { hash32, mulberry32 } from './prng.js';
-import { legacyJson, rate } from './render.js';
+import { ListScans } from './scans.js';
+import { legacyJson } from './render.js';
 import { SOURCES, TYPE_WEIGHTS, seedSubscribers } from './seed.js';
 import { FLAG_DELETED, FLAG_FORGOTTEN, SubscriberTable } from './table.js';
 import { formatLocalDate, formatLocalDateTime, isoMicros, parseZone } from './time.js';
 import type { Zone } from './time.js';
+import { currentSubscriber, legacySubscriber, webhookSubscriber, type SlotReader } from './wire.js';
 
 function typeWeightsOf(weights: readonly number[] | undefined): readonly number[] {
   if (weights === undefined) return TYPE_WEIGHTS;
@@ -125,7 +126,6 @@ interface GroupRecord extends GroupInfo {
 }
 
 const DEFAULT_GROUP_NAMES = ['Newsletter', 'Customers', 'Beta testers', 'Webinar attendees', 'Partners'];
-const LIST_CACHE_SIZE = 16;
 
 export function defaultClock(): number {
   return performance.timeOrigin + performance.now();
@@ -146,7 +146,9 @@ export class World {
   private readonly listeners = new Set<EventListener>();
   private readonly log: WorldEvent[] = [];
   private readonly eventLogLimit: number;
-  private readonly listCache = new Map<string, { version: number; slots: Uint32Array }>();
+  private readonly lists: ListScans;
+  /** What the wire renderers read of a slot (`wire.ts`). */
+  private readonly wire: SlotReader;
   private readonly changeLog: WorldChange[] | null;
   private lastStampUs = 0;
   private eventSeq = 0;
@@ -166,6 +168,16 @@ export class World {
     const subscribers = nonNegativeInteger(options.subscribers ?? 100, 'subscribers');
     const groups = nonNegativeInteger(options.groups ?? 3, 'groups');
     this.table = new SubscriberTable(subscribers + 16, hash32(this.salt, 0x0bde));
+    this.lists = new ListScans(this.table);
+    this.wire = {
+      table: this.table,
+      idAt: (slot) => this.idScheme.idOf(slot),
+      personAt: (slot) => this.personAt(slot),
+      statusAt: (slot) => this.statusAt(slot),
+      sourceAt: (slot) => this.sourceAt(slot),
+      localDateTime: (us) => this.localDateTime(us),
+      localDate: (us) => this.localDate(us),
+    };
     for (let g = 0; g < groups; g++) this.createGroup();
     this.typeWeights = typeWeightsOf(options.typeWeights);
     this.seedAccount(seed, subscribers);
@@ -338,16 +350,16 @@ export class World {
   }
 
   renderLegacy(id: string): LegacySubscriber {
-    return this.legacyAt(this.slotOrThrow(id));
+    return legacySubscriber(this.wire, this.slotOrThrow(id));
   }
 
   /** Exactly the JSON text the legacy API writes for this subscriber (id as a bare number). */
   renderLegacyJson(id: string): string {
-    return legacyJson(this.legacyAt(this.slotOrThrow(id)));
+    return legacyJson(legacySubscriber(this.wire, this.slotOrThrow(id)));
   }
 
   renderWebhook(id: string): WebhookSubscriber {
-    return this.webhookAt(this.slotOrThrow(id));
+    return webhookSubscriber(this.wire, this.slotOrThrow(id));
   }
 
   /** A random non-deleted subscriber id from the given PRNG, or undefined when none is left. */
@@ -368,17 +380,7 @@ export class World {
    * @internal used by the HTTP layer
    */
   listSlots(groupIndex: number, type: SubscriberType | null, ranges: readonly SecondsRange[], byUpdated: boolean): Uint32Array {
-    const key = `${groupIndex}|${type ?? '*'}|${byUpdated ? 'u' : 'h'}|${ranges.map((r) => `${r.key}:${r.fromSec}:${r.toSec}`).join(',')}`;
-    const hit = this.listCache.get(key);
-    if (hit && hit.version === this.changeVersion) return hit.slots;
-    const slots = this.scanMembers(groupIndex, type, ranges, byUpdated);
-    this.listCache.delete(key);
-    if (this.listCache.size >= LIST_CACHE_SIZE) {
-      const oldest = this.listCache.keys().next();
-      if (!oldest.done) this.listCache.delete(oldest.value);
-    }
-    this.listCache.set(key, { version: this.changeVersion, slots });
-    return slots;
+    return this.lists.listSlots(this.changeVersion, groupIndex, type, ranges, byUpdated);
   }
 
   /** @internal */
@@ -388,7 +390,7 @@ export class World {
 
   /** @internal */
   legacyJsonAt(slot: number): string {
-    return legacyJson(this.legacyAt(slot));
+    return legacyJson(legacySubscriber(this.wire, slot));
   }
 
   /**
@@ -397,13 +399,7 @@ export class World {
    * @internal used by the HTTP layer
    */
   idOrderedSlots(groupIndex: number, type: SubscriberType): Uint32Array {
-    const key = `id|${groupIndex}|${type}`;
-    const hit = this.listCache.get(key);
-    if (hit && hit.version === this.changeVersion) return hit.slots;
-    const slots = this.listSlots(groupIndex, type, [], false).slice().sort();
-    this.listCache.delete(key);
-    this.listCache.set(key, { version: this.changeVersion, slots });
-    return slots;
+    return this.lists.idOrderedSlots(this.changeVersion, groupIndex, type);
   }
 
   /** Ids the current API lists for the group and status, in its order (ascending id). */
@@ -428,75 +424,12 @@ export class World {
    * dates as `YYYY-MM-DD HH:MM:SS` in the world's zone, and without `deleted_at`/`forget_at`.
    */
   renderCurrent(id: string): Record<string, unknown> {
-    return this.currentAt(this.slotOrThrow(id));
+    return currentSubscriber(this.wire, this.slotOrThrow(id));
   }
 
   /** @internal */
   currentJsonAt(slot: number): string {
-    return JSON.stringify(this.currentAt(slot));
-  }
-
-  private currentAt(slot: number): Record<string, unknown> {
-    const { deleted_at: _deleted, forget_at: _forget, ...listed } = this.webhookAt(slot);
-    const t = this.table;
-    return {
-      ...listed,
-      subscribed_at: this.localDateTime(t.subscribedUs[slot]),
-      unsubscribed_at: this.localDateTime(t.unsubscribedUs[slot]),
-      created_at: this.localDateTime(t.createdUs[slot]),
-      updated_at: this.localDateTime(t.updatedUs[slot]),
-      opted_in_at: this.localDateTime(t.optedInUs[slot]),
-    };
-  }
-
-  private scanMembers(groupIndex: number, type: SubscriberType | null, ranges: readonly SecondsRange[], byUpdated: boolean): Uint32Array {
-    const t = this.table;
-    const bits = t.groupBits[groupIndex];
-    if (!bits) return new Uint32Array(0);
-    const code = type === null ? -1 : SUBSCRIBER_TYPES.indexOf(type);
-    const columns = ranges.map((range) => this.filterColumn(range.key));
-    // Two passes keep a 1M rescan (once per request under churn) cache-friendly: the sequential
-    // pass reads the columns in slot order, the second walks list order over one byte per slot.
-    const n = t.count;
-    const matched = new Uint8Array(n);
-    for (let slot = 0; slot < n; slot++) {
-      if (((bits[slot >>> 5] ?? 0) & (1 << (slot & 31))) === 0) continue;
-      if (((t.flags[slot] ?? 0) & FLAG_DELETED) !== 0) continue;
-      if (code >= 0 && t.status[slot] !== code) continue;
-      let matches = true;
-      for (let r = 0; r < ranges.length && matches; r++) {
-        const range = ranges[r];
-        const us = columns[r]?.[slot] ?? NaN;
-        matches = range !== undefined && inRange(range, Math.floor(us / 1e6));
-      }
-      if (matches) matched[slot] = 1;
-    }
-    const buffer = new Uint32Array(n);
-    let found = 0;
-    for (let k = 0; k < n; k++) {
-      const slot = t.order[k] ?? 0;
-      if (matched[slot] === 1) buffer[found++] = slot;
-    }
-    const out = buffer.slice(0, found);
-    if (byUpdated) {
-      // Ordering by updated_at makes an updated row jump to the end between two pages, which is
-      // the offset-paging hazard the shiftingOrder option exists to exercise.
-      return Uint32Array.from([...out].sort((a, b) => (t.updatedUs[a] ?? 0) - (t.updatedUs[b] ?? 0)));
-    }
-    return out;
-  }
-
-  private filterColumn(key: SecondsRange['key']): Float64Array {
-    switch (key) {
-      case 'date_subscribe':
-        return this.table.subscribedUs;
-      case 'date_unsubscribe':
-        return this.table.unsubscribedUs;
-      case 'date_created':
-        return this.table.createdUs;
-      case 'date_updated':
-        return this.table.updatedUs;
-    }
+    return JSON.stringify(currentSubscriber(this.wire, slot));
   }
 
   // ---------------------------------------------------------------- mutations
@@ -811,7 +744,7 @@ export class World {
       kind,
       atUs: us,
       subscriberId: slot === null ? null : this.idScheme.idOf(slot),
-      subscriber: slot === null ? null : this.webhookAt(slot),
+      subscriber: slot === null ? null : webhookSubscriber(this.wire, slot),
       ...extra,
     };
     this.record(event);
@@ -853,70 +786,6 @@ export class World {
       groups: this.groupList.filter((g) => t.isMember(g.index, slot)).map((g) => g.id),
       deleted: t.isDeleted(slot),
       forgotten: t.isForgotten(slot),
-    };
-  }
-
-  private legacyAt(slot: number): LegacySubscriber {
-    const t = this.table;
-    const person = this.personAt(slot);
-    const sent = t.sent[slot] ?? 0;
-    const opened = t.opens[slot] ?? 0;
-    const clicked = t.clicks[slot] ?? 0;
-    const created = t.createdUs[slot] ?? 0;
-    return {
-      id: this.idScheme.idOf(slot),
-      name: person.fields.name,
-      email: person.email,
-      sent,
-      opened,
-      opened_rate: rate(opened, sent),
-      clicked,
-      clicked_rate: rate(clicked, sent),
-      type: this.statusAt(slot),
-      country_id: t.countryId[slot] ?? 0,
-      signup_ip: ipToString(t.ip[slot] ?? 0),
-      signup_timestamp: this.localDateTime(created),
-      confirmation_ip: ipToString(t.optinIp[slot] ?? 0),
-      confirmation_timestamp: this.localDateTime(t.optedInUs[slot]),
-      fields: [
-        { key: 'email', value: person.email, type: 'TEXT' },
-        ...FIELD_KEYS.map((key) => ({ key, value: person.fields[key], type: 'TEXT' as const })),
-      ],
-      webform_subscribe_date: null,
-      date_subscribe: this.localDate(t.subscribedUs[slot]),
-      date_unsubscribe: this.localDateTime(t.unsubscribedUs[slot]),
-      date_created: this.localDateTime(created) ?? '',
-      date_updated: this.localDateTime(t.updatedUs[slot]) ?? '',
-      user_agent: null,
-    };
-  }
-
-  private webhookAt(slot: number): WebhookSubscriber {
-    const t = this.table;
-    const person = this.personAt(slot);
-    const sent = t.sent[slot] ?? 0;
-    const opens = t.opens[slot] ?? 0;
-    const clicks = t.clicks[slot] ?? 0;
-    return {
-      id: this.idScheme.idOf(slot),
-      email: person.email,
-      status: this.statusAt(slot),
-      source: this.sourceAt(slot),
-      sent,
-      opens_count: opens,
-      clicks_count: clicks,
-      open_rate: rate(opens, sent),
-      click_rate: rate(clicks, sent),
-      ip_address: ipToString(t.ip[slot] ?? 0),
-      subscribed_at: isoOrNull(t.subscribedUs[slot]),
-      unsubscribed_at: isoOrNull(t.unsubscribedUs[slot]),
-      created_at: isoMicros(t.createdUs[slot] ?? 0),
-      updated_at: isoMicros(t.updatedUs[slot] ?? 0),
-      deleted_at: isoOrNull(t.deletedUs.get(slot)),
-      forget_at: isoOrNull(t.forgetUs.get(slot)),
-      fields: { ...person.fields },
-      opted_in_at: isoOrNull(t.optedInUs[slot]),
-      optin_ip: ipToString(t.optinIp[slot] ?? 0),
     };
   }
 
@@ -1009,10 +878,6 @@ function publicGroup(group: GroupRecord): GroupInfo {
 
 function nullable(value: number | undefined): number | null {
   return value === undefined || Number.isNaN(value) ? null : value;
-}
-
-function isoOrNull(us: number | undefined): string | null {
-  return us === undefined || Number.isNaN(us) ? null : isoMicros(us);
 }
 
 function definedFields(patch: Partial<SubscriberFields> | undefined): Partial<SubscriberFields> {

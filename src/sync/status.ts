@@ -6,8 +6,8 @@
 import type { Queryable } from '../ground/queryable.js';
 import type { SyncStateRow } from './state.js';
 import { listSyncStates } from './state.js';
-import { accuracy } from './audit-core.js';
-import { auditWindow, listWebhookHealth, type AuditWindowRow, type WebhookHealth } from './audit-state.js';
+import { accuracy } from '../audit/core.js';
+import { auditWindow, listWebhookHealth, type AuditWindowRow, type WebhookHealth } from '../audit/state.js';
 
 export interface StatusRow {
   groupId: string;

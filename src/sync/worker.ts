@@ -9,7 +9,7 @@ import type pg from 'pg';
 import { SUBSCRIBER_TYPES, type PassTrigger, type SubscriberType } from '../db/schema.js';
 import type { Metrics } from '../ground/metrics.js';
 import type { Logger } from '../ground/log.js';
-import { UpstreamAuthError } from '../upstream/http.js';
+import { UpstreamAuthError } from '../upstream/errors.js';
 import type { LegacyClient } from '../upstream/legacy/client.js';
 import { authPauseKey, clearAuthPause, isPaused, readAuthPause, recordAuthFailure } from './auth-pause.js';
 import { decide, type DecisionJob, type DecisionState, type Need } from './decide.js';

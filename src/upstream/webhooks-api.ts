@@ -13,17 +13,9 @@
  */
 import { z } from 'zod';
 import type { Logger } from '../ground/log.js';
-import {
-  createHttpClient,
-  isPlainObject,
-  UpstreamAuthError,
-  UpstreamBodyError,
-  UpstreamHttpError,
-  type HttpClient,
-  type HttpClientOptions,
-  type HttpStats,
-  type RequestTarget,
-} from './http.js';
+import { UpstreamAuthError, UpstreamBodyError, UpstreamHttpError, type RequestTarget } from './errors.js';
+import { createHttpClient, type HttpClient, type HttpClientOptions, type HttpStats } from './http.js';
+import { isPlainObject } from './json.js';
 
 export const WEBHOOKS_LABEL = 'webhook API';
 export const WEBHOOKS_PATH = '/api/webhooks';

@@ -24,7 +24,7 @@ import { forgottenAmongSql } from '../mirror/erasure.js';
 import { eraseActivityLinks } from '../mirror/store/activity.js';
 import { rollbackOrBroken } from '../mirror/store/index.js';
 import { applyPlan, planDelivery, type ApplyCounts, type EffectPlan } from './apply.js';
-import { deliveryStatus, finishDeliverySql, lockDeliverySql, recordFailedAttempt, type LockedDelivery } from './inbox.js';
+import { deliveryStatus, finishDeliverySql, lockDeliverySql, recordFailedAttempt, type LockedDelivery } from './inbox/lifecycle.js';
 import { deliveryKinds, parseDelivery, PayloadError } from './payloads.js';
 import { redactDelivery } from './redact.js';
 

@@ -20,7 +20,7 @@ import {
   type InboxWriter,
   type InboxWriterOptions,
   type StoredDelivery,
-} from './inbox.js';
+} from './inbox/write.js';
 import { BodyError, createBodyBudget, readBody, type BodyBudget } from './body.js';
 import { deliveryKinds, parseDelivery, PayloadError, peekKinds } from './payloads.js';
 import { createRejectionLog, type RejectionLog, type RejectionLogOptions } from './rejections.js';

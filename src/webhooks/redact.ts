@@ -8,7 +8,13 @@
  */
 import { isLosslessNumber, parse, stringify } from 'lossless-json';
 import type { Queryable } from '../ground/queryable.js';
-import { deliveriesMentioning, deliveriesMentioningErasedSince, deliveryBody, emailsOfSubscribers, replaceDeliveryBody } from './inbox.js';
+import {
+  deliveriesMentioning,
+  deliveriesMentioningErasedSince,
+  deliveryBody,
+  emailsOfSubscribers,
+  replaceDeliveryBody,
+} from './inbox/erasure.js';
 import { linkWithoutPersonalData, SUBSCRIBER_EMPTIED, SUBSCRIBER_KEPT_KEYS, SUBSCRIBER_MARKER_KEYS } from '../mirror/personal-data.js';
 import { canonicalIdOrNull } from '../mirror/rules.js';
 import { LINK_URL_KEY } from './payloads.js';

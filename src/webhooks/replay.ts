@@ -5,7 +5,7 @@
  */
 import type { Queryable } from '../ground/queryable.js';
 import { assertDeliveryId } from './apply-job.js';
-import { ignoredDeliveries, reopenFailed, reopenIgnored, type ReplayFilter } from './inbox.js';
+import { ignoredDeliveries, reopenFailed, reopenIgnored, type ReplayFilter } from './inbox/lifecycle.js';
 import { parseDelivery, PayloadError } from './payloads.js';
 
 export interface ReplayOptions {

@@ -8,7 +8,7 @@ import type { Logger } from '../ground/log.js';
 import type { Metrics } from '../ground/metrics.js';
 import type { Queryable } from '../ground/queryable.js';
 import { repeat, type RepeatOptions } from '../ground/repeat.js';
-import { pendingDeliveries, purgeDeliveries, type PendingCursor } from './inbox.js';
+import { pendingDeliveries, purgeDeliveries, type PendingCursor } from './inbox/lifecycle.js';
 
 export interface SweeperOptions {
   pool: Queryable;

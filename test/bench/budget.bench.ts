@@ -25,7 +25,7 @@ import { Redis } from 'ioredis';
 import { SUBSCRIBER_TYPES } from '../../src/db/schema.js';
 import { startSimulator } from '../../src/simulator/index.js';
 import { RATE_LIMIT_MODELS } from '../../src/simulator/server.js';
-import { readRateBudgets } from '../../src/upstream/budget-limiter.js';
+import { readRateBudgets } from '../../src/ratelimit/budget-limiter.js';
 import { deleteKeysByPrefix } from '../helpers/redis-prefix.js';
 import { argNumber, argText, isMain } from './lib/cli.js';
 import { figure, printTable, writeJson, type BenchFigure, type BenchResult } from './lib/report.js';

@@ -25,7 +25,7 @@ export interface CurrentBenchFigures {
 /** Page cap of the simulator (and the lowest maximum anyone states for the service). */
 const PAGE_CAP = 100;
 const PER_MINUTE = 120;
-/** The shared limiter keeps 2 % of each window as margin (src/upstream/limiter.ts). */
+/** The shared limiter keeps 2 % of each window as margin (src/ratelimit/limiter.ts). */
 const LIMITER_MARGIN = 0.02;
 
 export async function benchCurrent(options: {

@@ -14,7 +14,7 @@ import type { SubscriberType } from '../../src/db/schema.js';
 import { createLogger } from '../../src/ground/log.js';
 import { runPass, type PassDeps } from '../../src/sync/legacy-pass.js';
 import { createLegacyClient } from '../../src/upstream/legacy/client.js';
-import { createLimiter } from '../../src/upstream/limiter.js';
+import { createLimiter } from '../../src/ratelimit/limiter.js';
 
 export interface MemoryChildConfig {
   simulatorUrl: string;

@@ -34,7 +34,7 @@ import { createSyncWorker } from '../../src/sync/worker.js';
 import { Redis } from 'ioredis';
 import { deleteKeysByPrefix } from '../helpers/redis-prefix.js';
 import { createLegacyClient } from '../../src/upstream/legacy/client.js';
-import { createLimiter } from '../../src/upstream/limiter.js';
+import { createLimiter } from '../../src/ratelimit/limiter.js';
 import { argText, isMain } from './lib/cli.js';
 import { figure, printTable, writeJson, type BenchResult } from './lib/report.js';
 import { createScratchDatabase, type ScratchDatabase } from './lib/scratch-db.js';

@@ -41,7 +41,7 @@ import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { runPass, type PassDeps } from '../../src/sync/legacy-pass.js';
 import { ensureSyncState, saveFullCheckpoint } from '../../src/sync/state.js';
 import { createLegacyClient, type LegacyClient } from '../../src/upstream/legacy/client.js';
-import { createLimiter } from '../../src/upstream/limiter.js';
+import { createLimiter } from '../../src/ratelimit/limiter.js';
 import { copyFromStdin, copyRows, subscriberCopyTuple } from './lib/copy.js';
 import { argText, isMain } from './lib/cli.js';
 import { figure, printTable, round, timed, writeJson, type BenchFigure, type BenchResult } from './lib/report.js';

@@ -22,7 +22,7 @@ import type pg from 'pg';
 import { openDatabase } from '../../src/db/client.js';
 import { buildServer } from '../../src/http/server.js';
 import { createLogger } from '../../src/ground/log.js';
-import type { InboxWriterOptions, InboxWriterStats } from '../../src/webhooks/inbox.js';
+import type { InboxWriterOptions, InboxWriterStats } from '../../src/webhooks/inbox/write.js';
 import { parseDelivery } from '../../src/webhooks/payloads.js';
 import { registerWebhookRoute } from '../../src/webhooks/receiver.js';
 import { verifySignature } from '../../src/webhooks/signature.js';

@@ -9,7 +9,7 @@ import net from 'node:net';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.js';
-import { startService, type RunningService } from '../../src/start.js';
+import { startService, type RunningService } from '../../src/commands/start.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { deleteInstallKeys, redisUrl, uniquePrefix } from '../helpers/redis.js';
 

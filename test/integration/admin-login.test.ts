@@ -10,7 +10,7 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.js';
 import { createSessionStore } from '../../src/http/sessions.js';
-import { startService, type RunningService } from '../../src/start.js';
+import { startService, type RunningService } from '../../src/commands/start.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { deleteInstallKeys, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait.js';

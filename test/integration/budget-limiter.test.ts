@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import type { RateLimitScope } from '../../src/simulator/server.js';
-import { createBudgetLimiter, type BudgetLimiter } from '../../src/upstream/budget-limiter.js';
+import { createBudgetLimiter, type BudgetLimiter } from '../../src/ratelimit/budget-limiter.js';
 import { createLegacyClient } from '../../src/upstream/legacy/client.js';
 
 const TYPES = ['active', 'unsubscribed', 'bounced'] as const;

@@ -12,7 +12,7 @@ import { createLogger, type Logger } from '../../src/ground/log.js';
 import { normalizeLegacySubscriber } from '../../src/mirror/normalize.js';
 import { upsertMemberships, upsertSubscribers } from '../../src/mirror/store/index.js';
 import type { EventKind } from '../../src/webhooks/payloads.js';
-import { storeDelivery, type DeliveryRecord } from '../../src/webhooks/inbox.js';
+import { storeDelivery, type DeliveryRecord } from '../../src/webhooks/inbox/write.js';
 import { registerWebhookRoute } from '../../src/webhooks/receiver.js';
 import { signBody } from '../../src/webhooks/signature.js';
 import { applyDelivery } from '../../src/webhooks/apply-job.js';

@@ -12,7 +12,7 @@ import { CURRENT_REQUESTS, startSimulator, type Simulator } from '../../src/simu
 import { runPass } from '../../src/sync/legacy-pass.js';
 import { PassInterruptedError } from '../../src/sync/pass-recorder.js';
 import { readSyncState } from '../../src/sync/state.js';
-import { createLimiter } from '../../src/upstream/limiter.js';
+import { createLimiter } from '../../src/ratelimit/limiter.js';
 import type { TestDatabase } from '../helpers/db.js';
 import { currentTestSource, expectedFromWorldCurrent, passContext } from '../helpers/current.js';
 import { diffSubscribers, readMembers, readMirroredSubscribers } from '../helpers/mirror.js';

@@ -10,12 +10,13 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { loadConfig } from '../../src/config.js';
 import { migrationsPending } from '../../src/db/migrate.js';
-import { startService } from '../../src/start.js';
+import { startService } from '../../src/commands/start.js';
 import { signBody } from '../../src/webhooks/signature.js';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait.js';
 import { ROOT } from '../helpers/cli.js';
-import { createInboxWriter, loadSecrets, purgeDeliveries, storeDelivery, type DeliveryRecord } from '../../src/webhooks/inbox.js';
+import { purgeDeliveries } from '../../src/webhooks/inbox/lifecycle.js';
+import { createInboxWriter, loadSecrets, storeDelivery, type DeliveryRecord } from '../../src/webhooks/inbox/write.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 
 const RECEIVER = 'subscriber_mirror_receiver';

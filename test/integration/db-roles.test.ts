@@ -7,7 +7,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { inject } from 'vitest';
 import { runMigrations } from '../../src/db/migrate.js';
-import { storeDelivery } from '../../src/webhooks/inbox.js';
+import { storeDelivery } from '../../src/webhooks/inbox/write.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { withDatabase } from '../helpers/global-setup.js';
 

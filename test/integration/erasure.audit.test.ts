@@ -11,7 +11,7 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { runErasure } from '../../src/webhooks/erasure-run.js';
 import { configureHistory } from '../../src/mirror/history.js';
 import { applyDelivery } from '../../src/webhooks/apply-job.js';
-import { storeDelivery, type DeliveryRecord } from '../../src/webhooks/inbox.js';
+import { storeDelivery, type DeliveryRecord } from '../../src/webhooks/inbox/write.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 
 const run = promisify(execFile);

@@ -6,7 +6,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runErasure } from '../../src/webhooks/erasure-run.js';
 import { applyPlan, planDelivery } from '../../src/webhooks/apply.js';
-import { bodySha256, purgeDeliveries, storeDelivery, type DeliveryRecord } from '../../src/webhooks/inbox.js';
+import { purgeDeliveries } from '../../src/webhooks/inbox/lifecycle.js';
+import { bodySha256, storeDelivery, type DeliveryRecord } from '../../src/webhooks/inbox/write.js';
 import { parseDelivery } from '../../src/webhooks/payloads.js';
 import { redactBody } from '../../src/webhooks/redact.js';
 import { loadFixtures } from '../fixtures/webhooks/index.js';

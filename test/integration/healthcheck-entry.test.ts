@@ -13,16 +13,18 @@ import path from 'node:path';
 import ts from 'typescript';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.js';
-import { startService, type RunningService } from '../../src/start.js';
+import { startService, type RunningService } from '../../src/commands/start.js';
 import { freePort } from '../helpers/child-service.js';
 import { ROOT } from '../helpers/cli.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait.js';
 
-const SOURCE = path.join(ROOT, 'src/healthcheck.ts');
+const SOURCE = path.join(ROOT, 'src/commands/healthcheck.ts');
+/** The file `dist/healthcheck.js` is built from: it only runs {@link SOURCE}. */
+const ENTRY = path.join(ROOT, 'src/healthcheck.ts');
 
-/** What `npm run build` emits for src/healthcheck.ts (same compiler options), as a standalone .mjs. */
+/** What `npm run build` emits for src/commands/healthcheck.ts (same compiler options), as a standalone .mjs. */
 function compileEntry(dir: string): { file: string; js: string } {
   const { options } = ts.convertCompilerOptionsFromJson(
     { target: 'ES2022', module: 'NodeNext', moduleResolution: 'NodeNext', verbatimModuleSyntax: true },
@@ -109,6 +111,8 @@ describe('dist/healthcheck.js, the container health check', () => {
     const modules = importedModules(entry.js);
     expect(modules.length).toBeGreaterThan(0);
     expect(modules.filter((m) => !m.startsWith('node:'))).toEqual([]);
+    // dist/healthcheck.js adds nothing but the check.
+    expect(importedModules(readFileSync(ENTRY, 'utf8'))).toEqual(['./commands/healthcheck.js']);
   });
 
   it('exits 0 against a ready service, asking the ops port when OPS_PORT is set', async () => {

@@ -16,7 +16,7 @@ import {
   spacingMs,
   type Limiter,
   type LimiterOptions,
-} from '../../src/upstream/limiter.js';
+} from '../../src/ratelimit/limiter.js';
 import { createLegacyClient } from '../../src/upstream/legacy/client.js';
 
 const PER_WINDOW = 20;

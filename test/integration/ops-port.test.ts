@@ -5,7 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.js';
-import { startService, type RunningService } from '../../src/start.js';
+import { startService, type RunningService } from '../../src/commands/start.js';
 import { signBody } from '../../src/webhooks/signature.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { hostPort, startTcpProxy, type TcpProxy } from '../helpers/proxy.js';

@@ -6,7 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.js';
-import { startService, type RunningService } from '../../src/start.js';
+import { startService, type RunningService } from '../../src/commands/start.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { createPgStatementCounter, hostPort, startTcpProxy, type TcpProxy } from '../helpers/proxy.js';
 import { deleteInstallKeys, redisUrl, uniquePrefix } from '../helpers/redis.js';

@@ -1,16 +1,10 @@
 /**
- * inbox.ts against real Postgres: the statements, dedupe by body hash (invariant 5), and concurrent
+ * The inbox (src/webhooks/inbox/) against real Postgres: the statements, dedupe by body hash (invariant 5), and concurrent
  * batches. The route itself is covered in receiver.test.ts.
  */
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from 'vitest';
-import {
-  bodySha256,
-  createInboxWriter,
-  loadSecrets,
-  purgeDeliveries,
-  storeDelivery,
-  type DeliveryRecord,
-} from '../../src/webhooks/inbox.js';
+import { purgeDeliveries } from '../../src/webhooks/inbox/lifecycle.js';
+import { bodySha256, createInboxWriter, loadSecrets, storeDelivery, type DeliveryRecord } from '../../src/webhooks/inbox/write.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 
 let db: TestDatabase;

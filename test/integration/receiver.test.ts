@@ -11,7 +11,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, test } from 'vitest'
 import { openDatabase } from '../../src/db/client.js';
 import { buildServer } from '../../src/http/server.js';
 import { createLogger } from '../../src/ground/log.js';
-import { bodySha256 } from '../../src/webhooks/inbox.js';
+import { bodySha256 } from '../../src/webhooks/inbox/write.js';
 import { registerWebhookRoute, type WebhookRoute } from '../../src/webhooks/receiver.js';
 import { signBody } from '../../src/webhooks/signature.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';

@@ -14,7 +14,7 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.js';
 import { createSessionStore } from '../../src/http/sessions.js';
-import { startService, type RunningService } from '../../src/start.js';
+import { startService, type RunningService } from '../../src/commands/start.js';
 import { deliveryJobId, EVENTS_QUEUE } from '../../src/webhooks/consumer.js';
 import { signBody } from '../../src/webhooks/signature.js';
 import { ROOT } from '../helpers/cli.js';

@@ -5,7 +5,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.js';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
-import { startService, type RunningService } from '../../src/start.js';
+import { startService, type RunningService } from '../../src/commands/start.js';
 import { runCli } from '../helpers/cli.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { deleteInstallKeys, redisUrl, uniquePrefix } from '../helpers/redis.js';

@@ -4,7 +4,7 @@
 import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.js';
-import { startService, type RunningService } from '../../src/start.js';
+import { startService, type RunningService } from '../../src/commands/start.js';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { createSyncQueue } from '../../src/sync/schedule.js';
 import { signBody } from '../../src/webhooks/signature.js';

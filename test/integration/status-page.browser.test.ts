@@ -9,7 +9,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Page } from 'playwright-core';
 import { loadConfig } from '../../src/config.js';
-import { startService, type RunningService } from '../../src/start.js';
+import { startService, type RunningService } from '../../src/commands/start.js';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { SUBSCRIBER_TYPES } from '../../src/db/schema.js';
 import { collectStatus } from '../../src/sync/status.js';

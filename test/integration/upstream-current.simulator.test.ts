@@ -7,9 +7,9 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { normalizeCurrentSubscriber } from '../../src/mirror/normalize.js';
 import { CURRENT_REQUESTS, startSimulator, type Simulator, type SimulatorOptions } from '../../src/simulator/index.js';
 import { createCurrentClient, type CurrentClientOptions, type CurrentPage } from '../../src/upstream/current/client.js';
-import { UpstreamAuthError, UpstreamMovedAccountError } from '../../src/upstream/http.js';
+import { UpstreamAuthError, UpstreamMovedAccountError } from '../../src/upstream/errors.js';
 import { createLegacyClient } from '../../src/upstream/legacy/client.js';
-import { createLimiter, type Limiter } from '../../src/upstream/limiter.js';
+import { createLimiter, type Limiter } from '../../src/ratelimit/limiter.js';
 
 const STATUSES = ['active', 'unsubscribed', 'bounced', 'junk', 'unconfirmed'] as const;
 

@@ -11,9 +11,9 @@ import {
   UpstreamHttpError,
   UpstreamNetworkError,
   UpstreamRateLimitError,
-} from '../../src/upstream/http.js';
+} from '../../src/upstream/errors.js';
 import { createLegacyClient, overlapFor, type LegacyPage } from '../../src/upstream/legacy/client.js';
-import { createLimiter, type Limiter } from '../../src/upstream/limiter.js';
+import { createLimiter, type Limiter } from '../../src/ratelimit/limiter.js';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
 
 const API_KEY = 'int-test-key-5e4d3c2b1a';

@@ -5,8 +5,8 @@
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { startSimulator, type Simulator, type SimulatorOptions } from '../../src/simulator/index.js';
 import { createLegacyClient, type LegacyClientOptions, type LegacyPage } from '../../src/upstream/legacy/client.js';
-import { UpstreamAuthError, UpstreamBodyError } from '../../src/upstream/http.js';
-import { createLimiter, maxInAnyWindow, type Limiter } from '../../src/upstream/limiter.js';
+import { UpstreamAuthError, UpstreamBodyError } from '../../src/upstream/errors.js';
+import { createLimiter, maxInAnyWindow, type Limiter } from '../../src/ratelimit/limiter.js';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
 
 const SUBSCRIBER_TYPES = ['active', 'unsubscribed', 'bounced', 'junk', 'unconfirmed'] as const;

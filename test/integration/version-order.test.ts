@@ -10,7 +10,7 @@ import { normalizeLegacySubscriber, normalizeWebhookSubscriber } from '../../src
 import { upsertSubscribers, withTransaction } from '../../src/mirror/store/index.js';
 import { applyPlan, planDelivery } from '../../src/webhooks/apply.js';
 import { applyDelivery } from '../../src/webhooks/apply-job.js';
-import { storeDelivery } from '../../src/webhooks/inbox.js';
+import { storeDelivery } from '../../src/webhooks/inbox/write.js';
 import { deliveryKinds, parseDelivery } from '../../src/webhooks/payloads.js';
 import { runPass, type PassDeps } from '../../src/sync/legacy-pass.js';
 import type { LegacyClient, LegacyPage } from '../../src/upstream/legacy/client.js';

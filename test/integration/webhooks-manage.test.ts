@@ -26,7 +26,7 @@ import {
   updateWebhook,
   type StoredEndpoint,
 } from '../../src/webhooks/manage.js';
-import { runWebhooksCli } from '../../src/webhooks-cli.js';
+import { runWebhooksCli } from '../../src/commands/webhooks.js';
 import { openDatabase } from '../../src/db/client.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { buildServer } from '../../src/http/server.js';
@@ -73,7 +73,7 @@ interface CliRun {
   error: Error | undefined;
 }
 
-/** Runs the subcommand and maps errors the way src/cli.ts does (UsageError → 2, others → 1). */
+/** Runs the subcommand and maps errors the way src/commands/cli.ts does (UsageError → 2, others → 1). */
 async function cli(argv: string[], token = TOKEN): Promise<CliRun> {
   const lines: string[] = [];
   try {

@@ -19,7 +19,7 @@ import {
   type ListedRow,
   type MirrorRow,
   type RowFinding,
-} from '../../src/sync/audit-core.js';
+} from '../../src/audit/core.js';
 
 const NOW = Date.parse('2026-03-01T12:00:00Z');
 const CLOCK = { now: NOW, settleMs: 120_000 };

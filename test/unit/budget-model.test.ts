@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { BudgetLearner, readRateHeaders, type RateHeaders } from '../../src/upstream/budget-model.js';
-import { budgetFor } from '../../src/upstream/budget-limiter.js';
+import { BudgetLearner, readRateHeaders, type RateHeaders } from '../../src/ratelimit/budget-model.js';
+import { budgetFor } from '../../src/ratelimit/budget-limiter.js';
 
 /** A service in one fixed window: counters keyed as the model says, answers in order. */
 function service(keyOf: (endpoint: string) => string, limit = 60) {
@@ -206,7 +206,7 @@ describe('readRateBudgets', () => {
   const store = (text: string | null) => ({ get: async () => text });
 
   it('reads back what a limiter published, and nothing from what is not a report', async () => {
-    const { createBudgetLimiter, readRateBudgets } = await import('../../src/upstream/budget-limiter.js');
+    const { createBudgetLimiter, readRateBudgets } = await import('../../src/ratelimit/budget-limiter.js');
     const limiter = createBudgetLimiter({ mode: 'memory', perMinute: 60 });
     try {
       const report = limiter.report();

@@ -427,7 +427,7 @@ describe('each setting declared once (SETTINGS in src/config.ts)', () => {
 
 describe('the audit settings', () => {
   it('AUDIT_EVERY is a duration of at least 1s or off; AUDIT_SAMPLE defaults to the page size', async () => {
-    const { auditSettings } = await import('../../src/audit-settings.js');
+    const { auditSettings } = await import('../../src/commands/audit-settings.js');
     expect(auditSettings(loadConfig({})).everyMs).toBe(15 * 60_000);
     expect(auditSettings(loadConfig({ AUDIT_EVERY: 'off' })).everyMs).toBeNull();
     expect(auditSettings(loadConfig({ AUDIT_EVERY: '2s' })).everyMs).toBe(2_000);
@@ -442,7 +442,7 @@ describe('the audit settings', () => {
   });
 
   it('AUDIT_SETTLE defaults to 2 min; the legacy source never settles faster than two incremental intervals', async () => {
-    const { auditSettings } = await import('../../src/audit-settings.js');
+    const { auditSettings } = await import('../../src/commands/audit-settings.js');
     const legacy = { MAILER_LEGACY_URL: 'http://127.0.0.1:1', MAILER_API_KEY: 'k', SYNC_GROUPS: '1' };
     expect(auditSettings(loadConfig({})).settleMs).toBe(120_000);
     expect(auditSettings(loadConfig({ AUDIT_SETTLE: '4s' })).settleMs).toBe(4_000);

@@ -1,7 +1,7 @@
 import { DrizzleQueryError } from 'drizzle-orm/errors';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { describeConnectionError } from '../../src/start.js';
+import { describeConnectionError } from '../../src/commands/connection-error.js';
 
 /** What Postgres raised in a migration (0012_least_privilege) when the receiver's role is missing. */
 function missingRoleError(): pg.DatabaseError {

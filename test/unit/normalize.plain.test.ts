@@ -6,7 +6,7 @@
 import { describe, expect, test } from 'vitest';
 import { legacySubscriberRowOf, legacySubscriberRowSchema } from '../../src/mirror/schemas.js';
 import { World } from '../../src/simulator/world.js';
-import { parseJsonLossless } from '../../src/upstream/http.js';
+import { parseJsonLossless } from '../../src/upstream/json.js';
 
 const ZONES = ['UTC', 'America/New_York', 'Asia/Kolkata'];
 

@@ -1,4 +1,4 @@
-import { formatBudgetReport } from '../../src/upstream/budget-limiter.js';
+import { formatBudgetReport } from '../../src/ratelimit/budget-limiter.js';
 import { describe, expect, it } from 'vitest';
 import { escapeHtml, formatAge, freshness, renderStatusPage, type StatusPageData } from '../../src/http/status-page.js';
 import type { StatusRow } from '../../src/sync/status.js';

@@ -215,7 +215,7 @@ function handWrittenRowTypes(text: string): string[] {
 
 describe('no hand-written copies of a table in src/', () => {
   test('the readers find what they are for', () => {
-    // As src/sync/audit-state.ts spelled them before its rows were derived.
+    // As the audit's tables module spelled them before its rows were derived.
     expect(
       handWrittenRowReads(`group_id as "groupId", type, sample_offset as "sampleOffset", sample_cursor as "sampleCursor",
       sample_after_id as "sampleAfterId", pending_count as "pendingCount", \${} as "pendingCountAt", pending_extras, last_error`),

@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { createCurrentClient, type CurrentPage } from '../../src/upstream/current/client.js';
-import { UpstreamAuthError, UpstreamBodyError, UpstreamHttpError, UpstreamMovedAccountError } from '../../src/upstream/http.js';
+import { UpstreamAuthError, UpstreamBodyError, UpstreamHttpError, UpstreamMovedAccountError } from '../../src/upstream/errors.js';
 
 const TOKEN = 'ml-token-8c1f4e2a9b7d';
 const BASE = 'https://connect.example.com';

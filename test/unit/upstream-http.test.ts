@@ -4,12 +4,9 @@
  * client over real sockets is upstream-http.sockets.test.ts.
  */
 import { describe, expect, it } from 'vitest';
+import { classifyResponse, type ClassifyContext } from '../../src/upstream/classify.js';
 import {
-  classifyResponse,
-  createHttpClient,
   isRetryable,
-  parseJsonLossless,
-  parseRetryAfter,
   UpstreamApiError,
   UpstreamAuthError,
   UpstreamBodyError,
@@ -18,9 +15,10 @@ import {
   UpstreamNetworkError,
   UpstreamRateLimitError,
   UpstreamTimeoutError,
-  type ClassifyContext,
-  type RequestGate,
-} from '../../src/upstream/http.js';
+} from '../../src/upstream/errors.js';
+import { createHttpClient, type RequestGate } from '../../src/upstream/http.js';
+import { parseJsonLossless } from '../../src/upstream/json.js';
+import { parseRetryAfter } from '../../src/upstream/retry-after.js';
 import { createScrubber } from '../../src/ground/log.js';
 
 const API_KEY = 'sk-live-4f1c9a7e2b6d';

@@ -11,7 +11,7 @@ import {
   type PageCapKnowledge,
 } from '../../src/upstream/legacy/client.js';
 import { isRealDate } from '../../src/ground/time.js';
-import { UpstreamAuthError, UpstreamBodyError } from '../../src/upstream/http.js';
+import { UpstreamAuthError, UpstreamBodyError } from '../../src/upstream/errors.js';
 
 const API_KEY = 'legacy-key-0a9b8c7d6e';
 

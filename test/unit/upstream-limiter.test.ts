@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { createLimiter, isLostStateError, LimiterClosedError, maxInAnyWindow, spacingMs } from '../../src/upstream/limiter.js';
+import { createLimiter, isLostStateError, LimiterClosedError, maxInAnyWindow, spacingMs } from '../../src/ratelimit/limiter.js';
 
 describe('limiter arithmetic', () => {
   it('spaces starts so that limit + 1 of them never fit in one window', () => {

@@ -13,7 +13,7 @@ import {
   parseRegisterArgs,
   parseUpdateArgs,
   publicWebhook,
-} from '../../src/webhooks-cli.js';
+} from '../../src/commands/webhooks.js';
 import { UsageError } from '../../src/ground/usage-error.js';
 import type { Webhook } from '../../src/upstream/webhooks-api.js';
 

@@ -14,7 +14,7 @@ import {
   WebhookNotFoundError,
   WebhookValidationError,
 } from '../../src/upstream/webhooks-api.js';
-import { UpstreamBodyError, UpstreamHttpError } from '../../src/upstream/http.js';
+import { UpstreamBodyError, UpstreamHttpError } from '../../src/upstream/errors.js';
 
 const TOKEN = 'tok-unit-5f1c9a2e77';
 const BASE = 'https://hooks.example.test';

@@ -4,7 +4,7 @@
  */
 import { describe, expect, test } from 'vitest';
 import type { Queryable } from '../../src/ground/queryable.js';
-import { bodySha256, createInboxWriter, type DeliveryRecord } from '../../src/webhooks/inbox.js';
+import { bodySha256, createInboxWriter, type DeliveryRecord } from '../../src/webhooks/inbox/write.js';
 import { createSecretCache } from '../../src/webhooks/receiver.js';
 
 interface Call {

@@ -11,16 +11,9 @@
  */
 import { SUBSCRIBER_TYPES, type SubscriberType } from '../../db/schema.js';
 import type { PageAdmission, Release } from '../page-gate.js';
-import {
-  createHttpClient,
-  isPlainObject,
-  UpstreamBodyError,
-  UpstreamHttpError,
-  type HttpClientOptions,
-  type HttpStats,
-  type RequestGate,
-  type RequestTarget,
-} from '../http.js';
+import { UpstreamBodyError, UpstreamHttpError, type RequestTarget } from '../errors.js';
+import { createHttpClient, type HttpClientOptions, type HttpStats, type RequestGate } from '../http.js';
+import { isPlainObject } from '../json.js';
 
 export const CURRENT_LABEL = 'current API';
 

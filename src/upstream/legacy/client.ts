@@ -16,15 +16,9 @@
 import type { Logger } from '../../ground/log.js';
 import { SUBSCRIBER_TYPES, type SubscriberType } from '../../db/schema.js';
 import { isRealDate } from '../../ground/time.js';
-import {
-  createHttpClient,
-  isPlainObject,
-  UpstreamBodyError,
-  type HttpClientOptions,
-  type HttpStats,
-  type RequestGate,
-  type RequestTarget,
-} from '../http.js';
+import { UpstreamBodyError, type RequestTarget } from '../errors.js';
+import { createHttpClient, type HttpClientOptions, type HttpStats, type RequestGate } from '../http.js';
+import { isPlainObject } from '../json.js';
 import type { PageAdmission, Release } from '../page-gate.js';
 import { emptyCapKnowledge, withKnownCap, type PageCapKnowledge } from './cap-knowledge.js';
 import {

@@ -40,8 +40,8 @@ import {
   type MirrorRow,
   type PendingExtra,
   type RowFinding,
-} from './audit-core.js';
-import { membershipNow, mirrorCountAt, mirrorMembersInRange, mirrorRowsFor } from './audit-reads.js';
+} from './core.js';
+import { membershipNow, mirrorCountAt, mirrorMembersInRange, mirrorRowsFor } from './reads.js';
 import {
   emptyTally,
   markFullPassAsked,
@@ -52,8 +52,8 @@ import {
   type AuditStateRow,
   type AuditTally,
   type SampleAdvance,
-} from './audit-state.js';
-import { readSyncState } from './state.js';
+} from './state.js';
+import { readSyncState } from '../sync/state.js';
 
 /** How far a count's instant is widened for clock skew between the service and us, and for stamps in whole seconds. */
 export const COUNT_MARGIN_MS = 30_000;

@@ -1,8 +1,8 @@
 /**
  * `subscriber-mirror webhooks list|get|register|adopt|update|delete` (docs/architecture.md, "Management").
  *
- * `src/cli.ts` loads the config (need `manage-webhooks`), opens the pool and calls
- * `runWebhooksCli`. Bad arguments throw `UsageError` (exit 2, message printed as is, so it carries
+ * {@link webhooksCommand} loads the config (need `manage-webhooks`), opens the pool and calls
+ * `runWebhooksCli`; `webhooks replay` is `replay.ts`. Bad arguments throw `UsageError` (exit 2, message printed as is, so it carries
  * its own usage text); failures throw an Error with one clear line (exit 1).
  *
  * Secrets never reach the output (invariant 10): nothing here formats a secret, `--json` is built
@@ -11,9 +11,10 @@
  */
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import type pg from 'pg';
-import { ConfigError, type Config } from './config.js';
-import { createScrubber, type Logger, type SecretScrubber } from './ground/log.js';
-import { UsageError } from './ground/usage-error.js';
+import { ConfigError, loadConfig, type Config } from '../config.js';
+import { openDatabase } from '../db/client.js';
+import { createScrubber, type Logger, type SecretScrubber } from '../ground/log.js';
+import { UsageError } from '../ground/usage-error.js';
 import {
   createWebhooksApi,
   isWebhookId,
@@ -23,8 +24,8 @@ import {
   type WebhooksApi,
   type WebhooksApiOptions,
   type WebhookUpdateBody,
-} from './upstream/webhooks-api.js';
-import { EVENT_KINDS, isEventKind } from './webhooks/payloads.js';
+} from '../upstream/webhooks-api.js';
+import { EVENT_KINDS, isEventKind } from '../webhooks/payloads.js';
 import {
   adoptWebhook,
   AlreadyRegisteredError,
@@ -39,7 +40,9 @@ import {
   type AdoptResult,
   type ListResult,
   type RegisterAction,
-} from './webhooks/manage.js';
+} from '../webhooks/manage.js';
+import type { Command } from './args.js';
+import { replayCommand } from './replay.js';
 
 export const WEBHOOKS_USAGE = `usage: subscriber-mirror webhooks <subcommand> [options]
 
@@ -458,3 +461,15 @@ export async function runWebhooksCli(argv: string[], deps: WebhooksCliDeps): Pro
     throw scrubbed(error, scrub);
   }
 }
+
+/** `webhooks …`: `replay` re-applies stored deliveries; the other subcommands manage the service-side webhooks. */
+export const webhooksCommand: Command = async (args) => {
+  if (args[0] === 'replay') return replayCommand(args.slice(1));
+  const config = loadConfig(process.env, ['manage-webhooks']);
+  const database = openDatabase(config.databaseUrl, { max: 2 });
+  try {
+    return await runWebhooksCli(args, { config, pool: database.pool });
+  } finally {
+    await database.close();
+  }
+};

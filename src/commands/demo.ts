@@ -8,13 +8,13 @@
 import { randomBytes } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { loadConfig } from './config.js';
-import { openDatabase } from './db/client.js';
-import { UsageError } from './ground/usage-error.js';
-import { startSimulator } from './simulator/index.js';
+import { loadConfig } from '../config.js';
+import { openDatabase } from '../db/client.js';
+import { UsageError } from '../ground/usage-error.js';
+import { startSimulator } from '../simulator/index.js';
 import { startService } from './start.js';
-import { createWebhooksApi } from './upstream/webhooks-api.js';
-import { registerWebhooks } from './webhooks/manage.js';
+import { createWebhooksApi } from '../upstream/webhooks-api.js';
+import { registerWebhooks } from '../webhooks/manage.js';
 
 /** The demo's own usage errors say all there is: the CLI prints them without its usage. */
 function demoUsageError(message: string): UsageError {

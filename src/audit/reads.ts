@@ -5,7 +5,7 @@
  */
 import { canonicalTimestampSql as iso } from '../db/columns.js';
 import type { Queryable } from '../ground/queryable.js';
-import type { AuditedValues, IdRange, MirrorCountAt, MirrorRow } from './audit-core.js';
+import type { AuditedValues, IdRange, MirrorCountAt, MirrorRow } from './core.js';
 
 interface StoredRow {
   id: string;

@@ -5,14 +5,16 @@
 import { Redis } from 'ioredis';
 import { auditSettings } from './audit-settings.js';
 import { auditLoopDeps } from './audit-run.js';
-import type { Config } from './config.js';
-import { openDatabase } from './db/client.js';
-import { createLogger } from './ground/log.js';
-import { runAuditTick, type TickOutcome } from './sync/audit-loop.js';
-import type { PairAudit } from './sync/audit.js';
-import { createSyncQueue } from './sync/schedule.js';
-import { createLimiter } from './upstream/limiter.js';
-import type { SubscriberType } from './db/schema.js';
+import { loadConfig, type Config } from '../config.js';
+import { openDatabase } from '../db/client.js';
+import { createLogger } from '../ground/log.js';
+import { runAuditTick, type TickOutcome } from '../audit/loop.js';
+import type { PairAudit } from '../audit/pair.js';
+import { createSyncQueue } from '../sync/schedule.js';
+import { followSharedLimiter } from './reads.js';
+import type { SubscriberType } from '../db/schema.js';
+import { UsageError } from '../ground/usage-error.js';
+import { parseOptions, type Command } from './args.js';
 
 function ids(list: readonly string[]): string {
   if (list.length === 0) return '';
@@ -54,14 +56,7 @@ export async function runAuditCli(config: Config, target: { groupId?: string; ty
   const database = openDatabase(config.databaseUrl, { max: 2 });
   const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1, lazyConnect: true });
   const queue = createSyncQueue({ url: config.redisUrl, maxRetriesPerRequest: 1 }, config.redisPrefix);
-  // The service's own limiter sets the shared spacing (it may have re-rated it): this one follows it.
-  const limiter = createLimiter({
-    mode: 'redis',
-    redisUrl: config.redisUrl,
-    prefix: config.redisPrefix,
-    perMinute: config.apiRateLimit,
-    writeSettings: false,
-  });
+  const limiter = followSharedLimiter(config);
   try {
     await redis.connect();
     const logger = createLogger({ level: 'silent' }).logger;
@@ -76,3 +71,19 @@ export async function runAuditCli(config: Config, target: { groupId?: string; ty
     await database.close();
   }
 }
+
+/** `audit [--group G] [--type T] [--json]`: one audit of the configured pairs (or one group / type) now. */
+export const auditCommand: Command = async (args) => {
+  const { values } = parseOptions(args, { group: { type: 'string' }, type: { type: 'string' }, json: { type: 'boolean', default: false } });
+  const config = loadConfig(process.env, ['poll']);
+  if (values.group !== undefined && !config.sync.groups.includes(values.group)) {
+    throw new UsageError(
+      `--group ${values.group} is not configured; configured groups (SYNC_GROUPS): ${config.sync.groups.join(', ') || 'none'}`,
+    );
+  }
+  if (values.type !== undefined && !(config.sync.types as readonly string[]).includes(values.type)) {
+    throw new UsageError(`--type must be one of the configured types (SYNC_TYPES): ${config.sync.types.join(', ')}, got "${values.type}"`);
+  }
+  const target = { ...(values.group ? { groupId: values.group } : {}), ...(values.type ? { type: values.type as SubscriberType } : {}) };
+  return runAuditCli(config, target, values.json);
+};

@@ -8,9 +8,9 @@ import type { Redis } from 'ioredis';
 import type { SubscriberType } from '../db/schema.js';
 import { repeat, type Repeating } from '../ground/repeat.js';
 import type { WebhooksApi } from '../upstream/webhooks-api.js';
-import { nextAllowance, planTick, tickBudget, tickCost, tickEarning } from './audit-core.js';
-import { auditPair, passRunning, type AuditDeps, type AuditReader, type PairAudit } from './audit.js';
-import { managedWebhooks } from './audit-reads.js';
+import { nextAllowance, planTick, tickBudget, tickCost, tickEarning } from './core.js';
+import { auditPair, passRunning, type AuditDeps, type AuditReader, type PairAudit } from './pair.js';
+import { managedWebhooks } from './reads.js';
 import {
   claimAudit,
   listWebhookHealth,
@@ -20,10 +20,10 @@ import {
   type WebhookCheck,
   type WebhookHealth,
   type WebhookProblem,
-} from './audit-state.js';
-import { isPaused, readAuthPause } from './auth-pause.js';
-import { readSyncState } from './state.js';
-import { passLockKey } from './worker.js';
+} from './state.js';
+import { isPaused, readAuthPause } from '../sync/auth-pause.js';
+import { readSyncState } from '../sync/state.js';
+import { passLockKey } from '../sync/worker.js';
 
 export interface AuditLoopDeps extends AuditDeps {
   redis: Redis;

@@ -4,7 +4,7 @@
  * AUDIT_SETTLE (default 2 min: the service batches deliveries about once a minute, docs/upstream.md,
  * "Delivery and retries"; twice that, to be sure), or the incremental interval twice when longer.
  */
-import type { Config } from './config.js';
+import type { Config } from '../config.js';
 
 export interface AuditSettings {
   /** AUDIT_EVERY in ms; null: `off`. */

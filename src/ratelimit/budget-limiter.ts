@@ -18,7 +18,7 @@ import type { Redis } from 'ioredis';
 import { z } from 'zod';
 import { sleep } from '../ground/wait.js';
 import { BUDGET_MODELS, BudgetLearner, ENDPOINT_BUDGETS, readRateHeaders } from './budget-model.js';
-import type { GateScheduleOptions, GateSlot } from './http.js';
+import type { GateScheduleOptions, GateSlot } from '../upstream/http.js';
 import { createLimiter, type Limiter, type LimiterOptions, type LimiterStats } from './limiter.js';
 
 export interface BudgetLimiterOptions extends Omit<LimiterOptions, 'perMinute'> {

@@ -30,7 +30,7 @@ import { sleep, withTimeout } from '../ground/wait.js';
 import Bottleneck from 'bottleneck';
 import { Redis, type RedisOptions } from 'ioredis';
 import type { Logger } from '../ground/log.js';
-import type { GateScheduleOptions, GateSlot, RequestGate } from './http.js';
+import type { GateScheduleOptions, GateSlot, RequestGate } from '../upstream/http.js';
 import { localLedger, redisLedger, type SendLedger } from './send-ledger.js';
 
 export type LimiterMode = 'redis' | 'memory' | 'off';

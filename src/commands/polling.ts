@@ -1,0 +1,155 @@
+/**
+ * The poll path of a worker role (docs/architecture.md, "Poll path"): the shared limiter and the read
+ * source, the job schedulers and the resumes of open full passes, the sync worker, the watch that puts
+ * back what went missing from Redis, and the audit loop.
+ */
+import type { ConnectionOptions } from 'bullmq';
+import type { Redis } from 'ioredis';
+import type pg from 'pg';
+import { startAuditLoop } from '../audit/loop.js';
+import { NOTHING_RECONCILES, readCredentialOf, type Config } from '../config.js';
+import type { Logger } from '../ground/log.js';
+import type { Metrics } from '../ground/metrics.js';
+import { repeat, type Repeating } from '../ground/repeat.js';
+import { BUDGET_MODELS } from '../ratelimit/budget-model.js';
+import type { Limiter } from '../ratelimit/limiter.js';
+import { authPauseKey, isPaused, readAuthPause } from '../sync/auth-pause.js';
+import { createSyncQueue, restoreMissingSchedules, syncSchedules, type ScheduleConfig } from '../sync/schedule.js';
+import { createOrphanResumer, createSyncWorker, lastFullPasses, resumeOpenFullPasses, type SyncWorker } from '../sync/worker.js';
+import { auditLoopDeps } from './audit-run.js';
+import { auditSettings } from './audit-settings.js';
+import { describeConnectionError } from './connection-error.js';
+import { createReadSource, createSharedLimiter, upstreamHooks } from './reads.js';
+
+/** Upper bound on how often a poll role checks that its job schedulers still exist in Redis. */
+const SCHEDULE_CHECK_MAX_MS = 30_000;
+const FIRST_SCHEDULE_CHECK_MS = 5_000;
+
+export interface Polling {
+  pauseKey: string;
+  queue: ReturnType<typeof createSyncQueue>;
+  stop(timeoutMs: number): Promise<void>;
+}
+
+/** The poll path when read settings are given; a webhook-only install says that nothing reconciles. */
+export async function startReads(...args: Parameters<typeof startPolling>): Promise<Polling | null> {
+  const [config, , , , log] = args;
+  if (config.sync.reconciles) return startPolling(...args);
+  log.warn(NOTHING_RECONCILES);
+  return null;
+}
+
+/** Schedules passes for the configured groups, resumes open full passes, and runs the sync worker. */
+async function startPolling(
+  config: Config,
+  pool: pg.Pool,
+  redis: Redis,
+  connection: ConnectionOptions,
+  log: Logger,
+  metrics: Metrics,
+): Promise<Polling> {
+  const credential = readCredentialOf(config) as string;
+  const limiter = createSharedLimiter(config, redis, log);
+  metrics.watchBudgets(BUDGET_MODELS, () => limiter.report());
+  const source = createReadSource(config, limiter, log, metrics);
+  const queue = createSyncQueue(connection, config.redisPrefix);
+  // Without a listener, a Redis hiccup is printed raw to stderr instead of through the logger.
+  queue.on('error', (error) => log.warn({ err: describeConnectionError(error) }, 'sync queue error'));
+  const { groups, types } = config.sync;
+  const scheduleConfig: ScheduleConfig = {
+    groups,
+    types,
+    everyMs: config.sync.everyMs,
+    reconcileEveryMs: config.sync.reconcileEveryMs,
+    incremental: source.incremental,
+  };
+  const changes = await syncSchedules(queue, scheduleConfig, await lastFullPasses(pool));
+  const resumed = await resumeOpenFullPasses(queue, pool, groups, types);
+  log.info(
+    { source: source.name, schedulers: changes.upserted.length, removed: changes.removed, resumed: resumed.length },
+    'poll schedules in place',
+  );
+  const resumeOrphans = createOrphanResumer({ queue, pool, redis, prefix: config.redisPrefix, groups, types });
+  const pauseKey = authPauseKey(config.redisPrefix, credential);
+  const scheduleWatch = watchSchedules(queue, pool, scheduleConfig, log, async () => {
+    // While the credential is rejected, a resume would only be skipped: leave it to the end of the pause.
+    if (isPaused(await readAuthPause(redis, pauseKey))) return [];
+    return resumeOrphans();
+  });
+  const worker: SyncWorker = createSyncWorker({
+    pool,
+    redis,
+    connection,
+    prefix: config.redisPrefix,
+    apiKey: credential,
+    source,
+    logger: log,
+    sourceTimezone: config.legacy.sourceTimezone,
+    lookbackMs: config.sync.lookbackMs,
+    pageSize: config.sync.pageSize,
+    historyRetentionMs: config.sync.historyRetentionMs,
+    groups,
+    types,
+    metrics,
+    // One pass per type at once: with a budget per endpoint, the types of a group are read side by side.
+    concurrency: Math.max(2, types.length),
+  });
+  const audit = startAudit(config, { pool, redis, limiter, queue, log, metrics });
+  return {
+    pauseKey,
+    queue,
+    async stop(timeoutMs: number) {
+      scheduleWatch.stop();
+      audit?.stop();
+      await worker.close(timeoutMs);
+      await queue.close();
+      await limiter.close();
+    },
+  };
+}
+
+/** The audit loop (docs/operations.md, "The audit"), unless AUDIT_EVERY=off. */
+function startAudit(
+  config: Config,
+  parts: { pool: pg.Pool; redis: Redis; limiter: Limiter; queue: ReturnType<typeof createSyncQueue>; log: Logger; metrics: Metrics },
+): Repeating | null {
+  const settings = auditSettings(config);
+  if (settings.everyMs === null) {
+    parts.log.info('AUDIT_EVERY=off: the mirror is not checked against the service between full passes');
+    return null;
+  }
+  const hooks = upstreamHooks(config.sync.source, parts.limiter, parts.metrics);
+  const deps = auditLoopDeps({ config, settings, ...parts, logger: parts.log, hooks }, settings.everyMs);
+  return startAuditLoop(deps);
+}
+
+/**
+ * Puts back what the poll path needs in Redis when it went missing, so a running service keeps
+ * polling without a restart: job schedulers that vanished with Redis's data, and jobs for open full
+ * passes that nothing runs any more (their checkpoints are in Postgres). Checks every SYNC_EVERY, at
+ * most every 30 s.
+ */
+function watchSchedules(
+  queue: ReturnType<typeof createSyncQueue>,
+  pool: pg.Pool,
+  config: ScheduleConfig,
+  log: Logger,
+  resumeOrphans: () => Promise<string[]>,
+): Repeating {
+  const check = async (): Promise<void> => {
+    const restored = await restoreMissingSchedules(queue, config, () => lastFullPasses(pool));
+    if (restored.length > 0) {
+      log.warn({ restored }, 'job schedulers were missing from Redis (restarted empty or flushed?); re-created them');
+    }
+    const resumed = await resumeOrphans();
+    if (resumed.length > 0) log.warn({ jobs: resumed }, 'open full passes had no job running them; resuming them from their checkpoints');
+  };
+  const everyMs = Math.min(config.everyMs, SCHEDULE_CHECK_MAX_MS);
+  return repeat(check, {
+    // The first check comes soon after start: BullMQ fails a job that stalled twice in the worker's
+    // first stalled-job check, after start already tried to resume its pass into that very job.
+    firstDelayMs: Math.min(everyMs, FIRST_SCHEDULE_CHECK_MS),
+    nextDelayMs: () => everyMs,
+    onError: (error) => log.debug({ err: describeConnectionError(error) }, 'schedule check failed; retrying at the next tick'),
+  });
+}

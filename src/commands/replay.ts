@@ -1,0 +1,45 @@
+/** `subscriber-mirror webhooks replay [--status failed|ignored] [--since DATE]`. */
+import { loadConfig } from '../config.js';
+import { openDatabase } from '../db/client.js';
+import { createLogger } from '../ground/log.js';
+import { UsageError } from '../ground/usage-error.js';
+import { createDeliveryConsumer } from '../webhooks/consumer.js';
+import { replayDeliveries } from '../webhooks/replay.js';
+import { parseOptions, type Command } from './args.js';
+
+/** `webhooks replay`: stored deliveries back to pending, then onto the consumer's queue. */
+export const replayCommand: Command = async (args) => {
+  const { values } = parseOptions(args, { status: { type: 'string', default: 'failed' }, since: { type: 'string' } });
+  if (values.status !== 'failed' && values.status !== 'ignored') {
+    throw new UsageError(`--status must be failed or ignored, got "${values.status}"`);
+  }
+  if (values.since !== undefined && !/^\d{4}-\d{2}-\d{2}([T ][\d:.]+(Z|[+-]\d{2}:?\d{2})?)?$/.test(values.since)) {
+    throw new UsageError(`--since must be a date like 2026-01-31 or an ISO 8601 instant, got "${values.since}"`);
+  }
+  if (values.since !== undefined && Number.isNaN(Date.parse(values.since))) {
+    throw new UsageError(`--since is not a real date: "${values.since}"`);
+  }
+  const config = loadConfig(process.env, ['database']);
+  const database = openDatabase(config.databaseUrl, { max: 2 });
+  const consumer = createDeliveryConsumer({
+    pool: database.pool,
+    connection: { url: config.redisUrl, maxRetriesPerRequest: 1 },
+    prefix: config.redisPrefix,
+    logger: createLogger({ level: 'silent' }).logger,
+    work: false,
+  });
+  try {
+    const since = values.since === undefined ? undefined : new Date(Date.parse(values.since)).toISOString();
+    const ids = await replayDeliveries(database.pool, { status: values.status, ...(since ? { since } : {}) });
+    await consumer.enqueueDeliveries(ids);
+    process.stdout.write(
+      ids.length > 0
+        ? `replaying ${ids.length} ${values.status} deliveries (a running worker applies them)\n`
+        : `no ${values.status} deliveries to replay\n`,
+    );
+    return 0;
+  } finally {
+    await consumer.close(5_000);
+    await database.close();
+  }
+};

@@ -1,0 +1,394 @@
+/**
+ * `subscriber-mirror start`: migrate, then run the chosen role until SIGTERM/SIGINT.
+ *
+ * The commands (this folder) are the only place that reads config and starts things; everything it
+ * wires takes its dependencies as arguments. The poll path is wired in `polling.ts`, the read clients
+ * and the shared limiter in `reads.ts`, the gauges in `gauges.ts`.
+ *
+ * Roles: `receiver` serves the webhook route and stores deliveries (enqueueing them); `worker` runs
+ * the poll passes and applies stored deliveries; `all` does both. Every role serves /healthz and
+ * /readyz on PORT; /metrics, the detailed /readyz and (with ADMIN_TOKEN) the admin API are on OPS_PORT
+ * when it is set, on PORT with ADMIN_ON_PUBLIC_PORT=true, and nowhere otherwise.
+ */
+import { Redis } from 'ioredis';
+import type pg from 'pg';
+import { loadConfig, needsForRole, NOTHING_RECONCILES, readCredentialOf, ROLES, secretsOf, type Config, type Role } from '../config.js';
+import { openDatabase, type Database } from '../db/client.js';
+import { INSUFFICIENT_PRIVILEGE, migrationsPending, runMigrations } from '../db/migrate.js';
+import { DELIVERY_STATUSES } from '../db/schema.js';
+import { createLogger, type Logger } from '../ground/log.js';
+import { createMetrics, initSeries, type Metrics } from '../ground/metrics.js';
+import { repeat, type Repeating } from '../ground/repeat.js';
+import { UsageError } from '../ground/usage-error.js';
+import { registerAdminRoutes } from '../http/admin.js';
+import { buildServer, closeWithin, type ReadinessCheck } from '../http/server.js';
+import { createSessionStore } from '../http/sessions.js';
+import { configureHistory, purgeHistory } from '../mirror/history.js';
+import { readRateBudgets } from '../ratelimit/budget-limiter.js';
+import { authPauseKey, isPaused, readAuthPause } from '../sync/auth-pause.js';
+import { createSyncQueue } from '../sync/schedule.js';
+import { createDeliveryConsumer, type DeliveryConsumer } from '../webhooks/consumer.js';
+import { ERASURE_EVERY_MS, runErasure } from '../webhooks/erasure-run.js';
+import { registerWebhookRoute, type ReceiverOutcome } from '../webhooks/receiver.js';
+import { parseOptions, type Command } from './args.js';
+import { describeConnectionError } from './connection-error.js';
+import { passIntervalMs, startGauges } from './gauges.js';
+import { startReads, type Polling } from './polling.js';
+
+export interface RunningService {
+  logger: Logger;
+  /** Stops everything in order; resolves when closed. */
+  stop(reason: string): Promise<void>;
+  /** The bound HTTP port (useful with PORT=0 in tests). */
+  port: number;
+  /** The bound ops port (OPS_PORT), `port` when everything shares PORT, null when nothing serves it. */
+  opsPort: number | null;
+}
+
+export class StartupError extends Error {
+  override name = 'StartupError';
+}
+
+/** Receiver outcomes as the deliveries metric names them. */
+const OUTCOME_LABEL: Record<ReceiverOutcome, string> = {
+  stored: 'received',
+  duplicate: 'duplicate',
+  ignored: 'ignored',
+  failed: 'received_invalid',
+  unauthorized: 'rejected',
+  bad_request: 'rejected',
+  too_large: 'rejected',
+  unavailable: 'unavailable',
+};
+
+/**
+ * Workers migrate; so does a receiver whose database role may (one role for everything). Under its
+ * own least-privilege role (`subscriber_mirror_receiver`, docs/security.md) a receiver may not, and
+ * waits until a worker has applied every migration instead.
+ */
+async function migrateOrWait(databaseUrl: string, role: Role, log: Logger): Promise<void> {
+  try {
+    const { applied } = await runMigrations(databaseUrl);
+    log.info({ applied }, 'migrations up to date');
+    return;
+  } catch (error) {
+    const denied = sqlStateOf(error) === INSUFFICIENT_PRIVILEGE;
+    if (!(role === 'receiver' && denied)) throw new StartupError(`cannot migrate the database: ${describeConnectionError(error)}`);
+  }
+  const database = openDatabase(databaseUrl, { applicationName: `subscriber-mirror-${role}`, max: 1 });
+  try {
+    for (let round = 0; ; round++) {
+      const pending = await migrationsPending(database.pool);
+      if (pending === 0) return;
+      if (round % 30 === 0) log.info({ pending }, 'this role may not migrate: waiting for a worker to apply the migrations');
+      await new Promise((resolve) => setTimeout(resolve, MIGRATION_WAIT_MS));
+    }
+  } catch (error) {
+    throw new StartupError(`cannot read the migration state: ${describeConnectionError(error)}`);
+  } finally {
+    await database.close();
+  }
+}
+
+const MIGRATION_WAIT_MS = 1_000;
+
+/** The SQLSTATE of a Postgres error, also when drizzle wrapped it (its `cause`). */
+function sqlStateOf(error: unknown): string | undefined {
+  for (let e = error, depth = 0; e && typeof e === 'object' && depth < 3; e = (e as { cause?: unknown }).cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string') return code;
+  }
+  return undefined;
+}
+
+/** Migrates (or waits for a worker to) and opens the pool with HISTORY applied; a clear StartupError otherwise. */
+async function openMigratedDatabase(config: Config, role: Role, log: Logger): Promise<Database> {
+  await migrateOrWait(config.databaseUrl, role, log);
+  const database = openDatabase(config.databaseUrl, { applicationName: `subscriber-mirror-${role}`, max: 20 });
+  try {
+    // The receiver writes no mirrored row (and its own role may not write the setting).
+    if (role !== 'receiver') await configureHistory(database.pool, { enabled: config.history.enabled });
+  } catch (error) {
+    await database.close();
+    throw new StartupError(`cannot apply HISTORY: ${describeConnectionError(error)}`);
+  }
+  return database;
+}
+
+interface AdminDeps {
+  pool: Database['pool'];
+  redis: Redis;
+  syncQueue: Parameters<typeof registerAdminRoutes>[1]['syncQueue'];
+  consumer: DeliveryConsumer;
+  log: Logger;
+  metrics: Metrics;
+}
+
+/** The status page, bull-board and the admin API, on the ops listener (or the public one when opted in). */
+async function registerAdmin(
+  ops: Parameters<typeof registerAdminRoutes>[0],
+  config: Config,
+  token: string,
+  deps: AdminDeps,
+): Promise<void> {
+  const apiKey = readCredentialOf(config);
+  await registerAdminRoutes(ops, {
+    token,
+    pool: deps.pool,
+    syncQueue: deps.syncQueue,
+    extraQueues: [deps.consumer.queue],
+    configured: { groups: config.sync.groups, types: config.sync.types },
+    authPause: apiKey ? () => readAuthPause(deps.redis, authPauseKey(config.redisPrefix, apiKey)) : undefined,
+    rateBudgets: () => readRateBudgets(deps.redis, config.redisPrefix),
+    syncEveryMs: passIntervalMs(config),
+    ...(config.sync.reconciles ? {} : { notice: NOTHING_RECONCILES }),
+    sessions: createSessionStore(deps.redis, { prefix: config.redisPrefix, token }),
+    logger: deps.log,
+    metrics: deps.metrics,
+    cookieInsecure: config.adminCookieInsecure,
+    dashboardWrite: config.dashboardWrite,
+  });
+}
+
+/**
+ * The public listener (webhooks, bare /readyz) and the ops listener (admin, /metrics, detailed
+ * /readyz): a separate one on OPS_PORT, the public one when admin is opted in there, else none.
+ */
+function buildListeners(config: Config, log: Logger, readiness: ReadinessCheck[], metrics: Metrics) {
+  const trustProxy = config.trustProxy;
+  const server = buildServer({
+    logger: log,
+    readiness,
+    metrics,
+    limits: config.http,
+    public: !config.opsOnPublicPort,
+    name: 'public',
+    trustProxy,
+  });
+  // The ops listener is internal (never published): default limits, and no body budget (no webhook
+  // route). No proxy sits in front of it, so it never believes X-Forwarded-*: TRUST_PROXY is for the
+  // public port only (a neighbour on the network would otherwise pick its own address per guess).
+  const ops =
+    config.opsPort !== undefined
+      ? buildServer({ logger: log, readiness, metrics, name: 'ops', trustProxy: false })
+      : config.opsOnPublicPort
+        ? server
+        : null;
+  return { server, ops };
+}
+
+export async function startService(config: Config, role: Role): Promise<RunningService> {
+  const { logger } = createLogger({ level: config.logLevel, secrets: secretsOf(config), format: config.logFormat });
+  const log = logger.child({ role });
+
+  const database = await openMigratedDatabase(config, role, log);
+  const polls = role === 'all' || role === 'worker';
+  const receives = role === 'all' || role === 'receiver';
+  const historyPurger = polls ? startHistoryPurge(database.pool, config.history.retentionMs, log) : null;
+  // The HTTP path must fail fast when Redis is down (readiness), unlike BullMQ's blocking connections.
+  const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1, enableOfflineQueue: false, lazyConnect: true });
+  redis.on('error', () => {});
+  redis.connect().catch(() => {});
+  const metrics = createMetrics();
+  initSeries(metrics, DELIVERY_STATUSES);
+  // BullMQ's blocking connections must retry forever (maxRetriesPerRequest: null, docs/architecture.md, "Traps we work around");
+  // the queues that the HTTP path adds to fail fast instead.
+  const workerConnection = { url: config.redisUrl, maxRetriesPerRequest: null };
+  const queueConnection = { url: config.redisUrl, maxRetriesPerRequest: 1 };
+
+  const consumer: DeliveryConsumer = createDeliveryConsumer({
+    pool: database.pool,
+    connection: workerConnection,
+    queueConnection,
+    prefix: config.redisPrefix,
+    logger: log,
+    metrics,
+    work: polls,
+    retentionMs: config.webhookRetentionMs,
+    failedRetentionMs: config.webhookFailedRetentionMs,
+  });
+  const polling = polls ? await startReads(config, database.pool, redis, workerConnection, log, metrics) : null;
+  const syncQueue = polling?.queue ?? createSyncQueue(queueConnection, config.redisPrefix);
+  // The receiver runs without Redis (readiness ignores it): its errors go through the logger, not raw to stderr.
+  if (!polling) syncQueue.on('error', (error) => log.debug({ err: describeConnectionError(error) }, 'sync queue error'));
+
+  const gauges = startGauges(metrics, { pool: database.pool, queues: [syncQueue, consumer.queue], config, polls });
+  const erasure = polls ? startErasure(config, database.pool, log) : null;
+
+  const readiness = readinessChecks(database.pool, redis, polling, receives && !polls);
+  const { server, ops } = buildListeners(config, log, readiness, metrics);
+  const route = receives
+    ? registerWebhookRoute(server, {
+        path: config.webhookPath,
+        maxBodyBytes: config.webhookMaxBodyBytes,
+        bodyMemoryBytes: config.webhookBodyMemoryBytes,
+        secrets: () => config.webhookSecrets,
+        pool: database.pool,
+        logger: log,
+        onStored: (id) => consumer.enqueue(id),
+        onOutcome: (outcome) => metrics.deliveries.inc({ outcome: OUTCOME_LABEL[outcome] }),
+      })
+    : null;
+  // Config refuses ADMIN_TOKEN without somewhere to serve it; `ops` is set whenever the token is.
+  if (config.adminToken && ops)
+    await registerAdmin(ops, config, config.adminToken, { pool: database.pool, redis, syncQueue, consumer, log, metrics });
+
+  await server.listen({ port: config.port, host: config.host });
+  const port = boundPort(server, config.port);
+  if (ops && ops !== server) await ops.listen({ port: config.opsPort, host: config.opsHost });
+  const opsPort = ops === null ? null : ops === server ? port : boundPort(ops, config.opsPort ?? 0);
+  log.info({ port, opsPort, receives, polls, admin: Boolean(config.adminToken) }, 'service started');
+  if (!ops) log.info('no OPS_PORT: /metrics, the admin pages and the detailed /readyz are not served');
+
+  let stopping: Promise<void> | undefined;
+  const stop = (reason: string) => {
+    stopping ??= (async () => {
+      log.info({ reason }, 'shutting down');
+      gauges.stop();
+      erasure?.stop();
+      // 1. No new HTTP requests (503 while closing); in-flight deliveries finish their inbox write.
+      //    A third of the deadline at most: then open connections (a dripping upload) are closed.
+      const drained = await closeWithin(server, Math.max(500, Math.floor(config.shutdownTimeoutMs / 3)));
+      if (drained === 'forced') log.warn('closed HTTP connections still open at the shutdown deadline');
+      if (ops && ops !== server) await closeWithin(ops, 1_000);
+      await route?.writer.close();
+      // 2. A running pass stops at its next checkpoint; running applies finish.
+      await Promise.all([polling?.stop(config.shutdownTimeoutMs), consumer.close(config.shutdownTimeoutMs)]);
+      historyPurger?.stop();
+      if (!polling) await syncQueue.close();
+      redis.disconnect();
+      await database.close();
+      log.info('stopped');
+    })();
+    return stopping;
+  };
+
+  return { logger: log, stop, port, opsPort };
+}
+
+function boundPort(app: { server: { address(): unknown } }, fallback: number): number {
+  const address = app.server.address() as { port?: number } | string | null;
+  return typeof address === 'object' && address?.port !== undefined ? address.port : fallback;
+}
+
+/**
+ * The erasure chores of the worker (docs/security.md, "Personal data and erasure"): forgotten subscribers' data redacted
+ * in stored deliveries, and subscribers out of every configured group past the period erased.
+ */
+function startErasure(config: Config, pool: pg.Pool, log: Logger): Repeating {
+  return repeat(
+    async () => {
+      const result = await runErasure(pool, {
+        groups: config.sync.groups,
+        types: config.sync.types,
+        outOfGroupsAfterMs: config.eraseOutOfGroupsAfterMs,
+      });
+      if (result.erased > 0 || result.redactedDeliveries > 0) log.info(result, 'erased personal data');
+    },
+    {
+      firstDelayMs: 60_000,
+      nextDelayMs: () => ERASURE_EVERY_MS,
+      onError: (error) => log.warn({ err: describeConnectionError(error) }, 'erasure run failed; retrying at the next tick'),
+    },
+  );
+}
+
+/** HISTORY_RETENTION: every worker replica purges closed history hourly; concurrent deletes are harmless. */
+function startHistoryPurge(pool: pg.Pool, retentionMs: number | undefined, log: Logger): Repeating | null {
+  if (retentionMs === undefined) return null;
+  return repeat(
+    async () => {
+      const deleted = await purgeHistory(pool, retentionMs);
+      if (deleted > 0)
+        log.info({ deleted, olderThan: new Date(Date.now() - retentionMs).toISOString() }, 'purged history past HISTORY_RETENTION');
+    },
+    {
+      firstDelayMs: 60_000,
+      nextDelayMs: () => 3_600_000,
+      onError: (error) => log.warn({ err: error }, 'purging history failed; trying again later'),
+    },
+  );
+}
+
+/**
+ * The receiver alone needs only Postgres: its inbox is there, and deliveries it could not hand to the
+ * queue are swept from the inbox by the workers (invariant 1). Other roles need Redis too.
+ */
+function readinessChecks(pool: pg.Pool, redis: Redis, polling: Polling | null, receiverOnly: boolean): ReadinessCheck[] {
+  const checks: ReadinessCheck[] = [
+    {
+      name: 'postgres',
+      check: async () => {
+        await pool.query('select 1');
+        const pending = await migrationsPending(pool);
+        if (pending > 0) throw new Error(`${pending} migration(s) not applied`);
+      },
+    },
+  ];
+  if (!receiverOnly) {
+    checks.push({
+      name: 'redis',
+      check: async () => {
+        if (redis.status !== 'ready') throw new Error(`redis is ${redis.status}`);
+        await redis.ping();
+      },
+    });
+  }
+  if (polling) {
+    checks.push({
+      name: 'upstream-auth',
+      check: async () => {
+        const pause = await readAuthPause(redis, polling.pauseKey);
+        if (isPaused(pause)) {
+          throw new Error(`polling paused until ${new Date(pause.until).toISOString()}: ${pause.message}`);
+        }
+      },
+    });
+  }
+  return checks;
+}
+
+/** `start [--role all|worker|receiver]`: runs until SIGTERM/SIGINT (a second signal exits at once). */
+export const startCommand: Command = async (args) => {
+  const { values } = parseOptions(args, { role: { type: 'string', default: 'all' } });
+  const role = values.role;
+  if (!(ROLES as readonly string[]).includes(role)) {
+    throw new UsageError(`--role must be one of ${ROLES.join(', ')}, got "${role}"`);
+  }
+  const config = loadConfig(process.env, needsForRole(role as Role));
+  // Installed before any start-up work: a SIGTERM while migrations run or while Redis is unreachable
+  // must stop the process at once, not wait for Docker's SIGKILL. Nothing is half-done by exiting then:
+  // each migration is a transaction Postgres rolls back when the connection goes, and nothing has been
+  // received or applied yet.
+  // eslint-disable-next-line prefer-const -- assigned once start-up is done; the signal handler reads it before
+  let service: RunningService | undefined;
+  let stopped: () => void = () => {};
+  const done = new Promise<void>((resolve) => (stopped = resolve));
+  let signals = 0;
+  const onSignal = (signal: NodeJS.Signals) => {
+    signals += 1;
+    // A second signal means "now": the operator does not want to wait for a graceful stop.
+    if (signals > 1) process.exit(1);
+    if (!service) {
+      process.stderr.write(
+        `${JSON.stringify({ level: 'info', time: new Date().toISOString(), signal, msg: 'stopped during start-up' })}\n`,
+      );
+      process.exit(0);
+    }
+    const running = service;
+    const timer = setTimeout(() => {
+      running.logger.error({ timeoutMs: config.shutdownTimeoutMs }, 'graceful shutdown timed out');
+      process.exit(1);
+    }, config.shutdownTimeoutMs);
+    timer.unref();
+    running.stop(signal).then(stopped, (error: unknown) => {
+      running.logger.error({ err: error }, 'error during shutdown');
+      stopped();
+    });
+  };
+  process.on('SIGTERM', onSignal);
+  process.on('SIGINT', onSignal);
+  service = await startService(config, role as Role);
+  await done;
+  return 0;
+};

@@ -1,0 +1,59 @@
+/**
+ * `subscriber-mirror status [--json]`: per group × type the cursor, last run, rows, drift and audit
+ * accuracy; the auth pause, the learned rate budgets and the webhooks' health.
+ */
+import { loadConfig, NOTHING_RECONCILES, readCredentialOf } from '../config.js';
+import { openDatabase } from '../db/client.js';
+import { formatBudgetReport, readRateBudgets, type BudgetReport } from '../ratelimit/budget-limiter.js';
+import { authPauseKey, isPaused, readAuthPause } from '../sync/auth-pause.js';
+import { collectStatus, formatStatusTable, webhookHealth } from '../sync/status.js';
+import { parseOptions, type Command } from './args.js';
+import { describeConnectionError } from './connection-error.js';
+
+export const statusCommand: Command = async (args) => {
+  const { values } = parseOptions(args, { json: { type: 'boolean', default: false } });
+  const config = loadConfig(process.env, ['database']);
+  const database = openDatabase(config.databaseUrl, { max: 1 });
+  try {
+    const rows = await collectStatus(database.pool, { groups: config.sync.groups, types: config.sync.types });
+    const webhooks = await webhookHealth(database.pool);
+    let pause = null;
+    let rateBudgets: BudgetReport | null = null;
+    const credential = readCredentialOf(config);
+    if (credential) {
+      const { Redis } = await import('ioredis');
+      const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1, lazyConnect: true });
+      try {
+        await redis.connect();
+        const p = await readAuthPause(redis, authPauseKey(config.redisPrefix, credential));
+        pause = isPaused(p) ? p : null;
+        rateBudgets = await readRateBudgets(redis, config.redisPrefix);
+      } finally {
+        redis.disconnect();
+      }
+    }
+    if (values.json) {
+      const reads = config.sync.reconciles ? { source: config.sync.source } : { source: null, notice: NOTHING_RECONCILES };
+      process.stdout.write(`${JSON.stringify({ ...reads, authPause: pause, rateBudgets, passes: rows, webhooks }, null, 2)}\n`);
+    } else {
+      if (!config.sync.reconciles) process.stdout.write(`${NOTHING_RECONCILES}\n\n`);
+      if (pause) {
+        process.stdout.write(
+          `POLLING PAUSED until ${new Date(pause.until).toISOString()} after ${pause.failures} auth failure(s): ${pause.message}\n\n`,
+        );
+      }
+      process.stdout.write(rows.length > 0 ? `${formatStatusTable(rows)}\n` : 'no groups configured and no passes recorded yet\n');
+      if (rateBudgets) process.stdout.write(`\n${formatBudgetReport(rateBudgets)}\n`);
+      for (const w of webhooks.filter((h) => h.problems.length > 0)) {
+        process.stdout.write(
+          `WEBHOOK ${w.id}: ${w.problems.join(', ')}${w.missingEvents.length > 0 ? ` (missing ${w.missingEvents.join(', ')})` : ''}\n`,
+        );
+      }
+    }
+    return 0;
+  } catch (error) {
+    throw new Error(`cannot read status: ${describeConnectionError(error)}`);
+  } finally {
+    await database.close();
+  }
+};
