@@ -7,6 +7,7 @@
 import type { Redis } from 'ioredis';
 import type { SubscriberType } from '../db/schema.js';
 import { repeat, type Repeating } from '../ground/repeat.js';
+import { sleep } from '../ground/wait.js';
 import type { WebhooksApi } from '../upstream/webhooks-api.js';
 import { nextAllowance, planTick, tickBudget, tickCost, tickEarning } from './core.js';
 import { auditPair, passRunning, type AuditDeps, type AuditReader, type PairAudit } from './pair.js';
@@ -124,7 +125,7 @@ async function passesInTheWay(
     if (!force && (deps.limiterWaiting?.() ?? 0) > 0) reason = 'passes are waiting for the rate limit';
     else if (await passRunning(deps.redis, passLockKey(deps.prefix, pair.groupId, pair.type))) reason = 'a pass of it is running';
     if (reason === null || Date.now() >= deadline) return reason;
-    await new Promise((resolve) => setTimeout(resolve, YIELD_POLL_MS));
+    await sleep(YIELD_POLL_MS);
   }
 }
 

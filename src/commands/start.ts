@@ -20,6 +20,7 @@ import { createLogger, type Logger } from '../ground/log.js';
 import { createMetrics, initSeries, type Metrics } from '../ground/metrics.js';
 import { repeat, type Repeating } from '../ground/repeat.js';
 import { UsageError } from '../ground/usage-error.js';
+import { sleep } from '../ground/wait.js';
 import { registerAdminRoutes } from '../http/admin.js';
 import { buildServer, closeWithin, type ReadinessCheck } from '../http/server.js';
 import { createSessionStore } from '../http/sessions.js';
@@ -81,7 +82,7 @@ async function migrateOrWait(databaseUrl: string, role: Role, log: Logger): Prom
       const pending = await migrationsPending(database.pool);
       if (pending === 0) return;
       if (round % 30 === 0) log.info({ pending }, 'this role may not migrate: waiting for a worker to apply the migrations');
-      await new Promise((resolve) => setTimeout(resolve, MIGRATION_WAIT_MS));
+      await sleep(MIGRATION_WAIT_MS);
     }
   } catch (error) {
     throw new StartupError(`cannot read the migration state: ${describeConnectionError(error)}`);
