@@ -6,6 +6,7 @@
  */
 import type { Job, Queue } from 'bullmq';
 import type { SubscriberType } from '../db/schema.js';
+import { sleep } from '../ground/wait.js';
 import type { PassProgress } from './pass-recorder.js';
 import { enqueueBackfill, type PassJobData, type PassJobResult } from './schedule.js';
 
@@ -47,6 +48,6 @@ export async function waitForPass(
     options.onProgress?.(progress, state);
     if (state === 'completed') return { state, result: job.returnvalue };
     if (state === 'failed') return { state, error: job.failedReason || 'the pass failed' };
-    await new Promise((r) => setTimeout(r, options.pollMs ?? 500));
+    await sleep(options.pollMs ?? 500);
   }
 }

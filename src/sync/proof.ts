@@ -10,6 +10,7 @@ import type pg from 'pg';
 import type { PassTrigger, SubscriberType } from '../db/schema.js';
 import type { Logger } from '../ground/log.js';
 import { formatEpochMs } from '../ground/time.js';
+import { sleep } from '../ground/wait.js';
 import { awaitingProofIds, membersAwaitingProof } from '../mirror/store/index.js';
 import { decideAfterPass, nextProofStep, passesToProve } from './decide.js';
 import { tryAcquirePassLock, type HeldLock } from './lock.js';
@@ -266,7 +267,7 @@ async function waitForLock(ctx: ProofContext, key: string): Promise<HeldLock | n
   while (!ctx.closing() && Date.now() < deadline) {
     const lock = await tryAcquirePassLock(ctx.redis, key);
     if (lock) return lock;
-    await new Promise((resolve) => setTimeout(resolve, retryMs));
+    await sleep(retryMs);
   }
   return null;
 }
