@@ -43,10 +43,7 @@ HEALTHCHECK --interval=10s --timeout=10s --start-period=60s --retries=3 CMD ["no
 # --max-semi-space-size=4: a young generation of 4 MB semi-spaces (Node 24 grows them to 32 MB+),
 # which a pass's short-lived page objects never need. --heap-growing-percent=30: the old space grows
 # by 30 % of what a GC left live instead of V8's default factor (up to 4x), so the garbage of a pass's
-# pages is collected before it swells the heap. --expose-gc: V8 keeps the pages a collection freed
-# in a pool and gives them back only in a memory-reducing collection, which it starts when the process
-# idles; a pass at full speed never idles, so the sync worker runs one every few pages
-# (src/upstream/page-gate.ts, memoryTrim). Nothing else calls gc() (docs/benchmarks.md, "memory").
+# pages is collected before it swells the heap. Nothing calls gc() (docs/benchmarks.md, "memory").
 # test/bench/lib/service-run.ts starts the same way.
-ENTRYPOINT ["node", "--enable-source-maps", "--max-semi-space-size=4", "--heap-growing-percent=30", "--expose-gc", "dist/cli.js"]
+ENTRYPOINT ["node", "--enable-source-maps", "--max-semi-space-size=4", "--heap-growing-percent=30", "dist/cli.js"]
 CMD ["start", "--role", "all"]

@@ -50,4 +50,4 @@ if [ -s "$dir/old-settings.env" ]; then
   fi
 fi
 # The image's memory flags (Dockerfile, ENTRYPOINT: this script replaces it; a unit test keeps the two equal).
-exec node --enable-source-maps --max-semi-space-size=4 --heap-growing-percent=30 --expose-gc dist/cli.js "$@"
+exec node --enable-source-maps --max-semi-space-size=4 --heap-growing-percent=30 dist/cli.js "$@"

@@ -14,7 +14,7 @@ const HERE = path.dirname(fileURLToPath(import.meta.url));
 export const REPO_ROOT = path.resolve(HERE, '../../..');
 const CLI = path.join(REPO_ROOT, 'dist/cli.js');
 /** What the production start command and the image add (Dockerfile): kept here so the benchmark measures the same process. */
-export const PRODUCTION_NODE_OPTIONS = ['--max-semi-space-size=4', '--heap-growing-percent=30', '--expose-gc'];
+export const PRODUCTION_NODE_OPTIONS = ['--max-semi-space-size=4', '--heap-growing-percent=30'];
 export const PRODUCTION_ENV: Readonly<Record<string, string>> = { MALLOC_MMAP_THRESHOLD_: '131072' };
 
 export interface ServiceRunOptions {
