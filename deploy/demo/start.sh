@@ -17,4 +17,5 @@ subscriber-mirror demo is running (Ctrl-C, or docker compose -f docker-compose.d
   SQL:     docker compose -f docker-compose.demo.yml exec demo-postgres psql -U postgres -d mirror -c "select status, count(*) from subscribers group by status"
 
 TEXT
-exec node --enable-source-maps dist/cli.js start --role all
+# The node flags (source maps, the heap cap) are the image's NODE_OPTIONS (Dockerfile).
+exec node dist/cli.js start --role all

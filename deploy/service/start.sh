@@ -49,5 +49,5 @@ if [ -s "$dir/old-settings.env" ]; then
     printf '{"level":"warn","msg":"settings read from mirror.env, worker.env or receiver.env (an earlier release'"'"'s files), for this release only: move them into .env","settings":"%s"}\n' "${used# }" >&2
   fi
 fi
-# The image's memory flags (Dockerfile, ENTRYPOINT: this script replaces it; a unit test keeps the two equal).
-exec node --enable-source-maps --max-semi-space-size=4 --heap-growing-percent=30 --expose-gc dist/cli.js "$@"
+# The node flags and the malloc setting are the image's environment (Dockerfile, NODE_OPTIONS): none here.
+exec node dist/cli.js "$@"

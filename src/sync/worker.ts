@@ -27,7 +27,7 @@ import {
   type PassJobResult,
 } from './schedule.js';
 import { listSyncStates, readSyncState, type SyncStateRow } from './state.js';
-import { createPageGate, memoryTrim, PAGES_IN_MEMORY, type PageGate } from '../upstream/page-gate.js';
+import { createPageGate, PAGES_IN_MEMORY, type PageGate } from '../upstream/page-gate.js';
 
 export interface SyncWorkerDeps {
   pool: pg.Pool;
@@ -130,7 +130,7 @@ export function createSyncWorker(deps: SyncWorkerDeps): SyncWorker {
     log,
     pauseKey: authPauseKey(deps.prefix, deps.apiKey),
     closing: () => closing,
-    pageGate: createPageGate(PAGES_IN_MEMORY, memoryTrim()),
+    pageGate: createPageGate(PAGES_IN_MEMORY),
   };
 
   /** Runs `decide` (decide.ts): gathers each fact it asks for, then does what it decided. */

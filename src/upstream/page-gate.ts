@@ -22,15 +22,6 @@
  */
 export const PAGES_IN_MEMORY = 2;
 
-/**
- * Pages between two memory-reducing collections (`memoryTrim`): at 1000 rows a page is about 5 MB
- * allocated, so a trim follows every ~20 MB of pages. At full speed that is about two a second and
- * makes the pass 10–15 % slower; under the service's budgets (a page a second per endpoint at most)
- * it costs no time (docs/benchmarks.md, "memory"). Every 8 pages: half the cost, but the 1M pass
- * peaked 8 % above the 100k one; every 16 was no lower on 100k.
- */
-export const PAGES_PER_TRIM = 4;
-
 /** Frees one room; calling it again does nothing. */
 export type Release = () => void;
 
@@ -49,18 +40,9 @@ export interface PageGateStats {
   waiting: number;
 }
 
-/** Something to run after every `every` pages freed (`memoryTrim`). */
-export interface PageTrim {
-  every: number;
-  run: () => void;
-}
-
-export function createPageGate(capacity: number, trim?: PageTrim): PageGate {
+export function createPageGate(capacity: number): PageGate {
   if (!Number.isInteger(capacity) || capacity < 1) throw new RangeError(`page gate: capacity must be an integer >= 1, got ${capacity}`);
-  if (trim && (!Number.isInteger(trim.every) || trim.every < 1))
-    throw new RangeError(`page gate: trim.every must be an integer >= 1, got ${trim.every}`);
   let held = 0;
-  let freedSinceTrim = 0;
   const waiting: Array<() => void> = [];
 
   const room = (): Release => {
@@ -69,10 +51,6 @@ export function createPageGate(capacity: number, trim?: PageTrim): PageGate {
       if (freed) return;
       freed = true;
       held -= 1;
-      if (trim && ++freedSinceTrim >= trim.every) {
-        freedSinceTrim = 0;
-        trim.run();
-      }
       // Handed straight to the longest waiter (a newcomer cannot slip in between), unless a probe's
       // `take` left the gate at or past its capacity.
       if (held < capacity) waiting.shift()?.();
@@ -128,17 +106,4 @@ export function admissionOf(gate: PageGate): PageAdmission {
       held.clear();
     },
   };
-}
-
-/**
- * A memory-reducing collection, when the process runs with `--expose-gc` (the image does), else
- * undefined. Why by hand: V8 keeps the pages a collection frees in a pool for reuse and returns
- * them to the system only in a memory-reducing collection, which its memory reducer starts when the
- * process goes idle. A pass at full speed never does, so the pool grew with the pass's length and
- * the resident size with it (docs/benchmarks.md, "memory"). One such collection takes ~50 ms.
- */
-export function memoryTrim(every: number = PAGES_PER_TRIM): PageTrim | undefined {
-  const collect = globalThis.gc;
-  if (typeof collect !== 'function') return undefined;
-  return { every, run: () => void collect({ type: 'major', execution: 'sync', flavor: 'last-resort' }) };
 }

@@ -30,7 +30,7 @@ import { deleteKeysByPrefix } from '../helpers/redis-prefix.js';
 import { argNumber, argText, isMain } from './lib/cli.js';
 import { figure, printTable, writeJson, type BenchFigure, type BenchResult } from './lib/report.js';
 import { createScratchDatabase } from './lib/scratch-db.js';
-import { buildDist, PRODUCTION_ENV, PRODUCTION_NODE_OPTIONS, runServiceUntilMirrored } from './lib/service-run.js';
+import { buildDist, describeProductionEnv, runServiceUntilMirrored } from './lib/service-run.js';
 
 export type BudgetModelName = (typeof RATE_LIMIT_MODELS)[number];
 export type Spread = 'issue' | 'even';
@@ -188,9 +188,7 @@ export async function benchBudget(options: BudgetBenchOptions = {}): Promise<Bud
       subscribers: String(settings.subscribers),
       pageSize: String(settings.pageSize),
       limit: `${settings.limit} per minute per budget`,
-      process: `node ${PRODUCTION_NODE_OPTIONS.join(' ')} dist/cli.js start --role worker (${Object.entries(PRODUCTION_ENV)
-        .map(([k, v]) => `${k}=${v}`)
-        .join(' ')})`,
+      process: `node dist/cli.js start --role worker (${describeProductionEnv()})`,
       goal: 'time ≤ floor ÷ 0.9 (ratio ≤ 1.11); endpoint budgets on the issue group ≤ 79 s; 429s ≤ model changes',
     },
     figures,

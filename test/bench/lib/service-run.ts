@@ -5,7 +5,7 @@
  * /proc every `sampleMs`, and its kernel high-water mark VmHWM at the end).
  */
 import { execFileSync, spawn } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { createWriteStream, existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
@@ -13,9 +13,31 @@ import type pg from 'pg';
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 export const REPO_ROOT = path.resolve(HERE, '../../..');
 const CLI = path.join(REPO_ROOT, 'dist/cli.js');
-/** What the production start command and the image add (Dockerfile): kept here so the benchmark measures the same process. */
-export const PRODUCTION_NODE_OPTIONS = ['--max-semi-space-size=4', '--heap-growing-percent=30', '--expose-gc'];
-export const PRODUCTION_ENV: Readonly<Record<string, string>> = { MALLOC_MMAP_THRESHOLD_: '131072' };
+/**
+ * The environment the image gives every node process for memory: the runtime stage's `ENV` of
+ * `NODE_OPTIONS` and of glibc's `MALLOC_*` tunables, read from the Dockerfile, the one place they
+ * are written (docs/benchmarks.md, "memory"), so the benchmark measures the process the image runs.
+ */
+export function imageMemoryEnv(dockerfile: string = readFileSync(path.join(REPO_ROOT, 'Dockerfile'), 'utf8')): Record<string, string> {
+  const runtime = dockerfile.split(/^(?=FROM )/m).at(-1) ?? '';
+  const env: Record<string, string> = {};
+  for (const [, line] of runtime.matchAll(/^ENV (.+)$/gm)) {
+    for (const [, name, quoted, bare] of (line ?? '').matchAll(/([A-Za-z_][A-Za-z0-9_]*)=(?:"([^"]*)"|(\S*))/g)) {
+      if (name === 'NODE_OPTIONS' || name?.startsWith('MALLOC_')) env[name] = quoted ?? bare ?? '';
+    }
+  }
+  return env;
+}
+
+/** What the image adds (imageMemoryEnv): the production process of the benchmarks. */
+export const PRODUCTION_ENV: Readonly<Record<string, string>> = imageMemoryEnv();
+
+/** PRODUCTION_ENV as one line, for a benchmark's report. */
+export function describeProductionEnv(env: Readonly<Record<string, string>> = PRODUCTION_ENV): string {
+  return Object.entries(env)
+    .map(([k, v]) => (/\s/.test(v) ? `${k}="${v}"` : `${k}=${v}`))
+    .join(' ');
+}
 
 export interface ServiceRunOptions {
   env: Record<string, string>;
@@ -24,7 +46,7 @@ export interface ServiceRunOptions {
   types: readonly string[];
   timeoutMs: number;
   sampleMs?: number;
-  /** Start it as the image does (PRODUCTION_NODE_OPTIONS, PRODUCTION_ENV); default true. False: plain `node`. */
+  /** Start it as the image does (PRODUCTION_ENV); default true. False: plain `node`. */
   productionFlags?: boolean;
 }
 
@@ -72,12 +94,28 @@ export async function runServiceUntilMirrored(options: ServiceRunOptions): Promi
   const sampleMs = options.sampleMs ?? 100;
   const started = performance.now();
   const production = options.productionFlags !== false;
+  // For measuring variants by hand: BENCH_NODE_FLAGS adds node flags on the command line (flags that
+  // NODE_OPTIONS refuses too), BENCH_ENV adds NAME=VALUE pairs to the environment (after the image's).
   const extra = (process.env.BENCH_NODE_FLAGS ?? '').split(' ').filter((f) => f !== '');
-  const child = spawn(process.execPath, [...(production ? PRODUCTION_NODE_OPTIONS : []), ...extra, CLI, 'start', '--role', 'worker'], {
+  const extraEnv = Object.fromEntries(
+    (process.env.BENCH_ENV ?? '')
+      .split(' ')
+      .filter((pair) => pair.includes('='))
+      .map((pair) => [pair.slice(0, pair.indexOf('=')), pair.slice(pair.indexOf('=') + 1)]),
+  );
+  // BENCH_OUTPUT=<file>: the process's stdout and stderr appended there, after a line naming the run
+  // (e.g. with BENCH_NODE_FLAGS=--trace-gc).
+  const output = process.env.BENCH_OUTPUT ? createWriteStream(process.env.BENCH_OUTPUT, { flags: 'a' }) : null;
+  output?.write(`=== ${new Date().toISOString()} ${JSON.stringify({ env: options.env, production, extra, extraEnv })}\n`);
+  const child = spawn(process.execPath, [...extra, CLI, 'start', '--role', 'worker'], {
     cwd: REPO_ROOT,
-    env: { PATH: process.env.PATH ?? '', ...(production ? PRODUCTION_ENV : {}), ...options.env },
-    stdio: ['ignore', 'ignore', 'pipe'],
+    env: { PATH: process.env.PATH ?? '', ...(production ? PRODUCTION_ENV : {}), ...extraEnv, ...options.env },
+    stdio: ['ignore', 'pipe', 'pipe'],
   });
+  if (output) {
+    child.stdout.pipe(output);
+    child.stderr.pipe(output);
+  } else child.stdout.resume();
   let stderr = '';
   child.stderr.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString('utf8')).slice(-4000)));
   const state: { exited: string | null } = { exited: null };
