@@ -16,10 +16,9 @@
  * reader's own client (a fresh one per pass, sharing the limiter), so the figure is the pass's.
  */
 import type pg from 'pg';
-import type { MirrorSource, SubscriberType } from '../db/schema.js';
+import type { MirrorSource, PassTrigger, ReadSourceName, SubscriberType } from '../db/schema.js';
 import type { Logger } from '../ground/log.js';
 import type { PageGate } from '../upstream/page-gate.js';
-import type { PassTrigger, ReadSourceName } from '../db/schema.js';
 import type { Queryable } from '../ground/queryable.js';
 import { formatEpochMs } from '../ground/time.js';
 import {
@@ -196,9 +195,12 @@ export async function recordPass(
   const requests = () => pass.client.stats().requests - requestsBefore;
   const tally = newTally(ctx, mode, passId);
   let reading: PassReading;
+  let removed: number;
   try {
     reading = await read(tally);
+    removed = await withTransaction(pool, (db) => recordSuccess(db, ctx, pass, passId, reading, tally, requests()));
   } catch (error) {
+    // A failed recording rolled back whole: cursor and checkpoint stay where they were, the row says why.
     const message = error instanceof Error ? error.message : String(error);
     const closed = {
       status: 'failed',
@@ -210,7 +212,6 @@ export async function recordPass(
     await closeRow(pool, passId, closed).catch((e: unknown) => log.error({ err: e }, 'could not record the failed pass'));
     throw error;
   }
-  const removed = await withTransaction(pool, (db) => recordSuccess(db, ctx, pass, passId, reading, tally, requests()));
   // Counted after the rule ran: what this pass missed that is not proven gone yet.
   const awaitingProof =
     reading.startedAt === null ? null : await membersAwaitingProof(pool, groupId, reading.startedAt, { type: pass.type });
