@@ -24,21 +24,21 @@ FROM node:${NODE_VERSION}-bookworm-slim
 # The ops port (admin, /metrics, detailed /readyz) on every interface of the container: it is never
 # published, and Prometheus scrapes it over the compose network (docs/security.md).
 ENV NODE_ENV=production OPS_PORT=9090 OPS_HOST=0.0.0.0
-# The runtime settings of every node process in the image, written here only: deploy/service/start.sh
-# and the demo's start inherit them, `npm start` and the benchmarks read this line (test/unit/compose.test.ts
-# checks), so raise the heap cap here (docs/compose.md, "Memory limits"). Each is measured
-# (docs/benchmarks.md, "memory"); nothing calls gc().
-#   --max-old-space-size=128: the heap cap. A worker's passes hold two pages between them (the page gate),
-#     and its heap peaked at 43 MB live, 71 MB committed, at 100k and 1M alike: this is 3x the live peak, and
-#     it stays below the compose limits by what is not heap (~110 MB: the node binary, buffers, sockets).
-#     Past it the process stops with "heap out of memory" instead of growing. Under 256 MB it also caps V8's
-#     heap growing factor at 1.3 (what --heap-growing-percent=30 did; that flag is no longer needed).
-#   --max-semi-space-size=4: 4 MB semi-spaces (Node 24's grow to 64 MB), which a pass's short-lived page
-#     objects never need: without it the young generation alone held ~150 MB more.
-#   --enable-source-maps: stack traces point at src/*.ts.
-#   MALLOC_MMAP_THRESHOLD_=131072: glibc returns buffers above 128 kB (a page of members) to the system at
-#     once instead of raising its threshold and keeping them in its heap (30-40 MB less at peak).
-ENV NODE_OPTIONS="--enable-source-maps --max-old-space-size=128 --max-semi-space-size=4" MALLOC_MMAP_THRESHOLD_=131072
+# The runtime settings of every node process in the image, written here only: the entry point,
+# deploy/service/start.sh and the demo's start inherit them, `npm start` (deploy/image-env.sh) and the
+# benchmarks read this line, test/unit/compose.test.ts checks that. Each is measured
+# (docs/benchmarks.md, "memory"); nothing calls gc(). To raise the cap: docs/compose.md, "Memory limits".
+#   --max-old-space-size=256: the heap cap, below every compose memory limit by what is not heap. Past
+#     it node stops ("heap out of memory") instead of growing. The worker's heap peaked at 58 MB live
+#     (its passes share two pages: the page gate); the receiver parsing one signed 9.7 MiB delivery
+#     needs more than 128. At 256 or less V8 grows the old space by at most 1.3x what a collection left
+#     live (--trace-gc-verbose), which --heap-growing-percent=30 did (a flag NODE_OPTIONS refuses).
+#   --max-semi-space-size=4: 4 MB semi-spaces instead of Node 24's 64 MB, which a pass's short-lived
+#     page objects never need (100k at full speed: 309 MB peak without it, 192 MB with it).
+#   --enable-source-maps: stack traces point at src/*.ts (~4 MB).
+#   MALLOC_MMAP_THRESHOLD_=131072: glibc returns buffers above 128 kB (a page of members) to the
+#     system at once instead of raising its threshold and keeping them (192 MB peak without, 152-180 with).
+ENV NODE_OPTIONS="--enable-source-maps --max-old-space-size=256 --max-semi-space-size=4" MALLOC_MMAP_THRESHOLD_=131072
 WORKDIR /app
 COPY --from=deps /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
