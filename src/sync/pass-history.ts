@@ -8,6 +8,7 @@
 import { canonicalTimestampSql as iso } from '../db/columns.js';
 import type { PassKind, PassTrigger, ReadSourceName, SubscriberType, SyncRunStatus } from '../db/schema.js';
 import type { Queryable } from '../ground/queryable.js';
+import type { TypeProof } from './decide.js';
 
 export interface OpenedRow {
   groupId: string;
@@ -144,13 +145,7 @@ export async function removalRule(
   return { cutoff: row.cutoff, proof: needsSweeps ? proof : proof.slice(0, 2 * types.length) };
 }
 
-/** One type's last two complete, gap-free full passes (epoch ms of their listing's start), for planning the proof. */
-export interface TypeProof<T extends string = string> {
-  type: T;
-  proofStartedAt: number | null;
-  prevProofStartedAt: number | null;
-}
-
+/** Each type's last two complete, gap-free full passes (epoch ms of their listing's start), for planning the proof (`TypeProof`, decide.ts). */
 export async function proofPasses<T extends string>(db: Queryable, groupId: string, types: readonly T[]): Promise<Array<TypeProof<T>>> {
   const { rows } = await db.query<{ type: string; n: number; at: string }>(
     `select type, n::int as n, ${iso('listed_from')} as at
