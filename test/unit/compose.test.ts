@@ -10,6 +10,8 @@ import { ROOT } from '../helpers/cli.js';
 
 interface Service {
   image?: string;
+  mem_limit?: string;
+  memswap_limit?: string;
   init?: boolean;
   ports?: string[];
   profiles?: string[];
@@ -68,6 +70,20 @@ const NOT_OLD_SPACE =
     Number(/^--max-semi-space-size=(\d+)$/.exec(IMAGE_NODE_OPTIONS.find((f) => f.startsWith('--max-semi-space-size=')) ?? '')?.[1] ?? 64) *
     MiB +
   128 * MiB;
+
+/** Bytes of a compose size (`448m`, `1g`, `512k`, `1024`). */
+function bytesOf(size: string): number {
+  const match = /^(\d+)([bkmg]?)$/i.exec(size);
+  if (!match) throw new Error(`not a compose size: ${size}`);
+  return Number(match[1]) * { '': 1, b: 1, k: 1024, m: MiB, g: 1024 * MiB }[match[2]!.toLowerCase() as '' | 'b' | 'k' | 'm' | 'g'];
+}
+
+/** A service's memory limit: the variable that sets it (if any) and its default, in bytes. */
+function memoryLimitOf(service: Service): { variable: string | undefined; bytes: number } {
+  const value = service.mem_limit ?? '';
+  const variable = /^\$\{(\w+):-([^}]+)\}$/.exec(value);
+  return { variable: variable?.[1], bytes: bytesOf(variable?.[2] ?? value) };
+}
 
 /**
  * The Postgres health check: healthy only once the service's role logs in over TCP (the entrypoint's
@@ -313,6 +329,27 @@ describe('docker-compose.yml', () => {
     ADMIN_ON_PUBLIC_PORT: 'the stack serves the admin routes on the ops port only',
     EXPOSE_ADMIN_BEYOND_LOOPBACK: 'only meaningful with ADMIN_ON_PUBLIC_PORT',
   };
+  // Each container's memory is bounded by the kernel (docs/compose.md, "Memory limits"); swap would
+  // only hide a leak more slowly. The node services' limit sits above the image's heap cap plus what
+  // node holds outside the old space, so node stops with "heap out of memory" (a message, a restart)
+  // before the kernel's OOM killer takes it without one.
+  it("limits every service's memory, swap included, each limit a variable of .env with a default", () => {
+    const limits = Object.entries(compose.services).map(([name, service]) => ({ name, service, ...memoryLimitOf(service) }));
+    for (const { name, service, variable, bytes } of limits) {
+      expect(variable, name).toMatch(/^[A-Z]+_MEMORY_LIMIT$/);
+      expect(service.memswap_limit, name).toBe(service.mem_limit);
+      expect(bytes, name).toBeGreaterThanOrEqual(64 * MiB);
+    }
+    expect(new Set(limits.map((l) => l.variable)).size).toBe(limits.length);
+    for (const name of ['worker', 'receiver']) {
+      expect(memoryLimitOf(compose.services[name]!).bytes, name).toBeGreaterThanOrEqual(HEAP_CAP + NOT_OLD_SPACE);
+    }
+    // Postgres holds its shared buffers (the image's default, 128 MB) and a backend per connection.
+    expect(memoryLimitOf(compose.services.postgres!).bytes).toBeGreaterThanOrEqual(512 * MiB);
+    const documented = read('docs/compose.md');
+    for (const { variable } of limits) expect(documented, variable).toContain(variable);
+  });
+
   it('passes every setting to a service, or says why not', () => {
     const passed = new Set([...environmentNames(compose.services.worker), ...environmentNames(compose.services.receiver)]);
     const notPassed = settingsOf(SETTINGS)
@@ -339,7 +376,9 @@ describe('docker-compose.yml', () => {
       expect(existsSync(path.join(ROOT, file)), file).toBe(false);
     }
     const variables = variablesOf('.env.example');
-    expect(variables.filter((v) => !SETTING_NAMES.includes(v) && !COMPOSE_PASSWORDS.includes(v))).toEqual([]);
+    const limits = Object.values(compose.services).map((service) => memoryLimitOf(service).variable);
+    expect(variables.filter((v) => !SETTING_NAMES.includes(v) && !COMPOSE_PASSWORDS.includes(v) && !limits.includes(v))).toEqual([]);
+    expect(variables).toEqual(expect.arrayContaining(['WORKER_MEMORY_LIMIT', 'RECEIVER_MEMORY_LIMIT']));
     expect(variables).toEqual(expect.arrayContaining([...COMPOSE_PASSWORDS, 'MAILER_API_KEY', 'SYNC_GROUPS', 'ADMIN_TOKEN']));
     for (const ignore of ['.gitignore', '.dockerignore']) {
       const patterns = read(ignore).split('\n');
@@ -477,6 +516,16 @@ describe('docker-compose.demo.yml', () => {
     expect(start).toMatch(
       /migrate\n.*webhooks register --url "\$DEMO_WEBHOOK_URL"[^\n]*\n[\s\S]*admin token \$\{ADMIN_TOKEN\}[\s\S]*exec node .*start --role all/,
     );
+  });
+
+  it("limits every container's memory as production does, the service's own above the heap cap", () => {
+    for (const [name, service] of Object.entries(demo.services)) {
+      expect(service.memswap_limit, name).toBe(service.mem_limit);
+      expect(memoryLimitOf(service).bytes, name).toBeGreaterThanOrEqual(64 * MiB);
+    }
+    for (const name of ['demo', 'simulator']) {
+      expect(memoryLimitOf(demo.services[name]!).bytes, name).toBeGreaterThanOrEqual(HEAP_CAP + NOT_OLD_SPACE);
+    }
   });
 
   it('uses the production images and health checks', () => {
