@@ -394,6 +394,8 @@ describe('each setting declared once (SETTINGS in src/config.ts)', () => {
       'REDIS_PASSWORD',
       'RECEIVER_REDIS_PASSWORD',
       'GRAFANA_ADMIN_PASSWORD',
+      // The containers' memory limits, which Compose reads from .env (docs/compose.md, "Memory limits").
+      ...[...readFileSync(path.join(ROOT, 'docker-compose.yml'), 'utf8').matchAll(/mem_limit: \$\{(\w+):-/g)].map((m) => m[1]!),
     ];
     const named = [...readFileSync(path.join(ROOT, '.env.example'), 'utf8').matchAll(/^#? ?([A-Z][A-Z0-9_]+)=/gm)].map((m) => m[1]!);
     expect(named.length).toBeGreaterThan(composeOwn.length);
