@@ -150,12 +150,7 @@ export interface RegisterArgs {
 }
 
 export function parseRegisterArgs(args: string[]): RegisterArgs {
-  const { values } = parse(
-    args,
-    { url: { type: 'string' }, name: { type: 'string' }, 'allow-http': { type: 'boolean' } },
-    0,
-    'register',
-  );
+  const { values } = parse(args, { url: { type: 'string' }, name: { type: 'string' }, 'allow-http': { type: 'boolean' } }, 0, 'register');
   if (values.url === undefined)
     throw usage("webhooks register needs --url URL (where the service should deliver: this install's receiver)");
   const result: RegisterArgs = { url: urlArg(values.url, 'register', values['allow-http'] === true) };

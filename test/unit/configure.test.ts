@@ -85,7 +85,14 @@ describe('./configure', () => {
     // A key that ends with the input (no newline) is read too; a missing line is an error.
     expect(configureWith('key-no-newline', ...REQUIRED).code).toBe(0);
     expect(variables().MAILER_API_KEY).toBe('key-no-newline');
-    const short = configureWith('only-the-key\n', ...REQUIRED, '--webhooks-url', 'https://c.example.com', '--webhooks-token-stdin', '--force');
+    const short = configureWith(
+      'only-the-key\n',
+      ...REQUIRED,
+      '--webhooks-url',
+      'https://c.example.com',
+      '--webhooks-token-stdin',
+      '--force',
+    );
     expect(short.code).toBe(2);
     expect(short.err).toMatch(/--webhooks-token-stdin: standard input ended/);
   });
@@ -102,7 +109,9 @@ describe('./configure', () => {
       RECEIVER_PUBLISH: '127.0.0.1:8080',
       TRUST_PROXY: '1',
     });
-    expect(Object.keys(env).filter((n) => !SETTING_NAMES.includes(n) && !PASSWORDS.includes(n) && !COMPOSE_VARIABLES.includes(n))).toEqual([]);
+    expect(Object.keys(env).filter((n) => !SETTING_NAMES.includes(n) && !PASSWORDS.includes(n) && !COMPOSE_VARIABLES.includes(n))).toEqual(
+      [],
+    );
     expect(() => loadConfig({ ...env, OPS_PORT: '9090' }, ['poll'])).not.toThrow();
     expect(configure(...REQUIRED, '--domain', 'mirror.test', '--internal-ca', '--force').code).toBe(0);
     expect(variables().PROXY_TLS).toBe('internal');

@@ -126,7 +126,12 @@ describe('webhooks update arguments', () => {
       expect(usageError(() => parseUpdateArgs(['7', '--url', url])).message, url).toMatch(/plain HTTP/);
       expect(parseUpdateArgs(['7', '--url', url, '--allow-http']).patch, url).toEqual({ url });
     }
-    for (const url of ['http://127.0.0.1:8080/webhooks', 'http://localhost/webhooks', 'http://[::1]:8080/webhooks', 'https://r.test/webhooks']) {
+    for (const url of [
+      'http://127.0.0.1:8080/webhooks',
+      'http://localhost/webhooks',
+      'http://[::1]:8080/webhooks',
+      'https://r.test/webhooks',
+    ]) {
       expect(parseRegisterArgs(['--url', url]), url).toEqual({ url });
     }
   });
