@@ -8,7 +8,7 @@ if [ -z "${ADMIN_TOKEN:-}" ]; then
   export ADMIN_TOKEN
 fi
 node dist/cli.js migrate
-node dist/cli.js webhooks register --url "$DEMO_WEBHOOK_URL" --name demo
+node dist/cli.js webhooks register --url "$DEMO_WEBHOOK_URL" --name demo --allow-http
 cat <<TEXT
 
 subscriber-mirror demo is running (Ctrl-C, or docker compose -f docker-compose.demo.yml down)

@@ -5,11 +5,15 @@
 # `git pull && docker compose up -d --build --wait` and a password changed in .env just works.
 #   1. Passwords: each one the services use is taken from .env, else the one generated at an earlier
 #      start, else generated now (a release that adds a password needs no manual step), and written
-#      where only its users read it: /run/subscriber-mirror/worker (the worker) and .../receiver.
+#      where only its users read it: /run/subscriber-mirror/worker (the worker), .../receiver and
+#      .../redis (Redis's two passwords only: Redis never sees the database's).
 #   2. Roles: created when missing and altered to those passwords; the `mirror` database and its
 #      objects owned by `mirror` (earlier releases may have created some as the superuser).
 #   3. Settings still in the per-service files of earlier releases (mirror.env, worker.env,
-#      receiver.env): copied for the services to read, one release long, with a warning.
+#      receiver.env), which Compose hands to this container as variables (env_file, never the files
+#      nor the project directory): each service's allow list of them copied for it to read, one
+#      release long, with a warning.
+#   4. Redis's data of a release that ran Redis as root, given to the redis user it now runs as.
 # It connects over the Postgres unix socket (a volume shared with the postgres service), where the
 # image trusts the superuser without a password: so a changed POSTGRES_PASSWORD is reconciled too.
 set -eu
@@ -17,8 +21,24 @@ umask 077
 out=/run/subscriber-mirror
 worker=$out/worker
 receiver=$out/receiver
-project=/project
+redis=$out/redis
+redis_data=/redis-data
 NODE_UID=1000 # the image's `node` user, which the services run as
+REDIS_UID=999 # the redis image's `redis` user, which Redis runs as
+
+# The settings each service may take from an earlier release's files: its own, and no credential of
+# another (the receiver never gets the API key, a token nor the admin token, whatever file held them).
+# test/unit/compose.test.ts keeps each list equal to the service's `environment:` in docker-compose.yml
+# (less the passwords, which come from .env or step 1, and OPS_*, which compose sets).
+WORKER_SETTINGS="REDIS_PREFIX MAILER_LEGACY_URL MAILER_API_KEY MAILER_API_KEY_HEADER MAILER_SOURCE_TZ
+  MAILER_API_URL MAILER_API_TOKEN MAILER_WEBHOOKS_URL MAILER_WEBHOOKS_TOKEN SYNC_SOURCE SYNC_GROUPS
+  SYNC_TYPES SYNC_EVERY SYNC_LOOKBACK RECONCILE_EVERY SYNC_PAGE_SIZE PASS_HISTORY_RETENTION
+  API_RATE_LIMIT MAILER_TIMEOUT WEBHOOK_RETENTION WEBHOOK_FAILED_RETENTION ERASE_OUT_OF_GROUPS_AFTER
+  HISTORY HISTORY_RETENTION ADMIN_TOKEN DASHBOARD_WRITE ADMIN_COOKIE_INSECURE TRUST_PROXY AUDIT_EVERY
+  AUDIT_SAMPLE AUDIT_SETTLE WEBHOOKS_REENABLE METRICS_REFRESH_EVERY LOG_LEVEL LOG_FORMAT SHUTDOWN_TIMEOUT"
+RECEIVER_SETTINGS="REDIS_PREFIX WEBHOOK_SECRETS WEBHOOK_PATH WEBHOOK_MAX_BODY WEBHOOK_BODY_MEMORY
+  HTTP_HEADERS_TIMEOUT HTTP_REQUEST_TIMEOUT HTTP_IDLE_TIMEOUT HTTP_MAX_CONNECTIONS TRUST_PROXY
+  METRICS_REFRESH_EVERY LOG_LEVEL LOG_FORMAT SHUTDOWN_TIMEOUT"
 
 say() { printf 'setup: %s\n' "$*"; }
 
@@ -39,11 +59,19 @@ keep() {
   eval "$name=\$value"
 }
 
-mkdir -p "$worker" "$receiver"
+mkdir -p "$worker" "$receiver" "$redis"
+# A directory this script left read-only to its owner at an earlier start is written again.
+chmod 0700 "$worker" "$receiver" "$redis"
+# Redis's passwords were the worker's and the receiver's files before Redis had a volume of its own.
+[ -s "$redis/REDIS_PASSWORD" ] || [ ! -s "$worker/REDIS_PASSWORD" ] || cp "$worker/REDIS_PASSWORD" "$redis/"
+[ -s "$redis/RECEIVER_REDIS_PASSWORD" ] || [ ! -s "$receiver/RECEIVER_REDIS_PASSWORD" ] || cp "$receiver/RECEIVER_REDIS_PASSWORD" "$redis/"
 keep "$worker" MIRROR_DB_PASSWORD
-keep "$worker" REDIS_PASSWORD
+keep "$redis" REDIS_PASSWORD
 keep "$receiver" RECEIVER_DB_PASSWORD
-keep "$receiver" RECEIVER_REDIS_PASSWORD
+keep "$redis" RECEIVER_REDIS_PASSWORD
+# Each service's copy of the password it logs in to Redis with.
+printf '%s' "$REDIS_PASSWORD" >"$worker/REDIS_PASSWORD"
+printf '%s' "$RECEIVER_REDIS_PASSWORD" >"$receiver/RECEIVER_REDIS_PASSWORD"
 
 psql_super() { psql -v ON_ERROR_STOP=1 -qAt -h /var/run/postgresql -U postgres "$@"; }
 
@@ -95,20 +123,31 @@ END $$;
 SQL
 say "roles mirror, subscriber_mirror_receiver and subscriber_mirror_analyst and their passwords are as .env says"
 
-# old_settings FILE... : the KEY=value lines of the files that exist, for one service.
-old_settings() {
-  for f in "$@"; do [ -f "$project/$f" ] && grep -E '^[A-Z][A-Z0-9_]*=' "$project/$f"; done || true
+# allowed NAME... : NAME=value for each NAME this container has (from an earlier release's files:
+# Compose's env_file; this service's own environment holds passwords only), one per line.
+allowed() {
+  for name in "$@"; do
+    eval "given=\${$name+set} value=\${$name-}"
+    [ -n "$given" ] || continue
+    case $value in *'
+'*) say "WARNING: $name spans lines in an earlier release's settings file: not passed on"; continue ;; esac
+    printf '%s=%s\n' "$name" "$value"
+  done
 }
-found=""
-for f in mirror.env worker.env receiver.env; do [ -f "$project/$f" ] && found="$found $f"; done
-if [ -n "$found" ]; then
-  say "WARNING:$found: settings files of an earlier release, read for this release only. Move their lines into .env (the one settings file; values already in .env win) and delete them."
+# shellcheck disable=SC2086 # the lists split into names on purpose
+allowed $WORKER_SETTINGS >"$worker/old-settings.env"
+# shellcheck disable=SC2086
+allowed $RECEIVER_SETTINGS >"$receiver/old-settings.env"
+if [ -s "$worker/old-settings.env" ] || [ -s "$receiver/old-settings.env" ]; then
+  names=$(cut -d= -f1 "$worker/old-settings.env" "$receiver/old-settings.env" | sort -u | tr '\n' ' ')
+  say "WARNING: mirror.env, worker.env, receiver.env: settings files of an earlier release, read for this release only (${names% }). Move their lines into .env (the one settings file; values already in .env win) and delete them."
 fi
-old_settings mirror.env worker.env >"$worker/old-settings.env"
-# The receiver never gets the upstream credentials nor the admin token, whatever file holds them.
-old_settings mirror.env receiver.env | grep -Ev '^(MAILER_API_KEY|MAILER_API_TOKEN|MAILER_WEBHOOKS_TOKEN|ADMIN_TOKEN)=' >"$receiver/old-settings.env" || true
+
+# An earlier release ran Redis as root: its data files are root's, and Redis now runs as redis.
+find "$redis_data" ! -user "$REDIS_UID" -exec chown "$REDIS_UID" {} +
 
 chown -R "$NODE_UID:$NODE_UID" "$worker" "$receiver"
-chmod 0500 "$worker" "$receiver"
-chmod 0400 "$worker"/* "$receiver"/*
+chown -R "$REDIS_UID" "$redis"
+chmod 0500 "$worker" "$receiver" "$redis"
+chmod 0400 "$worker"/* "$receiver"/* "$redis"/*
 say "done"

@@ -13,13 +13,22 @@ import { collectStatus } from '../sync/status.js';
 import { countDeliveriesByStatus } from '../webhooks/inbox/report.js';
 
 type CountedQueue = { name: string; getJobCounts(...types: string[]): Promise<Record<string, number>> };
+/** The one Redis command read here (the worker's user may run it; the receiver's may not). */
+type RedisInfo = { info(section: 'memory'): Promise<string> };
 
-/** Refreshes the gauges at once and then every METRICS_REFRESH; `polls`: the per-pair gauges too. */
-export function startGauges(metrics: Metrics, parts: { pool: pg.Pool; queues: CountedQueue[]; config: Config; polls: boolean }): Repeating {
+/**
+ * Refreshes the gauges at once and then every METRICS_REFRESH; `polls`: the per-pair gauges too;
+ * `redis`: Redis's memory against its maxmemory (BullMQ needs noeviction, so a full Redis refuses writes).
+ */
+export function startGauges(
+  metrics: Metrics,
+  parts: { pool: pg.Pool; queues: CountedQueue[]; config: Config; polls: boolean; redis?: RedisInfo },
+): Repeating {
   const refresh = async () => {
     await recordQueueDepths(metrics, parts.queues);
     await recordInboxGauges(metrics, parts.pool);
     if (parts.polls) await recordSyncGauges(metrics, parts.pool, parts.config);
+    if (parts.redis) await recordRedisMemory(metrics, parts.redis);
   };
   return repeat(refresh, { firstDelayMs: 0, nextDelayMs: () => parts.config.metricsRefreshMs, onError: () => {} });
 }
@@ -74,5 +83,27 @@ async function recordInboxGauges(metrics: Metrics, pool: pg.Pool): Promise<void>
     for (const [status, n] of Object.entries(await countDeliveriesByStatus(pool))) metrics.inbox.set({ status }, n);
   } catch {
     // Postgres unavailable: readiness reports it.
+  }
+}
+
+/** used_memory and maxmemory (bytes; maxmemory 0 = no limit) of an `INFO memory` reply; null when either is missing. */
+export function parseRedisMemory(info: string): { used: number; max: number } | null {
+  const field = (name: string) => {
+    const match = new RegExp(`^${name}:(\\d+)\\r?$`, 'm').exec(info);
+    return match ? Number(match[1]) : null;
+  };
+  const used = field('used_memory');
+  const max = field('maxmemory');
+  return used === null || max === null ? null : { used, max };
+}
+
+async function recordRedisMemory(metrics: Metrics, redis: RedisInfo): Promise<void> {
+  try {
+    const memory = parseRedisMemory(await redis.info('memory'));
+    if (!memory) return;
+    metrics.redisMemoryUsed.set(memory.used);
+    metrics.redisMemoryMax.set(memory.max);
+  } catch {
+    // Redis unavailable: readiness reports it; the gauges keep their last value.
   }
 }

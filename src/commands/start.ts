@@ -213,7 +213,13 @@ export async function startService(config: Config, role: Role): Promise<RunningS
   // The receiver runs without Redis (readiness ignores it): its errors go through the logger, not raw to stderr.
   if (!polling) syncQueue.on('error', (error) => log.debug({ err: describeConnectionError(error) }, 'sync queue error'));
 
-  const gauges = startGauges(metrics, { pool: database.pool, queues: [syncQueue, consumer.queue], config, polls });
+  const gauges = startGauges(metrics, {
+    pool: database.pool,
+    queues: [syncQueue, consumer.queue],
+    config,
+    polls,
+    ...(polls ? { redis } : {}),
+  });
   const erasure = polls ? startErasure(config, database.pool, log) : null;
 
   const readiness = readinessChecks(database.pool, redis, polling, receives && !polls);

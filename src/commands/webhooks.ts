@@ -49,11 +49,13 @@ export const WEBHOOKS_USAGE = `usage: subscriber-mirror webhooks <subcommand> [o
   list [--json]                      every webhook of the account; MANAGED = this install's (in webhook_endpoints):
                                      yes = register's own, adopted = taken over with adopt
   get ID [--json]                    one webhook (secrets are never shown)
-  register --url URL [--name NAME]   create or update this install's two webhooks (real-time and batched);
-                                     adopted webhooks are left alone
+  register --url URL [--name NAME] [--allow-http]
+                                     create or update this install's two webhooks (real-time and batched);
+                                     adopted webhooks are left alone. An http:// URL is refused unless its host
+                                     is loopback or --allow-http is given (deliveries carry personal data)
   adopt ID                           manage a webhook created elsewhere (e.g. the service's dashboard): store its
                                      secret in webhook_endpoints so the receiver verifies its deliveries
-  update ID [--url URL] [--name NAME] [--events KIND,KIND...] [--enable | --disable] [--batchable true|false]
+  update ID [--url URL [--allow-http]] [--name NAME] [--events KIND,KIND...] [--enable | --disable] [--batchable true|false]
   delete ID                          delete a webhook upstream and forget its secret
 
 needs MAILER_WEBHOOKS_URL and MAILER_WEBHOOKS_TOKEN.`;
@@ -100,9 +102,26 @@ function webhookIdArg(positionals: string[], what: string): string {
   return id;
 }
 
-function urlArg(value: string, what: string): string {
+/** A loopback host (localhost, 127.0.0.0/8, ::1): plain HTTP never leaves the machine. */
+function isLoopbackHost(hostname: string): boolean {
+  const host = hostname.replace(/^\[|\]$/g, '').toLowerCase();
+  return host === 'localhost' || host.endsWith('.localhost') || host === '::1' || /^127(\.\d{1,3}){3}$/.test(host);
+}
+
+/**
+ * The receiver's URL. Deliveries carry personal data and a captured one lets an attacker work on the
+ * webhook secret offline, so http:// to another host needs an explicit --allow-http (docs/compose.md, "HTTPS").
+ */
+function urlArg(value: string, what: string, allowHttp = false): string {
   const ok = URL.canParse(value) && ['http:', 'https:'].includes(new URL(value).protocol);
   if (!ok) throw usage(`webhooks ${what}: --url must be an http(s) URL, got "${value}"`);
+  const url = new URL(value);
+  if (url.protocol === 'http:' && !allowHttp && !isLoopbackHost(url.hostname)) {
+    throw usage(
+      `webhooks ${what}: --url ${value} is plain HTTP: deliveries (personal data) would cross the network in clear. ` +
+        'Use https:// (docker compose --profile https: docs/compose.md, "HTTPS"), or add --allow-http for a private network.',
+    );
+  }
   return value;
 }
 
@@ -131,10 +150,10 @@ export interface RegisterArgs {
 }
 
 export function parseRegisterArgs(args: string[]): RegisterArgs {
-  const { values } = parse(args, { url: { type: 'string' }, name: { type: 'string' } }, 0, 'register');
+  const { values } = parse(args, { url: { type: 'string' }, name: { type: 'string' }, 'allow-http': { type: 'boolean' } }, 0, 'register');
   if (values.url === undefined)
     throw usage("webhooks register needs --url URL (where the service should deliver: this install's receiver)");
-  const result: RegisterArgs = { url: urlArg(values.url, 'register') };
+  const result: RegisterArgs = { url: urlArg(values.url, 'register', values['allow-http'] === true) };
   if (values.name !== undefined) {
     if (values.name.trim() === '') throw usage('webhooks register: --name must not be empty');
     result.name = values.name;
@@ -162,6 +181,7 @@ export function parseUpdateArgs(args: string[]): UpdateArgs {
       enable: { type: 'boolean' },
       disable: { type: 'boolean' },
       batchable: { type: 'string' },
+      'allow-http': { type: 'boolean' },
     },
     1,
     'update',
@@ -169,7 +189,7 @@ export function parseUpdateArgs(args: string[]): UpdateArgs {
   const id = webhookIdArg(positionals, 'update');
   const patch: WebhookUpdateBody = {};
   if (values.name !== undefined) patch.name = values.name;
-  if (values.url !== undefined) patch.url = urlArg(values.url, 'update');
+  if (values.url !== undefined) patch.url = urlArg(values.url, 'update', values['allow-http'] === true);
   if (values.events !== undefined) patch.events = parseEventsArg(values.events);
   if (values.enable && values.disable) throw usage('webhooks update: use either --enable or --disable, not both');
   if (values.enable) patch.enabled = true;

@@ -96,6 +96,8 @@ const METRICS = {
     ['outcome'],
   ),
   queueDepth: gauge('subscriber_mirror_queue_depth', 'Jobs per BullMQ queue and state', ['queue', 'state']),
+  redisMemoryUsed: gauge('subscriber_mirror_redis_memory_used_bytes', "Redis's used_memory (INFO memory), read by the worker", []),
+  redisMemoryMax: gauge('subscriber_mirror_redis_memory_max_bytes', "Redis's maxmemory (INFO memory; 0: no limit), read by the worker", []),
   passDuration: histogram(
     'subscriber_mirror_sync_pass_duration_seconds',
     'Duration of poll passes',

@@ -1,5 +1,6 @@
 import { spawnSync } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
@@ -10,6 +11,13 @@ import { ROOT } from '../helpers/cli.js';
 
 interface Service {
   image?: string;
+  user?: string;
+  read_only?: boolean;
+  tmpfs?: string[];
+  cap_drop?: string[];
+  cap_add?: string[];
+  security_opt?: string[];
+  sysctls?: Record<string, number | string>;
   mem_limit?: string;
   memswap_limit?: string;
   init?: boolean;
@@ -20,7 +28,7 @@ interface Service {
   depends_on?: Record<string, { condition: string }>;
   healthcheck?: { test: string[]; timeout?: string; start_period?: string };
   restart?: string;
-  env_file?: Array<string | { path: string }>;
+  env_file?: Array<string | { path: string; required?: boolean }>;
   environment?: Record<string, string> | string[];
   volumes?: string[];
   entrypoint?: string[];
@@ -154,9 +162,12 @@ describe('docker-compose.yml', () => {
         'pgsocket:/var/run/postgresql',
         'worker-secrets:/run/subscriber-mirror/worker',
         'receiver-secrets:/run/subscriber-mirror/receiver',
-        '.:/project:ro',
+        'redis-secrets:/run/subscriber-mirror/redis',
       ]),
     );
+    // Not the project directory (it holds .env): an earlier release's files come in as variables, optional.
+    expect(setup.volumes?.some((v) => v.startsWith('.:') || v.startsWith('./:'))).toBe(false);
+    expect(setup.env_file).toEqual(['mirror.env', 'worker.env', 'receiver.env'].map((file) => ({ path: file, required: false })));
     // Every password of .env but Grafana's, none required: an install whose .env lacks one still starts.
     for (const name of COMPOSE_PASSWORDS.filter((n) => n !== 'GRAFANA_ADMIN_PASSWORD')) {
       expect((setup.environment as Record<string, string>)[name], name).toBe(`\${${name}:-}`);
@@ -178,16 +189,69 @@ describe('docker-compose.yml', () => {
     // Missing passwords are generated once and kept, for the services to read.
     for (const [dir, name] of [
       ['worker', 'MIRROR_DB_PASSWORD'],
-      ['worker', 'REDIS_PASSWORD'],
+      ['redis', 'REDIS_PASSWORD'],
       ['receiver', 'RECEIVER_DB_PASSWORD'],
-      ['receiver', 'RECEIVER_REDIS_PASSWORD'],
+      ['redis', 'RECEIVER_REDIS_PASSWORD'],
     ]) {
       expect(setup).toContain(`keep "$${dir}" ${name}`);
     }
-    // The receiver's copy of an earlier release's settings never holds the worker's credentials.
-    expect(setup).toMatch(
-      /old_settings mirror\.env receiver\.env \| grep -Ev '\^\(MAILER_API_KEY\|MAILER_API_TOKEN\|MAILER_WEBHOOKS_TOKEN\|ADMIN_TOKEN\)='/,
-    );
+    // Each service's copy of the Redis password it logs in with (Redis's own are in its volume).
+    expect(setup).toContain('printf \'%s\' "$REDIS_PASSWORD" >"$worker/REDIS_PASSWORD"');
+  });
+
+  // An earlier release's files pass on only what each service takes: an allow list, the same names as
+  // the service's `environment:` (less its passwords and what compose sets), so the receiver never
+  // gets a credential of the worker's whatever file held it.
+  it("passes each service an allow list of an earlier release's settings, equal to its environment", () => {
+    const setup = read('deploy/setup/setup.sh');
+    const list = (name: string) => (new RegExp(`^${name}="([^"]*)"`, 'm').exec(setup)?.[1] ?? '').split(/\s+/).filter(Boolean).sort();
+    const own = (service: string) =>
+      environmentNames(compose.services[service])
+        .filter((n) => !n.endsWith('_PASSWORD') && !n.startsWith('OPS_'))
+        .sort();
+    expect(list('WORKER_SETTINGS')).toEqual(own('worker'));
+    expect(list('RECEIVER_SETTINGS')).toEqual(own('receiver'));
+    for (const secret of RECEIVER_NEVER) expect(list('RECEIVER_SETTINGS'), secret).not.toContain(secret);
+    expect(setup).toMatch(/^allowed \$WORKER_SETTINGS >"\$worker\/old-settings\.env"$/m);
+    expect(setup).toMatch(/^allowed \$RECEIVER_SETTINGS >"\$receiver\/old-settings\.env"$/m);
+    // The allow list is the only way settings reach a service: no copy of whole files, no deny list.
+    expect(setup).not.toMatch(/grep -Ev|\/project/);
+  });
+
+  it("runs the allow list: the receiver's copy holds its settings only, whatever the files held", () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'setup-allow-'));
+    try {
+      const setup = read('deploy/setup/setup.sh');
+      // The part of setup.sh that writes the copies, with the directories of a test (no Postgres, no chown).
+      const lists = setup.slice(setup.indexOf('WORKER_SETTINGS='), setup.indexOf('\nmkdir -p'));
+      const writes = setup.slice(setup.indexOf('allowed() {'), setup.indexOf('\n# An earlier release ran Redis'));
+      const script = `say() { printf 'setup: %s\\n' "$*"; }\nworker=${dir}/w\nreceiver=${dir}/r\nmkdir -p $worker $receiver\n${lists}\n${writes}\n`;
+      const run = spawnSync('sh', ['-c', script], {
+        env: {
+          PATH: process.env.PATH,
+          MAILER_API_KEY: 'k',
+          ADMIN_TOKEN: 't',
+          WEBHOOK_SECRETS: 's'.repeat(32),
+          LOG_LEVEL: 'debug',
+          SYNC_GROUPS: '1',
+        },
+        encoding: 'utf8',
+      });
+      expect(run.status, run.stderr).toBe(0);
+      expect(
+        readFileSync(path.join(dir, 'r', 'old-settings.env'), 'utf8')
+          .split('\n')
+          .sort(),
+      ).toEqual(['', 'LOG_LEVEL=debug', `WEBHOOK_SECRETS=${'s'.repeat(32)}`]);
+      expect(
+        readFileSync(path.join(dir, 'w', 'old-settings.env'), 'utf8')
+          .split('\n')
+          .sort(),
+      ).toEqual(['', 'ADMIN_TOKEN=t', 'LOG_LEVEL=debug', 'MAILER_API_KEY=k', 'SYNC_GROUPS=1']);
+      expect(run.stdout).toContain('WARNING: mirror.env, worker.env, receiver.env');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('requires no variable: an upgrade never stops on one a newer release added (Grafana refuses by itself)', () => {
@@ -202,11 +266,21 @@ describe('docker-compose.yml', () => {
     expect(Number(/redis:(\d+)/.exec(redis.image ?? '')?.[1])).toBeGreaterThanOrEqual(7);
     expect(redis.healthcheck?.test.join(' ')).toContain('ping');
     expect(redis.command).toEqual(['sh', '/etc/redis/start.sh']);
-    expect(redis.volumes).toEqual(
-      expect.arrayContaining(['./deploy/redis/start.sh:/etc/redis/start.sh:ro', './deploy/redis/receiver.acl:/etc/redis/receiver.acl:ro']),
+    // Its own passwords only: not the worker's volume, which holds the database owner's.
+    expect(redis.volumes?.sort()).toEqual(
+      [
+        'redisdata:/data',
+        './deploy/redis/start.sh:/etc/redis/start.sh:ro',
+        './deploy/redis/receiver.acl:/etc/redis/receiver.acl:ro',
+        'redis-secrets:/run/subscriber-mirror/redis:ro',
+      ].sort(),
     );
     const start = read('deploy/redis/start.sh');
-    expect(start).toMatch(/REDIS_PASSWORD="\$\{REDIS_PASSWORD:-\$\(cat "\$dir\/worker\/REDIS_PASSWORD"/);
+    expect(start).toMatch(/^dir=\/run\/subscriber-mirror\/redis$/m);
+    expect(start).toMatch(/REDIS_PASSWORD="\$\{REDIS_PASSWORD:-\$\(cat "\$dir\/REDIS_PASSWORD"/);
+    // BullMQ needs noeviction; maxmemory follows the container's limit.
+    expect(start).toMatch(/maxmemory %s\\nmaxmemory-policy noeviction/);
+    expect((redis.environment as Record<string, string>).REDIS_MEMORY_LIMIT).toBe(redis.mem_limit);
     // Both passwords go to redis-server on stdin: not on the command line, which `ps` shows.
     expect(start).toMatch(/requirepass "%s".*user receiver on >%s %s/);
     expect(start).toMatch(/\| *\n? *exec redis-server - /);
@@ -377,7 +451,12 @@ describe('docker-compose.yml', () => {
     }
     const variables = variablesOf('.env.example');
     const limits = Object.values(compose.services).map((service) => memoryLimitOf(service).variable);
-    expect(variables.filter((v) => !SETTING_NAMES.includes(v) && !COMPOSE_PASSWORDS.includes(v) && !limits.includes(v))).toEqual([]);
+    // And what Compose itself reads for the https profile (docs/compose.md, "HTTPS").
+    const https = ['COMPOSE_PROFILES', 'PUBLIC_DOMAIN', 'PROXY_TLS', 'ACME_EMAIL', 'RECEIVER_PUBLISH'];
+    expect(
+      variables.filter((v) => !SETTING_NAMES.includes(v) && !COMPOSE_PASSWORDS.includes(v) && !limits.includes(v) && !https.includes(v)),
+    ).toEqual([]);
+    expect(variables).toEqual(expect.arrayContaining(https));
     expect(variables).toEqual(expect.arrayContaining(['WORKER_MEMORY_LIMIT', 'RECEIVER_MEMORY_LIMIT']));
     expect(variables).toEqual(expect.arrayContaining([...COMPOSE_PASSWORDS, 'MAILER_API_KEY', 'SYNC_GROUPS', 'ADMIN_TOKEN']));
     for (const ignore of ['.gitignore', '.dockerignore']) {
@@ -409,9 +488,37 @@ describe('docker-compose.yml', () => {
 
   it('publishes only the webhook port on the production path', () => {
     const published = production().flatMap(([name, s]) => (s.ports ?? []).map((p) => `${name} ${p}`));
-    expect(published).toEqual(['receiver 8080:8080']);
+    expect(published).toEqual(['receiver ${RECEIVER_PUBLISH:-8080}:8080']);
     // The internal endpoints are on OPS_PORT, which differs from the published port.
     for (const name of ['receiver', 'worker']) expect(compose.services[name]?.environment, name).toContain('OPS_PORT=9090');
+  });
+
+  // One place says which versions the stack runs (deploy/versions.env, docs/security.md "Image versions").
+  it('names exactly the image versions of deploy/versions.env, in both compose files and the Dockerfile', () => {
+    const versions = Object.fromEntries(
+      read('deploy/versions.env')
+        .split('\n')
+        .filter((l) => /^[A-Z_]+=/.test(l))
+        .map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]),
+    );
+    const demo = readCompose('docker-compose.demo.yml');
+    expect(compose.services.postgres?.image).toBe(versions.POSTGRES_IMAGE);
+    expect(compose.services.setup?.image).toBe(versions.POSTGRES_IMAGE);
+    expect(compose.services.redis?.image).toBe(versions.REDIS_IMAGE);
+    expect(compose.services.prometheus?.image).toBe(versions.PROMETHEUS_IMAGE);
+    expect(compose.services.grafana?.image).toBe(versions.GRAFANA_IMAGE);
+    expect(demo.services['demo-postgres']?.image).toBe(versions.POSTGRES_IMAGE);
+    expect(demo.services['demo-redis']?.image).toBe(versions.REDIS_IMAGE);
+    expect(read('Dockerfile')).toMatch(new RegExp(`^ARG NODE_VERSION=${versions.NODE_VERSION?.replaceAll('.', '\\.')}$`, 'm'));
+    expect(read('deploy/proxy/Dockerfile')).toMatch(new RegExp(`^FROM ${versions.PROXY_BASE_IMAGE}$`, 'm'));
+    // Every image either comes from there or is built here.
+    const named = [...Object.values(compose.services), ...Object.values(demo.services)]
+      .filter((service) => !service.build)
+      .map((service) => service.image);
+    expect(named.filter((image) => !Object.values(versions).includes(image ?? ''))).toEqual([]);
+    // The security doc lists each version and what it fixed.
+    const security = read('docs/security.md');
+    for (const image of Object.values(versions)) expect(security, image).toContain(image.replace(/^[^:]*:/, ''));
   });
 
   it('runs every long-running production container with an init and pinned image tags', () => {
@@ -430,10 +537,59 @@ describe('docker-compose.yml', () => {
       'pgdata',
       'pgsocket',
       'promdata',
+      'proxy-config',
+      'proxy-data',
       'receiver-secrets',
+      'redis-secrets',
       'redisdata',
       'worker-secrets',
     ]);
+  });
+
+  // docs/compose.md, "HTTPS": the production path on the internet.
+  it('puts a TLS-terminating proxy in front of the receiver with the https profile', () => {
+    const proxy = compose.services.proxy!;
+    expect(proxy.profiles).toEqual(['https']);
+    expect(proxy.build).toBe('./deploy/proxy');
+    expect(proxy.ports?.sort()).toEqual(['443:443', '80:80']);
+    expect(proxy.depends_on).toEqual({ receiver: { condition: 'service_healthy' } });
+    expect(proxy.environment).toEqual({
+      PUBLIC_DOMAIN: '${PUBLIC_DOMAIN:-}',
+      PROXY_TLS: '${PROXY_TLS:-acme}',
+      ACME_EMAIL: '${ACME_EMAIL:-}',
+    });
+    // Low ports without a capability: the container's own network namespace allows them.
+    expect(proxy.sysctls).toEqual({ 'net.ipv4.ip_unprivileged_port_start': 0 });
+    const start = read('deploy/proxy/start.sh');
+    expect(start).toMatch(/reverse_proxy receiver:8080/);
+    expect(start).toMatch(/internal\) tls="tls internal"/);
+    expect(start).toMatch(/protocols h1/);
+    // The host name goes into the Caddyfile: checked to be one first.
+    expect(start).toMatch(/\*\[!A-Za-z0-9\.-\]\*/);
+    // ./configure --domain: the proxy the way in, the receiver on loopback, the proxy's header trusted.
+    const configure = read('configure');
+    expect(configure).toMatch(/COMPOSE_PROFILES=https\\nPUBLIC_DOMAIN=%s/);
+    expect(configure).toContain('RECEIVER_PUBLISH=127.0.0.1:8080\\nTRUST_PROXY=1');
+  });
+
+  it('runs every container least-privileged: non-root, read-only root, no capabilities, no-new-privileges', () => {
+    const demo = readCompose('docker-compose.demo.yml');
+    const services = [...Object.entries(compose.services), ...Object.entries(demo.services)];
+    for (const [name, service] of services) {
+      expect(service.read_only, name).toBe(true);
+      expect(service.cap_drop, name).toEqual(['ALL']);
+      expect(service.security_opt, name).toEqual(['no-new-privileges:true']);
+      if (name === 'setup') continue;
+      expect(service.user, name).toMatch(/^(node|postgres|redis|caddy|nobody|472)$/);
+      expect(service.cap_add, name).toBeUndefined();
+    }
+    // The one root container, and what it may do: hand each service its secrets (docs/compose.md, "Containers").
+    expect(compose.services.setup?.user).toBeUndefined();
+    expect(compose.services.setup?.cap_add).toEqual(['CHOWN', 'DAC_OVERRIDE', 'FOWNER']);
+    // Scratch where a process writes outside its volumes.
+    for (const name of ['worker', 'receiver', 'postgres', 'proxy']) expect(compose.services[name]?.tmpfs, name).toEqual(['/tmp']);
+    const documented = read('docs/compose.md');
+    expect(documented).toMatch(/`CHOWN`, `DAC_OVERRIDE`, `FOWNER`/);
   });
 
   it('has a Dockerfile whose entrypoint is the CLI', () => {

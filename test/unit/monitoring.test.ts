@@ -9,6 +9,7 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { parseRedisMemory } from '../../src/commands/gauges.js';
 import { parse } from 'yaml';
 import { ROOT } from '../helpers/cli.js';
 import { alertRules, dashboard, MONITORING, withBool } from '../helpers/promql.js';
@@ -57,6 +58,7 @@ describe('alert rules', () => {
       'RateLimiterSaturated',
       'FullPassesFailing',
       'MirrorInaccurate',
+      'RedisMemoryNearlyFull',
     ]);
   });
 
@@ -129,5 +131,14 @@ describe('Grafana and compose', () => {
     expect(opsPort).toBe('9090');
     expect(prometheusYml.scrape_configs[0]?.static_configs?.[0]?.targets).toEqual([`receiver:${opsPort}`]);
     expect(prometheusYml.scrape_configs[1]?.dns_sd_configs?.[0]?.port).toBe(Number(opsPort));
+  });
+});
+
+describe('Redis memory gauges', () => {
+  it('reads used_memory and maxmemory from INFO memory, and nothing from a reply without them', () => {
+    const info = '# Memory\r\nused_memory:1048576\r\nused_memory_human:1.00M\r\nmaxmemory:134217728\r\nmaxmemory_policy:noeviction\r\n';
+    expect(parseRedisMemory(info)).toEqual({ used: 1048576, max: 134217728 });
+    expect(parseRedisMemory('used_memory:5\nmaxmemory:0\n')).toEqual({ used: 5, max: 0 });
+    expect(parseRedisMemory('# Memory\r\nused_memory_rss:5\r\n')).toBeNull();
   });
 });

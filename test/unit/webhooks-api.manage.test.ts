@@ -117,6 +117,24 @@ describe('webhooks update arguments', () => {
     expect(usageError(() => parseRegisterArgs([])).message).toContain('needs --url URL');
     expect(usageError(() => parseRegisterArgs(['--url', 'r.test'])).message).toContain('--url must be an http(s) URL');
   });
+
+  // Deliveries carry personal data: plain HTTP only on loopback or when the operator says so.
+  it('refuses an http:// URL to a non-loopback host unless --allow-http is given', () => {
+    for (const url of ['http://receiver:8080/webhooks', 'http://203.0.113.7/webhooks', 'http://[2001:db8::1]/webhooks']) {
+      expect(usageError(() => parseRegisterArgs(['--url', url])).message, url).toMatch(/plain HTTP[\s\S]*--allow-http/);
+      expect(parseRegisterArgs(['--url', url, '--allow-http']), url).toEqual({ url });
+      expect(usageError(() => parseUpdateArgs(['7', '--url', url])).message, url).toMatch(/plain HTTP/);
+      expect(parseUpdateArgs(['7', '--url', url, '--allow-http']).patch, url).toEqual({ url });
+    }
+    for (const url of [
+      'http://127.0.0.1:8080/webhooks',
+      'http://localhost/webhooks',
+      'http://[::1]:8080/webhooks',
+      'https://r.test/webhooks',
+    ]) {
+      expect(parseRegisterArgs(['--url', url]), url).toEqual({ url });
+    }
+  });
 });
 
 describe('output never carries a secret', () => {
