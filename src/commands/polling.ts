@@ -19,7 +19,8 @@ import { createOrphanResumer, createSyncWorker, lastFullPasses, resumeOpenFullPa
 import { auditLoopDeps } from './audit-run.js';
 import { auditSettings } from './audit-settings.js';
 import { describeConnectionError } from './connection-error.js';
-import { createReadSource, createSharedLimiter, upstreamHooks } from './reads.js';
+import { startFieldRefresh } from '../sync/fields.js';
+import { createReadSource, createSharedLimiter, fieldReader, upstreamHooks } from './reads.js';
 
 /** Upper bound on how often a poll role checks that its job schedulers still exist in Redis. */
 const SCHEDULE_CHECK_MAX_MS = 30_000;
@@ -95,11 +96,20 @@ async function startPolling(
     concurrency: Math.max(2, types.length),
   });
   const audit = startAudit(config, { pool, redis, limiter, queue, log, metrics });
+  const fieldRefresh = startFieldRefresh({
+    pool,
+    redis,
+    prefix: config.redisPrefix,
+    read: fieldReader(config, limiter, log, upstreamHooks(config.sync.source, limiter, metrics)),
+    logger: log,
+    everyMs: config.sync.reconcileEveryMs,
+  });
   return {
     pauseKey,
     queue,
     async stop(timeoutMs: number) {
       scheduleWatch.stop();
+      fieldRefresh.stop();
       audit?.stop();
       await worker.close(timeoutMs);
       await queue.close();
