@@ -17,7 +17,8 @@ import { authPauseKey, isPaused, readAuthPause } from '../sync/auth-pause.js';
 import { createSyncQueue, restoreMissingSchedules, syncSchedules, type ScheduleConfig } from '../sync/schedule.js';
 import { createOrphanResumer, createSyncWorker, lastFullPasses, resumeOpenFullPasses, type SyncWorker } from '../sync/worker.js';
 import { auditLoopDeps } from './audit-run.js';
-import { auditSettings } from './audit-settings.js';
+import { formatPeriod } from '../audit/core.js';
+import { auditSettings, configuredAuditSchedule } from './audit-settings.js';
 import { describeConnectionError } from './connection-error.js';
 import { startFieldRefresh } from '../sync/fields.js';
 import { createReadSource, createSharedLimiter, fieldReader, upstreamHooks } from './reads.js';
@@ -130,7 +131,31 @@ function startAudit(
   }
   const hooks = upstreamHooks(config.sync.source, parts.limiter, parts.metrics);
   const deps = auditLoopDeps({ config, settings, ...parts, logger: parts.log, hooks }, settings.everyMs);
+  logAuditSchedule(config, parts.log);
   return startAuditLoop(deps);
+}
+
+/** Says once, at start, when AUDIT_EVERY cannot be honoured within AUDIT_BUDGET, and at what period each pair is really audited. */
+function logAuditSchedule(config: Config, log: Logger): void {
+  const schedule = configuredAuditSchedule(config);
+  if (!schedule || schedule.honoured) return;
+  const asked = formatPeriod(schedule.askedMs);
+  const budget = `${Math.round(config.audit.budgetShare * 10_000) / 100}%`;
+  const effective = schedule.effectiveMs === null ? 'never' : `every ${formatPeriod(schedule.effectiveMs)}`;
+  const remedy =
+    schedule.shareNeeded === null
+      ? 'no AUDIT_BUDGET up to 100% honours it: lengthen AUDIT_EVERY or raise API_RATE_LIMIT'
+      : `AUDIT_BUDGET=${Math.round(schedule.shareNeeded * 100)}% would honour it`;
+  log.warn(
+    {
+      auditEvery: asked,
+      auditBudget: budget,
+      apiRateLimit: config.apiRateLimit,
+      effectivePeriodMs: schedule.effectiveMs,
+      shareNeeded: schedule.shareNeeded,
+    },
+    `AUDIT_EVERY=${asked} cannot be honoured within AUDIT_BUDGET=${budget} of API_RATE_LIMIT=${config.apiRateLimit}/min: each group × type is audited ${effective}; ${remedy}`,
+  );
 }
 
 /**

@@ -17,7 +17,14 @@ import type { SubscriberType } from './kinds.js';
 import { rateLimitHeaders } from './rate-limit.js';
 import type { RateDecision, RateLimiter } from './rate-limit.js';
 import { legacyArrayJson } from './render.js';
-import { CURRENT_FIELDS_PATH, CURRENT_PREFIX, CURRENT_SUBSCRIBERS_PREFIX, currentRateLimitHeaders, laravelMessage, registerCurrentRoutes } from './current.js';
+import {
+  CURRENT_FIELDS_PATH,
+  CURRENT_PREFIX,
+  CURRENT_SUBSCRIBERS_PREFIX,
+  currentRateLimitHeaders,
+  laravelMessage,
+  registerCurrentRoutes,
+} from './current.js';
 import type { RequestApi, RequestLog, RequestRecord } from './requests.js';
 import { VALIDATION_MESSAGE, pageEnvelope } from './webhooks.js';
 import type { WebhookRegistry, WebhookResult } from './webhooks.js';
@@ -131,7 +138,8 @@ function classify(request: FastifyRequest): RequestApi {
   if (request.method === 'OPTIONS') return 'preflight';
   if (path === LEGACY_PREFIX || path.startsWith(`${LEGACY_PREFIX}/`)) return 'legacy';
   if (path === WEBHOOKS_PREFIX || path.startsWith(`${WEBHOOKS_PREFIX}/`)) return 'webhooks';
-  if (path.startsWith(`${CURRENT_PREFIX}/`) || path.startsWith(`${CURRENT_SUBSCRIBERS_PREFIX}/`) || path === CURRENT_FIELDS_PATH) return 'current';
+  if (path.startsWith(`${CURRENT_PREFIX}/`) || path.startsWith(`${CURRENT_SUBSCRIBERS_PREFIX}/`) || path === CURRENT_FIELDS_PATH)
+    return 'current';
   return 'other';
 }
 

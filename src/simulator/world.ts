@@ -146,7 +146,12 @@ export class World {
   private readonly automationList: AutomationInfo[] = [];
   private readonly campaignList: CampaignInfo[] = [];
   /** The account's custom field definitions: the eight documented keys as text, then what `defineField` adds. */
-  private readonly fieldList: FieldDefinition[] = FIELD_KEYS.map((key, i) => ({ id: String(i + 1), key, title: fieldTitle(key), type: 'text' }));
+  private readonly fieldList: FieldDefinition[] = FIELD_KEYS.map((key, i) => ({
+    id: String(i + 1),
+    key,
+    title: fieldTitle(key),
+    type: 'text',
+  }));
   private readonly listeners = new Set<EventListener>();
   private readonly log: WorldEvent[] = [];
   private readonly eventLogLimit: number;
@@ -222,8 +227,10 @@ export class World {
    * and no event is sent: the service announces no change of definitions.
    */
   defineField(key: string, type: FieldType, title: string = fieldTitle(key)): FieldDefinition {
-    if (!/^[a-z][a-z0-9_]*$/.test(key)) throw new RangeError(`field key must be lower-case letters, digits and _, got ${JSON.stringify(key)}`);
-    if (type !== 'text' && type !== 'number' && type !== 'date') throw new RangeError(`field type must be text, number or date, got ${String(type)}`);
+    if (!/^[a-z][a-z0-9_]*$/.test(key))
+      throw new RangeError(`field key must be lower-case letters, digits and _, got ${JSON.stringify(key)}`);
+    if (type !== 'text' && type !== 'number' && type !== 'date')
+      throw new RangeError(`field type must be text, number or date, got ${String(type)}`);
     const existing = this.fieldList.find((f) => f.key === key);
     if (existing) {
       existing.type = type;

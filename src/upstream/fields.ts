@@ -42,7 +42,8 @@ function definitionOf(item: unknown): FieldDefinition | null {
 }
 
 function definitionsOf(items: unknown, target: RequestTarget, status: number): FieldDefinition[] {
-  if (!Array.isArray(items)) throw new UpstreamBodyError(`${target.label} answered no list of fields on ${target.method} ${target.path}`, target, status);
+  if (!Array.isArray(items))
+    throw new UpstreamBodyError(`${target.label} answered no list of fields on ${target.method} ${target.path}`, target, status);
   const out: FieldDefinition[] = [];
   for (const item of items) {
     const definition = definitionOf(item);
@@ -61,7 +62,11 @@ export function legacyFieldDefinitions(body: unknown, target: RequestTarget, sta
 
 /** One page of the current answer (`{data, links}`): its definitions and the next page's URL, if any. */
 export function currentFieldPage(body: unknown, target: RequestTarget, status: number): { fields: FieldDefinition[]; next: string | null } {
-  if (!isRecord(body)) throw new UpstreamBodyError(`${target.label} answered no page of fields on ${target.method} ${target.path}`, target, status);
+  if (!isRecord(body))
+    throw new UpstreamBodyError(`${target.label} answered no page of fields on ${target.method} ${target.path}`, target, status);
   const links = isRecord(body.links) ? body.links : {};
-  return { fields: definitionsOf(body.data, target, status), next: typeof links.next === 'string' && links.next !== '' ? links.next : null };
+  return {
+    fields: definitionsOf(body.data, target, status),
+    next: typeof links.next === 'string' && links.next !== '' ? links.next : null,
+  };
 }

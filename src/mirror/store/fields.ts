@@ -32,7 +32,8 @@ function checkDefinitions(definitions: readonly FieldDefinitionRow[]): void {
   const seen = new Set<string>();
   for (const d of definitions) {
     if (typeof d.key !== 'string' || d.key.trim() === '') throw new TypeError('a field definition needs a key');
-    if (!(FIELD_TYPES as readonly string[]).includes(d.type)) throw new TypeError(`field ${d.key}: type must be one of ${FIELD_TYPES.join(', ')}`);
+    if (!(FIELD_TYPES as readonly string[]).includes(d.type))
+      throw new TypeError(`field ${d.key}: type must be one of ${FIELD_TYPES.join(', ')}`);
     if (seen.has(d.key)) throw new TypeError(`field ${d.key} is defined twice`);
     seen.add(d.key);
   }
@@ -43,7 +44,9 @@ export async function replaceFieldDefinitions(db: pg.Pool, definitions: readonly
   checkDefinitions(definitions);
   return withTransaction(db, async (client) => {
     await client.query('select pg_advisory_xact_lock($1)', [FIELDS_LOCK]);
-    const { rows: stored } = await client.query<{ key: string; title: string | null; type: FieldType }>('select key, title, type from fields');
+    const { rows: stored } = await client.query<{ key: string; title: string | null; type: FieldType }>(
+      'select key, title, type from fields',
+    );
     const before = new Map(stored.map((r) => [r.key, r]));
     const after = new Map(definitions.map((d) => [d.key, d]));
     const changes: FieldChanges = { added: [], retyped: [], removed: [], retitled: [], rebuilt: false };
@@ -62,7 +65,12 @@ export async function replaceFieldDefinitions(db: pg.Pool, definitions: readonly
        select *, now() from unnest($1::text[], $2::text[], $3::text[], $4::text[])
        on conflict (key) do update set title = excluded.title, type = excluded.type, upstream_id = excluded.upstream_id,
                                        mirrored_at = excluded.mirrored_at`,
-      [definitions.map((d) => d.key), definitions.map((d) => d.title), definitions.map((d) => d.type), definitions.map((d) => d.upstreamId)],
+      [
+        definitions.map((d) => d.key),
+        definitions.map((d) => d.title),
+        definitions.map((d) => d.type),
+        definitions.map((d) => d.upstreamId),
+      ],
     );
     // A view's columns change only with keys and types; a new title alone leaves it as it is.
     if (changes.added.length + changes.retyped.length + changes.removed.length > 0) {

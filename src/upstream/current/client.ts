@@ -13,7 +13,7 @@ import { SUBSCRIBER_TYPES, type SubscriberType } from '../../db/schema.js';
 import type { PageAdmission, Release } from '../page-gate.js';
 import { UpstreamBodyError, UpstreamHttpError, type RequestTarget } from '../errors.js';
 import { currentFieldPage, type FieldDefinition } from '../fields.js';
-import { createHttpClient, type HttpClientOptions, type HttpStats, type RequestGate } from '../http.js';
+import { createHttpClient, type HttpClient, type HttpClientOptions, type HttpStats, type RequestGate } from '../http.js';
 import { isPlainObject } from '../json.js';
 
 export const CURRENT_LABEL = 'current API';
@@ -227,6 +227,29 @@ async function lookUpSubscriber(
   }
 }
 
+/** The field definitions, page by page (docs/upstream-current.md, "Field definitions"). */
+async function readFields(http: HttpClient, opts?: { signal?: AbortSignal }): Promise<FieldDefinition[]> {
+  const path = '/api/fields';
+  const out: FieldDefinition[] = [];
+  // Pages by number (`links.next` null on the last); an account has at most 100 fields, so the
+  // bound only stops a service that never says "last".
+  for (let page = 1; page <= MAX_FIELD_PAGES; page++) {
+    const query: Array<[string, string]> = [
+      ['limit', String(FIELD_PAGE_SIZE)],
+      ['page', String(page)],
+    ];
+    const response = await http.request({ method: 'GET', path, query, signal: opts?.signal });
+    const read = currentFieldPage(response.body, { label: CURRENT_LABEL, method: 'GET', path }, response.status);
+    out.push(...read.fields);
+    if (read.next === null || read.fields.length === 0) return out;
+  }
+  throw new UpstreamBodyError(
+    `${CURRENT_LABEL} answered more than ${MAX_FIELD_PAGES} pages of fields on GET ${path}; the list does not end`,
+    { label: CURRENT_LABEL, method: 'GET', path },
+    200,
+  );
+}
+
 export function createCurrentClient(options: CurrentClientOptions): CurrentClient {
   if (!options.token) throw new TypeError('current API client: token is required');
   const http = createHttpClient({
@@ -307,27 +330,12 @@ export function createCurrentClient(options: CurrentClientOptions): CurrentClien
     return validateGroup(response.body, { label: CURRENT_LABEL, method: 'GET', path }, response.status);
   }
 
-  async function fields(opts?: { signal?: AbortSignal }): Promise<FieldDefinition[]> {
-    const path = '/api/fields';
-    const out: FieldDefinition[] = [];
-    // Pages by number (`links.next` null on the last); an account has at most 100 fields, so the
-    // bound only stops a service that never says "last".
-    for (let page = 1; page <= MAX_FIELD_PAGES; page++) {
-      const query: Array<[string, string]> = [
-        ['limit', String(FIELD_PAGE_SIZE)],
-        ['page', String(page)],
-      ];
-      const response = await http.request({ method: 'GET', path, query, signal: opts?.signal });
-      const read = currentFieldPage(response.body, { label: CURRENT_LABEL, method: 'GET', path }, response.status);
-      out.push(...read.fields);
-      if (read.next === null || read.fields.length === 0) return out;
-    }
-    throw new UpstreamBodyError(
-      `${CURRENT_LABEL} answered more than ${MAX_FIELD_PAGES} pages of fields on GET ${path}; the list does not end`,
-      { label: CURRENT_LABEL, method: 'GET', path },
-      200,
-    );
-  }
-
-  return { subscriber: (id, opts) => lookUpSubscriber(http, id, opts), listPage, pages, group, fields, stats: () => http.stats() };
+  return {
+    subscriber: (id, opts) => lookUpSubscriber(http, id, opts),
+    listPage,
+    pages,
+    group,
+    fields: (opts) => readFields(http, opts),
+    stats: () => http.stats(),
+  };
 }
