@@ -5,16 +5,13 @@
  * of keys or a type changed, `subscriber_fields` is rebuilt in the same transaction (the SQL function
  * `rebuild_subscriber_fields`, migration 0025), so readers see the old view or the new one, never none.
  */
-import { FIELD_TYPES, type FieldType } from '../../db/schema.js';
+import type { RowOf } from '../../db/columns.js';
+import { FIELD_TYPES, type FieldType, type fields } from '../../db/schema.js';
 import type pg from 'pg';
 import { withTransaction } from './executor.js';
 
-export interface FieldDefinitionRow {
-  key: string;
-  title: string | null;
-  type: FieldType;
-  upstreamId: string | null;
-}
+/** A definition as the store writes it: every column of `fields` but our own `mirrored_at`. */
+export type FieldDefinitionRow = Omit<RowOf<typeof fields>, 'mirroredAt'>;
 
 /** What a refresh changed; `rebuilt`: the view's columns changed with it. */
 export interface FieldChanges {
