@@ -326,10 +326,10 @@ export interface PlannedTick<P> {
 }
 
 /**
- * What a loop tick does with `allowance`: the pairs `planTick` fits after the webhook read's
- * reserve, and the webhook read when what is left still pays for it. So a tick never spends more
- * than its allowance, and the audit never more than its share: with an allowance under one request a
- * tick reads nothing at all.
+ * What a loop tick does with `allowance`: the pairs `planTick` fits, and the webhook read-back once
+ * per round of the pairs, with the round's first pair (which carries its cost), when what the pairs
+ * left still pays for it. So a tick never spends more than its allowance, the audit never more than
+ * its share, and the webhook read cannot starve the pairs (it costs one request a round, not a tick).
  */
 export function planLoopTick<P extends { groupId: string }>(
   pairs: readonly P[],
@@ -338,10 +338,11 @@ export function planLoopTick<P extends { groupId: string }>(
   rotation: number,
   webhookReads: number,
 ): PlannedTick<P> {
-  const planned = planTick(pairs, source, allowance, rotation, webhookReads);
+  const startsRound = pairs.length === 0 || rotation % pairs.length === 0;
+  const planned = planTick(pairs, source, allowance, rotation, startsRound ? webhookReads : 0);
   const groups = new Set(planned.map((p) => p.groupId)).size;
   const pairsCost = planned.length * pairCost(source) + (source === 'current' ? groups : 0);
-  const webhooks = webhookReads > 0 && allowance - pairsCost >= webhookReads;
+  const webhooks = webhookReads > 0 && startsRound && (planned.length > 0 || pairs.length === 0) && allowance - pairsCost >= webhookReads;
   return { pairs: planned, webhooks, cost: pairsCost + (webhooks ? webhookReads : 0) };
 }
 
@@ -372,7 +373,7 @@ export interface AuditSchedule {
 }
 
 /** How many audits of every pair the schedule is measured over (after each pair's first). */
-const SCHEDULE_ROUNDS = 4;
+const SCHEDULE_ROUNDS = 20;
 const SCHEDULE_MAX_TICKS = 200_000;
 
 /**
@@ -401,7 +402,7 @@ function effectivePeriod(input: ScheduleInput): number | null {
     allowance = nextAllowance(allowance, earning, wholeTick);
     const plan = planLoopTick(pairs, input.source, allowance, rotation, input.webhookReads);
     allowance -= plan.cost;
-    rotation += Math.max(1, plan.pairs.length);
+    rotation += plan.pairs.length;
     for (const pair of plan.pairs) {
       const previous = last[pair.index];
       if (previous !== null && previous !== undefined) longest = Math.max(longest, tick - previous);

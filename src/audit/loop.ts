@@ -52,6 +52,8 @@ export interface TickOutcome {
   failed: Array<{ groupId: string; type: SubscriberType; error: string }>;
   webhooks: WebhookHealth[] | null;
   requests: number;
+  /** Pairs the tick's allowance paid for (audited, skipped for a pass or a claim, or failed): the rotation moves on by these. */
+  planned: number;
 }
 
 export interface TickOptions {
@@ -67,7 +69,7 @@ export interface TickOptions {
 
 /** One tick: the pairs it can afford, then the webhooks. */
 export async function runAuditTick(deps: AuditLoopDeps, options: TickOptions = {}): Promise<TickOutcome> {
-  const outcome: TickOutcome = { audits: [], skipped: [], failed: [], webhooks: null, requests: 0 };
+  const outcome: TickOutcome = { audits: [], skipped: [], failed: [], webhooks: null, requests: 0, planned: 0 };
   if (deps.pauseKey && isPaused(await readAuthPause(deps.redis, deps.pauseKey))) return outcome;
   const reader = deps.readerFactory();
   const pairs = deps.groups
@@ -76,6 +78,7 @@ export async function runAuditTick(deps: AuditLoopDeps, options: TickOptions = {
   const budget = options.force ? Number.POSITIVE_INFINITY : (options.allowance ?? tickBudget(deps.perMinute, deps.everyMs, deps.share));
   const plan = planLoopTick(pairs, reader.name, budget, options.rotation ?? 0, deps.webhooks ? 1 : 0);
   for (const pair of pairs) if (!plan.pairs.includes(pair)) outcome.skipped.push({ ...pair, reason: 'over the audit budget this tick' });
+  outcome.planned = plan.pairs.length;
   for (const pair of plan.pairs) await auditOne(deps, reader, pair, options, outcome);
   if (deps.webhooks && (options.force || (plan.webhooks && (await claimWebhookCheck(deps))))) outcome.webhooks = await checkWebhooks(deps);
   outcome.requests = reader.requests();
@@ -211,7 +214,9 @@ export async function loopTick(deps: AuditLoopDeps, state: AuditLoopState): Prom
   state.allowance = nextAllowance(state.allowance, earning, wholeTick);
   const outcome = await runAuditTick(deps, { rotation: state.rotation, allowance: state.allowance });
   state.allowance -= outcome.requests;
-  state.rotation += Math.max(1, outcome.audits.length);
+  // Only past the pairs it paid for: a tick that could afford none leaves the next pair first in line,
+  // so pairs take strict turns and the schedule `auditSchedule` reports is the one kept.
+  state.rotation += outcome.planned;
   return outcome;
 }
 

@@ -36,10 +36,12 @@ describe('auditSchedule', () => {
     }
   });
 
-  it('counts the webhook read-back, paid from the same allowance', () => {
-    const without = auditSchedule({ ...base, share: 0.2 });
-    const withWebhooks = auditSchedule({ ...base, share: 0.2, webhookReads: 1 });
+  it('counts the webhook read-back, paid from the same allowance, and never lets it starve the pairs', () => {
+    const without = auditSchedule({ ...base, share: 0.1 });
+    const withWebhooks = auditSchedule({ ...base, share: 0.1, webhookReads: 1 });
     expect(withWebhooks.effectiveMs!).toBeGreaterThan(without.effectiveMs!);
+    // 0.75 requests a tick: a read-back every tick would take all of it.
+    expect(auditSchedule({ ...base, share: 0.05, webhookReads: 1 }).effectiveMs).not.toBeNull();
   });
 
   it('no share up to 100 % honours a period shorter than the budget allows', () => {
@@ -52,9 +54,11 @@ describe('planLoopTick', () => {
   it('never spends more than its allowance, webhook read included', () => {
     const pairs = [{ groupId: 'g' }, { groupId: 'g' }];
     expect(planLoopTick(pairs, 'legacy', 0.75, 0, 1)).toEqual({ pairs: [], webhooks: false, cost: 0 });
-    expect(planLoopTick(pairs, 'legacy', 1, 0, 1)).toEqual({ pairs: [], webhooks: true, cost: 1 });
+    // The webhook read goes with the round's first pair, never alone: it cannot starve the pairs.
+    expect(planLoopTick(pairs, 'legacy', 2, 0, 1)).toEqual({ pairs: [], webhooks: false, cost: 0 });
     expect(planLoopTick(pairs, 'legacy', 3, 0, 1)).toEqual({ pairs: [pairs[0]], webhooks: true, cost: 3 });
-    expect(planLoopTick(pairs, 'legacy', 2, 0, 1)).toEqual({ pairs: [], webhooks: true, cost: 1 });
+    // Mid-round, a pair costs only itself.
+    expect(planLoopTick(pairs, 'legacy', 2, 1, 1)).toEqual({ pairs: [pairs[1]], webhooks: false, cost: 2 });
   });
 
   it('an allowance that a tick spends stays bounded below (no debt piles up)', () => {
