@@ -13,7 +13,6 @@ import type { SubscriberType } from '../db/schema.js';
 import { formatEpochMs } from '../ground/time.js';
 import { checkCount } from './core.js';
 import type { TickOutcome } from './loop.js';
-import { COUNT_MARGIN_MS } from './pair.js';
 import { mirrorCountAt } from './reads.js';
 
 export interface PairDifference {
@@ -45,7 +44,7 @@ export async function verifyTick(pool: pg.Pool, outcome: TickOutcome, startedAt:
   };
   for (const f of outcome.failed) add(f.groupId, f.type, [`not checked: the audit failed (${f.error})`]);
   for (const s of outcome.skipped) add(s.groupId, s.type, [`not checked: ${s.reason}`]);
-  const at = formatEpochMs(startedAt - COUNT_MARGIN_MS);
+  const at = formatEpochMs(startedAt);
   for (const audit of outcome.audits) {
     const what: string[] = [];
     if (audit.ids.unrepaired.length > 0) what.push(`rows still differ after repair: ${ids(audit.ids.unrepaired)}`);
