@@ -312,6 +312,9 @@ describe('docker-compose.yml', () => {
     HOST: 'the default, 0.0.0.0, inside a container: the port mapping decides exposure',
     ADMIN_ON_PUBLIC_PORT: 'the stack serves the admin routes on the ops port only',
     EXPOSE_ADMIN_BEYOND_LOOPBACK: 'only meaningful with ADMIN_ON_PUBLIC_PORT',
+    // TODO(issue 38): docker-compose.yml is being edited by the lead; the worker needs `- AUDIT_BUDGET`
+    // beside AUDIT_SAMPLE there, and this entry goes then.
+    AUDIT_BUDGET: 'not yet in docker-compose.yml (issue 38: the worker defaults to 5% until it is added)',
   };
   it('passes every setting to a service, or says why not', () => {
     const passed = new Set([...environmentNames(compose.services.worker), ...environmentNames(compose.services.receiver)]);
