@@ -147,6 +147,18 @@ const trustProxy: Kind<boolean | number | string[]> = {
   values: TRUST_PROXY_FORMS.replace(/\b(true|false)\b/g, '`$1`'),
 };
 
+/** AUDIT_BUDGET: a share of the request budget as a percentage (`5%`, `50%`; the `%` may be left out), as a fraction in (0, 1]. */
+const percentage: Kind<number> = {
+  schema: z.string().transform((v, ctx): number => {
+    const match = /^\s*(\d{1,3}(?:\.\d{1,2})?)\s*%?\s*$/.exec(v);
+    const value = match ? Number(match[1]) : Number.NaN;
+    if (value > 0 && value <= 100) return value / 100;
+    ctx.addIssue({ code: 'custom', message: 'must be a percentage above 0 and at most 100, e.g. `5%` or `50%`' });
+    return z.NEVER;
+  }),
+  values: 'percentage, above `0%`, at most `100%`',
+};
+
 /** AUDIT_EVERY: a duration of at least a second, or `off` (null: no audit). */
 const durationOrOff: Kind<number | null> = {
   schema: z.string().transform((v, ctx): number | null => {
@@ -354,6 +366,10 @@ export const SETTINGS = {
     everyMs: setting('AUDIT_EVERY', durationOrOff, {
       doc: 'how often the [audit](#the-audit) checks each group × type against the service (values down to `1s` are accepted, for tests and demos); `off` disables it',
       default: '15m',
+    }),
+    budgetShare: setting('AUDIT_BUDGET', percentage, {
+      doc: "the audit's share of the request budget (`API_RATE_LIMIT`): when `AUDIT_EVERY` cannot be honoured within it, pairs take turns and `start`, `status` and the status page say at what period each pair is really checked ([the audit](#the-audit))",
+      default: '5%',
     }),
     sampleSize: setting('AUDIT_SAMPLE', wholeNumber(1, 10_000), {
       doc: 'rows the audit reads back per group × type per tick',

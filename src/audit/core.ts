@@ -257,7 +257,7 @@ export function nextCursor(page: { nextCursor: string | null; ids: readonly stri
 // ---------------------------------------------------------------------------------------------
 // Budget
 
-/** The audit's share of the request budget. */
+/** The audit's share of the request budget when AUDIT_BUDGET is not set. */
 export const AUDIT_BUDGET_SHARE = 0.05;
 
 /** Requests one audit tick earns: the share of `perMinute` over one period (a fraction for short periods). */
@@ -316,6 +316,129 @@ export function planTick<P extends { groupId: string }>(
     out.push(pair);
   }
   return out;
+}
+
+/** One tick of the loop as planned: the pairs it audits, whether it reads the webhooks back, what it spends. */
+export interface PlannedTick<P> {
+  pairs: P[];
+  webhooks: boolean;
+  cost: number;
+}
+
+/**
+ * What a loop tick does with `allowance`: the pairs `planTick` fits, and the webhook read-back once
+ * per round of the pairs, with the round's first pair (which carries its cost), when what the pairs
+ * left still pays for it. So a tick never spends more than its allowance, the audit never more than
+ * its share, and the webhook read cannot starve the pairs (it costs one request a round, not a tick).
+ */
+export function planLoopTick<P extends { groupId: string }>(
+  pairs: readonly P[],
+  source: 'legacy' | 'current',
+  allowance: number,
+  rotation: number,
+  webhookReads: number,
+): PlannedTick<P> {
+  const startsRound = pairs.length === 0 || rotation % pairs.length === 0;
+  const planned = planTick(pairs, source, allowance, rotation, startsRound ? webhookReads : 0);
+  const groups = new Set(planned.map((p) => p.groupId)).size;
+  const pairsCost = planned.length * pairCost(source) + (source === 'current' ? groups : 0);
+  const webhooks = webhookReads > 0 && startsRound && (planned.length > 0 || pairs.length === 0) && allowance - pairsCost >= webhookReads;
+  return { pairs: planned, webhooks, cost: pairsCost + (webhooks ? webhookReads : 0) };
+}
+
+/** The audit's settings that decide its schedule. */
+export interface ScheduleInput {
+  /** API_RATE_LIMIT, requests a minute. */
+  perMinute: number;
+  /** AUDIT_BUDGET as a fraction (0.05 for `5%`). */
+  share: number;
+  /** AUDIT_EVERY in ms. */
+  everyMs: number;
+  groups: number;
+  types: number;
+  source: 'legacy' | 'current';
+  /** 1 when webhook management is configured (the webhooks are read back), else 0. */
+  webhookReads: number;
+}
+
+/** The period each pair is really checked at, from the loop's own arithmetic. */
+export interface AuditSchedule {
+  /** AUDIT_EVERY as asked. */
+  askedMs: number;
+  /** The longest time a pair waits between two audits (a whole number of ticks); null: never audited. */
+  effectiveMs: number | null;
+  honoured: boolean;
+  /** The smallest AUDIT_BUDGET (a fraction, rounded up to a whole percent) that honours AUDIT_EVERY; null: none does (more than 100 %). */
+  shareNeeded: number | null;
+}
+
+/** How many audits of every pair the schedule is measured over (after each pair's first). */
+const SCHEDULE_ROUNDS = 20;
+const SCHEDULE_MAX_TICKS = 200_000;
+
+/**
+ * Runs the loop's allowance arithmetic (`nextAllowance`, `planLoopTick`) tick by tick, as
+ * `loopTick` does, until every pair was audited {@link SCHEDULE_ROUNDS} more times, and reports the
+ * longest wait of any pair between two of its audits. Passes it yields to are not counted: they only
+ * make the wait longer.
+ */
+export function auditSchedule(input: ScheduleInput): AuditSchedule {
+  const effectiveMs = effectivePeriod(input);
+  const honoured = effectiveMs !== null && effectiveMs <= input.everyMs;
+  return { askedMs: input.everyMs, effectiveMs, honoured, shareNeeded: honoured ? null : shareNeeded(input) };
+}
+
+function effectivePeriod(input: ScheduleInput): number | null {
+  const pairs = Array.from({ length: input.groups * input.types }, (_, i) => ({ groupId: String(Math.floor(i / input.types)), index: i }));
+  if (pairs.length === 0) return input.everyMs;
+  const earning = tickEarning(input.perMinute, input.everyMs, input.share);
+  const wholeTick = tickCost(input.groups, input.types, 'legacy', input.webhookReads);
+  const last = new Array<number | null>(pairs.length).fill(null);
+  const audits = new Array<number>(pairs.length).fill(0);
+  let longest = 0;
+  let allowance = 0;
+  let rotation = 0;
+  for (let tick = 1; tick <= SCHEDULE_MAX_TICKS; tick++) {
+    allowance = nextAllowance(allowance, earning, wholeTick);
+    const plan = planLoopTick(pairs, input.source, allowance, rotation, input.webhookReads);
+    allowance -= plan.cost;
+    rotation += plan.pairs.length;
+    for (const pair of plan.pairs) {
+      const previous = last[pair.index];
+      if (previous !== null && previous !== undefined) longest = Math.max(longest, tick - previous);
+      last[pair.index] = tick;
+      audits[pair.index] = (audits[pair.index] ?? 0) + 1;
+    }
+    if (audits.every((n) => n > SCHEDULE_ROUNDS)) return longest * input.everyMs;
+  }
+  return null;
+}
+
+/** The smallest whole percent that honours AUDIT_EVERY (the schedule is monotone in the share). */
+function shareNeeded(input: ScheduleInput): number | null {
+  const honours = (percent: number) => {
+    const period = effectivePeriod({ ...input, share: percent / 100 });
+    return period !== null && period <= input.everyMs;
+  };
+  if (!honours(100)) return null;
+  let low = Math.floor(input.share * 100);
+  let high = 100;
+  while (high - low > 1) {
+    const mid = Math.floor((low + high) / 2);
+    if (honours(mid)) high = mid;
+    else low = mid;
+  }
+  return high / 100;
+}
+
+/** `2m45s`, `15s`, `1h` style text for a period. */
+export function formatPeriod(ms: number): string {
+  const total = Math.round(ms / 1000);
+  const h = Math.floor(total / 3600);
+  const m = Math.floor((total % 3600) / 60);
+  const sec = total % 60;
+  const parts = [h > 0 ? `${h}h` : '', m > 0 ? `${m}m` : '', sec > 0 || total === 0 ? `${sec}s` : ''];
+  return parts.join('');
 }
 
 /** Requests per hour of the audit at a period, for the documentation and the benchmark. */

@@ -1,6 +1,6 @@
 /**
  * The audit loop (docs/operations.md, "The audit"): every `AUDIT_EVERY`, the (group, type) pairs a
- * tick can afford within its share of the request budget (`tickBudget`, 5 %), each claimed in
+ * tick can afford within its share of the request budget (AUDIT_BUDGET, 5 % by default), each claimed in
  * Postgres so that replicas do not audit the same pair twice in a period; then the webhooks read back
  * (their health), by one replica per period.
  */
@@ -9,7 +9,7 @@ import type { SubscriberType } from '../db/schema.js';
 import { repeat, type Repeating } from '../ground/repeat.js';
 import { sleep } from '../ground/wait.js';
 import type { WebhooksApi } from '../upstream/webhooks-api.js';
-import { nextAllowance, planTick, tickBudget, tickCost, tickEarning } from './core.js';
+import { auditSchedule, nextAllowance, planLoopTick, tickBudget, tickCost, tickEarning, type AuditSchedule } from './core.js';
 import { auditPair, passRunning, type AuditDeps, type AuditReader, type PairAudit } from './pair.js';
 import { managedWebhooks } from './reads.js';
 import {
@@ -35,6 +35,8 @@ export interface AuditLoopDeps extends AuditDeps {
   readerFactory: () => AuditReader;
   /** API_RATE_LIMIT: the audit spends at most its share of it. */
   perMinute: number;
+  /** AUDIT_BUDGET as a fraction (0.05 for `5%`). */
+  share: number;
   /** Requests of this process waiting for the shared limiter: a tick yields to them. */
   limiterWaiting?: () => number;
   /** The auth pause's key: no audit while the credential is rejected. */
@@ -50,6 +52,8 @@ export interface TickOutcome {
   failed: Array<{ groupId: string; type: SubscriberType; error: string }>;
   webhooks: WebhookHealth[] | null;
   requests: number;
+  /** Pairs the tick's allowance paid for (audited, skipped for a pass or a claim, or failed): the rotation moves on by these. */
+  planned: number;
 }
 
 export interface TickOptions {
@@ -65,17 +69,18 @@ export interface TickOptions {
 
 /** One tick: the pairs it can afford, then the webhooks. */
 export async function runAuditTick(deps: AuditLoopDeps, options: TickOptions = {}): Promise<TickOutcome> {
-  const outcome: TickOutcome = { audits: [], skipped: [], failed: [], webhooks: null, requests: 0 };
+  const outcome: TickOutcome = { audits: [], skipped: [], failed: [], webhooks: null, requests: 0, planned: 0 };
   if (deps.pauseKey && isPaused(await readAuthPause(deps.redis, deps.pauseKey))) return outcome;
   const reader = deps.readerFactory();
   const pairs = deps.groups
     .filter((g) => options.groupId === undefined || g === options.groupId)
     .flatMap((groupId) => deps.types.filter((t) => options.type === undefined || t === options.type).map((type) => ({ groupId, type })));
-  const budget = options.force ? Number.POSITIVE_INFINITY : (options.allowance ?? tickBudget(deps.perMinute, deps.everyMs));
-  const planned = planTick(pairs, reader.name, budget, options.rotation ?? 0, deps.webhooks ? 1 : 0);
-  for (const pair of pairs) if (!planned.includes(pair)) outcome.skipped.push({ ...pair, reason: 'over the audit budget this tick' });
-  for (const pair of planned) await auditOne(deps, reader, pair, options, outcome);
-  if (deps.webhooks && (options.force || (await claimWebhookCheck(deps)))) outcome.webhooks = await checkWebhooks(deps);
+  const budget = options.force ? Number.POSITIVE_INFINITY : (options.allowance ?? tickBudget(deps.perMinute, deps.everyMs, deps.share));
+  const plan = planLoopTick(pairs, reader.name, budget, options.rotation ?? 0, deps.webhooks ? 1 : 0);
+  for (const pair of pairs) if (!plan.pairs.includes(pair)) outcome.skipped.push({ ...pair, reason: 'over the audit budget this tick' });
+  outcome.planned = plan.pairs.length;
+  for (const pair of plan.pairs) await auditOne(deps, reader, pair, options, outcome);
+  if (deps.webhooks && (options.force || (plan.webhooks && (await claimWebhookCheck(deps))))) outcome.webhooks = await checkWebhooks(deps);
   outcome.requests = reader.requests();
   deps.metrics?.auditRequests.inc(outcome.requests);
   return outcome;
@@ -203,14 +208,32 @@ export interface AuditLoopState {
 
 /** One tick of the loop: its allowance (one tick's earning added to what was left), the tick, the rotation moved on. */
 export async function loopTick(deps: AuditLoopDeps, state: AuditLoopState): Promise<TickOutcome> {
-  const earning = tickEarning(deps.perMinute, deps.everyMs);
+  const earning = tickEarning(deps.perMinute, deps.everyMs, deps.share);
   // Legacy's pair cost bounds both sources'.
   const wholeTick = tickCost(deps.groups.length, deps.types.length, 'legacy', deps.webhooks ? 1 : 0);
   state.allowance = nextAllowance(state.allowance, earning, wholeTick);
   const outcome = await runAuditTick(deps, { rotation: state.rotation, allowance: state.allowance });
   state.allowance -= outcome.requests;
-  state.rotation += Math.max(1, outcome.audits.length);
+  // Only past the pairs it paid for: a tick that could afford none leaves the next pair first in line,
+  // so pairs take strict turns and the schedule `auditSchedule` reports is the one kept.
+  state.rotation += outcome.planned;
   return outcome;
+}
+
+/** The schedule this loop keeps: the period each pair is really audited at within its share (`auditSchedule`). */
+export function loopSchedule(
+  deps: Pick<AuditLoopDeps, 'perMinute' | 'share' | 'everyMs' | 'groups' | 'types' | 'webhooks'>,
+  source: 'legacy' | 'current',
+): AuditSchedule {
+  return auditSchedule({
+    perMinute: deps.perMinute,
+    share: deps.share,
+    everyMs: deps.everyMs,
+    groups: deps.groups.length,
+    types: deps.types.length,
+    source,
+    webhookReads: deps.webhooks ? 1 : 0,
+  });
 }
 
 /** The loop of a worker: a tick every `everyMs` (results older than a week are purged daily). */

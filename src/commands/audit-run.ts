@@ -57,6 +57,7 @@ export function auditLoopDeps(w: AuditWiring, everyMs: number): AuditLoopDeps {
     types: config.sync.types,
     readerFactory: readerFactory(w),
     perMinute: config.apiRateLimit,
+    share: w.settings.share,
     limiterWaiting: () => w.limiter.stats().waiting,
     askFullPass: (groupId, type) => enqueueBackfill(w.queue, groupId, type),
     ...(credential ? { pauseKey: authPauseKey(config.redisPrefix, credential) } : {}),

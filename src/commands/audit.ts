@@ -1,6 +1,8 @@
 /**
- * `subscriber-mirror audit [--group G] [--type T] [--json]`: one audit now (docs/operations.md, "The
- * audit"), whatever AUDIT_EVERY says, printing what it found and repaired. Ids only: no personal data.
+ * `subscriber-mirror audit [--group G] [--type T] [--json] [--verify]`: one audit now
+ * (docs/operations.md, "The audit"), whatever AUDIT_EVERY says, printing what it found and repaired.
+ * With `--verify`, then whether the mirror equals the service after the repair: exit 3 and what
+ * differs when it does not (for cron and CI). Ids only: no personal data.
  */
 import { Redis } from 'ioredis';
 import { auditSettings } from './audit-settings.js';
@@ -9,6 +11,7 @@ import { loadConfig, type Config } from '../config.js';
 import { openDatabase } from '../db/client.js';
 import { createLogger } from '../ground/log.js';
 import { runAuditTick, type TickOutcome } from '../audit/loop.js';
+import { formatVerdict, verifyTick, type Verdict } from '../audit/verify.js';
 import type { PairAudit } from '../audit/pair.js';
 import { createSyncQueue } from '../sync/schedule.js';
 import { followSharedLimiter } from './reads.js';
@@ -51,7 +54,15 @@ export function formatAuditOutcome(outcome: TickOutcome): string {
   return lines.join('\n');
 }
 
-export async function runAuditCli(config: Config, target: { groupId?: string; type?: SubscriberType }, json: boolean): Promise<number> {
+/** `audit --verify`'s exit code when the mirror differs from the service after repair (1 stays "the audit failed"). */
+export const VERIFY_DIFFERS_EXIT = 3;
+
+export async function runAuditCli(
+  config: Config,
+  target: { groupId?: string; type?: SubscriberType },
+  json: boolean,
+  verify = false,
+): Promise<number> {
   const settings = auditSettings(config);
   const database = openDatabase(config.databaseUrl, { max: 2 });
   const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1, lazyConnect: true });
@@ -61,9 +72,13 @@ export async function runAuditCli(config: Config, target: { groupId?: string; ty
     await redis.connect();
     const logger = createLogger({ level: 'silent' }).logger;
     const deps = auditLoopDeps({ config, settings, pool: database.pool, redis, limiter, queue, logger }, settings.everyMs ?? 15 * 60_000);
+    const startedAt = Date.now();
     const outcome = await runAuditTick(deps, { force: true, ...target });
-    process.stdout.write(json ? `${JSON.stringify(outcome, null, 2)}\n` : `${formatAuditOutcome(outcome)}\n`);
-    return outcome.failed.length > 0 ? 1 : 0;
+    const verdict: Verdict | null = verify ? await verifyTick(database.pool, outcome, startedAt, deps.askFullPass) : null;
+    if (json) process.stdout.write(`${JSON.stringify(verdict ? { ...outcome, verify: verdict } : outcome, null, 2)}\n`);
+    else process.stdout.write(`${formatAuditOutcome(outcome)}${verdict ? `\n${formatVerdict(verdict)}` : ''}\n`);
+    if (outcome.failed.length > 0) return 1;
+    return verdict && !verdict.exact ? VERIFY_DIFFERS_EXIT : 0;
   } finally {
     await limiter.close();
     await queue.close();
@@ -72,9 +87,14 @@ export async function runAuditCli(config: Config, target: { groupId?: string; ty
   }
 }
 
-/** `audit [--group G] [--type T] [--json]`: one audit of the configured pairs (or one group / type) now. */
+/** `audit [--group G] [--type T] [--json] [--verify]`: one audit of the configured pairs (or one group / type) now. */
 export const auditCommand: Command = async (args) => {
-  const { values } = parseOptions(args, { group: { type: 'string' }, type: { type: 'string' }, json: { type: 'boolean', default: false } });
+  const { values } = parseOptions(args, {
+    group: { type: 'string' },
+    type: { type: 'string' },
+    json: { type: 'boolean', default: false },
+    verify: { type: 'boolean', default: false },
+  });
   const config = loadConfig(process.env, ['poll']);
   if (values.group !== undefined && !config.sync.groups.includes(values.group)) {
     throw new UsageError(
@@ -85,5 +105,5 @@ export const auditCommand: Command = async (args) => {
     throw new UsageError(`--type must be one of the configured types (SYNC_TYPES): ${config.sync.types.join(', ')}, got "${values.type}"`);
   }
   const target = { ...(values.group ? { groupId: values.group } : {}), ...(values.type ? { type: values.type as SubscriberType } : {}) };
-  return runAuditCli(config, target, values.json);
+  return runAuditCli(config, target, values.json, values.verify);
 };

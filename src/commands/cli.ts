@@ -19,8 +19,10 @@ commands:
   backfill (--group ID | --all) [--type T] [--wait]
                                        enqueue full passes (all configured types unless --type)
   status [--json]                      per group × type: cursor, last run, rows, drift, audit accuracy
-  audit [--group G] [--type T] [--json]
-                                       check the mirror against the service now and repair what differs
+  audit [--group G] [--type T] [--json] [--verify]
+                                       check the mirror against the service now and repair what differs;
+                                       --verify: exit 3 when it still differs after the repair
+  fields [--refresh] [--json]          the custom field definitions (subscriber_fields); --refresh reads them now
   webhooks list|get|register|adopt|update|delete
                                        manage the service-side webhooks
   webhooks replay [--status failed|ignored] [--since DATE]
@@ -50,6 +52,7 @@ const healthcheck: Command = async (args) => {
 const COMMANDS: Record<string, () => Promise<Command>> = {
   start: async () => (await import('./start.js')).startCommand,
   audit: async () => (await import('./audit.js')).auditCommand,
+  fields: async () => (await import('./fields.js')).fieldsCommand,
   healthcheck: async () => healthcheck,
   migrate: async () => (await import('./migrate.js')).migrateCommand,
   backfill: async () => (await import('./backfill.js')).backfillCommand,

@@ -17,9 +17,11 @@ import { authPauseKey, isPaused, readAuthPause } from '../sync/auth-pause.js';
 import { createSyncQueue, restoreMissingSchedules, syncSchedules, type ScheduleConfig } from '../sync/schedule.js';
 import { createOrphanResumer, createSyncWorker, lastFullPasses, resumeOpenFullPasses, type SyncWorker } from '../sync/worker.js';
 import { auditLoopDeps } from './audit-run.js';
-import { auditSettings } from './audit-settings.js';
+import { formatPeriod } from '../audit/core.js';
+import { auditSettings, configuredAuditSchedule } from './audit-settings.js';
 import { describeConnectionError } from './connection-error.js';
-import { createReadSource, createSharedLimiter, upstreamHooks } from './reads.js';
+import { startFieldRefresh } from '../sync/fields.js';
+import { createReadSource, createSharedLimiter, fieldReader, upstreamHooks } from './reads.js';
 
 /** Upper bound on how often a poll role checks that its job schedulers still exist in Redis. */
 const SCHEDULE_CHECK_MAX_MS = 30_000;
@@ -95,11 +97,20 @@ async function startPolling(
     concurrency: Math.max(2, types.length),
   });
   const audit = startAudit(config, { pool, redis, limiter, queue, log, metrics });
+  const fieldRefresh = startFieldRefresh({
+    pool,
+    redis,
+    prefix: config.redisPrefix,
+    read: fieldReader(config, limiter, log, upstreamHooks(config.sync.source, limiter, metrics)),
+    logger: log,
+    everyMs: config.sync.reconcileEveryMs,
+  });
   return {
     pauseKey,
     queue,
     async stop(timeoutMs: number) {
       scheduleWatch.stop();
+      fieldRefresh.stop();
       audit?.stop();
       await worker.close(timeoutMs);
       await queue.close();
@@ -120,7 +131,31 @@ function startAudit(
   }
   const hooks = upstreamHooks(config.sync.source, parts.limiter, parts.metrics);
   const deps = auditLoopDeps({ config, settings, ...parts, logger: parts.log, hooks }, settings.everyMs);
+  logAuditSchedule(config, parts.log);
   return startAuditLoop(deps);
+}
+
+/** Says once, at start, when AUDIT_EVERY cannot be honoured within AUDIT_BUDGET, and at what period each pair is really audited. */
+function logAuditSchedule(config: Config, log: Logger): void {
+  const schedule = configuredAuditSchedule(config);
+  if (!schedule || schedule.honoured) return;
+  const asked = formatPeriod(schedule.askedMs);
+  const budget = `${Math.round(config.audit.budgetShare * 10_000) / 100}%`;
+  const effective = schedule.effectiveMs === null ? 'never' : `every ${formatPeriod(schedule.effectiveMs)}`;
+  const remedy =
+    schedule.shareNeeded === null
+      ? 'no AUDIT_BUDGET up to 100% honours it: lengthen AUDIT_EVERY or raise API_RATE_LIMIT'
+      : `AUDIT_BUDGET=${Math.round(schedule.shareNeeded * 100)}% would honour it`;
+  log.warn(
+    {
+      auditEvery: asked,
+      auditBudget: budget,
+      apiRateLimit: config.apiRateLimit,
+      effectivePeriodMs: schedule.effectiveMs,
+      shareNeeded: schedule.shareNeeded,
+    },
+    `AUDIT_EVERY=${asked} cannot be honoured within AUDIT_BUDGET=${budget} of API_RATE_LIMIT=${config.apiRateLimit}/min: each group × type is audited ${effective}; ${remedy}`,
+  );
 }
 
 /**

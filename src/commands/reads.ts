@@ -10,6 +10,7 @@ import type { Metrics } from '../ground/metrics.js';
 import { createBudgetLimiter, rateBudgetsKey, type BudgetLimiter } from '../ratelimit/budget-limiter.js';
 import { createLimiter, type Limiter } from '../ratelimit/limiter.js';
 import { currentSource } from '../sync/current-pass.js';
+import type { FieldReader } from '../sync/fields.js';
 import { legacySource, type ReadSource } from '../sync/source.js';
 import { createCurrentClient, type CurrentClient } from '../upstream/current/client.js';
 import type { HttpHooks } from '../upstream/http.js';
@@ -78,6 +79,12 @@ export function readClients(config: Config, limiter: Limiter, log: Logger, hooks
     source: 'legacy',
     client: () => createLegacyClient({ baseUrl: url as string, apiKey: apiKey as string, apiKeyHeader, limiter, logger: log, http }),
   };
+}
+
+/** SYNC_SOURCE's custom field definitions, one fresh client per read, on the shared limiter. */
+export function fieldReader(config: Config, limiter: Limiter, log: Logger, hooks?: HttpHooks): FieldReader {
+  const clients = readClients(config, limiter, log, hooks);
+  return () => clients.client().fields();
 }
 
 /** SYNC_SOURCE's read source (docs/architecture.md, "Read sources"), with a fresh client per pass. */

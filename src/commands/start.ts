@@ -35,6 +35,7 @@ import { parseOptions, type Command } from './args.js';
 import { describeConnectionError } from './connection-error.js';
 import { passIntervalMs, startGauges } from './gauges.js';
 import { startReads, type Polling } from './polling.js';
+import { configuredAuditSchedule } from './audit-settings.js';
 
 export interface RunningService {
   logger: Logger;
@@ -138,7 +139,7 @@ async function registerAdmin(
     pool: deps.pool,
     syncQueue: deps.syncQueue,
     extraQueues: [deps.consumer.queue],
-    configured: { groups: config.sync.groups, types: config.sync.types },
+    configured: { groups: config.sync.groups, types: config.sync.types, auditSchedule: configuredAuditSchedule(config) },
     authPause: apiKey ? () => readAuthPause(deps.redis, authPauseKey(config.redisPrefix, apiKey)) : undefined,
     rateBudgets: () => readRateBudgets(deps.redis, config.redisPrefix),
     syncEveryMs: passIntervalMs(config),

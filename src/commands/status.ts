@@ -6,8 +6,9 @@ import { loadConfig, NOTHING_RECONCILES, readCredentialOf } from '../config.js';
 import { openDatabase } from '../db/client.js';
 import { formatBudgetReport, readRateBudgets, type BudgetReport } from '../ratelimit/budget-limiter.js';
 import { authPauseKey, isPaused, readAuthPause } from '../sync/auth-pause.js';
-import { collectStatus, formatStatusTable, webhookHealth } from '../sync/status.js';
+import { auditScheduleNotice, collectStatus, formatStatusTable, webhookHealth } from '../sync/status.js';
 import { parseOptions, type Command } from './args.js';
+import { configuredAuditSchedule } from './audit-settings.js';
 import { describeConnectionError } from './connection-error.js';
 
 export const statusCommand: Command = async (args) => {
@@ -15,7 +16,8 @@ export const statusCommand: Command = async (args) => {
   const config = loadConfig(process.env, ['database']);
   const database = openDatabase(config.databaseUrl, { max: 1 });
   try {
-    const rows = await collectStatus(database.pool, { groups: config.sync.groups, types: config.sync.types });
+    const auditSchedule = configuredAuditSchedule(config);
+    const rows = await collectStatus(database.pool, { groups: config.sync.groups, types: config.sync.types, auditSchedule });
     const webhooks = await webhookHealth(database.pool);
     let pause = null;
     let rateBudgets: BudgetReport | null = null;
@@ -34,7 +36,9 @@ export const statusCommand: Command = async (args) => {
     }
     if (values.json) {
       const reads = config.sync.reconciles ? { source: config.sync.source } : { source: null, notice: NOTHING_RECONCILES };
-      process.stdout.write(`${JSON.stringify({ ...reads, authPause: pause, rateBudgets, passes: rows, webhooks }, null, 2)}\n`);
+      process.stdout.write(
+        `${JSON.stringify({ ...reads, authPause: pause, rateBudgets, audit: auditSchedule, passes: rows, webhooks }, null, 2)}\n`,
+      );
     } else {
       if (!config.sync.reconciles) process.stdout.write(`${NOTHING_RECONCILES}\n\n`);
       if (pause) {
@@ -43,6 +47,8 @@ export const statusCommand: Command = async (args) => {
         );
       }
       process.stdout.write(rows.length > 0 ? `${formatStatusTable(rows)}\n` : 'no groups configured and no passes recorded yet\n');
+      if (auditSchedule && !auditSchedule.honoured)
+        process.stdout.write(`\n${auditScheduleNotice(auditSchedule, config.audit.budgetShare)}\n`);
       if (rateBudgets) process.stdout.write(`\n${formatBudgetReport(rateBudgets)}\n`);
       for (const w of webhooks.filter((h) => h.problems.length > 0)) {
         process.stdout.write(

@@ -36,6 +36,7 @@ import { countDeliveriesByStatus, latestFailedDeliveries } from '../webhooks/inb
 import { SESSION_MS, type SessionStore } from './sessions.js';
 import { renderLoginPage, renderStatusPage } from './status-page.js';
 import { createLoginThrottle, type Attempt, type LoginThrottle } from './throttle.js';
+import type { AuditSchedule } from '../audit/core.js';
 
 export interface AdminDeps {
   token: string;
@@ -44,7 +45,7 @@ export interface AdminDeps {
   /** Other queues shown on the dashboard (e.g. webhook deliveries). */
   extraQueues?: Queue[];
   /** SYNC_GROUPS and SYNC_TYPES: backfill accepts nothing else. */
-  configured: { groups: readonly string[]; types: readonly SubscriberType[] };
+  configured: { groups: readonly string[]; types: readonly SubscriberType[]; auditSchedule?: AuditSchedule | null };
   /** The API-key pause of the poll path (null when not polling or not paused). */
   authPause?: () => Promise<AuthPause | null>;
   /** The rate budgets the poller learned (published in Redis by its limiter). */

@@ -8,7 +8,7 @@
  */
 import type { AuthPause } from '../sync/auth-pause.js';
 import type { WebhookHealth } from '../audit/state.js';
-import { formatAccuracy, type StatusRow } from '../sync/status.js';
+import { formatAccuracy, formatAuditPeriod, type StatusRow } from '../sync/status.js';
 import type { BudgetReport } from '../ratelimit/budget-limiter.js';
 import type { FailedDelivery } from '../webhooks/inbox/report.js';
 
@@ -83,6 +83,7 @@ function passRow(row: StatusRow, data: StatusPageData): string {
 <td class="num" data-field="awaiting-proof" title="members the last full pass did not list; ended when a second pass confirms">${escapeHtml(row.awaitingProof)}</td>
 <td class="num" data-field="step-backs" title="requests the last full pass spent stepping back (the list moved under it)">${escapeHtml(row.stepBacks ?? '–')}</td>
 ${accuracyCell(row)}
+${auditPeriodCell(row)}
 <td class="err">${escapeHtml(row.lastError ?? '')}</td>
 </tr>`;
 }
@@ -94,6 +95,19 @@ function accuracyCell(row: StatusRow): string {
   const state = a.unrepaired > 0 ? ' stale' : found > 0 ? ' late' : '';
   const title = `last 24 h: ${a.rowsChecked} rows checked; content ${a.mismatches.content}, missing ${a.mismatches.missing}, extra ${a.mismatches.extra}, count ${a.mismatches.count}; not repaired ${a.unrepaired}`;
   return `<td class="num${state}" data-field="accuracy" title="${escapeHtml(title)}">${escapeHtml(formatAccuracy(a))}</td>`;
+}
+
+/** The period the pair is really audited at: yellow when AUDIT_BUDGET stretches AUDIT_EVERY, red when it pays for no audit. */
+function auditPeriodCell(row: StatusRow): string {
+  const p = row.auditPeriod;
+  const state = p === null || p.honoured ? '' : p.effectiveMs === null ? ' stale' : ' late';
+  const title =
+    p === null
+      ? 'the audit is off'
+      : p.honoured
+        ? 'AUDIT_EVERY, honoured within AUDIT_BUDGET'
+        : 'AUDIT_BUDGET cannot pay for AUDIT_EVERY: pairs take turns';
+  return `<td class="num${state}" data-field="audit-period" title="${escapeHtml(title)}">${escapeHtml(formatAuditPeriod(p))}</td>`;
 }
 
 function webhookRows(webhooks: readonly WebhookHealth[] | undefined): string {
@@ -177,7 +191,7 @@ ${data.notice ? `<div class="banner" role="status" id="notice">${escapeHtml(data
 ${pauseBanner(data.authPause, data.now)}
 <h2>Groups × types</h2>
 <table id="passes"><thead><tr><th>group</th><th>type</th><th>last success</th><th>last run</th><th>cursor</th>
-<th>mirrored</th><th>upstream</th><th>drift</th><th>awaiting proof</th><th>step backs</th><th title="the audit's last 24 h: rows that matched the service (mismatches/rows checked)">accuracy</th><th>last error</th></tr></thead>
+<th>mirrored</th><th>upstream</th><th>drift</th><th>awaiting proof</th><th>step backs</th><th title="the audit's last 24 h: rows that matched the service (mismatches/rows checked)">accuracy</th><th title="the period each pair is really audited at within AUDIT_BUDGET">audited every</th><th>last error</th></tr></thead>
 <tbody>${data.passes.map((row) => passRow(row, data)).join('\n')}</tbody></table>
 <h2>Rate budgets</h2>
 ${budgetRows(data.rateBudgets)}

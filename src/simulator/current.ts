@@ -19,7 +19,11 @@ export const CURRENT_PREFIX = '/api/groups';
 /** The account-wide subscriber endpoints (`GET /api/subscribers/{id}`), on the same budget as the group routes. */
 export const CURRENT_SUBSCRIBERS_PREFIX = '/api/subscribers';
 
+/** The account's custom field definitions (docs/upstream-current.md, "Field definitions"), on the same budget. */
+export const CURRENT_FIELDS_PATH = '/api/fields';
+
 const ROUTES = {
+  fields: CURRENT_FIELDS_PATH,
   members: `${CURRENT_PREFIX}/:groupId/subscribers`,
   group: `${CURRENT_PREFIX}/:groupId`,
   subscriber: `${CURRENT_SUBSCRIBERS_PREFIX}/:id`,
@@ -80,8 +84,32 @@ export function decodeCursor(cursor: string): { id: string; next: boolean } | un
 
 export function registerCurrentRoutes(app: FastifyInstance, config: CurrentServerConfig): void {
   app.get<{ Params: { groupId: string } }>(ROUTES.members, async (request, reply) => sendMembers(config, request, reply));
+  app.get<{ Querystring: Record<string, string | undefined> }>(ROUTES.fields, async (request, reply) => sendFields(config, request, reply));
   app.get<{ Params: { groupId: string } }>(ROUTES.group, async (request, reply) => sendGroup(config, request, reply));
   app.get<{ Params: { id: string } }>(ROUTES.subscriber, async (request, reply) => sendSubscriber(config, request, reply));
+}
+
+/**
+ * The field definitions in the documented page envelope (`data`, `links`, `meta`), paged by `page`
+ * and `limit` (default 25, at most 100), `{id, name, key, type}` each.
+ */
+function sendFields(
+  config: CurrentServerConfig,
+  request: FastifyRequest<{ Querystring: Record<string, string | undefined> }>,
+  reply: FastifyReply,
+): FastifyReply {
+  const limit = Math.min(100, Math.max(1, Number.parseInt(request.query.limit ?? '25', 10) || 25));
+  const page = Math.max(1, Number.parseInt(request.query.page ?? '1', 10) || 1);
+  const all = config.world.fieldDefinitions();
+  const lastPage = Math.max(1, Math.ceil(all.length / limit));
+  const data = all.slice((page - 1) * limit, page * limit).map((f) => ({ id: f.id, name: f.title, key: f.key, type: f.type }));
+  const link = (n: number) => `${CURRENT_FIELDS_PATH}?page=${n}`;
+  const body = {
+    data,
+    links: { first: link(1), last: link(lastPage), prev: page > 1 ? link(page - 1) : null, next: page < lastPage ? link(page + 1) : null },
+    meta: { current_page: page, last_page: lastPage, path: CURRENT_FIELDS_PATH, per_page: limit, total: all.length },
+  };
+  return reply.type(JSON_TYPE).send(JSON.stringify(body));
 }
 
 /**

@@ -53,7 +53,17 @@ export function kindSpec(kind: EventKind): KindSpec {
 /** Custom fields carried by every subscriber (docs/upstream.md, "Subscriber object": `fields`). */
 export const FIELD_KEYS = ['name', 'last_name', 'company', 'country', 'city', 'phone', 'state', 'zip'] as const;
 export type FieldKey = (typeof FIELD_KEYS)[number];
-export type SubscriberFields = Record<FieldKey, string>;
+/** The eight documented keys, and any key an account defined (`World.defineField`). */
+export type SubscriberFields = Record<FieldKey, string> & Record<string, string>;
+
+/** A custom field as the service defines it (docs/upstream.md, "Field definitions"). */
+export type FieldType = 'text' | 'number' | 'date';
+export interface FieldDefinition {
+  id: string;
+  key: string;
+  title: string;
+  type: FieldType;
+}
 
 /** docs/upstream.md, "Subscriber object": the subscriber as embedded in webhook payloads. */
 export interface WebhookSubscriber {
@@ -81,7 +91,7 @@ export interface WebhookSubscriber {
 export interface LegacyField {
   key: string;
   value: string;
-  type: 'TEXT';
+  type: 'TEXT' | 'NUMBER' | 'DATE';
 }
 
 /**

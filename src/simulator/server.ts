@@ -17,7 +17,14 @@ import type { SubscriberType } from './kinds.js';
 import { rateLimitHeaders } from './rate-limit.js';
 import type { RateDecision, RateLimiter } from './rate-limit.js';
 import { legacyArrayJson } from './render.js';
-import { CURRENT_PREFIX, CURRENT_SUBSCRIBERS_PREFIX, currentRateLimitHeaders, laravelMessage, registerCurrentRoutes } from './current.js';
+import {
+  CURRENT_FIELDS_PATH,
+  CURRENT_PREFIX,
+  CURRENT_SUBSCRIBERS_PREFIX,
+  currentRateLimitHeaders,
+  laravelMessage,
+  registerCurrentRoutes,
+} from './current.js';
 import type { RequestApi, RequestLog, RequestRecord } from './requests.js';
 import { VALIDATION_MESSAGE, pageEnvelope } from './webhooks.js';
 import type { WebhookRegistry, WebhookResult } from './webhooks.js';
@@ -68,6 +75,7 @@ const ROUTES = {
   count: `${LEGACY_PREFIX}/groups/:groupId/subscribers/count`,
   typed: `${LEGACY_PREFIX}/groups/:groupId/subscribers/:type`,
   typedCount: `${LEGACY_PREFIX}/groups/:groupId/subscribers/:type/count`,
+  fields: `${LEGACY_PREFIX}/fields`,
   webhooks: WEBHOOKS_PREFIX,
   webhook: `${WEBHOOKS_PREFIX}/:webhookId`,
 } as const;
@@ -130,7 +138,8 @@ function classify(request: FastifyRequest): RequestApi {
   if (request.method === 'OPTIONS') return 'preflight';
   if (path === LEGACY_PREFIX || path.startsWith(`${LEGACY_PREFIX}/`)) return 'legacy';
   if (path === WEBHOOKS_PREFIX || path.startsWith(`${WEBHOOKS_PREFIX}/`)) return 'webhooks';
-  if (path.startsWith(`${CURRENT_PREFIX}/`) || path.startsWith(`${CURRENT_SUBSCRIBERS_PREFIX}/`)) return 'current';
+  if (path.startsWith(`${CURRENT_PREFIX}/`) || path.startsWith(`${CURRENT_SUBSCRIBERS_PREFIX}/`) || path === CURRENT_FIELDS_PATH)
+    return 'current';
   return 'other';
 }
 
@@ -321,6 +330,24 @@ function registerLegacyRoutes(app: FastifyInstance, config: ServerConfig): void 
     const type = checkType(request.params.type, reply);
     return type ? sendCount(config, reply, request.params.groupId, type) : reply;
   });
+  app.get(ROUTES.fields, async (_request, reply) => sendLegacyFields(config, reply));
+}
+
+/**
+ * The account's field definitions as the legacy API lists them: a bare array of `{id, title, key,
+ * type}`, the type in capitals as in a subscriber's `fields` (docs/upstream.md, "Field definitions").
+ */
+function sendLegacyFields(config: ServerConfig, reply: FastifyReply): FastifyReply {
+  const now = new Date(config.world.now()).toISOString().slice(0, 19).replace('T', ' ');
+  const body = config.world.fieldDefinitions().map((f) => ({
+    id: Number(f.id),
+    title: f.title,
+    key: f.key,
+    type: f.type.toUpperCase(),
+    date_created: now,
+    date_updated: now,
+  }));
+  return reply.type(JSON_TYPE).send(JSON.stringify(body));
 }
 
 function checkType(type: string, reply: FastifyReply): SubscriberType | undefined {

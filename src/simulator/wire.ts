@@ -6,7 +6,7 @@
  */
 import { ipToString } from './identity.js';
 import { FIELD_KEYS } from './kinds.js';
-import type { LegacySubscriber, SubscriberFields, SubscriberType, WebhookSubscriber } from './kinds.js';
+import type { LegacyField, LegacySubscriber, SubscriberFields, SubscriberType, WebhookSubscriber } from './kinds.js';
 import { rate } from './render.js';
 import type { SubscriberTable } from './table.js';
 import { isoMicros } from './time.js';
@@ -22,6 +22,8 @@ export interface SlotReader {
   localDateTime(us: number | undefined): string | null;
   /** The day of a µs time in the world's zone, null when unset. */
   localDate(us: number | undefined): string | null;
+  /** A custom field's type as the legacy API names it (`TEXT` for a key without a definition). */
+  legacyFieldType(key: string): LegacyField['type'];
 }
 
 /** The campaign counts both shapes carry, and the rates they derive. */
@@ -54,7 +56,10 @@ export function legacySubscriber(r: SlotReader, slot: number): LegacySubscriber 
     confirmation_timestamp: r.localDateTime(t.optedInUs[slot]),
     fields: [
       { key: 'email', value: person.email, type: 'TEXT' },
-      ...FIELD_KEYS.map((key) => ({ key, value: person.fields[key], type: 'TEXT' as const })),
+      ...FIELD_KEYS.map((key) => ({ key, value: person.fields[key], type: r.legacyFieldType(key) })),
+      ...Object.keys(person.fields)
+        .filter((key) => !(FIELD_KEYS as readonly string[]).includes(key))
+        .map((key) => ({ key, value: person.fields[key] as string, type: r.legacyFieldType(key) })),
     ],
     webform_subscribe_date: null,
     date_subscribe: r.localDate(t.subscribedUs[slot]),

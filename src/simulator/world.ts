@@ -10,6 +10,8 @@ import type {
   AutomationInfo,
   CampaignInfo,
   EventKind,
+  FieldDefinition,
+  FieldType,
   GroupInfo,
   LegacySubscriber,
   SubscriberFields,
@@ -143,6 +145,13 @@ export class World {
   private readonly groupById = new Map<string, GroupRecord>();
   private readonly automationList: AutomationInfo[] = [];
   private readonly campaignList: CampaignInfo[] = [];
+  /** The account's custom field definitions: the eight documented keys as text, then what `defineField` adds. */
+  private readonly fieldList: FieldDefinition[] = FIELD_KEYS.map((key, i) => ({
+    id: String(i + 1),
+    key,
+    title: fieldTitle(key),
+    type: 'text',
+  }));
   private readonly listeners = new Set<EventListener>();
   private readonly log: WorldEvent[] = [];
   private readonly eventLogLimit: number;
@@ -177,6 +186,7 @@ export class World {
       sourceAt: (slot) => this.sourceAt(slot),
       localDateTime: (us) => this.localDateTime(us),
       localDate: (us) => this.localDate(us),
+      legacyFieldType: (key) => (this.fieldList.find((f) => f.key === key)?.type ?? 'text').toUpperCase() as 'TEXT' | 'NUMBER' | 'DATE',
     };
     for (let g = 0; g < groups; g++) this.createGroup();
     this.typeWeights = typeWeightsOf(options.typeWeights);
@@ -203,6 +213,33 @@ export class World {
       preview_url: this.previewUrl(0),
       date: isoMicros(nowUs - 7 * 86_400_000_000),
     });
+  }
+
+  // ---------------------------------------------------------------- custom fields
+
+  /** The account's field definitions, in the order they were made (docs/upstream.md, "Field definitions"). */
+  fieldDefinitions(): FieldDefinition[] {
+    return this.fieldList.map((f) => ({ ...f }));
+  }
+
+  /**
+   * Defines a custom field, or changes the type (and title) of one that exists. No subscriber changes
+   * and no event is sent: the service announces no change of definitions.
+   */
+  defineField(key: string, type: FieldType, title: string = fieldTitle(key)): FieldDefinition {
+    if (!/^[a-z][a-z0-9_]*$/.test(key))
+      throw new RangeError(`field key must be lower-case letters, digits and _, got ${JSON.stringify(key)}`);
+    if (type !== 'text' && type !== 'number' && type !== 'date')
+      throw new RangeError(`field type must be text, number or date, got ${String(type)}`);
+    const existing = this.fieldList.find((f) => f.key === key);
+    if (existing) {
+      existing.type = type;
+      existing.title = title;
+      return { ...existing };
+    }
+    const made: FieldDefinition = { id: String(this.fieldList.length + 1), key, title, type };
+    this.fieldList.push(made);
+    return { ...made };
   }
 
   // ---------------------------------------------------------------- reading
@@ -880,13 +917,17 @@ function nullable(value: number | undefined): number | null {
   return value === undefined || Number.isNaN(value) ? null : value;
 }
 
-function definedFields(patch: Partial<SubscriberFields> | undefined): Partial<SubscriberFields> {
-  const out: Partial<SubscriberFields> = {};
-  for (const key of FIELD_KEYS) {
-    const value = patch?.[key];
-    if (value !== undefined) out[key] = value;
-  }
+/** The string values of a patch: the documented keys and any custom one (`email` is not a field). */
+function definedFields(patch: Partial<SubscriberFields> | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [key, value] of Object.entries(patch ?? {})) if (key !== 'email' && typeof value === 'string') out[key] = value;
   return out;
+}
+
+/** `last_name` → `Last name`. */
+function fieldTitle(key: string): string {
+  const words = key.replace(/_/g, ' ');
+  return words.charAt(0).toUpperCase() + words.slice(1);
 }
 
 function nonNegativeInteger(value: number, name: string): number {

@@ -6,7 +6,7 @@
 import type { Queryable } from '../ground/queryable.js';
 import type { SyncStateRow } from './state.js';
 import { listSyncStates } from './state.js';
-import { accuracy } from '../audit/core.js';
+import { accuracy, formatPeriod, type AuditSchedule } from '../audit/core.js';
 import { auditWindow, listWebhookHealth, type AuditWindowRow, type WebhookHealth } from '../audit/state.js';
 
 export interface StatusRow {
@@ -32,6 +32,15 @@ export interface StatusRow {
   stepBacks: number | null;
   /** The audit's last 24 h (docs/operations.md, "The audit"): rows checked, mismatches by kind, and the accuracy. */
   audit: AuditFigure;
+  /** The period this pair is really audited at within AUDIT_BUDGET; null when the audit is off or the pair is not configured. */
+  auditPeriod: AuditPeriod | null;
+}
+
+/** AUDIT_EVERY as asked beside the period the pair is really checked at (null: never, the budget pays for no audit). */
+export interface AuditPeriod {
+  askedMs: number;
+  effectiveMs: number | null;
+  honoured: boolean;
 }
 
 export interface AuditFigure {
@@ -46,8 +55,12 @@ export interface AuditFigure {
 
 export async function collectStatus(
   db: Queryable,
-  configured: { groups: readonly string[]; types: readonly string[] },
+  configured: { groups: readonly string[]; types: readonly string[]; auditSchedule?: AuditSchedule | null },
 ): Promise<StatusRow[]> {
+  const schedule = configured.auditSchedule ?? null;
+  const period: AuditPeriod | null = schedule
+    ? { askedMs: schedule.askedMs, effectiveMs: schedule.effectiveMs, honoured: schedule.honoured }
+    : null;
   const states = new Map((await listSyncStates(db)).map((s) => [`${s.groupId}:${s.type}`, s]));
   const { rows: counts } = await db.query<{ groupId: string; type: string; n: number }>(
     `select group_id as "groupId", type, count(*)::int as n
@@ -58,6 +71,7 @@ export async function collectStatus(
   const audits = await auditWindow(db);
   const keys = new Set<string>();
   for (const g of configured.groups) for (const t of configured.types) keys.add(`${g}:${t}`);
+  const configuredKeys = new Set(keys);
   for (const key of states.keys()) keys.add(key);
   return [...keys].sort().map((key) => {
     const [groupId = '', type = ''] = key.split(':');
@@ -82,6 +96,7 @@ export async function collectStatus(
       awaitingProof: awaiting.get(key) ?? 0,
       stepBacks: s?.stepBacksLastFull ?? null,
       audit: auditFigure(audits.get(key)),
+      auditPeriod: configuredKeys.has(key) ? period : null,
     };
   });
 }
@@ -109,6 +124,13 @@ function auditFigure(w: AuditWindowRow | undefined): AuditFigure {
 /** The webhooks as the audit last read them back (empty before the first read or without webhook management). */
 export function webhookHealth(db: Queryable): Promise<WebhookHealth[]> {
   return listWebhookHealth(db);
+}
+
+/** `15s` when honoured, `2m45s (asked 15s)` when the budget stretches it, `never` when it pays for no audit, `-` when off. */
+export function formatAuditPeriod(p: AuditPeriod | null): string {
+  if (!p) return '-';
+  if (p.effectiveMs === null) return `never (asked ${formatPeriod(p.askedMs)})`;
+  return p.honoured ? formatPeriod(p.askedMs) : `${formatPeriod(p.effectiveMs)} (asked ${formatPeriod(p.askedMs)})`;
 }
 
 /** `99.5 % of 1200` style text for the accuracy column; `-` before any check. */
@@ -155,6 +177,7 @@ export function formatStatusTable(rows: readonly StatusRow[]): string {
     'step backs',
     'accuracy 24h',
     'count gaps',
+    'audited every',
     'last error',
   ];
   const body = rows.map((r) => [
@@ -171,6 +194,7 @@ export function formatStatusTable(rows: readonly StatusRow[]): string {
     r.stepBacks === null ? '-' : String(r.stepBacks),
     formatAccuracy(r.audit),
     String(r.audit.mismatches.count),
+    formatAuditPeriod(r.auditPeriod),
     r.lastError ? r.lastError.slice(0, 80) : '',
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...body.map((b) => (b[i] ?? '').length)));
@@ -180,4 +204,15 @@ export function formatStatusTable(rows: readonly StatusRow[]): string {
       .join('  ')
       .trimEnd();
   return [line(header), ...body.map(line)].join('\n');
+}
+
+/** The line `status` prints under the table when AUDIT_EVERY is not honoured. */
+export function auditScheduleNotice(schedule: AuditSchedule, share: number): string {
+  const budget = `${Math.round(share * 10_000) / 100}%`;
+  const effective = schedule.effectiveMs === null ? 'never' : `every ${formatPeriod(schedule.effectiveMs)}`;
+  const remedy =
+    schedule.shareNeeded === null
+      ? 'no AUDIT_BUDGET up to 100% honours it'
+      : `AUDIT_BUDGET=${Math.round(schedule.shareNeeded * 100)}% would honour it`;
+  return `AUDIT: AUDIT_EVERY=${formatPeriod(schedule.askedMs)} is not honoured within AUDIT_BUDGET=${budget}: each group × type is audited ${effective} (${remedy})`;
 }

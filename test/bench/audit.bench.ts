@@ -161,6 +161,7 @@ function auditDeps(
         ? legacyAuditReader(createLegacyClient({ baseUrl: sim.url, apiKey: sim.apiKey, limiter }), 'UTC')
         : currentAuditReader(createCurrentClient({ baseUrl: sim.url, token: sim.webhooksToken, limiter }), 'UTC'),
     perMinute: PER_MINUTE[source],
+    share: 0.05,
     limiterWaiting: () => limiter.stats().waiting,
     // What the worker's job would do is not the audit's cost: the request is counted, not run.
     askFullPass: () => Promise.resolve('bench'),

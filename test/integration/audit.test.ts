@@ -90,6 +90,7 @@ function harness(source: Source, s: Simulator, groupId: string, extra: Partial<A
     types: ALL_TYPES,
     readerFactory: () => reader(source, s),
     perMinute: source === 'legacy' ? 60 : 120,
+    share: 0.05,
     askFullPass: async (g, type) => {
       asked.push({ groupId: g, type });
       // What the worker does with the job: a full pass with its removal proof (two rounds of every

@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { inject } from 'vitest';
 import { runMigrations } from '../../src/db/migrate.js';
 import { storeDelivery } from '../../src/webhooks/inbox/write.js';
+import { replaceFieldDefinitions } from '../../src/mirror/store/index.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { withDatabase } from '../helpers/global-setup.js';
 
@@ -58,11 +59,27 @@ describe('the analyst role', () => {
         order by 1`,
     );
     expect(rows.map((r) => r.relation)).toEqual(
-      expect.arrayContaining(['subscribers', 'group_members', 'current_group_members', 'erasures']),
+      expect.arrayContaining([
+        'subscribers',
+        'group_members',
+        'current_group_members',
+        'erasures',
+        'fields',
+        'subscriber_fields',
+        'suppressions',
+        'group_stats',
+      ]),
     );
     for (const { relation } of rows) {
       await expect(asAnalyst(`select * from "${relation}" limit 1`), relation).resolves.toBeDefined();
     }
+  });
+
+  it('reads subscriber_fields after the definitions changed and the view was rebuilt', async () => {
+    await replaceFieldDefinitions(db.pool, [{ key: 'score', title: 'Score', type: 'number', upstreamId: '1' }]);
+    const { fields } = await asAnalyst('select * from subscriber_fields limit 1');
+    expect(fields.map((f) => f.name)).toEqual(['id', 'score']);
+    await replaceFieldDefinitions(db.pool, []);
   });
 
   it('cannot read a table a later migration creates until that migration grants it (no default privileges)', async () => {

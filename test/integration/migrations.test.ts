@@ -80,6 +80,7 @@ const CONTRACT: Record<string, Record<string, string>> = {
   audit_state: { group_id: 'text', type: 'text', sample_offset: 'integer', sample_cursor: 'text', pending_count: 'integer' },
   audit_results: { group_id: 'text', type: 'text', rows_checked: 'integer', content: 'integer', unrepaired: 'integer' },
   audit_webhooks: { id: 'text', enabled: 'boolean', problems: 'ARRAY' },
+  fields: { key: 'text', title: 'text', type: 'text', upstream_id: 'text' },
   webhook_deliveries: {
     body_sha256: 'text',
     body: 'jsonb',

@@ -23,6 +23,8 @@ import {
   type SubscriberValues,
 } from '../../src/mirror/store/index.js';
 import { closeRow, openRow, removalRule, saveRemovals } from '../../src/sync/pass-history.js';
+import { replaceFieldDefinitions } from '../../src/mirror/store/index.js';
+import { emptyTally, recordAuditResult } from '../../src/audit/state.js';
 import { removeMembersNotSeenSince } from '../../src/mirror/store/index.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { iso } from '../helpers/mirror.js';
@@ -155,7 +157,7 @@ async function populate(pool: pg.Pool, clock: Clock): Promise<void> {
       name: 'Ana',
       status: 'active',
       updatedAt: clock.tenDaysAgo,
-      fields: { city: 'Berlin', company: 'Acme' },
+      fields: { city: 'Berlin', company: 'Acme', score: '87', birthday: '1990-05-17' },
     }),
     subscriber('poll', {
       id: BEN,
@@ -163,7 +165,8 @@ async function populate(pool: pg.Pool, clock: Clock): Promise<void> {
       name: 'Ben',
       status: 'active',
       updatedAt: clock.tenDaysAgo,
-      fields: { city: 'Lisbon' },
+      // Neither parses: a number field holding text, a date field holding a day that does not exist.
+      fields: { city: 'Lisbon', score: 'n/a', birthday: '1985-02-30' },
     }),
     // Listed as active, then unsubscribed by a webhook: `status` is fresher than the membership `type`.
     subscriber('webhook', {
@@ -200,10 +203,17 @@ async function populate(pool: pg.Pool, clock: Clock): Promise<void> {
       name: 'Gus',
       status: 'active',
       updatedAt: clock.twoHoursAgo,
-      fields: { city: 'Berlin', company: 'Globex' },
+      fields: { city: 'Berlin', company: 'Globex', score: '51.5', birthday: '2001-05-02T00:00:00' },
     }),
     subscriber('poll', { id: HAL, email: 'hal@example.com', name: 'Hal', status: 'bounced', updatedAt: clock.fiveDaysAgo }),
-    subscriber('poll', { id: IVY, email: 'ivy@example.com', name: 'Ivy', status: 'active', updatedAt: clock.hours23Ago }),
+    subscriber('poll', {
+      id: IVY,
+      email: 'ivy@example.com',
+      name: 'Ivy',
+      status: 'active',
+      updatedAt: clock.hours23Ago,
+      fields: { score: '12', birthday: '1999-12-31' },
+    }),
     subscriber('poll', { id: JO, email: 'jo@example.com', name: 'Jo', status: 'active', updatedAt: clock.hours25Ago }),
     subscriber('webhook', {
       id: KAI,
@@ -280,7 +290,34 @@ async function populate(pool: pg.Pool, clock: Clock): Promise<void> {
     click(ANA, BLOG_URL, at('2024-05-10', '11:02:00')),
     click(BEN, SALE_URL, at('2024-05-10', '12:01:00')),
     delivered({ kind: 'subscriber.unsubscribed', subscriberId: CLEO, occurredAt: clock.thisWeek }),
+    // Jo complained of spam (still active): a suppression all the same.
+    delivered({ kind: 'subscriber.spam_reported', subscriberId: JO, occurredAt: clock.twoDaysAgo }),
   ]);
+
+  // The service's custom field definitions: two text fields, a number and a date.
+  await replaceFieldDefinitions(pool, [
+    { key: 'birthday', title: 'Birthday', type: 'date', upstreamId: '12' },
+    { key: 'city', title: 'City', type: 'text', upstreamId: '5' },
+    { key: 'company', title: 'Company', type: 'text', upstreamId: '3' },
+    { key: 'score', title: 'Lead score', type: 'number', upstreamId: '11' },
+  ]);
+
+  // Kai asked to be forgotten: the erasure log keeps only the id (written here as the erasure run does).
+  await pool.query(`insert into erasures (subscriber_id, reason, erased_at) values ($1, 'forget', $2)`, [KAI, clock.threeHoursAgo]);
+
+  // The service counted the newsletter's active members in a pass; the audit read back ten rows, one differed.
+  const counted = await openRow(pool, { groupId: NEWSLETTER, type: 'active', kind: 'full', source: 'legacy', trigger: 'schedule' });
+  await closeRow(pool, counted, {
+    status: 'succeeded',
+    listedFrom: clock.twoHoursAgo,
+    complete: true,
+    gapFree: true,
+    rowsSeen: 3,
+    rowsWritten: 0,
+    requests: 2,
+    upstreamCount: 3,
+  });
+  await recordAuditResult(pool, NEWSLETTER, 'active', { ...emptyTally(), rowsChecked: 10, content: 1, repaired: 1 });
 }
 
 /** Two complete, gap-free full passes of the group's one type that listed nobody, then the rule, as the recorder runs it. */
@@ -517,6 +554,79 @@ const EXPECTATIONS: Expectation[] = [
     },
   },
   {
+    name: 'field definitions',
+    explanation: /^Which fields the service defines/i,
+    check: (rows) =>
+      expect(rows).toEqual([
+        { key: 'birthday', title: 'Birthday', type: 'date' },
+        { key: 'city', title: 'City', type: 'text' },
+        { key: 'company', title: 'Company', type: 'text' },
+        { key: 'score', title: 'Lead score', type: 'number' },
+      ]),
+  },
+  {
+    name: 'a number field without a cast',
+    explanation: /score above 50/i,
+    // Not Ben ('n/a' is no number: null, no error), nor Ivy (12).
+    check: (rows) =>
+      expect(rows).toEqual([
+        { id: ANA, email: 'ana@example.com', score: '87' },
+        { id: GUS, email: 'Gus@Example.COM', score: '51.5' },
+      ]),
+  },
+  {
+    name: 'a date field without a cast',
+    explanation: /birthday in May/i,
+    // Not Ben (30 February is no day: null, no error), nor Ivy (December).
+    check: (rows) =>
+      expect(rows).toEqual([
+        { id: ANA, birthday: '1990-05-17' },
+        { id: GUS, birthday: '2001-05-02' },
+      ]),
+  },
+  {
+    name: 'the suppression list',
+    explanation: /must not be mailed, and why/i,
+    check: async (rows, _example, client) => {
+      const { rows: times } = await client.query<Record<string, string>>(
+        `select $1::timestamptz::text as week, $2::timestamptz::text as last, $3::timestamptz::text as two, $4::timestamptz::text as three,
+                $5::timestamptz::text as five`,
+        [readmeClock?.thisWeek, readmeClock?.lastWeek, readmeClock?.twoDaysAgo, readmeClock?.threeHoursAgo, readmeClock?.fiveDaysAgo],
+      );
+      const t = times[0] as Record<string, string>;
+      expect(rows).toEqual([
+        { email: 'hal@example.com', subscriber_id: HAL, reason: 'bounced', since: t.five, learned_via: 'poll' },
+        { email: null, subscriber_id: KAI, reason: 'forgotten', since: t.three, learned_via: 'webhook' },
+        { email: 'jo@example.com', subscriber_id: JO, reason: 'spam_complaint', since: t.two, learned_via: 'webhook' },
+        { email: 'dan@example.com', subscriber_id: DAN, reason: 'unsubscribed', since: t.last, learned_via: 'poll' },
+        { email: 'cleo@example.com', subscriber_id: CLEO, reason: 'unsubscribed', since: t.week, learned_via: 'webhook' },
+      ]);
+    },
+  },
+  {
+    name: "group figures beside the service's",
+    explanation: /beside the service's count/i,
+    check: (rows) => {
+      const newsletterActive = rows.find((r) => r.group_id === NEWSLETTER && r.type === 'active');
+      // Ana, Ben, Cleo and Finn (deleted upstream, membership still open) are listed as active here.
+      expect(newsletterActive).toMatchObject({
+        group_name: 'Newsletter',
+        mirror_members: '4',
+        service_count: '3',
+        difference: '-1',
+        last_audit_accuracy: '0.900',
+      });
+      expect(newsletterActive?.service_count_at).not.toBeNull();
+      // A pair no pass has counted yet: the mirror's figure, no service count.
+      expect(rows.find((r) => r.group_id === CUSTOMERS && r.type === 'active')).toMatchObject({
+        mirror_members: '3',
+        service_count: null,
+        difference: null,
+        last_audit_at: null,
+      });
+    },
+  },
+  {
     name: 'changed in the last 24 hours',
     explanation: /last 24 hours/i,
     check: (rows) => {
@@ -580,7 +690,23 @@ describe('SQL for users', () => {
           table_name: 'current_group_members',
           columns: ['group_id', 'group_name', 'subscriber_id', 'email', 'name', 'status', 'type', 'added_at'],
         },
+        {
+          table_name: 'group_stats',
+          columns: [
+            'group_id',
+            'group_name',
+            'type',
+            'mirror_members',
+            'service_count',
+            'service_count_at',
+            'difference',
+            'last_audit_at',
+            'last_audit_rows_checked',
+            'last_audit_accuracy',
+          ],
+        },
         { table_name: 'recently_changed_subscribers', columns: ['id', 'email', 'status', 'updated_at', 'mirrored_via'] },
+        { table_name: 'subscriber_fields', columns: ['id', 'birthday', 'city', 'company', 'score'] },
         {
           table_name: 'subscriber_versions',
           columns: [
@@ -605,6 +731,7 @@ describe('SQL for users', () => {
             'fields',
           ],
         },
+        { table_name: 'suppressions', columns: ['email', 'subscriber_id', 'reason', 'since', 'learned_via'] },
         {
           table_name: 'sync_status',
           columns: [

@@ -167,6 +167,7 @@ function listing(rows: Record<string, unknown>[]): LegacyClient {
   return {
     listGroupSubscribers: async () => rows as never,
     count: async () => rows.length,
+    fields: async () => [],
     async *pages(): AsyncGenerator<LegacyPage, void, undefined> {
       yield { offset: 0, rows: rows as never, limit: 1000, nextOffset: rows.length, tail: [], continuous: true, serviceTime: null };
     },

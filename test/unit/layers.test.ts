@@ -62,6 +62,7 @@ const TABLE_OWNERS: Readonly<Record<string, string>> = {
   audit_state: 'audit/state.ts',
   audit_results: 'audit/state.ts',
   audit_webhooks: 'audit/state.ts',
+  fields: 'mirror/store/fields.ts',
 };
 
 /** Writes by a module that does not own the table, each with the reason it stays. Keep this short. */

@@ -32,6 +32,7 @@ function row(over: Partial<StatusRow> = {}): StatusRow {
       missedDeliveries: 0,
       lastAuditAt: null,
     },
+    auditPeriod: null,
     ...over,
   };
 }

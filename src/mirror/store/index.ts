@@ -40,4 +40,5 @@ export {
 } from './memberships.js';
 export { upsertAutomations, upsertCampaigns, upsertGroups } from './reference.js';
 export { recordActivity } from './activity.js';
+export { replaceFieldDefinitions, type FieldChanges, type FieldDefinitionRow } from './fields.js';
 export type { ActivityRow, AutomationRow, CampaignRow, GroupRow, SubscriberField, SubscriberRow, SubscriberValues } from '../normalize.js';

@@ -12,7 +12,8 @@
 import { SUBSCRIBER_TYPES, type SubscriberType } from '../../db/schema.js';
 import type { PageAdmission, Release } from '../page-gate.js';
 import { UpstreamBodyError, UpstreamHttpError, type RequestTarget } from '../errors.js';
-import { createHttpClient, type HttpClientOptions, type HttpStats, type RequestGate } from '../http.js';
+import { currentFieldPage, type FieldDefinition } from '../fields.js';
+import { createHttpClient, type HttpClient, type HttpClientOptions, type HttpStats, type RequestGate } from '../http.js';
 import { isPlainObject } from '../json.js';
 
 export const CURRENT_LABEL = 'current API';
@@ -75,6 +76,8 @@ export interface CurrentClient {
   /** Every page of a group's members with `status`, following the cursor from `options.cursor` to its end. */
   pages(groupId: GroupId, options: CurrentListOptions): AsyncGenerator<CurrentPage, void, undefined>;
   group(groupId: GroupId, options?: { signal?: AbortSignal }): Promise<CurrentGroup>;
+  /** The account's custom field definitions (docs/upstream-current.md, "Field definitions"), every page. */
+  fields(options?: { signal?: AbortSignal }): Promise<FieldDefinition[]>;
   stats(): HttpStats;
 }
 
@@ -86,6 +89,10 @@ export interface CurrentClientOptions {
   limiter?: RequestGate;
   http?: Pick<HttpClientOptions, 'timeoutMs' | 'retry' | 'hooks' | 'defaultRetryAfterMs' | 'maxRetryAfterMs' | 'fetch'>;
 }
+
+/** Field definitions per page asked for (the docs' `per_page` is 100), and the most pages read. */
+const FIELD_PAGE_SIZE = 100;
+const MAX_FIELD_PAGES = 20;
 
 /** Pages in a row that may come back empty with a cursor still set before the list is taken to loop. */
 const MAX_EMPTY_PAGES_WITH_CURSOR = 3;
@@ -220,6 +227,29 @@ async function lookUpSubscriber(
   }
 }
 
+/** The field definitions, page by page (docs/upstream-current.md, "Field definitions"). */
+async function readFields(http: HttpClient, opts?: { signal?: AbortSignal }): Promise<FieldDefinition[]> {
+  const path = '/api/fields';
+  const out: FieldDefinition[] = [];
+  // Pages by number (`links.next` null on the last); an account has at most 100 fields, so the
+  // bound only stops a service that never says "last".
+  for (let page = 1; page <= MAX_FIELD_PAGES; page++) {
+    const query: Array<[string, string]> = [
+      ['limit', String(FIELD_PAGE_SIZE)],
+      ['page', String(page)],
+    ];
+    const response = await http.request({ method: 'GET', path, query, signal: opts?.signal });
+    const read = currentFieldPage(response.body, { label: CURRENT_LABEL, method: 'GET', path }, response.status);
+    out.push(...read.fields);
+    if (read.next === null || read.fields.length === 0) return out;
+  }
+  throw new UpstreamBodyError(
+    `${CURRENT_LABEL} answered more than ${MAX_FIELD_PAGES} pages of fields on GET ${path}; the list does not end`,
+    { label: CURRENT_LABEL, method: 'GET', path },
+    200,
+  );
+}
+
 export function createCurrentClient(options: CurrentClientOptions): CurrentClient {
   if (!options.token) throw new TypeError('current API client: token is required');
   const http = createHttpClient({
@@ -300,5 +330,12 @@ export function createCurrentClient(options: CurrentClientOptions): CurrentClien
     return validateGroup(response.body, { label: CURRENT_LABEL, method: 'GET', path }, response.status);
   }
 
-  return { subscriber: (id, opts) => lookUpSubscriber(http, id, opts), listPage, pages, group, stats: () => http.stats() };
+  return {
+    subscriber: (id, opts) => lookUpSubscriber(http, id, opts),
+    listPage,
+    pages,
+    group,
+    fields: (opts) => readFields(http, opts),
+    stats: () => http.stats(),
+  };
 }

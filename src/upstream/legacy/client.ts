@@ -17,6 +17,7 @@ import type { Logger } from '../../ground/log.js';
 import { SUBSCRIBER_TYPES, type SubscriberType } from '../../db/schema.js';
 import { isRealDate } from '../../ground/time.js';
 import { UpstreamBodyError, type RequestTarget } from '../errors.js';
+import { legacyFieldDefinitions, type FieldDefinition } from '../fields.js';
 import { createHttpClient, type HttpClientOptions, type HttpStats, type RequestGate } from '../http.js';
 import { isPlainObject } from '../json.js';
 import type { PageAdmission, Release } from '../page-gate.js';
@@ -241,6 +242,8 @@ export interface LegacyClient {
   listGroupSubscribers(groupId: GroupId, options: ListOptions): Promise<LegacySubscriberRecord[]>;
   count(groupId: GroupId, type?: SubscriberType, options?: { signal?: AbortSignal }): Promise<number>;
   pages(groupId: GroupId, options: PageOptions): AsyncGenerator<LegacyPage, void, undefined>;
+  /** The account's custom field definitions (docs/upstream.md, "Field definitions"): one request. */
+  fields(options?: { signal?: AbortSignal }): Promise<FieldDefinition[]>;
   /** The page cap this client has learned, if any. */
   effectiveLimit(): number | undefined;
   stats(): HttpStats;
@@ -476,10 +479,17 @@ export function createLegacyClient(options: LegacyClientOptions): LegacyClient {
       yield* walkPass(pass, fullStep, startFullPass(startOffset, page.startTail, page.limit));
   }
 
+  async function fields(opts?: { signal?: AbortSignal }): Promise<FieldDefinition[]> {
+    const path = '/api/v2/fields';
+    const response = await http.request({ method: 'GET', path, signal: opts?.signal });
+    return legacyFieldDefinitions(response.body, { label: LEGACY_LABEL, method: 'GET', path }, response.status);
+  }
+
   return {
     listGroupSubscribers,
     count,
     pages,
+    fields,
     effectiveLimit: () => caps.learnedCap,
     stats: () => http.stats(),
   };
