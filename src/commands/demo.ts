@@ -12,6 +12,7 @@ import { loadConfig } from '../config.js';
 import { openDatabase } from '../db/client.js';
 import { UsageError } from '../ground/usage-error.js';
 import { startSimulator } from '../simulator/index.js';
+import type { World } from '../simulator/world.js';
 import { startService } from './start.js';
 import { createWebhooksApi } from '../upstream/webhooks-api.js';
 import { registerWebhooks } from '../webhooks/manage.js';
@@ -85,6 +86,29 @@ function parseDemoArgs(argv: string[]): DemoOptions {
   };
 }
 
+/**
+ * Two typed custom fields for the demo's SQL (docs/sql.md, "Custom fields as columns"): a number and
+ * a date on every seventh member of the first group, a few of them values that do not parse (shown
+ * as null in `subscriber_fields`). Set before the webhooks exist, so the first full pass reads them.
+ */
+function defineDemoFields(world: World): void {
+  world.defineField('score', 'number', 'Score');
+  world.defineField('birthday', 'date', 'Birthday');
+  const firstGroup = world.groupIds()[0];
+  if (firstGroup === undefined) return;
+  world.members(firstGroup).forEach((id, i) => {
+    if (i % 7 !== 0) return;
+    const n = i / 7;
+    const unparsable = n % 25 === 24;
+    world.updateFields(id, {
+      score: unparsable ? 'n/a' : String((n * 37) % 100) + (n % 3 === 0 ? '.5' : ''),
+      birthday: unparsable
+        ? `${1970 + (n % 40)}-02-30`
+        : `${1960 + (n % 45)}-${String(1 + (n % 12)).padStart(2, '0')}-${String(1 + (n % 28)).padStart(2, '0')}`,
+    });
+  });
+}
+
 export async function runDemo(argv: string[]): Promise<void> {
   const { subscribers, churn, port, source } = parseDemoArgs(argv);
 
@@ -97,6 +121,7 @@ export async function runDemo(argv: string[]): Promise<void> {
     timeScale: 0.05,
     rateLimitWindowMs: 60_000,
   });
+  defineDemoFields(sim.world);
   const databaseUrl = await demoDatabaseUrl();
   // A fresh token per run unless one is set: the status page needs one, and a fixed one would be
   // guessable on any machine running the demo.
@@ -148,6 +173,7 @@ export async function runDemo(argv: string[]): Promise<void> {
       `  ${psql} -c "select group_id, type, count(*) from group_members where removed_at is null group by 1, 2 order by 1, 2"`,
       `  ${psql} -c "select id, email, status, updated_at, mirrored_via from subscribers order by mirrored_at desc limit 10"`,
       `  ${psql} -c "select kind, count(*) from subscriber_activity group by kind order by 2 desc"`,
+      `  ${psql} -c "select id, score, birthday from subscriber_fields where score > 50 order by score desc limit 10"`,
       `  DATABASE_URL='${databaseUrl}' SYNC_GROUPS=${sim.world.groupIds().join(',')} npm run cli -- status`,
       '',
     ].join('\n'),
