@@ -13,6 +13,7 @@ import type { PairAudit } from '../audit/pair.js';
 import { createSyncQueue } from '../sync/schedule.js';
 import { followSharedLimiter } from './reads.js';
 import type { SubscriberType } from '../db/schema.js';
+import { printable } from '../ground/terminal.js';
 import { UsageError } from '../ground/usage-error.js';
 import { parseOptions, type Command } from './args.js';
 
@@ -62,7 +63,7 @@ export async function runAuditCli(config: Config, target: { groupId?: string; ty
     const logger = createLogger({ level: 'silent' }).logger;
     const deps = auditLoopDeps({ config, settings, pool: database.pool, redis, limiter, queue, logger }, settings.everyMs ?? 15 * 60_000);
     const outcome = await runAuditTick(deps, { force: true, ...target });
-    process.stdout.write(json ? `${JSON.stringify(outcome, null, 2)}\n` : `${formatAuditOutcome(outcome)}\n`);
+    process.stdout.write(printable(json ? `${JSON.stringify(outcome, null, 2)}\n` : `${formatAuditOutcome(outcome)}\n`));
     return outcome.failed.length > 0 ? 1 : 0;
   } finally {
     await limiter.close();

@@ -7,6 +7,7 @@
 import dotenv from 'dotenv';
 import { ConfigError, loadConfig, secretsOf, secretValuesIn } from '../config.js';
 import { createScrubber } from '../ground/log.js';
+import { printable } from '../ground/terminal.js';
 import { UsageError } from '../ground/usage-error.js';
 import { parseOptions, type Command } from './args.js';
 
@@ -93,11 +94,11 @@ export async function main(argv: string[]): Promise<number> {
   } catch (error) {
     if (error instanceof UsageError) {
       // A subcommand's own usage error already explains its options.
-      process.stderr.write(`subscriber-mirror: ${error.message}\n${error.printUsage ? `\n${USAGE}\n` : ''}`);
+      process.stderr.write(`subscriber-mirror: ${printable(error.message)}\n${error.printUsage ? `\n${USAGE}\n` : ''}`);
       return 2;
     }
     if (error instanceof ConfigError) {
-      process.stderr.write(`subscriber-mirror: ${error.message}\n`);
+      process.stderr.write(`subscriber-mirror: ${printable(error.message)}\n`);
       return 2;
     }
     // Secrets from the environment may appear in upstream error text; never print them.
@@ -107,7 +108,7 @@ export async function main(argv: string[]): Promise<number> {
       // Config is invalid; the raw variables are still the values to hide.
       for (const s of secretValuesIn(process.env)) scrub.add(s);
     }
-    process.stderr.write(`subscriber-mirror: ${scrub((error as Error).message ?? String(error))}\n`);
+    process.stderr.write(`subscriber-mirror: ${printable(scrub((error as Error).message ?? String(error)))}\n`);
     return 1;
   }
 }
@@ -121,7 +122,7 @@ export function runCli(): void {
       process.exit(code);
     },
     (error: unknown) => {
-      process.stderr.write(`subscriber-mirror: ${(error as Error).message}\n`);
+      process.stderr.write(`subscriber-mirror: ${printable((error as Error).message)}\n`);
       process.exit(1);
     },
   );
