@@ -360,7 +360,7 @@ export const SETTINGS = {
       unset: '`SYNC_PAGE_SIZE`',
     }),
     reenableWebhooks: setting('WEBHOOKS_REENABLE', flag, {
-      doc: '`true`: the audit enables again a managed webhook the service disabled (logged)',
+      doc: '`true`: the audit enables again a managed webhook the service disabled (logged), never one an operator disabled with `webhooks update --disable`',
       default: 'false',
     }),
     settleMs: setting('AUDIT_SETTLE', duration({ min: '1s' }), {

@@ -22,6 +22,7 @@ commands:
   status [--json]                      per group × type: cursor, last run, rows, drift, audit accuracy
   audit [--group G] [--type T] [--json]
                                        check the mirror against the service now and repair what differs
+  erase --email E | --id I             erase a person's personal data from the mirror now (not the service's)
   webhooks list|get|register|adopt|update|delete
                                        manage the service-side webhooks
   webhooks replay [--status failed|ignored] [--since DATE]
@@ -55,6 +56,7 @@ const COMMANDS: Record<string, () => Promise<Command>> = {
   migrate: async () => (await import('./migrate.js')).migrateCommand,
   backfill: async () => (await import('./backfill.js')).backfillCommand,
   status: async () => (await import('./status.js')).statusCommand,
+  erase: async () => (await import('./erase.js')).eraseCommand,
   webhooks: async () => (await import('./webhooks.js')).webhooksCommand,
   simulator: async () => {
     const { runSimulatorCli } = await import('../simulator/cli.js');

@@ -649,6 +649,11 @@ export const webhookEndpoints = pgTable('webhook_endpoints', {
    * changed afterwards, so the two kinds of rows cannot turn into each other.
    */
   adopted: boolean('adopted').notNull().default(false),
+  /**
+   * Disabled by an operator (`webhooks update --disable`), not by the service: WEBHOOKS_REENABLE leaves
+   * it disabled (docs/operations.md, "The audit"). Cleared when it is enabled again, by whoever.
+   */
+  disabledByOperator: boolean('disabled_by_operator').notNull().default(false),
 });
 
 /**
@@ -749,7 +754,12 @@ where updated_at >= now() - interval '1 day'`);
 // Erasure log (docs/security.md, "Personal data and erasure"): whose personal data the service erased and why, so the
 // stored deliveries that carry it are redacted once. Ids only: it holds no personal data itself.
 
-export const ERASURE_REASONS = ['forget', 'out_of_groups'] as const;
+/**
+ * `forget`: the service forgot it; `request`: an operator ran `subscriber-mirror erase` (both erase
+ * every copy, for good); `out_of_groups`: out of every configured group past the period (what was
+ * recorded up to then).
+ */
+export const ERASURE_REASONS = ['forget', 'out_of_groups', 'request'] as const;
 export type ErasureReason = (typeof ERASURE_REASONS)[number];
 
 export const erasures = pgTable('erasures', {
