@@ -16,7 +16,7 @@
  * Both are per process and in memory, like the admin throttle: they must hold while Redis is away.
  */
 import type http from 'node:http';
-import { BlockList, isIP } from 'node:net';
+import { BlockList, isIP, type Socket } from 'node:net';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { answerBeforeBody } from '../webhooks/early-answer.js';
 
@@ -54,6 +54,11 @@ export interface ConnectionLimit {
 /**
  * Closes a connection as it is accepted when its remote address already holds `max` (0: no limit).
  * Counting starts at accept and ends at close, whatever the socket did in between.
+ *
+ * The check runs before the HTTP server sees the socket (its `connection` event is intercepted), so
+ * a refused connection costs no parser, timer nor listener: a client that reconnects as fast as it
+ * is refused spends the server's accept loop, not its request handling. It is reset rather than
+ * closed (no TIME_WAIT left behind on our side for each of them).
  */
 export function limitConnectionsPerClient(
   server: http.Server,
@@ -61,23 +66,29 @@ export function limitConnectionsPerClient(
   options: { exempt?: (address: string) => boolean; onRefused?: () => void } = {},
 ): ConnectionLimit {
   const counts = new Map<string, number>();
-  if (max > 0) {
-    server.on('connection', (socket) => {
-      const address = socket.remoteAddress ?? '';
-      if (options.exempt?.(address)) return;
-      const held = counts.get(address) ?? 0;
-      if (held >= max) {
-        options.onRefused?.();
-        socket.destroy();
-        return;
-      }
-      counts.set(address, held + 1);
-      socket.once('close', () => {
-        const left = (counts.get(address) ?? 1) - 1;
-        if (left <= 0) counts.delete(address);
-        else counts.set(address, left);
-      });
+  const admit = (socket: Socket): boolean => {
+    const address = socket.remoteAddress ?? '';
+    if (options.exempt?.(address)) return true;
+    const held = counts.get(address) ?? 0;
+    if (held >= max) return false;
+    counts.set(address, held + 1);
+    socket.once('close', () => {
+      const left = (counts.get(address) ?? 1) - 1;
+      if (left <= 0) counts.delete(address);
+      else counts.set(address, left);
     });
+    return true;
+  };
+  if (max > 0) {
+    const emit = server.emit.bind(server) as (event: string | symbol, ...args: unknown[]) => boolean;
+    server.emit = (event: string | symbol, ...args: unknown[]): boolean => {
+      if (event === 'connection' && !admit(args[0] as Socket)) {
+        options.onRefused?.();
+        (args[0] as Socket).resetAndDestroy();
+        return false;
+      }
+      return emit(event, ...args);
+    };
   }
   return { open: (address) => counts.get(address) ?? 0 };
 }
