@@ -762,13 +762,23 @@ where updated_at >= now() - interval '1 day'`);
 export const ERASURE_REASONS = ['forget', 'out_of_groups', 'request'] as const;
 export type ErasureReason = (typeof ERASURE_REASONS)[number];
 
-export const erasures = pgTable('erasures', {
-  subscriberId: text('subscriber_id').primaryKey(),
-  reason: text('reason').$type<ErasureReason>().notNull(),
-  erasedAt: tstz('erased_at').notNull().defaultNow(),
-  /** Null until every stored delivery carrying the subscriber has been redacted. */
-  deliveriesRedactedAt: tstz('deliveries_redacted_at'),
-});
+export const erasures = pgTable(
+  'erasures',
+  {
+    subscriberId: text('subscriber_id').primaryKey(),
+    reason: text('reason').$type<ErasureReason>().notNull(),
+    erasedAt: tstz('erased_at').notNull().defaultNow(),
+    /** Null until every stored delivery carrying the subscriber has been redacted. */
+    deliveriesRedactedAt: tstz('deliveries_redacted_at'),
+  },
+  // Every subscriber write reads the few erased on request (src/mirror/erasure.ts, erasedOnRequestSql)
+  // without scanning the out-of-groups erasures, which grow with the mirror.
+  (t) => [
+    index('erasures_request_idx')
+      .on(t.subscriberId)
+      .where(sql`reason = 'request'`),
+  ],
+);
 
 /** The content columns as view columns: the same names and types, nullable, without defaults. */
 function subscriberContentViewColumns() {

@@ -18,10 +18,12 @@ import type { Queryable } from '../ground/queryable.js';
 /**
  * Whether the subscriber `idSql` was erased on request (`subscriber-mirror erase`): its personal data
  * stays erased whatever arrives later, whichever path brings it (the store's upsert, history's late
- * versions, an apply's redaction). A hashed subplan: the erasures are read once per statement.
+ * versions, an apply's redaction). The ids are read once per statement (an InitPlan) and each row
+ * compared with that short list (operators erase by hand); `in (select …)` in a select list is
+ * planned as a subplan that scans `erasures` again for every row written.
  */
 export function erasedOnRequestSql(idSql: string): string {
-  return `(${idSql} in (select e.subscriber_id from erasures e where e.reason = 'request'))`;
+  return `(${idSql} = any(array(select e.subscriber_id from erasures e where e.reason = 'request')))`;
 }
 
 /** The personal columns (the registry, `src/db/schema.ts`): of the current row, and of past versions. */

@@ -328,6 +328,10 @@ describe('docker-compose.yml', () => {
     HOST: 'the default, 0.0.0.0, inside a container: the port mapping decides exposure',
     ADMIN_ON_PUBLIC_PORT: 'the stack serves the admin routes on the ops port only',
     EXPOSE_ADMIN_BEYOND_LOOPBACK: 'only meaningful with ADMIN_ON_PUBLIC_PORT',
+    // TEMPORARY (issue 36, application half): the receiver's list in docker-compose.yml is the
+    // deployment half's to extend; until it names these two, the receiver runs with their defaults.
+    HTTP_MAX_CONNECTIONS_PER_CLIENT: 'to be added to the receiver environment with the compose change of issue 36',
+    HTTP_REQUEST_RATE_PER_CLIENT: 'to be added to the receiver environment with the compose change of issue 36',
   };
   // Each container's memory is bounded by the kernel (docs/compose.md, "Memory limits"); swap would
   // only hide a leak more slowly. The node services' limit sits above the image's heap cap plus what

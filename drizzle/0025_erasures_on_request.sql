@@ -1,0 +1,1 @@
+CREATE INDEX "erasures_request_idx" ON "erasures" USING btree ("subscriber_id") WHERE reason = 'request';
