@@ -107,9 +107,11 @@ export function registerWebhookRoute(app: FastifyInstance, deps: ReceiverDeps): 
         (error: unknown) => done(error as Error, undefined),
       );
     });
-    // No Signature: nothing in the body could verify, so none of it is read (early-answer.ts).
+    // No Signature: nothing in the body could verify, so none of it is read (early-answer.ts). The
+    // size is checked first, as for every request (413 from Content-Length, also unread).
     scope.addHook('onRequest', async (request, reply) => {
       if (request.headers.signature !== undefined && request.headers.signature !== '') return;
+      if ((announcedLength(request) ?? 0) > deps.maxBodyBytes) return;
       answerBeforeBody(request, reply);
       return reject(ctx, request, reply, performance.now(), 401, SIGNATURE_PROBLEMS.missing);
     });
