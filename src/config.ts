@@ -317,6 +317,15 @@ export const SETTINGS = {
       doc: 'open connections on the public listener at most (the ops listener keeps the defaults)',
       default: '1000',
     }),
+    // Per client, so that one client holding every socket it can open cannot delay another's delivery.
+    maxConnectionsPerClient: setting('HTTP_MAX_CONNECTIONS_PER_CLIENT', wholeNumber(0, 1_000_000), {
+      doc: 'public listener: open connections per socket remote address at most, more are closed as they are accepted ([Public surface](#public-surface)); a peer `TRUST_PROXY` trusts is not limited. `0`: no limit; not above `HTTP_MAX_CONNECTIONS`',
+      default: '32',
+    }),
+    requestRatePerClient: setting('HTTP_REQUEST_RATE_PER_CLIENT', wholeNumber(0, 1_000_000), {
+      doc: 'public listener: requests per second per client address (behind `TRUST_PROXY`, the forwarded one), beyond answered 429 before the body is read; a stored delivery gives its request back. `0`: no limit; not below `HTTP_MAX_CONNECTIONS_PER_CLIENT`',
+      default: '50',
+    }),
   },
   port: setting('PORT', wholeNumber(0, 65_535), {
     doc: 'public HTTP port (webhook route, bare health)',
@@ -376,7 +385,7 @@ export const SETTINGS = {
       unset: '`SYNC_PAGE_SIZE`',
     }),
     reenableWebhooks: setting('WEBHOOKS_REENABLE', flag, {
-      doc: '`true`: the audit enables again a managed webhook the service disabled (logged)',
+      doc: '`true`: the audit enables again a managed webhook the service disabled (logged), never one an operator disabled with `webhooks update --disable`',
       default: 'false',
     }),
     settleMs: setting('AUDIT_SETTLE', duration({ min: '1s' }), {
@@ -471,6 +480,16 @@ function crossChecks(c: ReturnType<typeof withContextDefaults>, report: Report<E
   }
   if (c.http.headersTimeoutMs > c.http.requestTimeoutMs) {
     report('HTTP_HEADERS_TIMEOUT', 'must not be longer than HTTP_REQUEST_TIMEOUT');
+  }
+  if (c.http.maxConnectionsPerClient > c.http.maxConnections) {
+    report('HTTP_MAX_CONNECTIONS_PER_CLIENT', `must not be above HTTP_MAX_CONNECTIONS (${c.http.maxConnections})`);
+  }
+  // A client then never has more requests in flight than tokens: valid deliveries alone are never refused.
+  if (c.http.requestRatePerClient !== 0 && c.http.requestRatePerClient < c.http.maxConnectionsPerClient) {
+    report(
+      'HTTP_REQUEST_RATE_PER_CLIENT',
+      `must not be below HTTP_MAX_CONNECTIONS_PER_CLIENT (${c.http.maxConnectionsPerClient}), or 0; otherwise a client sending only valid deliveries could be refused`,
+    );
   }
   if (c.opsPort !== undefined && c.opsPort !== 0 && c.opsPort === c.port) {
     report('OPS_PORT', 'must differ from PORT (or unset it and set ADMIN_ON_PUBLIC_PORT=true to serve everything on PORT)');

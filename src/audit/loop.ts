@@ -12,6 +12,7 @@ import type { WebhooksApi } from '../upstream/webhooks-api.js';
 import { auditSchedule, nextAllowance, planLoopTick, tickBudget, tickCost, tickEarning, type AuditSchedule } from './core.js';
 import { auditPair, passRunning, type AuditDeps, type AuditReader, type PairAudit } from './pair.js';
 import { managedWebhooks } from './reads.js';
+import { reenableWebhook } from '../webhooks/manage.js';
 import {
   claimAudit,
   listWebhookHealth,
@@ -168,8 +169,9 @@ export async function checkWebhooks(deps: AuditLoopDeps): Promise<WebhookHealth[
   for (const managed of await managedWebhooks(deps.pool)) {
     const found = upstream.get(managed.id);
     let { problems, missingEvents } = webhookProblems(managed, found);
-    if (settings.reenable && found && !found.enabled) {
-      const now = await api.update(managed.id, { enabled: true });
+    // Only what the service disabled: an operator's `webhooks update --disable` is a decision.
+    const now = settings.reenable && found && !found.enabled ? await reenableWebhook(api, deps.pool, managed.id) : null;
+    if (now) {
       reenabled.push(managed.id);
       ({ problems, missingEvents } = webhookProblems(managed, now));
       deps.logger.warn(
@@ -177,6 +179,11 @@ export async function checkWebhooks(deps: AuditLoopDeps): Promise<WebhookHealth[
         'the service had disabled this webhook (failed deliveries?); re-enabled it (WEBHOOKS_REENABLE)',
       );
       deps.metrics?.webhooksReenabled.inc();
+    } else if (found && !found.enabled && managed.disabledByOperator) {
+      deps.logger.info(
+        { webhookId: managed.id, problems, missingEvents },
+        'a managed webhook is disabled by an operator (webhooks update --disable); left disabled',
+      );
     } else if (problems.length > 0) {
       deps.logger.warn({ webhookId: managed.id, problems, missingEvents }, 'a managed webhook is not as registered');
     }

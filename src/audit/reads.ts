@@ -114,9 +114,11 @@ export async function membershipNow(
 }
 
 /** The webhooks this install manages (register's own and adopted ones), as stored: what the service should still have. */
-export async function managedWebhooks(db: Queryable): Promise<Array<{ id: string; url: string; events: string[] }>> {
-  const { rows } = await db.query<{ id: string; url: string; events: string[] }>(
-    `select id, url, events from webhook_endpoints order by id`,
+export async function managedWebhooks(
+  db: Queryable,
+): Promise<Array<{ id: string; url: string; events: string[]; disabledByOperator: boolean }>> {
+  const { rows } = await db.query<{ id: string; url: string; events: string[]; disabledByOperator: boolean }>(
+    `select id, url, events, disabled_by_operator as "disabledByOperator" from webhook_endpoints order by id`,
   );
   return rows;
 }

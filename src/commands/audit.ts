@@ -16,6 +16,7 @@ import type { PairAudit } from '../audit/pair.js';
 import { createSyncQueue } from '../sync/schedule.js';
 import { followSharedLimiter } from './reads.js';
 import type { SubscriberType } from '../db/schema.js';
+import { printable } from '../ground/terminal.js';
 import { UsageError } from '../ground/usage-error.js';
 import { parseOptions, type Command } from './args.js';
 
@@ -75,8 +76,8 @@ export async function runAuditCli(
     const startedAt = Date.now();
     const outcome = await runAuditTick(deps, { force: true, ...target });
     const verdict: Verdict | null = verify ? await verifyTick(database.pool, outcome, startedAt, deps.askFullPass) : null;
-    if (json) process.stdout.write(`${JSON.stringify(verdict ? { ...outcome, verify: verdict } : outcome, null, 2)}\n`);
-    else process.stdout.write(`${formatAuditOutcome(outcome)}${verdict ? `\n${formatVerdict(verdict)}` : ''}\n`);
+    if (json) process.stdout.write(printable(`${JSON.stringify(verdict ? { ...outcome, verify: verdict } : outcome, null, 2)}\n`));
+    else process.stdout.write(printable(`${formatAuditOutcome(outcome)}${verdict ? `\n${formatVerdict(verdict)}` : ''}\n`));
     if (outcome.failed.length > 0) return 1;
     return verdict && !verdict.exact ? VERIFY_DIFFERS_EXIT : 0;
   } finally {

@@ -4,6 +4,7 @@
  */
 import { loadConfig } from '../config.js';
 import { SUBSCRIBER_TYPES, type SubscriberType } from '../db/schema.js';
+import { printable } from '../ground/terminal.js';
 import { UsageError } from '../ground/usage-error.js';
 import { enqueueBackfills, waitForPass, type BackfillTarget } from '../sync/backfill.js';
 import { createSyncQueue, type PassJobResult } from '../sync/schedule.js';
@@ -87,7 +88,7 @@ export const backfillCommand: Command = async (args) => {
         );
       } else {
         failed += 1;
-        process.stderr.write(`subscriber-mirror: group ${j.groupId} ${j.type}: pass failed: ${outcome.error}\n`);
+        process.stderr.write(`subscriber-mirror: group ${j.groupId} ${j.type}: pass failed: ${printable(outcome.error)}\n`);
       }
     }
     return failed > 0 ? 1 : 0;

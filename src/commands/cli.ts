@@ -7,6 +7,7 @@
 import dotenv from 'dotenv';
 import { ConfigError, loadConfig, secretsOf, secretValuesIn } from '../config.js';
 import { createScrubber } from '../ground/log.js';
+import { printable } from '../ground/terminal.js';
 import { UsageError } from '../ground/usage-error.js';
 import { parseOptions, type Command } from './args.js';
 
@@ -23,6 +24,7 @@ commands:
                                        check the mirror against the service now and repair what differs;
                                        --verify: exit 3 when it still differs after the repair
   fields [--refresh] [--json]          the custom field definitions (subscriber_fields); --refresh reads them now
+  erase --email E | --id I             erase a person's personal data from the mirror now (not the service's)
   webhooks list|get|register|adopt|update|delete
                                        manage the service-side webhooks
   webhooks replay [--status failed|ignored] [--since DATE]
@@ -57,6 +59,7 @@ const COMMANDS: Record<string, () => Promise<Command>> = {
   migrate: async () => (await import('./migrate.js')).migrateCommand,
   backfill: async () => (await import('./backfill.js')).backfillCommand,
   status: async () => (await import('./status.js')).statusCommand,
+  erase: async () => (await import('./erase.js')).eraseCommand,
   webhooks: async () => (await import('./webhooks.js')).webhooksCommand,
   simulator: async () => {
     const { runSimulatorCli } = await import('../simulator/cli.js');
@@ -96,11 +99,11 @@ export async function main(argv: string[]): Promise<number> {
   } catch (error) {
     if (error instanceof UsageError) {
       // A subcommand's own usage error already explains its options.
-      process.stderr.write(`subscriber-mirror: ${error.message}\n${error.printUsage ? `\n${USAGE}\n` : ''}`);
+      process.stderr.write(`subscriber-mirror: ${printable(error.message)}\n${error.printUsage ? `\n${USAGE}\n` : ''}`);
       return 2;
     }
     if (error instanceof ConfigError) {
-      process.stderr.write(`subscriber-mirror: ${error.message}\n`);
+      process.stderr.write(`subscriber-mirror: ${printable(error.message)}\n`);
       return 2;
     }
     // Secrets from the environment may appear in upstream error text; never print them.
@@ -110,7 +113,7 @@ export async function main(argv: string[]): Promise<number> {
       // Config is invalid; the raw variables are still the values to hide.
       for (const s of secretValuesIn(process.env)) scrub.add(s);
     }
-    process.stderr.write(`subscriber-mirror: ${scrub((error as Error).message ?? String(error))}\n`);
+    process.stderr.write(`subscriber-mirror: ${printable(scrub((error as Error).message ?? String(error)))}\n`);
     return 1;
   }
 }
@@ -124,7 +127,7 @@ export function runCli(): void {
       process.exit(code);
     },
     (error: unknown) => {
-      process.stderr.write(`subscriber-mirror: ${(error as Error).message}\n`);
+      process.stderr.write(`subscriber-mirror: ${printable((error as Error).message)}\n`);
       process.exit(1);
     },
   );

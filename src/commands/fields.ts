@@ -12,6 +12,10 @@ import type { FieldChanges } from '../mirror/store/index.js';
 import { refreshFields } from '../sync/fields.js';
 import { parseOptions, type Command } from './args.js';
 import { fieldReader, followSharedLimiter } from './reads.js';
+import { printable } from '../ground/terminal.js';
+
+/** Field keys and titles are the service's strings: shown, never executed by the terminal. */
+const out = (text: string) => process.stdout.write(printable(text));
 
 interface StoredField {
   key: string;
@@ -47,15 +51,14 @@ export const fieldsCommand: Command = async (args) => {
     }
     const fields = await storedFields(database.pool);
     if (values.json) {
-      process.stdout.write(`${JSON.stringify({ ...(changes ? { changes } : {}), fields }, null, 2)}\n`);
+      out(`${JSON.stringify({ ...(changes ? { changes } : {}), fields }, null, 2)}\n`);
       return 0;
     }
-    if (changes) process.stdout.write(`${changeLines(changes).join('\n')}\n\n`);
+    if (changes) out(`${changeLines(changes).join('\n')}\n\n`);
     const width = Math.max(3, ...fields.map((f) => f.key.length));
-    process.stdout.write(`${'key'.padEnd(width)}  type    title\n`);
-    for (const f of fields) process.stdout.write(`${f.key.padEnd(width)}  ${f.type.padEnd(6)}  ${f.title ?? ''}\n`);
-    if (fields.length === 0)
-      process.stdout.write('(none yet: a worker reads them at start and every RECONCILE_EVERY; or run with --refresh)\n');
+    out(`${'key'.padEnd(width)}  type    title\n`);
+    for (const f of fields) out(`${f.key.padEnd(width)}  ${f.type.padEnd(6)}  ${f.title ?? ''}\n`);
+    if (fields.length === 0) out('(none yet: a worker reads them at start and every RECONCILE_EVERY; or run with --refresh)\n');
     return 0;
   } finally {
     await limiter?.close();

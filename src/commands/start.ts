@@ -152,6 +152,9 @@ async function registerAdmin(
   });
 }
 
+/** The public listener's accept queue (see its listen). */
+const PUBLIC_BACKLOG = 4096;
+
 /**
  * The public listener (webhooks, bare /readyz) and the ops listener (admin, /metrics, detailed
  * /readyz): a separate one on OPS_PORT, the public one when admin is opted in there, else none.
@@ -241,7 +244,10 @@ export async function startService(config: Config, role: Role): Promise<RunningS
   if (config.adminToken && ops)
     await registerAdmin(ops, config, config.adminToken, { pool: database.pool, redis, syncQueue, consumer, log, metrics });
 
-  await server.listen({ port: config.port, host: config.host });
+  // A long accept queue: a client reconnecting as fast as it is refused fills Node's default 511,
+  // and the kernel then drops a real client's SYN, which it retries only after a second
+  // (docs/operations.md, "Public surface"; the kernel caps it at net.core.somaxconn).
+  await server.listen({ port: config.port, host: config.host, backlog: PUBLIC_BACKLOG });
   const port = boundPort(server, config.port);
   if (ops && ops !== server) await ops.listen({ port: config.opsPort, host: config.opsHost });
   const opsPort = ops === null ? null : ops === server ? port : boundPort(ops, config.opsPort ?? 0);

@@ -7,9 +7,13 @@ import { openDatabase } from '../db/client.js';
 import { formatBudgetReport, readRateBudgets, type BudgetReport } from '../ratelimit/budget-limiter.js';
 import { authPauseKey, isPaused, readAuthPause } from '../sync/auth-pause.js';
 import { auditScheduleNotice, collectStatus, formatStatusTable, webhookHealth } from '../sync/status.js';
+import { printable } from '../ground/terminal.js';
 import { parseOptions, type Command } from './args.js';
 import { configuredAuditSchedule } from './audit-settings.js';
 import { describeConnectionError } from './connection-error.js';
+
+/** Pass errors and auth messages quote the service: shown, never executed by the terminal. */
+const out = (text: string) => process.stdout.write(printable(text));
 
 export const statusCommand: Command = async (args) => {
   const { values } = parseOptions(args, { json: { type: 'boolean', default: false } });
@@ -36,24 +40,17 @@ export const statusCommand: Command = async (args) => {
     }
     if (values.json) {
       const reads = config.sync.reconciles ? { source: config.sync.source } : { source: null, notice: NOTHING_RECONCILES };
-      process.stdout.write(
-        `${JSON.stringify({ ...reads, authPause: pause, rateBudgets, audit: auditSchedule, passes: rows, webhooks }, null, 2)}\n`,
-      );
+      out(`${JSON.stringify({ ...reads, authPause: pause, rateBudgets, audit: auditSchedule, passes: rows, webhooks }, null, 2)}\n`);
     } else {
-      if (!config.sync.reconciles) process.stdout.write(`${NOTHING_RECONCILES}\n\n`);
+      if (!config.sync.reconciles) out(`${NOTHING_RECONCILES}\n\n`);
       if (pause) {
-        process.stdout.write(
-          `POLLING PAUSED until ${new Date(pause.until).toISOString()} after ${pause.failures} auth failure(s): ${pause.message}\n\n`,
-        );
+        out(`POLLING PAUSED until ${new Date(pause.until).toISOString()} after ${pause.failures} auth failure(s): ${pause.message}\n\n`);
       }
-      process.stdout.write(rows.length > 0 ? `${formatStatusTable(rows)}\n` : 'no groups configured and no passes recorded yet\n');
-      if (auditSchedule && !auditSchedule.honoured)
-        process.stdout.write(`\n${auditScheduleNotice(auditSchedule, config.audit.budgetShare)}\n`);
-      if (rateBudgets) process.stdout.write(`\n${formatBudgetReport(rateBudgets)}\n`);
+      out(rows.length > 0 ? `${formatStatusTable(rows)}\n` : 'no groups configured and no passes recorded yet\n');
+      if (auditSchedule && !auditSchedule.honoured) out(`\n${auditScheduleNotice(auditSchedule, config.audit.budgetShare)}\n`);
+      if (rateBudgets) out(`\n${formatBudgetReport(rateBudgets)}\n`);
       for (const w of webhooks.filter((h) => h.problems.length > 0)) {
-        process.stdout.write(
-          `WEBHOOK ${w.id}: ${w.problems.join(', ')}${w.missingEvents.length > 0 ? ` (missing ${w.missingEvents.join(', ')})` : ''}\n`,
-        );
+        out(`WEBHOOK ${w.id}: ${w.problems.join(', ')}${w.missingEvents.length > 0 ? ` (missing ${w.missingEvents.join(', ')})` : ''}\n`);
       }
     }
     return 0;

@@ -14,6 +14,7 @@ import type pg from 'pg';
 import { ConfigError, loadConfig, type Config } from '../config.js';
 import { openDatabase } from '../db/client.js';
 import { createScrubber, type Logger, type SecretScrubber } from '../ground/log.js';
+import { printable } from '../ground/terminal.js';
 import { UsageError } from '../ground/usage-error.js';
 import {
   createWebhooksApi,
@@ -470,7 +471,7 @@ export async function runWebhooksCli(argv: string[], deps: WebhooksCliDeps): Pro
   const ctx: Context = {
     api: apiFor(deps),
     pool: deps.pool,
-    print: (line) => out(scrub(line)),
+    print: (line) => out(printable(scrub(line))),
     hide: (webhook) => {
       if (webhook.secret) scrub.add(webhook.secret);
     },

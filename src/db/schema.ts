@@ -649,6 +649,11 @@ export const webhookEndpoints = pgTable('webhook_endpoints', {
    * changed afterwards, so the two kinds of rows cannot turn into each other.
    */
   adopted: boolean('adopted').notNull().default(false),
+  /**
+   * Disabled by an operator (`webhooks update --disable`), not by the service: WEBHOOKS_REENABLE leaves
+   * it disabled (docs/operations.md, "The audit"). Cleared when it is enabled again, by whoever.
+   */
+  disabledByOperator: boolean('disabled_by_operator').notNull().default(false),
 });
 
 /**
@@ -768,8 +773,9 @@ export const fields = pgTable('fields', {
 /**
  * Who must not be mailed (docs/sql.md, "Suppressions"): one row per address (per subscriber id for
  * an erased subscriber, whose address is gone) with the strongest reason: `forgotten` (erased on
- * request), `spam_complaint`, `bounced`, `junk`, `unsubscribed`; `since` is when that started as the
- * service dated it, `learned_via` the path that brought it (`poll`, `webhook`, `current`).
+ * request, by the service's forget or by `subscriber-mirror erase`), `spam_complaint`, `bounced`,
+ * `junk`, `unsubscribed`; `since` is when that started as the service dated it, `learned_via` the path
+ * that brought it (`poll`, `webhook`, `current`, or `erase` for the command).
  */
 export const suppressions = pgView('suppressions', {
   email: text('email'),
@@ -782,16 +788,16 @@ select distinct on (coalesce(lower(r.email), r.subscriber_id))
        r.email, r.subscriber_id, r.reason, r.since, r.learned_via
 from (
   select null::text as email, e.subscriber_id, 'forgotten'::text as reason, e.erased_at as since,
-         coalesce(s.mirrored_via, 'webhook') as learned_via, 1 as strength
+         case e.reason when 'request' then 'erase' else coalesce(s.mirrored_via, 'webhook') end as learned_via, 1 as strength
     from erasures e
     left join subscribers s on s.id = e.subscriber_id
-   where e.reason = 'forget'
+   where e.reason in ('forget', 'request')
   union all
   select s.email, a.subscriber_id, 'spam_complaint', min(a.occurred_at), 'webhook', 2
     from subscriber_activity a
     join subscribers s on s.id = a.subscriber_id
    where a.kind = 'subscriber.spam_reported'
-     and not exists (select 1 from erasures e where e.subscriber_id = a.subscriber_id and e.reason = 'forget')
+     and not exists (select 1 from erasures e where e.subscriber_id = a.subscriber_id and e.reason in ('forget', 'request'))
    group by s.email, a.subscriber_id
   union all
   select s.email, s.id, s.status,
@@ -806,7 +812,7 @@ from (
                                        where w.subscriber_id = s.id and w.status is distinct from s.status), '-infinity')
     ) run on true
    where s.status in ('unsubscribed', 'bounced', 'junk')
-     and not exists (select 1 from erasures e where e.subscriber_id = s.id and e.reason = 'forget')
+     and not exists (select 1 from erasures e where e.subscriber_id = s.id and e.reason in ('forget', 'request'))
 ) r
 order by coalesce(lower(r.email), r.subscriber_id), r.strength, r.since`);
 
@@ -858,16 +864,31 @@ left join lateral (
 // Erasure log (docs/security.md, "Personal data and erasure"): whose personal data the service erased and why, so the
 // stored deliveries that carry it are redacted once. Ids only: it holds no personal data itself.
 
-export const ERASURE_REASONS = ['forget', 'out_of_groups'] as const;
+/**
+ * `forget`: the service forgot it; `request`: an operator ran `subscriber-mirror erase` (both erase
+ * every copy, for good); `out_of_groups`: out of every configured group past the period (what was
+ * recorded up to then).
+ */
+export const ERASURE_REASONS = ['forget', 'out_of_groups', 'request'] as const;
 export type ErasureReason = (typeof ERASURE_REASONS)[number];
 
-export const erasures = pgTable('erasures', {
-  subscriberId: text('subscriber_id').primaryKey(),
-  reason: text('reason').$type<ErasureReason>().notNull(),
-  erasedAt: tstz('erased_at').notNull().defaultNow(),
-  /** Null until every stored delivery carrying the subscriber has been redacted. */
-  deliveriesRedactedAt: tstz('deliveries_redacted_at'),
-});
+export const erasures = pgTable(
+  'erasures',
+  {
+    subscriberId: text('subscriber_id').primaryKey(),
+    reason: text('reason').$type<ErasureReason>().notNull(),
+    erasedAt: tstz('erased_at').notNull().defaultNow(),
+    /** Null until every stored delivery carrying the subscriber has been redacted. */
+    deliveriesRedactedAt: tstz('deliveries_redacted_at'),
+  },
+  // Every subscriber write reads the few erased on request (src/mirror/erasure.ts, erasedOnRequestSql)
+  // without scanning the out-of-groups erasures, which grow with the mirror.
+  (t) => [
+    index('erasures_request_idx')
+      .on(t.subscriberId)
+      .where(sql`reason = 'request'`),
+  ],
+);
 
 /** The content columns as view columns: the same names and types, nullable, without defaults. */
 function subscriberContentViewColumns() {

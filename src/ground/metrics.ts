@@ -90,6 +90,11 @@ const METRICS = {
     ['method', 'route'],
     [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 3],
   ),
+  httpClientRefusals: counter(
+    'subscriber_mirror_http_client_refusals_total',
+    'Public port: connections closed at accept (connections) and requests answered 429 (rate) by the per-client limits',
+    ['limit'],
+  ),
   deliveries: counter(
     'subscriber_mirror_webhook_deliveries_total',
     'Webhook deliveries by outcome: received, rejected, duplicate, applied, failed, ignored, purged (deleted after WEBHOOK_RETENTION)',

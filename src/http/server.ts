@@ -12,6 +12,7 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } 
 import type { Logger } from '../ground/log.js';
 import type { Metrics } from '../ground/metrics.js';
 import { withTimeout } from '../ground/wait.js';
+import { limitConnectionsPerClient, limitRequestRatePerClient, trustedPeer } from './client-limits.js';
 
 export interface ReadinessCheck {
   name: string;
@@ -32,8 +33,13 @@ export interface ListenerLimits {
   idleTimeoutMs: number;
   /** Connections beyond this are closed as they are accepted. */
   maxConnections: number;
+  /** Connections per socket remote address beyond this are closed as they are accepted (0: none). */
+  maxConnectionsPerClient?: number;
+  /** Requests per second per client address; beyond, 429 before the body is read (0: none). */
+  requestRatePerClient?: number;
 }
 
+/** The ops listener's (internal, never published): no per-client limits. */
 export const DEFAULT_LISTENER_LIMITS: ListenerLimits = {
   headersTimeoutMs: 5_000,
   requestTimeoutMs: 10_000,
@@ -77,7 +83,19 @@ export function buildServer(options: ServerOptions): FastifyInstance {
     keepAliveTimeout: 5_000,
     return503OnClosing: true,
     trustProxy: trustProxyOption(options.trustProxy),
-    serverFactory: (handler) => createLimitedServer(handler, limits),
+    serverFactory: (handler) => {
+      const server = createLimitedServer(handler, limits);
+      limitConnectionsPerClient(server, limits.maxConnectionsPerClient ?? 0, {
+        exempt: trustedPeer(options.trustProxy),
+        onRefused: () => options.metrics?.httpClientRefusals.inc({ limit: 'connections' }),
+      });
+      return server;
+    },
+  });
+  // A POST answered 2xx is a stored delivery: it gives its token back (client-limits.ts).
+  limitRequestRatePerClient(app, limits.requestRatePerClient ?? 0, {
+    welcome: (request, reply) => request.method === 'POST' && reply.statusCode < 300,
+    onRefused: () => options.metrics?.httpClientRefusals.inc({ limit: 'rate' }),
   });
 
   app.get('/healthz', async () => ({ status: 'ok' }));

@@ -8,9 +8,23 @@
  *   columns erased (id, status, counters and timestamps stay; `mirrored_at` too);
  * - every erased subscriber (either reason) is logged in `erasures`, so the stored deliveries that
  *   carry its data are redacted once (`src/webhooks/redact.ts`).
+ * And one by hand: `subscriber-mirror erase` (an operator answering a data-subject request) erases a
+ * subscriber as the service's forget does and logs it with the reason `request` (`eraseOnRequest`);
+ * what arrives for it later stays erased (`erasedOnRequestSql`).
  */
 import { eraseSetSql, holdsAnySql, SUBSCRIBER_CONTENT, SUBSCRIBER_DATA_COLUMNS } from '../db/subscriber-columns.js';
 import type { Queryable } from '../ground/queryable.js';
+
+/**
+ * Whether the subscriber `idSql` was erased on request (`subscriber-mirror erase`): its personal data
+ * stays erased whatever arrives later, whichever path brings it (the store's upsert, history's late
+ * versions, an apply's redaction). The ids are read once per statement (an InitPlan) and each row
+ * compared with that short list (operators erase by hand); `in (select …)` in a select list is
+ * planned as a subplan that scans `erasures` again for every row written.
+ */
+export function erasedOnRequestSql(idSql: string): string {
+  return `(${idSql} = any(array(select e.subscriber_id from erasures e where e.reason = 'request')))`;
+}
 
 /** The personal columns (the registry, `src/db/schema.ts`): of the current row, and of past versions. */
 const PERSONAL = SUBSCRIBER_DATA_COLUMNS.filter((c) => c.personal);
@@ -86,15 +100,15 @@ export async function eraseOutOfGroups(pool: Queryable, options: OutOfGroupsOpti
 }
 
 /**
- * Logs forgotten subscribers not logged yet (or logged for another reason, whose deliveries must be
- * redacted again); returns how many.
+ * Logs forgotten subscribers not logged yet (or logged out of groups, whose deliveries must be
+ * redacted again); returns how many. One erased on request is logged already.
  */
 export async function logForgotten(pool: Queryable): Promise<number> {
   const { rowCount } = await pool.query(`
 insert into erasures (subscriber_id, reason)
 select s.id, 'forget' from subscribers s
  where s.forget_at is not null
-   and not exists (select 1 from erasures e where e.subscriber_id = s.id and e.reason = 'forget')
+   and not exists (select 1 from erasures e where e.subscriber_id = s.id and e.reason in ('forget', 'request'))
 on conflict (subscriber_id) do update
   set reason = excluded.reason, erased_at = now(), deliveries_redacted_at = null`);
   return rowCount ?? 0;
@@ -127,11 +141,60 @@ export async function databaseNow(pool: Queryable): Promise<string> {
 }
 
 /**
- * A query listing which of `ids` are forgotten (`forget_at` set), as SQL text with the ids inlined as
+ * A query listing which of `ids` are forgotten (`forget_at` set, or erased on request), as SQL text with the ids inlined as
  * literals: an apply runs it inside its final round trip, so the common case (nobody forgotten)
  * costs nothing more. Its one row has `forgotten`, a text array.
  */
 export function forgottenAmongSql(literal: (text: string) => string, ids: readonly string[]): string {
   const list = ids.length === 0 ? `'{}'::text[]` : `array[${ids.map(literal).join(', ')}]::text[]`;
-  return `select array(select id from subscribers where id = any(${list}) and forget_at is not null) as forgotten`;
+  return `select array(select id from subscribers where id = any(${list}) and (forget_at is not null or ${erasedOnRequestSql('id')})) as forgotten`;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Erasure on request (`subscriber-mirror erase`)
+
+/** The subscribers whose current row or a past version holds `email`, in any case. */
+export async function subscribersWithEmail(pool: Queryable, email: string): Promise<string[]> {
+  const { rows } = await pool.query<{ id: string }>(
+    `select id from subscribers where lower(email) = lower($1)
+     union select subscriber_id from subscriber_versions_past where lower(email) = lower($1)
+     order by 1`,
+    [email],
+  );
+  return rows.map((r) => r.id);
+}
+
+/** Which of `ids` have a row in `subscribers`. */
+export async function mirroredSubscribers(pool: Queryable, ids: readonly string[]): Promise<string[]> {
+  const { rows } = await pool.query<{ id: string }>('select id from subscribers where id = any($1::text[]) order by id', [ids]);
+  return rows.map((r) => r.id);
+}
+
+/**
+ * The forget's erasure, by hand: the personal columns of each of `ids` emptied (id, status, counters
+ * and timestamps stay), and every id logged in `erasures` with the reason `request` (ids only) unless
+ * a forget is logged for it already. From then on its personal data stays erased whatever arrives
+ * ({@link erasedOnRequestSql}); `forget_at` stays the service's. Returns the rows that still held
+ * personal data and the ids newly logged; a second call changes nothing.
+ */
+export async function eraseOnRequest(exec: Queryable, ids: readonly string[]): Promise<{ subscribers: number; logged: string[] }> {
+  const { rowCount } = await exec.query(`update subscribers s set ${ERASE_SET} where s.id = any($1::text[]) and ${HAS_PERSONAL_DATA}`, [
+    ids,
+  ]);
+  const { rows: logged } = await exec.query<{ subscriber_id: string }>(
+    `insert into erasures (subscriber_id, reason) select unnest($1::text[]), 'request'
+     on conflict (subscriber_id) do update set reason = excluded.reason, erased_at = now(), deliveries_redacted_at = null
+      where erasures.reason = 'out_of_groups'
+     returning subscriber_id`,
+    [ids],
+  );
+  return { subscribers: rowCount ?? 0, logged: logged.map((r) => r.subscriber_id) };
+}
+
+/** Marks the stored deliveries of `ids` redacted now, where not marked yet (`eraseOnRequest` redacts them in its transaction). */
+export async function markRedactedNow(exec: Queryable, ids: readonly string[]): Promise<void> {
+  await exec.query(
+    'update erasures set deliveries_redacted_at = now() where subscriber_id = any($1::text[]) and deliveries_redacted_at is null',
+    [ids],
+  );
 }

@@ -29,6 +29,7 @@ import { jsonbArrayFromParam, arrayLiteral } from './pg-params.js';
 import { run } from './store/executor.js';
 import type { Queryable } from '../ground/queryable.js';
 import { versionTime } from './version.js';
+import { erasedOnRequestSql } from './erasure.js';
 
 // ---------------------------------------------------------------------------------------------
 // Settings
@@ -116,7 +117,8 @@ c as (
   select i.*,
          p.valid_from as p_from, ${cols.map((col) => `p.${col} as p_${col}`).join(', ')},
          n.valid_from as n_from, ${cols.map((col) => `n.${col} as n_${col}`).join(', ')},
-         coalesce((select s.forget_at is not null from subscribers s where s.id = i.subscriber_id), false) as forgotten,
+         (coalesce((select s.forget_at is not null from subscribers s where s.id = i.subscriber_id), false)
+           or ${erasedOnRequestSql('i.subscriber_id')}) as forgotten,
          (select s.version_at from subscribers s where s.id = i.subscriber_id) as current_from,
          (i.via in ('poll', 'current') and (
            exists (select 1 from subscriber_versions_past w
@@ -257,7 +259,7 @@ export async function eraseVersions(exec: Queryable, subscriberIds: readonly str
 
 /**
  * Erases the personal content of every past version of every erased subscriber (`erasures`) that
- * still holds some: all of a forgotten one's, and an erased-out-of-groups one's recorded up to its
+ * still holds some: all of a forgotten (or erased on request) one's, and an erased-out-of-groups one's recorded up to its
  * erasure (it may have come back since). Each erasure run checks them all again, whatever HISTORY is
  * now and was when the versions were recorded. Returns the number of versions changed.
  */
@@ -268,7 +270,7 @@ export async function eraseVersionsOfErased(exec: Queryable): Promise<number> {
     `update subscriber_versions_past v set ${eraseSetSql(personal)}
        from erasures e
       where v.subscriber_id = e.subscriber_id
-        and (e.reason = 'forget' or v.recorded_at <= e.erased_at)
+        and (e.reason <> 'out_of_groups' or v.recorded_at <= e.erased_at)
         and ${holdsAnySql('v', personal)}`,
     [],
   );

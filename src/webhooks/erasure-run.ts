@@ -5,9 +5,19 @@
  * those received since the last check. What the run erased once stays erased, however late a copy
  * arrives; an apply redacts a forgotten subscriber's delivery itself (`src/webhooks/apply-job.ts`).
  */
-import { eraseVersionsOfErased } from '../mirror/history.js';
-import { awaitingRedaction, databaseNow, eraseOutOfGroups, logForgotten, markChecked, markRedacted } from '../mirror/erasure.js';
-import { eraseActivityLinksOfErased } from '../mirror/store/activity.js';
+import type pg from 'pg';
+import { eraseVersions, eraseVersionsOfErased } from '../mirror/history.js';
+import {
+  awaitingRedaction,
+  databaseNow,
+  eraseOnRequest,
+  eraseOutOfGroups,
+  logForgotten,
+  markChecked,
+  markRedacted,
+  markRedactedNow,
+} from '../mirror/erasure.js';
+import { eraseActivityLinks, eraseActivityLinksOfErased } from '../mirror/store/activity.js';
 import type { Queryable } from '../ground/queryable.js';
 import { redactDeliveries, redactDeliveriesSince } from './redact.js';
 
@@ -61,4 +71,43 @@ export async function runErasure(pool: Queryable, options: ErasureOptions): Prom
   redactedDeliveries += await redactDeliveriesSince(pool, startedAt, RECHECK_MARGIN_MS);
   await markChecked(pool, startedAt);
   return { erased: erased.length, forgotten, redactedDeliveries, erasedVersions, erasedLinks };
+}
+
+/** What `subscriber-mirror erase` changed, per table. */
+export interface RequestedErasure {
+  /** `subscribers` rows whose personal columns held data. */
+  subscribers: number;
+  /** `subscriber_versions_past` rows that held personal data. */
+  versions: number;
+  /** `subscriber_activity` rows whose links were cut. */
+  activityLinks: number;
+  /** `webhook_deliveries` bodies redacted. */
+  deliveries: number;
+  /** Ids newly logged in `erasures` (reason `request`). */
+  logged: string[];
+}
+
+/**
+ * `subscriber-mirror erase` (docs/operations.md, "Erasing a person"): the forget's erasure of `ids`,
+ * now and in one transaction: the subscribers marked forgotten and emptied, every past version, the
+ * activity links, every stored delivery that carries them (with `emails` scrubbed besides the ones
+ * the bodies give them), logged in `erasures`. A second run finds nothing left and changes nothing.
+ */
+export async function eraseNow(pool: pg.Pool, ids: readonly string[], emails: readonly string[]): Promise<RequestedErasure> {
+  const client = await pool.connect();
+  try {
+    await client.query('begin');
+    const { subscribers, logged } = await eraseOnRequest(client, ids);
+    const versions = await eraseVersions(client, ids);
+    const activityLinks = await eraseActivityLinks(client, ids);
+    const deliveries = await redactDeliveries(client, ids, { emails });
+    await markRedactedNow(client, ids);
+    await client.query('commit');
+    return { subscribers, versions, activityLinks, deliveries, logged };
+  } catch (error) {
+    await client.query('rollback').catch(() => {});
+    throw error;
+  } finally {
+    client.release();
+  }
 }

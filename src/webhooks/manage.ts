@@ -99,23 +99,26 @@ export type StoreOutcome = 'inserted' | 'updated' | 'unchanged';
  * second register or list changes nothing. `adopted` only applies to a new row: an existing row keeps
  * its kind (refreshing an adopted row from list/get/update must not hand it to register), and an
  * adopting store leaves a row of register's untouched ('unchanged'; `adoptWebhook` refuses it).
+ * `disabledByOperator` records that an operator disabled it (true) or enabled it (false); without it
+ * the row keeps what it had, and a webhook the service says is enabled is never marked.
  */
 export async function storeEndpoint(
   pool: Queryable,
   webhook: Webhook,
   secret: string,
-  { adopted = false }: { adopted?: boolean } = {},
+  { adopted = false, disabledByOperator }: { adopted?: boolean; disabledByOperator?: boolean } = {},
 ): Promise<StoreOutcome> {
   if (secret === '') throw new TypeError(`webhook ${webhook.id}: refusing to store an empty secret`);
+  const byOperator = 'case when excluded.enabled then false else coalesce($9::boolean, e.disabled_by_operator) end';
   const { rows } = await pool.query<{ inserted: boolean }>(
-    `insert into webhook_endpoints as e (id, name, url, events, enabled, batchable, secret, adopted)
-     values ($1, $2, $3, $4::text[], $5, $6, $7, $8)
+    `insert into webhook_endpoints as e (id, name, url, events, enabled, batchable, secret, adopted, disabled_by_operator)
+     values ($1, $2, $3, $4::text[], $5, $6, $7, $8, not $5 and coalesce($9::boolean, false))
      on conflict (id) do update
         set name = excluded.name, url = excluded.url, events = excluded.events, enabled = excluded.enabled,
-            batchable = excluded.batchable, secret = excluded.secret, updated_at = now()
+            batchable = excluded.batchable, secret = excluded.secret, disabled_by_operator = ${byOperator}, updated_at = now()
       where (e.adopted or not excluded.adopted)
-        and (e.name, e.url, e.events, e.enabled, e.batchable, e.secret)
-            is distinct from (excluded.name, excluded.url, excluded.events, excluded.enabled, excluded.batchable, excluded.secret)
+        and (e.name, e.url, e.events, e.enabled, e.batchable, e.secret, e.disabled_by_operator)
+            is distinct from (excluded.name, excluded.url, excluded.events, excluded.enabled, excluded.batchable, excluded.secret, ${byOperator})
      returning (xmax = 0) as inserted`,
     [
       webhook.id,
@@ -126,6 +129,7 @@ export async function storeEndpoint(
       webhook.batchable,
       secret,
       adopted,
+      disabledByOperator ?? null,
     ],
   );
   const row = rows[0];
@@ -369,12 +373,34 @@ export interface UpdateResult {
   managed: boolean;
 }
 
-/** PUT, then store the new state when the webhook is ours (a new secret in the answer included). */
+/**
+ * PUT, then store the new state when the webhook is ours (a new secret in the answer included). An
+ * operator's `enabled: false` is recorded as theirs, so WEBHOOKS_REENABLE leaves it disabled.
+ */
 export async function updateWebhook(api: WebhooksApi, pool: Queryable, id: string, patch: WebhookUpdateBody): Promise<UpdateResult> {
   const webhook = await api.update(id, patch);
   const row = await readEndpoint(pool, id);
-  if (row) await storeEndpoint(pool, webhook, webhook.secret ?? row.secret);
+  if (row)
+    await storeEndpoint(
+      pool,
+      webhook,
+      webhook.secret ?? row.secret,
+      patch.enabled === undefined ? {} : { disabledByOperator: !patch.enabled },
+    );
   return { webhook, managed: row !== undefined };
+}
+
+/**
+ * WEBHOOKS_REENABLE: enables again a webhook of ours the service disabled, and stores what the
+ * service answered, so the row (its `enabled`, whose secrets the receiver loads) says what was done.
+ * One an operator disabled is left alone: returns null without a request.
+ */
+export async function reenableWebhook(api: WebhooksApi, pool: Queryable, id: string): Promise<Webhook | null> {
+  const row = await readEndpoint(pool, id);
+  if (!row || row.disabledByOperator) return null;
+  const webhook = await api.update(id, { enabled: true });
+  await storeEndpoint(pool, webhook, webhook.secret ?? row.secret);
+  return webhook;
 }
 
 export interface DeleteResult {

@@ -3,7 +3,7 @@
  * inbox row → 2xx. Nothing is stored before the signature verifies, and nothing is answered 2xx before
  * its row has committed (invariant 1).
  *
- * Answers (invariant 9): missing/forged signature 401, malformed JSON or a non-object body 400,
+ * Answers (invariant 9): missing signature 401 before the body is read, forged 401, malformed JSON or a non-object body 400,
  * oversized 413, inbox unavailable 503. Everything signed and well-formed gets 200, including a
  * delivery we cannot apply (stored `failed` with the reason) or do not know (stored `ignored`): a
  * 4xx/5xx for a business reason would only make the service redeliver it (docs/upstream.md, "Delivery and retries").
@@ -22,6 +22,7 @@ import {
   type StoredDelivery,
 } from './inbox/write.js';
 import { BodyError, createBodyBudget, readBody, type BodyBudget } from './body.js';
+import { answerBeforeBody } from './early-answer.js';
 import { deliveryKinds, parseDelivery, PayloadError, peekKinds } from './payloads.js';
 import { createRejectionLog, type RejectionLog, type RejectionLogOptions } from './rejections.js';
 import { verifySignature } from './signature.js';
@@ -105,6 +106,14 @@ export function registerWebhookRoute(app: FastifyInstance, deps: ReceiverDeps): 
         },
         (error: unknown) => done(error as Error, undefined),
       );
+    });
+    // No Signature: nothing in the body could verify, so none of it is read (early-answer.ts). The
+    // size is checked first, as for every request (413 from Content-Length, also unread).
+    scope.addHook('onRequest', async (request, reply) => {
+      if (request.headers.signature !== undefined && request.headers.signature !== '') return;
+      if ((announcedLength(request) ?? 0) > deps.maxBodyBytes) return;
+      answerBeforeBody(request, reply);
+      return reject(ctx, request, reply, performance.now(), 401, SIGNATURE_PROBLEMS.missing);
     });
     scope.setErrorHandler((error: FastifyError, request, reply) => onRouteError(ctx, error, request, reply));
     scope.post(deps.path, { bodyLimit: deps.maxBodyBytes }, async (request, reply) => {

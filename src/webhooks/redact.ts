@@ -154,12 +154,16 @@ export function redactBody(text: string, ids: ReadonlySet<string>, knownEmails: 
  * Redacts every stored delivery that carries one of `subscriberIds`; returns how many were rewritten.
  * The inbox finds the candidates in SQL (any `id` anywhere equal to one of the ids), paging by id.
  */
-export async function redactDeliveries(pool: Queryable, subscriberIds: readonly string[], batch = 200): Promise<number> {
+export async function redactDeliveries(
+  pool: Queryable,
+  subscriberIds: readonly string[],
+  { batch = 200, emails: known = [] }: { batch?: number; emails?: readonly string[] } = {},
+): Promise<number> {
   if (subscriberIds.length === 0) return 0;
   const ids = new Set(subscriberIds);
   // Read before any body is rewritten: a body may carry the email in a key nobody declared while
-  // only another body carries it in the subscriber object.
-  const emails = new Set(await emailsOfSubscribers(pool, subscriberIds));
+  // only another body carries it in the subscriber object. `known`: emails the caller knows besides.
+  const emails = new Set([...known.map((e) => e.toLowerCase()), ...(await emailsOfSubscribers(pool, subscriberIds))]);
   let cursor = '0';
   let rewritten = 0;
   for (;;) {

@@ -4,7 +4,7 @@
  * reported for context) with the baseline measured in the same run, the ratio, the goal and whether
  * it is met, plus the machine; writes everything to `bench-results.json` at the repo root.
  *
- * Names: store, poll, passes, current, proof, audit, webhooks (= webhooks + freshness), freshness, memory. Default: all, in that
+ * Names: store, poll, passes, current, proof, audit, webhooks (= webhooks + freshness), freshness, probe, memory. Default: all, in that
  * order, with a Postgres CHECKPOINT before each.
  * Flags (defaults fit a few minutes on 2 cores):
  *   --store-rows 50000 --store-repeats 3
@@ -18,6 +18,7 @@
  *   --budget-subscribers 100000       (real time: about eight minutes; builds dist/ first)
  *   --webhooks-seconds 5 --webhooks-connections 64
  *   --freshness-seconds 10 --freshness-rate 500
+ *   --probe-seconds 30 --probe-sockets 3000  (one greedy client against the public port, three phases)
  *   --json PATH (default <repo>/bench-results.json)
  *   --smoke: every size small (seconds per benchmark) and the JSON in the temp directory; what CI
  *     runs so that a benchmark that no longer runs is noticed. Explicit flags still win.
@@ -37,6 +38,7 @@ import { benchAudit, type AuditBenchFigures } from './audit.bench.js';
 import { benchProof, type ProofBenchFigures } from './proof.bench.js';
 import { benchCurrent, type CurrentBenchFigures } from './current.bench.js';
 import { benchFreshness, type FreshnessResult } from './freshness.bench.js';
+import { benchProbe, PROBE_GOAL_P99_MS, type ProbeBenchFigures } from './probe.bench.js';
 import { printTable, round, type BenchFigure, type BenchResult } from './lib/report.js';
 import { describeMachine, formatMachine, type MachineInfo } from './lib/machine.js';
 import {
@@ -61,7 +63,7 @@ import { benchWebhooks, type WebhookBenchFigures } from './webhooks.bench.js';
  * Run order. Memory goes last: its parent process (this one) holds the 1M-subscriber simulator world,
  * and the GC of that heap would otherwise land in the webhook benchmarks, whose receiver runs here too.
  */
-const BENCHES = ['store', 'poll', 'passes', 'current', 'proof', 'audit', 'webhooks', 'freshness', 'budget', 'memory'] as const;
+const BENCHES = ['store', 'poll', 'passes', 'current', 'proof', 'audit', 'webhooks', 'freshness', 'probe', 'budget', 'memory'] as const;
 type BenchName = (typeof BENCHES)[number];
 /** What each name on the command line selects. */
 const SELECTS: Record<BenchName, BenchName[]> = {
@@ -75,6 +77,7 @@ const SELECTS: Record<BenchName, BenchName[]> = {
   budget: ['budget'],
   webhooks: ['webhooks', 'freshness'],
   freshness: ['freshness'],
+  probe: ['probe'],
 };
 
 /** Goals from the issues. */
@@ -95,6 +98,9 @@ const GOALS = {
   auditBudgetShare: 0.05,
   /** Time to a full mirror ÷ the floor of the budget model: at least 0.9 × the floor's speed (issue 30). */
   budgetRatioToFloor: 1 / 0.9,
+  /** A delivery while one client holds every socket it can open (issue 36). */
+  probeP99Ms: PROBE_GOAL_P99_MS,
+  probeLost: 0,
 } as const;
 
 interface RunOptions {
@@ -121,6 +127,8 @@ interface RunOptions {
   webhooksConnections: number;
   freshnessSeconds: number;
   freshnessRate: number;
+  probeSeconds: number;
+  probeSockets: number;
   json: string;
   databaseUrl: string;
   redisUrl: string;
@@ -179,6 +187,8 @@ const SMOKE = {
   webhooksConnections: 8,
   freshnessSeconds: 2,
   freshnessRate: 100,
+  probeSeconds: 3,
+  probeSockets: 200,
 } as const;
 
 /** The command line as given: benchmark names, `--flag value` pairs and the two size presets. */
@@ -209,6 +219,8 @@ const KNOWN_FLAGS = new Set([
   'webhooks-connections',
   'freshness-seconds',
   'freshness-rate',
+  'probe-seconds',
+  'probe-sockets',
   'json',
 ]);
 
@@ -302,6 +314,8 @@ function parseArgs(argv: readonly string[]): RunOptions {
     webhooksConnections: num('webhooks-connections', smoke ? SMOKE.webhooksConnections : 64),
     freshnessSeconds: num('freshness-seconds', smoke ? SMOKE.freshnessSeconds : 10),
     freshnessRate: num('freshness-rate', smoke ? SMOKE.freshnessRate : GOALS.freshnessRate),
+    probeSeconds: num('probe-seconds', smoke ? SMOKE.probeSeconds : 30),
+    probeSockets: num('probe-sockets', smoke ? SMOKE.probeSockets : 3_000),
     json: path.resolve(flags.get('json') ?? defaultJson),
     databaseUrl: process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres',
     redisUrl: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
@@ -321,6 +335,7 @@ const USAGE = `usage: npm run bench [-- NAME…] [--quick | --smoke] [flags]
   --budget-subscribers N (100000; the service's one-minute window: about eight minutes)
   --webhooks-seconds N (5)  --webhooks-connections N (64)
   --freshness-seconds N (10)  --freshness-rate N (500)
+  --probe-seconds N (30)  --probe-sockets N (3000)
   --json PATH (bench-results.json at the repo root; --smoke: in the temp directory)
   --smoke: small sizes, seconds per benchmark; fails only when a benchmark does not run`;
 
@@ -724,6 +739,49 @@ function webhookRows(w: WebhookBenchFigures): SummaryRow[] {
   return rows;
 }
 
+function probeRows(p: ProbeBenchFigures): SummaryRow[] {
+  const phase = (name: ProbeBenchFigures['phases'][number]['phase']) => p.phases.find((x) => x.phase === name);
+  const baseline = phase('baseline');
+  const attack = phase('attack');
+  const unlimited = phase('attack, no per-client limits');
+  const held = (x: typeof attack) =>
+    x?.attacker ? `attacker opened ${x.attacker.opened} sockets, held at most ${x.attacker.heldPeak} at once for ≥1 s` : '';
+  const load = (x: typeof attack) =>
+    x ? `load ${x.load.before.replace(/.*load average:\s*/, '')} → ${x.load.after.replace(/.*load average:\s*/, '')}` : '';
+  return [
+    row({
+      bench: 'probe',
+      figure: 'delivery p99, one client holding every socket it can',
+      value: attack?.p99Ms ?? null,
+      unit: 'ms',
+      baselineLabel: 'the same client, no attacker',
+      baseline: baseline?.p99Ms ?? null,
+      goals: [{ on: 'value', op: '<', target: GOALS.probeP99Ms }],
+      note: `${attack?.acknowledged ?? 0}/${attack?.deliveries ?? 0} acknowledged; ${held(attack)}; ${load(attack)}`,
+    }),
+    row({
+      bench: 'probe',
+      figure: 'deliveries lost under that attack',
+      value: attack?.lost ?? null,
+      unit: 'deliveries',
+      baselineLabel: 'lost with no attacker',
+      baseline: baseline?.lost ?? null,
+      ratio: null,
+      goals: [{ on: 'value', op: '=', target: GOALS.probeLost }],
+    }),
+    row({
+      bench: 'probe',
+      figure: 'delivery p99, same attack, per-client limits off',
+      value: unlimited?.p99Ms ?? null,
+      unit: 'ms',
+      baselineLabel: 'the same client, no attacker',
+      baseline: baseline?.p99Ms ?? null,
+      goals: [],
+      note: `lost ${unlimited?.lost ?? 0}/${unlimited?.deliveries ?? 0}; ${held(unlimited)}; ${load(unlimited)}`,
+    }),
+  ];
+}
+
 function freshnessRows(f: FreshnessResult, rate: number): SummaryRow[] {
   const value = (name: string) => f.figures.find((x) => x.name === name)?.value ?? null;
   const offered = value('offered rate');
@@ -847,6 +905,7 @@ interface Results {
   budget?: BudgetBenchFigures;
   webhooks?: WebhookBenchFigures;
   freshness?: FreshnessResult;
+  probe?: ProbeBenchFigures;
 }
 
 async function runOne(name: BenchName, o: RunOptions, results: Results, log: (line: string) => void): Promise<SummaryRow[]> {
@@ -904,6 +963,21 @@ async function runOne(name: BenchName, o: RunOptions, results: Results, log: (li
       results.memory = r;
       return memoryRows(r);
     }
+    case 'webhooks':
+    case 'freshness':
+    case 'probe':
+      return runTrafficBench(name, o, results, log);
+  }
+}
+
+/** The benchmarks that drive HTTP traffic at a receiver. */
+async function runTrafficBench(
+  name: 'webhooks' | 'freshness' | 'probe',
+  o: RunOptions,
+  results: Results,
+  log: (line: string) => void,
+): Promise<SummaryRow[]> {
+  switch (name) {
     case 'webhooks': {
       const r = await benchWebhooks({
         seconds: o.webhooksSeconds,
@@ -924,6 +998,17 @@ async function runOne(name: BenchName, o: RunOptions, results: Results, log: (li
       });
       results.freshness = r;
       return freshnessRows(r, o.freshnessRate);
+    }
+    case 'probe': {
+      const r = await benchProbe({
+        seconds: o.probeSeconds,
+        attackSockets: o.probeSockets,
+        databaseUrl: o.databaseUrl,
+        redisUrl: o.redisUrl,
+        log,
+      });
+      results.probe = r;
+      return probeRows(r);
     }
   }
 }

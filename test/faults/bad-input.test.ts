@@ -89,6 +89,9 @@ describe('fault 5: bad input', () => {
       OPS_PORT: '0',
       PORT: '0',
       LOG_LEVEL: 'trace',
+      // Hundreds of rejected cases from one address, back to back: each must get its own answer, not
+      // the 429 of the per-client request rate (client-limits.test.ts proves that one).
+      HTTP_REQUEST_RATE_PER_CLIENT: '0',
     };
     service = startService('all', env, 'bad-input');
     port = await servicePort(service);

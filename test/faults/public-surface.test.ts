@@ -123,6 +123,10 @@ describe('public surface under attack', () => {
         OPS_PORT: '0',
         WEBHOOK_SECRETS: SECRET,
         WEBHOOK_BODY_MEMORY: String(BODY_MEMORY),
+        // The attackers and the real deliveries share 127.0.0.1: this file proves the limits of the
+        // whole listener; the per-client ones are client-limits.test.ts's and the probe bench's.
+        HTTP_MAX_CONNECTIONS_PER_CLIENT: '0',
+        HTTP_REQUEST_RATE_PER_CLIENT: '0',
       },
       'surface',
     );

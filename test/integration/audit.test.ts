@@ -21,6 +21,8 @@ import { runPass } from '../../src/sync/legacy-pass.js';
 import { createCurrentClient } from '../../src/upstream/current/client.js';
 import { createLegacyClient } from '../../src/upstream/legacy/client.js';
 import { createWebhooksApi } from '../../src/upstream/webhooks-api.js';
+import { listWebhooks, readEndpoint, updateWebhook } from '../../src/webhooks/manage.js';
+import { loadSecrets } from '../../src/webhooks/inbox/write.js';
 import { currentTestSource, passContext } from '../helpers/current.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { ALL_TYPES, fullPassAllTypes, passAllTypes, passDeps } from '../helpers/poll.js';
@@ -242,6 +244,55 @@ describe('the audit and the webhooks (current source)', () => {
     expect(second.webhooks).toEqual([expect.objectContaining({ id: hook.id, enabled: true, problems: [] })]);
     const { rows } = await database.pool.query<{ reenabled: boolean }>('select reenabled_at is not null as reenabled from audit_webhooks');
     expect(rows).toEqual([{ reenabled: true }]);
+  });
+  it('WEBHOOKS_REENABLE leaves a webhook an operator disabled alone, and brings the local row of one the service disabled back in step', async () => {
+    const s = await startSimulator({ subscribers: 20, groups: 1, seed: 7, rateLimit: false });
+    sim = s;
+    const groupId = s.world.groupIds()[0] as string;
+    const events = ['subscriber.updated', 'subscriber.created'];
+    const byOperator = s.webhooks.create({ url: 'http://127.0.0.1:9/a', events });
+    const byService = s.webhooks.create({ url: 'http://127.0.0.1:9/b', events });
+    if (!byOperator.ok || !byService.ok) throw new Error('create failed');
+    for (const hook of [byOperator.webhook, byService.webhook]) {
+      await database.pool.query(
+        `insert into webhook_endpoints (id, url, events, enabled, batchable, secret) values ($1, $2, $3, true, false, $4)`,
+        [hook.id, hook.url, hook.events, `secret-of-hook-${hook.id}-0123456789`],
+      );
+    }
+    const api = () => createWebhooksApi({ baseUrl: s.url, token: s.webhooksToken });
+    // The operator: `webhooks update ID --disable`. The service: failed deliveries; then an operator's
+    // `webhooks list` refreshed both rows from what the service says (both disabled locally now).
+    await updateWebhook(api(), database.pool, byOperator.webhook.id, { enabled: false });
+    s.webhooks.update(byService.webhook.id, { enabled: false });
+    await listWebhooks(api(), database.pool);
+    expect((await readEndpoint(database.pool, byService.webhook.id))?.enabled).toBe(false);
+    expect((await readEndpoint(database.pool, byOperator.webhook.id))?.disabledByOperator).toBe(true);
+    expect((await readEndpoint(database.pool, byService.webhook.id))?.disabledByOperator).toBe(false);
+
+    const h = harness('current', s, groupId, { webhooks: { api, reenable: true }, settleMs: 0 });
+    s.clearRequests();
+    const tick = await h.tick();
+    const puts = s.requests.filter((r) => r.api === 'webhooks' && r.method === 'PUT').map((r) => r.url);
+    expect(puts).toEqual([expect.stringContaining(`/${byService.webhook.id}`)]);
+    expect(s.webhooks.get(byOperator.webhook.id)?.enabled).toBe(false);
+    expect(s.webhooks.get(byService.webhook.id)?.enabled).toBe(true);
+    expect(tick.webhooks).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({ id: byOperator.webhook.id, enabled: false, problems: ['disabled'] }),
+        expect.objectContaining({ id: byService.webhook.id, enabled: true, problems: [] }),
+      ]),
+    );
+    // The local rows say what was done: the receiver verifies the re-enabled one's deliveries again.
+    expect((await readEndpoint(database.pool, byService.webhook.id))?.enabled).toBe(true);
+    expect((await readEndpoint(database.pool, byOperator.webhook.id))?.enabled).toBe(false);
+    expect((await loadSecrets(database.pool)).map((e) => e.endpointId)).toEqual([byService.webhook.id]);
+
+    // The operator enables it again: it is the service's to disable (and the audit's to re-enable) from then on.
+    await updateWebhook(api(), database.pool, byOperator.webhook.id, { enabled: true });
+    expect((await readEndpoint(database.pool, byOperator.webhook.id))?.disabledByOperator).toBe(false);
+    s.webhooks.update(byOperator.webhook.id, { enabled: false });
+    await h.tick();
+    expect(s.webhooks.get(byOperator.webhook.id)?.enabled).toBe(true);
   });
 });
 

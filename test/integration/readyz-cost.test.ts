@@ -29,6 +29,10 @@ describe('public /readyz under load', () => {
         REDIS_PREFIX: prefix,
         PORT: '0',
         METRICS_REFRESH_EVERY: '1h',
+        // What the checks cost, not the per-client limits (300 calls from one address would meet the
+        // request rate): those are client-limits.test.ts's.
+        HTTP_MAX_CONNECTIONS_PER_CLIENT: '0',
+        HTTP_REQUEST_RATE_PER_CLIENT: '0',
         LOG_LEVEL: 'silent',
       },
       ['receive'],

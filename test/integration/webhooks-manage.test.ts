@@ -663,3 +663,25 @@ describe('webhooks adopt', () => {
     await expectNoSecretIn([adopt, list, json, get, getOwn, getAdopted, delAdopted, delOwn]);
   });
 });
+
+describe('service strings on the terminal', () => {
+  it('list and get show control characters in a webhook name and URL as escapes, never raw', async () => {
+    const evil = sim.webhooks.register({
+      url: 'https://elsewhere.test/\u001b[2Jx',
+      events: ['campaign.sent'],
+      name: 'title\u001b]0;owned\u0007 \u009b31m red\r',
+    });
+    const list = await cli(['list']);
+    const get = await cli(['get', evil.id]);
+    const json = await cli(['list', '--json']);
+    for (const run of [list, get, json]) {
+      expect(run.code).toBe(0);
+      expect(run.lines.join('\n')).not.toMatch(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/);
+    }
+    expect(list.lines.join('\n')).toContain('title\\u001b]0;owned\\u0007 \\u009b31m red\\u000d');
+    expect(get.lines.join('\n')).toContain('https://elsewhere.test/\\u001b[2Jx');
+    // JSON stays JSON: the escapes are JSON's own.
+    const parsed = JSON.parse(json.lines.join('\n')) as { webhooks: Array<{ id: string; name: string }> };
+    expect(parsed.webhooks.find((w) => w.id === evil.id)?.name).toBe('title\u001b]0;owned\u0007 \u009b31m red\r');
+  });
+});

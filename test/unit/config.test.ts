@@ -78,7 +78,14 @@ describe('loadConfig', () => {
     expect(config.webhookFailedRetentionMs).toBe(90 * 86_400_000);
     expect(config.webhookBodyMemoryBytes).toBe(64 * 1024 * 1024);
     expect(config.eraseOutOfGroupsAfterMs).toBe(30 * 86_400_000);
-    expect(config.http).toEqual({ headersTimeoutMs: 5_000, requestTimeoutMs: 10_000, idleTimeoutMs: 10_000, maxConnections: 1_000 });
+    expect(config.http).toEqual({
+      headersTimeoutMs: 5_000,
+      requestTimeoutMs: 10_000,
+      idleTimeoutMs: 10_000,
+      maxConnections: 1_000,
+      maxConnectionsPerClient: 32,
+      requestRatePerClient: 50,
+    });
     expect(config.opsPort).toBeUndefined();
     // The public listener on every interface (webhooks come from outside); the ops one on loopback.
     expect(config.host).toBe('0.0.0.0');
@@ -97,13 +104,22 @@ describe('loadConfig', () => {
       HTTP_REQUEST_TIMEOUT: '20s',
       HTTP_IDLE_TIMEOUT: '30s',
       HTTP_MAX_CONNECTIONS: '5000',
+      HTTP_MAX_CONNECTIONS_PER_CLIENT: '0',
+      HTTP_REQUEST_RATE_PER_CLIENT: '200',
       WEBHOOK_BODY_MEMORY: String(128 * 1024 * 1024),
       WEBHOOK_FAILED_RETENTION: '180d',
       ERASE_OUT_OF_GROUPS_AFTER: '0d',
       METRICS_REFRESH_EVERY: '1m',
     });
     expect(config.opsPort).toBe(9090);
-    expect(config.http).toEqual({ headersTimeoutMs: 2_000, requestTimeoutMs: 20_000, idleTimeoutMs: 30_000, maxConnections: 5_000 });
+    expect(config.http).toEqual({
+      headersTimeoutMs: 2_000,
+      requestTimeoutMs: 20_000,
+      idleTimeoutMs: 30_000,
+      maxConnections: 5_000,
+      maxConnectionsPerClient: 0,
+      requestRatePerClient: 200,
+    });
     expect(config.webhookBodyMemoryBytes).toBe(128 * 1024 * 1024);
     expect(config.webhookFailedRetentionMs).toBe(180 * 86_400_000);
     expect(config.eraseOutOfGroupsAfterMs).toBe(0);
@@ -117,6 +133,12 @@ describe('loadConfig', () => {
     [{ WEBHOOK_RETENTION: '100d' }, /WEBHOOK_FAILED_RETENTION: must not be shorter than WEBHOOK_RETENTION/],
     [{ ERASE_OUT_OF_GROUPS_AFTER: '12h' }, /ERASE_OUT_OF_GROUPS_AFTER: must be 0 \(never\) or at least 1d/],
     [{ HTTP_HEADERS_TIMEOUT: '20s' }, /HTTP_HEADERS_TIMEOUT: must not be longer than HTTP_REQUEST_TIMEOUT/],
+    [
+      { HTTP_MAX_CONNECTIONS: '10', HTTP_MAX_CONNECTIONS_PER_CLIENT: '11' },
+      /HTTP_MAX_CONNECTIONS_PER_CLIENT: must not be above HTTP_MAX_CONNECTIONS \(10\)/,
+    ],
+    [{ HTTP_REQUEST_RATE_PER_CLIENT: '10' }, /HTTP_REQUEST_RATE_PER_CLIENT: must not be below HTTP_MAX_CONNECTIONS_PER_CLIENT \(32\)/],
+    [{ HTTP_REQUEST_RATE_PER_CLIENT: 'fast' }, /HTTP_REQUEST_RATE_PER_CLIENT/],
     [{ PORT: '8080', OPS_PORT: '8080' }, /OPS_PORT: must differ from PORT/],
     [{ OPS_PORT: 'ops' }, /OPS_PORT: "ops" is not a whole number/],
     [{ HTTP_REQUEST_TIMEOUT: '100ms' }, /HTTP_REQUEST_TIMEOUT: "100ms" is shorter than 1s/],

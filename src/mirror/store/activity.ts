@@ -71,7 +71,7 @@ export async function eraseActivityLinks(exec: Queryable, subscriberIds: readonl
 }
 
 /**
- * Strips the links of every erased subscriber's activity (`erasures`): all of a forgotten one's, and an
+ * Strips the links of every erased subscriber's activity (`erasures`): all of a forgotten (or erased on request) one's, and an
  * erased-out-of-groups one's recorded up to its erasure (it may have come back since). Each erasure
  * run checks them all again, so a row recorded after the erasure (a late delivery) is caught too.
  */
@@ -81,7 +81,7 @@ export async function eraseActivityLinksOfErased(exec: Queryable): Promise<numbe
     `update subscriber_activity a set ${LINK_SET}
        from erasures e
       where a.subscriber_id = e.subscriber_id
-        and (e.reason = 'forget' or a.mirrored_at <= e.erased_at)
+        and (e.reason <> 'out_of_groups' or a.mirrored_at <= e.erased_at)
         and ${LINK_HOLDS_QUERY}`,
     [],
   );

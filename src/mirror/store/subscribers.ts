@@ -14,6 +14,7 @@ import type { SubscriberRow } from '../normalize.js';
 import { arrayLiteral, jsonbArrayFromParam } from '../pg-params.js';
 import { versionTime } from '../version.js';
 import { eraseVersions, forgottenIds, historyEnabled, recordVersions } from '../history.js';
+import { erasedOnRequestSql } from '../erasure.js';
 import type { Queryable } from '../../ground/queryable.js';
 import { run, withTransaction } from './executor.js';
 import { assertId, assertTimestamp, assertTimestampOrNull, assertVia, newestPerKey, toJsonText, type UpsertCounts } from './values.js';
@@ -67,7 +68,8 @@ function subscriberUpsertSql(mask: number, history: boolean): string {
   const provided = providedFields(mask);
   const specs = SUBSCRIBER_SPECS.filter((s) => provided.has(s.field));
   const forgetProvided = provided.has('forgetAt');
-  const forgotten = forgetProvided ? 'excluded.forget_at is not null' : 's.forget_at is not null';
+  // Erased on request: its personal data stays erased, whatever this row says about forget_at.
+  const forgotten = `(${forgetProvided ? 'excluded.forget_at is not null' : 's.forget_at is not null'} or ${erasedOnRequestSql('s.id')})`;
 
   const newValue = (s: ColumnSpec): string => {
     const c = s.column;
@@ -76,6 +78,10 @@ function subscriberUpsertSql(mask: number, history: boolean): string {
     return `(case when ${forgotten} then ${s.type === 'jsonb' ? `'{}'::jsonb` : 'null'} else ${base} end)`;
   };
   const setSpecs = SUBSCRIBER_SPECS.filter((s) => provided.has(s.field) || (s.personal && forgetProvided));
+  const insertValue = (s: ColumnSpec): string =>
+    s.personal
+      ? `(case when ${erasedOnRequestSql('id')} then ${s.type === 'jsonb' ? `'{}'::jsonb` : 'null'} else ${s.column} end)`
+      : s.column;
 
   const unnestArgs = [
     '$1::text[]',
@@ -91,7 +97,7 @@ function subscriberUpsertSql(mask: number, history: boolean): string {
   const text = `
 with written as (
   insert into subscribers as s (id, ${cols.join(', ')}, mirrored_at, mirrored_via, version_at)
-  select id, ${cols.join(', ')}, now(), mirrored_via, version_at
+  select id, ${specs.map(insertValue).join(', ')}, now(), mirrored_via, version_at
   from ${input}
   on conflict (id) do update set
     ${setSpecs.map((s) => `${s.column} = ${newValue(s)}`).join(',\n    ')},

@@ -75,6 +75,23 @@ export async function emailsOfSubscribers(pool: Queryable, ids: readonly string[
   return (await pool.query<{ email: string }>(EMAILS_OF_SQL, [ids])).rows.map((r) => r.email);
 }
 
+// The other way round: the subscriber ids stored bodies give an email (any case), `erase --email`.
+const SUBSCRIBERS_WITH_EMAIL_SQL = `
+select distinct ${bodyId(`o ->> 'id'`)} as id
+  from webhook_deliveries d
+  cross join lateral jsonb_path_query(d.body, 'strict $.** ? (@.type() == "object" && exists(@.email) && exists(@.id))') o
+ where lower(o ->> 'email') = lower($1)`;
+
+/** The subscriber ids whose objects in stored deliveries carry `email` (any case). */
+export async function subscribersWithEmailInDeliveries(pool: Queryable, email: string): Promise<string[]> {
+  return (await pool.query<{ id: string }>(SUBSCRIBERS_WITH_EMAIL_SQL, [email])).rows.map((r) => r.id).filter((id) => id !== '');
+}
+
+/** Whether any stored delivery mentions one of `ids` as an `id` (however spelled). */
+export async function anyDeliveryMentions(pool: Queryable, ids: readonly string[]): Promise<boolean> {
+  return (await deliveriesMentioning(pool, ids, '0', 1)).length > 0;
+}
+
 /** One stored body as text, or null when the row is gone. */
 export async function deliveryBody(pool: Queryable, id: string): Promise<string | null> {
   const { rows } = await pool.query<{ body: string }>('select body::text as body from webhook_deliveries where id = $1', [id]);
