@@ -5,16 +5,16 @@
  *   npx tsx test/bench/freshness.bench.ts [--rate 500] [--seconds 10] [--concurrency 4] [--json path]
  *
  * Receiver and consumer run in this process, as `start --role all` runs them: Fastify on a real port
- * with the inbox, BullMQ queue "events" on Redis (REDIS_URL, default local; own prefix, deleted
- * afterwards), the consumer's worker, a scratch database (DATABASE_URL or the local default; created,
- * migrated, dropped here). The load generator is a separate Node process sending at a fixed rate
+ * with the inbox, the consumer (woken by the inbox's NOTIFY, claiming batches), a scratch database
+ * (DATABASE_URL or the local default; created, migrated, dropped here). No Redis: the webhook path
+ * no longer uses it. The load generator is a separate Node process sending at a fixed rate
  * (open loop: the schedule does not wait for answers, so a slow receiver shows up as latency, not as
  * a lower rate), over keep-alive sockets speaking minimal HTTP/1.1. Every body is unique and carries
  * a distinct subscriber (so no two applies contend for one row; contention is the store bench's topic).
  *
  * The measure is the consumer's own bookkeeping: `applied_at − received_at` of each delivery, both
  * stamped by Postgres (`received_at` when the inbox INSERT ran, `applied_at` at the end of the apply
- * transaction, just before its commit): store → enqueue → job → apply → row committed. The HTTP
+ * transaction, just before its commit): store → notify → claim → apply → row committed. The HTTP
  * acknowledgement latency seen by the sender is reported next to it. Prints a table, writes the
  * figures as JSON (test/bench/lib/report.ts shape, goal as baseline; default
  * $TMPDIR/subscriber-mirror-bench/freshness.json) and returns them. Never asserts on timing.
@@ -27,7 +27,6 @@ import { buildServer } from '../../src/http/server.js';
 import { createLogger } from '../../src/ground/log.js';
 import { createDeliveryConsumer } from '../../src/webhooks/consumer.js';
 import { registerWebhookRoute } from '../../src/webhooks/receiver.js';
-import { deleteKeysByPrefix } from '../helpers/redis-prefix.js';
 import { argNumber, isMain } from './lib/cli.js';
 import { runLoadGenerator } from './lib/load-generator.js';
 import { figure, printTable, round, writeJson, type BenchResult } from './lib/report.js';
@@ -38,12 +37,11 @@ export interface FreshnessOptions {
   rate?: number;
   /** Seconds of load (default 10). */
   seconds?: number;
-  /** Consumer worker concurrency (default 4). */
+  /** Consumer batches at once (default 2, as the worker runs them). */
   concurrency?: number;
   /** Service pool size shared by receiver and consumer (default 10, like `openDatabase`). */
   poolSize?: number;
   databaseUrl?: string;
-  redisUrl?: string;
   /** Where the JSON result is written; null to skip. */
   json?: string | null;
   print?: boolean;
@@ -67,24 +65,15 @@ const SECRET = 'bench-freshness-secret-2b7e';
 export async function benchFreshness(options: FreshnessOptions = {}): Promise<FreshnessResult> {
   const rate = options.rate ?? 500;
   const seconds = options.seconds ?? 10;
-  const concurrency = options.concurrency ?? 4;
+  const concurrency = options.concurrency ?? 2;
   const baseUrl = options.databaseUrl ?? process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
-  const redisUrl = options.redisUrl ?? process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
-  const prefix = `sm-bench-freshness-${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`;
   const loadBefore = loadavg()[0] ?? 0;
   const startedAt = new Date();
 
   const scratch = await createScratchDatabase(baseUrl, 'freshness');
   const database = openDatabase(scratch.url, { max: options.poolSize ?? 10, applicationName: 'freshness-bench' });
   const { logger } = createLogger({ level: 'warn', secrets: [SECRET] });
-  const consumer = createDeliveryConsumer({
-    pool: database.pool,
-    connection: { url: redisUrl, maxRetriesPerRequest: null },
-    queueConnection: { url: redisUrl, maxRetriesPerRequest: 1 },
-    prefix,
-    logger,
-    concurrency,
-  });
+  const consumer = createDeliveryConsumer({ pool: database.pool, logger, concurrency });
   const app = buildServer({ logger, readiness: [] });
   try {
     registerWebhookRoute(app, {
@@ -93,7 +82,6 @@ export async function benchFreshness(options: FreshnessOptions = {}): Promise<Fr
       secrets: () => [SECRET],
       pool: database.pool,
       logger,
-      onStored: (id) => consumer.enqueue(id),
     });
     await app.listen({ port: 0, host: '127.0.0.1' });
     const port = (app.server.address() as AddressInfo).port;
@@ -124,7 +112,6 @@ export async function benchFreshness(options: FreshnessOptions = {}): Promise<Fr
     await consumer.close(10_000);
     await database.close();
     await scratch.drop();
-    await deleteKeysByPrefix(redisUrl, prefix);
   }
 }
 
@@ -398,7 +385,7 @@ if (isMain(import.meta.url)) {
   benchFreshness({
     rate: argNumber('rate') ?? 500,
     seconds: argNumber('seconds') ?? 10,
-    concurrency: argNumber('concurrency') ?? 4,
+    concurrency: argNumber('concurrency') ?? 2,
     poolSize: argNumber('pool') ?? 10,
     ...(jsonArg === -1 ? {} : { json: process.argv[jsonArg + 1] ?? null }),
   }).catch((error: unknown) => {

@@ -919,7 +919,6 @@ async function runOne(name: BenchName, o: RunOptions, results: Results, log: (li
         rate: o.freshnessRate,
         seconds: o.freshnessSeconds,
         databaseUrl: o.databaseUrl,
-        redisUrl: o.redisUrl,
         json: null,
       });
       results.freshness = r;
