@@ -34,6 +34,8 @@ export interface DeliveryConsumerDeps {
   concurrency?: number;
   /** Deliveries claimed per batch at most (default 200). */
   batchSize?: number;
+  /** LISTEN for the inbox's notifications (default true; false: only the poll, `wake` and `drain` claim). */
+  listen?: boolean;
   /** The safety net: claim what is due this often even without a notification (default 10 s; 0: never). */
   pollEveryMs?: number;
   /** Applied and ignored deliveries older than this are deleted (WEBHOOK_RETENTION); unset keeps them. */
@@ -71,7 +73,7 @@ export function createDeliveryConsumer(deps: DeliveryConsumerDeps): DeliveryCons
     return result;
   };
   const loops = createBatchLoops(runBatch, { limit, concurrency: Math.max(1, deps.concurrency ?? 2), log });
-  const listener = listenForDeliveries(deps.pool, loops.wake, log);
+  const listener = deps.listen === false ? null : listenForDeliveries(deps.pool, loops.wake, log);
   const safetyNet: Repeating | null =
     (deps.pollEveryMs ?? 10_000) > 0
       ? repeat(async () => loops.wake(), {
@@ -91,7 +93,7 @@ export function createDeliveryConsumer(deps: DeliveryConsumerDeps): DeliveryCons
   });
 
   return {
-    listening: listener.ready,
+    listening: listener?.ready ?? Promise.resolve(),
     wake: loops.wake,
     async drain() {
       let total = 0;
@@ -104,7 +106,7 @@ export function createDeliveryConsumer(deps: DeliveryConsumerDeps): DeliveryCons
     purge: purger.run.bind(purger),
     async close(timeoutMs) {
       safetyNet?.stop();
-      await listener.stop();
+      await listener?.stop();
       await Promise.all([purger.stop(), loops.stop(timeoutMs)]);
     },
   };

@@ -76,7 +76,7 @@ export async function benchFreshness(options: FreshnessOptions = {}): Promise<Fr
   const consumer = createDeliveryConsumer({ pool: database.pool, logger, concurrency });
   const app = buildServer({ logger, readiness: [] });
   try {
-    registerWebhookRoute(app, {
+    const route = registerWebhookRoute(app, {
       path: '/webhooks',
       maxBodyBytes: 1024 * 1024,
       secrets: () => [SECRET],
@@ -87,7 +87,11 @@ export async function benchFreshness(options: FreshnessOptions = {}): Promise<Fr
     const port = (app.server.address() as AddressInfo).port;
     const run = await measureLoad(database.pool, scratch.name, { port, rate, seconds });
     const outcome = await readOutcome(database.pool);
-    const figures = freshnessFigures(run, outcome, { rate, seconds });
+    const inbox = route.writer.stats();
+    const figures = [
+      ...freshnessFigures(run, outcome, { rate, seconds }),
+      { name: 'inbox rows per statement (warm-up included)', value: round(inbox.rows / Math.max(1, inbox.batches), 2), unit: 'rows', goal: null },
+    ];
     const result: BenchResult = {
       bench: 'freshness',
       rows: outcome.applied,
@@ -163,6 +167,8 @@ async function measureLoad(
 interface Outcome {
   lags: number[];
   applied: number;
+  /** Apply transactions that marked them. */
+  batches: number;
   first: number;
   last: number;
   notApplied: number;
@@ -170,13 +176,14 @@ interface Outcome {
 }
 
 async function readOutcome(pool: import('pg').Pool): Promise<Outcome> {
-  const { rows } = await pool.query<{ lag: number[]; applied: number; first: number; last: number }>(`
+  // Rows applied by one batch share its transaction id (xmin): the count of those is the count of batches.
+  const { rows } = await pool.query<{ lag: number[]; applied: number; batches: number; first: number; last: number }>(`
       select array_agg((extract(epoch from applied_at - received_at) * 1000)::float8) as lag,
-             count(*)::int as applied,
+             count(*)::int as applied, count(distinct xmin::text)::int as batches,
              (extract(epoch from min(received_at)) * 1000)::float8 as first,
              (extract(epoch from max(applied_at)) * 1000)::float8 as last
         from webhook_deliveries where status = 'applied'`);
-  const stats = rows[0] ?? { lag: [], applied: 0, first: 0, last: 0 };
+  const stats = rows[0] ?? { lag: [], applied: 0, batches: 0, first: 0, last: 0 };
   const lags = (stats.lag ?? []).map(Number).sort((a, b) => a - b);
   const { rows: other } = await pool.query<{ status: string; n: number }>(
     `select status, count(*)::int as n from webhook_deliveries where status <> 'applied' group by status`,
@@ -185,6 +192,7 @@ async function readOutcome(pool: import('pg').Pool): Promise<Outcome> {
   return {
     lags,
     applied: stats.applied,
+    batches: stats.batches,
     first: stats.first,
     last: stats.last,
     notApplied: other.reduce((n, r) => n + r.n, 0),
@@ -212,6 +220,7 @@ function freshnessFigures(run: LoadRun, stats: Outcome, offered: { rate: number;
     { name: 'HTTP ack p99', value: load.p99Ms, unit: 'ms', goal: null },
     { name: 'applied', value: stats.applied, unit: 'deliveries', goal: load.acknowledged },
     { name: 'not 2xx or errors', value: load.non2xx + load.errors, unit: 'requests', goal: 0 },
+    { name: 'deliveries per apply transaction', value: round(stats.applied / Math.max(1, stats.batches), 2), unit: 'deliveries', goal: null },
     { name: 'not applied (failed, ignored, pending)', value: stats.notApplied, unit: 'deliveries', goal: 0 },
     { name: 'drain after last send', value: round(drainMs, 0), unit: 'ms', goal: null },
     { name: 'service process CPU', value: round(((cpu.user + cpu.system) / 1000 / wallMs) * 100, 0), unit: '% of one core', goal: null },
