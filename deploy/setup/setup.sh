@@ -43,7 +43,8 @@ mkdir -p "$worker" "$receiver"
 keep "$worker" MIRROR_DB_PASSWORD
 keep "$worker" REDIS_PASSWORD
 keep "$receiver" RECEIVER_DB_PASSWORD
-keep "$receiver" RECEIVER_REDIS_PASSWORD
+# Releases before issue 37 gave the receiver a Redis user of its own: its password goes.
+rm -f "$receiver/RECEIVER_REDIS_PASSWORD"
 
 psql_super() { psql -v ON_ERROR_STOP=1 -qAt -h /var/run/postgresql -U postgres "$@"; }
 
@@ -106,7 +107,7 @@ if [ -n "$found" ]; then
 fi
 old_settings mirror.env worker.env >"$worker/old-settings.env"
 # The receiver never gets the upstream credentials nor the admin token, whatever file holds them.
-old_settings mirror.env receiver.env | grep -Ev '^(MAILER_API_KEY|MAILER_API_TOKEN|MAILER_WEBHOOKS_TOKEN|ADMIN_TOKEN)=' >"$receiver/old-settings.env" || true
+old_settings mirror.env receiver.env | grep -Ev '^(MAILER_API_KEY|MAILER_API_TOKEN|MAILER_WEBHOOKS_TOKEN|ADMIN_TOKEN|REDIS_URL|REDIS_PASSWORD|RECEIVER_REDIS_PASSWORD)=' >"$receiver/old-settings.env" || true
 
 chown -R "$NODE_UID:$NODE_UID" "$worker" "$receiver"
 chmod 0500 "$worker" "$receiver"

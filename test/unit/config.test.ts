@@ -392,7 +392,6 @@ describe('each setting declared once (SETTINGS in src/config.ts)', () => {
       'MIRROR_DB_PASSWORD',
       'RECEIVER_DB_PASSWORD',
       'REDIS_PASSWORD',
-      'RECEIVER_REDIS_PASSWORD',
       'GRAFANA_ADMIN_PASSWORD',
     ];
     const named = [...readFileSync(path.join(ROOT, '.env.example'), 'utf8').matchAll(/^#? ?([A-Z][A-Z0-9_]+)=/gm)].map((m) => m[1]!);
