@@ -211,8 +211,15 @@ export async function startService(config: Config, role: Role): Promise<RunningS
   // Config refuses ADMIN_TOKEN without somewhere to serve it; `ops` is set whenever the token is.
   // The admin pages keep their sessions in Redis: a worker serves them, never the receiver alone.
   if (config.adminToken && ops && workerParts)
-    await registerAdmin(ops, config, config.adminToken, { pool: database.pool, redis: workerParts.redis, syncQueue: workerParts.syncQueue, log, metrics });
-  if (config.adminToken && !workerParts) log.warn('ADMIN_TOKEN is ignored by the receiver role (the admin pages need Redis): a worker serves them');
+    await registerAdmin(ops, config, config.adminToken, {
+      pool: database.pool,
+      redis: workerParts.redis,
+      syncQueue: workerParts.syncQueue,
+      log,
+      metrics,
+    });
+  if (config.adminToken && !workerParts)
+    log.warn('ADMIN_TOKEN is ignored by the receiver role (the admin pages need Redis): a worker serves them');
 
   await server.listen({ port: config.port, host: config.host });
   const port = boundPort(server, config.port);

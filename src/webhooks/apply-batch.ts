@@ -130,7 +130,8 @@ interface Planned {
   finish: FinishedDelivery;
 }
 
-type Prepared = { kind: 'planned'; delivery: Planned } | { kind: 'ignored'; finish: FinishedDelivery } | { kind: 'unusable'; id: string; error: unknown };
+type Prepared =
+  { kind: 'planned'; delivery: Planned } | { kind: 'ignored'; finish: FinishedDelivery } | { kind: 'unusable'; id: string; error: unknown };
 
 function prepare(row: ClaimedDelivery): Prepared {
   try {

@@ -90,7 +90,12 @@ export async function benchFreshness(options: FreshnessOptions = {}): Promise<Fr
     const inbox = route.writer.stats();
     const figures = [
       ...freshnessFigures(run, outcome, { rate, seconds }),
-      { name: 'inbox rows per statement (warm-up included)', value: round(inbox.rows / Math.max(1, inbox.batches), 2), unit: 'rows', goal: null },
+      {
+        name: 'inbox rows per statement (warm-up included)',
+        value: round(inbox.rows / Math.max(1, inbox.batches), 2),
+        unit: 'rows',
+        goal: null,
+      },
     ];
     const result: BenchResult = {
       bench: 'freshness',
@@ -220,7 +225,12 @@ function freshnessFigures(run: LoadRun, stats: Outcome, offered: { rate: number;
     { name: 'HTTP ack p99', value: load.p99Ms, unit: 'ms', goal: null },
     { name: 'applied', value: stats.applied, unit: 'deliveries', goal: load.acknowledged },
     { name: 'not 2xx or errors', value: load.non2xx + load.errors, unit: 'requests', goal: 0 },
-    { name: 'deliveries per apply transaction', value: round(stats.applied / Math.max(1, stats.batches), 2), unit: 'deliveries', goal: null },
+    {
+      name: 'deliveries per apply transaction',
+      value: round(stats.applied / Math.max(1, stats.batches), 2),
+      unit: 'deliveries',
+      goal: null,
+    },
     { name: 'not applied (failed, ignored, pending)', value: stats.notApplied, unit: 'deliveries', goal: 0 },
     { name: 'drain after last send', value: round(drainMs, 0), unit: 'ms', goal: null },
     { name: 'service process CPU', value: round(((cpu.user + cpu.system) / 1000 / wallMs) * 100, 0), unit: '% of one core', goal: null },

@@ -638,12 +638,22 @@ describe('how the consumer learns of deliveries', () => {
     await listening.listening;
     // Nothing wakes the main consumer here: only the notification can.
     const id = await storeRaw(JSON.parse(updated({ id: '51' })) as unknown);
-    await waitFor('the notified consumer to apply it', async () => ((await delivery(id))?.status === 'applied' ? true : undefined), 10_000, 15);
+    await waitFor(
+      'the notified consumer to apply it',
+      async () => ((await delivery(id))?.status === 'applied' ? true : undefined),
+      10_000,
+      15,
+    );
     expect(await delivery(id)).toMatchObject({ status: 'applied', attempts: 1 });
 
     const failed = await storeRaw(JSON.parse(updated({ id: '55' })) as unknown, 'failed');
     expect(await replayDeliveries(db.pool, { ids: [failed] })).toEqual([failed]);
-    await waitFor('the replayed delivery to be applied', async () => ((await delivery(failed))?.status === 'applied' ? true : undefined), 10_000, 15);
+    await waitFor(
+      'the replayed delivery to be applied',
+      async () => ((await delivery(failed))?.status === 'applied' ? true : undefined),
+      10_000,
+      15,
+    );
     await listening.close(5_000);
   });
 
@@ -659,7 +669,12 @@ describe('how the consumer learns of deliveries', () => {
     const id = await storeRaw(JSON.parse(updated({ id: '53' })) as unknown);
     const starting = createDeliveryConsumer(consumerDeps({ listen: true }));
     extraConsumers.push(starting);
-    await waitFor('the starting consumer to apply it', async () => ((await delivery(id))?.status === 'applied' ? true : undefined), 10_000, 15);
+    await waitFor(
+      'the starting consumer to apply it',
+      async () => ((await delivery(id))?.status === 'applied' ? true : undefined),
+      10_000,
+      15,
+    );
     await starting.close(5_000);
   });
 

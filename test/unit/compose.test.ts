@@ -92,13 +92,7 @@ function environmentNames(service: Service | undefined): string[] {
 
 /** Every variable a setting is read from (aliases too), and the passwords only Compose uses. */
 const SETTING_NAMES = settingsOf(SETTINGS).flatMap((s) => [...s.names]);
-const COMPOSE_PASSWORDS = [
-  'POSTGRES_PASSWORD',
-  'MIRROR_DB_PASSWORD',
-  'RECEIVER_DB_PASSWORD',
-  'REDIS_PASSWORD',
-  'GRAFANA_ADMIN_PASSWORD',
-];
+const COMPOSE_PASSWORDS = ['POSTGRES_PASSWORD', 'MIRROR_DB_PASSWORD', 'RECEIVER_DB_PASSWORD', 'REDIS_PASSWORD', 'GRAFANA_ADMIN_PASSWORD'];
 const RECEIVER_NEVER = [
   // No Redis credential at all (issue 37): the receiver only adds to the inbox.
   'REDIS_URL',
@@ -190,7 +184,11 @@ describe('docker-compose.yml', () => {
     expect(Number(/redis:(\d+)/.exec(redis.image ?? '')?.[1])).toBeGreaterThanOrEqual(7);
     expect(redis.healthcheck?.test.join(' ')).toContain('ping');
     expect(redis.command).toEqual(['sh', '/etc/redis/start.sh']);
-    expect(redis.volumes).toEqual(['redisdata:/data', './deploy/redis/start.sh:/etc/redis/start.sh:ro', 'worker-secrets:/run/subscriber-mirror/worker:ro']);
+    expect(redis.volumes).toEqual([
+      'redisdata:/data',
+      './deploy/redis/start.sh:/etc/redis/start.sh:ro',
+      'worker-secrets:/run/subscriber-mirror/worker:ro',
+    ]);
     expect(environmentNames(redis)).toEqual(['REDIS_PASSWORD']);
     const start = read('deploy/redis/start.sh');
     expect(start).toMatch(/REDIS_PASSWORD="\$\{REDIS_PASSWORD:-\$\(cat "\$dir\/worker\/REDIS_PASSWORD"/);

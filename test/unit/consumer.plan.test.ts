@@ -116,20 +116,25 @@ describe('mergeById', () => {
 describe('batches', () => {
   const d = (id: string, version: string, subscribers: string[]) => ({ id, version, subscribers });
 
-  test('a wave never holds two deliveries of one subscriber; each subscriber's deliveries go in version order', () => {
+  test("a wave never holds two deliveries of one subscriber; each subscriber's deliveries go in version order", () => {
     const waves = wavesOf([d('1', 'T3', ['a']), d('2', 'T1', ['a']), d('3', 'T2', ['b']), d('4', 'T2', ['a', 'b']), d('5', '', [])]);
     expect(waves.map((w) => w.map((x) => x.id))).toEqual([['5', '2', '3'], ['4'], ['1']]);
   });
 
   test('equal versions keep the order they were claimed in', () => {
-    expect(wavesOf([d('1', 'T', ['a']), d('2', 'T', ['a']), d('3', 'T', ['b'])]).map((w) => w.map((x) => x.id))).toEqual([['1', '3'], ['2']]);
+    expect(wavesOf([d('1', 'T', ['a']), d('2', 'T', ['a']), d('3', 'T', ['b'])]).map((w) => w.map((x) => x.id))).toEqual([
+      ['1', '3'],
+      ['2'],
+    ]);
   });
 
   test('merged plans hold every row of every plan, in plan order', () => {
-    const [a, b] = [planDelivery(parseDelivery(JSON.parse(fixture('subscriber.created', 'flat').body)).events, '1'),
-      planDelivery(parseDelivery(JSON.parse(fixture('campaign.open', 'batched').body)).events, '2')];
-    const merged = mergePlans([a!, b!]);
-    for (const key of Object.keys(merged) as Array<keyof typeof merged>) expect(merged[key]).toEqual([...a![key], ...b![key]]);
+    const [a, b] = [
+      planDelivery(parseDelivery(JSON.parse(fixture('subscriber.created', 'flat').body)).events, '1'),
+      planDelivery(parseDelivery(JSON.parse(fixture('campaign.open', 'batched').body)).events, '2'),
+    ];
+    const merged = mergePlans([a, b]);
+    for (const key of Object.keys(merged) as Array<keyof typeof merged>) expect(merged[key]).toEqual([...a[key], ...b[key]]);
   });
 });
 
