@@ -225,6 +225,14 @@ function freshnessFigures(run: LoadRun, stats: Outcome, offered: { rate: number;
     { name: 'HTTP ack p99', value: load.p99Ms, unit: 'ms', goal: null },
     { name: 'applied', value: stats.applied, unit: 'deliveries', goal: load.acknowledged },
     { name: 'not 2xx or errors', value: load.non2xx + load.errors, unit: 'requests', goal: 0 },
+    { name: 'connections the server closed while idle', value: load.closedIdle, unit: 'connections', goal: null },
+    { name: 'least idle time of those', value: load.closedIdleMinMs, unit: 'ms', goal: null },
+    {
+      name: 'unanswered requests on connections idle ≥ 4 s',
+      value: load.unansweredIdleMs.filter((ms) => ms >= 4_000).length,
+      unit: 'requests',
+      goal: null,
+    },
     {
       name: 'deliveries per apply transaction',
       value: round(stats.applied / Math.max(1, stats.batches), 2),
@@ -308,6 +316,11 @@ interface GeneratorResult {
   p50Ms: number;
   p99Ms: number;
   generatorCpuPct: number;
+  /** Connections the server ended while they sat idle in the generator's pool, and the least idle time among them. */
+  closedIdle: number;
+  closedIdleMinMs: number;
+  /** For each request left without an answer: how long its connection had been idle before the request was written. */
+  unansweredIdleMs: number[];
 }
 
 // Open loop: every tick sends what the schedule says is due, on an idle keep-alive connection
@@ -334,11 +347,14 @@ const CRLF2 = Buffer.from('\r\n\r\n');
 const idle = [];
 const latencies = [];
 let sent = 0, ok = 0, non2xx = 0, errors = 0, inFlight = 0, open = 0;
+// Who closes: connections the server ended while idle here, how long they had been idle, and for each
+// request left without an answer how long its connection had been idle before it was written.
+const closedIdleMs = [], unansweredIdleMs = [];
 function connect() {
   const sock = net.connect(cfg.port, '127.0.0.1');
   sock.setNoDelay(true);
   open++;
-  const c = { sock, buf: Buffer.alloc(0), t0: 0, busy: false, ready: false, pending: null };
+  const c = { sock, buf: Buffer.alloc(0), t0: 0, busy: false, ready: false, pending: null, idleSince: performance.now(), idleBefore: 0 };
   sock.on('connect', () => { c.ready = true; if (c.pending) { const p = c.pending; c.pending = null; write(c, p); } else idle.push(c); });
   sock.on('data', (chunk) => {
     c.buf = c.buf.length === 0 ? chunk : Buffer.concat([c.buf, chunk]);
@@ -352,19 +368,21 @@ function connect() {
       const status = Number(headers.slice(9, 12));
       c.buf = c.buf.subarray(total);
       latencies.push(performance.now() - c.t0);
+      c.idleSince = performance.now();
       if (status >= 200 && status < 300) ok++; else non2xx++;
       c.busy = false; inFlight--;
       idle.push(c);
     }
   });
-  const lost = () => { if (c.busy) { errors++; inFlight--; c.busy = false; } const i = idle.indexOf(c); if (i >= 0) idle.splice(i, 1); open--; };
+  const lost = () => { if (c.busy) { errors++; inFlight--; c.busy = false; unansweredIdleMs.push(Math.round(c.idleBefore)); } const i = idle.indexOf(c); if (i >= 0) idle.splice(i, 1); open--; };
+  sock.on('end', () => { if (!c.busy) closedIdleMs.push(Math.round(performance.now() - c.idleSince)); });
   sock.on('error', lost);
   sock.on('close', lost);
   return c;
 }
 function write(c, text) {
   const sig = crypto.createHmac('sha256', cfg.secret).update(text).digest('hex');
-  c.t0 = performance.now(); c.busy = true; inFlight++;
+  c.t0 = performance.now(); c.busy = true; inFlight++; c.idleBefore = c.t0 - c.idleSince;
   c.sock.write(head + 'Content-Length: ' + Buffer.byteLength(text) + '\r\nSignature: ' + sig + '\r\n\r\n' + text);
 }
 function send() {
@@ -391,7 +409,9 @@ setTimeout(() => {
         const q = (p) => latencies.length ? latencies[Math.min(latencies.length - 1, Math.floor(p * latencies.length))] : 0;
         const r = (x) => Math.round(x * 100) / 100;
         process.stdout.write(JSON.stringify({ sent, acknowledged: ok, non2xx, errors, p50Ms: r(q(0.5)), p99Ms: r(q(0.99)),
-          generatorCpuPct: Math.round((cpu.user + cpu.system) / 10 / (performance.now() - start)) }));
+          generatorCpuPct: Math.round((cpu.user + cpu.system) / 10 / (performance.now() - start)),
+          closedIdle: closedIdleMs.length, closedIdleMinMs: closedIdleMs.length ? Math.min(...closedIdleMs) : 0,
+          unansweredIdleMs }));
         process.exit(0);
       }, 10);
     }

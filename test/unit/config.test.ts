@@ -78,7 +78,7 @@ describe('loadConfig', () => {
     expect(config.webhookFailedRetentionMs).toBe(90 * 86_400_000);
     expect(config.webhookBodyMemoryBytes).toBe(64 * 1024 * 1024);
     expect(config.eraseOutOfGroupsAfterMs).toBe(30 * 86_400_000);
-    expect(config.http).toEqual({ headersTimeoutMs: 5_000, requestTimeoutMs: 10_000, idleTimeoutMs: 10_000, maxConnections: 1_000 });
+    expect(config.http).toEqual({ headersTimeoutMs: 5_000, requestTimeoutMs: 10_000, idleTimeoutMs: 75_000, maxConnections: 1_000 });
     expect(config.opsPort).toBeUndefined();
     // The public listener on every interface (webhooks come from outside); the ops one on loopback.
     expect(config.host).toBe('0.0.0.0');
