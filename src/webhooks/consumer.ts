@@ -19,6 +19,7 @@ import type pg from 'pg';
 import type { Logger } from '../ground/log.js';
 import type { Metrics } from '../ground/metrics.js';
 import { repeat, type Repeating } from '../ground/repeat.js';
+import { sleep } from '../ground/wait.js';
 import { applyBatch, type BatchResult } from './apply-batch.js';
 import { DEFAULT_RETRY, type RetryPolicy } from './inbox/lifecycle.js';
 import { createPurger } from './purger.js';
@@ -34,6 +35,12 @@ export interface DeliveryConsumerDeps {
   concurrency?: number;
   /** Deliveries claimed per batch at most (default 200). */
   batchSize?: number;
+  /**
+   * A loop claims at most once per this period while batches come back short (default 10 ms): at a
+   * steady rate, deliveries gather into fewer, larger batches (each costs a few round trips
+   * whatever its size) for a few ms of latency. A full batch claims again at once.
+   */
+  gatherMs?: number;
   /** LISTEN for the inbox's notifications (default true; false: only the poll, `wake` and `drain` claim). */
   listen?: boolean;
   /** The safety net: claim what is due this often even without a notification (default 10 s; 0: never). */
@@ -72,7 +79,12 @@ export function createDeliveryConsumer(deps: DeliveryConsumerDeps): DeliveryCons
     report(result, deps.metrics, log);
     return result;
   };
-  const loops = createBatchLoops(runBatch, { limit, concurrency: Math.max(1, deps.concurrency ?? 2), log });
+  const loops = createBatchLoops(runBatch, {
+    limit,
+    concurrency: Math.max(1, deps.concurrency ?? 2),
+    gatherMs: Math.max(0, deps.gatherMs ?? 10),
+    log,
+  });
   const listener = deps.listen === false ? null : listenForDeliveries(deps.pool, loops.wake, log);
   const safetyNet: Repeating | null =
     (deps.pollEveryMs ?? 10_000) > 0
@@ -115,6 +127,7 @@ export function createDeliveryConsumer(deps: DeliveryConsumerDeps): DeliveryCons
 interface LoopOptions {
   limit: number;
   concurrency: number;
+  gatherMs: number;
   log: Logger;
 }
 
@@ -147,6 +160,7 @@ function createBatchLoops(runBatch: () => Promise<BatchResult>, o: LoopOptions) 
   const loop = async () => {
     while (!closing && requested) {
       requested = false;
+      const started = performance.now();
       let result: BatchResult;
       try {
         result = await runBatch();
@@ -160,6 +174,8 @@ function createBatchLoops(runBatch: () => Promise<BatchResult>, o: LoopOptions) 
       if (result.claimed >= o.limit) {
         requested = true;
         if (running.size < o.concurrency) spawn();
+      } else if (requested) {
+        await sleep(o.gatherMs - (performance.now() - started));
       }
     }
   };

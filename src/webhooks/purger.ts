@@ -1,7 +1,5 @@
 /**
- * The consumer's retention timer: the purge, which deletes deliveries past their retention. (Before
- * issue 37 a sweeper here handed pending rows to a BullMQ queue; the consumer now claims them from
- * the inbox itself.)
+ * The consumer's retention timer: the purge, which deletes deliveries past their retention.
  */
 import type { Logger } from '../ground/log.js';
 import type { Metrics } from '../ground/metrics.js';
