@@ -387,13 +387,7 @@ describe('each setting declared once (SETTINGS in src/config.ts)', () => {
   // .env.example is the one settings file's template (./configure writes the real one); besides the
   // settings it names only the passwords docker-compose.yml itself uses.
   it('is behind every variable .env.example names', () => {
-    const composeOwn = [
-      'POSTGRES_PASSWORD',
-      'MIRROR_DB_PASSWORD',
-      'RECEIVER_DB_PASSWORD',
-      'REDIS_PASSWORD',
-      'GRAFANA_ADMIN_PASSWORD',
-    ];
+    const composeOwn = ['POSTGRES_PASSWORD', 'MIRROR_DB_PASSWORD', 'RECEIVER_DB_PASSWORD', 'REDIS_PASSWORD', 'GRAFANA_ADMIN_PASSWORD'];
     const named = [...readFileSync(path.join(ROOT, '.env.example'), 'utf8').matchAll(/^#? ?([A-Z][A-Z0-9_]+)=/gm)].map((m) => m[1]!);
     expect(named.length).toBeGreaterThan(composeOwn.length);
     expect(
