@@ -209,23 +209,24 @@ export async function startService(config: Config, role: Role): Promise<RunningS
       })
     : null;
   // Config refuses ADMIN_TOKEN without somewhere to serve it; `ops` is set whenever the token is.
-  // The admin pages keep their sessions in Redis: a worker serves them, never the receiver alone.
-  if (config.adminToken && ops && workerParts)
+  // The admin pages keep their sessions in Redis: a receiver alone connects to it only for them, so
+  // one without ADMIN_TOKEN (as compose runs it) never does.
+  const receiverAdmin = config.adminToken && ops && !workerParts ? connectAdminRedis(config, log) : null;
+  const adminRedis = workerParts ?? receiverAdmin;
+  if (config.adminToken && ops && adminRedis)
     await registerAdmin(ops, config, config.adminToken, {
       pool: database.pool,
-      redis: workerParts.redis,
-      syncQueue: workerParts.syncQueue,
+      redis: adminRedis.redis,
+      syncQueue: adminRedis.syncQueue,
       log,
       metrics,
     });
-  if (config.adminToken && !workerParts)
-    log.warn('ADMIN_TOKEN is ignored by the receiver role (the admin pages need Redis): a worker serves them');
 
   await server.listen({ port: config.port, host: config.host });
   const port = boundPort(server, config.port);
   if (ops && ops !== server) await ops.listen({ port: config.opsPort, host: config.opsHost });
   const opsPort = ops === null ? null : ops === server ? port : boundPort(ops, config.opsPort ?? 0);
-  log.info({ port, opsPort, receives, polls, admin: Boolean(config.adminToken && workerParts) }, 'service started');
+  log.info({ port, opsPort, receives, polls, admin: Boolean(config.adminToken) }, 'service started');
   if (!ops) log.info('no OPS_PORT: /metrics, the admin pages and the detailed /readyz are not served');
 
   let stopping: Promise<void> | undefined;
@@ -241,6 +242,7 @@ export async function startService(config: Config, role: Role): Promise<RunningS
       await route?.writer.close();
       // 2. A running pass stops at its next checkpoint; running batches finish.
       await workerParts?.stop(config.shutdownTimeoutMs);
+      await receiverAdmin?.stop();
       await database.close();
       log.info('stopped');
     })();
@@ -248,6 +250,36 @@ export async function startService(config: Config, role: Role): Promise<RunningS
   };
 
   return { logger: log, stop, port, opsPort };
+}
+
+/** What the admin pages need of Redis: its sessions (and the rate budgets, the auth pause) and the sync queue. */
+interface AdminRedis {
+  redis: Redis;
+  syncQueue: Polling['queue'];
+  stop(): Promise<void>;
+}
+
+/** The HTTP path must fail fast when Redis is down (readiness), unlike BullMQ's blocking connections. */
+function connectRedis(config: Config): Redis {
+  const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1, enableOfflineQueue: false, lazyConnect: true });
+  redis.on('error', () => {});
+  redis.connect().catch(() => {});
+  return redis;
+}
+
+/** A receiver's Redis for its admin pages only (with ADMIN_TOKEN); its errors go through the logger. */
+function connectAdminRedis(config: Config, log: Logger): AdminRedis {
+  const redis = connectRedis(config);
+  const syncQueue = createSyncQueue({ url: config.redisUrl, maxRetriesPerRequest: 1 }, config.redisPrefix);
+  syncQueue.on('error', (error) => log.debug({ err: describeConnectionError(error) }, 'sync queue error'));
+  return {
+    redis,
+    syncQueue,
+    async stop() {
+      await syncQueue.close();
+      redis.disconnect();
+    },
+  };
 }
 
 /** What a worker runs besides the HTTP listeners: Redis, the polls, the consumer and the chores. */
@@ -261,10 +293,7 @@ interface WorkerParts {
 
 async function startWorkerParts(config: Config, pool: pg.Pool, log: Logger, metrics: Metrics): Promise<WorkerParts> {
   const historyPurger = startHistoryPurge(pool, config.history.retentionMs, log);
-  // The HTTP path must fail fast when Redis is down (readiness), unlike BullMQ's blocking connections.
-  const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1, enableOfflineQueue: false, lazyConnect: true });
-  redis.on('error', () => {});
-  redis.connect().catch(() => {});
+  const redis = connectRedis(config);
   // BullMQ's blocking connections must retry forever (maxRetriesPerRequest: null, docs/architecture.md, "Traps we work around").
   const workerConnection = { url: config.redisUrl, maxRetriesPerRequest: null };
   const consumer: DeliveryConsumer = createDeliveryConsumer({
