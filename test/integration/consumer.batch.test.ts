@@ -148,6 +148,33 @@ describe('a batch', () => {
   });
 });
 
+describe('erasure in a batch', () => {
+  test('a forget and an earlier delivery of the same subscriber in one batch: both bodies redacted once it commits', async () => {
+    const id = '117300118392080373';
+    const earlier = await store(updated({ id, email: 'former.customer@example.com', updated_at: '2024-06-01T00:00:00.000000Z' }));
+    const forget = await store({
+      type: 'subscriber.deleted',
+      subscriber: {
+        ...webhookSubscriber({ id, email: 'former.customer@example.com' }),
+        updated_at: '2024-06-21T16:40:00.123456Z',
+        deleted_at: '2024-06-21T16:40:00.123456Z',
+        forget_at: '2024-07-21T16:40:00.123456Z',
+      },
+    });
+    const other = await store(updated({ id: '9', email: 'stays@example.com' }));
+    const batch = await applyBatch(db.pool, { limit: 50, retry: RETRY });
+    expect(batch.results.map((r) => r.result.outcome)).toEqual(['applied', 'applied', 'applied']);
+    const { rows: bodies } = await db.pool.query<{ id: string; body: string }>(
+      'select id::text as id, body::text as body from webhook_deliveries order by id',
+    );
+    const text = new Map(bodies.map((r) => [r.id, r.body]));
+    for (const redacted of [earlier, forget]) expect(text.get(redacted)).not.toContain('former.customer@example.com');
+    expect(text.get(other)).toContain('stays@example.com');
+    const { rows: subscribers } = await db.pool.query('select email from subscribers where id = $1', [id]);
+    expect(subscribers).toEqual([{ email: null }]);
+  });
+});
+
 describe('replicas', () => {
   test('two consumers claiming at once apply each of 300 deliveries exactly once', async () => {
     for (let i = 1; i <= 300; i++) await store(updated({ id: String(1000 + i), email: `r${i}@example.com` }));
