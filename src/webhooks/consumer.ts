@@ -36,9 +36,12 @@ export interface DeliveryConsumerDeps {
   /** Deliveries claimed per batch at most (default 200). */
   batchSize?: number;
   /**
-   * A loop claims at most once per this period while batches come back short (default 10 ms): at a
-   * steady rate, deliveries gather into fewer, larger batches (each costs a few round trips
-   * whatever its size) for a few ms of latency. A full batch claims again at once.
+   * A loop claims at most once per this period while batches come back short (default 40 ms): at a
+   * steady rate, deliveries gather into fewer, larger batches, for at most this much latency (the
+   * first claim after a quiet spell is at once, and a full batch claims again at once). A batch
+   * costs about 1.6 ms of Postgres CPU whatever its size (its claim, the history trigger, the mark
+   * and the commit): measured at 500/s, Postgres CPU per delivery 670, 550 and 460 µs with 10, 25
+   * and 40 ms, delivery → row p50 14, 14 and 25 ms, p99 far under 250 ms.
    */
   gatherMs?: number;
   /** LISTEN for the inbox's notifications (default true; false: only the poll, `wake` and `drain` claim). */
@@ -82,7 +85,7 @@ export function createDeliveryConsumer(deps: DeliveryConsumerDeps): DeliveryCons
   const loops = createBatchLoops(runBatch, {
     limit,
     concurrency: Math.max(1, deps.concurrency ?? 2),
-    gatherMs: Math.max(0, deps.gatherMs ?? 10),
+    gatherMs: Math.max(0, deps.gatherMs ?? 40),
     log,
   });
   const listener = deps.listen === false ? null : listenForDeliveries(deps.pool, loops.wake, log);

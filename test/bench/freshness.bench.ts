@@ -116,6 +116,7 @@ export async function benchFreshness(options: FreshnessOptions = {}): Promise<Fr
       figures: figures.map((f) => figure(f.name, f.value, f.unit, f.goal)),
     };
     report(result, options, rate);
+    if (options.print !== false) for (const problem of run.load.problems) console.log(`  request: ${problem}`);
     return { figures, result };
   } finally {
     await app.close();
@@ -226,6 +227,7 @@ function freshnessFigures(run: LoadRun, stats: Outcome, offered: { rate: number;
     { name: 'HTTP ack p99', value: load.p99Ms, unit: 'ms', goal: null },
     { name: 'applied', value: stats.applied, unit: 'deliveries', goal: load.acknowledged },
     { name: 'not 2xx or errors', value: load.non2xx + load.errors, unit: 'requests', goal: 0 },
+    { name: 'requests left without an answer', value: load.errors, unit: 'requests', goal: 0 },
     { name: 'connections the server closed while idle', value: load.closedIdle, unit: 'connections', goal: null },
     { name: 'least idle time of those', value: load.closedIdleMinMs, unit: 'ms', goal: null },
     {
@@ -322,6 +324,8 @@ interface GeneratorResult {
   closedIdleMinMs: number;
   /** For each request left without an answer: how long its connection had been idle before the request was written. */
   unansweredIdleMs: number[];
+  /** Each non-2xx answer and each request left without one, described (printed after the table). */
+  problems: string[];
 }
 
 // Open loop: every tick sends what the schedule says is due, on an idle keep-alive connection
@@ -350,12 +354,13 @@ const latencies = [];
 let sent = 0, ok = 0, non2xx = 0, errors = 0, inFlight = 0, open = 0;
 // Who closes: connections the server ended while idle here, how long they had been idle, and for each
 // request left without an answer how long its connection had been idle before it was written.
-const closedIdleMs = [], unansweredIdleMs = [];
+const closedIdleMs = [], unansweredIdleMs = [], problems = [];
 function connect() {
   const sock = net.connect(cfg.port, '127.0.0.1');
   sock.setNoDelay(true);
   open++;
-  const c = { sock, buf: Buffer.alloc(0), t0: 0, busy: false, ready: false, pending: null, idleSince: performance.now(), idleBefore: 0 };
+  const c = { sock, buf: Buffer.alloc(0), t0: 0, busy: false, ready: false, pending: null, idleSince: performance.now(), idleBefore: 0,
+    opened: performance.now(), served: 0, gone: false, error: '' };
   sock.on('connect', () => { c.ready = true; if (c.pending) { const p = c.pending; c.pending = null; write(c, p); } else idle.push(c); });
   sock.on('data', (chunk) => {
     c.buf = c.buf.length === 0 ? chunk : Buffer.concat([c.buf, chunk]);
@@ -370,15 +375,30 @@ function connect() {
       c.buf = c.buf.subarray(total);
       latencies.push(performance.now() - c.t0);
       c.idleSince = performance.now();
-      if (status >= 200 && status < 300) ok++; else non2xx++;
+      if (status >= 200 && status < 300) ok++; else { non2xx++; problems.push('HTTP ' + status + (c.busy ? '' : ' unasked')); }
+      c.served++;
       c.busy = false; inFlight--;
       idle.push(c);
     }
   });
-  const lost = () => { if (c.busy) { errors++; inFlight--; c.busy = false; unansweredIdleMs.push(Math.round(c.idleBefore)); } const i = idle.indexOf(c); if (i >= 0) idle.splice(i, 1); open--; };
+  const lost = (error) => {
+    if (error && error.code) c.error = error.code;
+    if (c.gone) return;
+    c.gone = true;
+    const unanswered = c.busy || c.pending !== null;
+    if (unanswered) {
+      errors++;
+      if (c.busy) inFlight--;
+      c.busy = false; c.pending = null;
+      unansweredIdleMs.push(Math.round(c.idleBefore));
+      problems.push('no answer: ' + (c.error || 'closed') + ', connection ' + Math.round(performance.now() - c.opened) + ' ms old, ' + c.served +
+        ' answered before, idle ' + Math.round(c.idleBefore) + ' ms before the request');
+    }
+    const i = idle.indexOf(c); if (i >= 0) idle.splice(i, 1); open--;
+  };
   sock.on('end', () => { if (!c.busy) closedIdleMs.push(Math.round(performance.now() - c.idleSince)); });
   sock.on('error', lost);
-  sock.on('close', lost);
+  sock.on('close', () => lost());
   return c;
 }
 function write(c, text) {
@@ -412,7 +432,7 @@ setTimeout(() => {
         process.stdout.write(JSON.stringify({ sent, acknowledged: ok, non2xx, errors, p50Ms: r(q(0.5)), p99Ms: r(q(0.99)),
           generatorCpuPct: Math.round((cpu.user + cpu.system) / 10 / (performance.now() - start)),
           closedIdle: closedIdleMs.length, closedIdleMinMs: closedIdleMs.length ? Math.min(...closedIdleMs) : 0,
-          unansweredIdleMs }));
+          unansweredIdleMs, problems }));
         process.exit(0);
       }, 10);
     }
