@@ -24,7 +24,7 @@ import { cpus, loadavg, tmpdir } from 'node:os';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { openDatabase } from '../../src/db/client.js';
-import { buildServer } from '../../src/http/server.js';
+import { buildServer, DEFAULT_LISTENER_LIMITS } from '../../src/http/server.js';
 import { createLogger } from '../../src/ground/log.js';
 import { createDeliveryConsumer } from '../../src/webhooks/consumer.js';
 import { registerWebhookRoute } from '../../src/webhooks/receiver.js';
@@ -42,6 +42,12 @@ export interface FreshnessOptions {
   concurrency?: number;
   /** Service pool size shared by receiver and consumer (default 10, like `openDatabase`). */
   poolSize?: number;
+  /**
+   * The receiver's keep-alive (HTTP_IDLE_TIMEOUT; default the service's). `--keepalive-ms 5000`
+   * replays the release before issue 37, whose receiver closed idle connections the generator
+   * still meant to reuse.
+   */
+  keepAliveMs?: number;
   databaseUrl?: string;
   /** Where the JSON result is written; null to skip. */
   json?: string | null;
@@ -75,7 +81,8 @@ export async function benchFreshness(options: FreshnessOptions = {}): Promise<Fr
   const database = openDatabase(scratch.url, { max: options.poolSize ?? 10, applicationName: 'freshness-bench' });
   const { logger } = createLogger({ level: 'warn', secrets: [SECRET] });
   const consumer = createDeliveryConsumer({ pool: database.pool, logger, concurrency });
-  const app = buildServer({ logger, readiness: [] });
+  const limits = { ...DEFAULT_LISTENER_LIMITS, ...(options.keepAliveMs === undefined ? {} : { idleTimeoutMs: options.keepAliveMs }) };
+  const app = buildServer({ logger, readiness: [], limits });
   try {
     const route = registerWebhookRoute(app, {
       path: '/webhooks',
@@ -112,6 +119,7 @@ export async function benchFreshness(options: FreshnessOptions = {}): Promise<Fr
         seconds: String(seconds),
         concurrency: String(concurrency),
         pool: String(options.poolSize ?? 10),
+        keepAliveMs: String(limits.idleTimeoutMs),
       },
       figures: figures.map((f) => figure(f.name, f.value, f.unit, f.goal)),
     };
@@ -330,6 +338,12 @@ interface GeneratorResult {
 
 // Open loop: every tick sends what the schedule says is due, on an idle keep-alive connection
 // (opening another one when all are busy), so the offered rate does not bend to the receiver.
+// Connections are opened when a request needs one, as an HTTP client's pool does: this generator
+// used to open 16 at start, and those a run never needed sent nothing for longer than the
+// receiver's header timeout (HTTP_HEADERS_TIMEOUT, 5 s, its guard against silent connections),
+// which then answered 408 and closed them, racing the generator's first request on them (issue 37
+// measured it: 0–1 requests left without an answer per run at 300/s). Idle connections that did
+// serve a request are the receiver's keep-alive's to keep (HTTP_IDLE_TIMEOUT, longer than clients').
 const GENERATOR = String.raw`
 const net = require('node:net');
 const crypto = require('node:crypto');
@@ -412,7 +426,6 @@ function send() {
   const c = idle.pop();
   if (c) write(c, text); else { const n = connect(); n.pending = text; }
 }
-for (let i = 0; i < 16; i++) connect();
 setTimeout(() => {
   const start = performance.now();
   const end = start + cfg.seconds * 1000;
@@ -447,6 +460,7 @@ if (isMain(import.meta.url)) {
     seconds: argNumber('seconds') ?? 10,
     concurrency: argNumber('concurrency') ?? 2,
     poolSize: argNumber('pool') ?? 10,
+    keepAliveMs: argNumber('keepalive-ms'),
     ...(jsonArg === -1 ? {} : { json: process.argv[jsonArg + 1] ?? null }),
   }).catch((error: unknown) => {
     console.error(error);
