@@ -13,7 +13,7 @@
  * back (the update that makes them pending notifies too). Why no BullMQ queue any more: a job per
  * delivery cost a Redis round trip to add, one to fetch and one to complete, and the worker's
  * transaction per delivery; claimed from the inbox in batches, a delivery costs a share of one
- * transaction (docs/benchmarks.md, "Webhook freshness").
+ * transaction (docs/benchmarks.md, "freshness").
  */
 import type pg from 'pg';
 import type { Logger } from '../ground/log.js';
