@@ -62,6 +62,8 @@ export interface BatchOptions {
 export interface BatchResult {
   /** Rows the claim locked (0: nothing was due). */
   claimed: number;
+  /** More may be due at once: the claim hit its limit, or the byte budget left claimed rows for the next batch. */
+  full: boolean;
   /** What happened to each delivery the batch took, in the order they were applied. */
   results: Array<{ id: string; result: ApplyResult }>;
   /** Store counts of everything the batch applied. */
@@ -82,21 +84,23 @@ const INLINE_BODY_BYTES = 256 * 1024;
 /** Claims and applies one batch (see the module note). Throws only when the database cannot be reached at all. */
 export async function applyBatch(pool: pg.Pool, options: BatchOptions = {}): Promise<BatchResult> {
   const retry = options.retry ?? DEFAULT_RETRY;
+  const limit = Math.max(1, options.limit ?? 200);
   const client = await pool.connect();
   let claimed: ClaimedDelivery[] = [];
   let failure: unknown;
   let broken = false;
   try {
     const opened = (await client.query(
-      `begin; ${ASYNC_COMMIT_SQL}; ${GENERIC_PLANS_SQL}; ${claimDeliveriesSql(options.limit ?? 200, INLINE_BODY_BYTES)}; savepoint ${WAVE}`,
+      `begin; ${ASYNC_COMMIT_SQL}; ${GENERIC_PLANS_SQL}; ${claimDeliveriesSql(limit, INLINE_BODY_BYTES)}; savepoint ${WAVE}`,
     )) as unknown as pg.QueryResult<ClaimedDelivery>[];
     claimed = opened[3]?.rows ?? [];
     if (claimed.length === 0) {
       await client.query('commit');
-      return { claimed: 0, results: [], counts: emptyCounts(), fellBack: false };
+      return { claimed: 0, full: false, results: [], counts: emptyCounts(), fellBack: false };
     }
     const taken = await withBodies(client, claimed, options.maxBytes ?? 16 * 1024 * 1024);
-    return { ...(await applyClaimed(client, taken, retry)), claimed: claimed.length, fellBack: false };
+    const full = claimed.length >= limit || taken.length < claimed.length;
+    return { ...(await applyClaimed(client, taken, retry)), claimed: claimed.length, full, fellBack: false };
   } catch (error) {
     failure = error;
     broken = await rollbackOrBroken(client);
@@ -105,7 +109,7 @@ export async function applyBatch(pool: pg.Pool, options: BatchOptions = {}): Pro
   }
   if (claimed.length === 0) throw failure;
   // The transaction failed as a whole: nothing of it stands, and each row is tried on its own.
-  return { ...(await oneByOne(pool, claimed, retry)), claimed: claimed.length, fellBack: true };
+  return { ...(await oneByOne(pool, claimed, retry)), claimed: claimed.length, full: claimed.length >= limit, fellBack: true };
 }
 
 /** The claimed rows whose bodies fit the batch's byte budget, large bodies read now; the rest wait (locked) for the next batch. */

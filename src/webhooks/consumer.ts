@@ -83,7 +83,6 @@ export function createDeliveryConsumer(deps: DeliveryConsumerDeps): DeliveryCons
     return result;
   };
   const loops = createBatchLoops(runBatch, {
-    limit,
     concurrency: Math.max(1, deps.concurrency ?? 2),
     gatherMs: Math.max(0, deps.gatherMs ?? 40),
     log,
@@ -128,7 +127,6 @@ export function createDeliveryConsumer(deps: DeliveryConsumerDeps): DeliveryCons
 }
 
 interface LoopOptions {
-  limit: number;
   concurrency: number;
   gatherMs: number;
   log: Logger;
@@ -174,7 +172,7 @@ function createBatchLoops(runBatch: () => Promise<BatchResult>, o: LoopOptions) 
       }
       const retryIn = result.results.reduce((min, r) => (r.result.outcome === 'retry' ? Math.min(min, r.result.retryInMs) : min), Infinity);
       if (retryIn !== Infinity) wakeIn(retryIn);
-      if (result.claimed >= o.limit) {
+      if (result.full) {
         requested = true;
         if (running.size < o.concurrency) spawn();
       } else if (requested) {

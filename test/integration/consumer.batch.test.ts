@@ -80,6 +80,16 @@ describe('a batch', () => {
     expect((await rows()).map((r) => r.status)).toEqual(['applied', 'applied', 'applied', 'pending', 'pending']);
   });
 
+  test('holds at most maxBytes of bodies (the first whatever its size); the rows it claimed beyond wait for the next', async () => {
+    for (let i = 1; i <= 3; i++) await store(updated({ id: String(i) }));
+    const first = await applyBatch(db.pool, { limit: 50, maxBytes: 1, retry: RETRY });
+    expect(first).toMatchObject({ claimed: 3, full: true });
+    expect(first.results).toHaveLength(1);
+    expect((await rows()).map((r) => r.status)).toEqual(['applied', 'pending', 'pending']);
+    expect((await applyBatch(db.pool, { limit: 50, retry: RETRY })).results).toHaveLength(2);
+    expect((await rows()).map((r) => r.status)).toEqual(['applied', 'applied', 'applied']);
+  });
+
   test('a delivery that fails alone is retried alone; the others of its batch are applied', async () => {
     await failActivityOf('3', 'at once');
     for (let i = 1; i <= 5; i++) await store(updated({ id: String(i) }));
