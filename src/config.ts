@@ -310,8 +310,8 @@ export const SETTINGS = {
       default: '10s',
     }),
     idleTimeoutMs: setting('HTTP_IDLE_TIMEOUT', duration({ min: '1s' }), {
-      doc: 'public listener: how long an idle kept-alive connection stays open',
-      default: '10s',
+      doc: "public listener: how long an idle kept-alive connection stays open (longer than the clients' and proxies' own, so they close first)",
+      default: '75s',
     }),
     maxConnections: setting('HTTP_MAX_CONNECTIONS', wholeNumber(1, 1_000_000), {
       doc: 'open connections on the public listener at most (the ops listener keeps the defaults)',

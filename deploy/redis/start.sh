@@ -1,8 +1,7 @@
 #!/bin/sh
-# Starts Redis for docker-compose.yml, as the redis user: the password of the default user (the
-# worker's), and the receiver's own user with the rules of deploy/redis/receiver.acl (docs/security.md,
-# "Redis"). Each password from .env, else the one the setup service generated into Redis's own volume
-# (deploy/setup/setup.sh), which holds nothing but these two.
+# Starts Redis for docker-compose.yml, as the redis user, with the password of the default user, the
+# worker's (the receiver has no Redis credential: docs/security.md, "Redis"). From .env, else the one
+# the setup service generated into Redis's own volume (deploy/setup/setup.sh), which holds nothing else.
 # maxmemory: half of the container's memory limit (REDIS_MEMORY_LIMIT), leaving the other half for what
 # Redis holds besides its data (client buffers, and the copy-on-write pages of the fork that rewrites
 # the append-only file); noeviction, because BullMQ must never lose a key: a full Redis refuses
@@ -11,11 +10,7 @@
 set -eu
 dir=/run/subscriber-mirror/redis
 REDIS_PASSWORD="${REDIS_PASSWORD:-$(cat "$dir/REDIS_PASSWORD" 2>/dev/null || true)}"
-RECEIVER_REDIS_PASSWORD="${RECEIVER_REDIS_PASSWORD:-$(cat "$dir/RECEIVER_REDIS_PASSWORD" 2>/dev/null || true)}"
 : "${REDIS_PASSWORD:?the default user's password (REDIS_PASSWORD)}"
-: "${RECEIVER_REDIS_PASSWORD:?the receiver user's password (RECEIVER_REDIS_PASSWORD)}"
-prefix="${REDIS_PREFIX:-subscriber-mirror}"
-case "$prefix" in *[!A-Za-z0-9_-]*) echo "REDIS_PREFIX: letters, digits, - or _ only" >&2; exit 2 ;; esac
 
 # bytes SIZE: a compose memory size (256m, 1g, 512k, 1073741824) in bytes.
 bytes() {
@@ -31,7 +26,5 @@ bytes() {
 }
 maxmemory=$(($(bytes "${REDIS_MEMORY_LIMIT:-256m}") / 2))
 
-rules=$(grep -v '^[[:space:]]*#' "${RECEIVER_ACL_FILE:-/etc/redis/receiver.acl}" | tr '\n' ' ' | sed "s/{prefix}/$prefix/g")
-printf 'requirepass "%s"\nuser receiver on >%s %s\nmaxmemory %s\nmaxmemory-policy noeviction\n' \
-  "$REDIS_PASSWORD" "$RECEIVER_REDIS_PASSWORD" "$rules" "$maxmemory" |
+printf 'requirepass "%s"\nmaxmemory %s\nmaxmemory-policy noeviction\n' "$REDIS_PASSWORD" "$maxmemory" |
   exec redis-server - --appendonly yes "$@"

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Entry point of the worker and the receiver in docker-compose.yml (`start.sh worker|receiver CMD…`).
-# Builds DATABASE_URL and REDIS_URL from the service's own passwords: from .env when given there, else
+# Builds DATABASE_URL (and, for the worker, REDIS_URL) from the service's own passwords: from .env when given there, else
 # the ones the setup service generated (deploy/setup/setup.sh; files only this service's volume holds).
 # Settings still in an earlier release's per-service files are read for one release, never over a
 # value from .env; their names (never their values) are logged as a warning.
@@ -23,12 +23,14 @@ case $who in
     REDIS_URL="redis://:$(secret REDIS_PASSWORD)@redis:6379"
     unset MIRROR_DB_PASSWORD REDIS_PASSWORD ;;
   receiver)
+    # No Redis credential: the receiver only adds deliveries to the inbox (docs/security.md).
     DATABASE_URL="postgres://subscriber_mirror_receiver:$(secret RECEIVER_DB_PASSWORD)@postgres:5432/mirror"
-    REDIS_URL="redis://receiver:$(secret RECEIVER_REDIS_PASSWORD)@redis:6379"
+    REDIS_URL=""
     unset RECEIVER_DB_PASSWORD RECEIVER_REDIS_PASSWORD ;;
   *) echo "start.sh: worker or receiver, got \"$who\"" >&2; exit 2 ;;
 esac
-export DATABASE_URL REDIS_URL
+export DATABASE_URL
+if [ -n "$REDIS_URL" ]; then export REDIS_URL; else unset REDIS_URL; fi
 
 if [ -s "$dir/old-settings.env" ]; then
   used=""

@@ -6,7 +6,7 @@
 #   1. Passwords: each one the services use is taken from .env, else the one generated at an earlier
 #      start, else generated now (a release that adds a password needs no manual step), and written
 #      where only its users read it: /run/subscriber-mirror/worker (the worker), .../receiver and
-#      .../redis (Redis's two passwords only: Redis never sees the database's).
+#      .../redis (Redis's password only: Redis never sees the database's).
 #   2. Roles: created when missing and altered to those passwords; the `mirror` database and its
 #      objects owned by `mirror` (earlier releases may have created some as the superuser).
 #   3. Settings still in the per-service files of earlier releases (mirror.env, worker.env,
@@ -36,7 +36,7 @@ WORKER_SETTINGS="REDIS_PREFIX MAILER_LEGACY_URL MAILER_API_KEY MAILER_API_KEY_HE
   API_RATE_LIMIT MAILER_TIMEOUT WEBHOOK_RETENTION WEBHOOK_FAILED_RETENTION ERASE_OUT_OF_GROUPS_AFTER
   HISTORY HISTORY_RETENTION ADMIN_TOKEN DASHBOARD_WRITE ADMIN_COOKIE_INSECURE TRUST_PROXY AUDIT_EVERY
   AUDIT_BUDGET AUDIT_SAMPLE AUDIT_SETTLE WEBHOOKS_REENABLE METRICS_REFRESH_EVERY LOG_LEVEL LOG_FORMAT SHUTDOWN_TIMEOUT"
-RECEIVER_SETTINGS="REDIS_PREFIX WEBHOOK_SECRETS WEBHOOK_PATH WEBHOOK_MAX_BODY WEBHOOK_BODY_MEMORY
+RECEIVER_SETTINGS="WEBHOOK_SECRETS WEBHOOK_PATH WEBHOOK_MAX_BODY WEBHOOK_BODY_MEMORY
   HTTP_HEADERS_TIMEOUT HTTP_REQUEST_TIMEOUT HTTP_IDLE_TIMEOUT HTTP_MAX_CONNECTIONS HTTP_MAX_CONNECTIONS_PER_CLIENT HTTP_REQUEST_RATE_PER_CLIENT TRUST_PROXY
   METRICS_REFRESH_EVERY LOG_LEVEL LOG_FORMAT SHUTDOWN_TIMEOUT"
 
@@ -62,16 +62,15 @@ keep() {
 mkdir -p "$worker" "$receiver" "$redis"
 # A directory this script left read-only to its owner at an earlier start is written again.
 chmod 0700 "$worker" "$receiver" "$redis"
-# Redis's passwords were the worker's and the receiver's files before Redis had a volume of its own.
+# Redis's password was the worker's file before Redis had a volume of its own.
 [ -s "$redis/REDIS_PASSWORD" ] || [ ! -s "$worker/REDIS_PASSWORD" ] || cp "$worker/REDIS_PASSWORD" "$redis/"
-[ -s "$redis/RECEIVER_REDIS_PASSWORD" ] || [ ! -s "$receiver/RECEIVER_REDIS_PASSWORD" ] || cp "$receiver/RECEIVER_REDIS_PASSWORD" "$redis/"
 keep "$worker" MIRROR_DB_PASSWORD
 keep "$redis" REDIS_PASSWORD
 keep "$receiver" RECEIVER_DB_PASSWORD
-keep "$redis" RECEIVER_REDIS_PASSWORD
-# Each service's copy of the password it logs in to Redis with.
+# The worker's copy of the password it logs in to Redis with.
 printf '%s' "$REDIS_PASSWORD" >"$worker/REDIS_PASSWORD"
-printf '%s' "$RECEIVER_REDIS_PASSWORD" >"$receiver/RECEIVER_REDIS_PASSWORD"
+# Releases before this one gave the receiver a Redis user of its own: its password goes, everywhere.
+rm -f "$receiver/RECEIVER_REDIS_PASSWORD" "$redis/RECEIVER_REDIS_PASSWORD"
 
 psql_super() { psql -v ON_ERROR_STOP=1 -qAt -h /var/run/postgresql -U postgres "$@"; }
 

@@ -1,13 +1,11 @@
 /** `subscriber-mirror webhooks replay [--status failed|ignored] [--since DATE]`. */
 import { loadConfig } from '../config.js';
 import { openDatabase } from '../db/client.js';
-import { createLogger } from '../ground/log.js';
 import { UsageError } from '../ground/usage-error.js';
-import { createDeliveryConsumer } from '../webhooks/consumer.js';
 import { replayDeliveries } from '../webhooks/replay.js';
 import { parseOptions, type Command } from './args.js';
 
-/** `webhooks replay`: stored deliveries back to pending, then onto the consumer's queue. */
+/** `webhooks replay`: stored deliveries back to pending; the update notifies the running workers (drizzle/0028_inbox_notify.sql). */
 export const replayCommand: Command = async (args) => {
   const { values } = parseOptions(args, { status: { type: 'string', default: 'failed' }, since: { type: 'string' } });
   if (values.status !== 'failed' && values.status !== 'ignored') {
@@ -21,17 +19,9 @@ export const replayCommand: Command = async (args) => {
   }
   const config = loadConfig(process.env, ['database']);
   const database = openDatabase(config.databaseUrl, { max: 2 });
-  const consumer = createDeliveryConsumer({
-    pool: database.pool,
-    connection: { url: config.redisUrl, maxRetriesPerRequest: 1 },
-    prefix: config.redisPrefix,
-    logger: createLogger({ level: 'silent' }).logger,
-    work: false,
-  });
   try {
     const since = values.since === undefined ? undefined : new Date(Date.parse(values.since)).toISOString();
     const ids = await replayDeliveries(database.pool, { status: values.status, ...(since ? { since } : {}) });
-    await consumer.enqueueDeliveries(ids);
     process.stdout.write(
       ids.length > 0
         ? `replaying ${ids.length} ${values.status} deliveries (a running worker applies them)\n`
@@ -39,7 +29,6 @@ export const replayCommand: Command = async (args) => {
     );
     return 0;
   } finally {
-    await consumer.close(5_000);
     await database.close();
   }
 };

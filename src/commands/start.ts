@@ -5,8 +5,9 @@
  * wires takes its dependencies as arguments. The poll path is wired in `polling.ts`, the read clients
  * and the shared limiter in `reads.ts`, the gauges in `gauges.ts`.
  *
- * Roles: `receiver` serves the webhook route and stores deliveries (enqueueing them); `worker` runs
- * the poll passes and applies stored deliveries; `all` does both. Every role serves /healthz and
+ * Roles: `receiver` serves the webhook route and stores deliveries in the inbox, with Postgres only
+ * (no Redis: docs/security.md, "Who reaches what"); `worker` runs the poll passes and applies stored
+ * deliveries, woken by the inbox's notifications; `all` does both. Every role serves /healthz and
  * /readyz on PORT; /metrics, the detailed /readyz and (with ADMIN_TOKEN) the admin API are on OPS_PORT
  * when it is set, on PORT with ADMIN_ON_PUBLIC_PORT=true, and nowhere otherwise.
  */
@@ -121,7 +122,6 @@ interface AdminDeps {
   pool: Database['pool'];
   redis: Redis;
   syncQueue: Parameters<typeof registerAdminRoutes>[1]['syncQueue'];
-  consumer: DeliveryConsumer;
   log: Logger;
   metrics: Metrics;
 }
@@ -138,7 +138,6 @@ async function registerAdmin(
     token,
     pool: deps.pool,
     syncQueue: deps.syncQueue,
-    extraQueues: [deps.consumer.queue],
     configured: { groups: config.sync.groups, types: config.sync.types, auditSchedule: configuredAuditSchedule(config) },
     authPause: apiKey ? () => readAuthPause(deps.redis, authPauseKey(config.redisPrefix, apiKey)) : undefined,
     rateBudgets: () => readRateBudgets(deps.redis, config.redisPrefix),
@@ -189,44 +188,19 @@ export async function startService(config: Config, role: Role): Promise<RunningS
   const database = await openMigratedDatabase(config, role, log);
   const polls = role === 'all' || role === 'worker';
   const receives = role === 'all' || role === 'receiver';
-  const historyPurger = polls ? startHistoryPurge(database.pool, config.history.retentionMs, log) : null;
-  // The HTTP path must fail fast when Redis is down (readiness), unlike BullMQ's blocking connections.
-  const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1, enableOfflineQueue: false, lazyConnect: true });
-  redis.on('error', () => {});
-  redis.connect().catch(() => {});
   const metrics = createMetrics();
   initSeries(metrics, DELIVERY_STATUSES);
-  // BullMQ's blocking connections must retry forever (maxRetriesPerRequest: null, docs/architecture.md, "Traps we work around");
-  // the queues that the HTTP path adds to fail fast instead.
-  const workerConnection = { url: config.redisUrl, maxRetriesPerRequest: null };
-  const queueConnection = { url: config.redisUrl, maxRetriesPerRequest: 1 };
-
-  const consumer: DeliveryConsumer = createDeliveryConsumer({
-    pool: database.pool,
-    connection: workerConnection,
-    queueConnection,
-    prefix: config.redisPrefix,
-    logger: log,
-    metrics,
-    work: polls,
-    retentionMs: config.webhookRetentionMs,
-    failedRetentionMs: config.webhookFailedRetentionMs,
-  });
-  const polling = polls ? await startReads(config, database.pool, redis, workerConnection, log, metrics) : null;
-  const syncQueue = polling?.queue ?? createSyncQueue(queueConnection, config.redisPrefix);
-  // The receiver runs without Redis (readiness ignores it): its errors go through the logger, not raw to stderr.
-  if (!polling) syncQueue.on('error', (error) => log.debug({ err: describeConnectionError(error) }, 'sync queue error'));
+  // The receiver alone never connects to Redis: it holds no Redis credential (docs/security.md).
+  const workerParts = polls ? await startWorkerParts(config, database.pool, log, metrics) : null;
 
   const gauges = startGauges(metrics, {
     pool: database.pool,
-    queues: [syncQueue, consumer.queue],
+    queues: workerParts ? [workerParts.syncQueue] : [],
     config,
     polls,
-    ...(polls ? { redis } : {}),
+    ...(workerParts ? { redis: workerParts.redis } : {}),
   });
-  const erasure = polls ? startErasure(config, database.pool, log) : null;
-
-  const readiness = readinessChecks(database.pool, redis, polling, receives && !polls);
+  const readiness = readinessChecks(database.pool, workerParts);
   const { server, ops } = buildListeners(config, log, readiness, metrics);
   const route = receives
     ? registerWebhookRoute(server, {
@@ -236,13 +210,22 @@ export async function startService(config: Config, role: Role): Promise<RunningS
         secrets: () => config.webhookSecrets,
         pool: database.pool,
         logger: log,
-        onStored: (id) => consumer.enqueue(id),
         onOutcome: (outcome) => metrics.deliveries.inc({ outcome: OUTCOME_LABEL[outcome] }),
       })
     : null;
   // Config refuses ADMIN_TOKEN without somewhere to serve it; `ops` is set whenever the token is.
-  if (config.adminToken && ops)
-    await registerAdmin(ops, config, config.adminToken, { pool: database.pool, redis, syncQueue, consumer, log, metrics });
+  // The admin pages keep their sessions in Redis: a receiver alone connects to it only for them, so
+  // one without ADMIN_TOKEN (as compose runs it) never does.
+  const receiverAdmin = config.adminToken && ops && !workerParts ? connectAdminRedis(config, log) : null;
+  const adminRedis = workerParts ?? receiverAdmin;
+  if (config.adminToken && ops && adminRedis)
+    await registerAdmin(ops, config, config.adminToken, {
+      pool: database.pool,
+      redis: adminRedis.redis,
+      syncQueue: adminRedis.syncQueue,
+      log,
+      metrics,
+    });
 
   // A long accept queue: a client reconnecting as fast as it is refused fills Node's default 511,
   // and the kernel then drops a real client's SYN, which it retries only after a second
@@ -259,18 +242,15 @@ export async function startService(config: Config, role: Role): Promise<RunningS
     stopping ??= (async () => {
       log.info({ reason }, 'shutting down');
       gauges.stop();
-      erasure?.stop();
       // 1. No new HTTP requests (503 while closing); in-flight deliveries finish their inbox write.
       //    A third of the deadline at most: then open connections (a dripping upload) are closed.
       const drained = await closeWithin(server, Math.max(500, Math.floor(config.shutdownTimeoutMs / 3)));
       if (drained === 'forced') log.warn('closed HTTP connections still open at the shutdown deadline');
       if (ops && ops !== server) await closeWithin(ops, 1_000);
       await route?.writer.close();
-      // 2. A running pass stops at its next checkpoint; running applies finish.
-      await Promise.all([polling?.stop(config.shutdownTimeoutMs), consumer.close(config.shutdownTimeoutMs)]);
-      historyPurger?.stop();
-      if (!polling) await syncQueue.close();
-      redis.disconnect();
+      // 2. A running pass stops at its next checkpoint; running batches finish.
+      await workerParts?.stop(config.shutdownTimeoutMs);
+      await receiverAdmin?.stop();
       await database.close();
       log.info('stopped');
     })();
@@ -278,6 +258,76 @@ export async function startService(config: Config, role: Role): Promise<RunningS
   };
 
   return { logger: log, stop, port, opsPort };
+}
+
+/** What the admin pages need of Redis: its sessions (and the rate budgets, the auth pause) and the sync queue. */
+interface AdminRedis {
+  redis: Redis;
+  syncQueue: Polling['queue'];
+  stop(): Promise<void>;
+}
+
+/** The HTTP path must fail fast when Redis is down (readiness), unlike BullMQ's blocking connections. */
+function connectRedis(config: Config): Redis {
+  const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1, enableOfflineQueue: false, lazyConnect: true });
+  redis.on('error', () => {});
+  redis.connect().catch(() => {});
+  return redis;
+}
+
+/** A receiver's Redis for its admin pages only (with ADMIN_TOKEN); its errors go through the logger. */
+function connectAdminRedis(config: Config, log: Logger): AdminRedis {
+  const redis = connectRedis(config);
+  const syncQueue = createSyncQueue({ url: config.redisUrl, maxRetriesPerRequest: 1 }, config.redisPrefix);
+  syncQueue.on('error', (error) => log.debug({ err: describeConnectionError(error) }, 'sync queue error'));
+  return {
+    redis,
+    syncQueue,
+    async stop() {
+      await syncQueue.close();
+      redis.disconnect();
+    },
+  };
+}
+
+/** What a worker runs besides the HTTP listeners: Redis, the polls, the consumer and the chores. */
+interface WorkerParts {
+  redis: Redis;
+  /** Null in a webhook-only install (nothing reconciles). */
+  polling: Polling | null;
+  syncQueue: Polling['queue'];
+  stop(timeoutMs: number): Promise<void>;
+}
+
+async function startWorkerParts(config: Config, pool: pg.Pool, log: Logger, metrics: Metrics): Promise<WorkerParts> {
+  const historyPurger = startHistoryPurge(pool, config.history.retentionMs, log);
+  const redis = connectRedis(config);
+  // BullMQ's blocking connections must retry forever (maxRetriesPerRequest: null, docs/architecture.md, "Traps we work around").
+  const workerConnection = { url: config.redisUrl, maxRetriesPerRequest: null };
+  const consumer: DeliveryConsumer = createDeliveryConsumer({
+    pool,
+    logger: log,
+    metrics,
+    retentionMs: config.webhookRetentionMs,
+    failedRetentionMs: config.webhookFailedRetentionMs,
+  });
+  const polling = await startReads(config, pool, redis, workerConnection, log, metrics);
+  // Without polling the admin pages still show (and backfills still queue to) the sync queue.
+  const syncQueue = polling?.queue ?? createSyncQueue({ url: config.redisUrl, maxRetriesPerRequest: 1 }, config.redisPrefix);
+  if (!polling) syncQueue.on('error', (error) => log.debug({ err: describeConnectionError(error) }, 'sync queue error'));
+  const erasure = startErasure(config, pool, log);
+  return {
+    redis,
+    polling,
+    syncQueue,
+    async stop(timeoutMs) {
+      erasure.stop();
+      await Promise.all([polling?.stop(timeoutMs), consumer.close(timeoutMs)]);
+      historyPurger?.stop();
+      if (!polling) await syncQueue.close();
+      redis.disconnect();
+    },
+  };
 }
 
 function boundPort(app: { server: { address(): unknown } }, fallback: number): number {
@@ -325,10 +375,10 @@ function startHistoryPurge(pool: pg.Pool, retentionMs: number | undefined, log: 
 }
 
 /**
- * The receiver alone needs only Postgres: its inbox is there, and deliveries it could not hand to the
- * queue are swept from the inbox by the workers (invariant 1). Other roles need Redis too.
+ * The receiver alone needs only Postgres: its inbox is there, and the workers learn of what it
+ * stores from Postgres too (invariant 1). Workers need Redis as well.
  */
-function readinessChecks(pool: pg.Pool, redis: Redis, polling: Polling | null, receiverOnly: boolean): ReadinessCheck[] {
+function readinessChecks(pool: pg.Pool, worker: WorkerParts | null): ReadinessCheck[] {
   const checks: ReadinessCheck[] = [
     {
       name: 'postgres',
@@ -339,7 +389,8 @@ function readinessChecks(pool: pg.Pool, redis: Redis, polling: Polling | null, r
       },
     },
   ];
-  if (!receiverOnly) {
+  if (worker) {
+    const { redis } = worker;
     checks.push({
       name: 'redis',
       check: async () => {
@@ -348,7 +399,8 @@ function readinessChecks(pool: pg.Pool, redis: Redis, polling: Polling | null, r
       },
     });
   }
-  if (polling) {
+  if (worker?.polling) {
+    const { redis, polling } = worker;
     checks.push({
       name: 'upstream-auth',
       check: async () => {

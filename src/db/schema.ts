@@ -610,6 +610,13 @@ export const webhookDeliveries = pgTable(
     receivedAt: tstz('received_at').notNull().defaultNow(),
     appliedAt: tstz('applied_at'),
     updatedAt: tstz('updated_at').notNull().defaultNow(),
+    /**
+     * A pending delivery whose last apply failed is not claimed again before this time (the
+     * consumer's backoff); null: due now.
+     */
+    nextAttemptAt: tstz('next_attempt_at'),
+    /** Failed applies since the row last became pending (receipt or replay): the last allowed one marks it failed. */
+    tries: integer('tries').notNull().default(0),
   },
   (t) => [index('webhook_deliveries_status_idx').on(t.status, t.receivedAt)],
 );

@@ -29,7 +29,10 @@ export interface ListenerLimits {
   headersTimeoutMs: number;
   /** Time to receive the whole request, body included. */
   requestTimeoutMs: number;
-  /** A socket with no traffic for this long is closed. */
+  /**
+   * How long a kept-alive connection may sit idle between requests (Node's keepAliveTimeout,
+   * announced as `Keep-Alive: timeout=…`), and a socket with no traffic at all during a request.
+   */
   idleTimeoutMs: number;
   /** Connections beyond this are closed as they are accepted. */
   maxConnections: number;
@@ -43,7 +46,7 @@ export interface ListenerLimits {
 export const DEFAULT_LISTENER_LIMITS: ListenerLimits = {
   headersTimeoutMs: 5_000,
   requestTimeoutMs: 10_000,
-  idleTimeoutMs: 10_000,
+  idleTimeoutMs: 75_000,
   maxConnections: 1_000,
 };
 
@@ -79,8 +82,12 @@ export function buildServer(options: ServerOptions): FastifyInstance {
     loggerInstance: options.logger.child({ component: 'http', listener: options.name ?? 'public' }) as FastifyBaseLogger,
     // One line per request at webhook rates would drown the logs; metrics count requests instead.
     logController: new LogController({ disableRequestLogging: true }),
-    // Behind a proxy the default 72 s keep-alive outlives the proxy's; keep it short and explicit.
-    keepAliveTimeout: 5_000,
+    // Whoever closes an idle kept-alive connection races the other side's next request on it: a
+    // request written as the server's FIN arrives ends with the connection closed and no answer (the
+    // freshness benchmark saw a few in 5,000 with a 5 s keep-alive). So the client must close first:
+    // the server keeps idle connections longer than clients and proxies do (their usual 60 s; 75 s is
+    // nginx's own default), and says so in `Keep-Alive: timeout=…` for clients that read it.
+    keepAliveTimeout: limits.idleTimeoutMs,
     return503OnClosing: true,
     trustProxy: trustProxyOption(options.trustProxy),
     serverFactory: (handler) => {
@@ -137,7 +144,7 @@ function createLimitedServer(handler: http.RequestListener, limits: ListenerLimi
     {
       headersTimeout: limits.headersTimeoutMs,
       requestTimeout: limits.requestTimeoutMs,
-      keepAliveTimeout: 5_000,
+      keepAliveTimeout: limits.idleTimeoutMs,
       connectionsCheckingInterval: Math.min(1_000, limits.headersTimeoutMs),
     },
     handler,

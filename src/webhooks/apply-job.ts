@@ -1,14 +1,15 @@
 /**
- * The job that applies one stored delivery (the consumer's worker runs it; `consumer.ts` has the
- * queue around it). Contract of one apply (`applyDelivery`), all in ONE transaction:
+ * One stored delivery applied on its own (the consumer's batches, `apply-batch.ts`, fall back to it
+ * when a whole batch transaction fails). Contract of one apply (`applyDelivery`), all in ONE transaction:
  * - `select … for update` the row; anything but `pending` is skipped, so applying one delivery twice
- *   concurrently (a duplicate notification, the sweeper, a replica) is harmless: the second waits for
- *   the first's commit, then sees `applied`.
+ *   concurrently (a batch of another replica, a replay) is harmless: the second waits for the
+ *   first's commit, then sees `applied`.
  * - parse the stored body (`parseDelivery`), plan every event's effects (`apply.ts`), hand them to
  *   the store, mark the row `applied` (`applied_at`, `attempts + 1`), commit.
- * A failure rolls all of it back, then the row records the attempt and the error. Transient errors
- * (database, deadlock, anything unexpected) leave it `pending` and BullMQ retries with exponential
- * backoff; a permanent one (the body cannot be mirrored) or the last attempt marks it `failed`.
+ * A failure rolls all of it back, then the row records the attempt and the error
+ * (`recordFailedAttempt`, the one retry rule): transient errors (database, deadlock, anything
+ * unexpected) leave it `pending`, due again after an exponential backoff; a permanent one (the body
+ * cannot be mirrored) or the last try marks it `failed`.
  * Failed rows stay failed until `replayDeliveries` (invariant 9: nothing is applied behind the
  * operator's back). Rows `ignored` (no known kind) are not applied either. Unknown kinds inside a
  * mixed batch are skipped; their note stays in `error`.
@@ -24,7 +25,15 @@ import { forgottenAmongSql } from '../mirror/erasure.js';
 import { eraseActivityLinks } from '../mirror/store/activity.js';
 import { rollbackOrBroken } from '../mirror/store/index.js';
 import { applyPlan, planDelivery, type ApplyCounts, type EffectPlan } from './apply.js';
-import { deliveryStatus, finishDeliverySql, lockDeliverySql, recordFailedAttempt, type LockedDelivery } from './inbox/lifecycle.js';
+import {
+  DEFAULT_RETRY,
+  deliveryStatus,
+  finishDeliverySql,
+  lockDeliverySql,
+  recordFailedAttempt,
+  type LockedDelivery,
+  type RetryPolicy,
+} from './inbox/lifecycle.js';
 import { deliveryKinds, parseDelivery, PayloadError } from './payloads.js';
 import { redactDelivery } from './redact.js';
 
@@ -42,12 +51,12 @@ export type ApplyResult =
   | { outcome: 'ignored' }
   /** Rolled back and marked `failed` (permanent error, or the last attempt). */
   | { outcome: 'failed'; error: string; attempts: number }
-  /** Rolled back; still `pending`: try again later. */
-  | { outcome: 'retry'; error: string; attempts: number };
+  /** Rolled back; still `pending`, due again in `retryInMs`. */
+  | { outcome: 'retry'; error: string; attempts: number; retryInMs: number };
 
 export interface ApplyOptions {
-  /** This is the last try: a transient error marks the row `failed` too. */
-  finalAttempt?: boolean;
+  /** Tries and backoff (the row counts its tries: the last one marks it `failed`). */
+  retry?: RetryPolicy;
 }
 
 /*
@@ -57,7 +66,7 @@ export interface ApplyOptions {
  * ms of applies leaves those rows `pending`, and the sweeper applies them again (idempotent,
  * invariant 5). The inbox write itself stays synchronous.
  */
-const ASYNC_COMMIT_SQL = 'set local synchronous_commit = off';
+export const ASYNC_COMMIT_SQL = 'set local synchronous_commit = off';
 
 /*
  * The store's statements are named prepared statements, but Postgres keeps planning its subscriber
@@ -65,9 +74,9 @@ const ASYNC_COMMIT_SQL = 'set local synchronous_commit = off';
  * a delivery's few rows (measured: ~365 → ~180 µs of Postgres CPU). A generic plan is as good for
  * these small `unnest` batches. Local to the apply's transaction; the poll's pages keep the default.
  */
-const GENERIC_PLANS_SQL = 'set local plan_cache_mode = force_generic_plan';
+export const GENERIC_PLANS_SQL = 'set local plan_cache_mode = force_generic_plan';
 
-const MAX_ERROR_CHARS = 2_000;
+export const MAX_ERROR_CHARS = 2_000;
 
 /**
  * Applies one stored delivery in one transaction (see the module note). Throws only when even the
@@ -81,12 +90,10 @@ export async function applyDelivery(pool: pg.Pool, id: string, options: ApplyOpt
   } catch (error) {
     const permanent = isPermanent(error);
     const message = describeError(error).slice(0, MAX_ERROR_CHARS);
-    const marked = await recordFailedAttempt(pool, id, message, permanent || options.finalAttempt === true);
+    const marked = await recordFailedAttempt(pool, id, message, permanent, options.retry ?? DEFAULT_RETRY);
     // No longer pending: another apply finished it while ours failed before taking the lock.
     if (!marked) return { outcome: 'skipped', status: await deliveryStatus(pool, id) };
-    return marked.status === 'failed'
-      ? { outcome: 'failed', error: message, attempts: marked.attempts }
-      : { outcome: 'retry', error: message, attempts: marked.attempts };
+    return failedOutcome(message, marked);
   }
 }
 
@@ -142,8 +149,15 @@ async function applyLocked(client: pg.PoolClient, id: string, row: LockedDeliver
   return { outcome: 'applied', events: parsed.events.length, counts, lagMs: finished[0]?.rows[0]?.lagMs ?? 0 };
 }
 
+/** What a recorded failed try means for its caller. */
+export function failedOutcome(message: string, marked: { attempts: number; status: string; retryInMs: number }): ApplyResult {
+  return marked.status === 'failed'
+    ? { outcome: 'failed', error: message, attempts: marked.attempts }
+    : { outcome: 'retry', error: message, attempts: marked.attempts, retryInMs: Math.max(0, marked.retryInMs) };
+}
+
 /** The subscriber ids a plan touches (its versions and its activity rows). */
-function subscribersOf(plan: EffectPlan): string[] {
+export function subscribersOf(plan: EffectPlan): string[] {
   const ids = new Set(plan.subscribers.map((r) => r.values.id));
   for (const a of plan.activity) if (a.subscriberId) ids.add(a.subscriberId);
   return [...ids];
@@ -155,7 +169,7 @@ function subscribersOf(plan: EffectPlan): string[] {
  * copy waits for the next erasure run. Right after the commit; a crash or an error in between
  * leaves it to the run's re-check (`src/webhooks/erasure-run.ts`).
  */
-async function redactForgotten(client: pg.PoolClient, id: string, forgotten: readonly string[]): Promise<void> {
+export async function redactForgotten(client: pg.PoolClient, id: string, forgotten: readonly string[]): Promise<void> {
   if (forgotten.length === 0) return;
   try {
     await redactDelivery(client, id, forgotten);
@@ -178,7 +192,7 @@ export function isPermanent(error: unknown): boolean {
 }
 
 /** One line; PayloadError and NormalizeError messages never quote personal values. */
-function describeError(error: unknown): string {
+export function describeError(error: unknown): string {
   if (!(error instanceof Error)) return String(error);
   const code = (error as { code?: unknown }).code;
   return `${error.name}: ${error.message}${typeof code === 'string' && !error.message.includes(code) ? ` (${code})` : ''}`;

@@ -42,7 +42,8 @@ export interface ReceiverDeps {
   logger: Logger;
   /**
    * Called after a new `pending` row committed, and again when a duplicate arrives while the row is
-   * still pending (the first call may have been lost with a timeout or a crash): enqueue idempotently.
+   * still pending. Not how the workers learn of it: the inbox notifies them when the row commits
+   * (drizzle/0028_inbox_notify.sql), so the receiver needs nothing but Postgres.
    */
   onStored?: (id: string) => void | Promise<void>;
   /** Optional metrics hook, called once per request. */
@@ -228,8 +229,8 @@ function toRecord(raw: Buffer, body: object, endpointId: string | null): Deliver
 }
 
 function notifyStored(ctx: HandlerContext, id: string): void {
-  // The row is durable whatever happens here; the consumer must also sweep pending rows it was not told about.
-  const failed = (error: unknown) => ctx.log.error({ err: error, deliveryId: id }, 'could not hand a stored delivery to the consumer');
+  // The row is durable whatever happens here.
+  const failed = (error: unknown) => ctx.log.error({ err: error, deliveryId: id }, 'the onStored hook failed');
   try {
     const result = ctx.deps.onStored?.(id);
     if (result) result.catch(failed);

@@ -1,7 +1,7 @@
 /**
  * Replay (`subscriber-mirror webhooks replay`): failed rows, or ignored rows whose kind became known,
  * go back to `pending` when an operator asks (invariant 9: nothing is applied behind the operator's
- * back); the caller enqueues them.
+ * back); the update notifies the workers, which claim them (drizzle/0028_inbox_notify.sql).
  */
 import type { Queryable } from '../ground/queryable.js';
 import { assertDeliveryId } from './apply-job.js';
@@ -18,8 +18,8 @@ export interface ReplayOptions {
 }
 
 /**
- * Sets matching `failed` (or `ignored`) rows back to `pending` and returns their ids, in id order; the
- * caller enqueues them (`DeliveryConsumer.enqueueDeliveries`; the sweeper would find them too).
+ * Sets matching `failed` (or `ignored`) rows back to `pending`, due at once with their tries reset,
+ * and returns their ids, in id order; the workers are notified when the update commits.
  * An `ignored` row comes back only when its body now has a known kind (the registry grew); the
  * others stay ignored. Attempts are kept (they count every try), the error is replaced at the next.
  */

@@ -210,13 +210,21 @@ describe('subscriber-mirror webhooks replay', () => {
     await deletePrefix(prefix);
   });
 
-  it('puts failed deliveries back to pending and onto the queue, and validates its flags', async () => {
+  it('puts failed deliveries back to pending, due at once, notifying the workers, and validates its flags', async () => {
     const { rows } = await database.pool.query<{ id: string }>(
       `insert into webhook_deliveries (body_sha256, body, status, error) values
          ('a1', '{"event":"subscriber.updated"}', 'failed', 'boom'),
          ('a2', '{"event":"subscriber.updated"}', 'applied', null)
        returning id::text as id`,
     );
+    await database.pool.query(`update webhook_deliveries set tries = 8, next_attempt_at = now() + interval '1 hour' where id = $1`, [
+      rows[0]!.id,
+    ]);
+    // What a worker hears: the notification the update sends when it commits.
+    const listener = await database.pool.connect();
+    const notified: string[] = [];
+    listener.on('notification', (n) => notified.push(n.channel));
+    await listener.query('listen subscriber_mirror_inbox');
     const env = { DATABASE_URL: database.url, REDIS_URL: inject('redisUrl'), REDIS_PREFIX: prefix };
     const first = await runCli(['webhooks', 'replay'], env);
     expect(first.stderr).toBe('');
@@ -226,12 +234,16 @@ describe('subscriber-mirror webhooks replay', () => {
       `select id::text as id, status from webhook_deliveries order by id`,
     );
     expect(after.map((r) => r.status)).toEqual(['pending', 'applied']);
-    const { Queue } = await import('bullmq');
-    const queue = new Queue('events', { connection: { url: inject('redisUrl') }, prefix });
+    const { rows: due } = await database.pool.query<{ tries: number; due: boolean }>(
+      `select tries, next_attempt_at is null as due from webhook_deliveries where id = $1`,
+      [rows[0]!.id],
+    );
+    expect(due).toEqual([{ tries: 0, due: true }]);
     try {
-      expect(await queue.getJob(`delivery-${rows[0]!.id}`)).toBeTruthy();
+      await expect.poll(() => notified).toEqual(['subscriber_mirror_inbox']);
     } finally {
-      await queue.close();
+      await listener.query('unlisten *');
+      listener.release();
     }
     const second = await runCli(['webhooks', 'replay'], env);
     expect(second.stdout).toBe('no failed deliveries to replay\n');

@@ -1,8 +1,12 @@
 /**
- * The consumer against real Postgres and Redis: every fixture (each kind in each shape), signed with
- * a real HMAC and posted to a running receiver wired to the consumer, lands as the rows its kind
- * writes (docs/architecture.md, "Conventions": fixtures per event). Then exactly-once (invariant 5), never-regress across
- * both paths (invariant 2), retries, the sweeper and replay.
+ * The consumer against real Postgres: every fixture (each kind in each shape), signed with a real
+ * HMAC and posted to a running receiver, lands as the rows its kind writes once the consumer claims
+ * it (docs/architecture.md, "Conventions": fixtures per event). Then exactly-once (invariant 5),
+ * never-regress across both paths (invariant 2), retries, replay, and how the consumer learns of
+ * deliveries (NOTIFY, the safety-net poll). Batches: consumer.batch.test.ts.
+ *
+ * This file's main consumer does not listen: tests that apply a stored row by hand must not race it.
+ * `settled` wakes it, as a notification would.
  */
 import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
@@ -20,7 +24,6 @@ import { createDeliveryConsumer, type DeliveryConsumer, type DeliveryConsumerDep
 import { replayDeliveries } from '../../src/webhooks/replay.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { iso, readActivityKeys } from '../helpers/mirror.js';
-import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait.js';
 import { loadFixtures, type WebhookFixture } from '../fixtures/webhooks/index.js';
 import { legacySubscriber, readMember, readSubscriber, webhookSubscriber } from '../fixtures/mirror/rows.js';
@@ -28,7 +31,6 @@ import { legacySubscriber, readMember, readSubscriber, webhookSubscriber } from 
 const SECRET = 'consumer-test-secret-42';
 
 let db: TestDatabase;
-let prefix: string;
 let logger: Logger;
 let app: FastifyInstance;
 let url: string;
@@ -38,12 +40,9 @@ const extraConsumers: DeliveryConsumer[] = [];
 function consumerDeps(overrides: Partial<DeliveryConsumerDeps> = {}): DeliveryConsumerDeps {
   return {
     pool: db.pool,
-    connection: { url: redisUrl(), maxRetriesPerRequest: null },
-    prefix,
     logger,
-    concurrency: 4,
-    sweepEveryMs: 0,
-    pendingGraceMs: 0,
+    listen: false,
+    pollEveryMs: 0,
     retry: { attempts: 4, backoffMs: 50 },
     ...overrides,
   };
@@ -51,7 +50,6 @@ function consumerDeps(overrides: Partial<DeliveryConsumerDeps> = {}): DeliveryCo
 
 beforeAll(async () => {
   db = await createTestDatabase();
-  prefix = uniquePrefix('consumer');
   logger = createLogger({ level: 'silent' }).logger;
   consumer = createDeliveryConsumer(consumerDeps());
   app = buildServer({ logger, readiness: [] });
@@ -61,7 +59,6 @@ beforeAll(async () => {
     secrets: () => [SECRET],
     pool: db.pool,
     logger,
-    onStored: (id) => consumer.enqueue(id),
     inbox: { maxWaitMs: 1 },
   });
   await app.listen({ port: 0, host: '127.0.0.1' });
@@ -71,7 +68,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await app?.close();
   for (const c of [consumer, ...extraConsumers]) await c?.close(5_000);
-  await deletePrefix(prefix);
   await db?.drop();
 });
 
@@ -108,11 +104,12 @@ async function delivery(id: string): Promise<DeliveryRow | undefined> {
   return rows[0];
 }
 
-/** Waits until the delivery is no longer pending and returns its row. */
+/** Wakes the consumer (each poll, as its safety net would) until the delivery is no longer pending; returns its row. */
 function settled(id: string): Promise<DeliveryRow> {
   return waitFor(
     `delivery ${id} to settle`,
     async () => {
+      consumer.wake();
       const row = await delivery(id);
       return row && row.status !== 'pending' ? row : undefined;
     },
@@ -379,8 +376,8 @@ describe('exactly-once effects (invariant 5)', () => {
     expect(new Set(answers.map((a) => a.id)).size).toBe(1);
     const id = answers[0]!.id;
     const row = await settled(id);
-    // Later notifications of the same id find no pending row: one apply, one activity row.
-    await consumer.enqueue(id);
+    // Later claims and applies of the same id find no pending row: one apply, one activity row.
+    expect(await consumer.drain()).toBe(0);
     await applyDelivery(db.pool, id);
     expect(await applyDelivery(db.pool, id)).toEqual({ outcome: 'skipped', status: 'applied' });
     expect(await delivery(id)).toEqual(row);
@@ -509,7 +506,7 @@ describe('memberships', () => {
 });
 
 // ---------------------------------------------------------------------------------------------
-// Failures, retries, sweeper, replay
+// Failures, retries, replay
 
 /** Makes the next `n` activity inserts fail (a sequence: its values survive the rollback). */
 async function injectFailures(n: number): Promise<void> {
@@ -534,13 +531,12 @@ describe('failures', () => {
     await injectFailures(2);
     try {
       const id = await storeRaw(JSON.parse(updated({ id: '41' })) as unknown);
-      const first = await applyDelivery(db.pool, id);
+      const first = await applyDelivery(db.pool, id, { retry: { attempts: 4, backoffMs: 50 } });
       expect(first).toMatchObject({ outcome: 'retry', attempts: 1 });
       expect(await readSubscriber(db.pool, '41')).toBeUndefined();
       expect(await delivery(id)).toMatchObject({ status: 'pending', attempts: 1, applied_at: null });
       expect((await delivery(id))?.error).toContain('injected failure');
 
-      await consumer.enqueue(id);
       const row = await settled(id);
       expect(row).toMatchObject({ status: 'applied', attempts: 3, error: null });
       expect(await readSubscriber(db.pool, '41')).toBeDefined();
@@ -550,7 +546,31 @@ describe('failures', () => {
     }
   });
 
-  test('after the last attempt it is failed, the sweeper leaves it, and replay applies it', async () => {
+  test('a failed try waits for its backoff before it is claimed again', async () => {
+    await injectFailures(1);
+    try {
+      const id = await storeRaw(JSON.parse(updated({ id: '48' })) as unknown);
+      const slow = createDeliveryConsumer(consumerDeps({ retry: { attempts: 4, backoffMs: 60_000 } }));
+      extraConsumers.push(slow);
+      expect(await slow.drain()).toBe(1);
+      const { rows } = await db.pool.query<{ tries: number; waits: boolean }>(
+        `select tries, next_attempt_at > now() + interval '50 seconds' as waits from webhook_deliveries where id = $1`,
+        [id],
+      );
+      expect(rows[0]).toEqual({ tries: 1, waits: true });
+      // Not due: no claim takes it before its time.
+      expect(await slow.drain()).toBe(0);
+      expect(await delivery(id)).toMatchObject({ status: 'pending', attempts: 1 });
+      await db.pool.query(`update webhook_deliveries set next_attempt_at = now() where id = $1`, [id]);
+      expect(await slow.drain()).toBe(1);
+      expect(await delivery(id)).toMatchObject({ status: 'applied', attempts: 2 });
+      await slow.close(1_000);
+    } finally {
+      await removeFailures();
+    }
+  });
+
+  test('after the last attempt it is failed, no claim takes it, and replay applies it', async () => {
     await injectFailures(1_000);
     let id: string;
     try {
@@ -559,20 +579,18 @@ describe('failures', () => {
       expect(row).toMatchObject({ status: 'failed', attempts: 4 });
       expect(row.error).toContain('injected failure');
       await db.pool.query(`update webhook_deliveries set received_at = now() - interval '1 hour'`);
-      expect(await consumer.sweep()).toBe(0);
+      expect(await consumer.drain()).toBe(0);
     } finally {
       await removeFailures();
     }
     expect(await delivery(id)).toMatchObject({ status: 'failed' });
     expect(await replayDeliveries(db.pool, { since: '2000-01-01T00:00:00Z' })).toEqual([id]);
-    await consumer.enqueueDeliveries([id]);
     expect(await settled(id)).toMatchObject({ status: 'applied', attempts: 5, error: null });
     expect(await replayDeliveries(db.pool)).toEqual([]);
   });
 
   test('a body that cannot be mirrored fails at once, without retries', async () => {
     const id = await storeRaw({ event: 'subscriber.updated', email: 'no-id@example.com', updated_at: '2024-06-01T00:00:00Z' });
-    await consumer.enqueue(id);
     const row = await settled(id);
     expect(row).toMatchObject({ status: 'failed', attempts: 1 });
     expect(row.error).toMatch(/^PayloadError: invalid subscriber.updated payload: id: id is missing/);
@@ -608,79 +626,71 @@ describe('failures', () => {
     const nowKnown = await storeRaw(JSON.parse(updated({ id: '46' })) as unknown, 'ignored');
     expect(await replayDeliveries(db.pool, { status: 'ignored' })).toEqual([nowKnown]);
     expect(await delivery(unknown)).toMatchObject({ status: 'ignored' });
-    await consumer.enqueueDeliveries([nowKnown]);
     expect(await settled(nowKnown)).toMatchObject({ status: 'applied', event_count: 1 });
     expect(await readSubscriber(db.pool, '46')).toBeDefined();
   });
 });
 
-describe('sweeper', () => {
-  test('a pending row nobody enqueued (crash between store and enqueue) is applied by the sweep', async () => {
+describe('how the consumer learns of deliveries', () => {
+  test('a listening consumer applies a stored delivery when the insert notifies it, and a replayed one when the update does', async () => {
+    const listening = createDeliveryConsumer(consumerDeps({ listen: true }));
+    extraConsumers.push(listening);
+    await listening.listening;
+    // Nothing wakes the main consumer here: only the notification can.
     const id = await storeRaw(JSON.parse(updated({ id: '51' })) as unknown);
-    await db.pool.query(`update webhook_deliveries set received_at = now() - interval '1 minute' where id = $1`, [id]);
-    expect(await consumer.sweep()).toBe(1);
-    expect(await settled(id)).toMatchObject({ status: 'applied', attempts: 1 });
+    await waitFor(
+      'the notified consumer to apply it',
+      async () => ((await delivery(id))?.status === 'applied' ? true : undefined),
+      10_000,
+      15,
+    );
+    expect(await delivery(id)).toMatchObject({ status: 'applied', attempts: 1 });
+
+    const failed = await storeRaw(JSON.parse(updated({ id: '55' })) as unknown, 'failed');
+    expect(await replayDeliveries(db.pool, { ids: [failed] })).toEqual([failed]);
+    await waitFor(
+      'the replayed delivery to be applied',
+      async () => ((await delivery(failed))?.status === 'applied' ? true : undefined),
+      10_000,
+      15,
+    );
+    await listening.close(5_000);
   });
 
-  test('a consumer sweeps once at start, then on its interval; young rows are left to their enqueue', async () => {
-    const old = await storeRaw(JSON.parse(updated({ id: '52' })) as unknown);
-    await db.pool.query(`update webhook_deliveries set received_at = now() - interval '1 minute' where id = $1`, [old]);
-    const second = createDeliveryConsumer(consumerDeps({ sweepEveryMs: 200, pendingGraceMs: 1_500 }));
-    extraConsumers.push(second);
-    const young = await storeRaw(JSON.parse(updated({ id: '53' })) as unknown);
-    expect(await settled(old)).toMatchObject({ status: 'applied' });
-    expect(await delivery(young)).toMatchObject({ status: 'pending' });
-    // Once older than the grace period, a later sweep takes it.
-    expect(await settled(young)).toMatchObject({ status: 'applied' });
-    await second.close(5_000);
+  test('without notifications the safety-net poll claims what is due', async () => {
+    const id = await storeRaw(JSON.parse(updated({ id: '52' })) as unknown);
+    const polling = createDeliveryConsumer(consumerDeps({ pollEveryMs: 100 }));
+    extraConsumers.push(polling);
+    await waitFor('the poll to apply it', async () => ((await delivery(id))?.status === 'applied' ? true : undefined), 10_000, 15);
+    await polling.close(5_000);
   });
 
-  test('sweeps walk past rows already queued, a batch at a time', async () => {
-    // Ids 8..14 cross a digit boundary: the cursor must order them as numbers.
-    await db.pool.query(`select setval(pg_get_serial_sequence('webhook_deliveries', 'id'), 7)`);
-    const ids: string[] = [];
-    for (let i = 0; i < 7; i++) ids.push(await storeRaw(JSON.parse(updated({ id: String(60 + i) })) as unknown));
-    await db.pool.query(`update webhook_deliveries set received_at = now() - interval '1 minute'`);
-    const small = createDeliveryConsumer(consumerDeps({ work: false, sweepBatch: 3 }));
-    extraConsumers.push(small);
-    expect([await small.sweep(), await small.sweep(), await small.sweep()]).toEqual([3, 3, 1]);
-    for (const id of ids) expect(await settled(id)).toMatchObject({ status: 'applied' });
-    await small.close(1_000);
+  test('a pending row stored before the consumer started (a crash, an upgrade) is applied at start', async () => {
+    const id = await storeRaw(JSON.parse(updated({ id: '53' })) as unknown);
+    const starting = createDeliveryConsumer(consumerDeps({ listen: true }));
+    extraConsumers.push(starting);
+    await waitFor(
+      'the starting consumer to apply it',
+      async () => ((await delivery(id))?.status === 'applied' ? true : undefined),
+      10_000,
+      15,
+    );
+    await starting.close(5_000);
   });
 
   test('a worker purges applied deliveries past WEBHOOK_RETENTION on its interval; the mirror keeps their effects', async () => {
     const id = await storeRaw(JSON.parse(updated({ id: '80' })) as unknown);
-    await consumer.enqueue(id);
     expect(await settled(id)).toMatchObject({ status: 'applied' });
     const recent = await storeRaw(JSON.parse(updated({ id: '81' })) as unknown);
-    await consumer.enqueue(recent);
     expect(await settled(recent)).toMatchObject({ status: 'applied' });
     await db.pool.query(`update webhook_deliveries set received_at = now() - interval '2 hours' where id = $1`, [id]);
 
-    const purgePrefix = uniquePrefix('consumer-purge');
-    const purging = createDeliveryConsumer(consumerDeps({ prefix: purgePrefix, retentionMs: 3_600_000, purgeEveryMs: 100 }));
+    const purging = createDeliveryConsumer(consumerDeps({ retentionMs: 3_600_000, purgeEveryMs: 100 }));
     extraConsumers.push(purging);
     await waitFor('the old delivery to be purged', async () => (await delivery(id)) === undefined || undefined, 10_000, 15);
     expect(await delivery(recent)).toMatchObject({ status: 'applied' });
     expect(await readSubscriber(db.pool, '80')).toBeDefined();
     expect(await consumer.purge()).toBe(0); // no retention configured: keeps everything
     await purging.close(1_000);
-    await deletePrefix(purgePrefix);
-  });
-
-  test('a sweep adds nothing while the queue already holds maxQueued jobs', async () => {
-    for (let i = 0; i < 5; i++) await storeRaw(JSON.parse(updated({ id: String(70 + i) })) as unknown);
-    await db.pool.query(`update webhook_deliveries set received_at = now() - interval '1 minute'`);
-    // A queue no worker reads, so what the sweep adds stays waiting.
-    const isolated = uniquePrefix('consumer-cap');
-    const capped = createDeliveryConsumer(consumerDeps({ prefix: isolated, work: false, maxQueued: 2 }));
-    try {
-      expect(await capped.sweep()).toBe(2);
-      expect(await capped.sweep()).toBe(0);
-      expect(await capped.queue.getJobCounts('waiting')).toEqual({ waiting: 2 });
-    } finally {
-      await capped.close(1_000);
-      await deletePrefix(isolated);
-    }
   });
 });

@@ -28,7 +28,6 @@ import { createDeliveryConsumer, type DeliveryConsumer } from '../../src/webhook
 import { registerWebhookRoute } from '../../src/webhooks/receiver.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { iso, stableJson } from '../helpers/mirror.js';
-import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { sleep, waitFor } from '../helpers/wait.js';
 
 const { logger } = createLogger({ level: 'silent' });
@@ -202,15 +201,10 @@ const nowUs = (world: World) => Math.floor(world.now() * 1000);
 
 async function startWebhookPath(db: TestDatabase, seed: number): Promise<Simulator> {
   const service: Database = openDatabase(db.url, { max: 10 });
-  const prefix = uniquePrefix('history');
   const consumer: DeliveryConsumer = createDeliveryConsumer({
     pool: service.pool,
-    connection: { url: redisUrl(), maxRetriesPerRequest: null },
-    prefix,
     logger,
-    concurrency: 4,
-    sweepEveryMs: 500,
-    pendingGraceMs: 500,
+    pollEveryMs: 500,
     retry: { attempts: 10, backoffMs: 100 },
   });
   const secrets: string[] = [];
@@ -221,7 +215,6 @@ async function startWebhookPath(db: TestDatabase, seed: number): Promise<Simulat
     secrets: () => secrets,
     pool: service.pool,
     logger,
-    onStored: (id) => consumer.enqueue(id),
     inbox: { maxWaitMs: 1 },
     secretsMissRefreshMs: 60_000,
   });
@@ -249,7 +242,6 @@ async function startWebhookPath(db: TestDatabase, seed: number): Promise<Simulat
     await app.close();
     await consumer.close(5_000);
     await service.close();
-    await deletePrefix(prefix);
   });
   return sim;
 }

@@ -25,7 +25,6 @@ import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { hostPort, startTcpProxy, type TcpProxy } from '../helpers/proxy.js';
 import { compareWebhookEffects, iso } from '../helpers/mirror.js';
 import { createSubscribers, mutate } from '../helpers/mutations.js';
-import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { sleep, waitFor } from '../helpers/wait.js';
 
 // ---------------------------------------------------------------------------------------------
@@ -62,16 +61,11 @@ async function startHarness(options: HarnessOptions): Promise<Harness> {
   const proxy = options.proxy ? await startTcpProxy(hostPort(db.url, 5432)) : null;
   // Receiver and consumer share the service's pool (through the proxy when there is one).
   const service: Database = openDatabase(proxy ? proxy.via(db.url) : db.url, { max: 10, connectionTimeoutMillis: 2_000 });
-  const prefix = uniquePrefix('e2e');
   const logger = createLogger({ level: 'silent' }).logger;
   const consumer: DeliveryConsumer = createDeliveryConsumer({
     pool: service.pool,
-    connection: { url: redisUrl(), maxRetriesPerRequest: null },
-    prefix,
     logger,
-    concurrency: 4,
-    sweepEveryMs: 500,
-    pendingGraceMs: 500,
+    pollEveryMs: 500,
     retry: { attempts: 10, backoffMs: 100 },
   });
 
@@ -107,7 +101,6 @@ async function startHarness(options: HarnessOptions): Promise<Harness> {
     secrets: () => secrets,
     pool: service.pool,
     logger,
-    onStored: (id) => consumer.enqueue(id),
     onOutcome: (outcome) => count(outcome),
     inbox: { maxWaitMs: 1 },
     secretsMissRefreshMs: 60_000,
@@ -146,7 +139,6 @@ async function startHarness(options: HarnessOptions): Promise<Harness> {
       await consumer.close(5_000);
       await service.close();
       await proxy?.close();
-      await deletePrefix(prefix);
       await db.drop();
     },
   };

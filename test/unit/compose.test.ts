@@ -116,15 +116,11 @@ function environmentNames(service: Service | undefined): string[] {
 
 /** Every variable a setting is read from (aliases too), and the passwords only Compose uses. */
 const SETTING_NAMES = settingsOf(SETTINGS).flatMap((s) => [...s.names]);
-const COMPOSE_PASSWORDS = [
-  'POSTGRES_PASSWORD',
-  'MIRROR_DB_PASSWORD',
-  'RECEIVER_DB_PASSWORD',
-  'REDIS_PASSWORD',
-  'RECEIVER_REDIS_PASSWORD',
-  'GRAFANA_ADMIN_PASSWORD',
-];
+const COMPOSE_PASSWORDS = ['POSTGRES_PASSWORD', 'MIRROR_DB_PASSWORD', 'RECEIVER_DB_PASSWORD', 'REDIS_PASSWORD', 'GRAFANA_ADMIN_PASSWORD'];
 const RECEIVER_NEVER = [
+  // No Redis credential at all (issue 37): the receiver only adds to the inbox.
+  'REDIS_URL',
+  'RECEIVER_REDIS_PASSWORD',
   'MAILER_API_KEY',
   'MAILER_API_TOKEN',
   'MAILER_WEBHOOKS_TOKEN',
@@ -191,12 +187,14 @@ describe('docker-compose.yml', () => {
       ['worker', 'MIRROR_DB_PASSWORD'],
       ['redis', 'REDIS_PASSWORD'],
       ['receiver', 'RECEIVER_DB_PASSWORD'],
-      ['redis', 'RECEIVER_REDIS_PASSWORD'],
     ]) {
       expect(setup).toContain(`keep "$${dir}" ${name}`);
     }
-    // Each service's copy of the Redis password it logs in with (Redis's own are in its volume).
+    // The worker's copy of the Redis password it logs in with (Redis's own is in its volume).
     expect(setup).toContain('printf \'%s\' "$REDIS_PASSWORD" >"$worker/REDIS_PASSWORD"');
+    // The Redis password earlier releases generated for the receiver is deleted from every volume.
+    expect(setup).not.toContain('keep "$redis" RECEIVER_REDIS_PASSWORD');
+    expect(setup).toContain('rm -f "$receiver/RECEIVER_REDIS_PASSWORD" "$redis/RECEIVER_REDIS_PASSWORD"');
   });
 
   // An earlier release's files pass on only what each service takes: an allow list, the same names as
@@ -261,28 +259,26 @@ describe('docker-compose.yml', () => {
     expect(grafana.entrypoint?.join(' ')).toMatch(/\[ -n "\$\$GF_SECURITY_ADMIN_PASSWORD" \] \|\| .*exit 2; }; exec \/run\.sh/);
   });
 
-  it('runs Redis 7+ with both passwords from .env or the generated ones, and a healthcheck', () => {
+  it("runs Redis 7+ with the worker's password from .env or the generated one, no other user, and a healthcheck", () => {
     const redis = compose.services.redis!;
     expect(Number(/redis:(\d+)/.exec(redis.image ?? '')?.[1])).toBeGreaterThanOrEqual(7);
     expect(redis.healthcheck?.test.join(' ')).toContain('ping');
     expect(redis.command).toEqual(['sh', '/etc/redis/start.sh']);
-    // Its own passwords only: not the worker's volume, which holds the database owner's.
+    // Its own password only: not the worker's volume, which holds the database owner's.
     expect(redis.volumes?.sort()).toEqual(
-      [
-        'redisdata:/data',
-        './deploy/redis/start.sh:/etc/redis/start.sh:ro',
-        './deploy/redis/receiver.acl:/etc/redis/receiver.acl:ro',
-        'redis-secrets:/run/subscriber-mirror/redis:ro',
-      ].sort(),
+      ['redisdata:/data', './deploy/redis/start.sh:/etc/redis/start.sh:ro', 'redis-secrets:/run/subscriber-mirror/redis:ro'].sort(),
     );
+    expect(environmentNames(redis).sort()).toEqual(['REDIS_MEMORY_LIMIT', 'REDIS_PASSWORD']);
     const start = read('deploy/redis/start.sh');
     expect(start).toMatch(/^dir=\/run\/subscriber-mirror\/redis$/m);
     expect(start).toMatch(/REDIS_PASSWORD="\$\{REDIS_PASSWORD:-\$\(cat "\$dir\/REDIS_PASSWORD"/);
     // BullMQ needs noeviction; maxmemory follows the container's limit.
     expect(start).toMatch(/maxmemory %s\\nmaxmemory-policy noeviction/);
     expect((redis.environment as Record<string, string>).REDIS_MEMORY_LIMIT).toBe(redis.mem_limit);
-    // Both passwords go to redis-server on stdin: not on the command line, which `ps` shows.
-    expect(start).toMatch(/requirepass "%s".*user receiver on >%s %s/);
+    // The password goes to redis-server on stdin: not on the command line, which `ps` shows. No
+    // other user: the receiver has no Redis credential.
+    expect(start).toMatch(/printf 'requirepass "%s"\\n/);
+    expect(start).not.toMatch(/^[^#]*\buser \w/m);
     expect(start).toMatch(/\| *\n? *exec redis-server - /);
     expect(JSON.stringify(redis.command)).not.toContain('PASSWORD');
   });
@@ -310,7 +306,7 @@ describe('docker-compose.yml', () => {
   );
 
   it('passes each service settings by name from .env, each a real setting (or its own password)', () => {
-    const own = { worker: ['MIRROR_DB_PASSWORD', 'REDIS_PASSWORD'], receiver: ['RECEIVER_DB_PASSWORD', 'RECEIVER_REDIS_PASSWORD'] };
+    const own = { worker: ['MIRROR_DB_PASSWORD', 'REDIS_PASSWORD'], receiver: ['RECEIVER_DB_PASSWORD'] };
     for (const name of ['worker', 'receiver'] as const) {
       const names = environmentNames(compose.services[name]);
       expect(names.filter((n) => !SETTING_NAMES.includes(n)).sort(), name).toEqual([...own[name]].sort());
@@ -432,17 +428,19 @@ describe('docker-compose.yml', () => {
     expect(notPassed.sort()).toEqual(Object.keys(NOT_PASSED).sort());
   });
 
-  // The receiver is the one container on the internet: whoever takes it over gets its environment,
-  // its database role (test/integration/db-receiver-role.test.ts) and its Redis user.
-  it('gives the receiver its own role and Redis user, and no credential beyond them', () => {
+  // The receiver is the one container on the internet: whoever takes it over gets its environment
+  // and its database role (test/integration/db-receiver-role.test.ts); since issue 37 no Redis user.
+  it('gives the receiver its own database role and no credential beyond it', () => {
     const receiver = compose.services.receiver!;
     const names = environmentNames(receiver);
     for (const secret of RECEIVER_NEVER) expect(names, secret).not.toContain(secret);
     const start = read('deploy/service/start.sh');
-    expect(start).toMatch(/postgres:\/\/subscriber_mirror_receiver:\$\(secret RECEIVER_DB_PASSWORD\)@postgres:5432\/mirror/);
-    expect(start).toMatch(/redis:\/\/receiver:\$\(secret RECEIVER_REDIS_PASSWORD\)@redis:6379/);
+    const receiverCase = /^ {2}receiver\)[\s\S]*?;;/m.exec(start)?.[0] ?? '';
+    expect(receiverCase).toMatch(/postgres:\/\/subscriber_mirror_receiver:\$\(secret RECEIVER_DB_PASSWORD\)@postgres:5432\/mirror/);
+    expect(receiverCase).not.toMatch(/redis:\/\//);
+    expect(start).toMatch(/if \[ -n "\$REDIS_URL" \]; then export REDIS_URL; else unset REDIS_URL; fi/);
     expect(start).toMatch(/postgres:\/\/mirror:\$\(secret MIRROR_DB_PASSWORD\)@postgres:5432\/mirror/);
-    expect(read('deploy/redis/receiver.acl')).toMatch(/^resetkeys resetchannels %RW~\{prefix\}:events:\*$/m);
+    expect(existsSync(path.join(ROOT, 'deploy/redis/receiver.acl'))).toBe(false);
   });
 
   it('keeps one settings file, .env, out of git and of the image build; .env.example names only settings and passwords', () => {

@@ -81,7 +81,7 @@ describe('loadConfig', () => {
     expect(config.http).toEqual({
       headersTimeoutMs: 5_000,
       requestTimeoutMs: 10_000,
-      idleTimeoutMs: 10_000,
+      idleTimeoutMs: 75_000,
       maxConnections: 1_000,
       maxConnectionsPerClient: 32,
       requestRatePerClient: 50,
@@ -414,7 +414,6 @@ describe('each setting declared once (SETTINGS in src/config.ts)', () => {
       'MIRROR_DB_PASSWORD',
       'RECEIVER_DB_PASSWORD',
       'REDIS_PASSWORD',
-      'RECEIVER_REDIS_PASSWORD',
       'GRAFANA_ADMIN_PASSWORD',
       // The containers' memory limits, which Compose reads from .env (docs/compose.md, "Memory limits").
       ...[...readFileSync(path.join(ROOT, 'docker-compose.yml'), 'utf8').matchAll(/mem_limit: \$\{(\w+):-/g)].map((m) => m[1]!),

@@ -8,7 +8,7 @@ import { settingsOf } from '../../src/ground/settings.js';
 import { ROOT } from '../helpers/cli.js';
 
 /** ./configure writes .env, the one settings file of the compose stack (docs/compose.md, "Production"). */
-const PASSWORDS = ['POSTGRES_PASSWORD', 'MIRROR_DB_PASSWORD', 'RECEIVER_DB_PASSWORD', 'REDIS_PASSWORD', 'RECEIVER_REDIS_PASSWORD'];
+const PASSWORDS = ['POSTGRES_PASSWORD', 'MIRROR_DB_PASSWORD', 'RECEIVER_DB_PASSWORD', 'REDIS_PASSWORD'];
 const SETTING_NAMES = settingsOf(SETTINGS).flatMap((s) => [...s.names]);
 const REQUIRED = ['--legacy-url', 'https://legacy.example.com', '--api-key-stdin', '--groups', '111, 222'];
 /** The variables ./configure writes for Compose itself (the https profile), not for a service. */

@@ -1,13 +1,13 @@
 /**
  * The consumer's pure parts: the per-kind effect table, planning a delivery, membership rounds,
- * merging reference rows, job ids and error classes. No I/O; the consumer against Postgres and Redis
- * is the integration test consumer.test.ts.
+ * merging reference rows, batch waves and error classes. No I/O; the consumer against Postgres is
+ * the integration tests consumer.test.ts and consumer.batch.test.ts.
  */
 import { describe, expect, test } from 'vitest';
 import { NormalizeError } from '../../src/mirror/normalize.js';
 import { EFFECTS, membershipRounds, mergeById, planDelivery, type MembershipFact } from '../../src/webhooks/apply.js';
 import { isPermanent } from '../../src/webhooks/apply-job.js';
-import { deliveryJobId, deliveryJobOptions } from '../../src/webhooks/consumer.js';
+import { mergePlans, wavesOf } from '../../src/webhooks/apply-batch.js';
 import { EVENT_KINDS, EVENT_REGISTRY, parseDelivery, PayloadError, type EventKind } from '../../src/webhooks/payloads.js';
 import { fixture, loadFixtures } from '../fixtures/webhooks/index.js';
 import { webhookSubscriber } from '../fixtures/mirror/rows.js';
@@ -113,22 +113,32 @@ describe('mergeById', () => {
   });
 });
 
-describe('jobs', () => {
-  test('job ids are never all digits and never contain a colon', () => {
-    expect(deliveryJobId('1261159647788771324')).toBe('delivery-1261159647788771324');
-    expect(() => deliveryJobId('12:3')).toThrow(TypeError);
-    expect(() => deliveryJobId('')).toThrow(TypeError);
+describe('batches', () => {
+  const d = (id: string, version: string, subscribers: string[]) => ({ id, version, subscribers });
+
+  test("a wave never holds two deliveries of one subscriber; each subscriber's deliveries go in version order", () => {
+    const waves = wavesOf([d('1', 'T3', ['a']), d('2', 'T1', ['a']), d('3', 'T2', ['b']), d('4', 'T2', ['a', 'b']), d('5', '', [])]);
+    expect(waves.map((w) => w.map((x) => x.id))).toEqual([['5', '2', '3'], ['4'], ['1']]);
   });
 
-  test('retries back off exponentially and finished jobs are removed', () => {
-    expect(deliveryJobOptions()).toEqual({
-      attempts: 8,
-      backoff: { type: 'exponential', delay: 1_000 },
-      removeOnComplete: true,
-      removeOnFail: true,
-    });
+  test('equal versions keep the order they were claimed in', () => {
+    expect(wavesOf([d('1', 'T', ['a']), d('2', 'T', ['a']), d('3', 'T', ['b'])]).map((w) => w.map((x) => x.id))).toEqual([
+      ['1', '3'],
+      ['2'],
+    ]);
   });
 
+  test('merged plans hold every row of every plan, in plan order', () => {
+    const [a, b] = [
+      planDelivery(parseDelivery(JSON.parse(fixture('subscriber.created', 'flat').body)).events, '1'),
+      planDelivery(parseDelivery(JSON.parse(fixture('campaign.open', 'batched').body)).events, '2'),
+    ];
+    const merged = mergePlans([a, b]);
+    for (const key of Object.keys(merged) as Array<keyof typeof merged>) expect(merged[key]).toEqual([...a[key], ...b[key]]);
+  });
+});
+
+describe('errors', () => {
   test('only errors a retry cannot fix are permanent', () => {
     expect(isPermanent(new PayloadError('bad'))).toBe(true);
     expect(isPermanent(new NormalizeError('id', 'missing'))).toBe(true);

@@ -3,7 +3,7 @@
  * statements run against Postgres in test/integration/receiver.test.ts.
  */
 import { describe, expect, test } from 'vitest';
-import type { Queryable } from '../../src/ground/queryable.js';
+import type { Queryable, QueryConfig } from '../../src/ground/queryable.js';
 import { bodySha256, createInboxWriter, type DeliveryRecord } from '../../src/webhooks/inbox/write.js';
 import { createSecretCache } from '../../src/webhooks/receiver.js';
 
@@ -22,7 +22,10 @@ function fakePool(options: { autoSettle?: boolean; refuse?: (bodyText: string) =
   const calls: Call[] = [];
   let nextId = 1;
   const pool: Queryable = {
-    query(sql: string, values: unknown[] = []) {
+    query(query: string | QueryConfig, given: unknown[] = []) {
+      // A named statement comes as a config (the inbox's insert is prepared once per connection).
+      const sql = typeof query === 'string' ? query : query.text;
+      const values = typeof query === 'string' ? given : (query.values ?? []);
       // Typed rows are never read back by name: `never[]` fits every row type the inbox asks for.
       return new Promise<{ rows: never[]; rowCount: null }>((resolve, reject) => {
         const run = () => {

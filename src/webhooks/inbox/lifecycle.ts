@@ -47,27 +47,48 @@ returning (extract(epoch from (coalesce(applied_at, clock_timestamp()) - receive
 commit`;
 }
 
+/** How often a delivery is tried and how long it waits between tries. */
+export interface RetryPolicy {
+  /** Tries per delivery, first one included (default 8): the last failed one marks it `failed`. */
+  attempts: number;
+  /** First wait; doubles per failed try (default 1 s: 1, 2, 4 … 64 s, about two minutes in all). */
+  backoffMs: number;
+}
+
+export const DEFAULT_RETRY: RetryPolicy = { attempts: 8, backoffMs: 1_000 };
+
+// The rule of every failed try, in one statement: one more attempt and try, the error, the next try
+// after backoff × 2^(tries so far), and `failed` when the error is permanent or this was the last try.
 const FAILED_SQL = `
 update webhook_deliveries
-   set attempts = attempts + 1, error = $2, updated_at = clock_timestamp(),
-       status = case when $3 then 'failed' else status end
+   set attempts = attempts + 1, tries = tries + 1, error = $2, updated_at = clock_timestamp(),
+       next_attempt_at = clock_timestamp() + make_interval(secs => $5::float8 * power(2, least(tries, 30)) / 1000),
+       status = case when $3 or tries + 1 >= $4 then 'failed' else status end
  where id = $1 and status = 'pending'
-returning attempts, status`;
+returning attempts, status, (extract(epoch from next_attempt_at - clock_timestamp()) * 1000)::float8 as "retryInMs"`;
+
+/** What a failed try left: the row's attempts and status, and how long until it is due again. */
+export interface FailedAttempt {
+  attempts: number;
+  status: DeliveryStatus;
+  retryInMs: number;
+}
 
 /**
- * Records a failed apply on a row still `pending`: one more attempt, its error, and `failed` when
- * `markFailed`. Undefined when the row is no longer pending (another apply finished it).
+ * Records a failed apply on a row still `pending` (see FAILED_SQL): `permanent` marks it `failed`
+ * at once. Undefined when the row is no longer pending (another apply finished it).
  */
 export async function recordFailedAttempt(
   pool: Queryable,
   id: string,
   error: string,
-  markFailed: boolean,
-): Promise<{ attempts: number; status: DeliveryStatus } | undefined> {
-  const { rows } = await pool.query<{ attempts: number; status: DeliveryStatus }>({
+  permanent: boolean,
+  retry: RetryPolicy = DEFAULT_RETRY,
+): Promise<FailedAttempt | undefined> {
+  const { rows } = await pool.query<FailedAttempt>({
     name: 'sm_consumer_failed',
     text: FAILED_SQL,
-    values: [id, error, markFailed],
+    values: [id, error, permanent, retry.attempts, retry.backoffMs],
   });
   return rows[0];
 }
@@ -84,7 +105,7 @@ export interface ReplayFilter {
 }
 
 const REOPEN_FAILED_SQL = `
-update webhook_deliveries set status = 'pending', updated_at = clock_timestamp()
+update webhook_deliveries set status = 'pending', updated_at = clock_timestamp(), tries = 0, next_attempt_at = null
  where status = 'failed'
    and ($1::timestamptz is null or received_at >= $1::timestamptz)
    and ($2::bigint[] is null or id = any($2::bigint[]))
@@ -98,7 +119,7 @@ select d.id::text as id, d.body from webhook_deliveries d
  order by d.id`;
 
 const REOPEN_IGNORED_SQL = `
-update webhook_deliveries set status = 'pending', updated_at = clock_timestamp()
+update webhook_deliveries set status = 'pending', updated_at = clock_timestamp(), tries = 0, next_attempt_at = null
  where status = 'ignored' and id = any($1::bigint[])
 returning id::text as id`;
 
@@ -120,29 +141,77 @@ export async function reopenIgnored(pool: Queryable, ids: readonly string[]): Pr
   return rows.map((r) => r.id);
 }
 
-// Qualified names: a bare id in ORDER BY would be the text output column, and "10" < "5".
-const PENDING_SQL = `
-select d.id::text as id, d.received_at::text as "receivedAt" from webhook_deliveries d
- where d.status = 'pending' and d.received_at < now() - make_interval(secs => $1::float8 / 1000)
-   and ($2::timestamptz is null or (d.received_at, d.id) > ($2::timestamptz, $3::bigint))
+/*
+ * The claim that opens a batch: the oldest due pending rows, locked until the batch commits;
+ * rows another worker holds are skipped, not waited for (SKIP LOCKED), so replicas share the inbox
+ * without ever applying a row twice at once. Bodies up to `inlineBytes` (as stored) come with it;
+ * larger ones are read one by one within the batch's byte budget (`deliveryBody`).
+ */
+const CLAIM_SQL = (limit: number, inlineBytes: number) => `
+select d.id::text as id, ${canonicalTimestampSql('d.received_at')} as "receivedAt", pg_column_size(d.body) as size,
+       case when pg_column_size(d.body) <= ${Math.trunc(inlineBytes)} then d.body end as body
+  from webhook_deliveries d
+ where d.status = 'pending' and (d.next_attempt_at is null or d.next_attempt_at <= clock_timestamp())
  order by d.received_at, d.id
- limit $4`;
+ limit ${Math.trunc(limit)}
+   for update skip locked`;
 
-/** A position in the pending rows, in (received_at, id) order. */
-export interface PendingCursor {
-  receivedAt: string;
+/** A claimed row: its body when small enough to come with the claim, else null (read it when its turn comes). */
+export interface ClaimedDelivery {
   id: string;
+  receivedAt: string;
+  /** Stored size of the body in bytes. */
+  size: number;
+  body: unknown;
 }
 
-/** Up to `limit` pending rows received more than `graceMs` ago, after `cursor`, in (received_at, id) order. */
-export async function pendingDeliveries(
-  pool: Queryable,
-  graceMs: number,
-  cursor: PendingCursor | null,
-  limit: number,
-): Promise<PendingCursor[]> {
-  const { rows } = await pool.query<PendingCursor>(PENDING_SQL, [graceMs, cursor?.receivedAt ?? null, cursor?.id ?? null, limit]);
-  return rows;
+/** The claim as text to send after `begin` and the transaction's settings in one simple query. */
+export function claimDeliveriesSql(limit: number, inlineBytes: number): string {
+  return CLAIM_SQL(Math.max(1, limit), Math.max(0, inlineBytes));
+}
+
+/** The body of a row this transaction holds (a large one the claim left out). */
+export async function claimedBody(client: Queryable, id: string): Promise<unknown> {
+  const { rows } = await client.query<{ body: unknown }>('select body from webhook_deliveries where id = $1', [id]);
+  return rows[0]?.body ?? null;
+}
+
+/** What a batch sets on each row it applied or found nothing to apply in. */
+export interface FinishedDelivery {
+  id: string;
+  status: 'applied' | 'ignored';
+  note: string | null;
+  kinds: readonly string[];
+  eventCount: number;
+}
+
+/**
+ * Marks a batch's rows done, as one statement (text; ids are validated digits, texts go through
+ * `escapeLiteral`). Returns, per applied row, `applied_at − received_at` in ms as `lagMs`.
+ */
+export function finishDeliveriesSql(client: pg.ClientBase, rows: readonly FinishedDelivery[]): string {
+  const literal = (text: string) => client.escapeLiteral(text.replaceAll('\u0000', '\ufffd'));
+  const values = rows.map((r) => {
+    const kinds = r.kinds.length === 0 ? `'{}'::text[]` : `array[${r.kinds.map(literal).join(', ')}]::text[]`;
+    return `(${r.id}::bigint, '${r.status}', ${r.note === null ? 'null::text' : literal(r.note)}, ${kinds}, ${Math.trunc(r.eventCount)})`;
+  });
+  return `
+update webhook_deliveries d
+   set status = v.status, applied_at = case when v.status = 'applied' then clock_timestamp() else d.applied_at end,
+       updated_at = clock_timestamp(), attempts = d.attempts + 1, error = v.note, kinds = v.kinds,
+       event_count = v.event_count, next_attempt_at = null
+  from (values ${values.join(',\n         ')}) as v(id, status, note, kinds, event_count)
+ where d.id = v.id
+returning d.id::text as id, (extract(epoch from (coalesce(d.applied_at, clock_timestamp()) - d.received_at)) * 1000)::float8 as "lagMs"`;
+}
+
+/** Milliseconds until the earliest pending row that waits for its next try is due; null when none waits. */
+export async function nextRetryInMs(pool: Queryable): Promise<number | null> {
+  const { rows } = await pool.query<{ ms: number | null }>(
+    `select (extract(epoch from min(next_attempt_at) - clock_timestamp()) * 1000)::float8 as ms
+       from webhook_deliveries where status = 'pending' and next_attempt_at is not null`,
+  );
+  return rows[0]?.ms ?? null;
 }
 
 // Batched by id so one purge never holds many row locks or one huge transaction; the status index

@@ -76,6 +76,9 @@ export interface InboxWriterOptions {
    * How long the first queued row may wait for others before its batch is written, when a
    * connection is free (0: write at once). While all `maxConcurrent` statements are busy rows queue
    * anyway, so under load batches fill by themselves; this only bounds the extra latency at low load.
+   * Default 10 ms: at a few hundred deliveries a second each commit (a WAL flush, and a notification
+   * to the workers) then carries several rows (measured at 500/s: Postgres CPU per delivery 294 µs
+   * at 2 ms, 162 µs at 10 ms; the service gives up after 3 s, so 10 ms of ack latency costs nothing).
    */
   maxWaitMs?: number;
   /** Statements in flight at once (each holds one pooled connection). */
@@ -159,7 +162,7 @@ async function runBatch(pool: Queryable, batch: Pending[], stats: BatchStats): P
 
 export function createInboxWriter(pool: Queryable, options: InboxWriterOptions = {}): InboxWriter {
   const maxBatch = Math.max(1, options.maxBatch ?? 256);
-  const maxWaitMs = Math.max(0, options.maxWaitMs ?? 2);
+  const maxWaitMs = Math.max(0, options.maxWaitMs ?? 10);
   const maxConcurrent = Math.max(1, options.maxConcurrent ?? 2);
   const maxBatchBytes = Math.max(1, options.maxBatchBytes ?? 16 * 1024 * 1024);
   const maxQueued = Math.max(1, options.maxQueued ?? 10_000);
@@ -350,15 +353,21 @@ async function insertOneByOne(pool: Queryable, rows: Row[]): Promise<ResultRow[]
 }
 
 async function insertStatement(pool: Queryable, rows: Row[]): Promise<ResultRow[]> {
-  const { rows: result } = await pool.query(INSERT_SQL, [
-    rows.map((r) => r.sha),
-    rows.map((r) => r.bodyText),
-    rows.map((r) => JSON.stringify(r.kinds)),
-    rows.map((r) => r.eventCount),
-    rows.map((r) => r.endpointId),
-    rows.map((r) => r.status),
-    rows.map((r) => r.error),
-  ]);
+  // Named: Postgres parses and plans it once per connection, not once per batch (measured: about a
+  // fifth of the inbox's Postgres CPU at 500 deliveries/s).
+  const { rows: result } = await pool.query({
+    name: 'sm_inbox_insert',
+    text: INSERT_SQL,
+    values: [
+      rows.map((r) => r.sha),
+      rows.map((r) => r.bodyText),
+      rows.map((r) => JSON.stringify(r.kinds)),
+      rows.map((r) => r.eventCount),
+      rows.map((r) => r.endpointId),
+      rows.map((r) => r.status),
+      rows.map((r) => r.error),
+    ],
+  });
   return result as ResultRow[];
 }
 
