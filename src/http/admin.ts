@@ -42,8 +42,6 @@ export interface AdminDeps {
   token: string;
   pool: pg.Pool;
   syncQueue: Queue<PassJobData, PassJobResult>;
-  /** Other queues shown on the dashboard (e.g. webhook deliveries). */
-  extraQueues?: Queue[];
   /** SYNC_GROUPS and SYNC_TYPES: backfill accepts nothing else. */
   configured: { groups: readonly string[]; types: readonly SubscriberType[]; auditSchedule?: AuditSchedule | null };
   /** The API-key pause of the poll path (null when not polling or not paused). */
@@ -479,7 +477,7 @@ async function registerDashboard(admin: FastifyInstance, deps: AdminDeps): Promi
   // Read-only also hides the buttons; the guard refuses the writes whatever the dashboard does.
   const readOnlyMode = !deps.dashboardWrite;
   createBullBoard({
-    queues: [deps.syncQueue, ...(deps.extraQueues ?? [])].map((q) => new BullMQAdapter(q, { readOnlyMode })),
+    queues: [deps.syncQueue].map((q) => new BullMQAdapter(q, { readOnlyMode })),
     serverAdapter: board,
   });
   await admin.register(board.registerPlugin(), { prefix: DASHBOARD_PATH });

@@ -163,13 +163,13 @@ describe.skipIf(chromiumTool.skip)('status page in a real browser', () => {
     await page.close();
   });
 
-  it('the same login opens the BullMQ dashboard with its queues', async () => {
+  // The one BullMQ queue is the passes' (deliveries go from the inbox to the workers without one).
+  it('the same login opens the BullMQ dashboard with its queue', async () => {
     const page = await browser.context.newPage();
     const errors = watchErrors(page);
     const response = await page.goto(`${base}/admin/queues`);
     expect(response?.status()).toBe(200);
     await page.getByText('sync', { exact: true }).first().waitFor({ timeout: 20_000 });
-    await page.getByText('events', { exact: true }).first().waitFor({ timeout: 20_000 });
     expect(errors).toEqual([]);
     await page.close();
   });
