@@ -27,7 +27,7 @@ ENV NODE_ENV=production OPS_PORT=9090 OPS_HOST=0.0.0.0
 # The runtime settings of every node process in the image, written here only: the entry point,
 # deploy/service/start.sh and the demo's start inherit them, `npm start` (deploy/image-env.sh) and the
 # benchmarks read this line, test/unit/compose.test.ts checks that. Each is measured
-# (docs/benchmarks.md, "memory"); nothing calls gc(). To raise the cap: docs/compose.md, "Memory limits".
+# (docs/benchmarks.md, "memory"); no collection is ever forced. To raise the cap: docs/compose.md, "Memory limits".
 #   --max-old-space-size=256: the heap cap, below every compose memory limit by what is not heap. Past
 #     it node stops ("heap out of memory") instead of growing. The worker's heap peaked at 58 MB live
 #     (its passes share two pages: the page gate); the receiver parsing one signed 9.7 MiB delivery
