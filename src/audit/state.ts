@@ -33,7 +33,7 @@ export async function claimAudit(
   const { rows } = await db.query<AuditStateRow>(
     `with prev as (select last_audit_at from audit_state where group_id = $1 and type = $2)
      insert into audit_state as a (group_id, type, last_audit_at, updated_at) values ($1, $2, now(), now())
-     on conflict (group_id, type) do update set last_audit_at = now(), updated_at = now()
+     on conflict (account, group_id, type) do update set last_audit_at = now(), updated_at = now()
        where $4 or a.last_audit_at is null or a.last_audit_at < now() - make_interval(secs => $3::double precision / 1000)
      returning ${STATE_COLUMNS}, (select ${iso('last_audit_at')} from prev) as "previousAuditAt"`,
     [groupId, type, everyMs * 0.9, force],
@@ -89,12 +89,12 @@ export async function saveAuditError(db: Queryable, groupId: string, type: strin
 }
 
 /** What one audit of a pair counted: the figures of an `audit_results` row. */
-export type AuditTally = Omit<RowOf<typeof auditResults>, 'id' | 'groupId' | 'type' | 'at'>;
+export type AuditTally = Omit<RowOf<typeof auditResults>, 'id' | 'account' | 'groupId' | 'type' | 'at'>;
 
 const RESULT_COLUMNS = sqlNames(auditResults);
 /** The figures of a result, in the table's order (every column but the row's identity and time). */
 const TALLY_KEYS = (Object.keys(RESULT_COLUMNS) as Array<keyof typeof RESULT_COLUMNS>).filter(
-  (key): key is keyof AuditTally => key !== 'id' && key !== 'groupId' && key !== 'type' && key !== 'at',
+  (key): key is keyof AuditTally => key !== 'id' && key !== 'account' && key !== 'groupId' && key !== 'type' && key !== 'at',
 );
 
 export function emptyTally(): AuditTally {
@@ -136,7 +136,7 @@ export async function auditWindow(db: Queryable, windowMs = 86_400_000): Promise
 }
 
 /** A webhook as the audit last read it back: an `audit_webhooks` row. */
-export type WebhookHealth = RowOf<typeof auditWebhooks>;
+export type WebhookHealth = Omit<RowOf<typeof auditWebhooks>, 'account'>;
 
 /** What one read-back found of a webhook (the rest of its row is stamped when saved). */
 export type WebhookCheck = Pick<WebhookHealth, 'id' | 'enabled' | 'problems' | 'missingEvents'>;
@@ -148,7 +148,7 @@ export async function saveWebhookHealth(db: Queryable, health: readonly WebhookC
     await db.query(
       `insert into audit_webhooks (id, enabled, problems, missing_events, checked_at, reenabled_at)
        values ($1, $2, $3::text[], $4::text[], now(), case when $5 then now() end)
-       on conflict (id) do update set enabled = excluded.enabled, problems = excluded.problems,
+       on conflict (account, id) do update set enabled = excluded.enabled, problems = excluded.problems,
          missing_events = excluded.missing_events, checked_at = now(),
          reenabled_at = case when $5 then now() else audit_webhooks.reenabled_at end`,
       [h.id, h.enabled, h.problems, h.missingEvents, reenabled.includes(h.id)],
@@ -157,6 +157,6 @@ export async function saveWebhookHealth(db: Queryable, health: readonly WebhookC
 }
 
 export async function listWebhookHealth(db: Queryable): Promise<WebhookHealth[]> {
-  const { rows } = await db.query<WebhookHealth>(`select ${rowSelectSql(auditWebhooks)} from audit_webhooks order by id`);
+  const { rows } = await db.query<WebhookHealth>(`select ${rowSelectSql(auditWebhooks, { omit: ['account'] })} from audit_webhooks where account = mirror_account() order by id`);
   return rows;
 }

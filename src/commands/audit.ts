@@ -8,7 +8,7 @@ import { Redis } from 'ioredis';
 import { auditSettings } from './audit-settings.js';
 import { auditLoopDeps } from './audit-run.js';
 import { loadConfig, type Config } from '../config.js';
-import { openDatabase } from '../db/client.js';
+import { DEFAULT_ACCOUNT, openDatabase } from '../db/client.js';
 import { createLogger } from '../ground/log.js';
 import { runAuditTick, type TickOutcome } from '../audit/loop.js';
 import { formatVerdict, verifyTick, type Verdict } from '../audit/verify.js';
@@ -65,7 +65,7 @@ export async function runAuditCli(
   verify = false,
 ): Promise<number> {
   const settings = auditSettings(config);
-  const database = openDatabase(config.databaseUrl, { max: 2 });
+  const database = openDatabase(config.databaseUrl, { max: 2, account: DEFAULT_ACCOUNT });
   const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1, lazyConnect: true });
   const queue = createSyncQueue({ url: config.redisUrl, maxRetriesPerRequest: 1 }, config.redisPrefix);
   const limiter = followSharedLimiter(config);

@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { loadConfig } from '../config.js';
-import { openDatabase } from '../db/client.js';
+import { DEFAULT_ACCOUNT, openDatabase } from '../db/client.js';
 import { UsageError } from '../ground/usage-error.js';
 import { startSimulator } from '../simulator/index.js';
 import type { World } from '../simulator/world.js';
@@ -147,7 +147,7 @@ export async function runDemo(argv: string[]): Promise<void> {
     ['poll', 'receive', 'manage-webhooks'],
   );
   const service = await startService(config, 'all');
-  const database = openDatabase(config.databaseUrl, { max: 2 });
+  const database = openDatabase(config.databaseUrl, { max: 2, account: DEFAULT_ACCOUNT });
   try {
     const api = createWebhooksApi({ baseUrl: sim.url, token: sim.webhooksToken });
     await registerWebhooks(api, database.pool, {

@@ -9,7 +9,7 @@
  * 0): emails are not kept once erased, so it cannot be told from one never mirrored.
  */
 import { loadConfig } from '../config.js';
-import { openDatabase } from '../db/client.js';
+import { DEFAULT_ACCOUNT, openDatabase } from '../db/client.js';
 import { UsageError } from '../ground/usage-error.js';
 import { mirroredSubscribers, subscribersWithEmail } from '../mirror/erasure.js';
 import { canonicalIdOrNull } from '../mirror/rules.js';
@@ -85,7 +85,7 @@ export function formatErasure(target: EraseTarget, ids: readonly string[], resul
 export const eraseCommand: Command = async (args) => {
   const target = parseEraseArgs(args);
   const config = loadConfig(process.env, ['database']);
-  const database = openDatabase(config.databaseUrl, { max: 1 });
+  const database = openDatabase(config.databaseUrl, { max: 1, account: DEFAULT_ACCOUNT });
   try {
     const ids = await resolve(database.pool, target).catch((error: unknown) => {
       if (error instanceof UsageError) throw error;

@@ -5,7 +5,7 @@
  * same every RECONCILE_EVERY.
  */
 import { loadConfig } from '../config.js';
-import { openDatabase } from '../db/client.js';
+import { DEFAULT_ACCOUNT, openDatabase } from '../db/client.js';
 import { createLogger } from '../ground/log.js';
 import type { Queryable } from '../ground/queryable.js';
 import type { FieldChanges } from '../mirror/store/index.js';
@@ -41,7 +41,7 @@ function changeLines(c: FieldChanges): string[] {
 export const fieldsCommand: Command = async (args) => {
   const { values } = parseOptions(args, { refresh: { type: 'boolean', default: false }, json: { type: 'boolean', default: false } });
   const config = loadConfig(process.env, values.refresh ? ['poll'] : ['database']);
-  const database = openDatabase(config.databaseUrl, { max: 2 });
+  const database = openDatabase(config.databaseUrl, { max: 2, account: DEFAULT_ACCOUNT });
   const limiter = values.refresh ? followSharedLimiter(config) : null;
   try {
     let changes: FieldChanges | null = null;

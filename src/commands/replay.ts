@@ -1,6 +1,6 @@
 /** `subscriber-mirror webhooks replay [--status failed|ignored] [--since DATE]`. */
 import { loadConfig } from '../config.js';
-import { openDatabase } from '../db/client.js';
+import { DEFAULT_ACCOUNT, openDatabase } from '../db/client.js';
 import { UsageError } from '../ground/usage-error.js';
 import { replayDeliveries } from '../webhooks/replay.js';
 import { parseOptions, type Command } from './args.js';
@@ -18,7 +18,7 @@ export const replayCommand: Command = async (args) => {
     throw new UsageError(`--since is not a real date: "${values.since}"`);
   }
   const config = loadConfig(process.env, ['database']);
-  const database = openDatabase(config.databaseUrl, { max: 2 });
+  const database = openDatabase(config.databaseUrl, { max: 2, account: DEFAULT_ACCOUNT });
   try {
     const since = values.since === undefined ? undefined : new Date(Date.parse(values.since)).toISOString();
     const ids = await replayDeliveries(database.pool, { status: values.status, ...(since ? { since } : {}) });

@@ -14,7 +14,7 @@
 import { Redis } from 'ioredis';
 import type pg from 'pg';
 import { loadConfig, needsForRole, NOTHING_RECONCILES, readCredentialOf, ROLES, secretsOf, type Config, type Role } from '../config.js';
-import { openDatabase, type Database } from '../db/client.js';
+import { DEFAULT_ACCOUNT, openDatabase, type Database } from '../db/client.js';
 import { INSUFFICIENT_PRIVILEGE, migrationsPending, runMigrations } from '../db/migrate.js';
 import { DELIVERY_STATUSES } from '../db/schema.js';
 import { createLogger, type Logger } from '../ground/log.js';
@@ -107,7 +107,7 @@ function sqlStateOf(error: unknown): string | undefined {
 /** Migrates (or waits for a worker to) and opens the pool with HISTORY applied; a clear StartupError otherwise. */
 async function openMigratedDatabase(config: Config, role: Role, log: Logger): Promise<Database> {
   await migrateOrWait(config.databaseUrl, role, log);
-  const database = openDatabase(config.databaseUrl, { applicationName: `subscriber-mirror-${role}`, max: 20 });
+  const database = openDatabase(config.databaseUrl, { applicationName: `subscriber-mirror-${role}`, max: 20, account: DEFAULT_ACCOUNT });
   try {
     // The receiver writes no mirrored row (and its own role may not write the setting).
     if (role !== 'receiver') await configureHistory(database.pool, { enabled: config.history.enabled });

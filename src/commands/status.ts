@@ -3,7 +3,7 @@
  * accuracy; the auth pause, the learned rate budgets and the webhooks' health.
  */
 import { loadConfig, NOTHING_RECONCILES, readCredentialOf } from '../config.js';
-import { openDatabase } from '../db/client.js';
+import { DEFAULT_ACCOUNT, openDatabase } from '../db/client.js';
 import { formatBudgetReport, readRateBudgets, type BudgetReport } from '../ratelimit/budget-limiter.js';
 import { authPauseKey, isPaused, readAuthPause } from '../sync/auth-pause.js';
 import { auditScheduleNotice, collectStatus, formatStatusTable, webhookHealth } from '../sync/status.js';
@@ -18,7 +18,7 @@ const out = (text: string) => process.stdout.write(printable(text));
 export const statusCommand: Command = async (args) => {
   const { values } = parseOptions(args, { json: { type: 'boolean', default: false } });
   const config = loadConfig(process.env, ['database']);
-  const database = openDatabase(config.databaseUrl, { max: 1 });
+  const database = openDatabase(config.databaseUrl, { max: 1, account: DEFAULT_ACCOUNT });
   try {
     const auditSchedule = configuredAuditSchedule(config);
     const rows = await collectStatus(database.pool, { groups: config.sync.groups, types: config.sync.types, auditSchedule });

@@ -12,7 +12,7 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import type pg from 'pg';
 import { ConfigError, loadConfig, type Config } from '../config.js';
-import { openDatabase } from '../db/client.js';
+import { DEFAULT_ACCOUNT, openDatabase } from '../db/client.js';
 import { createScrubber, type Logger, type SecretScrubber } from '../ground/log.js';
 import { printable } from '../ground/terminal.js';
 import { UsageError } from '../ground/usage-error.js';
@@ -487,7 +487,7 @@ export async function runWebhooksCli(argv: string[], deps: WebhooksCliDeps): Pro
 export const webhooksCommand: Command = async (args) => {
   if (args[0] === 'replay') return replayCommand(args.slice(1));
   const config = loadConfig(process.env, ['manage-webhooks']);
-  const database = openDatabase(config.databaseUrl, { max: 2 });
+  const database = openDatabase(config.databaseUrl, { max: 2, account: DEFAULT_ACCOUNT });
   try {
     return await runWebhooksCli(args, { config, pool: database.pool });
   } finally {

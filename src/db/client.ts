@@ -14,10 +14,34 @@ export interface Database {
 }
 
 export interface DatabaseOptions {
+  /**
+   * The account every connection of the pool serves (docs/operations.md, "Several accounts"): set as
+   * the session's `subscriber_mirror.account`, which the account columns default to and the
+   * service's statements filter on (`mirror_account()`, migration 0029). Omitted: a pool for
+   * deployment-wide work, whose statements must name accounts themselves (a statement that asks the
+   * session for its account fails there).
+   */
+  account?: string;
   max?: number;
   applicationName?: string;
   /** Fail fast instead of hanging when Postgres is unreachable. */
   connectionTimeoutMillis?: number;
+}
+
+/** The session setting that names the account a connection serves (read by `mirror_account()`). */
+export const ACCOUNT_SETTING = 'subscriber_mirror.account';
+
+/** The account an install that declares none serves, and every row an upgrade from one account keeps. */
+export const DEFAULT_ACCOUNT = 'default';
+
+const ACCOUNT_NAME = /^[a-z][a-z0-9_]{0,30}$/;
+
+/** An account name as the `accounts` table's check allows it; anything else never reaches a connection string. */
+export function checkedAccountName(name: string): string {
+  if (!ACCOUNT_NAME.test(name) || name.includes('__')) {
+    throw new Error(`invalid account name ${JSON.stringify(name)}: 1-31 lowercase letters, digits or "_", starting with a letter, without "__"`);
+  }
+  return name;
 }
 
 export function openDatabase(url: string, options: DatabaseOptions = {}): Database {
@@ -26,6 +50,7 @@ export function openDatabase(url: string, options: DatabaseOptions = {}): Databa
     max: options.max ?? 10,
     application_name: options.applicationName ?? 'subscriber-mirror',
     connectionTimeoutMillis: options.connectionTimeoutMillis ?? 10_000,
+    ...(options.account === undefined ? {} : { options: `-c ${ACCOUNT_SETTING}=${checkedAccountName(options.account)}` }),
   });
   // An idle client that loses its connection (Postgres restart) emits 'error' on the pool; without a
   // listener that would crash the process. The next checkout reconnects.

@@ -22,7 +22,6 @@ import {
   type PgColumn,
   type PgTable,
   primaryKey,
-  smallint,
   text,
   timestamp,
   unique,
@@ -30,6 +29,34 @@ import {
 
 // Strings, not Date: JS Dates drop the microseconds that order webhook versions (invariant 2).
 const tstz = (name: string) => timestamp(name, { withTimezone: true, precision: 6, mode: 'string' });
+
+/**
+ * The accounts of the service this deployment mirrors (docs/operations.md, "Several accounts"): one
+ * row per declared account, written at start from the settings (`src/db/accounts.ts`). Ids and
+ * addresses are only unique within an account, so every mirrored row carries its account, first in
+ * its key, and a foreign key here refuses a row of an account that was never declared.
+ */
+export const accounts = pgTable(
+  'accounts',
+  {
+    name: text('name').primaryKey(),
+    /** When the account was first declared (our clock). */
+    declaredAt: tstz('declared_at').notNull().defaultNow(),
+  },
+  (t) => [check('accounts_name_format', sql`${t.name} ~ '^[a-z][a-z0-9_]{0,30}$' and ${t.name} !~ '__'`)],
+);
+
+/**
+ * The account column of every mirrored table. Its default is the session's account
+ * (`mirror_account()`, migration 0029): the service opens one connection pool per account, each
+ * connection scoped to its account, so a write can only land in the account it serves, and a session
+ * without an account fails loudly instead of guessing.
+ */
+const accountColumn = () =>
+  text('account')
+    .notNull()
+    .default(sql`mirror_account()`)
+    .references(() => accounts.name);
 
 export const SUBSCRIBER_TYPES = ['active', 'unsubscribed', 'bounced', 'junk', 'unconfirmed'] as const;
 export type SubscriberType = (typeof SUBSCRIBER_TYPES)[number];
@@ -46,7 +73,8 @@ export type MirrorSource = (typeof MIRROR_SOURCES)[number];
  * the two (`src/db/subscriber-columns.ts`).
  */
 const subscriberColumns = {
-  id: text('id').primaryKey(),
+  account: accountColumn(),
+  id: text('id').notNull(),
   email: text('email'),
   name: text('name'),
   status: text('status'),
@@ -86,13 +114,15 @@ const subscriberColumns = {
 };
 
 export const subscribers = pgTable('subscribers', subscriberColumns, (t) => [
-  index('subscribers_email_idx').on(sql`lower(${t.email})`),
-  index('subscribers_status_idx').on(t.status),
-  index('subscribers_updated_at_idx').on(t.updatedAt),
+  primaryKey({ columns: [t.account, t.id] }),
+  index('subscribers_email_idx').on(t.account, sql`lower(${t.email})`),
+  index('subscribers_status_idx').on(t.account, t.status),
+  index('subscribers_updated_at_idx').on(t.account, t.updatedAt),
 ]);
 
 /**
  * What a column of `subscribers` is:
+ * - `account`: the account it belongs to (the session's: no statement names it);
  * - `key`: the id;
  * - `content`: upstream data that makes a version: a change is a new version, kept in every version
  *   (`subscriber_versions_past`, the `subscriber_versions` view, `subscribers_as_of`);
@@ -106,7 +136,7 @@ export const subscribers = pgTable('subscribers', subscriberColumns, (t) => [
  * (a forgotten subscriber keeps its id, status, counters and timestamps). `merge`: a jsonb object
  * merged key by key into the stored one instead of replacing it.
  */
-export type SubscriberColumnRole = 'key' | 'content' | 'latest' | 'version' | 'bookkeeping';
+export type SubscriberColumnRole = 'account' | 'key' | 'content' | 'latest' | 'version' | 'bookkeeping';
 
 export interface SubscriberColumnInfo {
   readonly role: SubscriberColumnRole;
@@ -120,6 +150,7 @@ export interface SubscriberColumnInfo {
  * us, so none can be vouched for as non-personal (e.g. legacy `user_agent`).
  */
 export const SUBSCRIBER_COLUMN_ROLES = {
+  account: { role: 'account' },
   id: { role: 'key' },
   email: { role: 'content', personal: true },
   name: { role: 'content', personal: true },
@@ -188,6 +219,7 @@ const subscriberContentColumns = Object.fromEntries(SUBSCRIBER_CONTENT_KEYS.map(
 export const subscriberVersionsPast = pgTable(
   'subscriber_versions_past',
   {
+    account: accountColumn(),
     subscriberId: text('subscriber_id').notNull(),
     validFrom: tstz('valid_from').notNull(),
     via: text('via').$type<MirrorSource>().notNull(),
@@ -195,7 +227,7 @@ export const subscriberVersionsPast = pgTable(
     recordedAt: tstz('recorded_at').notNull().defaultNow(),
     ...subscriberContentColumns,
   },
-  (t) => [primaryKey({ columns: [t.subscriberId, t.validFrom] })],
+  (t) => [primaryKey({ columns: [t.account, t.subscriberId, t.validFrom] })],
 );
 
 /**
@@ -206,6 +238,7 @@ export const subscriberVersionsPast = pgTable(
 export const groupMembershipPeriods = pgTable(
   'group_membership_periods',
   {
+    account: accountColumn(),
     groupId: text('group_id').notNull(),
     subscriberId: text('subscriber_id').notNull(),
     /** The type the member was last listed under during the period. */
@@ -215,8 +248,8 @@ export const groupMembershipPeriods = pgTable(
     endedAt: tstz('ended_at'),
   },
   (t) => [
-    primaryKey({ columns: [t.groupId, t.subscriberId, t.startedAt] }),
-    index('group_membership_periods_subscriber_idx').on(t.subscriberId),
+    primaryKey({ columns: [t.account, t.groupId, t.subscriberId, t.startedAt] }),
+    index('group_membership_periods_subscriber_idx').on(t.account, t.subscriberId),
   ],
 );
 
@@ -226,15 +259,21 @@ export const historySettings = pgTable('history_settings', {
   enabled: boolean('enabled').notNull().default(true),
 });
 
-export const groups = pgTable('groups', {
-  id: text('id').primaryKey(),
-  name: text('name'),
-  mirroredAt: tstz('mirrored_at').notNull().defaultNow(),
-});
+export const groups = pgTable(
+  'groups',
+  {
+    account: accountColumn(),
+    id: text('id').notNull(),
+    name: text('name'),
+    mirroredAt: tstz('mirrored_at').notNull().defaultNow(),
+  },
+  (t) => [primaryKey({ columns: [t.account, t.id] })],
+);
 
 export const groupMembers = pgTable(
   'group_members',
   {
+    account: accountColumn(),
     groupId: text('group_id').notNull(),
     subscriberId: text('subscriber_id').notNull(),
     /** The subscriber type the member was listed under (poll) or its status (webhook). */
@@ -255,35 +294,46 @@ export const groupMembers = pgTable(
     endedBy: bigint('ended_by', { mode: 'number' }),
   },
   (t) => [
-    primaryKey({ columns: [t.groupId, t.subscriberId] }),
-    index('group_members_subscriber_idx').on(t.subscriberId),
+    primaryKey({ columns: [t.account, t.groupId, t.subscriberId] }),
+    index('group_members_subscriber_idx').on(t.account, t.subscriberId),
     index('group_members_current_idx')
-      .on(t.groupId, t.type)
+      .on(t.account, t.groupId, t.type)
       .where(sql`${t.removedAt} is null`),
   ],
 );
 
-export const campaigns = pgTable('campaigns', {
-  id: text('id').primaryKey(),
-  name: text('name'),
-  totalRecipients: integer('total_recipients'),
-  previewUrl: text('preview_url'),
-  /** The campaign `date` from payloads. */
-  date: tstz('date'),
-  sentAt: tstz('sent_at'),
-  mirroredAt: tstz('mirrored_at').notNull().defaultNow(),
-});
+export const campaigns = pgTable(
+  'campaigns',
+  {
+    account: accountColumn(),
+    id: text('id').notNull(),
+    name: text('name'),
+    totalRecipients: integer('total_recipients'),
+    previewUrl: text('preview_url'),
+    /** The campaign `date` from payloads. */
+    date: tstz('date'),
+    sentAt: tstz('sent_at'),
+    mirroredAt: tstz('mirrored_at').notNull().defaultNow(),
+  },
+  (t) => [primaryKey({ columns: [t.account, t.id] })],
+);
 
-export const automations = pgTable('automations', {
-  id: text('id').primaryKey(),
-  name: text('name'),
-  mirroredAt: tstz('mirrored_at').notNull().defaultNow(),
-});
+export const automations = pgTable(
+  'automations',
+  {
+    account: accountColumn(),
+    id: text('id').notNull(),
+    name: text('name'),
+    mirroredAt: tstz('mirrored_at').notNull().defaultNow(),
+  },
+  (t) => [primaryKey({ columns: [t.account, t.id] })],
+);
 
 export const subscriberActivity = pgTable(
   'subscriber_activity',
   {
     id: bigserial('id', { mode: 'bigint' }).primaryKey(),
+    account: accountColumn(),
     kind: text('kind').notNull(),
     subscriberId: text('subscriber_id'),
     groupId: text('group_id'),
@@ -308,11 +358,11 @@ export const subscriberActivity = pgTable(
     // body hash), so applying them again collapses here, while two identical items are two events.
     // Subscriber facts (every kind but opens and clicks) also collapse on their natural key, which
     // names the subscriber version they produced: unique index `subscriber_activity_fact_key`
-    // (kind, subscriber, group, automation, campaign, link, subscriber_updated_at; nulls equal;
-    // partial), created by the hand-written migration 0003 because drizzle cannot declare it.
-    unique('subscriber_activity_delivery_item').on(t.deliveryId, t.itemIndex),
-    index('subscriber_activity_subscriber_idx').on(t.subscriberId, t.occurredAt),
-    index('subscriber_activity_campaign_idx').on(t.campaignId, t.kind),
+    // (account, kind, subscriber, group, automation, campaign, link, subscriber_updated_at; nulls
+    // equal; partial), created by the hand-written migrations 0003 and 0029 because drizzle cannot declare it.
+    unique('subscriber_activity_delivery_item').on(t.account, t.deliveryId, t.itemIndex),
+    index('subscriber_activity_subscriber_idx').on(t.account, t.subscriberId, t.occurredAt),
+    index('subscriber_activity_campaign_idx').on(t.account, t.campaignId, t.kind),
   ],
 );
 
@@ -324,6 +374,7 @@ export const subscriberActivity = pgTable(
  */
 export const SUBSCRIBER_ACTIVITY_PERSONAL = {
   id: false,
+  account: false,
   kind: false,
   subscriberId: false,
   groupId: false,
@@ -367,6 +418,7 @@ export const syncPasses = pgTable(
   'sync_passes',
   {
     id: bigserial('id', { mode: 'number' }).primaryKey(),
+    account: accountColumn(),
     groupId: text('group_id').notNull(),
     type: text('type').$type<SubscriberType>().notNull(),
     kind: text('kind').$type<PassKind>().notNull(),
@@ -402,7 +454,7 @@ export const syncPasses = pgTable(
     gaps: integer('gaps').notNull().default(0),
     error: text('error'),
   },
-  (t) => [index('sync_passes_pair_idx').on(t.groupId, t.type, t.id)],
+  (t) => [index('sync_passes_pair_idx').on(t.account, t.groupId, t.type, t.id)],
 );
 
 /**
@@ -413,6 +465,7 @@ export const syncPasses = pgTable(
 export const syncState = pgTable(
   'sync_state',
   {
+    account: accountColumn(),
     groupId: text('group_id').notNull(),
     type: text('type').$type<SubscriberType>().notNull(),
     /** Max upstream version time committed by a pass (invariant 3); incremental passes read from it. */
@@ -433,7 +486,7 @@ export const syncState = pgTable(
     fullPages: integer('full_pages'),
     updatedAt: tstz('updated_at').notNull().defaultNow(),
   },
-  (t) => [primaryKey({ columns: [t.groupId, t.type] })],
+  (t) => [primaryKey({ columns: [t.account, t.groupId, t.type] })],
 );
 
 /**
@@ -442,6 +495,7 @@ export const syncState = pgTable(
  * `sync_state` table had before the history replaced them (migration 0022).
  */
 export const syncStatus = pgView('sync_status', {
+  account: text('account').notNull(),
   groupId: text('group_id').notNull(),
   type: text('type').$type<SubscriberType>().notNull(),
   cursor: tstz('cursor'),
@@ -463,8 +517,10 @@ export const syncStatus = pgView('sync_status', {
   fullPassOpen: boolean('full_pass_open').notNull(),
   /** Legacy: the open full pass's next row offset; current: the pages it committed. */
   fullPassAt: integer('full_pass_at'),
-}).as(sql`
-select s.group_id, s.type, s.cursor,
+})
+  .with({ securityInvoker: true })
+  .as(sql`
+select s.account, s.group_id, s.type, s.cursor,
        l.kind as last_mode, l.status as last_status, l.started_at as last_run_started_at, l.ended_at as last_run_finished_at,
        ok.ended_at as last_success_at, l.error as last_error,
        l.rows_written as rows_last_run, l.rows_seen as rows_seen_last_run, l.requests as requests_last_run,
@@ -477,29 +533,29 @@ from sync_state s
 left join lateral (
   select p.kind, p.status, p.started_at, p.ended_at, p.error, p.rows_written, p.rows_seen, p.requests, p.future_rows
     from sync_passes p
-   where p.group_id = s.group_id and p.type = s.type and p.kind <> 'check'
+   where p.account = s.account and p.group_id = s.group_id and p.type = s.type and p.kind <> 'check'
    order by p.id desc limit 1) l on true
 left join lateral (
   select p.ended_at from sync_passes p
-   where p.group_id = s.group_id and p.type = s.type and p.kind <> 'check' and p.status = 'succeeded'
+   where p.account = s.account and p.group_id = s.group_id and p.type = s.type and p.kind <> 'check' and p.status = 'succeeded'
    order by p.id desc limit 1) ok on true
 left join lateral (
   select p.ended_at, p.step_backs from sync_passes p
-   where p.group_id = s.group_id and p.type = s.type and p.kind = 'full' and p.complete
+   where p.account = s.account and p.group_id = s.group_id and p.type = s.type and p.kind = 'full' and p.complete
    order by p.id desc limit 1) f on true
 left join lateral (
   select p.upstream_count, p.started_at from sync_passes p
-   where p.group_id = s.group_id and p.type = s.type and p.upstream_count is not null
+   where p.account = s.account and p.group_id = s.group_id and p.type = s.type and p.upstream_count is not null
    order by p.id desc limit 1) c on true`);
 
 /**
- * What this install knows about the service's silent page cap (docs/upstream.md, "Legacy lists"): one row, because
- * the cap is the service's, not a group's. Written by the poller only.
+ * What this install knows about the service's silent page cap (docs/upstream.md, "Legacy lists"): one row per
+ * account, because the cap is the service's, not a group's. Written by the poller only.
  */
 export const upstreamPaging = pgTable(
   'upstream_paging',
   {
-    id: smallint('id').primaryKey().default(1),
+    account: accountColumn().primaryKey(),
     /** The learned cap; null while none is known. */
     pageCap: integer('page_cap'),
     /** The longest page the service ever served. */
@@ -508,7 +564,7 @@ export const upstreamPaging = pgTable(
     candidateList: text('candidate_list'),
     updatedAt: tstz('updated_at').notNull().defaultNow(),
   },
-  (t) => [check('upstream_paging_single_row', sql`${t.id} = 1`)],
+  () => [],
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -529,6 +585,7 @@ export type WebhookProblem = (typeof WEBHOOK_PROBLEMS)[number];
 export const auditState = pgTable(
   'audit_state',
   {
+    account: accountColumn(),
     groupId: text('group_id').notNull(),
     type: text('type').notNull(),
     /** Legacy: the offset the next sample reads at (it advances each tick and wraps). */
@@ -549,7 +606,7 @@ export const auditState = pgTable(
     fullPassAskedAt: tstz('full_pass_asked_at'),
     updatedAt: tstz('updated_at').notNull().defaultNow(),
   },
-  (t) => [primaryKey({ columns: [t.groupId, t.type] })],
+  (t) => [primaryKey({ columns: [t.account, t.groupId, t.type] })],
 );
 
 /** One row per audit of a (group, type): what it checked, found and repaired (the accuracy figure sums the last 24 h). */
@@ -557,6 +614,7 @@ export const auditResults = pgTable(
   'audit_results',
   {
     id: bigserial('id', { mode: 'number' }).primaryKey(),
+    account: accountColumn(),
     groupId: text('group_id').notNull(),
     type: text('type').notNull(),
     at: tstz('at').notNull().defaultNow(),
@@ -571,13 +629,16 @@ export const auditResults = pgTable(
     unrepaired: integer('unrepaired').notNull(),
     missedDeliveries: integer('missed_deliveries').notNull(),
   },
-  (t) => [index('audit_results_at_idx').on(t.at), index('audit_results_pair_idx').on(t.groupId, t.type, t.at)],
+  (t) => [index('audit_results_at_idx').on(t.account, t.at), index('audit_results_pair_idx').on(t.account, t.groupId, t.type, t.at)],
 );
 
 /** The service-side webhooks as the audit last read them back: what is wrong with each, if anything. */
-export const auditWebhooks = pgTable('audit_webhooks', {
+export const auditWebhooks = pgTable(
+  'audit_webhooks',
+  {
+  account: accountColumn(),
   /** The service-side webhook id (a row of `webhook_endpoints`). */
-  id: text('id').primaryKey(),
+  id: text('id').notNull(),
   /** Null when the service no longer has it. */
   enabled: boolean('enabled'),
   /** Problems found, of {@link WEBHOOK_PROBLEMS} (empty when healthy). */
@@ -586,7 +647,9 @@ export const auditWebhooks = pgTable('audit_webhooks', {
   checkedAt: tstz('checked_at').notNull(),
   /** When the audit last re-enabled it (WEBHOOKS_REENABLE). */
   reenabledAt: tstz('reenabled_at'),
-});
+  },
+  (t) => [primaryKey({ columns: [t.account, t.id] })],
+);
 
 export const DELIVERY_STATUSES = ['pending', 'applied', 'failed', 'ignored'] as const;
 export type DeliveryStatus = (typeof DELIVERY_STATUSES)[number];
@@ -595,8 +658,10 @@ export const webhookDeliveries = pgTable(
   'webhook_deliveries',
   {
     id: bigserial('id', { mode: 'bigint' }).primaryKey(),
-    /** SHA-256 (hex) of the raw body: deliveries carry no id, so the body is the dedupe key. */
-    bodySha256: text('body_sha256').notNull().unique('webhook_deliveries_body_sha256_key'),
+    /** The account whose path the delivery came in on, verified with that account's secrets only. */
+    account: accountColumn(),
+    /** SHA-256 (hex) of the raw body: deliveries carry no id, so the body is the dedupe key (within an account). */
+    bodySha256: text('body_sha256').notNull(),
     body: jsonb('body').notNull(),
     kinds: text('kinds')
       .array()
@@ -618,7 +683,10 @@ export const webhookDeliveries = pgTable(
     /** Failed applies since the row last became pending (receipt or replay): the last allowed one marks it failed. */
     tries: integer('tries').notNull().default(0),
   },
-  (t) => [index('webhook_deliveries_status_idx').on(t.status, t.receivedAt)],
+  (t) => [
+    unique('webhook_deliveries_body_sha256_key').on(t.account, t.bodySha256),
+    index('webhook_deliveries_status_idx').on(t.account, t.status, t.receivedAt),
+  ],
 );
 
 /**
@@ -629,17 +697,25 @@ export const webhookDeliveries = pgTable(
 /** Raw bytes (a hash kept as 32 bytes rather than 64 hex characters: the table only grows). */
 const bytea = customType<{ data: Buffer; driverData: Buffer }>({ dataType: () => 'bytea' });
 
-export const webhookDeliveryHashes = pgTable('webhook_delivery_hashes', {
-  bodySha256: bytea('body_sha256').primaryKey(),
-  deliveryId: bigint('delivery_id', { mode: 'bigint' }).notNull(),
-  status: text('status').$type<DeliveryStatus>().notNull(),
-  receivedAt: tstz('received_at').notNull(),
-  purgedAt: tstz('purged_at').notNull().defaultNow(),
-});
+export const webhookDeliveryHashes = pgTable(
+  'webhook_delivery_hashes',
+  {
+    account: accountColumn(),
+    bodySha256: bytea('body_sha256').notNull(),
+    deliveryId: bigint('delivery_id', { mode: 'bigint' }).notNull(),
+    status: text('status').$type<DeliveryStatus>().notNull(),
+    receivedAt: tstz('received_at').notNull(),
+    purgedAt: tstz('purged_at').notNull().defaultNow(),
+  },
+  (t) => [primaryKey({ columns: [t.account, t.bodySha256] })],
+);
 
-export const webhookEndpoints = pgTable('webhook_endpoints', {
+export const webhookEndpoints = pgTable(
+  'webhook_endpoints',
+  {
+  account: accountColumn(),
   /** The service-side webhook id (docs/upstream.md, "Webhook object"). */
-  id: text('id').primaryKey(),
+  id: text('id').notNull(),
   name: text('name'),
   url: text('url').notNull(),
   events: text('events').array().notNull(),
@@ -661,7 +737,9 @@ export const webhookEndpoints = pgTable('webhook_endpoints', {
    * it disabled (docs/operations.md, "The audit"). Cleared when it is enabled again, by whoever.
    */
   disabledByOperator: boolean('disabled_by_operator').notNull().default(false),
-});
+  },
+  (t) => [primaryKey({ columns: [t.account, t.id] })],
+);
 
 /**
  * What the analyst role may not read (docs/security.md, "Database roles"): a whole table, or a column
@@ -685,6 +763,7 @@ export const ANALYST_UNREADABLE: readonly (PgTable | PgColumn)[] = [webhookDeliv
  * in a payload (poll-only groups) still lists its members, with a null `group_name`.
  */
 export const currentGroupMembers = pgView('current_group_members', {
+  account: text('account'),
   groupId: text('group_id'),
   groupName: text('group_name'),
   subscriberId: text('subscriber_id'),
@@ -693,11 +772,13 @@ export const currentGroupMembers = pgView('current_group_members', {
   status: text('status'),
   type: text('type'),
   addedAt: tstz('added_at'),
-}).as(sql`
-select gm.group_id, g.name as group_name, gm.subscriber_id, s.email, s.name, s.status, gm.type, gm.added_at
+})
+  .with({ securityInvoker: true })
+  .as(sql`
+select gm.account, gm.group_id, g.name as group_name, gm.subscriber_id, s.email, s.name, s.status, gm.type, gm.added_at
 from group_members gm
-left join groups g on g.id = gm.group_id
-left join subscribers s on s.id = gm.subscriber_id
+left join groups g on g.account = gm.account and g.id = gm.group_id
+left join subscribers s on s.account = gm.account and s.id = gm.subscriber_id
 where gm.removed_at is null
   and s.deleted_at is null`);
 
@@ -709,6 +790,7 @@ where gm.removed_at is null
  * `sent_at` falls back to the campaign `date` of open/click payloads when no `campaign.sent` was seen.
  */
 export const campaignEngagement = pgView('campaign_engagement', {
+  account: text('account'),
   campaignId: text('campaign_id'),
   campaignName: text('campaign_name'),
   sentAt: tstz('sent_at'),
@@ -719,8 +801,11 @@ export const campaignEngagement = pgView('campaign_engagement', {
   clickEvents: integer('click_events'),
   openRate: doublePrecision('open_rate'),
   clickRate: doublePrecision('click_rate'),
-}).as(sql`
-select c.id as campaign_id,
+})
+  .with({ securityInvoker: true })
+  .as(sql`
+select c.account,
+       c.id as campaign_id,
        c.name as campaign_name,
        coalesce(c.sent_at, c.date) as sent_at,
        c.total_recipients,
@@ -732,28 +817,31 @@ select c.id as campaign_id,
        round(100.0 * coalesce(a.unique_clickers, 0) / nullif(c.total_recipients, 0), 2)::float8 as click_rate
 from campaigns c
 left join (
-  select campaign_id,
+  select account, campaign_id,
          (count(distinct subscriber_id) filter (where kind = 'campaign.open'))::int as unique_openers,
          (count(distinct subscriber_id) filter (where kind = 'campaign.click'))::int as unique_clickers,
          (count(*) filter (where kind = 'campaign.open'))::int as open_events,
          (count(*) filter (where kind = 'campaign.click'))::int as click_events
   from subscriber_activity
   where campaign_id is not null and kind in ('campaign.open', 'campaign.click')
-  group by campaign_id
-) a on a.campaign_id = c.id`);
+  group by account, campaign_id
+) a on a.account = c.account and a.campaign_id = c.id`);
 
 /**
  * Subscribers whose upstream `updated_at` (the service's clock, never ours: invariant 2) is within
  * the last 24 hours of the query's `now()`, deleted ones included (a deletion is a change).
  */
 export const recentlyChangedSubscribers = pgView('recently_changed_subscribers', {
+  account: text('account'),
   id: text('id'),
   email: text('email'),
   status: text('status'),
   updatedAt: tstz('updated_at'),
   mirroredVia: text('mirrored_via').$type<MirrorSource>(),
-}).as(sql`
-select id, email, status, updated_at, mirrored_via
+})
+  .with({ securityInvoker: true })
+  .as(sql`
+select account, id, email, status, updated_at, mirrored_via
 from subscribers
 where updated_at >= now() - interval '1 day'`);
 
@@ -766,16 +854,21 @@ where updated_at >= now() - interval '1 day'`);
 export const FIELD_TYPES = ['text', 'number', 'date'] as const;
 export type FieldType = (typeof FIELD_TYPES)[number];
 
-export const fields = pgTable('fields', {
+export const fields = pgTable(
+  'fields',
+  {
+  account: accountColumn(),
   /** The key of the value in `subscribers.fields`, and the column's name in `subscriber_fields`. */
-  key: text('key').primaryKey(),
+  key: text('key').notNull(),
   title: text('title'),
   type: text('type').$type<FieldType>().notNull(),
   /** The service's id of the field. */
   upstreamId: text('upstream_id'),
   /** When the definition was last read from the service (our clock). */
   mirroredAt: tstz('mirrored_at').notNull().defaultNow(),
-});
+  },
+  (t) => [primaryKey({ columns: [t.account, t.key] })],
+);
 
 /**
  * Who must not be mailed (docs/sql.md, "Suppressions"): one row per address (per subscriber id for
@@ -785,43 +878,49 @@ export const fields = pgTable('fields', {
  * that brought it (`poll`, `webhook`, `current`, or `erase` for the command).
  */
 export const suppressions = pgView('suppressions', {
+  account: text('account'),
   email: text('email'),
   subscriberId: text('subscriber_id'),
   reason: text('reason'),
   since: tstz('since'),
   learnedVia: text('learned_via'),
-}).as(sql`
-select distinct on (coalesce(lower(r.email), r.subscriber_id))
-       r.email, r.subscriber_id, r.reason, r.since, r.learned_via
+})
+  .with({ securityInvoker: true })
+  .as(sql`
+select distinct on (r.account, coalesce(lower(r.email), r.subscriber_id))
+       r.account, r.email, r.subscriber_id, r.reason, r.since, r.learned_via
 from (
-  select null::text as email, e.subscriber_id, 'forgotten'::text as reason, e.erased_at as since,
+  select e.account, null::text as email, e.subscriber_id, 'forgotten'::text as reason, e.erased_at as since,
          case e.reason when 'request' then 'erase' else coalesce(s.mirrored_via, 'webhook') end as learned_via, 1 as strength
     from erasures e
-    left join subscribers s on s.id = e.subscriber_id
+    left join subscribers s on s.account = e.account and s.id = e.subscriber_id
    where e.reason in ('forget', 'request')
   union all
-  select s.email, a.subscriber_id, 'spam_complaint', min(a.occurred_at), 'webhook', 2
+  select a.account, s.email, a.subscriber_id, 'spam_complaint', min(a.occurred_at), 'webhook', 2
     from subscriber_activity a
-    join subscribers s on s.id = a.subscriber_id
+    join subscribers s on s.account = a.account and s.id = a.subscriber_id
    where a.kind = 'subscriber.spam_reported'
-     and not exists (select 1 from erasures e where e.subscriber_id = a.subscriber_id and e.reason in ('forget', 'request'))
-   group by s.email, a.subscriber_id
+     and not exists (select 1 from erasures e
+                      where e.account = a.account and e.subscriber_id = a.subscriber_id and e.reason in ('forget', 'request'))
+   group by a.account, s.email, a.subscriber_id
   union all
-  select s.email, s.id, s.status,
+  select s.account, s.email, s.id, s.status,
          coalesce(case when s.status = 'unsubscribed' then s.unsubscribed_at end, run.since, s.version_at),
          coalesce(run.via, s.mirrored_via), case s.status when 'bounced' then 3 when 'junk' then 4 else 5 end
     from subscribers s
     left join lateral (
       select min(v.valid_from) as since, (array_agg(v.via order by v.valid_from))[1] as via
         from subscriber_versions v
-       where v.subscriber_id = s.id and v.status = s.status
+       where v.account = s.account and v.subscriber_id = s.id and v.status = s.status
          and v.valid_from > coalesce((select max(w.valid_from) from subscriber_versions w
-                                       where w.subscriber_id = s.id and w.status is distinct from s.status), '-infinity')
+                                       where w.account = s.account and w.subscriber_id = s.id
+                                         and w.status is distinct from s.status), '-infinity')
     ) run on true
    where s.status in ('unsubscribed', 'bounced', 'junk')
-     and not exists (select 1 from erasures e where e.subscriber_id = s.id and e.reason in ('forget', 'request'))
+     and not exists (select 1 from erasures e
+                      where e.account = s.account and e.subscriber_id = s.id and e.reason in ('forget', 'request'))
 ) r
-order by coalesce(lower(r.email), r.subscriber_id), r.strength, r.since`);
+order by r.account, coalesce(lower(r.email), r.subscriber_id), r.strength, r.since`);
 
 /**
  * Per (group, type): the mirror's live members beside the service's last count and when it was read
@@ -829,6 +928,7 @@ order by coalesce(lower(r.email), r.subscriber_id), r.strength, r.since`);
  * "Group figures").
  */
 export const groupStats = pgView('group_stats', {
+  account: text('account'),
   groupId: text('group_id'),
   groupName: text('group_name'),
   type: text('type'),
@@ -839,32 +939,34 @@ export const groupStats = pgView('group_stats', {
   lastAuditAt: tstz('last_audit_at'),
   lastAuditRowsChecked: integer('last_audit_rows_checked'),
   lastAuditAccuracy: doublePrecision('last_audit_accuracy'),
-}).as(sql`
-select k.group_id, g.name as group_name, k.type,
+})
+  .with({ securityInvoker: true })
+  .as(sql`
+select k.account, k.group_id, g.name as group_name, k.type,
        coalesce(m.members, 0) as mirror_members,
        c.count as service_count, c.at as service_count_at,
        c.count - coalesce(m.members, 0) as difference,
        r.at as last_audit_at, r.rows_checked as last_audit_rows_checked,
        case when r.rows_checked > 0
             then greatest(0, (r.rows_checked - r.content - r.missing - r.extra)::float8 / r.rows_checked) end as last_audit_accuracy
-from (select group_id, type from sync_state
-      union select group_id, type from audit_state
-      union select group_id, type from group_members where removed_at is null and type is not null) k
-left join groups g on g.id = k.group_id
+from (select account, group_id, type from sync_state
+      union select account, group_id, type from audit_state
+      union select account, group_id, type from group_members where removed_at is null and type is not null) k
+left join groups g on g.account = k.account and g.id = k.group_id
 left join lateral (
   select count(*)::int as members from group_members gm
-   where gm.group_id = k.group_id and gm.type = k.type and gm.removed_at is null) m on true
+   where gm.account = k.account and gm.group_id = k.group_id and gm.type = k.type and gm.removed_at is null) m on true
 left join lateral (
   select n.count, n.at from (
     select p.upstream_count as count, p.started_at as at from sync_passes p
-     where p.group_id = k.group_id and p.type = k.type and p.upstream_count is not null
+     where p.account = k.account and p.group_id = k.group_id and p.type = k.type and p.upstream_count is not null
     union all
     select a.pending_count, a.pending_count_at from audit_state a
-     where a.group_id = k.group_id and a.type = k.type and a.pending_count is not null
+     where a.account = k.account and a.group_id = k.group_id and a.type = k.type and a.pending_count is not null
   ) n order by n.at desc limit 1) c on true
 left join lateral (
   select ar.at, ar.rows_checked, ar.content, ar.missing, ar.extra from audit_results ar
-   where ar.group_id = k.group_id and ar.type = k.type
+   where ar.account = k.account and ar.group_id = k.group_id and ar.type = k.type
    order by ar.at desc, ar.id desc limit 1) r on true`);
 
 // ---------------------------------------------------------------------------------------------
@@ -882,7 +984,8 @@ export type ErasureReason = (typeof ERASURE_REASONS)[number];
 export const erasures = pgTable(
   'erasures',
   {
-    subscriberId: text('subscriber_id').primaryKey(),
+    account: accountColumn(),
+    subscriberId: text('subscriber_id').notNull(),
     reason: text('reason').$type<ErasureReason>().notNull(),
     erasedAt: tstz('erased_at').notNull().defaultNow(),
     /** Null until every stored delivery carrying the subscriber has been redacted. */
@@ -891,8 +994,9 @@ export const erasures = pgTable(
   // Every subscriber write reads the few erased on request (src/mirror/erasure.ts, erasedOnRequestSql)
   // without scanning the out-of-groups erasures, which grow with the mirror.
   (t) => [
+    primaryKey({ columns: [t.account, t.subscriberId] }),
     index('erasures_request_idx')
-      .on(t.subscriberId)
+      .on(t.account, t.subscriberId)
       .where(sql`reason = 'request'`),
   ],
 );
@@ -933,14 +1037,14 @@ function subscriberVersionsSql(): string {
   const outer = `via, recorded_at, ${first}${rest.length > 0 ? `\n       ${rest.join('\n       ')}` : ''}`;
   const inner = (head: string) => `${head}, ${wrapColumns(SUBSCRIBER_CONTENT_COLUMNS, '         ')}`;
   return `
-select subscriber_id, valid_from,
-       lead(valid_from) over (partition by subscriber_id order by valid_from) as valid_to,
+select account, subscriber_id, valid_from,
+       lead(valid_from) over (partition by account, subscriber_id order by valid_from) as valid_to,
        ${outer}
 from (
-  select ${inner('subscriber_id, valid_from, via, recorded_at')}
+  select ${inner('account, subscriber_id, valid_from, via, recorded_at')}
     from subscriber_versions_past
   union all
-  select ${inner('id, version_at, mirrored_via, mirrored_at')}
+  select ${inner('account, id, version_at, mirrored_via, mirrored_at')}
     from subscribers
 ) v`;
 }
@@ -948,14 +1052,17 @@ from (
 /**
  * Every version of every subscriber (docs/sql.md, "History"): the past versions and the current `subscribers`
  * rows, with `valid_to`, the next version's `valid_from` (null for the current version). A filter on
- * `subscriber_id` is pushed below the window into both tables' primary keys, so one subscriber's
+ * `account` and `subscriber_id` is pushed below the window into both tables' primary keys, so one subscriber's
  * timeline reads its own rows only. Its columns and definition derive from the content columns.
  */
 export const subscriberVersions = pgView('subscriber_versions', {
+  account: text('account'),
   subscriberId: text('subscriber_id'),
   validFrom: tstz('valid_from'),
   validTo: tstz('valid_to'),
   via: text('via').$type<MirrorSource>(),
   recordedAt: tstz('recorded_at'),
   ...subscriberContentViewColumns(),
-}).as(sql.raw(subscriberVersionsSql()));
+})
+  .with({ securityInvoker: true })
+  .as(sql.raw(subscriberVersionsSql()));

@@ -75,7 +75,7 @@ erased_history as (
 )
 insert into erasures (subscriber_id, reason)
 select id, 'out_of_groups' from erased
-on conflict (subscriber_id) do update
+on conflict (account, subscriber_id) do update
   set reason = excluded.reason, erased_at = now(), deliveries_redacted_at = null
 returning subscriber_id`;
 
@@ -109,7 +109,7 @@ insert into erasures (subscriber_id, reason)
 select s.id, 'forget' from subscribers s
  where s.forget_at is not null
    and not exists (select 1 from erasures e where e.subscriber_id = s.id and e.reason in ('forget', 'request'))
-on conflict (subscriber_id) do update
+on conflict (account, subscriber_id) do update
   set reason = excluded.reason, erased_at = now(), deliveries_redacted_at = null`);
   return rowCount ?? 0;
 }
@@ -183,7 +183,7 @@ export async function eraseOnRequest(exec: Queryable, ids: readonly string[]): P
   ]);
   const { rows: logged } = await exec.query<{ subscriber_id: string }>(
     `insert into erasures (subscriber_id, reason) select unnest($1::text[]), 'request'
-     on conflict (subscriber_id) do update set reason = excluded.reason, erased_at = now(), deliveries_redacted_at = null
+     on conflict (account, subscriber_id) do update set reason = excluded.reason, erased_at = now(), deliveries_redacted_at = null
       where erasures.reason = 'out_of_groups'
      returning subscriber_id`,
     [ids],

@@ -50,17 +50,17 @@ export function listedRow(row: SubscriberRow): SubscriberRow {
 }
 
 /** A group as embedded in payloads (docs/upstream.md, "Objects in payloads"). A null name means "not known", never "erase". */
-export type GroupRow = Omit<RowOf<typeof groups>, 'mirroredAt'>;
+export type GroupRow = Omit<RowOf<typeof groups>, 'account' | 'mirroredAt'>;
 
 /** An automation as embedded in payloads (docs/upstream.md, "Objects in payloads"). */
-export type AutomationRow = Omit<RowOf<typeof automations>, 'mirroredAt'>;
+export type AutomationRow = Omit<RowOf<typeof automations>, 'account' | 'mirroredAt'>;
 
 /**
  * A campaign as embedded in payloads or the flat `campaign.sent` payload (docs/upstream.md, "Objects
  * in payloads"). Nulls mean "not known"; `date` is the payload's, `sentAt` is set from it when
  * normalized from a `campaign.sent` event.
  */
-export type CampaignRow = Omit<RowOf<typeof campaigns>, 'mirroredAt'>;
+export type CampaignRow = Omit<RowOf<typeof campaigns>, 'account' | 'mirroredAt'>;
 
 /**
  * One applied event: each item of each delivery is one row, keyed by (`deliveryId`, `itemIndex`), so

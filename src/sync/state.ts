@@ -30,7 +30,7 @@ export async function listSyncStates(db: Queryable): Promise<SyncStateRow[]> {
 
 /** The pair's row, created with nothing to resume from when it has none. */
 export async function ensureSyncState(db: Queryable, groupId: string, type: string): Promise<void> {
-  await db.query(`insert into sync_state (group_id, type) values ($1, $2) on conflict (group_id, type) do nothing`, [groupId, type]);
+  await db.query(`insert into sync_state (group_id, type) values ($1, $2) on conflict (account, group_id, type) do nothing`, [groupId, type]);
 }
 
 /** Where an incremental pass reads from (null before the first pass). */
@@ -223,7 +223,7 @@ export interface StoredPaging {
 /** The columns of `upstream_paging` that hold what was learned (the row's id and time are the table's). */
 type PagingRow = Pick<RowOf<typeof upstreamPaging>, 'pageCap' | 'longestPage' | 'candidateLength' | 'candidateList'>;
 
-const SELECT_PAGING = `select ${rowSelectSql(upstreamPaging, { omit: ['id', 'updatedAt'] })} from upstream_paging where id = 1`;
+const SELECT_PAGING = `select ${rowSelectSql(upstreamPaging, { omit: ['account', 'updatedAt'] })} from upstream_paging where account = mirror_account()`;
 
 export async function readPaging(db: Queryable): Promise<StoredPaging> {
   const row = (await db.query<PagingRow>(SELECT_PAGING)).rows[0];
@@ -245,11 +245,11 @@ export async function savePaging(db: Queryable, paging: StoredPaging): Promise<v
   await db.query(
     `with merged as (
        select greatest(coalesce(p.longest_page, 0), $2::int) as longest, coalesce($1::int, p.page_cap) as cap
-         from (select 1) one left join upstream_paging p on p.id = 1
+         from (select 1) one left join upstream_paging p on p.account = mirror_account()
      )
-     insert into upstream_paging as p (id, page_cap, longest_page, candidate_length, candidate_list, updated_at)
-     select 1, case when cap < longest then null else cap end, longest, $3, $4, now() from merged
-     on conflict (id) do update
+     insert into upstream_paging as p (page_cap, longest_page, candidate_length, candidate_list, updated_at)
+     select case when cap < longest then null else cap end, longest, $3, $4, now() from merged
+     on conflict (account) do update
        set page_cap = excluded.page_cap, longest_page = excluded.longest_page,
            candidate_length = excluded.candidate_length, candidate_list = excluded.candidate_list, updated_at = now()
      where row(p.page_cap, p.longest_page, p.candidate_length, p.candidate_list)

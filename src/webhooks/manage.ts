@@ -113,7 +113,7 @@ export async function storeEndpoint(
   const { rows } = await pool.query<{ inserted: boolean }>(
     `insert into webhook_endpoints as e (id, name, url, events, enabled, batchable, secret, adopted, disabled_by_operator)
      values ($1, $2, $3, $4::text[], $5, $6, $7, $8, not $5 and coalesce($9::boolean, false))
-     on conflict (id) do update
+     on conflict (account, id) do update
         set name = excluded.name, url = excluded.url, events = excluded.events, enabled = excluded.enabled,
             batchable = excluded.batchable, secret = excluded.secret, disabled_by_operator = ${byOperator}, updated_at = now()
       where (e.adopted or not excluded.adopted)

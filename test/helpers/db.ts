@@ -3,7 +3,7 @@
  */
 import { inject } from 'vitest';
 import pg from 'pg';
-import { openDatabase, type Database } from '../../src/db/client.js';
+import { DEFAULT_ACCOUNT, openDatabase, type Database } from '../../src/db/client.js';
 import { withDatabase } from './global-setup.js';
 
 export interface TestDatabase extends Database {
@@ -23,7 +23,7 @@ export async function createTestDatabase(options: { migrated?: boolean } = {}): 
   const template = options.migrated === false ? 'template0' : inject('templateDatabase');
   await withAdmin(baseUrl, (c) => c.query(`create database "${name}" template "${template}"`));
   const url = withDatabase(baseUrl, name);
-  const database = openDatabase(url, { max: 5 });
+  const database = openDatabase(url, { max: 5, account: DEFAULT_ACCOUNT });
   return {
     ...database,
     url,

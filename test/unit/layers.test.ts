@@ -43,6 +43,7 @@ const SIMULATOR_MAY_IMPORT = new Set(['ground/']);
 // table (history tables are also written by triggers in the migrations).
 
 const TABLE_OWNERS: Readonly<Record<string, string>> = {
+  accounts: 'db/accounts.ts',
   subscribers: 'mirror/store/subscribers.ts',
   groups: 'mirror/store/reference.ts',
   automations: 'mirror/store/reference.ts',

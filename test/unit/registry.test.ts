@@ -13,7 +13,12 @@ import { emptyValues, erasePersonalData } from '../../src/mirror/normalize.js';
 
 describe('the subscribers registry', () => {
   it('lists every column of the table once, in table order', () => {
-    expect(SUBSCRIBER_COLUMN_NAMES).toEqual(Object.values(getTableColumns(subscribers)).map((c) => c.name));
+    // All but the account, which no statement of the store names: rows take the session's.
+    expect(SUBSCRIBER_COLUMN_NAMES).toEqual(
+      Object.values(getTableColumns(subscribers))
+        .map((c) => c.name)
+        .filter((name) => name !== 'account'),
+    );
     expect(new Set(SUBSCRIBER_TABLE_COLUMNS.map((c) => c.field)).size).toBe(SUBSCRIBER_TABLE_COLUMNS.length);
   });
 

@@ -116,8 +116,8 @@ describe('SQL that names columns by hand', () => {
   test('the reader finds what it is for', () => {
     const sql = `with w as (update sync_state s set full_offset = coalesce($1, full_offset), ${'${}'} = 1, lats = case when a then b else c end
       where group_id = $2 returning 1)
-      insert into upstream_paging as p (id, page_cap, nonsense) values (1, 2, 3)
-      on conflict (id) do update set page_cap = excluded.page_cap, longest = greatest(p.longest_page, 1) where p.id = 1`;
+      insert into upstream_paging as p (account, page_cap, nonsense) values ('a', 2, 3)
+      on conflict (account) do update set page_cap = excluded.page_cap, longest = greatest(p.longest_page, 1) where p.account = 'a'`;
     const problems = columnLists(sql).flatMap(listProblems);
     expect(problems).toEqual([
       'insert names upstream_paging.nonsense, which the table does not have',
@@ -221,7 +221,7 @@ describe('no hand-written copies of a table in src/', () => {
       sample_after_id as "sampleAfterId", pending_count as "pendingCount", \${} as "pendingCountAt", pending_extras, last_error`),
     ).toEqual(['audit_state']);
     expect(
-      handWrittenRowReads(`select id, enabled, problems, missing_events as "missingEvents", \${} as "checkedAt", \${} as "reenabledAt"
+      handWrittenRowReads(`select account, id, enabled, problems, missing_events as "missingEvents", \${} as "checkedAt", \${} as "reenabledAt"
        from audit_webhooks order by id`),
     ).toEqual(['audit_webhooks']);
     expect(handWrittenRowReads(`select \${} from audit_webhooks order by id`)).toEqual([]);

@@ -11,7 +11,7 @@ import type pg from 'pg';
 import { withTransaction } from './executor.js';
 
 /** A definition as the store writes it: every column of `fields` but our own `mirrored_at`. */
-export type FieldDefinitionRow = Omit<RowOf<typeof fields>, 'mirroredAt'>;
+export type FieldDefinitionRow = Omit<RowOf<typeof fields>, 'account' | 'mirroredAt'>;
 
 /** What a refresh changed; `rebuilt`: the view's columns changed with it. */
 export interface FieldChanges {
@@ -60,7 +60,7 @@ export async function replaceFieldDefinitions(db: pg.Pool, definitions: readonly
     await client.query(
       `insert into fields (key, title, type, upstream_id, mirrored_at)
        select *, now() from unnest($1::text[], $2::text[], $3::text[], $4::text[])
-       on conflict (key) do update set title = excluded.title, type = excluded.type, upstream_id = excluded.upstream_id,
+       on conflict (account, key) do update set title = excluded.title, type = excluded.type, upstream_id = excluded.upstream_id,
                                        mirrored_at = excluded.mirrored_at`,
       [
         definitions.map((d) => d.key),

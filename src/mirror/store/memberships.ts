@@ -38,7 +38,7 @@ with written as (
     (group_id, subscriber_id, type, added_at, removed_at, source_updated_at, last_seen_at, mirrored_at, mirrored_via)
   select $1, subscriber_id, type, at, null, at, $5::timestamptz, now(), $6
   from unnest($2::text[], $3::text[], $4::timestamptz[]) as t(subscriber_id, type, at)
-  on conflict (group_id, subscriber_id) do update set
+  on conflict (account, group_id, subscriber_id) do update set
     type = case when m.source_updated_at is null or excluded.source_updated_at >= m.source_updated_at
                 then coalesce(excluded.type, m.type) else m.type end,
     added_at = case when (m.source_updated_at is null or excluded.source_updated_at >= m.source_updated_at)
@@ -125,7 +125,7 @@ const MEMBERSHIP_REMOVE_SQL = `
 insert into group_members as m
   (group_id, subscriber_id, type, added_at, removed_at, source_updated_at, last_seen_at, mirrored_at, mirrored_via)
 values ($1, $2, null, null, $3::timestamptz, $3::timestamptz, null, now(), $4)
-on conflict (group_id, subscriber_id) do update set
+on conflict (account, group_id, subscriber_id) do update set
   removed_at = excluded.removed_at,
   source_updated_at = excluded.source_updated_at,
   mirrored_at = now(),

@@ -9,8 +9,8 @@ import type { Queryable } from '../../ground/queryable.js';
 import { assertId, assertTimestampOrNull, EMPTY_COUNTS, type UpsertCounts } from './values.js';
 
 type ReferenceTable = typeof groups | typeof automations | typeof campaigns;
-/** A reference row as the normalizers produce it: every column of its table but `mirrored_at`. */
-type ReferenceRow<T extends ReferenceTable> = Omit<RowOf<T>, 'mirroredAt'>;
+/** A reference row as the normalizers produce it: every column of its table but the account (the session's) and `mirrored_at`. */
+type ReferenceRow<T extends ReferenceTable> = Omit<RowOf<T>, 'account' | 'mirroredAt'>;
 
 /**
  * Upserts small reference rows, every column of the table (the schema's, so a column added there is
@@ -22,7 +22,7 @@ async function upsertReference<T extends ReferenceTable>(
   table: T,
   rows: readonly ReferenceRow<T>[],
 ): Promise<UpsertCounts> {
-  const columns = Object.entries(getTableColumns(table) as Record<string, Column>).filter(([key]) => key !== 'id' && key !== 'mirroredAt');
+  const columns = Object.entries(getTableColumns(table) as Record<string, Column>).filter(([key]) => key !== 'account' && key !== 'id' && key !== 'mirroredAt');
   const params: unknown[] = [rows.map((r) => r.id), ...columns.map(([key]) => rows.map((r) => r[key as keyof ReferenceRow<T>]))];
   const names = columns.map(([, c]) => c.name);
   const types = columns.map(([, c]) => paramTypeOf(c));
@@ -32,7 +32,7 @@ with written as (
   insert into ${getTableName(table as PgTable)} as r (id, ${names.join(', ')}, mirrored_at)
   select id, ${names.join(', ')}, now()
   from unnest($1::text[], ${types.map((type, i) => `$${i + 2}::${type}[]`).join(', ')}) as t(id, ${names.join(', ')})
-  on conflict (id) do update set ${names.map((n) => `${n} = ${newValue(n)}`).join(', ')}, mirrored_at = now()
+  on conflict (account, id) do update set ${names.map((n) => `${n} = ${newValue(n)}`).join(', ')}, mirrored_at = now()
   where row(${names.map(newValue).join(', ')}) is distinct from row(${names.map((n) => `r.${n}`).join(', ')})
   returning (r.xmax = 0) as inserted
 )

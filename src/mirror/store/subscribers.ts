@@ -99,7 +99,7 @@ with written as (
   insert into subscribers as s (id, ${cols.join(', ')}, mirrored_at, mirrored_via, version_at)
   select id, ${specs.map(insertValue).join(', ')}, now(), mirrored_via, version_at
   from ${input}
-  on conflict (id) do update set
+  on conflict (account, id) do update set
     ${setSpecs.map((s) => `${s.column} = ${newValue(s)}`).join(',\n    ')},
     mirrored_at = now(),
     mirrored_via = excluded.mirrored_via,

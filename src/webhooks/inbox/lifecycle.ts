@@ -229,7 +229,7 @@ with purged as (
 )
 insert into webhook_delivery_hashes (body_sha256, delivery_id, status, received_at)
 select decode(body_sha256, 'hex'), id, status, received_at from purged
-on conflict (body_sha256) do nothing`;
+on conflict (account, body_sha256) do nothing`;
 
 /**
  * Deletes applied and ignored deliveries received more than `olderThanMs` ago, and failed and pending

@@ -269,7 +269,7 @@ const INSERT_SQL = `
          with ordinality as t(sha, body, kinds, event_count, endpoint_id, status, error, ord)
    where not exists (select 1 from webhook_delivery_hashes h where h.body_sha256 = decode(t.sha, 'hex'))
    order by t.ord
-  on conflict (body_sha256) do nothing
+  on conflict (account, body_sha256) do nothing
   returning id::text as id, body_sha256 as sha, status`;
 
 // A purged delivery's hash answers like its row did (its id and last status; its body is gone).
