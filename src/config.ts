@@ -724,7 +724,7 @@ function parseEnvironment(env: NodeJS.ProcessEnv, report: Report): Config | unde
   if (first === undefined) return undefined;
   crossChecks(first.values, once);
   sharedSecretProblems(
-    settled.map((p) => ({ account: p.account, secrets: givenSecrets(p.tree, p.variables) })),
+    settled.map((p) => ({ account: p.account, secrets: givenSecrets(p.tree, p.variables, (s) => s.declaration.perAccount === true) })),
     once,
   );
   if (reported.size > 0) return undefined;

@@ -141,10 +141,14 @@ export function secretValues(tree: SettingsTree, values: unknown): string[] {
   return [...new Set(found.filter((s) => s.length > 0))];
 }
 
-/** Each secret setting given, named by the first of its names given, with its parsed values. */
-export function givenSecrets(tree: SettingsTree, variables: Record<string, unknown>): Array<{ name: string; values: string[] }> {
+/** Each secret setting given (of those `which` picks), named by the first of its names given, with its parsed values. */
+export function givenSecrets(
+  tree: SettingsTree,
+  variables: Record<string, unknown>,
+  which: (s: Setting<unknown>) => boolean = () => true,
+): Array<{ name: string; values: string[] }> {
   return settingsOf(tree)
-    .filter((s) => s.declaration.secret)
+    .filter((s) => s.declaration.secret && which(s))
     .flatMap((s) => {
       const name = s.names.find((n) => variables[n] !== undefined);
       return name === undefined ? [] : [{ name, values: textsOf(variables[name]).filter((v) => v.length > 0) }];

@@ -243,8 +243,9 @@ describe('the accounts of a deployment (ACCOUNTS)', () => {
       'WEBHOOK_SECRETS: holds the same secret as ACCOUNT_SHOP__WEBHOOK_SECRETS (accounts default, shop): each account needs a key, token and webhook secrets of its own',
     ]);
     for (const secret of [shared, LEGACY.MAILER_API_KEY, 'whsec-own-0123456789']) expect(problems.join('\n')).not.toContain(secret);
-    // One account's token under its two names is one secret, not a shared one.
+    // One account's token under its two names is one secret, not a shared one; a deployment-wide secret is no account's.
     expect(() => loadConfig({ ...TWO, ACCOUNT_SHOP__MAILER_WEBHOOKS_TOKEN: SHOP.ACCOUNT_SHOP__MAILER_API_TOKEN })).not.toThrow();
+    expect(loadConfig({ ...TWO, ADMIN_TOKEN: 'admin-token-0123456789', OPS_PORT: '9090' }).adminToken).toBe('admin-token-0123456789');
   });
 
   it('redacts every account’s secrets, parsed or raw, declared or not', () => {
