@@ -14,6 +14,11 @@
  * `MAILER_API_URL`/`MAILER_API_TOKEN` and `MAILER_WEBHOOKS_URL`/`MAILER_WEBHOOKS_TOKEN` are two names
  * for the same pair: either configures both. An install with no read settings at all (no legacy
  * settings, no `SYNC_SOURCE`, no `SYNC_GROUPS`) only receives webhooks: nothing reconciles.
+ *
+ * A deployment may mirror several accounts (docs/operations.md, "Several accounts"): the settings
+ * declared `perAccount` are read once per account in ACCOUNTS, from `ACCOUNT_<NAME>__<SETTING>` (and,
+ * for `default`, from the unprefixed names), each account through its own renamed copy of SETTINGS,
+ * so that every rule above, and every message, applies to each account under its own variables.
  */
 import { isIP } from 'node:net';
 import { z } from 'zod';
