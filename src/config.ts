@@ -14,6 +14,11 @@
  * `MAILER_API_URL`/`MAILER_API_TOKEN` and `MAILER_WEBHOOKS_URL`/`MAILER_WEBHOOKS_TOKEN` are two names
  * for the same pair: either configures both. An install with no read settings at all (no legacy
  * settings, no `SYNC_SOURCE`, no `SYNC_GROUPS`) only receives webhooks: nothing reconciles.
+ *
+ * A deployment may mirror several accounts (docs/operations.md, "Several accounts"): the settings
+ * declared `perAccount` are read once per account in ACCOUNTS, from `ACCOUNT_<NAME>__<SETTING>` (and,
+ * for `default`, from the unprefixed names), each account through its own renamed copy of SETTINGS,
+ * so that every rule above, and every message, applies to each account under its own variables.
  */
 import { isIP } from 'node:net';
 import { z } from 'zod';
@@ -24,6 +29,7 @@ import {
   commaList,
   duration,
   flag,
+  givenSecrets,
   httpUrl,
   type Kind,
   minLength,
@@ -31,6 +37,7 @@ import {
   type NamesOf,
   oneOf,
   rawSecretValues,
+  renamed,
   type Report,
   schemeUrl,
   secretValues,
@@ -45,6 +52,7 @@ import {
   wholeNumber,
   wholeNumberOr,
 } from './ground/settings.js';
+import { UsageError } from './ground/usage-error.js';
 
 export { parseDuration } from './ground/settings.js';
 
@@ -171,6 +179,29 @@ const durationOrOff: Kind<number | null> = {
   values: 'duration, at least `1s`, or `off`',
 };
 
+/** The account the unprefixed per-account settings belong to: the only one when ACCOUNTS is unset. */
+export const DEFAULT_ACCOUNT = 'default';
+
+const ACCOUNT_NAME_RULE = 'a lowercase letter, then up to 30 lowercase letters, digits or `_`, never `__`';
+
+// Never `__`: it separates the account from the setting in `ACCOUNT_<NAME>__<SETTING>`.
+const isAccountName = (name: string): boolean => /^[a-z][a-z0-9_]{0,30}$/.test(name) && !name.includes('__');
+
+/** ACCOUNTS: account names, each valid and given once. */
+const accountNames: Kind<string[]> = {
+  schema: z.string().transform((v, ctx) => {
+    const names = commaList(v);
+    const bad = names.filter((name) => !isAccountName(name));
+    const twice = [...new Set(names.filter((name, i) => names.indexOf(name) !== i))];
+    for (const name of bad) {
+      ctx.addIssue({ code: 'custom', message: `${JSON.stringify(name)} is not an account name (${ACCOUNT_NAME_RULE})` });
+    }
+    for (const name of twice) ctx.addIssue({ code: 'custom', message: `"${name}" is declared twice: two accounts cannot share a name` });
+    return bad.length === 0 && twice.length === 0 ? names : z.NEVER;
+  }),
+  values: `comma-separated account names, each ${ACCOUNT_NAME_RULE}`,
+};
+
 // ---------------------------------------------------------------------------------------------
 // The settings: Config's shape, one declaration per setting (docs/operations.md, "Configuration")
 
@@ -187,33 +218,43 @@ export const SETTINGS = {
     doc: 'namespace of every Redis key (queues, limiter, locks, admin sessions); one per install',
     default: 'subscriber-mirror',
   }),
+  accounts: setting('ACCOUNTS', accountNames, {
+    doc: 'the accounts of the service this deployment mirrors ([Several accounts](#several-accounts)); the first is the one commands use when none is named and there is one. A setting marked *per account* is given for account `NAME` as `ACCOUNT_<NAME>__<SETTING>` (the name in capitals: `ACCOUNT_SHOP__SYNC_GROUPS`), for the account `default` also as itself',
+    unset: 'one account, `default`, set by the unprefixed settings',
+  }),
   legacy: {
     url: setting('MAILER_LEGACY_URL', httpUrl('the legacy host, without /api/v2'), {
       doc: 'legacy host (paths `/api/v2/…`)',
+      perAccount: true,
       unset: 'required for polling the legacy API',
     }),
     apiKey: setting('MAILER_API_KEY', anyText, {
       doc: 'legacy API key',
+      perAccount: true,
       unset: 'required for polling the legacy API',
       secret: true,
     }),
     apiKeyHeader: setting('MAILER_API_KEY_HEADER', text(/^[A-Za-z0-9-]+$/, 'an HTTP header name'), {
       doc: 'header carrying the key',
+      perAccount: true,
       default: 'X-Service-ApiKey',
     }),
     sourceTimezone: setting('MAILER_SOURCE_TZ', timezone, {
       doc: 'timezone of legacy `Y-m-d H:i:s` values',
+      perAccount: true,
       default: 'UTC',
     }),
   },
   currentApi: {
     url: setting('MAILER_API_URL', httpUrl('the current platform host, without /api'), {
       doc: "the current platform's host, without `/api`: its reads and webhook management (paths `/api/webhooks`) share it, so either name sets both; both given and different is an error",
+      perAccount: true,
       unset: 'required for polling the current API and for `webhooks` commands',
       aliases: ['MAILER_WEBHOOKS_URL'],
     }),
     token: setting('MAILER_API_TOKEN', anyText, {
       doc: 'its bearer token, one for reads and webhook management; same rule',
+      perAccount: true,
       unset: 'required with the URL',
       aliases: ['MAILER_WEBHOOKS_TOKEN'],
       secret: true,
@@ -223,15 +264,18 @@ export const SETTINGS = {
     /** Undefined until `withContextDefaults` sets the default, which depends on the legacy settings. */
     source: setting('SYNC_SOURCE', oneOf(SYNC_SOURCES), {
       doc: "where passes read: `legacy` (the v2 API: incremental and full passes) or `current` (the current platform, [upstream-current.md](upstream-current.md): full passes by cursor only, webhooks carry freshness). No read settings at all (none of `SYNC_SOURCE`, `SYNC_GROUPS`, the legacy or current read settings): a webhook-only install, nothing reconciles. Changing it while a full pass is open starts that pass again from the top (neither source can resume the other's checkpoint)",
+      perAccount: true,
       unset: '`legacy` when `MAILER_LEGACY_URL` or `MAILER_API_KEY` is set, else `current`',
     }),
     groups: setting('SYNC_GROUPS', groupIds, {
       doc: 'group ids to mirror; backfills accept no other',
+      perAccount: true,
       default: '',
       unset: 'required for polling (either source)',
     }),
     types: setting('SYNC_TYPES', subscriberTypes, {
       doc: 'subscriber types to mirror; backfills accept no other',
+      perAccount: true,
       default: '',
       unset: 'all',
     }),
@@ -261,6 +305,7 @@ export const SETTINGS = {
   // 120 (docs/upstream-current.md).
   apiRateLimit: setting('API_RATE_LIMIT', wholeNumberOr('auto', 1, 100_000), {
     doc: 'requests per minute per budget, all replicas together: the most used of any one budget the service grants (legacy: the budgets are learned from its rate-limit headers, one per endpoint or one for the account); `auto`: what the headers announce less a 10 % reserve',
+    perAccount: true,
     unset: `\`${DEFAULT_RATE_LIMIT.legacy}\` (legacy), \`${DEFAULT_RATE_LIMIT.current}\` (current)`,
   }),
   // Per attempt (connect, headers and body); a hung request counts as a failure and is retried.
@@ -270,6 +315,7 @@ export const SETTINGS = {
   }),
   webhookSecrets: setting('WEBHOOK_SECRETS', webhookSecrets, {
     doc: 'extra webhook secrets (rotation); a shorter one stops every command (exit 2, naming its position and length). Secrets the service generates (10 characters, for a webhook created in its dashboard) are therefore not accepted here: run `webhooks adopt ID` instead, which stores the webhook and its secret in `webhook_endpoints`',
+    perAccount: true,
     default: '',
     secret: true,
   }),
@@ -430,7 +476,7 @@ export const SETTINGS = {
 export type EnvName = NamesOf<typeof SETTINGS>;
 
 // ---------------------------------------------------------------------------------------------
-// The schema: variables → SETTINGS' values → Config
+// One account's values: SETTINGS' values → Config's shape
 
 type Values = ValuesOf<typeof SETTINGS>;
 
@@ -511,22 +557,232 @@ function crossChecks(c: ReturnType<typeof withContextDefaults>, report: Report<E
   }
 }
 
-/**
- * The environment's one schema: each variable parsed by its setting, then (once all parse) the values
- * put in Config's shape, the defaults that depend on other settings filled in, and the rules between
- * settings checked. Every issue's path is the variable it is about.
- */
-export const configSchema = variablesSchema(SETTINGS).transform((variables, ctx) => {
-  const report: Report = (name, message) => ctx.addIssue({ code: 'custom', path: [name], message });
-  const config = withContextDefaults(valuesOf(SETTINGS, variables, report));
-  crossChecks(config, report);
-  return config;
-});
+// ---------------------------------------------------------------------------------------------
+// Accounts: which settings are an account's, and the variables each account reads them from
 
-export type Config = z.output<typeof configSchema>;
+/** The names of the per-account settings (aliases too), unprefixed. */
+export const PER_ACCOUNT_SETTINGS: readonly EnvName[] = settingsOf(SETTINGS)
+  .filter((s) => s.declaration.perAccount)
+  .flatMap((s) => s.names as readonly EnvName[]);
+
+const isPerAccount = (name: string): boolean => (PER_ACCOUNT_SETTINGS as readonly string[]).includes(name);
+
+const SETTING_NAMES: ReadonlySet<string> = new Set(settingsOf(SETTINGS).flatMap((s) => s.names));
+
+/** What precedes a setting's name in account `account`'s variables: `ACCOUNT_SHOP__` for `shop`. */
+export const accountPrefix = (account: string): string => `ACCOUNT_${account.toUpperCase()}__`;
+
+/** A variable of the accounts' form, whatever its account: `ACCOUNT_<NAME>__<SETTING>`. */
+const ACCOUNT_VARIABLE = /^ACCOUNT_(.+?)__/;
+
+/** The variables account `account` reads a per-account setting from: its own, and for `default` the unprefixed ones first. */
+function accountNamesOf(account: string, names: readonly [string, ...string[]]): [string, ...string[]] {
+  const [first, ...others] = names.map((name) => accountPrefix(account) + name) as [string, ...string[]];
+  return account === DEFAULT_ACCOUNT ? [...names, first, ...others] : [first, ...others];
+}
+
+/** SETTINGS as account `account` reads them: each per-account setting from that account's variables. */
+function settingsOfAccount(account: string): typeof SETTINGS {
+  return renamed(SETTINGS, (s) => (s.declaration.perAccount ? accountNamesOf(account, s.names) : undefined));
+}
+
+/**
+ * The accounts ACCOUNTS declares, in order: its valid names, once each (the bad ones are reported by
+ * its setting); `default` alone when it is unset or names none.
+ */
+function declaredAccounts(env: NodeJS.ProcessEnv): string[] {
+  const valid = [...new Set(commaList(env.ACCOUNTS).filter(isAccountName))];
+  return valid.length > 0 ? valid : [DEFAULT_ACCOUNT];
+}
+
+const present = (env: NodeJS.ProcessEnv, name: string): boolean => {
+  const raw = env[name];
+  return raw !== undefined && raw.trim() !== '';
+};
+
+/**
+ * Variables of the accounts' form that no declared account reads (an undeclared account, a name
+ * that is no per-account setting), and per-account settings given unprefixed when there is no
+ * account `default` to take them. Blank variables count as unset, as everywhere.
+ */
+function accountVariableProblems(env: NodeJS.ProcessEnv, accounts: readonly string[], report: Report): void {
+  // The longest prefix first: `ACCOUNT_A___X` is account `a_`'s, not `a`'s (no setting starts with `_`).
+  const prefixes = accounts.map((account) => accountPrefix(account)).sort((a, b) => b.length - a.length);
+  for (const variable of Object.keys(env).sort()) {
+    const loose = ACCOUNT_VARIABLE.exec(variable);
+    if (loose === null || !present(env, variable)) continue;
+    const prefix = prefixes.find((p) => variable.startsWith(p));
+    if (prefix === undefined) {
+      report(variable, `no account "${loose[1]?.toLowerCase()}" is declared: add it to ACCOUNTS (declared: ${accounts.join(', ')})`);
+      continue;
+    }
+    const setting = variable.slice(prefix.length);
+    if (isPerAccount(setting)) continue;
+    report(
+      variable,
+      SETTING_NAMES.has(setting)
+        ? `${setting} is deployment-wide, the same for every account: set it once, as ${setting}`
+        : `${setting} is not a per-account setting (those are ${PER_ACCOUNT_SETTINGS.join(', ')})`,
+    );
+  }
+  if (accounts.includes(DEFAULT_ACCOUNT)) return;
+  for (const name of PER_ACCOUNT_SETTINGS.filter((n) => present(env, n))) {
+    report(
+      name,
+      `a per-account setting given unprefixed, but ACCOUNTS declares no account "${DEFAULT_ACCOUNT}" to take it: name its account, e.g. ${accountPrefix(accounts[0] ?? DEFAULT_ACCOUNT)}${name}`,
+    );
+  }
+}
+
+/** Secrets given to two accounts or more, reported by the names of their variables (never the values). */
+function sharedSecretProblems(
+  given: ReadonlyArray<{ account: string; secrets: Array<{ name: string; values: string[] }> }>,
+  report: Report,
+) {
+  const holders = new Map<string, Array<{ account: string; name: string }>>();
+  for (const { account, secrets } of given) {
+    for (const { name, values } of secrets)
+      for (const value of values) holders.set(value, [...(holders.get(value) ?? []), { account, name }]);
+  }
+  const reported = new Set<string>();
+  for (const held of holders.values()) {
+    const accounts = [...new Set(held.map((h) => h.account))];
+    const [first, ...others] = [...new Set(held.map((h) => h.name))];
+    if (accounts.length < 2 || first === undefined || reported.has([first, ...others].join())) continue;
+    reported.add([first, ...others].join());
+    report(
+      first,
+      `holds the same secret as ${others.join(', ')} (accounts ${accounts.join(', ')}): each account needs a key, token and webhook secrets of its own`,
+    );
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The schema: the environment → each account's SETTINGS values → Config
+
+type Settled = ReturnType<typeof withContextDefaults>;
+
+/** The parts of Config that are an account's: the same shapes as those fields of Config. */
+type AccountParts = Pick<Settled, 'legacy' | 'currentApi' | 'webhooksApi' | 'apiRateLimit' | 'apiRateLimitAuto' | 'webhookSecrets'> & {
+  sync: Pick<Settled['sync'], 'source' | 'reconciles' | 'groups' | 'types'>;
+};
+
+/** One account: its name, who it is at the service and what to read (docs/operations.md, "Several accounts"). */
+export interface AccountConfig extends AccountParts {
+  readonly name: string;
+}
+
+/**
+ * The settings. Its per-account fields are those of `account`: the first declared account as
+ * loaded, any other through {@link accountConfig}. `accounts` holds every declared account, in order.
+ */
+export type Config = Omit<Settled, 'accounts'> & {
+  /** The account the per-account fields are of. */
+  account: string;
+  /** Every declared account, in ACCOUNTS' order; at least one. */
+  accounts: readonly AccountConfig[];
+};
+
+function accountOf(name: string, c: Settled): AccountConfig {
+  const { source, reconciles, groups, types } = c.sync;
+  return {
+    name,
+    legacy: c.legacy,
+    currentApi: c.currentApi,
+    webhooksApi: c.webhooksApi,
+    sync: { source, reconciles, groups, types },
+    apiRateLimit: c.apiRateLimit,
+    apiRateLimitAuto: c.apiRateLimitAuto,
+    webhookSecrets: c.webhookSecrets,
+  };
+}
+
+/** Account `account`'s variables, parsed (undefined when one does not parse: reported). */
+function variablesOfAccount(env: NodeJS.ProcessEnv, account: string, report: Report) {
+  const tree = settingsOfAccount(account);
+  const result = variablesSchema(tree).safeParse(env);
+  if (result.success) return { account, tree, variables: result.data };
+  for (const issue of result.error.issues) report(String(issue.path[0] ?? 'environment'), issue.message);
+  return undefined;
+}
+
+/**
+ * Every declared account's settings, each parsed from its own variables, then put in Config's shape,
+ * the defaults that depend on other settings filled in, the rules between settings and between
+ * accounts checked. Undefined when anything was reported.
+ */
+function parseEnvironment(env: NodeJS.ProcessEnv, report: Report): Config | undefined {
+  const reported = new Set<string>();
+  // A deployment-wide problem is found once per account: reported once.
+  const once: Report = (name, message) => {
+    if (reported.has(`${name}\n${message}`)) return;
+    reported.add(`${name}\n${message}`);
+    report(name, message);
+  };
+  const names = declaredAccounts(env);
+  accountVariableProblems(env, names, once);
+  const parsed = names.map((account) => variablesOfAccount(env, account, once));
+  const accounts = parsed.filter((p) => p !== undefined);
+  if (accounts.length < parsed.length) return undefined;
+  const settled = accounts.map((p) => ({ ...p, values: withContextDefaults(valuesOf(p.tree, p.variables, once)) }));
+  const [first] = settled;
+  if (first === undefined) return undefined;
+  crossChecks(first.values, once);
+  sharedSecretProblems(
+    settled.map((p) => ({ account: p.account, secrets: givenSecrets(p.tree, p.variables, (s) => s.declaration.perAccount === true) })),
+    once,
+  );
+  if (reported.size > 0) return undefined;
+  const { accounts: _names, ...settings } = first.values;
+  return { ...settings, account: first.account, accounts: settled.map((p) => accountOf(p.account, p.values)) };
+}
+
+/**
+ * The environment's one schema: every declared account's variables parsed by their settings, then
+ * (once all parse) the values put in Config's shape, the defaults that depend on other settings filled
+ * in, and the rules between settings and accounts checked. Every issue's path is the variable it is about.
+ */
+export const configSchema = z
+  .custom<NodeJS.ProcessEnv>((v) => typeof v === 'object' && v !== null, 'the environment must be an object')
+  .transform((env, ctx): Config => {
+    const report: Report = (name, message) => ctx.addIssue({ code: 'custom', path: [name], message });
+    return parseEnvironment(env, report) ?? z.NEVER;
+  });
 
 /** The table of docs/operations.md, "Configuration" (`npm run docs:config` writes it there). */
 export const configTable = (): string => settingsTable(SETTINGS);
+
+// ---------------------------------------------------------------------------------------------
+// Choosing an account
+
+/** An account a command or request names that is not declared, or none named where several are: exit 2. */
+export class AccountChoiceError extends UsageError {
+  constructor(message: string) {
+    super(message, { printUsage: false });
+  }
+}
+
+/**
+ * The account `name` names; with no name, the only account. Several accounts and no name, or a name
+ * not declared, is an {@link AccountChoiceError} naming the declared ones.
+ */
+export function findAccount(config: Pick<Config, 'accounts'>, name: string | undefined): AccountConfig {
+  const declared = config.accounts.map((a) => a.name).join(', ');
+  if (name === undefined) {
+    const [only, ...others] = config.accounts;
+    if (only !== undefined && others.length === 0) return only;
+    throw new AccountChoiceError(`several accounts are declared (${declared}): name one with --account`);
+  }
+  const found = config.accounts.find((a) => a.name === name);
+  if (found) return found;
+  throw new AccountChoiceError(`no account ${JSON.stringify(name)} is declared (ACCOUNTS: ${declared})`);
+}
+
+/** `config` for account `name`: its per-account fields that account's, everything else the same. */
+export function accountConfig(config: Config, name: string): Config {
+  const { name: account, sync, ...parts } = findAccount(config, name);
+  return { ...config, ...parts, sync: { ...config.sync, ...sync }, account };
+}
 
 // ---------------------------------------------------------------------------------------------
 // What each use needs
@@ -547,42 +803,54 @@ function namesOfSettingOf(name: EnvName): string[] {
 
 const settingNames = () => settingsOf(SETTINGS).map((s) => s.names as readonly string[]);
 
-const present = (env: NodeJS.ProcessEnv, name: string): boolean => {
-  const raw = env[name];
-  return raw !== undefined && raw.trim() !== '';
-};
+/**
+ * The variables account `account` reads setting `name` from (`all`), and those a message names
+ * (`shown`): the unprefixed ones for `default`, whose prefixed ones are the rarer form.
+ */
+function namesForAccount(account: string, name: EnvName): { all: string[]; shown: string[] } {
+  const own = namesOfSettingOf(name);
+  if (!isPerAccount(name)) return { all: own, shown: own };
+  const prefixed = own.map((n) => accountPrefix(account) + n);
+  return account === DEFAULT_ACCOUNT ? { all: [...own, ...prefixed], shown: own } : { all: prefixed, shown: prefixed };
+}
+
+const givenFor = (env: NodeJS.ProcessEnv, account: string, name: EnvName): string | undefined =>
+  namesForAccount(account, name)
+    .all.map((n) => env[n])
+    .find((raw) => raw !== undefined && raw.trim() !== '');
+
+const presentFor = (env: NodeJS.ProcessEnv, account: string, name: EnvName) => givenFor(env, account, name) !== undefined;
 
 /** Settings that ask for reads: any legacy read setting, SYNC_SOURCE or SYNC_GROUPS. */
 const READ_SETTINGS: EnvName[] = ['MAILER_LEGACY_URL', 'MAILER_API_KEY', 'SYNC_SOURCE', 'SYNC_GROUPS'];
 
-const readSettingsGiven = (env: NodeJS.ProcessEnv): boolean => READ_SETTINGS.some((name) => present(env, name));
-
-/** SYNC_SOURCE, or its default: legacy when legacy settings are given, else current. */
-export function syncSourceOf(env: NodeJS.ProcessEnv): SyncSource {
-  const given = env.SYNC_SOURCE?.trim().toLowerCase();
+/** SYNC_SOURCE of an account (the first declared by default), or its default: legacy when legacy settings are given, else current. */
+export function syncSourceOf(env: NodeJS.ProcessEnv, account: string = declaredAccounts(env)[0] ?? DEFAULT_ACCOUNT): SyncSource {
+  const given = givenFor(env, account, 'SYNC_SOURCE')?.trim().toLowerCase();
   if (given === 'legacy' || given === 'current') return given;
-  return defaultSource(present(env, 'MAILER_LEGACY_URL') || present(env, 'MAILER_API_KEY'));
+  return defaultSource(presentFor(env, account, 'MAILER_LEGACY_URL') || presentFor(env, account, 'MAILER_API_KEY'));
 }
 
 /** One problem per required setting missing under every one of its names. */
-function missing(env: NodeJS.ProcessEnv, required: EnvName[], reason: string): string[] {
+function missing(env: NodeJS.ProcessEnv, account: string, required: EnvName[], reason: string): string[] {
   return required.flatMap((name) => {
-    const [, ...others] = namesOfSettingOf(name);
-    if ([name, ...others].some((n) => present(env, n))) return [];
-    return [`${name}: required for ${reason}${others.length > 0 ? ` (or ${others.join(', ')})` : ''}`];
+    if (presentFor(env, account, name)) return [];
+    const [shown, ...others] = namesForAccount(account, name).shown;
+    return [`${shown}: required for ${reason}${others.length > 0 ? ` (or ${others.join(', ')})` : ''}`];
   });
 }
 
-function problemsOfNeed(env: NodeJS.ProcessEnv, need: ConfigNeed): string[] {
-  const source = syncSourceOf(env);
+function problemsOfNeed(env: NodeJS.ProcessEnv, need: ConfigNeed, account: string): string[] {
+  const source = syncSourceOf(env, account);
   const reason = source === 'legacy' ? 'polling' : 'polling the current API';
+  const reads = () => missing(env, account, READS_BY_SOURCE[source], reason);
   switch (need) {
     case 'poll':
-      return missing(env, READS_BY_SOURCE[source], reason);
+      return reads();
     case 'reconcile':
-      return readSettingsGiven(env) ? missing(env, READS_BY_SOURCE[source], reason) : [];
+      return READ_SETTINGS.some((name) => presentFor(env, account, name)) ? reads() : [];
     case 'manage-webhooks':
-      return missing(env, MANAGE_WEBHOOKS, 'webhooks commands');
+      return missing(env, account, MANAGE_WEBHOOKS, 'webhooks commands');
     case 'receive':
     case 'database':
       return [];
@@ -613,16 +881,20 @@ function redact(text: string, secrets: string[]): string {
 
 /**
  * Parses the environment. Throws one ConfigError listing every bad or missing variable; values of
- * secret settings are never echoed, only their names.
+ * secret settings are never echoed, only their names. `needs` are checked for every declared account,
+ * or for `account` alone when it is given (a command serving one account); an `account` not declared
+ * is an {@link AccountChoiceError}.
  */
-export function loadConfig(env: NodeJS.ProcessEnv = process.env, needs: ConfigNeed[] = []): Config {
+export function loadConfig(env: NodeJS.ProcessEnv = process.env, needs: ConfigNeed[] = [], account?: string): Config {
   const result = configSchema.safeParse(env);
   const problems = result.success ? [] : result.error.issues.map((i) => `${String(i.path[0] ?? 'environment')}: ${i.message}`);
-  for (const need of needs) problems.push(...problemsOfNeed(env, need));
+  const checked = declaredAccounts(env).filter((name) => account === undefined || name === account);
+  for (const name of checked) for (const need of needs) problems.push(...problemsOfNeed(env, need, name));
   if (!result.success || problems.length > 0) {
     const secrets = secretValuesIn(env);
     throw new ConfigError([...new Set(problems)].map((p) => redact(p, secrets)));
   }
+  if (account !== undefined) findAccount(result.data, account);
   return result.data;
 }
 
@@ -636,12 +908,24 @@ export function loadDatabaseUrl(env: NodeJS.ProcessEnv = process.env): string {
   throw new ConfigError([`DATABASE_URL: ${result.error.issues[0]?.message ?? 'invalid'}`]);
 }
 
-/** Values that must never be printed; `log.ts` also redacts them wherever they appear in text. */
+/** Values that must never be printed, every account's; `log.ts` also redacts them wherever they appear in text. */
 export function secretsOf(config: Config): string[] {
-  return secretValues(SETTINGS, config);
+  const all = [...secretValues(SETTINGS, config), ...config.accounts.flatMap((account) => secretValues(SETTINGS, account))];
+  return [...new Set(all)];
 }
 
-/** The secret variables' raw values, for when the environment does not parse (nothing else to go by). */
+const SECRET_SETTING_NAMES = settingsOf(SETTINGS)
+  .filter((s) => s.declaration.secret)
+  .flatMap((s) => s.names);
+
+/**
+ * The secret variables' raw values, every account's (declared or not), for when the environment does
+ * not parse (nothing else to go by).
+ */
 export function secretValuesIn(env: NodeJS.ProcessEnv): string[] {
-  return rawSecretValues(SETTINGS, env);
+  const perAccount = Object.entries(env)
+    .filter(([name]) => ACCOUNT_VARIABLE.test(name) && SECRET_SETTING_NAMES.some((secret) => name.endsWith(`__${secret}`)))
+    .map(([, raw]) => raw?.trim() ?? '')
+    .flatMap((raw) => [raw, ...commaList(raw)]);
+  return [...new Set([...rawSecretValues(SETTINGS, env), ...perAccount].filter((s) => s.length > 0))];
 }

@@ -32,6 +32,17 @@ esac
 export DATABASE_URL
 if [ -n "$REDIS_URL" ]; then export REDIS_URL; else unset REDIS_URL; fi
 
+# Each account's own variables (ACCOUNT_<NAME>__<SETTING>, docs/operations.md "Several accounts"):
+# this service's share of them, written from .env by the accounts service (deploy/setup/accounts.sh).
+if [ -s "$dir/accounts.env" ]; then
+  while IFS= read -r line; do
+    name=${line%%=*}
+    case $name in ACCOUNT_*__*) ;; *) continue ;; esac
+    case $name in *[!A-Z0-9_]*) continue ;; esac
+    export "$name=${line#*=}"
+  done <"$dir/accounts.env"
+fi
+
 if [ -s "$dir/old-settings.env" ]; then
   used=""
   while IFS= read -r line; do

@@ -4,8 +4,8 @@
  * schema that parses the environment, the type of the parsed values (the tree's shape), the table in
  * docs/operations.md ("Configuration") and the secrets to keep out of messages and logs.
  *
- * A setting's parser sees text only: a blank variable counts as unset, and an unset one is given its
- * default (parsed like any value) or stays undefined.
+ * A setting's parser sees text only: a blank variable counts as unset, and a setting none of whose
+ * names is given gets its default (parsed like any value) or stays undefined.
  */
 import { isIP } from 'node:net';
 import { z } from 'zod';
@@ -27,6 +27,8 @@ interface Declaration {
   readonly aliases?: readonly string[];
   /** Never printed: messages name the variable only, and `secretValues` lists it for redaction. */
   readonly secret?: boolean;
+  /** Says who an account is at the service or what to read: one value per account (the docs table says so). */
+  readonly perAccount?: boolean;
 }
 
 export interface Setting<T, N extends string = string> {
@@ -34,7 +36,7 @@ export interface Setting<T, N extends string = string> {
   readonly names: readonly [N, ...N[]];
   readonly kind: Kind<unknown>;
   readonly declaration: Declaration;
-  /** The parser of one variable: blank → default → the kind's schema (undefined stays undefined). */
+  /** The parser of the setting given one text: blank → default → the kind's schema (undefined stays undefined). */
   readonly schema: z.ZodType<T>;
 }
 
@@ -63,8 +65,6 @@ export function setting<const N extends string, T, const A extends string = neve
 ): Setting<T | undefined, N | A>;
 export function setting<T>(name: string, kind: Kind<T>, declaration: Declaration): Setting<T | undefined> {
   const fallback = declaration.default;
-  // The alias check compares what was given; a default would make an unset name look given.
-  if (fallback !== undefined && declaration.aliases?.length) throw new Error(`${name}: a setting with aliases takes no default`);
   const parse = fallback === undefined ? kind.schema.optional() : kind.schema;
   return {
     names: [name, ...(declaration.aliases ?? [])],
@@ -82,16 +82,35 @@ export function settingsOf(tree: SettingsTree): Setting<unknown>[] {
   return Object.values(tree).flatMap((node) => (isSetting(node) ? [node] : settingsOf(node)));
 }
 
-/** One zod object over every variable name; its output is turned into the tree's shape by `valuesOf`. */
-export function variablesSchema(tree: SettingsTree): z.ZodObject<Record<string, z.ZodType>> {
-  return z.object(Object.fromEntries(settingsOf(tree).flatMap((s) => s.names.map((name) => [name, s.schema]))));
+/**
+ * The same tree with other names for some settings (`namesOf` returns them, or undefined to keep a
+ * setting's own): one tree per account, whose settings read that account's variables.
+ */
+export function renamed<T extends SettingsTree>(tree: T, namesOf: (s: Setting<unknown>) => readonly [string, ...string[]] | undefined): T {
+  const entries = Object.entries(tree).map(([key, node]) => [
+    key,
+    isSetting(node) ? { ...node, names: namesOf(node) ?? node.names } : renamed(node, namesOf),
+  ]);
+  return Object.fromEntries(entries) as T;
 }
 
-/** The value of one setting under whichever of its names was given; different values are reported. */
+/**
+ * One zod object over every variable name (a blank or unset one is undefined); its output is turned
+ * into the tree's shape, defaults included, by `valuesOf`.
+ */
+export function variablesSchema(tree: SettingsTree): z.ZodObject<Record<string, z.ZodType>> {
+  const given = (s: Setting<unknown>) => z.preprocess((raw) => (isBlank(raw) ? undefined : raw), s.kind.schema.optional());
+  return z.object(Object.fromEntries(settingsOf(tree).flatMap((s) => s.names.map((name) => [name, given(s)]))));
+}
+
+/**
+ * The value of one setting under whichever of its names was given, else its default; different
+ * values are reported. The default comes after the choice, so that an unset name never looks given.
+ */
 function valueOf(s: Setting<unknown>, variables: Record<string, unknown>, report: Report): unknown {
   const given = s.names.filter((name) => variables[name] !== undefined);
   const [first, ...others] = given;
-  if (first === undefined) return undefined;
+  if (first === undefined) return s.schema.parse(undefined);
   for (const other of others) {
     if (JSON.stringify(variables[other]) !== JSON.stringify(variables[first])) {
       report(first, `differs from ${other}, another name of the same setting; set one of them`);
@@ -122,6 +141,20 @@ export function secretValues(tree: SettingsTree, values: unknown): string[] {
   return [...new Set(found.filter((s) => s.length > 0))];
 }
 
+/** Each secret setting given (of those `which` picks), named by the first of its names given, with its parsed values. */
+export function givenSecrets(
+  tree: SettingsTree,
+  variables: Record<string, unknown>,
+  which: (s: Setting<unknown>) => boolean = () => true,
+): Array<{ name: string; values: string[] }> {
+  return settingsOf(tree)
+    .filter((s) => s.declaration.secret && which(s))
+    .flatMap((s) => {
+      const name = s.names.find((n) => variables[n] !== undefined);
+      return name === undefined ? [] : [{ name, values: textsOf(variables[name]).filter((v) => v.length > 0) }];
+    });
+}
+
 /**
  * The raw text of the secret variables (each comma-separated part too), for when the environment
  * does not parse and no values exist to take them from.
@@ -148,7 +181,8 @@ function defaultCell({ declaration }: Setting<unknown>): string {
 function row(s: Setting<unknown>): string {
   const [name, ...aliases] = s.names;
   const names = code(name) + (aliases.length > 0 ? ` (alias ${aliases.map(code).join(', ')})` : '');
-  const values = s.kind.values + (s.declaration.secret ? '; secret: never printed' : '');
+  const values =
+    s.kind.values + (s.declaration.secret ? '; secret: never printed' : '') + (s.declaration.perAccount ? '; per account' : '');
   return `| ${[names, s.declaration.doc, values, defaultCell(s)].map(cell).join(' | ')} |`;
 }
 

@@ -1,10 +1,10 @@
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
-import { SETTINGS } from '../../src/config.js';
+import { PER_ACCOUNT_SETTINGS, SETTINGS } from '../../src/config.js';
 import { settingsOf } from '../../src/ground/settings.js';
 import { imageMemoryEnv, PRODUCTION_ENV } from '../bench/lib/service-run.js';
 import { ROOT } from '../helpers/cli.js';
@@ -290,6 +290,7 @@ describe('docker-compose.yml', () => {
       expect(service.build).toBe('.');
       expect(service.depends_on).toEqual({
         setup: { condition: 'service_completed_successfully' },
+        accounts: { condition: 'service_completed_successfully' },
         postgres: { condition: 'service_healthy' },
         redis: { condition: 'service_healthy' },
       });
@@ -451,8 +452,13 @@ describe('docker-compose.yml', () => {
     const limits = Object.values(compose.services).map((service) => memoryLimitOf(service).variable);
     // And what Compose itself reads for the https profile (docs/compose.md, "HTTPS").
     const https = ['COMPOSE_PROFILES', 'PUBLIC_DOMAIN', 'PROXY_TLS', 'ACME_EMAIL', 'RECEIVER_PUBLISH'];
+    // And the example account's own settings (docs/operations.md, "Several accounts").
+    const account = PER_ACCOUNT_SETTINGS.map((setting) => `ACCOUNT_SHOP__${setting}`);
     expect(
-      variables.filter((v) => !SETTING_NAMES.includes(v) && !COMPOSE_PASSWORDS.includes(v) && !limits.includes(v) && !https.includes(v)),
+      variables.filter(
+        (v) =>
+          !SETTING_NAMES.includes(v) && !COMPOSE_PASSWORDS.includes(v) && !limits.includes(v) && !https.includes(v) && !account.includes(v),
+      ),
     ).toEqual([]);
     expect(variables).toEqual(expect.arrayContaining(https));
     expect(variables).toEqual(expect.arrayContaining(['WORKER_MEMORY_LIMIT', 'RECEIVER_MEMORY_LIMIT']));
@@ -468,6 +474,136 @@ describe('docker-compose.yml', () => {
         ).toBe(true);
       }
     }
+  });
+
+  // docs/operations.md, "Several accounts": variables ACCOUNT_<NAME>__<SETTING> whose names only .env
+  // knows. The accounts service (deploy/setup/accounts.sh) gets .env and writes each service its share.
+  describe('the accounts service', () => {
+    const script = read('deploy/setup/accounts.sh');
+    const list = (name: string) => (new RegExp(`^${name}="([^"]*)"`, 'm').exec(script)?.[1] ?? '').split(/\s+/).filter(Boolean).sort();
+    const perAccountOf = (service: string, has: boolean) =>
+      PER_ACCOUNT_SETTINGS.filter((n) => environmentNames(compose.services[service]).includes(n) === has).sort();
+
+    it('is the one container given .env whole: a one-shot after setup, as the services’ user, with no network', () => {
+      const accounts = compose.services.accounts as Service & { network_mode?: string };
+      expect(accounts.image).toBe(compose.services.setup?.image);
+      expect(accounts.command).toEqual(['sh', '/accounts.sh']);
+      expect(accounts.env_file).toEqual([{ path: '.env', required: false }]);
+      expect(accounts.environment).toBeUndefined();
+      expect(accounts.user).toBe('1000:1000');
+      expect(accounts.network_mode).toBe('none');
+      expect(accounts.cap_add).toBeUndefined();
+      expect(accounts.volumes?.sort()).toEqual(
+        [
+          './deploy/setup/accounts.sh:/accounts.sh:ro',
+          'worker-secrets:/run/subscriber-mirror/worker',
+          'receiver-secrets:/run/subscriber-mirror/receiver',
+        ].sort(),
+      );
+      expect(accounts.depends_on).toEqual({ setup: { condition: 'service_completed_successfully' } });
+      expect(accounts.restart).toBe('no');
+      const withDotenv = Object.entries(compose.services).filter(([, service]) =>
+        (service.env_file ?? []).some((f) => (typeof f === 'string' ? f : f.path) === '.env'),
+      );
+      expect(withDotenv.map(([name]) => name)).toEqual(['accounts']);
+      // setup.sh leaves the volumes to the `node` user (uid 1000), which this service runs as.
+      expect(read('deploy/setup/setup.sh')).toMatch(/^NODE_UID=1000 /m);
+    });
+
+    it("gives each service the per-account settings its environment takes unprefixed, the receiver's webhook secrets only", () => {
+      expect(list('WORKER_ALL_BUT')).toEqual(perAccountOf('worker', false));
+      expect(list('RECEIVER_ONLY')).toEqual(perAccountOf('receiver', true));
+      expect(list('RECEIVER_ONLY')).toEqual(['WEBHOOK_SECRETS']);
+      for (const secret of RECEIVER_NEVER) expect(list('RECEIVER_ONLY'), secret).not.toContain(secret);
+      for (const name of ['worker', 'receiver']) expect(environmentNames(compose.services[name]), name).toContain('ACCOUNTS');
+    });
+
+    /** Runs accounts.sh on directories of a test (no chown: the test's user owns them), with `env`. */
+    function runAccounts(dir: string, env: Record<string, string>) {
+      const run = spawnSync('sh', ['-c', script.replace(/^out=\/run\/subscriber-mirror$/m, `out=${dir}`)], {
+        env: { PATH: process.env.PATH, ...env },
+        encoding: 'utf8',
+      });
+      expect(run.status, run.stderr).toBe(0);
+      return run;
+    }
+    const lines = (file: string) => readFileSync(file, 'utf8').split('\n').filter(Boolean).sort();
+
+    it('writes the receiver no per-account API key nor token, whatever .env holds; the worker every read setting', () => {
+      const dir = mkdtempSync(path.join(tmpdir(), 'accounts-'));
+      try {
+        for (const name of ['worker', 'receiver']) mkdirSync(path.join(dir, name), { mode: 0o500 });
+        const env = {
+          ACCOUNTS: 'default,shop,eu_',
+          MAILER_API_KEY: 'key-default',
+          ADMIN_TOKEN: 'admin-token-0123456789',
+          RECEIVER_DB_PASSWORD: 'pw',
+          ACCOUNT_SHOP__MAILER_API_KEY: 'key-shop',
+          ACCOUNT_SHOP__MAILER_API_TOKEN: 'tok-shop',
+          ACCOUNT_SHOP__MAILER_WEBHOOKS_TOKEN: 'tok-shop',
+          ACCOUNT_SHOP__SYNC_GROUPS: '1,2',
+          ACCOUNT_SHOP__WEBHOOK_SECRETS: 'whsec-shop-0123456789,whsec-shop-next-0123',
+          ACCOUNT_EU____MAILER_API_URL: 'https://connect.example.com',
+          ACCOUNT_EU____WEBHOOK_SECRETS: 'whsec-eu-0123456789',
+          ACCOUNT_SHOP__SYNC_EVERY: '1m',
+        };
+        const run = runAccounts(dir, env);
+        expect(run.stderr).toMatch(/ACCOUNTS=default,shop,eu_\): 6 per-account variables for the worker, 2 for the receiver/);
+        // The receiver's, the one container on the internet: the webhook secrets, no key or token.
+        expect(lines(path.join(dir, 'receiver', 'accounts.env'))).toEqual([
+          'ACCOUNT_EU____WEBHOOK_SECRETS=whsec-eu-0123456789',
+          'ACCOUNT_SHOP__WEBHOOK_SECRETS=whsec-shop-0123456789,whsec-shop-next-0123',
+        ]);
+        expect(lines(path.join(dir, 'worker', 'accounts.env'))).toEqual([
+          'ACCOUNT_EU____MAILER_API_URL=https://connect.example.com',
+          'ACCOUNT_SHOP__MAILER_API_KEY=key-shop',
+          'ACCOUNT_SHOP__MAILER_API_TOKEN=tok-shop',
+          'ACCOUNT_SHOP__MAILER_WEBHOOKS_TOKEN=tok-shop',
+          // A deployment-wide setting given per account reaches the worker, which refuses it by name.
+          'ACCOUNT_SHOP__SYNC_EVERY=1m',
+          'ACCOUNT_SHOP__SYNC_GROUPS=1,2',
+        ]);
+        // Nothing unprefixed: the services' `environment:` passes that.
+        expect(readFileSync(path.join(dir, 'worker', 'accounts.env'), 'utf8')).not.toMatch(
+          /^(MAILER_API_KEY|ADMIN_TOKEN|RECEIVER_DB_PASSWORD|ACCOUNTS)=/m,
+        );
+        for (const name of ['worker', 'receiver']) {
+          expect(statSync(path.join(dir, name)).mode & 0o777, name).toBe(0o500);
+          expect(statSync(path.join(dir, name, 'accounts.env')).mode & 0o777, name).toBe(0o400);
+        }
+        // The next `up` replaces both files whole: an account gone from .env is gone from them.
+        runAccounts(dir, { ACCOUNTS: 'default', MAILER_API_KEY: 'key-default' });
+        expect(lines(path.join(dir, 'worker', 'accounts.env'))).toEqual([]);
+        expect(lines(path.join(dir, 'receiver', 'accounts.env'))).toEqual([]);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    });
+
+    it("puts the receiver's share, and nothing more, in the receiver's process environment (start.sh)", () => {
+      const dir = mkdtempSync(path.join(tmpdir(), 'accounts-start-'));
+      try {
+        const volume = path.join(dir, 'receiver');
+        mkdirSync(volume);
+        writeFileSync(path.join(volume, 'accounts.env'), 'ACCOUNT_SHOP__WEBHOOK_SECRETS=whsec-shop-0123456789\nNOT_AN_ACCOUNT=1\n');
+        // A `node` that prints the environment it is started with.
+        const bin = path.join(dir, 'bin');
+        mkdirSync(bin);
+        writeFileSync(path.join(bin, 'node'), '#!/bin/sh\nenv\n', { mode: 0o755 });
+        const start = read('deploy/service/start.sh').replace(/^dir=\/run\/subscriber-mirror$/m, `dir=${volume}`);
+        const run = spawnSync('sh', ['-c', start, 'start.sh', 'receiver', 'start'], {
+          env: { PATH: `${bin}:${process.env.PATH}`, RECEIVER_DB_PASSWORD: 'pw', ACCOUNTS: 'default,shop' },
+          encoding: 'utf8',
+        });
+        expect(run.status, run.stderr).toBe(0);
+        const names = run.stdout.split('\n').map((l) => l.split('=')[0]);
+        expect(run.stdout.split('\n')).toContain('ACCOUNT_SHOP__WEBHOOK_SECRETS=whsec-shop-0123456789');
+        expect(names).not.toContain('NOT_AN_ACCOUNT');
+        expect(names.filter((n) => n?.startsWith('ACCOUNT_'))).toEqual(['ACCOUNT_SHOP__WEBHOOK_SECRETS']);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    });
   });
 
   it('lets workers scale: no fixed host port or container name on the worker', () => {
@@ -521,7 +657,8 @@ describe('docker-compose.yml', () => {
 
   it('runs every long-running production container with an init and pinned image tags', () => {
     for (const [name, s] of production()) {
-      if (name !== 'setup') expect(s.init, name).toBe(true);
+      // The one-shots (setup, accounts) run a script to its end: no children to reap, no signal to pass on.
+      if (s.restart !== 'no') expect(s.init, name).toBe(true);
       if (s.image && !s.build) expect(s.image, name).toMatch(/:\d+\.\d+\.?\d*-[a-z]/);
     }
     const dockerfile = readFileSync(path.join(ROOT, 'Dockerfile'), 'utf8');
@@ -578,7 +715,8 @@ describe('docker-compose.yml', () => {
       expect(service.cap_drop, name).toEqual(['ALL']);
       expect(service.security_opt, name).toEqual(['no-new-privileges:true']);
       if (name === 'setup') continue;
-      expect(service.user, name).toMatch(/^(node|postgres|redis|caddy|nobody|472)$/);
+      // 1000:1000: the service image's `node`, for the accounts service on the Postgres image.
+      expect(service.user, name).toMatch(/^(node|postgres|redis|caddy|nobody|472|1000:1000)$/);
       expect(service.cap_add, name).toBeUndefined();
     }
     // The one root container, and what it may do: hand each service its secrets (docs/compose.md, "Containers").

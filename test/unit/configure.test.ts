@@ -161,3 +161,135 @@ describe('./configure', () => {
     expect(existsSync(output)).toBe(false);
   });
 });
+
+// docs/operations.md, "Several accounts": an account added to an existing .env.
+describe('./configure --add-account', () => {
+  /** A single-account .env, as ./configure writes it. */
+  function single() {
+    const run = configureWith('key-123\ntok-1\n', ...REQUIRED, '--webhooks-url', 'https://connect.example.com', '--webhooks-token-stdin');
+    expect(run.code, run.err).toBe(0);
+    return readFileSync(output, 'utf8');
+  }
+  const addAccount = (input: string, name: string, ...args: string[]) => configureWith(input, '--add-account', name, ...args);
+  const CURRENT = ['--source', 'current', '--api-url', 'https://current.example.com', '--api-token-stdin', '--groups', '7, 8'];
+
+  it('adds an account to the single-account file: ACCOUNTS=default,NAME, its settings prefixed, a webhook secret of its own', () => {
+    const before = single();
+    const run = addAccount('tok-shop\n', 'shop', ...CURRENT);
+    expect(run.code, run.err).toBe(0);
+    expect(run.out).toContain('added account shop');
+    const after = readFileSync(output, 'utf8');
+    // Nothing of the file before changes: the account is appended.
+    expect(after.startsWith(before)).toBe(true);
+    const env = variables();
+    expect(env).toMatchObject({
+      ACCOUNTS: 'default,shop',
+      ACCOUNT_SHOP__SYNC_SOURCE: 'current',
+      ACCOUNT_SHOP__MAILER_API_URL: 'https://current.example.com',
+      ACCOUNT_SHOP__MAILER_API_TOKEN: 'tok-shop',
+      ACCOUNT_SHOP__SYNC_GROUPS: '7,8',
+      MAILER_API_KEY: 'key-123',
+    });
+    expect(env.ACCOUNT_SHOP__WEBHOOK_SECRETS).toMatch(/^[0-9a-f]{48}$/);
+    expect(statSync(output).mode & 0o777).toBe(0o600);
+    const config = loadConfig({ ...env, OPS_PORT: '9090' }, ['poll', 'manage-webhooks']);
+    expect(config.accounts.map((a) => [a.name, a.sync.source, a.sync.groups])).toEqual([
+      ['default', 'legacy', ['111', '222']],
+      ['shop', 'current', ['7', '8']],
+    ]);
+    expect(config.accounts[1]?.webhookSecrets).toEqual([env.ACCOUNT_SHOP__WEBHOOK_SECRETS]);
+  });
+
+  it('adds legacy and webhook-only accounts after it, appending to ACCOUNTS; each loads', () => {
+    single();
+    expect(addAccount('tok-shop\n', 'shop', ...CURRENT).code).toBe(0);
+    const legacy = addAccount(
+      'key-blog\ntok-blog\n',
+      'blog_eu',
+      ...['--source', 'legacy', '--legacy-url', 'https://legacy.example.com', '--api-key-stdin', '--groups', '3'],
+      ...['--webhooks-url', 'https://connect.example.com', '--webhooks-token-stdin'],
+    );
+    expect(legacy.code, legacy.err).toBe(0);
+    const hooks = addAccount('', 'news', '--source', 'webhook-only');
+    expect(hooks.code, hooks.err).toBe(0);
+    const env = variables();
+    expect(env.ACCOUNTS).toBe('default,shop,blog_eu,news');
+    expect(readFileSync(output, 'utf8').match(/^ACCOUNTS=/gm)).toHaveLength(1);
+    expect(env).toMatchObject({
+      ACCOUNT_BLOG_EU__SYNC_SOURCE: 'legacy',
+      ACCOUNT_BLOG_EU__MAILER_LEGACY_URL: 'https://legacy.example.com',
+      ACCOUNT_BLOG_EU__MAILER_API_KEY: 'key-blog',
+      ACCOUNT_BLOG_EU__MAILER_WEBHOOKS_TOKEN: 'tok-blog',
+      ACCOUNT_BLOG_EU__SYNC_GROUPS: '3',
+    });
+    expect(Object.keys(env).filter((n) => n.startsWith('ACCOUNT_NEWS__'))).toEqual(['ACCOUNT_NEWS__WEBHOOK_SECRETS']);
+    const config = loadConfig({ ...env, OPS_PORT: '9090' }, ['reconcile']);
+    expect(config.accounts.map((a) => [a.name, a.sync.reconciles])).toEqual([
+      ['default', true],
+      ['shop', true],
+      ['blog_eu', true],
+      ['news', false],
+    ]);
+    // Every account's webhook secret is its own.
+    expect(new Set(config.accounts.slice(1).map((a) => a.webhookSecrets[0])).size).toBe(3);
+  });
+
+  it('appends to an ACCOUNTS that names no default account', () => {
+    writeFileSync(output, 'ACCOUNTS=shop\nACCOUNT_SHOP__WEBHOOK_SECRETS=whsec-shop-0123456789\n', { mode: 0o600 });
+    expect(addAccount('', 'blog', '--source', 'webhook-only').code).toBe(0);
+    expect(variables().ACCOUNTS).toBe('shop,blog');
+  });
+
+  it.each([
+    [['shop', ...CURRENT], 'tok-other\n', /account "shop" is declared already \(ACCOUNTS=default,shop\)/],
+    [['default', '--source', 'webhook-only'], '', /account "default" is declared already/],
+    [['Shop', '--source', 'webhook-only'], '', /"Shop" is not an account name/],
+    [['a__b', '--source', 'webhook-only'], '', /"a__b" is not an account name/],
+    [['blog'], '', /--source is required/],
+    [['blog', '--source', 'v3'], '', /--source: legacy, current or webhook-only, got "v3"/],
+    [['blog', '--source', 'legacy', '--api-key-stdin'], 'key-blog\n', /--legacy-url is required[\s\S]*--groups is required/],
+    [['blog', '--source', 'current', '--groups', '1'], '', /--api-url is required[\s\S]*the token is required/],
+    [['blog', ...CURRENT, '--webhooks-url', 'https://x.example.com'], 'tok-blog\n', /--webhooks-url does not go with --source current/],
+    [['blog', '--source', 'webhook-only', '--groups', '1'], '', /--groups does not go with --source webhook-only/],
+    [
+      ['blog', '--source', 'current', '--api-url', 'ftp://x', '--api-token-stdin', '--groups', 'a'],
+      'tok\n',
+      /--groups: comma-separated[\s\S]*--api-url: an http\(s\) URL/,
+    ],
+    // A key or token another account holds: named by its variable, never echoed.
+    [['blog', ...CURRENT], 'key-123\n', /a key or token given is already MAILER_API_KEY's in .*: each account needs its own/],
+    [
+      ['blog', '--source', 'webhook-only', '--domain', 'h.example.com'],
+      '',
+      /--add-account adds to an existing file: --domain only go with a new one/,
+    ],
+  ])('refuses %j with exit 2 and leaves the file as it was', (args, input, message) => {
+    single();
+    expect(addAccount('tok-shop\n', 'shop', ...CURRENT).code).toBe(0);
+    const before = readFileSync(output, 'utf8');
+    const run = addAccount(input, ...(args as [string, ...string[]]));
+    expect(run.code, run.out).toBe(2);
+    expect(run.err).toMatch(message);
+    expect(run.err).not.toContain('key-123');
+    expect(readFileSync(output, 'utf8')).toBe(before);
+  });
+
+  it('needs an existing file, and refuses leftovers of an undeclared account of that name', () => {
+    const run = addAccount('', 'shop', '--source', 'webhook-only');
+    expect(run.code).toBe(2);
+    expect(run.err).toMatch(/does not exist: write it with \.\/configure first/);
+    expect(existsSync(output)).toBe(false);
+    writeFileSync(output, 'ACCOUNT_SHOP__SYNC_GROUPS=1\n');
+    const leftover = addAccount('', 'shop', '--source', 'webhook-only');
+    expect(leftover.code).toBe(2);
+    expect(leftover.err).toMatch(/already holds variables of an account "shop" \(ACCOUNT_SHOP__…\)/);
+    expect(readFileSync(output, 'utf8')).toBe('ACCOUNT_SHOP__SYNC_GROUPS=1\n');
+  });
+
+  it('takes the account options only with --add-account', () => {
+    const run = configure(...REQUIRED, '--source', 'current');
+    expect(run.code).toBe(2);
+    expect(run.err).toMatch(/go with --add-account/);
+    expect(configure(...REQUIRED, '--api-token', 'x').err).toMatch(/--api-token takes no value/);
+  });
+});
