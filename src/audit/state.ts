@@ -157,6 +157,8 @@ export async function saveWebhookHealth(db: Queryable, health: readonly WebhookC
 }
 
 export async function listWebhookHealth(db: Queryable): Promise<WebhookHealth[]> {
-  const { rows } = await db.query<WebhookHealth>(`select ${rowSelectSql(auditWebhooks, { omit: ['account'] })} from audit_webhooks where account = mirror_account() order by id`);
+  const { rows } = await db.query<WebhookHealth>(
+    `select ${rowSelectSql(auditWebhooks, { omit: ['account'] })} from audit_webhooks where account = mirror_account() order by id`,
+  );
   return rows;
 }

@@ -39,7 +39,9 @@ const ACCOUNT_NAME = /^[a-z][a-z0-9_]{0,30}$/;
 /** An account name as the `accounts` table's check allows it; anything else never reaches a connection string. */
 export function checkedAccountName(name: string): string {
   if (!ACCOUNT_NAME.test(name) || name.includes('__')) {
-    throw new Error(`invalid account name ${JSON.stringify(name)}: 1-31 lowercase letters, digits or "_", starting with a letter, without "__"`);
+    throw new Error(
+      `invalid account name ${JSON.stringify(name)}: 1-31 lowercase letters, digits or "_", starting with a letter, without "__"`,
+    );
   }
   return name;
 }

@@ -517,9 +517,7 @@ export const syncStatus = pgView('sync_status', {
   fullPassOpen: boolean('full_pass_open').notNull(),
   /** Legacy: the open full pass's next row offset; current: the pages it committed. */
   fullPassAt: integer('full_pass_at'),
-})
-  .with({ securityInvoker: true })
-  .as(sql`
+}).with({ securityInvoker: true }).as(sql`
 select s.account, s.group_id, s.type, s.cursor,
        l.kind as last_mode, l.status as last_status, l.started_at as last_run_started_at, l.ended_at as last_run_finished_at,
        ok.ended_at as last_success_at, l.error as last_error,
@@ -636,17 +634,17 @@ export const auditResults = pgTable(
 export const auditWebhooks = pgTable(
   'audit_webhooks',
   {
-  account: accountColumn(),
-  /** The service-side webhook id (a row of `webhook_endpoints`). */
-  id: text('id').notNull(),
-  /** Null when the service no longer has it. */
-  enabled: boolean('enabled'),
-  /** Problems found, of {@link WEBHOOK_PROBLEMS} (empty when healthy). */
-  problems: text('problems').array().$type<WebhookProblem[]>().notNull(),
-  missingEvents: text('missing_events').array().notNull(),
-  checkedAt: tstz('checked_at').notNull(),
-  /** When the audit last re-enabled it (WEBHOOKS_REENABLE). */
-  reenabledAt: tstz('reenabled_at'),
+    account: accountColumn(),
+    /** The service-side webhook id (a row of `webhook_endpoints`). */
+    id: text('id').notNull(),
+    /** Null when the service no longer has it. */
+    enabled: boolean('enabled'),
+    /** Problems found, of {@link WEBHOOK_PROBLEMS} (empty when healthy). */
+    problems: text('problems').array().$type<WebhookProblem[]>().notNull(),
+    missingEvents: text('missing_events').array().notNull(),
+    checkedAt: tstz('checked_at').notNull(),
+    /** When the audit last re-enabled it (WEBHOOKS_REENABLE). */
+    reenabledAt: tstz('reenabled_at'),
   },
   (t) => [primaryKey({ columns: [t.account, t.id] })],
 );
@@ -713,30 +711,30 @@ export const webhookDeliveryHashes = pgTable(
 export const webhookEndpoints = pgTable(
   'webhook_endpoints',
   {
-  account: accountColumn(),
-  /** The service-side webhook id (docs/upstream.md, "Webhook object"). */
-  id: text('id').notNull(),
-  name: text('name'),
-  url: text('url').notNull(),
-  events: text('events').array().notNull(),
-  enabled: boolean('enabled').notNull().default(true),
-  batchable: boolean('batchable').notNull().default(false),
-  /** Signs deliveries (docs/upstream.md, "Signature"). Never logged. */
-  secret: text('secret').notNull(),
-  createdAt: tstz('created_at').notNull().defaultNow(),
-  updatedAt: tstz('updated_at').notNull().defaultNow(),
-  /**
-   * Taken over with `webhooks adopt` (made elsewhere, e.g. in the service's dashboard, and only meant
-   * to be verified) rather than created by `webhooks register`, which must never claim, update or
-   * delete such a webhook (docs/operations.md, "Command line"). Set when the row is inserted, never
-   * changed afterwards, so the two kinds of rows cannot turn into each other.
-   */
-  adopted: boolean('adopted').notNull().default(false),
-  /**
-   * Disabled by an operator (`webhooks update --disable`), not by the service: WEBHOOKS_REENABLE leaves
-   * it disabled (docs/operations.md, "The audit"). Cleared when it is enabled again, by whoever.
-   */
-  disabledByOperator: boolean('disabled_by_operator').notNull().default(false),
+    account: accountColumn(),
+    /** The service-side webhook id (docs/upstream.md, "Webhook object"). */
+    id: text('id').notNull(),
+    name: text('name'),
+    url: text('url').notNull(),
+    events: text('events').array().notNull(),
+    enabled: boolean('enabled').notNull().default(true),
+    batchable: boolean('batchable').notNull().default(false),
+    /** Signs deliveries (docs/upstream.md, "Signature"). Never logged. */
+    secret: text('secret').notNull(),
+    createdAt: tstz('created_at').notNull().defaultNow(),
+    updatedAt: tstz('updated_at').notNull().defaultNow(),
+    /**
+     * Taken over with `webhooks adopt` (made elsewhere, e.g. in the service's dashboard, and only meant
+     * to be verified) rather than created by `webhooks register`, which must never claim, update or
+     * delete such a webhook (docs/operations.md, "Command line"). Set when the row is inserted, never
+     * changed afterwards, so the two kinds of rows cannot turn into each other.
+     */
+    adopted: boolean('adopted').notNull().default(false),
+    /**
+     * Disabled by an operator (`webhooks update --disable`), not by the service: WEBHOOKS_REENABLE leaves
+     * it disabled (docs/operations.md, "The audit"). Cleared when it is enabled again, by whoever.
+     */
+    disabledByOperator: boolean('disabled_by_operator').notNull().default(false),
   },
   (t) => [primaryKey({ columns: [t.account, t.id] })],
 );
@@ -772,9 +770,7 @@ export const currentGroupMembers = pgView('current_group_members', {
   status: text('status'),
   type: text('type'),
   addedAt: tstz('added_at'),
-})
-  .with({ securityInvoker: true })
-  .as(sql`
+}).with({ securityInvoker: true }).as(sql`
 select gm.account, gm.group_id, g.name as group_name, gm.subscriber_id, s.email, s.name, s.status, gm.type, gm.added_at
 from group_members gm
 left join groups g on g.account = gm.account and g.id = gm.group_id
@@ -801,9 +797,7 @@ export const campaignEngagement = pgView('campaign_engagement', {
   clickEvents: integer('click_events'),
   openRate: doublePrecision('open_rate'),
   clickRate: doublePrecision('click_rate'),
-})
-  .with({ securityInvoker: true })
-  .as(sql`
+}).with({ securityInvoker: true }).as(sql`
 select c.account,
        c.id as campaign_id,
        c.name as campaign_name,
@@ -838,9 +832,7 @@ export const recentlyChangedSubscribers = pgView('recently_changed_subscribers',
   status: text('status'),
   updatedAt: tstz('updated_at'),
   mirroredVia: text('mirrored_via').$type<MirrorSource>(),
-})
-  .with({ securityInvoker: true })
-  .as(sql`
+}).with({ securityInvoker: true }).as(sql`
 select account, id, email, status, updated_at, mirrored_via
 from subscribers
 where updated_at >= now() - interval '1 day'`);
@@ -857,15 +849,15 @@ export type FieldType = (typeof FIELD_TYPES)[number];
 export const fields = pgTable(
   'fields',
   {
-  account: accountColumn(),
-  /** The key of the value in `subscribers.fields`, and the column's name in `subscriber_fields`. */
-  key: text('key').notNull(),
-  title: text('title'),
-  type: text('type').$type<FieldType>().notNull(),
-  /** The service's id of the field. */
-  upstreamId: text('upstream_id'),
-  /** When the definition was last read from the service (our clock). */
-  mirroredAt: tstz('mirrored_at').notNull().defaultNow(),
+    account: accountColumn(),
+    /** The key of the value in `subscribers.fields`, and the column's name in `subscriber_fields`. */
+    key: text('key').notNull(),
+    title: text('title'),
+    type: text('type').$type<FieldType>().notNull(),
+    /** The service's id of the field. */
+    upstreamId: text('upstream_id'),
+    /** When the definition was last read from the service (our clock). */
+    mirroredAt: tstz('mirrored_at').notNull().defaultNow(),
   },
   (t) => [primaryKey({ columns: [t.account, t.key] })],
 );
@@ -884,9 +876,7 @@ export const suppressions = pgView('suppressions', {
   reason: text('reason'),
   since: tstz('since'),
   learnedVia: text('learned_via'),
-})
-  .with({ securityInvoker: true })
-  .as(sql`
+}).with({ securityInvoker: true }).as(sql`
 select distinct on (r.account, coalesce(lower(r.email), r.subscriber_id))
        r.account, r.email, r.subscriber_id, r.reason, r.since, r.learned_via
 from (
@@ -939,9 +929,7 @@ export const groupStats = pgView('group_stats', {
   lastAuditAt: tstz('last_audit_at'),
   lastAuditRowsChecked: integer('last_audit_rows_checked'),
   lastAuditAccuracy: doublePrecision('last_audit_accuracy'),
-})
-  .with({ securityInvoker: true })
-  .as(sql`
+}).with({ securityInvoker: true }).as(sql`
 select k.account, k.group_id, g.name as group_name, k.type,
        coalesce(m.members, 0) as mirror_members,
        c.count as service_count, c.at as service_count_at,

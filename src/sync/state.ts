@@ -30,7 +30,10 @@ export async function listSyncStates(db: Queryable): Promise<SyncStateRow[]> {
 
 /** The pair's row, created with nothing to resume from when it has none. */
 export async function ensureSyncState(db: Queryable, groupId: string, type: string): Promise<void> {
-  await db.query(`insert into sync_state (group_id, type) values ($1, $2) on conflict (account, group_id, type) do nothing`, [groupId, type]);
+  await db.query(`insert into sync_state (group_id, type) values ($1, $2) on conflict (account, group_id, type) do nothing`, [
+    groupId,
+    type,
+  ]);
 }
 
 /** Where an incremental pass reads from (null before the first pass). */

@@ -78,7 +78,7 @@ describe('the analyst role', () => {
   it('reads subscriber_fields after the definitions changed and the view was rebuilt', async () => {
     await replaceFieldDefinitions(db.pool, [{ key: 'score', title: 'Score', type: 'number', upstreamId: '1' }]);
     const { fields } = await asAnalyst('select * from subscriber_fields limit 1');
-    expect(fields.map((f) => f.name)).toEqual(['id', 'score']);
+    expect(fields.map((f) => f.name)).toEqual(['account', 'id', 'score']);
     await replaceFieldDefinitions(db.pool, []);
   });
 
@@ -144,7 +144,8 @@ describe('the service role', () => {
       await superuser.query('grant create on schema public to public').finally(() => superuser.end());
       const url = withUser(withDatabase(base, name), owner);
       expect((await runMigrations(url)).applied).toBeGreaterThan(0);
-      const client = new pg.Client({ connectionString: url });
+      // Scoped to the account the migration declared, as the service's pools are.
+      const client = new pg.Client({ connectionString: url, options: '-c subscriber_mirror.account=default' });
       await client.connect();
       try {
         const { rows } = await client.query(`select rolsuper from pg_roles where rolname = current_user`);

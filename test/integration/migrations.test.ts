@@ -9,7 +9,9 @@ import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 
 /** The SQL contract (docs/sql.md, "Tables"), asserted from information_schema rather than from the ORM. */
 const CONTRACT: Record<string, Record<string, string>> = {
+  accounts: { name: 'text' },
   subscribers: {
+    account: 'text',
     id: 'text',
     email: 'text',
     name: 'text',
@@ -34,8 +36,9 @@ const CONTRACT: Record<string, Record<string, string>> = {
     mirrored_at: 'timestamp with time zone',
     mirrored_via: 'text',
   },
-  groups: { id: 'text', name: 'text' },
+  groups: { account: 'text', id: 'text', name: 'text' },
   group_members: {
+    account: 'text',
     group_id: 'text',
     subscriber_id: 'text',
     type: 'text',
@@ -164,10 +167,12 @@ describe('migrations', () => {
   it('has indexes for email, status, membership and cursor lookups', async () => {
     const { rows } = await database.pool.query<{ indexdef: string }>(`select indexdef from pg_indexes where schemaname = 'public'`);
     const defs = rows.map((r) => r.indexdef).join('\n');
-    expect(defs).toMatch(/ON public\.subscribers USING btree \(lower\(email\)\)/);
-    expect(defs).toMatch(/ON public\.subscribers USING btree \(status\)/);
-    expect(defs).toMatch(/ON public\.group_members USING btree \(subscriber_id\)/);
-    expect(defs).toMatch(/ON public\.sync_state USING btree \(group_id, type\)/);
+    // Every lookup within an account: ids and addresses are unique only there.
+    expect(defs).toMatch(/ON public\.subscribers USING btree \(account, lower\(email\)\)/);
+    expect(defs).toMatch(/ON public\.subscribers USING btree \(account, status\)/);
+    expect(defs).toMatch(/ON public\.subscribers USING btree \(account, id\)/);
+    expect(defs).toMatch(/ON public\.group_members USING btree \(account, subscriber_id\)/);
+    expect(defs).toMatch(/ON public\.sync_state USING btree \(account, group_id, type\)/);
     expect(defs).toMatch(/UNIQUE INDEX webhook_deliveries_body_sha256_key/);
   });
 

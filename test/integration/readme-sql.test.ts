@@ -674,6 +674,7 @@ describe('SQL for users', () => {
         {
           table_name: 'campaign_engagement',
           columns: [
+            'account',
             'campaign_id',
             'campaign_name',
             'sent_at',
@@ -688,11 +689,12 @@ describe('SQL for users', () => {
         },
         {
           table_name: 'current_group_members',
-          columns: ['group_id', 'group_name', 'subscriber_id', 'email', 'name', 'status', 'type', 'added_at'],
+          columns: ['account', 'group_id', 'group_name', 'subscriber_id', 'email', 'name', 'status', 'type', 'added_at'],
         },
         {
           table_name: 'group_stats',
           columns: [
+            'account',
             'group_id',
             'group_name',
             'type',
@@ -705,11 +707,12 @@ describe('SQL for users', () => {
             'last_audit_accuracy',
           ],
         },
-        { table_name: 'recently_changed_subscribers', columns: ['id', 'email', 'status', 'updated_at', 'mirrored_via'] },
-        { table_name: 'subscriber_fields', columns: ['id', 'birthday', 'city', 'company', 'score'] },
+        { table_name: 'recently_changed_subscribers', columns: ['account', 'id', 'email', 'status', 'updated_at', 'mirrored_via'] },
+        { table_name: 'subscriber_fields', columns: ['account', 'id', 'birthday', 'city', 'company', 'score'] },
         {
           table_name: 'subscriber_versions',
           columns: [
+            'account',
             'subscriber_id',
             'valid_from',
             'valid_to',
@@ -731,10 +734,11 @@ describe('SQL for users', () => {
             'fields',
           ],
         },
-        { table_name: 'suppressions', columns: ['email', 'subscriber_id', 'reason', 'since', 'learned_via'] },
+        { table_name: 'suppressions', columns: ['account', 'email', 'subscriber_id', 'reason', 'since', 'learned_via'] },
         {
           table_name: 'sync_status',
           columns: [
+            'account',
             'group_id',
             'type',
             'cursor',
@@ -789,7 +793,8 @@ describe('SQL for users', () => {
     it('campaign_engagement counts unique and total opens and clicks, with null-safe rates', async () => {
       const rows = await database.db.select().from(campaignEngagement);
       rows.sort((a, b) => (a.campaignId ?? '').localeCompare(b.campaignId ?? ''));
-      expect(rows.map(({ sentAt: _sentAt, ...r }) => r)).toEqual([
+      expect(new Set(rows.map((r) => r.account))).toEqual(new Set(['default']));
+      expect(rows.map(({ sentAt: _sentAt, account: _account, ...r }) => r)).toEqual([
         // 3 of 6 opened, 2 of 6 clicked (33.33 %, two decimals); Ana's duplicate delivery counted once.
         {
           campaignId: MAY,

@@ -118,39 +118,47 @@ describe('every table of src/db/schema.ts and the catalog agree', () => {
 
 describe('the registry and the catalog agree', () => {
   it('subscribers has exactly the registry columns, in order', async () => {
-    expect((await columnsOf('subscribers')).map((c) => c.name)).toEqual(SUBSCRIBER_COLUMN_NAMES);
+    // The account came last, added in place by migration 0029 (no table rewrite on upgrade).
+    expect((await columnsOf('subscribers')).map((c) => c.name)).toEqual([...SUBSCRIBER_COLUMN_NAMES, 'account']);
   });
 
-  it('subscriber_versions_past has the version keys and exactly the content columns, typed as in subscribers', async () => {
+  it('subscriber_versions_past has the account, the version keys and exactly the content columns, typed as in subscribers', async () => {
     const types = await subscriberTypes();
     const past = await columnsOf('subscriber_versions_past');
-    expect(past.map((c) => c.name)).toEqual(['subscriber_id', 'valid_from', 'via', 'recorded_at', ...CONTENT]);
-    for (const c of past.slice(4)) expect(c.type, c.name).toBe(types.get(c.name));
+    expect(past.map((c) => c.name)).toEqual(['subscriber_id', 'valid_from', 'via', 'recorded_at', ...CONTENT, 'account']);
+    for (const c of past.slice(4, -1)) expect(c.type, c.name).toBe(types.get(c.name));
   });
 
   it('the subscriber_versions view has exactly the content columns', async () => {
     const types = await subscriberTypes();
     const view = await columnsOf('subscriber_versions');
-    expect(view.map((c) => c.name)).toEqual(['subscriber_id', 'valid_from', 'valid_to', 'via', 'recorded_at', ...CONTENT]);
-    for (const c of view.slice(5)) expect(c.type, c.name).toBe(types.get(c.name));
+    expect(view.map((c) => c.name)).toEqual(['account', 'subscriber_id', 'valid_from', 'valid_to', 'via', 'recorded_at', ...CONTENT]);
+    for (const c of view.slice(6)) expect(c.type, c.name).toBe(types.get(c.name));
   });
 
-  it('subscribers_as_of returns the id, exactly the content columns, then the validity', async () => {
+  it('subscribers_as_of returns the account, the id, exactly the content columns, then the validity', async () => {
     const types = await subscriberTypes();
     const { rows } = await db.pool.query<{ name: string; type: string }>(
       `select p.parameter_name as name, p.data_type as type from information_schema.parameters p
          join information_schema.routines r using (specific_schema, specific_name)
         where r.routine_name = 'subscribers_as_of' and p.parameter_mode = 'OUT' order by p.ordinal_position`,
     );
-    expect(rows.map((r) => r.name)).toEqual(['id', ...CONTENT, 'valid_from', 'valid_to', 'via']);
-    for (const c of rows.slice(1, 1 + CONTENT.length)) expect(c.type, c.name).toBe(types.get(c.name));
+    expect(rows.map((r) => r.name)).toEqual(['account', 'id', ...CONTENT, 'valid_from', 'valid_to', 'via']);
+    for (const c of rows.slice(2, 2 + CONTENT.length)) expect(c.type, c.name).toBe(types.get(c.name));
   });
 
   it('the history trigger copies exactly the version keys and the content columns', async () => {
     const src = await functionSource('subscriber_history_push');
     const list = /insert into subscriber_versions_past\s*\(([^)]*)\)/i.exec(src)?.[1];
     expect(list, 'insert column list of subscriber_history_push').toBeDefined();
-    expect((list as string).split(',').map((c) => c.trim())).toEqual(['subscriber_id', 'valid_from', 'via', 'recorded_at', ...CONTENT]);
+    expect((list as string).split(',').map((c) => c.trim())).toEqual([
+      'account',
+      'subscriber_id',
+      'valid_from',
+      'via',
+      'recorded_at',
+      ...CONTENT,
+    ]);
   });
 });
 
