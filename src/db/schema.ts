@@ -47,6 +47,24 @@ export const accounts = pgTable(
 );
 
 /**
+ * Which accounts an analyst's login may read (docs/sql.md, "Roles"): a login with rows here reads
+ * rows of those accounts only, through every table, view and function (row-level security, migration
+ * 0030); a login with none reads every account. Written by `subscriber-mirror analysts`
+ * (`src/db/analyst-accounts.ts`) or by the database owner in SQL.
+ */
+export const analystAccounts = pgTable(
+  'analyst_accounts',
+  {
+    /** A login role (a member of `subscriber_mirror_analyst`). */
+    role: text('role').notNull(),
+    account: text('account')
+      .notNull()
+      .references(() => accounts.name),
+  },
+  (t) => [primaryKey({ columns: [t.role, t.account] })],
+);
+
+/**
  * The account column of every mirrored table. Its default is the session's account
  * (`mirror_account()`, migration 0029): the service opens one connection pool per account, each
  * connection scoped to its account, so a write can only land in the account it serves, and a session

@@ -44,6 +44,7 @@ const SIMULATOR_MAY_IMPORT = new Set(['ground/']);
 
 const TABLE_OWNERS: Readonly<Record<string, string>> = {
   accounts: 'db/accounts.ts',
+  analyst_accounts: 'db/analyst-accounts.ts',
   subscribers: 'mirror/store/subscribers.ts',
   groups: 'mirror/store/reference.ts',
   automations: 'mirror/store/reference.ts',

@@ -1,0 +1,167 @@
+/**
+ * Analysts limited to some accounts (docs/sql.md, "Roles"; migration 0030): a login listed in
+ * `analyst_accounts` reads no row of another account through any table, view or function; a login
+ * not listed reads every account; the service's own role is not limited.
+ */
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openDatabase, type Database } from '../../src/db/client.js';
+import { declareAccounts } from '../../src/db/accounts.js';
+import { limitAnalyst, listAnalystLimits, unlimitAnalyst } from '../../src/db/analyst-accounts.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+
+let db: TestDatabase;
+let shop: Database;
+const suffix = `${process.pid}_${Math.random().toString(36).slice(2, 8)}`;
+const LIMITED = `sm_ana_limited_${suffix}`;
+const UNLIMITED = `sm_ana_all_${suffix}`;
+
+/** One row in every table that holds an account's data, written through a pool scoped to it. */
+async function populate(pool: pg.Pool, marker: string): Promise<void> {
+  const statements = [
+    `insert into subscribers (id, email, status, version_at, updated_at, mirrored_via) values ('1', '${marker}@example.com', 'unsubscribed', now() - interval '1 hour', now() - interval '1 hour', 'poll')`,
+    `update subscribers set email = '${marker}+2@example.com', version_at = now(), updated_at = now() where account = mirror_account() and id = '1'`,
+    `insert into groups (id, name) values ('10', '${marker} group')`,
+    `insert into group_members (group_id, subscriber_id, type, added_at, mirrored_via) values ('10', '1', 'active', now() - interval '1 day', 'poll')`,
+    `insert into campaigns (id, name, total_recipients) values ('20', '${marker} campaign', 1)`,
+    `insert into automations (id, name) values ('30', '${marker} automation')`,
+    `insert into subscriber_activity (kind, subscriber_id, campaign_id, occurred_at) values ('campaign.open', '1', '20', now())`,
+    `insert into subscriber_activity (kind, subscriber_id, occurred_at) values ('subscriber.spam_reported', '1', now())`,
+    `insert into sync_state (group_id, type, cursor) values ('10', 'active', now())`,
+    `insert into sync_passes (group_id, type, kind, source, status, upstream_count) values ('10', 'active', 'full', 'legacy', 'succeeded', 1)`,
+    `insert into upstream_paging (page_cap) values (1000)`,
+    `insert into audit_state (group_id, type) values ('10', 'active')`,
+    `insert into audit_results (group_id, type, rows_checked, in_flight, content, missing, extra, count, repaired, unrepaired, missed_deliveries) values ('10', 'active', 1, 0, 0, 0, 0, 0, 0, 0, 0)`,
+    `insert into audit_webhooks (id, problems, missing_events, checked_at) values ('w1', '{}', '{}', now())`,
+    `insert into webhook_endpoints (id, url, events, secret) values ('w1', 'https://x/webhooks/${marker}', '{subscriber.created}', 'secret-of-${marker}-0123456789')`,
+    `insert into webhook_deliveries (body_sha256, body, status) values ('${marker}', '{}', 'applied')`,
+    `insert into webhook_delivery_hashes (body_sha256, delivery_id, status, received_at) values ('\\x00', 1, 'applied', now())`,
+    `insert into fields (key, type) values ('score', 'number')`,
+    `insert into erasures (subscriber_id, reason) values ('2', 'forget')`,
+  ];
+  for (const statement of statements) await pool.query(statement);
+}
+
+/** Every relation of the schema that has an account column the analyst role may read. */
+async function accountRelations(): Promise<string[]> {
+  const { rows } = await db.pool.query<{ relation: string }>(
+    `select c.table_name as relation from information_schema.columns c
+      where c.table_schema = 'public' and c.column_name = 'account' and c.table_name <> 'analyst_accounts'
+        and has_column_privilege('subscriber_mirror_analyst', quote_ident(c.table_name), 'account', 'SELECT')
+      order by 1`,
+  );
+  return rows.map((r) => r.relation);
+}
+
+/** Runs `sql` as `role` (as a login would) in a transaction that is rolled back. */
+async function as<R extends pg.QueryResultRow>(role: string, sql: string): Promise<R[]> {
+  const client = await db.pool.connect();
+  try {
+    await client.query('begin');
+    await client.query(`set local role ${role}`);
+    return (await client.query<R>(sql)).rows;
+  } finally {
+    await client.query('rollback').catch(() => {});
+    client.release();
+  }
+}
+
+/** Rows of each account `role` reads in `relation` (columns it may not read are left out). */
+async function countsAs(role: string, relation: string): Promise<Record<string, number>> {
+  const rows = await as<{ account: string; n: number }>(role, `select account, count(*)::int as n from ${relation} group by account`);
+  return Object.fromEntries(rows.map((r) => [r.account, r.n]));
+}
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  await declareAccounts(db.pool, ['shop']);
+  shop = openDatabase(db.url, { max: 2, account: 'shop' });
+  await populate(db.pool, 'default');
+  await populate(shop.pool, 'shop');
+  await db.pool.query(`create role ${LIMITED} login in role subscriber_mirror_analyst`);
+  await db.pool.query(`create role ${UNLIMITED} login in role subscriber_mirror_analyst`);
+  await limitAnalyst(db.pool, LIMITED, ['default']);
+}, 60_000);
+
+afterAll(async () => {
+  await shop?.close();
+  await db?.drop();
+  const admin = new pg.Client({ connectionString: db.url.replace(/\/[^/?]+(\?|$)/, '/postgres$1') });
+  await admin.connect();
+  await admin.query(`drop role if exists ${LIMITED}`).catch(() => {});
+  await admin.query(`drop role if exists ${UNLIMITED}`).catch(() => {});
+  await admin.end();
+});
+
+describe('an analyst limited to one account', () => {
+  it('reads no row of another account in any table or view, and every row of its own', async () => {
+    const relations = await accountRelations();
+    // Every mirrored table and view has the account: the list is the contract this test holds.
+    expect(relations).toEqual(
+      expect.arrayContaining([
+        'subscribers',
+        'group_members',
+        'current_group_members',
+        'subscriber_versions',
+        'suppressions',
+        'sync_status',
+      ]),
+    );
+    expect(relations).not.toContain('webhook_delivery_hashes'); // not the analyst's to read at all (0012)
+    const seen: Record<string, Record<string, number>> = {};
+    for (const relation of relations) {
+      seen[relation] = await countsAs(LIMITED, relation);
+    }
+    const leaks = Object.entries(seen).filter(([, counts]) => (counts['shop'] ?? 0) > 0);
+    expect(leaks).toEqual([]);
+    // Not vacuous: the analyst reads its own account's rows in every relation this test filled.
+    const empty = Object.entries(seen)
+      .filter(([, counts]) => !counts['default'])
+      .map(([relation]) => relation);
+    expect(empty).toEqual([]);
+    // The service's own role (the owner, here a superuser) sees both accounts in the same tables.
+    const owner = await db.pool.query<{ account: string }>(`select distinct account from subscribers order by 1`);
+    expect(owner.rows.map((r) => r.account)).toEqual(['default', 'shop']);
+  });
+
+  it('reads no row of another account through the as-of functions nor the accounts list', async () => {
+    const asOf = await as<{ account: string }>(LIMITED, `select distinct account from subscribers_as_of(now() + interval '1 day')`);
+    expect(asOf.map((r) => r.account)).toEqual(['default']);
+    const members = await as<{ account: string }>(LIMITED, `select distinct account from group_members_as_of(now())`);
+    expect(members.map((r) => r.account)).toEqual(['default']);
+    const names = await as<{ name: string }>(LIMITED, `select name from accounts order by 1`);
+    expect(names.map((r) => r.name)).toEqual(['default']);
+  });
+
+  it('cannot lift its own limit', async () => {
+    await expect(as(LIMITED, `delete from analyst_accounts`)).rejects.toThrow(/permission denied/);
+    await expect(as(LIMITED, `set local row_security = off; select count(*) from subscribers`)).rejects.toThrow(/row-level security/);
+  });
+});
+
+describe('an analyst not limited', () => {
+  it('reads every account', async () => {
+    expect(await countsAs(UNLIMITED, 'subscribers')).toEqual({ default: 1, shop: 1 });
+    expect(await countsAs(UNLIMITED, 'current_group_members')).toEqual({ default: 1, shop: 1 });
+  });
+});
+
+describe('limits are kept by subscriber-mirror analysts', () => {
+  it('lists, widens and lifts a limit; refuses an undeclared account and changes nothing', async () => {
+    expect(await listAnalystLimits(db.pool)).toEqual([{ role: LIMITED, accounts: ['default'] }]);
+    await expect(limitAnalyst(db.pool, LIMITED, ['nope'])).rejects.toThrow(/no account "nope" is declared/);
+    expect(await listAnalystLimits(db.pool)).toEqual([{ role: LIMITED, accounts: ['default'] }]);
+    await limitAnalyst(db.pool, LIMITED, ['default', 'shop']);
+    expect(await countsAs(LIMITED, 'subscribers')).toEqual({ default: 1, shop: 1 });
+    await limitAnalyst(db.pool, LIMITED, ['shop']);
+    expect(await countsAs(LIMITED, 'subscribers')).toEqual({ shop: 1 });
+    await unlimitAnalyst(db.pool, LIMITED);
+    expect(await listAnalystLimits(db.pool)).toEqual([]);
+    expect(await countsAs(LIMITED, 'subscribers')).toEqual({ default: 1, shop: 1 });
+    await limitAnalyst(db.pool, LIMITED, ['default']);
+  });
+
+  it('refuses a role that is not an analyst', async () => {
+    await expect(limitAnalyst(db.pool, 'postgres', ['default'])).rejects.toThrow(/not a member of subscriber_mirror_analyst/);
+  });
+});
