@@ -25,6 +25,8 @@ commands:
                                        --verify: exit 3 when it still differs after the repair
   fields [--refresh] [--json]          the custom field definitions (subscriber_fields); --refresh reads them now
   erase --email E | --id I             erase a person's personal data from the mirror now (not the service's)
+  analysts list|limit ROLE --account A[,B]|unlimit ROLE
+                                       which accounts an analyst's login may read
   webhooks list|get|register|adopt|update|delete
                                        manage the service-side webhooks
   webhooks replay [--status failed|ignored] [--since DATE]
@@ -60,6 +62,7 @@ const COMMANDS: Record<string, () => Promise<Command>> = {
   backfill: async () => (await import('./backfill.js')).backfillCommand,
   status: async () => (await import('./status.js')).statusCommand,
   erase: async () => (await import('./erase.js')).eraseCommand,
+  analysts: async () => (await import('./analysts.js')).analystsCommand,
   webhooks: async () => (await import('./webhooks.js')).webhooksCommand,
   simulator: async () => {
     const { runSimulatorCli } = await import('../simulator/cli.js');

@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openDatabase, type Database } from '../../src/db/client.js';
 import { declareAccounts } from '../../src/db/accounts.js';
 import { limitAnalyst, listAnalystLimits, unlimitAnalyst } from '../../src/db/analyst-accounts.js';
+import { runCli } from '../helpers/cli.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 
 let db: TestDatabase;
@@ -164,4 +165,33 @@ describe('limits are kept by subscriber-mirror analysts', () => {
   it('refuses a role that is not an analyst', async () => {
     await expect(limitAnalyst(db.pool, 'postgres', ['default'])).rejects.toThrow(/not a member of subscriber_mirror_analyst/);
   });
+});
+
+describe('subscriber-mirror analysts', () => {
+  const analysts = (args: string[]) => runCli(['analysts', ...args], { DATABASE_URL: db.url }, { timeoutMs: 60_000 });
+
+  it('limits, lists and lifts from the command line', async () => {
+    const limited = await analysts(['limit', UNLIMITED, '--account', 'shop']);
+    expect(limited.code).toBe(0);
+    expect(limited.stdout).toBe(`${UNLIMITED} now reads accounts shop only\n`);
+    const list = await analysts(['list']);
+    expect(list.stdout).toBe(`${UNLIMITED}  shop\n${LIMITED}  default\n`); // by role name
+    expect(await countsAs(UNLIMITED, 'subscribers')).toEqual({ shop: 1 });
+    const lifted = await analysts(['unlimit', UNLIMITED]);
+    expect(lifted.stdout).toBe(`${UNLIMITED} reads every account again\n`);
+    expect(await countsAs(UNLIMITED, 'subscribers')).toEqual({ default: 1, shop: 1 });
+  }, 120_000);
+
+  it('exits 2 on bad usage or an undeclared account, and changes nothing', async () => {
+    const before = await listAnalystLimits(db.pool);
+    for (const args of [[], ['limit', LIMITED], ['limit', '--account', 'shop'], ['list', '--account', 'shop'], ['drop', LIMITED]]) {
+      const run = await analysts(args);
+      expect(run.code, args.join(' ')).toBe(2);
+      expect(run.stderr, args.join(' ')).toMatch(/usage: subscriber-mirror analysts|needs --account|belongs to limit only/);
+    }
+    const unknown = await analysts(['limit', LIMITED, '--account', 'nope']);
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toMatch(/no account "nope" is declared \(accounts: default, shop\)/);
+    expect(await listAnalystLimits(db.pool)).toEqual(before);
+  }, 120_000);
 });
