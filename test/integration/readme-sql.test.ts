@@ -472,10 +472,10 @@ const EXPECTATIONS: Expectation[] = [
     explanation: /^Size of every group/i,
     check: (rows) => {
       expect(rows).toEqual([
-        { group_id: NEWSLETTER, group_name: 'Newsletter', status: 'active', members: '2' },
-        { group_id: NEWSLETTER, group_name: 'Newsletter', status: 'bounced', members: '1' },
-        { group_id: NEWSLETTER, group_name: 'Newsletter', status: 'unsubscribed', members: '2' },
-        { group_id: CUSTOMERS, group_name: null, status: 'active', members: '3' },
+        { account: 'default', group_id: NEWSLETTER, group_name: 'Newsletter', status: 'active', members: '2' },
+        { account: 'default', group_id: NEWSLETTER, group_name: 'Newsletter', status: 'bounced', members: '1' },
+        { account: 'default', group_id: NEWSLETTER, group_name: 'Newsletter', status: 'unsubscribed', members: '2' },
+        { account: 'default', group_id: CUSTOMERS, group_name: null, status: 'active', members: '3' },
       ]);
     },
   },
