@@ -324,7 +324,7 @@ const SUPERSEDED_ADDS_SQL = `
 select t.subscriber_id as "subscriberId",
        ${canonicalTimestampSql('s.version_at')} as at
   from unnest($1::text[], $2::timestamptz[]) as t(subscriber_id, at)
-  join subscribers s on s.id = t.subscriber_id
+  join subscribers s on s.account = mirror_account() and s.id = t.subscriber_id
  where s.deleted_at is not null and s.version_at > t.at`;
 
 async function supersededAdds(

@@ -48,7 +48,7 @@ export interface DeliveryConsumerDeps {
   listen?: boolean;
   /** The safety net: claim what is due this often even without a notification (default 10 s; 0: never). */
   pollEveryMs?: number;
-  /** Applied and ignored deliveries older than this are deleted (WEBHOOK_RETENTION); unset keeps them. */
+  /** Applied and ignored deliveries of every account older than this are deleted (WEBHOOK_RETENTION); unset keeps them. */
   retentionMs?: number;
   /**
    * Failed and pending deliveries older than this are deleted too (WEBHOOK_FAILED_RETENTION); unset
@@ -213,8 +213,9 @@ function createBatchLoops(runBatch: () => Promise<BatchResult>, o: LoopOptions) 
 const RELISTEN_MS = 1_000;
 
 /**
- * LISTEN on one pooled connection, held for the consumer's life. Every notification wakes the
- * loops; so does every (re)connection, since notifications sent while nobody listened are gone.
+ * LISTEN on one pooled connection, held for the consumer's life. Every notification of the pool's
+ * account wakes the loops; so does every (re)connection, since notifications sent while nobody
+ * listened are gone.
  */
 function listenForDeliveries(pool: pg.Pool, wake: () => void, log: Logger): { ready: Promise<void>; stop(): Promise<void> } {
   let client: pg.PoolClient | null = null;
@@ -237,8 +238,14 @@ function listenForDeliveries(pool: pg.Pool, wake: () => void, log: Logger): { re
       try {
         next = await pool.connect();
         const held = next;
-        held.on('notification', wake);
         held.on('error', (error) => lost(held, error));
+        // Every account's inbox notifies one channel with its account as payload (migration 0029);
+        // this consumer claims only its pool's account, so another account's deliveries wake nobody here.
+        const { rows } = await held.query<{ account: string }>('select mirror_account() as account');
+        const account = rows[0]?.account;
+        held.on('notification', (message) => {
+          if (message.payload === account) wake();
+        });
         await held.query(`listen ${INBOX_CHANNEL}`);
         if (stopped) {
           held.release();

@@ -82,14 +82,14 @@ function isHttpUrl(value: string): boolean {
  */
 export type StoredEndpoint = RowOf<typeof webhookEndpoints>;
 
-const SELECT_ENDPOINTS = `select ${rowSelectSql(webhookEndpoints)} from webhook_endpoints`;
+const SELECT_ENDPOINTS = `select ${rowSelectSql(webhookEndpoints)} from webhook_endpoints where account = mirror_account()`;
 
 export async function readEndpoints(pool: Queryable): Promise<StoredEndpoint[]> {
   return (await pool.query<StoredEndpoint>(`${SELECT_ENDPOINTS} order by created_at, id`)).rows;
 }
 
 export async function readEndpoint(pool: Queryable, id: string): Promise<StoredEndpoint | undefined> {
-  return (await pool.query<StoredEndpoint>(`${SELECT_ENDPOINTS} where id = $1`, [id])).rows[0];
+  return (await pool.query<StoredEndpoint>(`${SELECT_ENDPOINTS} and id = $1`, [id])).rows[0];
 }
 
 export type StoreOutcome = 'inserted' | 'updated' | 'unchanged';
@@ -138,7 +138,7 @@ export async function storeEndpoint(
 }
 
 export async function removeEndpoint(pool: Queryable, id: string): Promise<boolean> {
-  const { rowCount } = await pool.query('delete from webhook_endpoints where id = $1', [id]);
+  const { rowCount } = await pool.query('delete from webhook_endpoints where account = mirror_account() and id = $1', [id]);
   return (rowCount ?? 0) > 0;
 }
 
@@ -170,8 +170,11 @@ export interface RegisterResult {
   actions: RegisterAction[];
 }
 
-/** Session advisory lock: two concurrent registers would both create (migrate.ts uses 727_110_001). */
-const REGISTER_LOCK_KEY = 727_110_005;
+/**
+ * Session advisory lock: two concurrent registers of one account would both create (migrate.ts uses
+ * 727_110_001). Taken with the account's hash as second key, so registers of two accounts run at once.
+ */
+export const REGISTER_LOCK_KEY = 727_110_005;
 
 /**
  * Runs `fn` on one connection holding the lock; every statement of `fn` must use that connection,
@@ -181,14 +184,16 @@ async function withRegisterLock<T>(pool: pg.Pool, fn: (client: pg.PoolClient) =>
   const client = await pool.connect();
   let broken: Error | undefined;
   try {
-    const { rows } = await client.query<{ locked: boolean }>('select pg_try_advisory_lock($1) as locked', [REGISTER_LOCK_KEY]);
+    const { rows } = await client.query<{ locked: boolean }>('select pg_try_advisory_lock($1::int, hashtext(mirror_account())) as locked', [
+      REGISTER_LOCK_KEY,
+    ]);
     if (!rows[0]?.locked) {
-      throw new Error('another `webhooks register` is running against this database; run it again once that one has finished');
+      throw new Error('another `webhooks register` is running for this account; run it again once that one has finished');
     }
     try {
       return await fn(client);
     } finally {
-      await client.query('select pg_advisory_unlock($1)', [REGISTER_LOCK_KEY]).catch((error: unknown) => {
+      await client.query('select pg_advisory_unlock($1::int, hashtext(mirror_account()))', [REGISTER_LOCK_KEY]).catch((error: unknown) => {
         // Closing the connection frees a session lock too; do not hide the original outcome.
         broken = error instanceof Error ? error : new Error(String(error));
       });

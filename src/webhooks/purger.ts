@@ -28,7 +28,11 @@ export interface PurgerOptions {
   everyMs: number;
 }
 
-/** Retention: every replica may purge; concurrent deletes of the same rows are harmless. */
+/**
+ * Retention: every replica may purge; concurrent deletes of the same rows are harmless. The purge
+ * is deployment-wide (one retention for every account): it goes over every account whatever the
+ * pool's, so with one consumer per account only one of them needs `retentionMs`.
+ */
 export function createPurger(o: PurgerOptions): Timer<number> {
   const retentionMs = o.retentionMs;
   if (retentionMs === undefined) return { run: () => Promise.resolve(0), stop: () => Promise.resolve() };

@@ -9,6 +9,7 @@ import path from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { loadConfig } from '../../src/config.js';
+import { ACCOUNT_SETTING, DEFAULT_ACCOUNT } from '../../src/db/client.js';
 import { migrationsPending } from '../../src/db/migrate.js';
 import { startService } from '../../src/commands/start.js';
 import { signBody } from '../../src/webhooks/signature.js';
@@ -49,7 +50,8 @@ beforeAll(async () => {
   url.username = login;
   url.password = '';
   attackerUrl = url.toString();
-  attacker = new pg.Pool({ connectionString: attackerUrl, max: 2 });
+  // The receiver's pool serves an account, as the service opens it (src/commands/start.ts).
+  attacker = new pg.Pool({ connectionString: attackerUrl, max: 2, options: `-c ${ACCOUNT_SETTING}=${DEFAULT_ACCOUNT}` });
   // Dropping the database at the end terminates its connections; an ending client can still hear
   // that as an error event (seen on Node 24), which must not become an uncaught exception.
   attacker.on('error', () => {});
@@ -78,6 +80,27 @@ describe('the receiver role does its own work', () => {
     await writer.close();
     expect(await loadSecrets(attacker)).toEqual([{ endpointId: 'w1', secret: 'whsec-0123456789abcdef' }]);
     expect(await migrationsPending(attacker)).toBe(0);
+  });
+
+  it('stores a delivery under an account it names, a duplicate only within that account', async () => {
+    await db.pool.query(`insert into accounts (name) values ('other') on conflict do nothing`);
+    const text = '{"type":"subscriber.updated","subscriber":{"id":"4","email":"both@example.com"}}';
+    const mine = await storeDelivery(attacker, record(text));
+    const writer = createInboxWriter(attacker, { maxWaitMs: 0 }, 'other');
+    const theirs = await writer.store(record(text));
+    const again = await writer.store(record(text));
+    await writer.close();
+    expect(theirs).toMatchObject({ duplicate: false, status: 'pending' });
+    expect(theirs.id).not.toBe(mine.id);
+    expect(again).toMatchObject({ duplicate: true, id: theirs.id });
+    const { rows } = await db.pool.query(
+      `select id::text as id, account from webhook_deliveries where id = any($1::bigint[]) order by id`,
+      [[mine.id, theirs.id]],
+    );
+    expect(rows).toEqual([
+      { id: mine.id, account: 'default' },
+      { id: theirs.id, account: 'other' },
+    ]);
   });
 
   // A worker migrating a new database creates the drizzle schema before the migration that grants
@@ -140,7 +163,7 @@ describe('the receiver role, taken over', () => {
     const { rows } = await db.pool.query<{ relation: string }>(
       `select c.relname as relation from pg_class c join pg_namespace n on n.oid = c.relnamespace
         where n.nspname = 'public' and c.relkind in ('r', 'v', 'm', 'p')
-          and c.relname not in ('webhook_deliveries', 'webhook_endpoints', 'webhook_delivery_hashes')`,
+          and c.relname not in ('webhook_deliveries', 'webhook_endpoints', 'webhook_delivery_hashes', 'accounts')`,
     );
     expect(rows.map((r) => r.relation)).toEqual(
       expect.arrayContaining(['subscribers', 'subscriber_versions_past', 'subscriber_activity', 'erasures']),
@@ -167,6 +190,8 @@ describe('the receiver role, taken over', () => {
       `update webhook_endpoints set secret = 'mine'`,
       `insert into webhook_endpoints (id, url, events, secret) values ('w2', 'https://evil.example', '{}', 's')`,
       `insert into erasures (subscriber_id, reason) values ('1', 'forget')`,
+      `insert into accounts (name) values ('loot')`,
+      `delete from accounts`,
       `update history_settings set enabled = false`,
       `insert into sync_state (group_id, type) values ('1', 'active')`,
       `create table loot (x text)`,

@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from 'vitest';
-import { openDatabase } from '../../src/db/client.js';
+import { DEFAULT_ACCOUNT, openDatabase } from '../../src/db/client.js';
 import { buildServer } from '../../src/http/server.js';
 import { createLogger } from '../../src/ground/log.js';
 import { bodySha256 } from '../../src/webhooks/inbox/write.js';
@@ -401,7 +401,7 @@ describe('over a real socket', () => {
 describe('database unreachable', () => {
   test('→ 503, never 2xx; the endpoint secret cannot be checked either', async () => {
     const doomed = await createTestDatabase();
-    const database = openDatabase(doomed.url, { max: 2, connectionTimeoutMillis: 1_000 });
+    const database = openDatabase(doomed.url, { max: 2, connectionTimeoutMillis: 1_000, account: DEFAULT_ACCOUNT });
     const down = await startApp(database.pool);
     try {
       await database.pool.query(

@@ -12,7 +12,7 @@
 import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { afterEach, describe, expect, test } from 'vitest';
-import { openDatabase, type Database } from '../../src/db/client.js';
+import { DEFAULT_ACCOUNT, openDatabase, type Database } from '../../src/db/client.js';
 import { buildServer } from '../../src/http/server.js';
 import { createLogger } from '../../src/ground/log.js';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
@@ -60,7 +60,11 @@ async function startHarness(options: HarnessOptions): Promise<Harness> {
   const db = await createTestDatabase();
   const proxy = options.proxy ? await startTcpProxy(hostPort(db.url, 5432)) : null;
   // Receiver and consumer share the service's pool (through the proxy when there is one).
-  const service: Database = openDatabase(proxy ? proxy.via(db.url) : db.url, { max: 10, connectionTimeoutMillis: 2_000 });
+  const service: Database = openDatabase(proxy ? proxy.via(db.url) : db.url, {
+    max: 10,
+    connectionTimeoutMillis: 2_000,
+    account: DEFAULT_ACCOUNT,
+  });
   const logger = createLogger({ level: 'silent' }).logger;
   const consumer: DeliveryConsumer = createDeliveryConsumer({
     pool: service.pool,

@@ -21,13 +21,16 @@ import {
   BATCHED_KINDS,
   readEndpoints,
   REALTIME_KINDS,
+  REGISTER_LOCK_KEY,
   registerWebhooks,
+  removeEndpoint,
   storeEndpoint,
   updateWebhook,
   type StoredEndpoint,
 } from '../../src/webhooks/manage.js';
 import { runWebhooksCli } from '../../src/commands/webhooks.js';
-import { openDatabase } from '../../src/db/client.js';
+import { DEFAULT_ACCOUNT, openDatabase, type Database } from '../../src/db/client.js';
+import { loadSecrets } from '../../src/webhooks/inbox/write.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { buildServer } from '../../src/http/server.js';
 import { createLogger } from '../../src/ground/log.js';
@@ -259,7 +262,7 @@ describe('registerWebhooks', () => {
   });
 
   it('works on a pool of one connection (the lock holder runs every statement)', async () => {
-    const single = openDatabase(database.url, { max: 1, connectionTimeoutMillis: 2000 });
+    const single = openDatabase(database.url, { max: 1, connectionTimeoutMillis: 2000, account: DEFAULT_ACCOUNT });
     try {
       const { actions } = await registerWebhooks(api(), single.pool, { url: RECEIVER });
       expect(actions.map((a) => a.action)).toEqual(['created', 'created']);
@@ -661,6 +664,62 @@ describe('webhooks adopt', () => {
     expect(delOwn.lines).toEqual([`deleted webhook ${batchedId ?? ''} and removed it from webhook_endpoints`]);
     expect((await readEndpoints(database.pool)).map((r) => r.id)).toEqual([realtimeId]);
     await expectNoSecretIn([adopt, list, json, get, getOwn, getAdopted, delAdopted, delOwn]);
+  });
+});
+
+describe('two accounts in one database', () => {
+  const OTHER = 'other';
+  let other: Database;
+
+  beforeAll(async () => {
+    await database.pool.query('insert into accounts (name) values ($1) on conflict do nothing', [OTHER]);
+    other = openDatabase(database.url, { account: OTHER, max: 2 });
+  });
+
+  afterAll(async () => {
+    await other?.close();
+  });
+
+  const hook = (url: string) => ({
+    id: '77',
+    name: 'hook',
+    url,
+    events: ['subscriber.created'],
+    enabled: true,
+    batchable: false,
+    secret: undefined,
+    created_at: null,
+    updated_at: null,
+  });
+
+  it('the same webhook id in both: each account reads, verifies with and forgets only its own row', async () => {
+    await storeEndpoint(database.pool, hook('https://a.example.test/webhooks'), 'secret-of-default-0001');
+    await storeEndpoint(other.pool, hook('https://b.example.test/webhooks'), 'secret-of-other-0001');
+    const view = async (pool: Database['pool']) => (await readEndpoints(pool)).map((r) => [r.account, r.id, r.url]);
+    expect(await view(database.pool)).toEqual([[DEFAULT_ACCOUNT, '77', 'https://a.example.test/webhooks']]);
+    expect(await view(other.pool)).toEqual([[OTHER, '77', 'https://b.example.test/webhooks']]);
+    expect(await loadSecrets(database.pool)).toEqual([{ endpointId: '77', secret: 'secret-of-default-0001' }]);
+    expect(await loadSecrets(other.pool)).toEqual([{ endpointId: '77', secret: 'secret-of-other-0001' }]);
+    expect(await removeEndpoint(other.pool, '77')).toBe(true);
+    expect(await removeEndpoint(other.pool, '77')).toBe(false);
+    expect(await view(database.pool)).toEqual([[DEFAULT_ACCOUNT, '77', 'https://a.example.test/webhooks']]);
+  });
+
+  it('register claims nothing of another account, and one running for an account does not hold back another', async () => {
+    const mine = await registerWebhooks(api(), database.pool, { url: RECEIVER });
+    const holder = await database.pool.connect();
+    try {
+      await holder.query('select pg_advisory_lock($1::int, hashtext($2))', [REGISTER_LOCK_KEY, DEFAULT_ACCOUNT]);
+      await expect(registerWebhooks(api(), database.pool, { url: RECEIVER })).rejects.toThrow('another `webhooks register` is running');
+      // The simulator stands in for the other account's service: its register finds no row of its own.
+      const theirs = await registerWebhooks(api(), other.pool, { url: RECEIVER });
+      expect(theirs.actions.map((a) => a.action)).toEqual(['created', 'created']);
+      expect((await readEndpoints(other.pool)).map((r) => r.id).sort()).toEqual(theirs.actions.map((a) => a.id).sort());
+    } finally {
+      await holder.query('select pg_advisory_unlock($1::int, hashtext($2))', [REGISTER_LOCK_KEY, DEFAULT_ACCOUNT]);
+      holder.release();
+    }
+    expect((await readEndpoints(database.pool)).map((r) => r.id).sort()).toEqual(mine.actions.map((a) => a.id).sort());
   });
 });
 

@@ -16,7 +16,8 @@ const BODY_ID = bodyId(`v #>> '{}'`);
 // Any `id` anywhere in the body that is one of the ids (however spelled); pages by delivery id.
 const MENTIONING_SQL = `
 select id::text, body::text as body from webhook_deliveries d
- where d.id > $2::bigint
+ where d.account = mirror_account()
+   and d.id > $2::bigint
    and exists (select 1 from jsonb_path_query(d.body, 'lax $.**.id') v where ${BODY_ID} = any($1::text[]))
  order by d.id
  limit $3`;
@@ -37,8 +38,9 @@ const MENTIONING_ERASED_SQL = `
 select d.id::text as id, d.body::text as body, array_agg(distinct e.subscriber_id) as ids
   from webhook_deliveries d
   cross join lateral jsonb_path_query(d.body, 'lax $.**.id') v
-  join erasures e on e.subscriber_id = ${BODY_ID}
- where d.id > $3::bigint
+  join erasures e on e.account = d.account and e.subscriber_id = ${BODY_ID}
+ where d.account = mirror_account()
+   and d.id > $3::bigint
    and e.deliveries_redacted_at < $1::timestamptz
    and d.received_at >= e.deliveries_redacted_at - make_interval(secs => $2::float8 / 1000)
  group by d.id
@@ -66,7 +68,8 @@ const EMAILS_OF_SQL = `
 select distinct lower(o ->> 'email') as email
   from webhook_deliveries d
   cross join lateral jsonb_path_query(d.body, 'strict $.** ? (@.type() == "object" && exists(@.email))') o
- where ${bodyId(`o ->> 'id'`)} = any($1::text[])
+ where d.account = mirror_account()
+   and ${bodyId(`o ->> 'id'`)} = any($1::text[])
    and coalesce(o ->> 'email', '') <> ''`;
 
 /** The emails stored deliveries carry for the subscribers `ids`, lower-cased. */
@@ -80,7 +83,8 @@ const SUBSCRIBERS_WITH_EMAIL_SQL = `
 select distinct ${bodyId(`o ->> 'id'`)} as id
   from webhook_deliveries d
   cross join lateral jsonb_path_query(d.body, 'strict $.** ? (@.type() == "object" && exists(@.email) && exists(@.id))') o
- where lower(o ->> 'email') = lower($1)`;
+ where d.account = mirror_account()
+   and lower(o ->> 'email') = lower($1)`;
 
 /** The subscriber ids whose objects in stored deliveries carry `email` (any case). */
 export async function subscribersWithEmailInDeliveries(pool: Queryable, email: string): Promise<string[]> {
@@ -94,11 +98,17 @@ export async function anyDeliveryMentions(pool: Queryable, ids: readonly string[
 
 /** One stored body as text, or null when the row is gone. */
 export async function deliveryBody(pool: Queryable, id: string): Promise<string | null> {
-  const { rows } = await pool.query<{ body: string }>('select body::text as body from webhook_deliveries where id = $1', [id]);
+  const { rows } = await pool.query<{ body: string }>(
+    'select body::text as body from webhook_deliveries where id = $1 and account = mirror_account()',
+    [id],
+  );
   return rows[0]?.body ?? null;
 }
 
 /** Replaces a stored body (redaction); status, hash and attempts stay. */
 export async function replaceDeliveryBody(pool: Queryable, id: string, body: string): Promise<void> {
-  await pool.query('update webhook_deliveries set body = $2::jsonb, updated_at = now() where id = $1', [id, body]);
+  await pool.query('update webhook_deliveries set body = $2::jsonb, updated_at = now() where id = $1 and account = mirror_account()', [
+    id,
+    body,
+  ]);
 }

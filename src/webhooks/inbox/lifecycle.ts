@@ -16,7 +16,7 @@ export type LockedDelivery = Pick<RowOf<typeof webhookDeliveries>, 'status' | 'b
  * transaction's settings in one simple query (the id is a validated string of digits, inlined).
  */
 export function lockDeliverySql(id: string): string {
-  return `select status, body, ${canonicalTimestampSql('received_at')} as "receivedAt" from webhook_deliveries where id = ${id} for update`;
+  return `select status, body, ${canonicalTimestampSql('received_at')} as "receivedAt" from webhook_deliveries where id = ${id} and account = mirror_account() for update`;
 }
 
 /**
@@ -42,7 +42,7 @@ update webhook_deliveries
    set status = '${status}', applied_at = ${status === 'applied' ? 'clock_timestamp()' : 'applied_at'},
        updated_at = clock_timestamp(), attempts = attempts + 1, error = ${note === null ? 'null' : literal(note)},
        kinds = ${kindsSql}, event_count = ${Math.trunc(eventCount)}
- where id = ${id}
+ where id = ${id} and account = mirror_account()
 returning (extract(epoch from (coalesce(applied_at, clock_timestamp()) - received_at)) * 1000)::float8 as "lagMs";${beforeCommit === null ? '' : `\n${beforeCommit};`}
 commit`;
 }
@@ -64,7 +64,7 @@ update webhook_deliveries
    set attempts = attempts + 1, tries = tries + 1, error = $2, updated_at = clock_timestamp(),
        next_attempt_at = clock_timestamp() + make_interval(secs => $5::float8 * power(2, least(tries, 30)) / 1000),
        status = case when $3 or tries + 1 >= $4 then 'failed' else status end
- where id = $1 and status = 'pending'
+ where id = $1 and account = mirror_account() and status = 'pending'
 returning attempts, status, (extract(epoch from next_attempt_at - clock_timestamp()) * 1000)::float8 as "retryInMs"`;
 
 /** What a failed try left: the row's attempts and status, and how long until it is due again. */
@@ -94,7 +94,10 @@ export async function recordFailedAttempt(
 }
 
 export async function deliveryStatus(pool: Queryable, id: string): Promise<DeliveryStatus | 'missing'> {
-  const { rows } = await pool.query<{ status: DeliveryStatus }>('select status from webhook_deliveries where id = $1', [id]);
+  const { rows } = await pool.query<{ status: DeliveryStatus }>(
+    'select status from webhook_deliveries where id = $1 and account = mirror_account()',
+    [id],
+  );
   return rows[0]?.status ?? 'missing';
 }
 
@@ -106,21 +109,21 @@ export interface ReplayFilter {
 
 const REOPEN_FAILED_SQL = `
 update webhook_deliveries set status = 'pending', updated_at = clock_timestamp(), tries = 0, next_attempt_at = null
- where status = 'failed'
+ where account = mirror_account() and status = 'failed'
    and ($1::timestamptz is null or received_at >= $1::timestamptz)
    and ($2::bigint[] is null or id = any($2::bigint[]))
 returning id::text as id`;
 
 const IGNORED_SQL = `
 select d.id::text as id, d.body from webhook_deliveries d
- where d.status = 'ignored'
+ where d.account = mirror_account() and d.status = 'ignored'
    and ($1::timestamptz is null or d.received_at >= $1::timestamptz)
    and ($2::bigint[] is null or d.id = any($2::bigint[]))
  order by d.id`;
 
 const REOPEN_IGNORED_SQL = `
 update webhook_deliveries set status = 'pending', updated_at = clock_timestamp(), tries = 0, next_attempt_at = null
- where status = 'ignored' and id = any($1::bigint[])
+ where account = mirror_account() and status = 'ignored' and id = any($1::bigint[])
 returning id::text as id`;
 
 /** Sets matching `failed` rows back to `pending`; returns their ids (attempts are kept). */
@@ -151,7 +154,7 @@ const CLAIM_SQL = (limit: number, inlineBytes: number) => `
 select d.id::text as id, ${canonicalTimestampSql('d.received_at')} as "receivedAt", pg_column_size(d.body) as size,
        case when pg_column_size(d.body) <= ${Math.trunc(inlineBytes)} then d.body end as body
   from webhook_deliveries d
- where d.status = 'pending' and (d.next_attempt_at is null or d.next_attempt_at <= clock_timestamp())
+ where d.account = mirror_account() and d.status = 'pending' and (d.next_attempt_at is null or d.next_attempt_at <= clock_timestamp())
  order by d.received_at, d.id
  limit ${Math.trunc(limit)}
    for update skip locked`;
@@ -172,7 +175,10 @@ export function claimDeliveriesSql(limit: number, inlineBytes: number): string {
 
 /** The body of a row this transaction holds (a large one the claim left out). */
 export async function claimedBody(client: Queryable, id: string): Promise<unknown> {
-  const { rows } = await client.query<{ body: unknown }>('select body from webhook_deliveries where id = $1', [id]);
+  const { rows } = await client.query<{ body: unknown }>(
+    'select body from webhook_deliveries where id = $1 and account = mirror_account()',
+    [id],
+  );
   return rows[0]?.body ?? null;
 }
 
@@ -201,7 +207,7 @@ update webhook_deliveries d
        updated_at = clock_timestamp(), attempts = d.attempts + 1, error = v.note, kinds = v.kinds,
        event_count = v.event_count, next_attempt_at = null
   from (values ${values.join(',\n         ')}) as v(id, status, note, kinds, event_count)
- where d.id = v.id
+ where d.id = v.id and d.account = mirror_account()
 returning d.id::text as id, (extract(epoch from (coalesce(d.applied_at, clock_timestamp()) - d.received_at)) * 1000)::float8 as "lagMs"`;
 }
 
@@ -209,32 +215,40 @@ returning d.id::text as id, (extract(epoch from (coalesce(d.applied_at, clock_ti
 export async function nextRetryInMs(pool: Queryable): Promise<number | null> {
   const { rows } = await pool.query<{ ms: number | null }>(
     `select (extract(epoch from min(next_attempt_at) - clock_timestamp()) * 1000)::float8 as ms
-       from webhook_deliveries where status = 'pending' and next_attempt_at is not null`,
+       from webhook_deliveries where account = mirror_account() and status = 'pending' and next_attempt_at is not null`,
   );
   return rows[0]?.ms ?? null;
 }
 
 // Batched by id so one purge never holds many row locks or one huge transaction; the status index
-// (status, received_at) finds the candidates.
-// The hash of each purged row stays (`webhook_delivery_hashes`): a replay of the same bytes after the
-// retention is still a duplicate, and its personal data is not stored again.
+// (account, status, received_at) finds the candidates of each account in turn.
+// The hash of each purged row stays (`webhook_delivery_hashes`), under the row's own account: a
+// replay of the same bytes after the retention is still a duplicate, and its personal data is not
+// stored again.
+// Deployment-wide: the retention is one setting for every account, so the statement goes over every
+// account and names each row's account itself; it never asks the session for one, and is the same on
+// a pool of any account or of none.
 const PURGE_SQL = `
 with purged as (
   delete from webhook_deliveries where id in (
-    select id from webhook_deliveries
-     where (status in ('applied', 'ignored') and received_at < now() - make_interval(secs => $1::float8 / 1000))
-        or (status in ('failed', 'pending') and received_at < now() - make_interval(secs => $3::float8 / 1000))
+    select d.id from accounts a
+     cross join lateral (
+       select id from webhook_deliveries d
+        where d.account = a.name
+          and ((d.status in ('applied', 'ignored') and d.received_at < now() - make_interval(secs => $1::float8 / 1000))
+            or (d.status in ('failed', 'pending') and d.received_at < now() - make_interval(secs => $3::float8 / 1000)))
+        limit $2) d
      limit $2)
-  returning id, body_sha256, status, received_at
+  returning account, id, body_sha256, status, received_at
 )
-insert into webhook_delivery_hashes (body_sha256, delivery_id, status, received_at)
-select decode(body_sha256, 'hex'), id, status, received_at from purged
+insert into webhook_delivery_hashes (account, body_sha256, delivery_id, status, received_at)
+select account, decode(body_sha256, 'hex'), id, status, received_at from purged
 on conflict (account, body_sha256) do nothing`;
 
 /**
  * Deletes applied and ignored deliveries received more than `olderThanMs` ago, and failed and pending
- * ones received more than `failedOlderThanMs` ago (never, when unset), `batch` rows per statement
- * until none is left; returns how many. Applied rows' effects are in the mirrored tables; what is
+ * ones received more than `failedOlderThanMs` ago (never, when unset), of every account, `batch` rows
+ * per statement until none is left; returns how many. Applied rows' effects are in the mirrored tables; what is
  * left in the raw bodies is personal data (of forgotten subscribers too). Failed and pending rows
  * are kept longer for `webhooks replay`, but a row nobody replayed in that time never will be.
  */

@@ -12,8 +12,8 @@
  *
  * The hot statement is hand-written SQL over `unnest` of array parameters, not drizzle's row builder
  * (docs/architecture.md, "Traps we work around": its per-row JS cost, and the 65,535 bind-parameter limit a VALUES list would
- * hit): seven parameters whatever the batch size. Duplicate hashes inside one batch are merged before
- * the statement is sent.
+ * hit): eight parameters whatever the batch size, the eighth the account (null: the session's).
+ * Duplicate hashes inside one batch are merged before the statement is sent.
  */
 import { createHash } from 'node:crypto';
 import type { DeliveryStatus } from '../../db/schema.js';
@@ -49,9 +49,12 @@ export function bodySha256(raw: Buffer): string {
   return createHash('sha256').update(raw).digest('hex');
 }
 
-/** Stores one delivery in its own statement. The receiver uses `createInboxWriter` instead. */
-export async function storeDelivery(pool: Queryable, delivery: DeliveryRecord): Promise<StoredDelivery> {
-  const [result] = await writeRows(pool, [toRow(delivery)]);
+/**
+ * Stores one delivery in its own statement. The receiver uses `createInboxWriter` instead.
+ * `account`: the account it is stored under; by default the session's (`mirror_account()`).
+ */
+export async function storeDelivery(pool: Queryable, delivery: DeliveryRecord, account: string | null = null): Promise<StoredDelivery> {
+  const [result] = await writeRows(pool, [toRow(delivery)], account);
   return result as StoredDelivery;
 }
 
@@ -62,7 +65,9 @@ export interface EndpointSecret {
 
 /** Secrets of the enabled webhooks this install manages (docs/upstream.md, "Webhook object" `secret`, and "Signature"). */
 export async function loadSecrets(pool: Queryable): Promise<EndpointSecret[]> {
-  const { rows } = await pool.query("select id, secret from webhook_endpoints where enabled and secret <> '' order by created_at, id");
+  const { rows } = await pool.query(
+    "select id, secret from webhook_endpoints where account = mirror_account() and enabled and secret <> '' order by created_at, id",
+  );
   return (rows as Array<{ id: string; secret: string }>).map((r) => ({ endpointId: r.id, secret: r.secret }));
 }
 
@@ -143,7 +148,7 @@ function nextBatchSize(queue: readonly Pending[], maxBatch: number, maxBatchByte
 type BatchStats = { batches: number; rows: number; failedBatches: number; maxBatchSeen: number };
 
 /** Writes one batch in one statement and settles each of its requests. */
-async function runBatch(pool: Queryable, batch: Pending[], stats: BatchStats): Promise<void> {
+async function runBatch(pool: Queryable, batch: Pending[], stats: BatchStats, account: string | null): Promise<void> {
   stats.batches++;
   stats.rows += batch.length;
   stats.maxBatchSeen = Math.max(stats.maxBatchSeen, batch.length);
@@ -151,6 +156,7 @@ async function runBatch(pool: Queryable, batch: Pending[], stats: BatchStats): P
     const results = await writeRows(
       pool,
       batch.map((p) => p.row),
+      account,
     );
     batch.forEach((p, i) => p.resolve(results[i] as StoredDelivery));
   } catch (error) {
@@ -160,7 +166,11 @@ async function runBatch(pool: Queryable, batch: Pending[], stats: BatchStats): P
   }
 }
 
-export function createInboxWriter(pool: Queryable, options: InboxWriterOptions = {}): InboxWriter {
+/**
+ * `account`: the account every row is stored under, and whose stored hashes make a duplicate; by
+ * default the session's (`mirror_account()`, the pool's account).
+ */
+export function createInboxWriter(pool: Queryable, options: InboxWriterOptions = {}, account: string | null = null): InboxWriter {
   const maxBatch = Math.max(1, options.maxBatch ?? 256);
   const maxWaitMs = Math.max(0, options.maxWaitMs ?? 10);
   const maxConcurrent = Math.max(1, options.maxConcurrent ?? 2);
@@ -191,7 +201,7 @@ export function createInboxWriter(pool: Queryable, options: InboxWriterOptions =
     while (inFlight < maxConcurrent && queue.length > 0) {
       const batch = takeBatch();
       inFlight++;
-      void runBatch(pool, batch, stats).finally(() => {
+      void runBatch(pool, batch, stats, account).finally(() => {
         inFlight--;
         // Rows that queued while every connection was busy have waited a whole statement already.
         if (queue.length > 0) flush();
@@ -259,25 +269,32 @@ function toRow(d: DeliveryRecord): Row {
   };
 }
 
+// The account the rows go to: the parameter when given, else the session's. An initplan, so it is
+// computed once per statement, not per row, and the hash lookups use it as a plain key.
+const ACCOUNT_OF = (param: string) => `(select coalesce(${param}::text, mirror_account()))`;
+
 // The body is sent as the raw text and cast to jsonb by Postgres: jsonb keeps numbers exactly, so
 // nothing the service sent is rounded (invariant 6), unlike a JSON.stringify of the parsed value.
+// Dedupe is within an account: the same bytes posted for two accounts are two deliveries.
 const INSERT_SQL = `
-  insert into webhook_deliveries (body_sha256, body, kinds, event_count, endpoint_id, status, error)
-  select t.sha, t.body::jsonb, array(select jsonb_array_elements_text(t.kinds::jsonb)), t.event_count,
+  insert into webhook_deliveries (account, body_sha256, body, kinds, event_count, endpoint_id, status, error)
+  select ${ACCOUNT_OF('$8')}, t.sha, t.body::jsonb, array(select jsonb_array_elements_text(t.kinds::jsonb)), t.event_count,
          t.endpoint_id, t.status, t.error
     from unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[])
          with ordinality as t(sha, body, kinds, event_count, endpoint_id, status, error, ord)
-   where not exists (select 1 from webhook_delivery_hashes h where h.body_sha256 = decode(t.sha, 'hex'))
+   where not exists (select 1 from webhook_delivery_hashes h
+                      where h.account = ${ACCOUNT_OF('$8')} and h.body_sha256 = decode(t.sha, 'hex'))
    order by t.ord
   on conflict (account, body_sha256) do nothing
   returning id::text as id, body_sha256 as sha, status`;
 
 // A purged delivery's hash answers like its row did (its id and last status; its body is gone).
 const EXISTING_SQL = `
-  select id::text as id, body_sha256 as sha, status from webhook_deliveries where body_sha256 = any($1::text[])
+  select id::text as id, body_sha256 as sha, status from webhook_deliveries
+   where body_sha256 = any($1::text[]) and account = ${ACCOUNT_OF('$2')}
   union all
   select delivery_id::text, encode(body_sha256, 'hex'), status from webhook_delivery_hashes
-   where body_sha256 = any(array(select decode(x, 'hex') from unnest($1::text[]) x))`;
+   where account = ${ACCOUNT_OF('$2')} and body_sha256 = any(array(select decode(x, 'hex') from unnest($1::text[]) x))`;
 
 type ResultRow = { id: string; sha: string; status: DeliveryStatus };
 
@@ -286,13 +303,13 @@ type ResultRow = { id: string; sha: string; status: DeliveryStatus };
  * row, in order. Hashes that conflicted are looked up afterwards: a conflict waits for the other
  * transaction, so the row it found is committed, but this statement's snapshot cannot see it.
  */
-async function writeRows(pool: Queryable, rows: Row[]): Promise<StoredDelivery[]> {
+async function writeRows(pool: Queryable, rows: Row[], account: string | null): Promise<StoredDelivery[]> {
   const unique = new Map<string, Row>();
   for (const row of rows) if (!unique.has(row.sha)) unique.set(row.sha, row);
   // Every statement takes its unique-index entries in hash order: two concurrent batches holding the
   // same duplicates in opposite orders would otherwise deadlock (measured: one batch aborted, 503s).
   const sorted = [...unique.values()].sort((a, b) => (a.sha < b.sha ? -1 : a.sha > b.sha ? 1 : 0));
-  const found = await insertUnique(pool, sorted);
+  const found = await insertUnique(pool, sorted, account);
   const firstOwner = new Set<string>();
   return rows.map((row) => {
     const hit = found.get(row.sha) as { id: string; status: DeliveryStatus; inserted: boolean };
@@ -308,26 +325,27 @@ const MAX_LOOKUP_ROUNDS = 3;
 async function insertUnique(
   pool: Queryable,
   rows: Row[],
+  account: string | null,
   round = 1,
 ): Promise<Map<string, { id: string; status: DeliveryStatus; inserted: boolean }>> {
   let inserted: ResultRow[];
   try {
-    inserted = await insertStatement(pool, rows);
+    inserted = await insertStatement(pool, rows, account);
   } catch (error) {
     if (!isDataError(error)) throw error;
-    inserted = await insertOneByOne(pool, rows);
+    inserted = await insertOneByOne(pool, rows, account);
   }
   const found = new Map(inserted.map((r) => [r.sha, { id: r.id, status: r.status, inserted: true }]));
   const missing = rows.filter((r) => !found.has(r.sha)).map((r) => r.sha);
   if (missing.length > 0) {
-    const { rows: existing } = await pool.query(EXISTING_SQL, [missing]);
+    const { rows: existing } = await pool.query(EXISTING_SQL, [missing, account]);
     for (const r of existing as ResultRow[]) found.set(r.sha, { id: r.id, status: r.status, inserted: false });
   }
   const lost = rows.filter((r) => !found.has(r.sha));
   if (lost.length > 0) {
     // The conflicting row vanished between the two statements (deleted meanwhile): write again.
     if (round >= MAX_LOOKUP_ROUNDS) throw new Error('inbox rows conflicted but could not be found');
-    const again = await insertUnique(pool, lost, round + 1);
+    const again = await insertUnique(pool, lost, account, round + 1);
     for (const [sha, hit] of again) found.set(sha, hit);
   }
   return found;
@@ -339,20 +357,20 @@ async function insertUnique(
  * stored re-serialized with those characters replaced by U+FFFD rather than lost: its hash is still
  * the one of the raw bytes, so redeliveries stay duplicates.
  */
-async function insertOneByOne(pool: Queryable, rows: Row[]): Promise<ResultRow[]> {
+async function insertOneByOne(pool: Queryable, rows: Row[], account: string | null): Promise<ResultRow[]> {
   const out: ResultRow[] = [];
   for (const row of rows) {
     try {
-      out.push(...(await insertStatement(pool, [row])));
+      out.push(...(await insertStatement(pool, [row], account)));
     } catch (error) {
       if (!isDataError(error)) throw error;
-      out.push(...(await insertStatement(pool, [sanitizedRow(row)])));
+      out.push(...(await insertStatement(pool, [sanitizedRow(row)], account)));
     }
   }
   return out;
 }
 
-async function insertStatement(pool: Queryable, rows: Row[]): Promise<ResultRow[]> {
+async function insertStatement(pool: Queryable, rows: Row[], account: string | null): Promise<ResultRow[]> {
   // Named: Postgres parses and plans it once per connection, not once per batch (measured: about a
   // fifth of the inbox's Postgres CPU at 500 deliveries/s).
   const { rows: result } = await pool.query({
@@ -366,6 +384,7 @@ async function insertStatement(pool: Queryable, rows: Row[]): Promise<ResultRow[
       rows.map((r) => r.endpointId),
       rows.map((r) => r.status),
       rows.map((r) => r.error),
+      account,
     ],
   });
   return result as ResultRow[];
