@@ -158,7 +158,7 @@ describe('webhooks --account with two accounts declared', () => {
     ]);
   }, 60_000);
 
-  it("probe: a delivery signed for account a posted to b's path is refused 401 and not stored", async () => {
+  it("then a delivery signed with a's stored secret and posted to b's path is refused 401 and not stored", async () => {
     const { rows } = await database.pool.query<{ secret: string }>(`select secret from webhook_endpoints where account = 'a' limit 1`);
     const secretOfA = rows[0]!.secret;
     const text = JSON.stringify({
