@@ -31,7 +31,8 @@ import { authPauseKey, isPaused, readAuthPause } from '../sync/auth-pause.js';
 import { createSyncQueue } from '../sync/schedule.js';
 import { createDeliveryConsumer, type DeliveryConsumer } from '../webhooks/consumer.js';
 import { ERASURE_EVERY_MS, runErasure } from '../webhooks/erasure-run.js';
-import { registerWebhookRoute, type ReceiverOutcome } from '../webhooks/receiver.js';
+import { registerAccountRoutes } from '../webhooks/account-routes.js';
+import type { ReceiverOutcome } from '../webhooks/receiver.js';
 import { parseOptions, type Command } from './args.js';
 import { describeConnectionError } from './connection-error.js';
 import { passIntervalMs, startGauges } from './gauges.js';
@@ -202,12 +203,9 @@ export async function startService(config: Config, role: Role): Promise<RunningS
   });
   const readiness = readinessChecks(database.pool, workerParts);
   const { server, ops } = buildListeners(config, log, readiness, metrics);
+  // Every account's route, on this one pool: the receiver names each route's account in its statements.
   const route = receives
-    ? registerWebhookRoute(server, {
-        path: config.webhookPath,
-        maxBodyBytes: config.webhookMaxBodyBytes,
-        bodyMemoryBytes: config.webhookBodyMemoryBytes,
-        secrets: () => config.webhookSecrets,
+    ? registerAccountRoutes(server, config, {
         pool: database.pool,
         logger: log,
         onOutcome: (outcome) => metrics.deliveries.inc({ outcome: OUTCOME_LABEL[outcome] }),
