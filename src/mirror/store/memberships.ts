@@ -66,12 +66,12 @@ select
   (select count(*) from written w
     where not w.inserted
       and not exists (select 1 from group_members p
-                      where p.group_id = $1 and p.subscriber_id = w.subscriber_id
+                      where p.account = mirror_account() and p.group_id = $1 and p.subscriber_id = w.subscriber_id
                         and row(p.type, p.removed_at, p.source_updated_at)
                             is not distinct from row(w.type, w.removed_at, w.source_updated_at)))::int as updated,
   (select count(*) from unnest($2::text[], $4::timestamptz[]) as i(subscriber_id, at)
     where (select p.source_updated_at from group_members p
-           where p.group_id = $1 and p.subscriber_id = i.subscriber_id) > i.at)::int as skipped`;
+           where p.account = mirror_account() and p.group_id = $1 and p.subscriber_id = i.subscriber_id) > i.at)::int as skipped`;
 
 /**
  * Records `members` as current members of `groupId` (`removed_at` null), guarded by the upstream
@@ -158,7 +158,7 @@ export async function removeMembership(
 const MEMBERSHIPS_END_SQL = `
 update group_members
    set removed_at = $2::timestamptz, source_updated_at = $2::timestamptz, mirrored_at = now(), mirrored_via = $3, ended_by = null
- where subscriber_id = $1 and removed_at is null
+ where account = mirror_account() and subscriber_id = $1 and removed_at is null
    and (source_updated_at is null or source_updated_at <= $2::timestamptz)`;
 
 /**
@@ -209,7 +209,7 @@ export async function removeMembersNotSeenSince(
   const res = await run(
     exec,
     `update group_members set removed_at = $3::timestamptz, mirrored_at = now(), mirrored_via = $5, ended_by = $6
-     where group_id = $1 and removed_at is null
+     where account = mirror_account() and group_id = $1 and removed_at is null
        and (last_seen_at is null or last_seen_at < $2::timestamptz)
        and (source_updated_at is null or source_updated_at < date_trunc('second', $2::timestamptz))
        and ($4::text[] is null or type = any($4::text[]))
@@ -243,7 +243,7 @@ export async function membersAwaitingProof(
     `select count(*)::int as count,
             ${canonicalTimestampSql('max(last_seen_at)')} as "lastSeenAt"
        from group_members
-      where group_id = $1 and removed_at is null
+      where account = mirror_account() and group_id = $1 and removed_at is null
         and (last_seen_at is null or last_seen_at < $2::timestamptz)
         and (source_updated_at is null or source_updated_at < date_trunc('second', $2::timestamptz))
         and ($3::text is null or type = $3::text)`,
@@ -268,7 +268,7 @@ export async function awaitingProofIds(
   const res = await exec.query<{ id: string }>(
     `select subscriber_id as id
        from group_members
-      where group_id = $1 and removed_at is null and type = $3
+      where account = mirror_account() and group_id = $1 and removed_at is null and type = $3
         and (last_seen_at is null or last_seen_at < $2::timestamptz)
         and (source_updated_at is null or source_updated_at < date_trunc('second', $2::timestamptz))
       order by subscriber_id
