@@ -596,3 +596,10 @@ GRANT INSERT (account) ON webhook_deliveries TO subscriber_mirror_receiver;
 GRANT SELECT (account) ON webhook_deliveries, webhook_endpoints TO subscriber_mirror_receiver;
 --> statement-breakpoint
 GRANT SELECT ON accounts TO subscriber_mirror_receiver;
+--> statement-breakpoint
+-- The new column has no statistics until autovacuum gets to each table; until then the planner would
+-- guess the account filters select almost nothing and pick plans for one row (seen: a membership
+-- upsert comparing a whole group with every row of a page). A sample per table, seconds at most.
+ANALYZE accounts, subscribers, subscriber_versions_past, group_membership_periods, groups, group_members, campaigns,
+  automations, subscriber_activity, sync_passes, sync_state, upstream_paging, audit_state, audit_results, audit_webhooks,
+  webhook_deliveries, webhook_delivery_hashes, webhook_endpoints, fields, erasures;

@@ -36,8 +36,8 @@ export async function mirrorRowsFor(db: Queryable, groupId: string, ids: readonl
             m.type as "memberType", m.removed_at is not null as removed, ${iso('m.source_updated_at')} as "factAt",
             m.subscriber_id is not null as "hasMembership"
        from unnest($2::text[]) as i(id)
-       left join subscribers s on s.id = i.id
-       left join group_members m on m.group_id = $1 and m.subscriber_id = i.id`,
+       left join subscribers s on s.account = mirror_account() and s.id = i.id
+       left join group_members m on m.account = mirror_account() and m.group_id = $1 and m.subscriber_id = i.id`,
     [groupId, ids],
   );
   return new Map(rows.map((r) => [r.id, mirrorRowOf(r)]));
@@ -73,7 +73,7 @@ export async function mirrorCountAt(db: Queryable, groupId: string, type: string
     `select count(*) filter (where type = $2 and removed_at is null
                                and (source_updated_at is null or source_updated_at <= $3::timestamptz))::int as certain,
             count(*) filter (where source_updated_at > $3::timestamptz)::int as uncertain
-       from group_members where group_id = $1`,
+       from group_members where account = mirror_account() and group_id = $1`,
     [groupId, type, at],
   );
   return rows[0] ?? { certain: 0, uncertain: 0 };
@@ -89,7 +89,7 @@ export async function mirrorMembersInRange(
   const { rows } = await db.query<{ id: string; factAt: string | null }>(
     `select subscriber_id as id, ${iso('source_updated_at')} as "factAt"
        from group_members
-      where group_id = $1 and type = $2 and removed_at is null
+      where account = mirror_account() and group_id = $1 and type = $2 and removed_at is null
         and ($3::text is null or (length(subscriber_id), subscriber_id) > (length($3::text), $3::text))
         and ($4::text is null or (length(subscriber_id), subscriber_id) <= (length($4::text), $4::text))
       order by length(subscriber_id), subscriber_id`,
@@ -107,7 +107,7 @@ export async function membershipNow(
 ): Promise<Map<string, { live: boolean; factAt: string | null }>> {
   const { rows } = await db.query<{ id: string; live: boolean; factAt: string | null }>(
     `select subscriber_id as id, (removed_at is null and type = $2) as live, ${iso('source_updated_at')} as "factAt"
-       from group_members where group_id = $1 and subscriber_id = any($3::text[])`,
+       from group_members where account = mirror_account() and group_id = $1 and subscriber_id = any($3::text[])`,
     [groupId, type, ids],
   );
   return new Map(rows.map((r) => [r.id, { live: r.live, factAt: r.factAt }]));
@@ -118,7 +118,8 @@ export async function managedWebhooks(
   db: Queryable,
 ): Promise<Array<{ id: string; url: string; events: string[]; disabledByOperator: boolean }>> {
   const { rows } = await db.query<{ id: string; url: string; events: string[]; disabledByOperator: boolean }>(
-    `select id, url, events, disabled_by_operator as "disabledByOperator" from webhook_endpoints order by id`,
+    `select id, url, events, disabled_by_operator as "disabledByOperator" from webhook_endpoints
+      where account = mirror_account() order by id`,
   );
   return rows;
 }

@@ -31,7 +31,7 @@ export async function claimAudit(
   force = false,
 ): Promise<AuditStateRow | null> {
   const { rows } = await db.query<AuditStateRow>(
-    `with prev as (select last_audit_at from audit_state where group_id = $1 and type = $2)
+    `with prev as (select last_audit_at from audit_state where account = mirror_account() and group_id = $1 and type = $2)
      insert into audit_state as a (group_id, type, last_audit_at, updated_at) values ($1, $2, now(), now())
      on conflict (account, group_id, type) do update set last_audit_at = now(), updated_at = now()
        where $4 or a.last_audit_at is null or a.last_audit_at < now() - make_interval(secs => $3::double precision / 1000)
@@ -53,7 +53,7 @@ export async function saveSamplePosition(db: Queryable, groupId: string, type: s
     `update audit_state set sample_offset = coalesce($3, sample_offset),
             sample_cursor = case when $6 then $4 else sample_cursor end,
             sample_after_id = case when $6 then $5 else sample_after_id end, updated_at = now()
-      where group_id = $1 and type = $2`,
+      where account = mirror_account() and group_id = $1 and type = $2`,
     [groupId, type, next.offset ?? null, next.cursor ?? null, next.afterId ?? null, next.cursor !== undefined],
   );
 }
@@ -68,24 +68,23 @@ export async function savePending(
   await db.query(
     `update audit_state set pending_count = $3, pending_count_at = $4::timestamptz,
             pending_extras = case when $6 then $5::jsonb else pending_extras end, updated_at = now()
-      where group_id = $1 and type = $2`,
+      where account = mirror_account() and group_id = $1 and type = $2`,
     [groupId, type, pending.count, pending.at, JSON.stringify(pending.extras ?? null), pending.extras !== undefined],
   );
 }
 
 export async function markFullPassAsked(db: Queryable, groupId: string, type: string): Promise<void> {
-  await db.query(`update audit_state set full_pass_asked_at = now(), updated_at = now() where group_id = $1 and type = $2`, [
-    groupId,
-    type,
-  ]);
+  await db.query(
+    `update audit_state set full_pass_asked_at = now(), updated_at = now() where account = mirror_account() and group_id = $1 and type = $2`,
+    [groupId, type],
+  );
 }
 
 export async function saveAuditError(db: Queryable, groupId: string, type: string, error: string | null): Promise<void> {
-  await db.query(`update audit_state set last_error = $3, updated_at = now() where group_id = $1 and type = $2`, [
-    groupId,
-    type,
-    error?.slice(0, 2000) ?? null,
-  ]);
+  await db.query(
+    `update audit_state set last_error = $3, updated_at = now() where account = mirror_account() and group_id = $1 and type = $2`,
+    [groupId, type, error?.slice(0, 2000) ?? null],
+  );
 }
 
 /** What one audit of a pair counted: the figures of an `audit_results` row. */
@@ -115,9 +114,10 @@ export async function recordAuditResult(db: Queryable, groupId: string, type: st
 export const AUDIT_RESULTS_KEEP_MS = 7 * 86_400_000;
 
 export async function purgeAuditResults(db: Queryable, keepMs = AUDIT_RESULTS_KEEP_MS): Promise<number> {
-  const { rowCount } = await db.query(`delete from audit_results where at < now() - make_interval(secs => $1::double precision / 1000)`, [
-    keepMs,
-  ]);
+  const { rowCount } = await db.query(
+    `delete from audit_results where account = mirror_account() and at < now() - make_interval(secs => $1::double precision / 1000)`,
+    [keepMs],
+  );
   return rowCount ?? 0;
 }
 
@@ -128,7 +128,7 @@ export async function auditWindow(db: Queryable, windowMs = 86_400_000): Promise
   const { rows } = await db.query<AuditTally & { groupId: string; type: string; lastAuditAt: string | null }>(
     `select group_id as "groupId", type, ${TALLY_KEYS.map((key) => `sum(${RESULT_COLUMNS[key]})::int as "${key}"`).join(', ')},
             ${iso('max(at)')} as "lastAuditAt"
-       from audit_results where at >= now() - make_interval(secs => $1::double precision / 1000)
+       from audit_results where account = mirror_account() and at >= now() - make_interval(secs => $1::double precision / 1000)
       group by group_id, type`,
     [windowMs],
   );
@@ -143,7 +143,7 @@ export type WebhookCheck = Pick<WebhookHealth, 'id' | 'enabled' | 'problems' | '
 
 /** Replaces what the audit knows about the webhooks with what it just read back. */
 export async function saveWebhookHealth(db: Queryable, health: readonly WebhookCheck[], reenabled: readonly string[]): Promise<void> {
-  await db.query(`delete from audit_webhooks where not (id = any($1::text[]))`, [health.map((h) => h.id)]);
+  await db.query(`delete from audit_webhooks where account = mirror_account() and not (id = any($1::text[]))`, [health.map((h) => h.id)]);
   for (const h of health) {
     await db.query(
       `insert into audit_webhooks (id, enabled, problems, missing_events, checked_at, reenabled_at)

@@ -30,10 +30,10 @@ commands:
                                        erase a person's personal data from the mirror now (not the service's)
   analysts list|limit ROLE --account A[,B]|unlimit ROLE
                                        which accounts an analyst's login may read
-  webhooks list|get|register|adopt|update|delete
-                                       manage the service-side webhooks
-  webhooks replay [--status failed|ignored] [--since DATE]
-                                       re-apply stored deliveries
+  webhooks list|get|register|adopt|update|delete [--account NAME]
+                                       manage the service-side webhooks (of one account)
+  webhooks replay [--status failed|ignored] [--since DATE] [--account NAME]
+                                       re-apply stored deliveries (of one account)
   simulator [options]                  run the mailing-service simulator
   demo [--subscribers N] [--churn N] [--source legacy|current]
                                        simulator + service + webhooks on this machine

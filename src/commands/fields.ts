@@ -24,7 +24,7 @@ interface StoredField {
 }
 
 async function storedFields(db: Queryable): Promise<StoredField[]> {
-  const { rows } = await db.query<StoredField>('select key, title, type from fields order by key');
+  const { rows } = await db.query<StoredField>('select key, title, type from fields where account = mirror_account() order by key');
   return rows;
 }
 

@@ -1,13 +1,20 @@
-/** `subscriber-mirror webhooks replay [--status failed|ignored] [--since DATE]`. */
-import { loadConfig } from '../config.js';
-import { DEFAULT_ACCOUNT, openDatabase } from '../db/client.js';
+/** `subscriber-mirror webhooks replay [--status failed|ignored] [--since DATE] [--account NAME]`. */
+import { findAccount, loadConfig } from '../config.js';
+import { openDatabase } from '../db/client.js';
 import { UsageError } from '../ground/usage-error.js';
 import { replayDeliveries } from '../webhooks/replay.js';
 import { parseOptions, type Command } from './args.js';
 
-/** `webhooks replay`: stored deliveries back to pending; the update notifies the running workers (drizzle/0028_inbox_notify.sql). */
+/**
+ * `webhooks replay`: one account's stored deliveries back to pending (the one `--account` names, or
+ * the only one); the update notifies the running workers (drizzle/0028_inbox_notify.sql).
+ */
 export const replayCommand: Command = async (args) => {
-  const { values } = parseOptions(args, { status: { type: 'string', default: 'failed' }, since: { type: 'string' } });
+  const { values } = parseOptions(args, {
+    status: { type: 'string', default: 'failed' },
+    since: { type: 'string' },
+    account: { type: 'string' },
+  });
   if (values.status !== 'failed' && values.status !== 'ignored') {
     throw new UsageError(`--status must be failed or ignored, got "${values.status}"`);
   }
@@ -18,14 +25,16 @@ export const replayCommand: Command = async (args) => {
     throw new UsageError(`--since is not a real date: "${values.since}"`);
   }
   const config = loadConfig(process.env, ['database']);
-  const database = openDatabase(config.databaseUrl, { max: 2, account: DEFAULT_ACCOUNT });
+  const account = findAccount(config, values.account).name;
+  const database = openDatabase(config.databaseUrl, { max: 2, account });
   try {
     const since = values.since === undefined ? undefined : new Date(Date.parse(values.since)).toISOString();
     const ids = await replayDeliveries(database.pool, { status: values.status, ...(since ? { since } : {}) });
+    const of = config.accounts.length > 1 ? ` of account ${account}` : '';
     process.stdout.write(
       ids.length > 0
-        ? `replaying ${ids.length} ${values.status} deliveries (a running worker applies them)\n`
-        : `no ${values.status} deliveries to replay\n`,
+        ? `replaying ${ids.length} ${values.status} deliveries${of} (a running worker applies them)\n`
+        : `no ${values.status} deliveries${of} to replay\n`,
     );
     return 0;
   } finally {

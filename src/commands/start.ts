@@ -39,7 +39,8 @@ import { configureHistory } from '../mirror/history.js';
 import { readRateBudgets } from '../ratelimit/budget-limiter.js';
 import { authPauseKey, readAuthPause } from '../sync/auth-pause.js';
 import { createSyncQueue } from '../sync/schedule.js';
-import { registerWebhookRoute, type ReceiverOutcome } from '../webhooks/receiver.js';
+import { registerAccountRoutes } from '../webhooks/account-routes.js';
+import type { ReceiverOutcome } from '../webhooks/receiver.js';
 import { parseOptions, type Command } from './args.js';
 import { describeConnectionError } from './connection-error.js';
 import { passIntervalMs, startGauges } from './gauges.js';
@@ -227,15 +228,14 @@ export async function startService(config: Config, role: Role): Promise<RunningS
   });
   const readiness = readinessChecks(database.pool, workerParts);
   const { server, ops } = buildListeners(config, log, readiness, metrics);
+  // Every account's route, on this one pool: the receiver names each route's account in its statements.
   const route = receives
-    ? registerWebhookRoute(server, {
-        path: config.webhookPath,
-        maxBodyBytes: config.webhookMaxBodyBytes,
-        bodyMemoryBytes: config.webhookBodyMemoryBytes,
-        secrets: () => config.webhookSecrets,
+    ? registerAccountRoutes(server, config, {
         pool: database.pool,
         logger: log,
-        onOutcome: (outcome) => metrics.deliveries.inc({ outcome: OUTCOME_LABEL[outcome] }),
+        // A request no account's route took (none matched, or before routing) counts without one.
+        onOutcome: (outcome, _durationMs, account) =>
+          metrics.deliveries.inc({ outcome: OUTCOME_LABEL[outcome], ...(account === null ? {} : { account }) }),
       })
     : null;
   // Config refuses ADMIN_TOKEN without somewhere to serve it; `ops` is set whenever the token is.

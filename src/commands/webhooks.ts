@@ -1,7 +1,8 @@
 /**
  * `subscriber-mirror webhooks list|get|register|adopt|update|delete` (docs/architecture.md, "Management").
  *
- * {@link webhooksCommand} loads the config (need `manage-webhooks`), opens the pool and calls
+ * {@link webhooksCommand} chooses the account (`--account`, docs/operations.md, "Several accounts"),
+ * loads its config (need `manage-webhooks`), opens a pool of that account and calls
  * `runWebhooksCli`; `webhooks replay` is `replay.ts`. Bad arguments throw `UsageError` (exit 2, message printed as is, so it carries
  * its own usage text); failures throw an Error with one clear line (exit 1).
  *
@@ -11,7 +12,7 @@
  */
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import type pg from 'pg';
-import { ConfigError, loadConfig, type Config } from '../config.js';
+import { accountConfig, accountPrefix, ConfigError, findAccount, loadConfig, type Config } from '../config.js';
 import { DEFAULT_ACCOUNT, openDatabase } from '../db/client.js';
 import { createScrubber, type Logger, type SecretScrubber } from '../ground/log.js';
 import { printable } from '../ground/terminal.js';
@@ -26,6 +27,7 @@ import {
   type WebhooksApiOptions,
   type WebhookUpdateBody,
 } from '../upstream/webhooks-api.js';
+import { accountWebhookUrl } from '../webhooks/account-routes.js';
 import { EVENT_KINDS, isEventKind } from '../webhooks/payloads.js';
 import {
   adoptWebhook,
@@ -45,7 +47,7 @@ import {
 import type { Command } from './args.js';
 import { replayCommand } from './replay.js';
 
-export const WEBHOOKS_USAGE = `usage: subscriber-mirror webhooks <subcommand> [options]
+export const WEBHOOKS_USAGE = `usage: subscriber-mirror webhooks <subcommand> [options] [--account NAME]
 
   list [--json]                      every webhook of the account; MANAGED = this install's (in webhook_endpoints):
                                      yes = register's own, adopted = taken over with adopt
@@ -59,7 +61,10 @@ export const WEBHOOKS_USAGE = `usage: subscriber-mirror webhooks <subcommand> [o
   update ID [--url URL [--allow-http]] [--name NAME] [--events KIND,KIND...] [--enable | --disable] [--batchable true|false]
   delete ID                          delete a webhook upstream and forget its secret
 
-needs MAILER_WEBHOOKS_URL and MAILER_WEBHOOKS_TOKEN.`;
+--account NAME: the account to manage (needed when ACCOUNTS declares several). register gives the
+service --url for the first account, --url followed by /NAME for any other (where the receiver
+takes NAME's deliveries).
+needs MAILER_WEBHOOKS_URL and MAILER_WEBHOOKS_TOKEN (the account's, ACCOUNT_<NAME>__MAILER_WEBHOOKS_…).`;
 
 /** Bad arguments: exit code 2, the message with this subcommand's usage. */
 function usage(problem: string): UsageError {
@@ -67,7 +72,9 @@ function usage(problem: string): UsageError {
 }
 
 export interface WebhooksCliDeps {
+  /** The config of the account managed (`accountConfig`): its management URL, token and name. */
   config: Config;
+  /** A pool of that account. */
   pool: pg.Pool;
   /** One line of output (no newline); default stdout. */
   out?: (line: string) => void;
@@ -94,6 +101,28 @@ function parse<T extends Options>(args: string[], options: T, positionals: numbe
     throw usage(`webhooks ${what}: unexpected argument "${parsed.positionals[positionals] ?? ''}"`);
   }
   return parsed;
+}
+
+/**
+ * `--account NAME` (or `--account=NAME`) anywhere in the arguments, and the rest: every subcommand
+ * takes it, so it is taken out before the subcommand parses its own.
+ */
+export function takeAccountOption(args: readonly string[]): { account: string | undefined; rest: string[] } {
+  const rest: string[] = [];
+  let account: string | undefined;
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i] as string;
+    const inline = /^--account=(.*)$/s.exec(arg);
+    if (arg !== '--account' && !inline) {
+      rest.push(arg);
+      continue;
+    }
+    const value = inline ? inline[1] : args[++i];
+    if (value === undefined || value === '' || value.startsWith('--')) throw usage('webhooks: --account needs an account name');
+    if (account !== undefined) throw usage('webhooks: --account is given twice');
+    account = value;
+  }
+  return { account, rest };
 }
 
 function webhookIdArg(positionals: string[], what: string): string {
@@ -323,6 +352,7 @@ export function formatRegisterAction(action: RegisterAction): string {
 interface Context {
   api: WebhooksApi;
   pool: pg.Pool;
+  config: Config;
   print: (line: string) => void;
   /** Remembers a secret so that no output line can carry it. */
   hide: (webhook: { secret?: string | undefined }) => void;
@@ -375,11 +405,13 @@ async function get(ctx: Context, args: string[]): Promise<number> {
 
 async function register(ctx: Context, args: string[]): Promise<number> {
   const options = parseRegisterArgs(args);
-  const result = await registerWebhooks(ctx.api, ctx.pool, options);
+  const url = accountWebhookUrl(options.url, ctx.config.account, ctx.config);
+  const result = await registerWebhooks(ctx.api, ctx.pool, { ...options, url });
   for (const action of result.actions) ctx.print(formatRegisterAction(action));
   if (result.actions.some((a) => a.action === 'created')) {
     // docs/architecture.md, "Management": register first, then catch up; overlap is safe, a gap is not.
-    ctx.print('next: run `subscriber-mirror backfill --all` to catch up on changes made before the webhooks existed');
+    const named = ctx.config.accounts.length > 1 ? ` --account ${ctx.config.account}` : '';
+    ctx.print(`next: run \`subscriber-mirror backfill --all${named}\` to catch up on changes made before the webhooks existed`);
   }
   return 0;
 }
@@ -439,20 +471,26 @@ const SUBCOMMANDS: Record<string, (ctx: Context, args: string[]) => Promise<numb
   delete: remove,
 };
 
+/** A per-account variable as account `account` reads it (the unprefixed name for `default`). */
+function variableOf(account: string, name: string): string {
+  return account === DEFAULT_ACCOUNT ? name : `${accountPrefix(account)}${name}`;
+}
+
 function apiFor(deps: WebhooksCliDeps): WebhooksApi {
   const { url, token } = deps.config.webhooksApi;
+  const named = (name: string) => variableOf(deps.config.account, name);
   const missing = [
-    url ? undefined : 'MAILER_WEBHOOKS_URL: required for webhooks commands',
-    token ? undefined : 'MAILER_WEBHOOKS_TOKEN: required for webhooks commands',
+    url ? undefined : `${named('MAILER_WEBHOOKS_URL')}: required for webhooks commands`,
+    token ? undefined : `${named('MAILER_WEBHOOKS_TOKEN')}: required for webhooks commands`,
   ].filter((p): p is string => p !== undefined);
   if (missing.length > 0 || !url || !token) throw new ConfigError(missing);
   return createWebhooksApi({ baseUrl: url, token, http: { timeoutMs: deps.config.upstreamTimeoutMs, ...deps.http }, logger: deps.logger });
 }
 
-function scrubbed(error: unknown, scrub: SecretScrubber): unknown {
+function scrubbed(error: unknown, scrub: SecretScrubber, account: string): unknown {
   if (!(error instanceof Error) || error instanceof UsageError || error instanceof ConfigError) return error;
   const message = scrub(error.message);
-  if (error instanceof WebhookAuthError) return new Error(`${message}; check MAILER_WEBHOOKS_TOKEN`);
+  if (error instanceof WebhookAuthError) return new Error(`${message}; check ${variableOf(account, 'MAILER_WEBHOOKS_TOKEN')}`);
   if (message === error.message) return error;
   return new Error(message);
 }
@@ -471,6 +509,7 @@ export async function runWebhooksCli(argv: string[], deps: WebhooksCliDeps): Pro
   const ctx: Context = {
     api: apiFor(deps),
     pool: deps.pool,
+    config: deps.config,
     print: (line) => out(printable(scrub(line))),
     hide: (webhook) => {
       if (webhook.secret) scrub.add(webhook.secret);
@@ -479,17 +518,31 @@ export async function runWebhooksCli(argv: string[], deps: WebhooksCliDeps): Pro
   try {
     return await handler(ctx, rest);
   } catch (error) {
-    throw scrubbed(error, scrub);
+    throw scrubbed(error, scrub, deps.config.account);
   }
+}
+
+/**
+ * The config of the account the command manages: the one `--account` names, or the only one. An
+ * account not declared, or none named among several, is refused (exit 2) before anything is opened.
+ */
+export function webhooksConfigFor(env: NodeJS.ProcessEnv, named: string | undefined): Config {
+  const account = findAccount(loadConfig(env), named).name;
+  return accountConfig(loadConfig(env, ['manage-webhooks'], account), account);
 }
 
 /** `webhooks …`: `replay` re-applies stored deliveries; the other subcommands manage the service-side webhooks. */
 export const webhooksCommand: Command = async (args) => {
   if (args[0] === 'replay') return replayCommand(args.slice(1));
-  const config = loadConfig(process.env, ['manage-webhooks']);
-  const database = openDatabase(config.databaseUrl, { max: 2, account: DEFAULT_ACCOUNT });
+  const { account, rest } = takeAccountOption(args);
+  if (rest[0] === 'help' || rest[0] === '--help' || rest[0] === '-h') {
+    process.stdout.write(`${WEBHOOKS_USAGE}\n`);
+    return 0;
+  }
+  const config = webhooksConfigFor(process.env, account);
+  const database = openDatabase(config.databaseUrl, { max: 2, account: config.account });
   try {
-    return await runWebhooksCli(args, { config, pool: database.pool });
+    return await runWebhooksCli(rest, { config, pool: database.pool });
   } finally {
     await database.close();
   }

@@ -377,8 +377,8 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
   };
 }
 
-/** The outcomes of a delivery the consumer records (the receiver's are deployment-wide until its routes name the account). */
-const APPLY_OUTCOMES = ['applied', 'failed', 'ignored'];
+/** The outcomes of a delivery: the receiver's, then the consumer's. */
+const DELIVERY_OUTCOMES = ['received', 'received_invalid', 'rejected', 'duplicate', 'applied', 'failed', 'ignored'];
 
 /**
  * Series that alerts and the dashboard select by label exist from the first scrape (at 0), so a
@@ -386,10 +386,11 @@ const APPLY_OUTCOMES = ['applied', 'failed', 'ignored'];
  * series of each part serving an account exist for each of `accounts`.
  */
 export function initSeries(metrics: Metrics, inboxStatuses: readonly string[], accounts: readonly string[]): void {
-  for (const outcome of ['received', 'received_invalid', 'rejected', 'duplicate']) metrics.deliveries.inc({ outcome }, 0);
+  // A request no account's route took is rejected without an account.
+  metrics.deliveries.inc({ outcome: 'rejected' }, 0);
   for (const account of accounts) {
     const m = metrics.forAccount(account);
-    for (const outcome of APPLY_OUTCOMES) m.deliveries.inc({ outcome }, 0);
+    for (const outcome of DELIVERY_OUTCOMES) m.deliveries.inc({ outcome }, 0);
     for (const mode of ['incremental', 'full']) {
       for (const outcome of ['succeeded', 'failed']) m.passDuration.zero({ mode, outcome });
     }

@@ -23,7 +23,7 @@ import type { Queryable } from '../ground/queryable.js';
  * planned as a subplan that scans `erasures` again for every row written.
  */
 export function erasedOnRequestSql(idSql: string): string {
-  return `(${idSql} = any(array(select e.subscriber_id from erasures e where e.reason = 'request')))`;
+  return `(${idSql} = any(array(select e.subscriber_id from erasures e where e.account = mirror_account() and e.reason = 'request')))`;
 }
 
 /** The personal columns (the registry, `src/db/schema.ts`): of the current row, and of past versions. */
@@ -42,7 +42,7 @@ const OUT_OF_GROUPS_SQL = `
 with complete as (
   select min(last_full_completed_at) as at
     from sync_status
-   where group_id = any($1::text[]) and type = any($2::text[])
+   where account = mirror_account() and group_id = any($1::text[]) and type = any($2::text[])
   having count(last_full_completed_at) = cardinality($1::text[]) * cardinality($2::text[])
 ),
 candidates as (
@@ -52,9 +52,10 @@ candidates as (
     cross join lateral (
       select max(gm.removed_at) as left_at, bool_or(gm.removed_at is null) as member
         from group_members gm
-       where gm.subscriber_id = s.id and gm.group_id = any($1::text[])
+       where gm.account = s.account and gm.subscriber_id = s.id and gm.group_id = any($1::text[])
     ) m
-   where ${HAS_PERSONAL_DATA}
+   where s.account = mirror_account()
+     and ${HAS_PERSONAL_DATA}
      and not coalesce(m.member, false)
      and coalesce(m.left_at, s.mirrored_at) <= c.at
      and coalesce(m.left_at, s.mirrored_at) < now() - make_interval(secs => $3::float8 / 1000)
@@ -62,14 +63,14 @@ candidates as (
 ),
 erased as (
   update subscribers s set ${ERASE_SET}
-    from candidates where s.id = candidates.id
+    from candidates where s.account = mirror_account() and s.id = candidates.id
   returning s.id
 ),
 -- History: the same personal columns in every past version (the current one is the
 -- subscribers row above).
 erased_history as (
   update subscriber_versions_past v set ${eraseSetSql(PERSONAL_CONTENT)}
-    from candidates where v.subscriber_id = candidates.id
+    from candidates where v.account = mirror_account() and v.subscriber_id = candidates.id
      and ${holdsAnySql('v', PERSONAL_CONTENT)}
   returning 1
 )
@@ -107,8 +108,8 @@ export async function logForgotten(pool: Queryable): Promise<number> {
   const { rowCount } = await pool.query(`
 insert into erasures (subscriber_id, reason)
 select s.id, 'forget' from subscribers s
- where s.forget_at is not null
-   and not exists (select 1 from erasures e where e.subscriber_id = s.id and e.reason in ('forget', 'request'))
+ where s.account = mirror_account() and s.forget_at is not null
+   and not exists (select 1 from erasures e where e.account = s.account and e.subscriber_id = s.id and e.reason in ('forget', 'request'))
 on conflict (account, subscriber_id) do update
   set reason = excluded.reason, erased_at = now(), deliveries_redacted_at = null`);
   return rowCount ?? 0;
@@ -117,7 +118,7 @@ on conflict (account, subscriber_id) do update
 /** Erased subscribers whose stored deliveries are not redacted yet, at most `limit`. */
 export async function awaitingRedaction(pool: Queryable, limit: number): Promise<string[]> {
   const { rows } = await pool.query(
-    'select subscriber_id from erasures where deliveries_redacted_at is null order by erased_at, subscriber_id limit $1',
+    'select subscriber_id from erasures where account = mirror_account() and deliveries_redacted_at is null order by erased_at, subscriber_id limit $1',
     [limit],
   );
   return (rows as Array<{ subscriber_id: string }>).map((r) => r.subscriber_id);
@@ -125,12 +126,18 @@ export async function awaitingRedaction(pool: Queryable, limit: number): Promise
 
 /** Marks the deliveries of `ids` redacted as of `at` (the database's time when the run began). */
 export async function markRedacted(pool: Queryable, ids: readonly string[], at: string): Promise<void> {
-  await pool.query('update erasures set deliveries_redacted_at = $2 where subscriber_id = any($1::text[])', [ids, at]);
+  await pool.query('update erasures set deliveries_redacted_at = $2 where account = mirror_account() and subscriber_id = any($1::text[])', [
+    ids,
+    at,
+  ]);
 }
 
 /** Every erased subscriber checked before `at` has been checked again as of `at`. */
 export async function markChecked(pool: Queryable, at: string): Promise<number> {
-  const { rowCount } = await pool.query('update erasures set deliveries_redacted_at = $1 where deliveries_redacted_at < $1', [at]);
+  const { rowCount } = await pool.query(
+    'update erasures set deliveries_redacted_at = $1 where account = mirror_account() and deliveries_redacted_at < $1',
+    [at],
+  );
   return rowCount ?? 0;
 }
 
@@ -147,7 +154,7 @@ export async function databaseNow(pool: Queryable): Promise<string> {
  */
 export function forgottenAmongSql(literal: (text: string) => string, ids: readonly string[]): string {
   const list = ids.length === 0 ? `'{}'::text[]` : `array[${ids.map(literal).join(', ')}]::text[]`;
-  return `select array(select id from subscribers where id = any(${list}) and (forget_at is not null or ${erasedOnRequestSql('id')})) as forgotten`;
+  return `select array(select id from subscribers where account = mirror_account() and id = any(${list}) and (forget_at is not null or ${erasedOnRequestSql('id')})) as forgotten`;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -156,8 +163,8 @@ export function forgottenAmongSql(literal: (text: string) => string, ids: readon
 /** The subscribers whose current row or a past version holds `email`, in any case. */
 export async function subscribersWithEmail(pool: Queryable, email: string): Promise<string[]> {
   const { rows } = await pool.query<{ id: string }>(
-    `select id from subscribers where lower(email) = lower($1)
-     union select subscriber_id from subscriber_versions_past where lower(email) = lower($1)
+    `select id from subscribers where account = mirror_account() and lower(email) = lower($1)
+     union select subscriber_id from subscriber_versions_past where account = mirror_account() and lower(email) = lower($1)
      order by 1`,
     [email],
   );
@@ -166,7 +173,10 @@ export async function subscribersWithEmail(pool: Queryable, email: string): Prom
 
 /** Which of `ids` have a row in `subscribers`. */
 export async function mirroredSubscribers(pool: Queryable, ids: readonly string[]): Promise<string[]> {
-  const { rows } = await pool.query<{ id: string }>('select id from subscribers where id = any($1::text[]) order by id', [ids]);
+  const { rows } = await pool.query<{ id: string }>(
+    'select id from subscribers where account = mirror_account() and id = any($1::text[]) order by id',
+    [ids],
+  );
   return rows.map((r) => r.id);
 }
 
@@ -178,9 +188,10 @@ export async function mirroredSubscribers(pool: Queryable, ids: readonly string[
  * personal data and the ids newly logged; a second call changes nothing.
  */
 export async function eraseOnRequest(exec: Queryable, ids: readonly string[]): Promise<{ subscribers: number; logged: string[] }> {
-  const { rowCount } = await exec.query(`update subscribers s set ${ERASE_SET} where s.id = any($1::text[]) and ${HAS_PERSONAL_DATA}`, [
-    ids,
-  ]);
+  const { rowCount } = await exec.query(
+    `update subscribers s set ${ERASE_SET} where s.account = mirror_account() and s.id = any($1::text[]) and ${HAS_PERSONAL_DATA}`,
+    [ids],
+  );
   const { rows: logged } = await exec.query<{ subscriber_id: string }>(
     `insert into erasures (subscriber_id, reason) select unnest($1::text[]), 'request'
      on conflict (account, subscriber_id) do update set reason = excluded.reason, erased_at = now(), deliveries_redacted_at = null
@@ -194,7 +205,7 @@ export async function eraseOnRequest(exec: Queryable, ids: readonly string[]): P
 /** Marks the stored deliveries of `ids` redacted now, where not marked yet (`eraseOnRequest` redacts them in its transaction). */
 export async function markRedactedNow(exec: Queryable, ids: readonly string[]): Promise<void> {
   await exec.query(
-    'update erasures set deliveries_redacted_at = now() where subscriber_id = any($1::text[]) and deliveries_redacted_at is null',
+    'update erasures set deliveries_redacted_at = now() where account = mirror_account() and subscriber_id = any($1::text[]) and deliveries_redacted_at is null',
     [ids],
   );
 }

@@ -117,26 +117,26 @@ c as (
   select i.*,
          p.valid_from as p_from, ${cols.map((col) => `p.${col} as p_${col}`).join(', ')},
          n.valid_from as n_from, ${cols.map((col) => `n.${col} as n_${col}`).join(', ')},
-         (coalesce((select s.forget_at is not null from subscribers s where s.id = i.subscriber_id), false)
+         (coalesce((select s.forget_at is not null from subscribers s where s.account = mirror_account() and s.id = i.subscriber_id), false)
            or ${erasedOnRequestSql('i.subscriber_id')}) as forgotten,
-         (select s.version_at from subscribers s where s.id = i.subscriber_id) as current_from,
+         (select s.version_at from subscribers s where s.account = mirror_account() and s.id = i.subscriber_id) as current_from,
          (i.via in ('poll', 'current') and (
            exists (select 1 from subscriber_versions_past w
-                    where w.subscriber_id = i.subscriber_id and w.via = 'webhook'
+                    where w.account = mirror_account() and w.subscriber_id = i.subscriber_id and w.via = 'webhook'
                       and w.valid_from >= i.valid_from and w.valid_from < i.valid_from + interval '1 second')
            or exists (select 1 from subscribers w
-                       where w.id = i.subscriber_id and w.mirrored_via = 'webhook'
+                       where w.account = mirror_account() and w.id = i.subscriber_id and w.mirrored_via = 'webhook'
                          and w.version_at >= i.valid_from and w.version_at < i.valid_from + interval '1 second'))) as coarse
   from i
   left join lateral (
     select * from subscriber_versions_past v
-     where v.subscriber_id = i.subscriber_id and v.valid_from <= i.valid_from
+     where v.account = mirror_account() and v.subscriber_id = i.subscriber_id and v.valid_from <= i.valid_from
        and not (i.via = 'webhook' and v.via in ('poll', 'current')
                 and v.valid_from >= date_trunc('second', i.valid_from) and v.valid_from < i.valid_from)
      order by v.valid_from desc limit 1) p on true
   left join lateral (
     select * from subscriber_versions_past v
-     where v.subscriber_id = i.subscriber_id and v.valid_from > i.valid_from
+     where v.account = mirror_account() and v.subscriber_id = i.subscriber_id and v.valid_from > i.valid_from
      order by v.valid_from limit 1) n on true
 ),
 m as (
@@ -157,7 +157,7 @@ tied as (
      set ${cols.map((col) => `${col} = f.${col}`).join(', ')}, via = f.via, recorded_at = now()
     from f
    where f.p_from = f.valid_from and not f.p_same
-     and v.subscriber_id = f.subscriber_id and v.valid_from = f.p_from
+     and v.account = mirror_account() and v.subscriber_id = f.subscriber_id and v.valid_from = f.p_from
   returning 1
 ),
 inserted as (
@@ -169,12 +169,12 @@ inserted as (
 dropped as (
   delete from subscriber_versions_past v using f
    where f.n_same and not f.p_same and f.p_from is distinct from f.valid_from
-     and v.subscriber_id = f.subscriber_id and v.valid_from = f.n_from
+     and v.account = mirror_account() and v.subscriber_id = f.subscriber_id and v.valid_from = f.n_from
   returning 1
 ),
 superseded as (
   delete from subscriber_versions_past v using i
-   where i.via = 'webhook' and v.subscriber_id = i.subscriber_id and v.via in ('poll', 'current')
+   where i.via = 'webhook' and v.account = mirror_account() and v.subscriber_id = i.subscriber_id and v.via in ('poll', 'current')
      and v.valid_from >= date_trunc('second', i.valid_from) and v.valid_from < i.valid_from
   returning 1
 )
@@ -251,7 +251,7 @@ export async function eraseVersions(exec: Queryable, subscriberIds: readonly str
   const res = await run(
     exec,
     `update subscriber_versions_past v set ${eraseSetSql(personal)}
-      where v.subscriber_id = any($1::text[]) and ${holdsAnySql('v', personal)}`,
+      where v.account = mirror_account() and v.subscriber_id = any($1::text[]) and ${holdsAnySql('v', personal)}`,
     [arrayLiteral(subscriberIds)],
   );
   return res.rowCount;
@@ -269,7 +269,7 @@ export async function eraseVersionsOfErased(exec: Queryable): Promise<number> {
     exec,
     `update subscriber_versions_past v set ${eraseSetSql(personal)}
        from erasures e
-      where v.subscriber_id = e.subscriber_id
+      where e.account = mirror_account() and v.account = e.account and v.subscriber_id = e.subscriber_id
         and (e.reason <> 'out_of_groups' or v.recorded_at <= e.erased_at)
         and ${holdsAnySql('v', personal)}`,
     [],
@@ -291,16 +291,18 @@ export async function purgeHistory(exec: Queryable, olderThanMs: number, batch =
   const cutoff = `now() - make_interval(secs => $1::float8 / 1000)`;
   // A version's valid_to is the next version's valid_from.
   const versions = `
-    delete from subscriber_versions_past where (subscriber_id, valid_from) in (
+    delete from subscriber_versions_past where account = mirror_account() and (subscriber_id, valid_from) in (
       select r.subscriber_id, r.valid_from from subscriber_versions_past r
-       where r.valid_from < ${cutoff}
+       where r.account = mirror_account() and r.valid_from < ${cutoff}
          and (exists (select 1 from subscriber_versions_past n
-                       where n.subscriber_id = r.subscriber_id and n.valid_from > r.valid_from and n.valid_from < ${cutoff})
-              or exists (select 1 from subscribers s where s.id = r.subscriber_id and s.version_at < ${cutoff}))
+                       where n.account = r.account and n.subscriber_id = r.subscriber_id
+                         and n.valid_from > r.valid_from and n.valid_from < ${cutoff})
+              or exists (select 1 from subscribers s where s.account = r.account and s.id = r.subscriber_id and s.version_at < ${cutoff}))
        limit $2)`;
   const periods = `
-    delete from group_membership_periods where (group_id, subscriber_id, started_at) in (
-      select group_id, subscriber_id, started_at from group_membership_periods where ended_at < ${cutoff} limit $2)`;
+    delete from group_membership_periods where account = mirror_account() and (group_id, subscriber_id, started_at) in (
+      select group_id, subscriber_id, started_at from group_membership_periods
+       where account = mirror_account() and ended_at < ${cutoff} limit $2)`;
   let total = 0;
   for (const text of [versions, periods]) {
     for (;;) {

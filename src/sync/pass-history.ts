@@ -25,7 +25,7 @@ export interface OpenedRow {
 export async function openRow(db: Queryable, row: OpenedRow): Promise<number> {
   await db.query(
     `update sync_passes set status = 'failed', ended_at = now(), error = 'the process running it stopped before it ended'
-      where group_id = $1 and type = $2 and status = 'running' and kind <> 'check'`,
+      where account = mirror_account() and group_id = $1 and type = $2 and status = 'running' and kind <> 'check'`,
     [row.groupId, row.type],
   );
   const { rows } = await db.query<{ id: string }>(
@@ -60,7 +60,7 @@ export async function closeRow(db: Queryable, id: number, row: ClosedRow): Promi
         set status = $2, ended_at = now(), listed_from = $3, complete = $4, gap_free = $5, read_since = $6,
             rows_seen = $7, rows_written = $8, requests = $9, upstream_count = coalesce($10, upstream_count),
             future_rows = $11, step_backs = $12, gaps = $13, error = $14
-      where id = $1`,
+      where id = $1 and account = mirror_account()`,
     [
       id,
       row.status,
@@ -82,12 +82,16 @@ export async function closeRow(db: Queryable, id: number, row: ClosedRow): Promi
 
 /** The service's count of the list, read while the run goes on (status shows drift and progress from it). */
 export async function saveUpstreamCount(db: Queryable, id: number, count: number): Promise<void> {
-  await db.query(`update sync_passes set upstream_count = $2 where id = $1`, [id, count]);
+  await db.query(`update sync_passes set upstream_count = $2 where id = $1 and account = mirror_account()`, [id, count]);
 }
 
 /** What the removal rule ended, written on the row whose recording settled it (in the same transaction as the close). */
 export async function saveRemovals(db: Queryable, id: number, removed: number, proof: readonly number[]): Promise<void> {
-  await db.query(`update sync_passes set removed = $2, proof = $3::bigint[] where id = $1`, [id, removed, proof]);
+  await db.query(`update sync_passes set removed = $2, proof = $3::bigint[] where id = $1 and account = mirror_account()`, [
+    id,
+    removed,
+    proof,
+  ]);
 }
 
 /** When the removal rule may end members, and the rows that prove it. */
@@ -116,7 +120,8 @@ export async function removalRule(
        select id, type, listed_from, ended_at,
               row_number() over (partition by type order by listed_from desc, id desc) as n
          from sync_passes
-        where group_id = $1 and type = any($2::text[]) and kind = 'full' and status = 'succeeded' and complete and gap_free
+        where account = mirror_account() and group_id = $1 and type = any($2::text[]) and kind = 'full' and status = 'succeeded'
+          and complete and gap_free
      ),
      rounds as (
        select min(listed_from) filter (where n = 2) as cutoff,
@@ -128,7 +133,8 @@ export async function removalRule(
      sweeps as (
        select distinct on (s.type) s.id
          from sync_passes s, rounds r
-        where s.group_id = $1 and s.type = any($2::text[]) and s.kind = 'incremental' and s.status = 'succeeded'
+        where s.account = mirror_account() and s.group_id = $1 and s.type = any($2::text[]) and s.kind = 'incremental'
+          and s.status = 'succeeded'
           and s.started_at >= r.first_round_ended and s.read_since <= date_trunc('second', r.cutoff)
         order by s.type, s.id
      )
@@ -151,7 +157,8 @@ export async function proofPasses<T extends string>(db: Queryable, groupId: stri
     `select type, n::int as n, ${iso('listed_from')} as at
        from (select type, listed_from, row_number() over (partition by type order by listed_from desc, id desc) as n
                from sync_passes
-              where group_id = $1 and type = any($2::text[]) and kind = 'full' and status = 'succeeded' and complete and gap_free) p
+              where account = mirror_account() and group_id = $1 and type = any($2::text[]) and kind = 'full'
+                and status = 'succeeded' and complete and gap_free) p
       where n <= 2`,
     [groupId, types],
   );
@@ -171,7 +178,8 @@ export async function lastProvingPasses(
   const { rows } = await db.query<{ id: string; type: string; listedFrom: string; requests: number }>(
     `select distinct on (type) id, type, ${iso('listed_from')} as "listedFrom", requests
        from sync_passes
-      where group_id = $1 and type = any($2::text[]) and kind = 'full' and status = 'succeeded' and complete and gap_free
+      where account = mirror_account() and group_id = $1 and type = any($2::text[]) and kind = 'full' and status = 'succeeded'
+        and complete and gap_free
       order by type, listed_from desc, id desc`,
     [groupId, types],
   );
@@ -188,13 +196,14 @@ export async function pruneHistory(db: Queryable, groupId: string, type: string,
   const result = await db.query(
     `with keep_from as (
        select least(
-                (select max(id) from sync_passes where group_id = $1 and type = $2),
+                (select max(id) from sync_passes where account = mirror_account() and group_id = $1 and type = $2),
                 (select min(id) from (select id from sync_passes
-                                       where group_id = $1 and type = $2 and kind = 'full' and status = 'succeeded' and complete and gap_free
+                                       where account = mirror_account() and group_id = $1 and type = $2 and kind = 'full'
+                                         and status = 'succeeded' and complete and gap_free
                                        order by listed_from desc, id desc limit 2) p)) as id
      )
      delete from sync_passes s using keep_from k
-      where s.group_id = $1 and s.type = $2 and s.id < k.id
+      where s.account = mirror_account() and s.group_id = $1 and s.type = $2 and s.id < k.id
         and s.ended_at < now() - make_interval(secs => $3::float8 / 1000)`,
     [groupId, type, retentionMs],
   );

@@ -13,14 +13,15 @@ import type { Queryable } from '../ground/queryable.js';
 export type { PassMode } from '../db/schema.js';
 
 /** What a pair resumes from (its `sync_state` row) and what the history says of its last runs (its `sync_status` row). */
-export type SyncStateRow = RowOf<typeof syncState> & Omit<(typeof syncStatus)['$inferSelect'], 'groupId' | 'type' | 'cursor'>;
+export type SyncStateRow = RowOf<typeof syncState> & Omit<(typeof syncStatus)['$inferSelect'], 'account' | 'groupId' | 'type' | 'cursor'>;
 
 // Timestamps rendered by Postgres as canonical strings, never through JS Date.
-const SELECT = `select ${rowSelectSql(syncState, { qualifier: 's' })}, ${viewSelectSql(syncStatus, { qualifier: 'v', omit: ['groupId', 'type', 'cursor'] })}
-  from sync_state s join sync_status v on v.group_id = s.group_id and v.type = s.type`;
+const SELECT = `select ${rowSelectSql(syncState, { qualifier: 's' })}, ${viewSelectSql(syncStatus, { qualifier: 'v', omit: ['account', 'groupId', 'type', 'cursor'] })}
+  from sync_state s join sync_status v on v.account = s.account and v.group_id = s.group_id and v.type = s.type
+ where s.account = mirror_account()`;
 
 export async function readSyncState(db: Queryable, groupId: string, type: string): Promise<SyncStateRow | null> {
-  const { rows } = await db.query<SyncStateRow>(`${SELECT} where s.group_id = $1 and s.type = $2`, [groupId, type]);
+  const { rows } = await db.query<SyncStateRow>(`${SELECT} and s.group_id = $1 and s.type = $2`, [groupId, type]);
   return rows[0] ?? null;
 }
 
@@ -39,7 +40,7 @@ export async function ensureSyncState(db: Queryable, groupId: string, type: stri
 /** Where an incremental pass reads from (null before the first pass). */
 export async function readCursor(db: Queryable, groupId: string, type: string): Promise<string | null> {
   const { rows } = await db.query<{ cursor: string | null }>(
-    `select ${iso('cursor')} as cursor from sync_state where group_id = $1 and type = $2`,
+    `select ${iso('cursor')} as cursor from sync_state where account = mirror_account() and group_id = $1 and type = $2`,
     [groupId, type],
   );
   return rows[0]?.cursor ?? null;
@@ -63,7 +64,7 @@ export async function advanceCursor(
                                 else greatest(cursor, $3::timestamptz) end,
                            coalesce($4::timestamptz, 'infinity'::timestamptz)),
             updated_at = now()
-      where group_id = $1 and type = $2`,
+      where account = mirror_account() and group_id = $1 and type = $2`,
     [groupId, type, maxUpdatedAt, ceiling],
   );
 }
@@ -74,7 +75,7 @@ export async function closeFullPass(db: Queryable, groupId: string, type: string
     `update sync_state
         set full_source = null, full_started_at = null, full_offset = null, full_tail_ids = null,
             full_continuous = null, full_cursor = null, full_pages = null, updated_at = now()
-      where group_id = $1 and type = $2`,
+      where account = mirror_account() and group_id = $1 and type = $2`,
     [groupId, type],
   );
 }
@@ -99,7 +100,7 @@ async function dropForeignCheckpoint(db: Queryable, groupId: string, type: strin
     `update sync_state
         set full_source = null, full_started_at = null, full_offset = null, full_tail_ids = null,
             full_continuous = null, full_cursor = null, full_pages = null, updated_at = now()
-      where group_id = $1 and type = $2 and full_source is not null and ($3 or full_source <> $4)`,
+      where account = mirror_account() and group_id = $1 and type = $2 and full_source is not null and ($3 or full_source <> $4)`,
     [groupId, type, restart, source],
   );
 }
@@ -119,7 +120,7 @@ export async function openFullPass(db: Queryable, groupId: string, type: string,
         set full_source = 'legacy', full_started_at = coalesce(full_started_at, now()),
             full_continuous = case when full_source is null then true else full_continuous end,
             full_offset = coalesce(full_offset, 0), updated_at = now()
-      where group_id = $1 and type = $2
+      where account = mirror_account() and group_id = $1 and type = $2
       returning ${iso('full_started_at')} as "startedAt", full_offset as "offset", full_offset > 0 as resumed,
                 full_tail_ids as "tailIds", full_continuous as continuous`,
     [groupId, type],
@@ -149,7 +150,7 @@ export async function saveFullCheckpoint(
     `update sync_state
         set full_offset = $3, full_tail_ids = $4::text[], full_continuous = coalesce(full_continuous, false) and $5,
             updated_at = now()
-      where group_id = $1 and type = $2`,
+      where account = mirror_account() and group_id = $1 and type = $2`,
     [groupId, type, checkpoint.nextOffset, checkpoint.tailIds, checkpoint.continuous],
   );
 }
@@ -157,7 +158,7 @@ export async function saveFullCheckpoint(
 /** Whether the open legacy full pass met no page it could not join (read when it ends: the pass is gap-free). */
 export async function fullPassContinuous(db: Queryable, groupId: string, type: string): Promise<boolean> {
   const { rows } = await db.query<{ continuous: boolean | null }>(
-    `select full_continuous as continuous from sync_state where group_id = $1 and type = $2`,
+    `select full_continuous as continuous from sync_state where account = mirror_account() and group_id = $1 and type = $2`,
     [groupId, type],
   );
   return rows[0]?.continuous === true;
@@ -187,7 +188,7 @@ export async function openCursorPass(
     `update sync_state
         set full_source = 'current', full_started_at = coalesce(full_started_at, now()),
             full_pages = coalesce(full_pages, 0), updated_at = now()
-      where group_id = $1 and type = $2
+      where account = mirror_account() and group_id = $1 and type = $2
       returning ${iso('full_started_at')} as "startedAt", full_cursor as cursor, full_pages as pages`,
     [groupId, type],
   );
@@ -206,12 +207,10 @@ export async function saveCursorCheckpoint(
   type: string,
   checkpoint: { nextCursor: string | null; pages: number },
 ): Promise<void> {
-  await db.query(`update sync_state set full_cursor = $3, full_pages = $4, updated_at = now() where group_id = $1 and type = $2`, [
-    groupId,
-    type,
-    checkpoint.nextCursor,
-    checkpoint.pages,
-  ]);
+  await db.query(
+    `update sync_state set full_cursor = $3, full_pages = $4, updated_at = now() where account = mirror_account() and group_id = $1 and type = $2`,
+    [groupId, type, checkpoint.nextCursor, checkpoint.pages],
+  );
 }
 
 // ---------------------------------------------------------------------------------------------

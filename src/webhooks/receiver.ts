@@ -7,6 +7,12 @@
  * oversized 413, inbox unavailable 503. Everything signed and well-formed gets 200, including a
  * delivery we cannot apply (stored `failed` with the reason) or do not know (stored `ignored`): a
  * 4xx/5xx for a business reason would only make the service redeliver it (docs/upstream.md, "Delivery and retries").
+ *
+ * One receiver serves every account (docs/operations.md, "Several accounts"): each route stores under
+ * its account and verifies with that account's secrets only, so a delivery signed for one account and
+ * posted to another's path is refused 401. The routes share one inbox writer (one statement may hold
+ * rows of several accounts), one endpoint-secret cache, one body budget and one rejection log, and
+ * name their account in every statement: connections do not grow with the number of accounts.
  */
 import { isUtf8 } from 'node:buffer';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
@@ -14,6 +20,7 @@ import type { Logger } from '../ground/log.js';
 import type { Queryable } from '../ground/queryable.js';
 import {
   createInboxWriter,
+  loadAccountSecrets,
   loadSecrets,
   type DeliveryRecord,
   type EndpointSecret,
@@ -29,15 +36,12 @@ import { verifySignature } from './signature.js';
 
 export type ReceiverOutcome = 'stored' | 'duplicate' | 'ignored' | 'failed' | 'unauthorized' | 'bad_request' | 'too_large' | 'unavailable';
 
-export interface ReceiverDeps {
-  /** Route path (WEBHOOK_PATH). */
-  path: string;
+/** What every route of a receiver shares. */
+export interface ReceiverOptions {
   /** Largest accepted body (WEBHOOK_MAX_BODY); larger → 413 before it is read. */
   maxBodyBytes: number;
-  /** Body bytes buffered at once across requests (WEBHOOK_BODY_MEMORY); default 64 MiB or one largest body. */
+  /** Body bytes buffered at once across requests, every route's (WEBHOOK_BODY_MEMORY); default 64 MiB or one largest body. */
   bodyMemoryBytes?: number;
-  /** Static secrets (WEBHOOK_SECRETS), read per request; `webhook_endpoints` secrets are added. */
-  secrets: () => string[];
   pool: Queryable;
   logger: Logger;
   /**
@@ -46,8 +50,8 @@ export interface ReceiverDeps {
    * (drizzle/0028_inbox_notify.sql), so the receiver needs nothing but Postgres.
    */
   onStored?: (id: string) => void | Promise<void>;
-  /** Optional metrics hook, called once per request. */
-  onOutcome?: (outcome: ReceiverOutcome, durationMs: number) => void;
+  /** Optional metrics hook, called once per request; `account` is the route's (null: the pool's). */
+  onOutcome?: (outcome: ReceiverOutcome, durationMs: number, account: string | null) => void;
   /** Inbox batching (see `createInboxWriter`). */
   inbox?: InboxWriterOptions;
   /** The service gives up after 3 s (docs/upstream.md, "Delivery and retries"): answer 503 before that rather than time out. */
@@ -62,6 +66,27 @@ export interface ReceiverDeps {
   rejections?: RejectionLogOptions;
 }
 
+/** One path deliveries arrive at. */
+export interface ReceiverRoute {
+  path: string;
+  /**
+   * The account its deliveries are stored under and whose `webhook_endpoints` secrets verify them;
+   * null: the pool's session account (a receiver of one account). Every route of a receiver names
+   * one, or none does.
+   */
+  account: string | null;
+  /** That account's static secrets (WEBHOOK_SECRETS), read per request; its endpoint secrets are added. */
+  secrets: () => readonly string[];
+}
+
+/** A receiver of one route, for the pool's account. */
+export interface ReceiverDeps extends ReceiverOptions {
+  /** Route path (WEBHOOK_PATH). */
+  path: string;
+  /** Static secrets (WEBHOOK_SECRETS), read per request; `webhook_endpoints` secrets are added. */
+  secrets: () => readonly string[];
+}
+
 export interface WebhookRoute {
   writer: InboxWriter;
   secrets: SecretCache;
@@ -71,16 +96,28 @@ export interface WebhookRoute {
   rejections: RejectionLog;
 }
 
+/** One route for the pool's account: {@link registerWebhookRoutes} with a single route. */
+export function registerWebhookRoute(app: FastifyInstance, deps: ReceiverDeps): WebhookRoute {
+  const { path, secrets, ...options } = deps;
+  return registerWebhookRoutes(app, options, [{ path, account: null, secrets }]);
+}
+
 /**
- * Registers the route in its own encapsulated context, so its catch-all raw-body parser and error
- * handler apply to this route only (docs/architecture.md, "Traps we work around": take the body as a Buffer, verify, then parse
+ * Registers the routes in one encapsulated context, so its catch-all raw-body parser and error
+ * handler apply to these routes only (docs/architecture.md, "Traps we work around": take the body as a Buffer, verify, then parse
  * with Fastify's safe JSON parser). Call before `listen()`/`ready()`.
  */
-export function registerWebhookRoute(app: FastifyInstance, deps: ReceiverDeps): WebhookRoute {
+export function registerWebhookRoutes(app: FastifyInstance, deps: ReceiverOptions, routes: readonly ReceiverRoute[]): WebhookRoute {
+  const accounts = routes.map((r) => r.account).filter((a): a is string => a !== null);
+  if (accounts.length > 0 && accounts.length < routes.length) {
+    throw new TypeError('every webhook route names its account, or none does');
+  }
+  const byPath = new Map(routes.map((route) => [route.path, route]));
+  if (byPath.size < routes.length) throw new TypeError('two webhook routes share a path');
   const writer = createInboxWriter(deps.pool, deps.inbox);
   const secrets = createSecretCache({
     // Bounded: an unreachable database must not hold a delivery past the service's 3 s timeout.
-    load: () => withDeadline(loadSecrets(deps.pool), deps.secretsLoadTimeoutMs ?? 1_000),
+    load: () => withDeadline(loadEndpointSecrets(deps.pool, accounts), deps.secretsLoadTimeoutMs ?? 1_000),
     ttlMs: deps.secretsTtlMs ?? 5_000,
     missRefreshMs: deps.secretsMissRefreshMs ?? 1_000,
   });
@@ -88,7 +125,16 @@ export function registerWebhookRoute(app: FastifyInstance, deps: ReceiverDeps): 
   // Rejects `__proto__` / `constructor.prototype` keys instead of silently dropping them.
   const jsonParser = app.getDefaultJsonParser('error', 'error');
   const rejections = createRejectionLog(log, deps.rejections);
-  const ctx: HandlerContext = { deps, writer, secrets, log, rejections, parseJson: (req, text) => runParser(jsonParser, req, text) };
+  const ctx: HandlerContext = {
+    deps,
+    routes,
+    routeOf: (request) => byPath.get(request.routeOptions.url ?? '') ?? null,
+    writer,
+    secrets,
+    log,
+    rejections,
+    parseJson: (req, text) => runParser(jsonParser, req, text),
+  };
   const bodies = createBodyBudget(deps.bodyMemoryBytes ?? Math.max(64 * 1024 * 1024, deps.maxBodyBytes));
   const releases = new WeakMap<FastifyRequest, () => void>();
   const release = (request: FastifyRequest) => {
@@ -117,13 +163,15 @@ export function registerWebhookRoute(app: FastifyInstance, deps: ReceiverDeps): 
       return reject(ctx, request, reply, performance.now(), 401, SIGNATURE_PROBLEMS.missing);
     });
     scope.setErrorHandler((error: FastifyError, request, reply) => onRouteError(ctx, error, request, reply));
-    scope.post(deps.path, { bodyLimit: deps.maxBodyBytes }, async (request, reply) => {
-      try {
-        return await handleDelivery(ctx, request, reply);
-      } finally {
-        release(request);
-      }
-    });
+    for (const route of routes) {
+      scope.post(route.path, { bodyLimit: deps.maxBodyBytes }, async (request, reply) => {
+        try {
+          return await handleDelivery(ctx, route, request, reply);
+        } finally {
+          release(request);
+        }
+      });
+    }
     scope.addHook('onResponse', async (request) => release(request));
     // Load endpoint secrets at start rather than on the first delivery (never blocks startup).
     scope.addHook('onReady', async () => void secrets.current());
@@ -136,6 +184,11 @@ export function registerWebhookRoute(app: FastifyInstance, deps: ReceiverDeps): 
   return { writer, secrets, bodies, rejections };
 }
 
+/** The routes' endpoint secrets: every named account's in one statement, or the session account's. */
+async function loadEndpointSecrets(pool: Queryable, accounts: readonly string[]): Promise<EndpointSecret[]> {
+  return accounts.length > 0 ? loadAccountSecrets(pool, accounts) : loadSecrets(pool);
+}
+
 function announcedLength(request: FastifyRequest): number | undefined {
   const header = request.headers['content-length'];
   return header !== undefined && /^\d+$/.test(header) ? Number(header) : undefined;
@@ -145,7 +198,10 @@ function announcedLength(request: FastifyRequest): number | undefined {
 // The handler
 
 interface HandlerContext {
-  deps: ReceiverDeps;
+  deps: ReceiverOptions;
+  routes: readonly ReceiverRoute[];
+  /** The route a request matched (null before routing, or for none of ours). */
+  routeOf(request: FastifyRequest): ReceiverRoute | null;
   writer: InboxWriter;
   secrets: SecretCache;
   log: Logger;
@@ -155,15 +211,22 @@ interface HandlerContext {
 
 const EMPTY = Buffer.alloc(0);
 
-async function handleDelivery(ctx: HandlerContext, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
+async function handleDelivery(
+  ctx: HandlerContext,
+  route: ReceiverRoute,
+  request: FastifyRequest,
+  reply: FastifyReply,
+): Promise<FastifyReply> {
   const started = performance.now();
   const raw = Buffer.isBuffer(request.body) ? request.body : EMPTY;
   // A repeated header is joined with ", " by Node, which then fails as malformed.
   const header = request.headers.signature;
-  const verified = await verify(ctx, raw, Array.isArray(header) ? header.join(', ') : header);
+  const signature = Array.isArray(header) ? header.join(', ') : header;
+  const verified = await verify(ctx, route, raw, signature);
   if (!verified.ok) {
     const status = verified.reason === 'unavailable' ? 503 : 401;
-    return reject(ctx, request, reply, started, status, SIGNATURE_PROBLEMS[verified.reason]);
+    const signedFor = verified.reason === 'mismatch' ? () => accountThatSigned(ctx, route, raw, signature) : undefined;
+    return reject(ctx, request, reply, started, status, SIGNATURE_PROBLEMS[verified.reason], undefined, signedFor);
   }
 
   // JSON is UTF-8 (RFC 8259); decoding other bytes would store and apply a lossy copy.
@@ -183,7 +246,7 @@ async function handleDelivery(ctx: HandlerContext, request: FastifyRequest, repl
   let stored: StoredDelivery;
   try {
     const budget = (ctx.deps.storeTimeoutMs ?? 2_500) - (performance.now() - started);
-    stored = await withDeadline(ctx.writer.store(record), Math.max(0, budget));
+    stored = await withDeadline(ctx.writer.store(record, route.account), Math.max(0, budget));
   } catch (error) {
     return reject(ctx, request, reply, started, 503, 'inbox unavailable', error);
   }
@@ -193,11 +256,17 @@ async function handleDelivery(ctx: HandlerContext, request: FastifyRequest, repl
   if (record.error && !stored.duplicate) {
     // Reported once, when first stored (invariant 9); the row keeps the reason.
     ctx.log.warn(
-      { deliveryId: stored.id, status: record.status, kinds: record.kinds, error: record.error },
+      {
+        ...(route.account === null ? {} : { account: route.account }),
+        deliveryId: stored.id,
+        status: record.status,
+        kinds: record.kinds,
+        error: record.error,
+      },
       STORED_WITH_PROBLEM[record.status],
     );
   }
-  ctx.deps.onOutcome?.(outcome, performance.now() - started);
+  ctx.deps.onOutcome?.(outcome, performance.now() - started, route.account);
   return reply.code(200).send({ status: outcome, id: stored.id });
 }
 
@@ -249,28 +318,48 @@ const SIGNATURE_PROBLEMS = {
 type VerifyResult = { ok: true; endpointId: string | null } | { ok: false; reason: 'missing' | 'malformed' | 'mismatch' | 'unavailable' };
 
 /**
- * Static secrets first, then the cached endpoint secrets; on a mismatch the endpoint secrets are
- * reloaded once (rate-limited) so a webhook registered a moment ago verifies at once. When they cannot
- * be loaded, a mismatch is answered 503, not 401: the signature may be good.
+ * Static secrets first, then the cached endpoint secrets, the route's account's only; on a mismatch
+ * the endpoint secrets are reloaded once (rate-limited) so a webhook registered a moment ago verifies
+ * at once. When they cannot be loaded, a mismatch is answered 503, not 401: the signature may be good.
  */
-async function verify(ctx: HandlerContext, raw: Buffer, header: string | undefined): Promise<VerifyResult> {
-  const staticSecrets = ctx.deps.secrets();
-  let endpoints = await ctx.secrets.current();
+async function verify(ctx: HandlerContext, route: ReceiverRoute, raw: Buffer, header: string | undefined): Promise<VerifyResult> {
+  const staticSecrets = route.secrets();
+  let endpoints = endpointsOf(await ctx.secrets.current(), route.account);
   let check = verifyAgainst(raw, header, staticSecrets, endpoints);
   if (check.ok || check.reason !== 'mismatch') return check;
   const refresh = await ctx.secrets.refreshAfterMiss();
   if (refresh === 'reloaded') {
-    endpoints = await ctx.secrets.current();
+    endpoints = endpointsOf(await ctx.secrets.current(), route.account);
     check = verifyAgainst(raw, header, staticSecrets, endpoints);
     if (check.ok) return check;
   }
   return ctx.secrets.healthy() ? check : { ok: false, reason: 'unavailable' };
 }
 
+/** The cached endpoint secrets of one account (all of them for a route of the pool's account). */
+function endpointsOf(all: readonly EndpointSecret[], account: string | null): readonly EndpointSecret[] {
+  if (account === null) return all;
+  return all.filter((e) => e.account === account);
+}
+
+/**
+ * For the log of a refused delivery only (a few lines per period: rejections.ts): which other
+ * account's secrets, static or cached, verify it. Names the account, never the secret.
+ */
+function accountThatSigned(ctx: HandlerContext, route: ReceiverRoute, raw: Buffer, header: string | undefined): string | undefined {
+  const cached = ctx.secrets.cached();
+  for (const other of ctx.routes) {
+    if (other.account === null || other.account === route.account) continue;
+    const endpoints = endpointsOf(cached, other.account);
+    if (verifyAgainst(raw, header, other.secrets(), endpoints).ok) return other.account;
+  }
+  return undefined;
+}
+
 function verifyAgainst(
   raw: Buffer,
   header: string | undefined,
-  staticSecrets: string[],
+  staticSecrets: readonly string[],
   endpoints: readonly EndpointSecret[],
 ): VerifyResult {
   const all = endpoints.length === 0 ? staticSecrets : [...staticSecrets, ...endpoints.map((e) => e.secret)];
@@ -291,21 +380,25 @@ function reject(
   status: 400 | 401 | 413 | 503,
   reason: string,
   error?: unknown,
+  signedFor?: () => string | undefined,
 ): FastifyReply {
   const outcome: ReceiverOutcome =
     status === 401 ? 'unauthorized' : status === 400 ? 'bad_request' : status === 413 ? 'too_large' : 'unavailable';
   const announced = Number(request.headers['content-length'] ?? 0);
+  const route = ctx.routeOf(request);
   ctx.rejections.record({
     status,
     reason,
+    ...(route && route.account !== null ? { account: route.account, path: route.path } : {}),
     ip: request.ip,
     bytes: Buffer.isBuffer(request.body) ? request.body.length : Number.isFinite(announced) ? announced : 0,
     contentType: request.headers['content-type'],
     // The message only: at a high rate of failures (database down) stacks would drown the log.
     // eslint-disable-next-line @typescript-eslint/no-base-to-string -- whatever was thrown, if not an Error
     ...(error ? { error: error instanceof Error ? `${error.name}: ${error.message}` : String(error) } : {}),
+    ...(signedFor ? { signedFor } : {}),
   });
-  ctx.deps.onOutcome?.(outcome, performance.now() - started);
+  ctx.deps.onOutcome?.(outcome, performance.now() - started, route?.account ?? null);
   return reply.code(status).send({ error: PUBLIC_REASONS[status] });
 }
 
@@ -339,6 +432,8 @@ function onRouteError(ctx: HandlerContext, error: FastifyError, request: Fastify
 export interface SecretCache {
   /** The cached secrets; the first call waits for a load, later ones reload in the background. */
   current(): Promise<readonly EndpointSecret[]>;
+  /** What is cached now, without loading. */
+  cached(): readonly EndpointSecret[];
   /** Reloads after a signature matched nothing, at most once per `missRefreshMs`. */
   refreshAfterMiss(): Promise<'reloaded' | 'skipped' | 'failed'>;
   /** False while the last load attempt failed (the cached list may be incomplete). */
@@ -403,6 +498,7 @@ export function createSecretCache(options: SecretCacheOptions): SecretCache {
       missAttemptAt = now();
       return (await reload(true)) ? 'reloaded' : 'failed';
     },
+    cached: () => secrets,
     healthy: () => !lastFailed,
   };
 }

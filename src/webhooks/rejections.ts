@@ -1,7 +1,7 @@
 /**
  * Rejected webhook requests in the log without letting a flood write the log: the first few of each
  * period are logged one by one (samples), the rest only counted, and a summary with the counts by
- * reason is logged at the end of every period that had any. Values that come from the request
+ * reason (and by account, for a receiver of several) is logged at the end of every period that had any. Values that come from the request
  * (Content-Type, the client address) are truncated: a forged request must not be able to write
  * kilobytes per line either. The deliveries metric still counts every request.
  */
@@ -10,11 +10,19 @@ import type { Logger } from '../ground/log.js';
 export interface Rejection {
   status: number;
   reason: string;
+  /** The account of the route that refused it, and its path (a receiver of several accounts). */
+  account?: string;
+  path?: string;
   ip: string;
   bytes: number;
   contentType: string | undefined;
   /** Our own error text (503): a message, never a stack. */
   error?: string;
+  /**
+   * Which other account's secret the signature is of (a delivery posted to the wrong account's path),
+   * asked only for the lines logged one by one: the answer costs an HMAC per secret.
+   */
+  signedFor?: () => string | undefined;
 }
 
 export interface RejectionLogOptions {
@@ -44,6 +52,7 @@ export function createRejectionLog(log: Logger, options: RejectionLogOptions = {
   const samples = options.samplesPerPeriod ?? 5;
   const max = options.maxValueChars ?? 200;
   let counts = new Map<string, number>();
+  let accounts = new Map<string, number>();
   let total = 0;
   let periodStart = Date.now();
 
@@ -54,10 +63,12 @@ export function createRejectionLog(log: Logger, options: RejectionLogOptions = {
         total,
         logged: Math.min(total, samples),
         byReason: Object.fromEntries(counts),
+        ...(accounts.size > 0 ? { byAccount: Object.fromEntries(accounts) } : {}),
       };
       log.warn(line, 'webhook requests rejected (summary)');
     }
     counts = new Map();
+    accounts = new Map();
     total = 0;
     periodStart = Date.now();
   };
@@ -68,11 +79,15 @@ export function createRejectionLog(log: Logger, options: RejectionLogOptions = {
     record(r) {
       const key = `${r.status} ${r.reason}`;
       counts.set(key, (counts.get(key) ?? 0) + 1);
+      if (r.account !== undefined) accounts.set(r.account, (accounts.get(r.account) ?? 0) + 1);
       total += 1;
       if (total > samples) return;
+      const signedFor = r.signedFor?.();
       const line = {
         status: r.status,
         reason: r.reason,
+        ...(r.account !== undefined ? { account: r.account, path: r.path } : {}),
+        ...(signedFor !== undefined ? { signedFor } : {}),
         ip: truncate(r.ip, max),
         bytes: r.bytes,
         contentType: truncate(r.contentType, max),

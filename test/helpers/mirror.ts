@@ -23,7 +23,7 @@ export async function readMirroredSubscribers(pool: pg.Pool): Promise<Map<string
     const column = SUBSCRIBER_COLUMN_OF[f];
     return `${TIMESTAMP_FIELDS.has(f) ? iso(column) : column} as "${f}"`;
   });
-  const { rows } = await pool.query<SubscriberValues>(`select id, ${columns.join(', ')} from subscribers`);
+  const { rows } = await pool.query<SubscriberValues>(`select id, ${columns.join(', ')} from subscribers where account = mirror_account()`);
   return new Map(rows.map((r) => [r.id, r]));
 }
 
@@ -37,7 +37,7 @@ export interface MemberRow {
 export async function readMembers(pool: pg.Pool, groupId?: string): Promise<MemberRow[]> {
   const { rows } = await pool.query<MemberRow>(
     `select group_id as "groupId", subscriber_id as "subscriberId", type, ${iso('removed_at')} as "removedAt"
-       from group_members where $1::text is null or group_id = $1 order by group_id, subscriber_id`,
+       from group_members where account = mirror_account() and ($1::text is null or group_id = $1) order by group_id, subscriber_id`,
     [groupId ?? null],
   );
   return rows;
@@ -89,7 +89,7 @@ export function stableJson(value: unknown): string {
 export async function readActivityKeys(pool: pg.Pool): Promise<string[]> {
   const { rows } = await pool.query<{ k: string }>(
     `select concat_ws('|', kind, subscriber_id, group_id, automation_id, campaign_id, link_url, ${iso('subscriber_updated_at')}) as k
-       from subscriber_activity order by 1`,
+       from subscriber_activity where account = mirror_account() order by 1`,
   );
   return rows.map((r) => r.k);
 }
@@ -143,7 +143,7 @@ export async function compareWebhookEffects(pool: pg.Pool, world: World, options
     for (const g of world.groupIds()) if (world.membership(g, id)) wantMembers.add(`${g}/${id}`);
   }
   const { rows: members } = await pool.query<{ k: string }>(
-    `select group_id || '/' || subscriber_id as k from group_members where removed_at is null`,
+    `select group_id || '/' || subscriber_id as k from group_members where account = mirror_account() and removed_at is null`,
   );
   const haveMembers = new Set(members.map((r) => r.k));
   const missingMembers = [...wantMembers].filter((k) => !haveMembers.has(k));

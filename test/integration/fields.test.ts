@@ -91,6 +91,7 @@ describe.each(['legacy', 'current'] as const)('custom fields from the %s API', (
     try {
       await waitFor('the first refresh', async () => (await viewColumns()).includes('score text'), 10_000);
       expect(await viewColumns()).toEqual([
+        'account text',
         'id text',
         'city text',
         'company text',
@@ -146,9 +147,9 @@ describe('field definitions refresh', () => {
 
   it('drops the column of a field the service no longer lists', async () => {
     await refreshFields(database.pool, async () => [{ key: 'tier', title: 'Tier', type: 'text', upstreamId: '1' }], silent);
-    expect(await viewColumns()).toEqual(['id text', 'tier text']);
+    expect(await viewColumns()).toEqual(['account text', 'id text', 'tier text']);
     const changes = await refreshFields(database.pool, async () => [], silent);
     expect(changes.removed).toEqual(['tier']);
-    expect(await viewColumns()).toEqual(['id text']);
+    expect(await viewColumns()).toEqual(['account text', 'id text']);
   });
 });

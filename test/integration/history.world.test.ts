@@ -15,7 +15,7 @@
 import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { afterEach, describe, expect, test } from 'vitest';
-import { openDatabase, type Database } from '../../src/db/client.js';
+import { DEFAULT_ACCOUNT, openDatabase, type Database } from '../../src/db/client.js';
 import type { SubscriberType } from '../../src/db/schema.js';
 import { buildServer } from '../../src/http/server.js';
 import { createLogger } from '../../src/ground/log.js';
@@ -200,7 +200,7 @@ const nowUs = (world: World) => Math.floor(world.now() * 1000);
 // Webhook path
 
 async function startWebhookPath(db: TestDatabase, seed: number): Promise<Simulator> {
-  const service: Database = openDatabase(db.url, { max: 10 });
+  const service: Database = openDatabase(db.url, { max: 10, account: DEFAULT_ACCOUNT });
   const consumer: DeliveryConsumer = createDeliveryConsumer({
     pool: service.pool,
     logger,

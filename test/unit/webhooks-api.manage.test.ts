@@ -13,6 +13,7 @@ import {
   parseRegisterArgs,
   parseUpdateArgs,
   publicWebhook,
+  takeAccountOption,
 } from '../../src/commands/webhooks.js';
 import { UsageError } from '../../src/ground/usage-error.js';
 import type { Webhook } from '../../src/upstream/webhooks-api.js';
@@ -134,6 +135,24 @@ describe('webhooks update arguments', () => {
     ]) {
       expect(parseRegisterArgs(['--url', url]), url).toEqual({ url });
     }
+  });
+});
+
+describe('webhooks --account', () => {
+  it('is taken out of the arguments wherever it stands, in either spelling', () => {
+    expect(takeAccountOption(['register', '--account', 'shop', '--url', 'https://r.test/webhooks'])).toEqual({
+      account: 'shop',
+      rest: ['register', '--url', 'https://r.test/webhooks'],
+    });
+    expect(takeAccountOption(['delete', '42', '--account=blog_eu'])).toEqual({ account: 'blog_eu', rest: ['delete', '42'] });
+    expect(takeAccountOption(['list', '--json'])).toEqual({ account: undefined, rest: ['list', '--json'] });
+  });
+
+  it('needs a name, once', () => {
+    expect(usageError(() => takeAccountOption(['list', '--account'])).message).toContain('--account needs an account name');
+    expect(usageError(() => takeAccountOption(['list', '--account', '--json'])).message).toContain('--account needs an account name');
+    expect(usageError(() => takeAccountOption(['list', '--account='])).message).toContain('--account needs an account name');
+    expect(usageError(() => takeAccountOption(['list', '--account', 'a', '--account=b'])).message).toContain('--account is given twice');
   });
 });
 

@@ -18,34 +18,47 @@ interface Call {
  * it, like a statement waiting for its COMMIT.
  */
 function fakePool(options: { autoSettle?: boolean; refuse?: (bodyText: string) => boolean } = {}) {
+  // Keyed by account and hash, as the inbox's unique index is.
   const table = new Map<string, { id: string; status: string; body: string }>();
   const calls: Call[] = [];
   let nextId = 1;
+  let sessionAsks = 0;
+  const key = (account: string, sha: string) => `${account} ${sha}`;
   const pool: Queryable = {
     query(query: string | QueryConfig, given: unknown[] = []) {
       // A named statement comes as a config (the inbox's insert is prepared once per connection).
       const sql = typeof query === 'string' ? query : query.text;
       const values = typeof query === 'string' ? given : (query.values ?? []);
+      // The session's account is asked before the first statement of rows that name none.
+      if (sql.includes('select mirror_account()')) {
+        sessionAsks++;
+        return Promise.resolve({ rows: [{ account: 'default' }] as never[], rowCount: 1 });
+      }
       // Typed rows are never read back by name: `never[]` fits every row type the inbox asks for.
       return new Promise<{ rows: never[]; rowCount: null }>((resolve, reject) => {
         const run = () => {
           if (sql.includes('insert into webhook_deliveries')) {
-            const [shas, bodies, , , , statuses] = values as string[][];
+            const [shas, bodies, , , , statuses, , accounts] = values as string[][];
             if (bodies!.some((b) => options.refuse?.(b))) {
               reject(Object.assign(new Error('unsupported Unicode escape sequence'), { code: '22P05' }));
               return;
             }
             const rows = [];
             for (const [i, sha] of shas!.entries()) {
-              if (table.has(sha)) continue;
+              const account = accounts![i]!;
+              if (table.has(key(account, sha))) continue;
               const row = { id: String(nextId++), status: statuses![i]!, body: bodies![i]! };
-              table.set(sha, row);
-              rows.push({ id: row.id, sha, status: row.status });
+              table.set(key(account, sha), row);
+              rows.push({ id: row.id, account, sha, status: row.status });
             }
             resolve({ rows: rows as never[], rowCount: null });
-          } else if (sql.includes('where body_sha256 = any')) {
-            const [shas] = values as string[][];
-            resolve({ rows: shas!.filter((s) => table.has(s)).map((sha) => ({ sha, ...table.get(sha)! })) as never[], rowCount: null });
+          } else if (sql.includes('join webhook_deliveries d on d.account = k.account')) {
+            const [shas, accounts] = values as string[][];
+            const found = shas!.flatMap((sha, i) => {
+              const row = table.get(key(accounts![i]!, sha));
+              return row ? [{ account: accounts![i]!, sha, ...row }] : [];
+            });
+            resolve({ rows: found as never[], rowCount: null });
           } else {
             reject(new Error(`unexpected SQL ${sql}`));
           }
@@ -57,7 +70,7 @@ function fakePool(options: { autoSettle?: boolean; refuse?: (bodyText: string) =
     },
   };
   const inserts = () => calls.filter((c) => c.sql.includes('insert into'));
-  return { pool, table, calls, inserts };
+  return { pool, table, calls, inserts, sessionAsks: () => sessionAsks };
 }
 
 function delivery(n: number, overrides: Partial<DeliveryRecord> = {}): DeliveryRecord {
@@ -128,6 +141,28 @@ describe('createInboxWriter', () => {
     expect(table.size).toBe(1);
   });
 
+  test('rows of several accounts share one statement, each a duplicate only within its own account', async () => {
+    const { pool, table, inserts } = fakePool({ autoSettle: true });
+    const writer = createInboxWriter(pool, { maxWaitMs: 5 }, 'a');
+    const [a, b, again] = await Promise.all([writer.store(delivery(1)), writer.store(delivery(1), 'b'), writer.store(delivery(1), 'b')]);
+    expect(inserts()).toHaveLength(1);
+    expect(inserts()[0]!.values[7]).toEqual(['a', 'b']); // sorted by account, then hash
+    expect([a.duplicate, b.duplicate, again.duplicate]).toEqual([false, false, true]);
+    expect(b.id).not.toBe(a.id);
+    expect(again.id).toBe(b.id);
+    expect([...table.keys()].map((k) => k.split(' ')[0])).toEqual(['a', 'b']);
+  });
+
+  test("rows that name no account take the session's, asked once per writer", async () => {
+    const { pool, inserts, sessionAsks } = fakePool({ autoSettle: true });
+    const writer = createInboxWriter(pool, { maxWaitMs: 0 });
+    await writer.store(delivery(1));
+    await writer.store(delivery(2));
+    await writer.store(delivery(3), 'b');
+    expect(inserts().map((c) => c.values[7])).toEqual([['default'], ['default'], ['b']]);
+    expect(sessionAsks()).toBe(1);
+  });
+
   test('a row Postgres refuses as jsonb is retried alone, sanitized; the others are unaffected', async () => {
     const { pool, table } = fakePool({ autoSettle: true, refuse: (text) => text.includes('\\u0000') });
     const writer = createInboxWriter(pool, { maxWaitMs: 2 });
@@ -136,7 +171,7 @@ describe('createInboxWriter', () => {
     const results = await Promise.all([writer.store(delivery(1)), writer.store(bad), writer.store(delivery(2))]);
     expect(results.map((r) => r.duplicate)).toEqual([false, false, false]);
     expect(table.size).toBe(3);
-    const stored = table.get(bodySha256(bad.raw))!;
+    const stored = table.get(`default ${bodySha256(bad.raw)}`)!;
     expect(JSON.parse(stored.body)).toEqual({ ...badBody, email: 'a\ufffdb' });
   });
 

@@ -64,9 +64,11 @@ const LINK_HOLDS_QUERY = `(${ACTIVITY_LINK_COLUMNS.map((c) => `${c} is distinct 
 /** Strips the links of the activity rows of `subscriberIds` (a forgotten subscriber's delivery just applied). */
 export async function eraseActivityLinks(exec: Queryable, subscriberIds: readonly string[]): Promise<number> {
   if (subscriberIds.length === 0) return 0;
-  const res = await run(exec, `update subscriber_activity set ${LINK_SET} where subscriber_id = any($1::text[]) and ${LINK_HOLDS_QUERY}`, [
-    [...subscriberIds],
-  ]);
+  const res = await run(
+    exec,
+    `update subscriber_activity set ${LINK_SET} where account = mirror_account() and subscriber_id = any($1::text[]) and ${LINK_HOLDS_QUERY}`,
+    [[...subscriberIds]],
+  );
   return res.rowCount;
 }
 
@@ -80,7 +82,7 @@ export async function eraseActivityLinksOfErased(exec: Queryable): Promise<numbe
     exec,
     `update subscriber_activity a set ${LINK_SET}
        from erasures e
-      where a.subscriber_id = e.subscriber_id
+      where e.account = mirror_account() and a.account = e.account and a.subscriber_id = e.subscriber_id
         and (e.reason <> 'out_of_groups' or a.mirrored_at <= e.erased_at)
         and ${LINK_HOLDS_QUERY}`,
     [],

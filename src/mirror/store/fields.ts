@@ -42,7 +42,7 @@ export async function replaceFieldDefinitions(db: pg.Pool, definitions: readonly
   return withTransaction(db, async (client) => {
     await client.query('select pg_advisory_xact_lock($1)', [FIELDS_LOCK]);
     const { rows: stored } = await client.query<{ key: string; title: string | null; type: FieldType }>(
-      'select key, title, type from fields',
+      'select key, title, type from fields where account = mirror_account()',
     );
     const before = new Map(stored.map((r) => [r.key, r]));
     const after = new Map(definitions.map((d) => [d.key, d]));
@@ -56,7 +56,9 @@ export async function replaceFieldDefinitions(db: pg.Pool, definitions: readonly
       }
     }
     for (const key of before.keys()) if (!after.has(key)) changes.removed.push(key);
-    await client.query('delete from fields where not (key = any($1::text[]))', [definitions.map((d) => d.key)]);
+    await client.query('delete from fields where account = mirror_account() and not (key = any($1::text[]))', [
+      definitions.map((d) => d.key),
+    ]);
     await client.query(
       `insert into fields (key, title, type, upstream_id, mirrored_at)
        select *, now() from unnest($1::text[], $2::text[], $3::text[], $4::text[])

@@ -93,7 +93,7 @@ function subscriberUpsertSql(mask: number, history: boolean): string {
   const cols = specs.map((s) => s.column);
   const input = `unnest(${unnestArgs.join(', ')}) as t(id, ${cols.join(', ')}, mirrored_via, version_at)`;
   const olderThanStored = `from unnest($1::text[], ${versionParam}) as i(id, version_at)
-        where (select p.version_at from subscribers p where p.id = i.id) > i.version_at`;
+        where (select p.version_at from subscribers p where p.account = mirror_account() and p.id = i.id) > i.version_at`;
   const text = `
 with written as (
   insert into subscribers as s (id, ${cols.join(', ')}, mirrored_at, mirrored_via, version_at)
@@ -121,7 +121,7 @@ select c.inserted, c.updated,
   case when c.inserted + c.updated = cardinality($1::text[]) then null
   else (select array_agg(i.id) from unnest($1::text[], ${versionParam}) as i(id, version_at)
         where not exists (select 1 from written w where w.id = i.id)
-          and (select p.version_at from subscribers p where p.id = i.id) is distinct from i.version_at)
+          and (select p.version_at from subscribers p where p.account = mirror_account() and p.id = i.id) is distinct from i.version_at)
   end as unwritten_ids`
       : ''
   }

@@ -12,8 +12,9 @@
  *
  * The hot statement is hand-written SQL over `unnest` of array parameters, not drizzle's row builder
  * (docs/architecture.md, "Traps we work around": its per-row JS cost, and the 65,535 bind-parameter limit a VALUES list would
- * hit): eight parameters whatever the batch size, the eighth the account (null: the session's).
- * Duplicate hashes inside one batch are merged before the statement is sent.
+ * hit): eight parameters whatever the batch size, the eighth each row's account. One statement may
+ * hold rows of several accounts, so a receiver serving many accounts commits as rarely as one serving
+ * one. Duplicates (same account, same hash) inside one batch are merged before the statement is sent.
  */
 import { createHash } from 'node:crypto';
 import type { DeliveryStatus } from '../../db/schema.js';
@@ -51,16 +52,26 @@ export function bodySha256(raw: Buffer): string {
 
 /**
  * Stores one delivery in its own statement. The receiver uses `createInboxWriter` instead.
- * `account`: the account it is stored under; by default the session's (`mirror_account()`).
+ * `account`: the account it is stored under; by default the session's (`mirror_account()`, asked first).
  */
 export async function storeDelivery(pool: Queryable, delivery: DeliveryRecord, account: string | null = null): Promise<StoredDelivery> {
-  const [result] = await writeRows(pool, [toRow(delivery)], account);
+  const [result] = await writeRows(pool, [toRow(delivery, account ?? (await sessionAccount(pool)))]);
   return result as StoredDelivery;
+}
+
+/** The account of the pool's sessions (`mirror_account()`; it fails on a pool that serves none). */
+async function sessionAccount(pool: Queryable): Promise<string> {
+  const { rows } = await pool.query<{ account: string }>('select mirror_account() as account');
+  const account = rows[0]?.account;
+  if (account === undefined) throw new Error('mirror_account() returned no row');
+  return account;
 }
 
 export interface EndpointSecret {
   endpointId: string;
   secret: string;
+  /** The account whose deliveries it signs; absent when loaded for the session's account. */
+  account?: string;
 }
 
 /** Secrets of the enabled webhooks this install manages (docs/upstream.md, "Webhook object" `secret`, and "Signature"). */
@@ -69,6 +80,19 @@ export async function loadSecrets(pool: Queryable): Promise<EndpointSecret[]> {
     "select id, secret from webhook_endpoints where account = mirror_account() and enabled and secret <> '' order by created_at, id",
   );
   return (rows as Array<{ id: string; secret: string }>).map((r) => ({ endpointId: r.id, secret: r.secret }));
+}
+
+/** An endpoint's secret with the account whose deliveries it signs. */
+export type AccountEndpointSecret = EndpointSecret & { account: string };
+
+/** `loadSecrets` of several accounts in one statement, each secret with its account; reads no session account. */
+export async function loadAccountSecrets(pool: Queryable, accounts: readonly string[]): Promise<AccountEndpointSecret[]> {
+  const { rows } = await pool.query<{ account: string; id: string; secret: string }>(
+    `select account, id, secret from webhook_endpoints
+      where account = any($1::text[]) and enabled and secret <> '' order by account, created_at, id`,
+    [accounts],
+  );
+  return rows.map((r) => ({ account: r.account, endpointId: r.id, secret: r.secret }));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -104,8 +128,11 @@ export interface InboxWriterStats {
 }
 
 export interface InboxWriter {
-  /** Resolves once the row is committed (or found already stored); rejects if it could not be. */
-  store(delivery: DeliveryRecord): Promise<StoredDelivery>;
+  /**
+   * Resolves once the row is committed (or found already stored); rejects if it could not be.
+   * `account`: the account it is stored under (a duplicate only of that account's); by default the writer's.
+   */
+  store(delivery: DeliveryRecord, account?: string | null): Promise<StoredDelivery>;
   stats(): InboxWriterStats;
   /** Writes what is queued, waits for statements in flight; later `store` calls reject. */
   close(): Promise<void>;
@@ -126,7 +153,7 @@ export class InboxOverloadedError extends Error {
 }
 
 interface Pending {
-  row: Row;
+  row: QueuedRow;
   resolve(result: StoredDelivery): void;
   reject(error: unknown): void;
 }
@@ -148,15 +175,15 @@ function nextBatchSize(queue: readonly Pending[], maxBatch: number, maxBatchByte
 type BatchStats = { batches: number; rows: number; failedBatches: number; maxBatchSeen: number };
 
 /** Writes one batch in one statement and settles each of its requests. */
-async function runBatch(pool: Queryable, batch: Pending[], stats: BatchStats, account: string | null): Promise<void> {
+async function runBatch(pool: Queryable, batch: Pending[], stats: BatchStats, session: () => Promise<string>): Promise<void> {
   stats.batches++;
   stats.rows += batch.length;
   stats.maxBatchSeen = Math.max(stats.maxBatchSeen, batch.length);
   try {
+    const own = batch.some((p) => p.row.account === null) ? await session() : '';
     const results = await writeRows(
       pool,
-      batch.map((p) => p.row),
-      account,
+      batch.map((p) => ({ ...p.row, account: p.row.account ?? own })),
     );
     batch.forEach((p, i) => p.resolve(results[i] as StoredDelivery));
   } catch (error) {
@@ -167,8 +194,8 @@ async function runBatch(pool: Queryable, batch: Pending[], stats: BatchStats, ac
 }
 
 /**
- * `account`: the account every row is stored under, and whose stored hashes make a duplicate; by
- * default the session's (`mirror_account()`, the pool's account).
+ * `account`: the account a row is stored under, and whose stored hashes make a duplicate, when `store`
+ * names none; by default the session's (`mirror_account()`, the pool's account, asked once).
  */
 export function createInboxWriter(pool: Queryable, options: InboxWriterOptions = {}, account: string | null = null): InboxWriter {
   const maxBatch = Math.max(1, options.maxBatch ?? 256);
@@ -184,6 +211,13 @@ export function createInboxWriter(pool: Queryable, options: InboxWriterOptions =
   let closed = false;
   const idleWaiters: Array<() => void> = [];
   const stats: BatchStats = { batches: 0, rows: 0, failedBatches: 0, maxBatchSeen: 0 };
+  // A failed question is asked again by the next batch that needs it.
+  let session: Promise<string> | undefined;
+  const sessionOnce = () =>
+    (session ??= sessionAccount(pool).catch((error: unknown) => {
+      session = undefined;
+      throw error;
+    }));
 
   function takeBatch(): Pending[] {
     const { n, bytes } = nextBatchSize(queue, maxBatch, maxBatchBytes);
@@ -201,7 +235,7 @@ export function createInboxWriter(pool: Queryable, options: InboxWriterOptions =
     while (inFlight < maxConcurrent && queue.length > 0) {
       const batch = takeBatch();
       inFlight++;
-      void runBatch(pool, batch, stats, account).finally(() => {
+      void runBatch(pool, batch, stats, sessionOnce).finally(() => {
         inFlight--;
         // Rows that queued while every connection was busy have waited a whole statement already.
         if (queue.length > 0) flush();
@@ -220,12 +254,12 @@ export function createInboxWriter(pool: Queryable, options: InboxWriterOptions =
   }
 
   return {
-    store(delivery) {
+    store(delivery, rowAccount = account) {
       if (closed) return Promise.reject(new InboxClosedError());
       // A hung database must not turn into unbounded memory: the service will redeliver (docs/upstream.md, "Delivery and retries").
       if (queue.length >= maxQueued) return Promise.reject(new InboxOverloadedError(queue.length));
       return new Promise<StoredDelivery>((resolve, reject) => {
-        const row = toRow(delivery);
+        const row = toRow(delivery, rowAccount);
         queue.push({ row, resolve, reject });
         queuedBytes += row.bodyText.length;
         schedule();
@@ -244,6 +278,7 @@ export function createInboxWriter(pool: Queryable, options: InboxWriterOptions =
 // Statements
 
 interface Row {
+  account: string;
   sha: string;
   bodyText: string;
   body: unknown;
@@ -254,10 +289,14 @@ interface Row {
   error: string | null;
 }
 
+/** A row as queued: its account may still be the session's (null), asked when its batch is written. */
+type QueuedRow = Omit<Row, 'account'> & { account: string | null };
+
 const MAX_ERROR_CHARS = 2_000;
 
-function toRow(d: DeliveryRecord): Row {
+function toRow<A extends string | null>(d: DeliveryRecord, account: A): Omit<Row, 'account'> & { account: A } {
   return {
+    account,
     sha: bodySha256(d.raw),
     bodyText: stripBom(d.raw.toString('utf8')),
     body: d.body,
@@ -269,84 +308,88 @@ function toRow(d: DeliveryRecord): Row {
   };
 }
 
-// The account the rows go to: the parameter when given, else the session's. An initplan, so it is
-// computed once per statement, not per row, and the hash lookups use it as a plain key.
-const ACCOUNT_OF = (param: string) => `(select coalesce(${param}::text, mirror_account()))`;
-
 // The body is sent as the raw text and cast to jsonb by Postgres: jsonb keeps numbers exactly, so
 // nothing the service sent is rounded (invariant 6), unlike a JSON.stringify of the parsed value.
 // Dedupe is within an account: the same bytes posted for two accounts are two deliveries.
 const INSERT_SQL = `
   insert into webhook_deliveries (account, body_sha256, body, kinds, event_count, endpoint_id, status, error)
-  select ${ACCOUNT_OF('$8')}, t.sha, t.body::jsonb, array(select jsonb_array_elements_text(t.kinds::jsonb)), t.event_count,
+  select t.account, t.sha, t.body::jsonb, array(select jsonb_array_elements_text(t.kinds::jsonb)), t.event_count,
          t.endpoint_id, t.status, t.error
-    from unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[])
-         with ordinality as t(sha, body, kinds, event_count, endpoint_id, status, error, ord)
+    from unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[], $8::text[])
+         with ordinality as t(sha, body, kinds, event_count, endpoint_id, status, error, account, ord)
    where not exists (select 1 from webhook_delivery_hashes h
-                      where h.account = ${ACCOUNT_OF('$8')} and h.body_sha256 = decode(t.sha, 'hex'))
+                      where h.account = t.account and h.body_sha256 = decode(t.sha, 'hex'))
    order by t.ord
   on conflict (account, body_sha256) do nothing
-  returning id::text as id, body_sha256 as sha, status`;
+  returning id::text as id, account, body_sha256 as sha, status`;
 
 // A purged delivery's hash answers like its row did (its id and last status; its body is gone).
 const EXISTING_SQL = `
-  select id::text as id, body_sha256 as sha, status from webhook_deliveries
-   where body_sha256 = any($1::text[]) and account = ${ACCOUNT_OF('$2')}
+  select d.id::text as id, d.account, d.body_sha256 as sha, d.status
+    from unnest($1::text[], $2::text[]) as k(sha, account)
+    join webhook_deliveries d on d.account = k.account and d.body_sha256 = k.sha
   union all
-  select delivery_id::text, encode(body_sha256, 'hex'), status from webhook_delivery_hashes
-   where account = ${ACCOUNT_OF('$2')} and body_sha256 = any(array(select decode(x, 'hex') from unnest($1::text[]) x))`;
+  select h.delivery_id::text, h.account, encode(h.body_sha256, 'hex'), h.status
+    from unnest($1::text[], $2::text[]) as k(sha, account)
+    join webhook_delivery_hashes h on h.account = k.account and h.body_sha256 = decode(k.sha, 'hex')`;
 
-type ResultRow = { id: string; sha: string; status: DeliveryStatus };
+type ResultRow = { id: string; account: string; sha: string; status: DeliveryStatus };
+
+/** A row's identity in the inbox: its account and its hash (account names hold no space). */
+const keyOf = (row: { account: string; sha: string }): string => `${row.account} ${row.sha}`;
 
 /**
  * One statement for all rows (autocommit: it resolves after COMMIT). Returns one result per input
  * row, in order. Hashes that conflicted are looked up afterwards: a conflict waits for the other
  * transaction, so the row it found is committed, but this statement's snapshot cannot see it.
  */
-async function writeRows(pool: Queryable, rows: Row[], account: string | null): Promise<StoredDelivery[]> {
+async function writeRows(pool: Queryable, rows: Row[]): Promise<StoredDelivery[]> {
   const unique = new Map<string, Row>();
-  for (const row of rows) if (!unique.has(row.sha)) unique.set(row.sha, row);
-  // Every statement takes its unique-index entries in hash order: two concurrent batches holding the
-  // same duplicates in opposite orders would otherwise deadlock (measured: one batch aborted, 503s).
-  const sorted = [...unique.values()].sort((a, b) => (a.sha < b.sha ? -1 : a.sha > b.sha ? 1 : 0));
-  const found = await insertUnique(pool, sorted, account);
+  for (const row of rows) if (!unique.has(keyOf(row))) unique.set(keyOf(row), row);
+  // Every statement takes its unique-index entries in one order, by account then hash: two concurrent
+  // batches holding the same duplicates in opposite orders would otherwise deadlock (measured: one
+  // batch aborted, 503s).
+  const sorted = [...unique.values()].sort((a, b) => compare(a.account, b.account) || compare(a.sha, b.sha));
+  const found = await insertUnique(pool, sorted);
   const firstOwner = new Set<string>();
   return rows.map((row) => {
-    const hit = found.get(row.sha) as { id: string; status: DeliveryStatus; inserted: boolean };
-    // A hash repeated inside the batch: its first occurrence wrote the row, the others are duplicates.
-    const duplicate = !hit.inserted || firstOwner.has(row.sha);
-    firstOwner.add(row.sha);
+    const key = keyOf(row);
+    const hit = found.get(key) as { id: string; status: DeliveryStatus; inserted: boolean };
+    // A row repeated inside the batch: its first occurrence wrote the row, the others are duplicates.
+    const duplicate = !hit.inserted || firstOwner.has(key);
+    firstOwner.add(key);
     return { id: hit.id, duplicate, status: hit.status };
   });
 }
+
+const compare = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
 
 const MAX_LOOKUP_ROUNDS = 3;
 
 async function insertUnique(
   pool: Queryable,
   rows: Row[],
-  account: string | null,
   round = 1,
 ): Promise<Map<string, { id: string; status: DeliveryStatus; inserted: boolean }>> {
   let inserted: ResultRow[];
   try {
-    inserted = await insertStatement(pool, rows, account);
+    inserted = await insertStatement(pool, rows);
   } catch (error) {
     if (!isDataError(error)) throw error;
-    inserted = await insertOneByOne(pool, rows, account);
+    inserted = await insertOneByOne(pool, rows);
   }
-  const found = new Map(inserted.map((r) => [r.sha, { id: r.id, status: r.status, inserted: true }]));
-  const missing = rows.filter((r) => !found.has(r.sha)).map((r) => r.sha);
+  const found = new Map(inserted.map((r) => [keyOf(r), { id: r.id, status: r.status, inserted: true }]));
+  const missing = rows.filter((r) => !found.has(keyOf(r)));
   if (missing.length > 0) {
-    const { rows: existing } = await pool.query(EXISTING_SQL, [missing, account]);
-    for (const r of existing as ResultRow[]) found.set(r.sha, { id: r.id, status: r.status, inserted: false });
+    const { rows: existing } = await pool.query<ResultRow>(EXISTING_SQL, [missing.map((r) => r.sha), missing.map((r) => r.account)]);
+    for (const r of existing) found.set(keyOf(r), { id: r.id, status: r.status, inserted: false });
   }
-  const lost = rows.filter((r) => !found.has(r.sha));
+  const lost = rows.filter((r) => !found.has(keyOf(r)));
   if (lost.length > 0) {
     // The conflicting row vanished between the two statements (deleted meanwhile): write again.
     if (round >= MAX_LOOKUP_ROUNDS) throw new Error('inbox rows conflicted but could not be found');
-    const again = await insertUnique(pool, lost, account, round + 1);
-    for (const [sha, hit] of again) found.set(sha, hit);
+    const again = await insertUnique(pool, lost, round + 1);
+    for (const [key, hit] of again) found.set(key, hit);
   }
   return found;
 }
@@ -357,20 +400,20 @@ async function insertUnique(
  * stored re-serialized with those characters replaced by U+FFFD rather than lost: its hash is still
  * the one of the raw bytes, so redeliveries stay duplicates.
  */
-async function insertOneByOne(pool: Queryable, rows: Row[], account: string | null): Promise<ResultRow[]> {
+async function insertOneByOne(pool: Queryable, rows: Row[]): Promise<ResultRow[]> {
   const out: ResultRow[] = [];
   for (const row of rows) {
     try {
-      out.push(...(await insertStatement(pool, [row], account)));
+      out.push(...(await insertStatement(pool, [row])));
     } catch (error) {
       if (!isDataError(error)) throw error;
-      out.push(...(await insertStatement(pool, [sanitizedRow(row)], account)));
+      out.push(...(await insertStatement(pool, [sanitizedRow(row)])));
     }
   }
   return out;
 }
 
-async function insertStatement(pool: Queryable, rows: Row[], account: string | null): Promise<ResultRow[]> {
+async function insertStatement(pool: Queryable, rows: Row[]): Promise<ResultRow[]> {
   // Named: Postgres parses and plans it once per connection, not once per batch (measured: about a
   // fifth of the inbox's Postgres CPU at 500 deliveries/s).
   const { rows: result } = await pool.query({
@@ -384,7 +427,7 @@ async function insertStatement(pool: Queryable, rows: Row[], account: string | n
       rows.map((r) => r.endpointId),
       rows.map((r) => r.status),
       rows.map((r) => r.error),
-      account,
+      rows.map((r) => r.account),
     ],
   });
   return result as ResultRow[];
