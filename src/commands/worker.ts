@@ -1,8 +1,8 @@
 /**
- * The worker role's parts (docs/architecture.md, "Several accounts"): every declared account runs
- * here with its own pool, consumer, poll path (limiter, read source, queue, schedules, sync worker,
- * audit, field refresh) and erasure chores, and the deployment's chores run once: the accounts
- * declared, the history and delivery purges.
+ * The worker role's parts (docs/architecture.md, "Several accounts in one worker"): every declared
+ * account runs here with its own pool, consumer, poll path (limiter, read source, queue, schedules,
+ * sync worker, audit, field refresh) and erasure chores, and the deployment's parts run once: the
+ * accounts declared, the one listener of the inbox, the history and delivery purges.
  *
  * Fair by construction: each account has its own BullMQ queue and sync worker under its own Redis
  * prefix (`accountConfig`, `accountRedisPrefix`), with the concurrency one account has always had,
@@ -23,7 +23,7 @@ import { purgeHistory } from '../mirror/history.js';
 import { isPaused, readAuthPause, type AuthPause } from '../sync/auth-pause.js';
 import { createSyncQueue } from '../sync/schedule.js';
 import { createPageGate, PAGES_IN_MEMORY, type PageGate } from '../upstream/page-gate.js';
-import { createDeliveryConsumer } from '../webhooks/consumer.js';
+import { createDeliveryConsumer, listenForInbox, type InboxListener } from '../webhooks/consumer.js';
 import { ERASURE_EVERY_MS, runErasure } from '../webhooks/erasure-run.js';
 import { createPurger, type Timer } from '../webhooks/purger.js';
 import { describeConnectionError } from './connection-error.js';
@@ -31,13 +31,14 @@ import { startReads, type Polling } from './polling.js';
 
 /** Connections a worker's account pools may hold together at most before each is held to the minimum. */
 const ACCOUNT_POOLS_TOTAL = 20;
-/** Connections of one account's pool at least: its consumer's listening one, a batch, a pass's page, a chore. */
-const ACCOUNT_POOL_MIN = 4;
+/** Connections of one account's pool at least: a batch of deliveries, a pass's page, a chore at once. */
+const ACCOUNT_POOL_MIN = 3;
 
 /**
  * The size of each account's pool among `accounts`: one account keeps the 20 connections a worker
- * always had, several share them, each with at least 4 (idle ones close after 10 s, node-postgres's
- * default), so 20 accounts do not hold 20 × 20 connections.
+ * always had, several share them, each with at least 3 (idle ones close after 10 s, node-postgres's
+ * default), so 20 accounts do not hold 20 × 20 connections. None of them listens: the worker's one
+ * listener does, for every account.
  */
 export function accountPoolMax(accounts: number): number {
   return Math.max(ACCOUNT_POOL_MIN, Math.floor(ACCOUNT_POOLS_TOTAL / Math.max(1, accounts)));
@@ -53,6 +54,8 @@ export function connectRedis(config: Config): Redis {
 
 /** One account as the worker serves it. */
 export interface ServedAccount {
+  /** Claims the account's due deliveries now (a notification of its inbox, a reconnection). */
+  wake(): void;
   /** `accountConfig` of the account: its settings and its Redis prefix. */
   config: Config;
   /** A pool serving the account (its statements keep to it). */
@@ -116,11 +119,13 @@ export async function startWorkerParts(
   };
   const accounts: ServedAccount[] = [];
   for (const { name } of config.accounts) accounts.push(await startAccount(accountConfig(config, name), shared));
+  const inbox = listenOnceForAll(deployment, accounts, log);
   const chores = startDeploymentChores(config, deployment, accounts, log, metrics);
   return {
     redis: shared.redis,
     accounts,
     async stop(timeoutMs) {
+      await inbox.stop();
       await Promise.all(accounts.map((account) => account.stop(timeoutMs)));
       await chores.stop();
       await deployment.close();
@@ -139,14 +144,16 @@ async function startAccount(config: Config, shared: Shared): Promise<ServedAccou
     account: config.account,
   });
   const pool = database.pool;
-  // The purge of old deliveries is the deployment's (startDeploymentChores): no retention here.
-  const consumer = createDeliveryConsumer({ pool, logger: log, metrics });
+  // The worker's one listener wakes it (listenOnceForAll); the purge of old deliveries is the
+  // deployment's (startDeploymentChores): no retention here.
+  const consumer = createDeliveryConsumer({ pool, logger: log, metrics, listen: false });
   const polling = await startReads(config, pool, shared.redis, shared.connection, log, metrics, shared.pageGate);
   // Without polling the admin pages still show (and backfills still queue to) the account's sync queue.
   const syncQueue = polling?.queue ?? createSyncQueue({ url: config.redisUrl, maxRetriesPerRequest: 1 }, config.redisPrefix);
   if (!polling) syncQueue.on('error', (error) => log.debug({ err: describeConnectionError(error) }, 'sync queue error'));
   const erasure = startErasure(config, pool, log);
   return {
+    wake: () => consumer.wake(),
     config,
     pool,
     polling,
@@ -158,6 +165,22 @@ async function startAccount(config: Config, shared: Shared): Promise<ServedAccou
       await database.close();
     },
   };
+}
+
+/**
+ * One LISTEN for every account's inbox, on the pool serving none: a notification wakes the consumer
+ * of its account, a (re)connection every consumer (notifications sent meanwhile are gone).
+ */
+function listenOnceForAll(deployment: Database, accounts: readonly ServedAccount[], log: Logger): InboxListener {
+  const byName = new Map(accounts.map((a) => [a.config.account, a]));
+  return listenForInbox(
+    deployment.pool,
+    (account) => {
+      if (account === null) for (const a of accounts) a.wake();
+      else byName.get(account)?.wake();
+    },
+    log.child({ component: 'webhook-consumer' }),
+  );
 }
 
 /** The deployment's chores, once per worker: deliveries and history past their retention. */
