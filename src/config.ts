@@ -662,8 +662,14 @@ function sharedSecretProblems(
 
 type Settled = ReturnType<typeof withContextDefaults>;
 
-/** The parts of Config that are an account's: the same shapes as those fields of Config. */
-type AccountParts = Pick<Settled, 'legacy' | 'currentApi' | 'webhooksApi' | 'apiRateLimit' | 'apiRateLimitAuto' | 'webhookSecrets'> & {
+/**
+ * The parts of Config that are an account's: the same shapes as those fields of Config. `redisPrefix`
+ * is the account's Redis namespace ({@link accountRedisPrefix}), derived from REDIS_PREFIX.
+ */
+type AccountParts = Pick<
+  Settled,
+  'legacy' | 'currentApi' | 'webhooksApi' | 'apiRateLimit' | 'apiRateLimitAuto' | 'webhookSecrets' | 'redisPrefix'
+> & {
   sync: Pick<Settled['sync'], 'source' | 'reconciles' | 'groups' | 'types'>;
 };
 
@@ -683,10 +689,22 @@ export type Config = Omit<Settled, 'accounts'> & {
   accounts: readonly AccountConfig[];
 };
 
-function accountOf(name: string, c: Settled): AccountConfig {
+/**
+ * The namespace of account `account`'s Redis keys (its queue, schedulers, locks, rate budgets, auth
+ * pause), so that no two accounts share one: the first declared account keeps REDIS_PREFIX itself,
+ * so that an install upgraded from one account keeps its schedulers, learned budgets and locks; any
+ * other's is `<REDIS_PREFIX>:account:<name>`. No key of the first account starts with `account:`
+ * after the prefix, so the namespaces cannot overlap.
+ */
+export function accountRedisPrefix(redisPrefix: string, declared: readonly string[], account: string): string {
+  return declared[0] === account ? redisPrefix : `${redisPrefix}:account:${account}`;
+}
+
+function accountOf(name: string, c: Settled, declared: readonly string[]): AccountConfig {
   const { source, reconciles, groups, types } = c.sync;
   return {
     name,
+    redisPrefix: accountRedisPrefix(c.redisPrefix, declared, name),
     legacy: c.legacy,
     currentApi: c.currentApi,
     webhooksApi: c.webhooksApi,
@@ -734,7 +752,7 @@ function parseEnvironment(env: NodeJS.ProcessEnv, report: Report): Config | unde
   );
   if (reported.size > 0) return undefined;
   const { accounts: _names, ...settings } = first.values;
-  return { ...settings, account: first.account, accounts: settled.map((p) => accountOf(p.account, p.values)) };
+  return { ...settings, account: first.account, accounts: settled.map((p) => accountOf(p.account, p.values, names)) };
 }
 
 /**

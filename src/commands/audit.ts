@@ -1,14 +1,15 @@
 /**
- * `subscriber-mirror audit [--group G] [--type T] [--json] [--verify]`: one audit now
- * (docs/operations.md, "The audit"), whatever AUDIT_EVERY says, printing what it found and repaired.
+ * `subscriber-mirror audit [--group G] [--type T] [--json] [--verify] [--account NAME]`: one audit of
+ * one account now (docs/operations.md, "The audit"), whatever AUDIT_EVERY says, printing what it
+ * found and repaired.
  * With `--verify`, then whether the mirror equals the service after the repair: exit 3 and what
  * differs when it does not (for cron and CI). Ids only: no personal data.
  */
 import { Redis } from 'ioredis';
 import { auditSettings } from './audit-settings.js';
 import { auditLoopDeps } from './audit-run.js';
-import { loadConfig, type Config } from '../config.js';
-import { DEFAULT_ACCOUNT, openDatabase } from '../db/client.js';
+import type { Config } from '../config.js';
+import { openDatabase } from '../db/client.js';
 import { createLogger } from '../ground/log.js';
 import { runAuditTick, type TickOutcome } from '../audit/loop.js';
 import { formatVerdict, verifyTick, type Verdict } from '../audit/verify.js';
@@ -18,6 +19,7 @@ import { followSharedLimiter } from './reads.js';
 import type { SubscriberType } from '../db/schema.js';
 import { printable } from '../ground/terminal.js';
 import { UsageError } from '../ground/usage-error.js';
+import { ACCOUNT_OPTION, accountVariable, loadAccountConfig, ofAccount } from './account.js';
 import { parseOptions, type Command } from './args.js';
 
 function ids(list: readonly string[]): string {
@@ -58,6 +60,7 @@ export function formatAuditOutcome(outcome: TickOutcome): string {
 /** `audit --verify`'s exit code when the mirror differs from the service after repair (1 stays "the audit failed"). */
 export const VERIFY_DIFFERS_EXIT = 3;
 
+/** `config`: the account's (`accountConfig`): its pool, its queue and its limiter are that account's. */
 export async function runAuditCli(
   config: Config,
   target: { groupId?: string; type?: SubscriberType },
@@ -65,7 +68,7 @@ export async function runAuditCli(
   verify = false,
 ): Promise<number> {
   const settings = auditSettings(config);
-  const database = openDatabase(config.databaseUrl, { max: 2, account: DEFAULT_ACCOUNT });
+  const database = openDatabase(config.databaseUrl, { max: 2, account: config.account });
   const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1, lazyConnect: true });
   const queue = createSyncQueue({ url: config.redisUrl, maxRetriesPerRequest: 1 }, config.redisPrefix);
   const limiter = followSharedLimiter(config);
@@ -88,22 +91,25 @@ export async function runAuditCli(
   }
 }
 
-/** `audit [--group G] [--type T] [--json] [--verify]`: one audit of the configured pairs (or one group / type) now. */
+/** `audit [--group G] [--type T] [--json] [--verify] [--account NAME]`: one audit of an account's configured pairs (or one group / type) now. */
 export const auditCommand: Command = async (args) => {
   const { values } = parseOptions(args, {
     group: { type: 'string' },
     type: { type: 'string' },
     json: { type: 'boolean', default: false },
     verify: { type: 'boolean', default: false },
+    ...ACCOUNT_OPTION,
   });
-  const config = loadConfig(process.env, ['poll']);
+  const config = loadAccountConfig(process.env, ['poll'], values.account);
   if (values.group !== undefined && !config.sync.groups.includes(values.group)) {
     throw new UsageError(
-      `--group ${values.group} is not configured; configured groups (SYNC_GROUPS): ${config.sync.groups.join(', ') || 'none'}`,
+      `--group ${values.group} is not configured${ofAccount(config)}; configured groups (${accountVariable(config.account, 'SYNC_GROUPS')}): ${config.sync.groups.join(', ') || 'none'}`,
     );
   }
   if (values.type !== undefined && !(config.sync.types as readonly string[]).includes(values.type)) {
-    throw new UsageError(`--type must be one of the configured types (SYNC_TYPES): ${config.sync.types.join(', ')}, got "${values.type}"`);
+    throw new UsageError(
+      `--type must be one of the configured types (${accountVariable(config.account, 'SYNC_TYPES')}): ${config.sync.types.join(', ')}, got "${values.type}"`,
+    );
   }
   const target = { ...(values.group ? { groupId: values.group } : {}), ...(values.type ? { type: values.type as SubscriberType } : {}) };
   return runAuditCli(config, target, values.json, values.verify);

@@ -1,19 +1,18 @@
 /**
- * `subscriber-mirror backfill (--group ID | --all) [--type T] [--wait]`: enqueues full passes of the
- * configured groups and types, and with `--wait` follows each to its end (docs/operations.md).
+ * `subscriber-mirror backfill (--group ID | --all) [--type T] [--wait] [--account NAME]`: enqueues full
+ * passes of one account's configured groups and types on its queue, and with `--wait` follows each to
+ * its end (docs/operations.md).
  */
-import { loadConfig } from '../config.js';
+import type { Config } from '../config.js';
 import { SUBSCRIBER_TYPES, type SubscriberType } from '../db/schema.js';
 import { printable } from '../ground/terminal.js';
 import { UsageError } from '../ground/usage-error.js';
 import { enqueueBackfills, waitForPass, type BackfillTarget } from '../sync/backfill.js';
 import { createSyncQueue, type PassJobResult } from '../sync/schedule.js';
+import { ACCOUNT_OPTION, accountVariable, loadAccountConfig, ofAccount } from './account.js';
 import { parseOptions, type Command } from './args.js';
 
-function backfillTargets(
-  values: { group?: string; type?: string; all?: boolean },
-  config: ReturnType<typeof loadConfig>,
-): BackfillTarget[] {
+function backfillTargets(values: { group?: string; type?: string; all?: boolean }, config: Config): BackfillTarget[] {
   if (values.all && values.group) throw new UsageError('use either --group ID or --all, not both');
   if (!values.all && !values.group) throw new UsageError('backfill needs --group ID (or --all for every SYNC_GROUPS group)');
   if (values.group !== undefined && !/^\d{1,30}$/.test(values.group)) {
@@ -23,15 +22,18 @@ function backfillTargets(
     throw new UsageError(`--type must be one of ${SUBSCRIBER_TYPES.join(', ')}, got "${values.type}"`);
   }
   const groups = values.all ? config.sync.groups : [values.group as string];
-  if (groups.length === 0) throw new UsageError('--all needs SYNC_GROUPS to name at least one group');
+  const groupsVariable = accountVariable(config.account, 'SYNC_GROUPS');
+  if (groups.length === 0) throw new UsageError(`--all needs ${groupsVariable} to name at least one group`);
   // Only what the service is configured to mirror: a backfill must not pull in another group's people.
   if (values.group !== undefined && !config.sync.groups.includes(values.group)) {
     throw new UsageError(
-      `--group ${values.group} is not configured; configured groups (SYNC_GROUPS): ${config.sync.groups.join(', ') || 'none'}`,
+      `--group ${values.group} is not configured${ofAccount(config)}; configured groups (${groupsVariable}): ${config.sync.groups.join(', ') || 'none'}`,
     );
   }
   if (values.type !== undefined && !(config.sync.types as readonly string[]).includes(values.type)) {
-    throw new UsageError(`--type ${values.type} is not configured; configured types (SYNC_TYPES): ${config.sync.types.join(', ')}`);
+    throw new UsageError(
+      `--type ${values.type} is not configured${ofAccount(config)}; configured types (${accountVariable(config.account, 'SYNC_TYPES')}): ${config.sync.types.join(', ')}`,
+    );
   }
   const types: SubscriberType[] = values.type ? [values.type as SubscriberType] : [...config.sync.types];
   return groups.flatMap((groupId) => types.map((type) => ({ groupId, type })));
@@ -53,13 +55,15 @@ export const backfillCommand: Command = async (args) => {
     type: { type: 'string' },
     all: { type: 'boolean', default: false },
     wait: { type: 'boolean', default: false },
+    ...ACCOUNT_OPTION,
   });
-  const config = loadConfig(process.env, ['database']);
+  const config = loadAccountConfig(process.env, ['database'], values.account);
   const targets = backfillTargets(values, config);
+  // The account's queue (its Redis prefix): its worker runs the passes, with its budget.
   const queue = createSyncQueue({ url: config.redisUrl, maxRetriesPerRequest: 1 }, config.redisPrefix);
   try {
     const jobs = await enqueueBackfills(queue, targets);
-    for (const j of jobs) process.stdout.write(`queued full pass of group ${j.groupId} ${j.type} (job ${j.jobId})\n`);
+    for (const j of jobs) process.stdout.write(`queued full pass of group ${j.groupId} ${j.type}${ofAccount(config)} (job ${j.jobId})\n`);
     if (!values.wait) return 0;
     const { default: cliProgress } = await import('cli-progress');
     let failed = 0;

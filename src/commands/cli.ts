@@ -17,14 +17,17 @@ commands:
   start [--role all|worker|receiver]   migrate, then run the service (default role: all)
   migrate                              apply database migrations and exit
   healthcheck                          exit 0 when the local service is ready (as dist/healthcheck.js)
-  backfill (--group ID | --all) [--type T] [--wait]
+  backfill (--group ID | --all) [--type T] [--wait] [--account NAME]
                                        enqueue full passes (all configured types unless --type)
-  status [--json]                      per group × type: cursor, last run, rows, drift, audit accuracy
-  audit [--group G] [--type T] [--json] [--verify]
+  status [--json] [--account NAME]     per group × type: cursor, last run, rows, drift, audit accuracy
+                                       (every account when several are declared and none is named)
+  audit [--group G] [--type T] [--json] [--verify] [--account NAME]
                                        check the mirror against the service now and repair what differs;
                                        --verify: exit 3 when it still differs after the repair
-  fields [--refresh] [--json]          the custom field definitions (subscriber_fields); --refresh reads them now
-  erase --email E | --id I             erase a person's personal data from the mirror now (not the service's)
+  fields [--refresh] [--json] [--account NAME]
+                                       the custom field definitions (subscriber_fields); --refresh reads them now
+  erase (--email E | --id I) [--account NAME]
+                                       erase a person's personal data from the mirror now (not the service's)
   analysts list|limit ROLE --account A[,B]|unlimit ROLE
                                        which accounts an analyst's login may read
   webhooks list|get|register|adopt|update|delete [--account NAME]
@@ -36,6 +39,7 @@ commands:
                                        simulator + service + webhooks on this machine
   help                                 show this text
 
+--account NAME: the account a command serves, needed when ACCOUNTS declares several.
 configuration comes from the environment (and .env); see docs/operations.md.`;
 
 /**

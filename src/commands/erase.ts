@@ -8,27 +8,28 @@
  * and changes nothing; an email nobody in the mirror has any more is "nothing left to erase" (exit
  * 0): emails are not kept once erased, so it cannot be told from one never mirrored.
  */
-import { loadConfig } from '../config.js';
-import { DEFAULT_ACCOUNT, openDatabase } from '../db/client.js';
+import { openDatabase } from '../db/client.js';
 import { UsageError } from '../ground/usage-error.js';
 import { mirroredSubscribers, subscribersWithEmail } from '../mirror/erasure.js';
 import { canonicalIdOrNull } from '../mirror/rules.js';
 import { eraseNow, type RequestedErasure } from '../webhooks/erasure-run.js';
 import { anyDeliveryMentions, subscribersWithEmailInDeliveries } from '../webhooks/inbox/erasure.js';
+import { ACCOUNT_OPTION, loadAccountConfig } from './account.js';
 import { parseOptions, type Command } from './args.js';
 import { describeConnectionError } from './connection-error.js';
 import type { Queryable } from '../ground/queryable.js';
 
-export const ERASE_USAGE = 'usage: subscriber-mirror erase --email EMAIL | --id ID';
+export const ERASE_USAGE = 'usage: subscriber-mirror erase --email EMAIL | --id ID [--account NAME]';
 
-export type EraseTarget = { email: string } | { id: string };
+export type EraseTarget = ({ email: string } | { id: string }) & { account?: string };
 
 /** An address as the service stores one: one `@`, no space or control character, at most 254 characters. */
 const EMAIL = /^[^\s@\p{Cc}]+@[^\s@\p{Cc}]+\.[^\s@\p{Cc}]+$/u;
 
 /** The options → what to erase, or a UsageError (exit 2) before anything is read. */
 export function parseEraseArgs(args: string[]): EraseTarget {
-  const { values } = parseOptions(args, { email: { type: 'string' }, id: { type: 'string' } });
+  const { values } = parseOptions(args, { email: { type: 'string' }, id: { type: 'string' }, ...ACCOUNT_OPTION });
+  const account = values.account === undefined ? {} : { account: values.account };
   if ((values.email === undefined) === (values.id === undefined)) {
     throw new UsageError(`erase needs exactly one of --email or --id\n${ERASE_USAGE}`, { printUsage: false });
   }
@@ -37,12 +38,12 @@ export function parseEraseArgs(args: string[]): EraseTarget {
     if (email.length > 254 || !EMAIL.test(email)) {
       throw new UsageError(`erase: --email "${values.email}" is not an email address; nothing changed`, { printUsage: false });
     }
-    return { email };
+    return { email, ...account };
   }
   const id = canonicalIdOrNull(values.id);
   if (id === null)
     throw new UsageError(`erase: --id "${values.id}" is not a subscriber id (digits); nothing changed`, { printUsage: false });
-  return { id };
+  return { id, ...account };
 }
 
 /** The subscriber ids to erase; an unknown id is a UsageError. */
@@ -84,8 +85,9 @@ export function formatErasure(target: EraseTarget, ids: readonly string[], resul
 
 export const eraseCommand: Command = async (args) => {
   const target = parseEraseArgs(args);
-  const config = loadConfig(process.env, ['database']);
-  const database = openDatabase(config.databaseUrl, { max: 1, account: DEFAULT_ACCOUNT });
+  // Erasure stays within its account: the one named, or the only one.
+  const config = loadAccountConfig(process.env, ['database'], target.account);
+  const database = openDatabase(config.databaseUrl, { max: 1, account: config.account });
   try {
     const ids = await resolve(database.pool, target).catch((error: unknown) => {
       if (error instanceof UsageError) throw error;

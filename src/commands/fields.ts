@@ -1,15 +1,15 @@
 /**
- * `subscriber-mirror fields [--refresh] [--json]`: the custom field definitions the mirror holds
- * (the columns of `subscriber_fields`, docs/sql.md, "Custom fields as columns"). `--refresh` reads
- * them from the service now, through the shared limiter, and says what changed; a worker does the
- * same every RECONCILE_EVERY.
+ * `subscriber-mirror fields [--refresh] [--json] [--account NAME]`: the custom field definitions the
+ * mirror holds for one account (the columns of `subscriber_fields`, docs/sql.md, "Custom fields as
+ * columns"). `--refresh` reads them from that account's service now, through its shared limiter,
+ * and says what changed; a worker does the same every RECONCILE_EVERY.
  */
-import { loadConfig } from '../config.js';
-import { DEFAULT_ACCOUNT, openDatabase } from '../db/client.js';
+import { openDatabase } from '../db/client.js';
 import { createLogger } from '../ground/log.js';
 import type { Queryable } from '../ground/queryable.js';
 import type { FieldChanges } from '../mirror/store/index.js';
 import { refreshFields } from '../sync/fields.js';
+import { ACCOUNT_OPTION, loadAccountConfig } from './account.js';
 import { parseOptions, type Command } from './args.js';
 import { fieldReader, followSharedLimiter } from './reads.js';
 import { printable } from '../ground/terminal.js';
@@ -39,9 +39,13 @@ function changeLines(c: FieldChanges): string[] {
 }
 
 export const fieldsCommand: Command = async (args) => {
-  const { values } = parseOptions(args, { refresh: { type: 'boolean', default: false }, json: { type: 'boolean', default: false } });
-  const config = loadConfig(process.env, values.refresh ? ['poll'] : ['database']);
-  const database = openDatabase(config.databaseUrl, { max: 2, account: DEFAULT_ACCOUNT });
+  const { values } = parseOptions(args, {
+    refresh: { type: 'boolean', default: false },
+    json: { type: 'boolean', default: false },
+    ...ACCOUNT_OPTION,
+  });
+  const config = loadAccountConfig(process.env, values.refresh ? ['poll'] : ['database'], values.account);
+  const database = openDatabase(config.databaseUrl, { max: 2, account: config.account });
   const limiter = values.refresh ? followSharedLimiter(config) : null;
   try {
     let changes: FieldChanges | null = null;

@@ -1,7 +1,8 @@
 /**
  * The gauges the service refreshes every METRICS_REFRESH from its own tables and queues (no upstream
- * requests): queue depths, the inbox by status and, on a poll role, per group × type the cursor age,
- * drift, last success, members awaiting proof and the audit's accuracy.
+ * requests): per account, its queue's depths, its inbox by status and, on a poll role, per group ×
+ * type the cursor age, drift, last success, members awaiting proof and the audit's accuracy; once,
+ * Redis's memory.
  */
 import type pg from 'pg';
 import { accuracy } from '../audit/core.js';
@@ -16,31 +17,40 @@ type CountedQueue = { name: string; getJobCounts(...types: string[]): Promise<Re
 /** The one Redis command read here (the worker's user may run it; the receiver's may not). */
 type RedisInfo = { info(section: 'memory'): Promise<string> };
 
+/** One account's share of the gauges: a pool serving it, its config (`accountConfig`) and its sync queue (none on a receiver). */
+export interface GaugedAccount {
+  pool: pg.Pool;
+  config: Config;
+  queue?: CountedQueue;
+}
+
 /**
- * Refreshes the gauges at once and then every METRICS_REFRESH; `polls`: the per-pair gauges too;
- * `redis`: Redis's memory against its maxmemory (BullMQ needs noeviction, so a full Redis refuses writes).
+ * Refreshes the gauges at once and then every METRICS_REFRESH, each account's with its `account`
+ * label; `polls`: the per-pair gauges too; `redis`: Redis's memory against its maxmemory (BullMQ
+ * needs noeviction, so a full Redis refuses writes).
  */
 export function startGauges(
   metrics: Metrics,
-  parts: { pool: pg.Pool; queues: CountedQueue[]; config: Config; polls: boolean; redis?: RedisInfo },
+  parts: { accounts: readonly GaugedAccount[]; polls: boolean; refreshMs: number; redis?: RedisInfo },
 ): Repeating {
   const refresh = async () => {
-    await recordQueueDepths(metrics, parts.queues);
-    await recordInboxGauges(metrics, parts.pool);
-    if (parts.polls) await recordSyncGauges(metrics, parts.pool, parts.config);
+    for (const account of parts.accounts) {
+      const labelled = metrics.forAccount(account.config.account);
+      if (account.queue) await recordQueueDepths(labelled, account.queue);
+      await recordInboxGauges(labelled, account.pool);
+      if (parts.polls) await recordSyncGauges(labelled, account.pool, account.config);
+    }
     if (parts.redis) await recordRedisMemory(metrics, parts.redis);
   };
-  return repeat(refresh, { firstDelayMs: 0, nextDelayMs: () => parts.config.metricsRefreshMs, onError: () => {} });
+  return repeat(refresh, { firstDelayMs: 0, nextDelayMs: () => parts.refreshMs, onError: () => {} });
 }
 
-async function recordQueueDepths(metrics: Metrics, queues: CountedQueue[]): Promise<void> {
-  for (const queue of queues) {
-    try {
-      const counts = await queue.getJobCounts('waiting', 'active', 'delayed', 'failed', 'prioritized');
-      for (const [state, n] of Object.entries(counts)) metrics.queueDepth.set({ queue: queue.name, state }, n);
-    } catch {
-      // Redis unavailable: readiness reports it; the gauge keeps its last value.
-    }
+async function recordQueueDepths(metrics: Metrics, queue: CountedQueue): Promise<void> {
+  try {
+    const counts = await queue.getJobCounts('waiting', 'active', 'delayed', 'failed', 'prioritized');
+    for (const [state, n] of Object.entries(counts)) metrics.queueDepth.set({ queue: queue.name, state }, n);
+  } catch {
+    // Redis unavailable: readiness reports it; the gauge keeps its last value.
   }
 }
 

@@ -1,7 +1,10 @@
 /**
- * The poll path of a worker role (docs/architecture.md, "Poll path"): the shared limiter and the read
- * source, the job schedulers and the resumes of open full passes, the sync worker, the watch that puts
- * back what went missing from Redis, and the audit loop.
+ * The poll path of one account in a worker role (docs/architecture.md, "Poll path" and "Several
+ * accounts"): the account's shared limiter and read source, its job schedulers and the resumes of
+ * its open full passes, its sync worker, the watch that puts back what went missing from Redis, the
+ * audit loop and the field refresh. Everything here is the account's: its config (`accountConfig`,
+ * whose Redis prefix is the account's), a pool serving it, metrics labelled with it. Only the page
+ * gate is the process's.
  */
 import type { ConnectionOptions } from 'bullmq';
 import type { Redis } from 'ioredis';
@@ -21,6 +24,7 @@ import { formatPeriod } from '../audit/core.js';
 import { auditSettings, configuredAuditSchedule } from './audit-settings.js';
 import { describeConnectionError } from './connection-error.js';
 import { startFieldRefresh } from '../sync/fields.js';
+import type { PageGate } from '../upstream/page-gate.js';
 import { createReadSource, createSharedLimiter, fieldReader, upstreamHooks } from './reads.js';
 
 /** Upper bound on how often a poll role checks that its job schedulers still exist in Redis. */
@@ -49,6 +53,7 @@ async function startPolling(
   connection: ConnectionOptions,
   log: Logger,
   metrics: Metrics,
+  pageGate?: PageGate,
 ): Promise<Polling> {
   const credential = readCredentialOf(config) as string;
   const limiter = createSharedLimiter(config, redis, log);
@@ -95,6 +100,7 @@ async function startPolling(
     metrics,
     // One pass per type at once: with a budget per endpoint, the types of a group are read side by side.
     concurrency: Math.max(2, types.length),
+    ...(pageGate ? { pageGate } : {}),
   });
   const audit = startAudit(config, { pool, redis, limiter, queue, log, metrics });
   const fieldRefresh = startFieldRefresh({

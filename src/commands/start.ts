@@ -13,30 +13,39 @@
  */
 import { Redis } from 'ioredis';
 import type pg from 'pg';
-import { loadConfig, needsForRole, NOTHING_RECONCILES, readCredentialOf, ROLES, secretsOf, type Config, type Role } from '../config.js';
-import { DEFAULT_ACCOUNT, openDatabase, type Database } from '../db/client.js';
+import {
+  accountConfig,
+  findAccount,
+  loadConfig,
+  needsForRole,
+  NOTHING_RECONCILES,
+  readCredentialOf,
+  ROLES,
+  secretsOf,
+  type Config,
+  type Role,
+} from '../config.js';
+import { openDatabase, type Database } from '../db/client.js';
 import { INSUFFICIENT_PRIVILEGE, migrationsPending, runMigrations } from '../db/migrate.js';
 import { DELIVERY_STATUSES } from '../db/schema.js';
 import { createLogger, type Logger } from '../ground/log.js';
 import { createMetrics, initSeries, type Metrics } from '../ground/metrics.js';
-import { repeat, type Repeating } from '../ground/repeat.js';
 import { UsageError } from '../ground/usage-error.js';
 import { sleep } from '../ground/wait.js';
 import { registerAdminRoutes } from '../http/admin.js';
 import { buildServer, closeWithin, type ReadinessCheck } from '../http/server.js';
 import { createSessionStore } from '../http/sessions.js';
-import { configureHistory, purgeHistory } from '../mirror/history.js';
+import { configureHistory } from '../mirror/history.js';
 import { readRateBudgets } from '../ratelimit/budget-limiter.js';
-import { authPauseKey, isPaused, readAuthPause } from '../sync/auth-pause.js';
+import { authPauseKey, readAuthPause } from '../sync/auth-pause.js';
 import { createSyncQueue } from '../sync/schedule.js';
-import { createDeliveryConsumer, type DeliveryConsumer } from '../webhooks/consumer.js';
-import { ERASURE_EVERY_MS, runErasure } from '../webhooks/erasure-run.js';
 import { registerAccountRoutes } from '../webhooks/account-routes.js';
 import type { ReceiverOutcome } from '../webhooks/receiver.js';
 import { parseOptions, type Command } from './args.js';
 import { describeConnectionError } from './connection-error.js';
 import { passIntervalMs, startGauges } from './gauges.js';
-import { startReads, type Polling } from './polling.js';
+import type { Polling } from './polling.js';
+import { checkPolling, connectRedis, startWorkerParts, type WorkerParts } from './worker.js';
 import { configuredAuditSchedule } from './audit-settings.js';
 
 export interface RunningService {
@@ -108,7 +117,13 @@ function sqlStateOf(error: unknown): string | undefined {
 /** Migrates (or waits for a worker to) and opens the pool with HISTORY applied; a clear StartupError otherwise. */
 async function openMigratedDatabase(config: Config, role: Role, log: Logger): Promise<Database> {
   await migrateOrWait(config.databaseUrl, role, log);
-  const database = openDatabase(config.databaseUrl, { applicationName: `subscriber-mirror-${role}`, max: 20, account: DEFAULT_ACCOUNT });
+  // The first account's pool: the receiver stores under it, the admin pages show it. A worker's
+  // accounts have pools of their own (worker.ts); a worker alone needs few connections here.
+  const database = openDatabase(config.databaseUrl, {
+    applicationName: `subscriber-mirror-${role}`,
+    max: role === 'worker' ? 4 : 20,
+    account: config.account,
+  });
   try {
     // The receiver writes no mirrored row (and its own role may not write the setting).
     if (role !== 'receiver') await configureHistory(database.pool, { enabled: config.history.enabled });
@@ -122,7 +137,7 @@ async function openMigratedDatabase(config: Config, role: Role, log: Logger): Pr
 interface AdminDeps {
   pool: Database['pool'];
   redis: Redis;
-  syncQueue: Parameters<typeof registerAdminRoutes>[1]['syncQueue'];
+  queues: readonly AdminQueue[];
   log: Logger;
   metrics: Metrics;
 }
@@ -138,7 +153,11 @@ async function registerAdmin(
   await registerAdminRoutes(ops, {
     token,
     pool: deps.pool,
-    syncQueue: deps.syncQueue,
+    accounts: deps.queues.map(({ account, syncQueue }) => {
+      const served = accountConfig(config, account);
+      return { name: account, syncQueue, configured: { groups: served.sync.groups, types: served.sync.types } };
+    }),
+    chooseAccount: (name) => findAccount(config, name).name,
     configured: { groups: config.sync.groups, types: config.sync.types, auditSchedule: configuredAuditSchedule(config) },
     authPause: apiKey ? () => readAuthPause(deps.redis, authPauseKey(config.redisPrefix, apiKey)) : undefined,
     rateBudgets: () => readRateBudgets(deps.redis, config.redisPrefix),
@@ -190,15 +209,21 @@ export async function startService(config: Config, role: Role): Promise<RunningS
   const polls = role === 'all' || role === 'worker';
   const receives = role === 'all' || role === 'receiver';
   const metrics = createMetrics();
-  initSeries(metrics, DELIVERY_STATUSES);
+  initSeries(
+    metrics,
+    DELIVERY_STATUSES,
+    config.accounts.map((a) => a.name),
+  );
   // The receiver alone never connects to Redis: it holds no Redis credential (docs/security.md).
-  const workerParts = polls ? await startWorkerParts(config, database.pool, log, metrics) : null;
+  const workerParts = polls ? await startWorkerParts(config, log, metrics, (message) => new StartupError(message)) : null;
 
   const gauges = startGauges(metrics, {
-    pool: database.pool,
-    queues: workerParts ? [workerParts.syncQueue] : [],
-    config,
+    // A receiver alone counts the inbox of the account its pool serves.
+    accounts: workerParts
+      ? workerParts.accounts.map((a) => ({ pool: a.pool, config: a.config, queue: a.syncQueue }))
+      : [{ pool: database.pool, config }],
     polls,
+    refreshMs: config.metricsRefreshMs,
     ...(workerParts ? { redis: workerParts.redis } : {}),
   });
   const readiness = readinessChecks(database.pool, workerParts);
@@ -208,19 +233,23 @@ export async function startService(config: Config, role: Role): Promise<RunningS
     ? registerAccountRoutes(server, config, {
         pool: database.pool,
         logger: log,
-        onOutcome: (outcome) => metrics.deliveries.inc({ outcome: OUTCOME_LABEL[outcome] }),
+        // A request no account's route took (none matched, or before routing) counts without one.
+        onOutcome: (outcome, _durationMs, account) =>
+          metrics.deliveries.inc({ outcome: OUTCOME_LABEL[outcome], ...(account === null ? {} : { account }) }),
       })
     : null;
   // Config refuses ADMIN_TOKEN without somewhere to serve it; `ops` is set whenever the token is.
   // The admin pages keep their sessions in Redis: a receiver alone connects to it only for them, so
   // one without ADMIN_TOKEN (as compose runs it) never does.
   const receiverAdmin = config.adminToken && ops && !workerParts ? connectAdminRedis(config, log) : null;
-  const adminRedis = workerParts ?? receiverAdmin;
+  const adminRedis = workerParts
+    ? { redis: workerParts.redis, queues: workerParts.accounts.map((a) => ({ account: a.config.account, syncQueue: a.syncQueue })) }
+    : receiverAdmin;
   if (config.adminToken && ops && adminRedis)
     await registerAdmin(ops, config, config.adminToken, {
       pool: database.pool,
       redis: adminRedis.redis,
-      syncQueue: adminRedis.syncQueue,
+      queues: adminRedis.queues,
       log,
       metrics,
     });
@@ -258,71 +287,32 @@ export async function startService(config: Config, role: Role): Promise<RunningS
   return { logger: log, stop, port, opsPort };
 }
 
-/** What the admin pages need of Redis: its sessions (and the rate budgets, the auth pause) and the sync queue. */
+/** What the admin pages need of Redis: its sessions (and the rate budgets, the auth pause) and each account's sync queue. */
 interface AdminRedis {
   redis: Redis;
-  syncQueue: Polling['queue'];
+  queues: readonly AdminQueue[];
   stop(): Promise<void>;
 }
 
-/** The HTTP path must fail fast when Redis is down (readiness), unlike BullMQ's blocking connections. */
-function connectRedis(config: Config): Redis {
-  const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1, enableOfflineQueue: false, lazyConnect: true });
-  redis.on('error', () => {});
-  redis.connect().catch(() => {});
-  return redis;
+/** One account's sync queue, for the admin pages. */
+interface AdminQueue {
+  account: string;
+  syncQueue: Polling['queue'];
 }
 
 /** A receiver's Redis for its admin pages only (with ADMIN_TOKEN); its errors go through the logger. */
 function connectAdminRedis(config: Config, log: Logger): AdminRedis {
   const redis = connectRedis(config);
-  const syncQueue = createSyncQueue({ url: config.redisUrl, maxRetriesPerRequest: 1 }, config.redisPrefix);
-  syncQueue.on('error', (error) => log.debug({ err: describeConnectionError(error) }, 'sync queue error'));
-  return {
-    redis,
-    syncQueue,
-    async stop() {
-      await syncQueue.close();
-      redis.disconnect();
-    },
-  };
-}
-
-/** What a worker runs besides the HTTP listeners: Redis, the polls, the consumer and the chores. */
-interface WorkerParts {
-  redis: Redis;
-  /** Null in a webhook-only install (nothing reconciles). */
-  polling: Polling | null;
-  syncQueue: Polling['queue'];
-  stop(timeoutMs: number): Promise<void>;
-}
-
-async function startWorkerParts(config: Config, pool: pg.Pool, log: Logger, metrics: Metrics): Promise<WorkerParts> {
-  const historyPurger = startHistoryPurge(pool, config.history.retentionMs, log);
-  const redis = connectRedis(config);
-  // BullMQ's blocking connections must retry forever (maxRetriesPerRequest: null, docs/architecture.md, "Traps we work around").
-  const workerConnection = { url: config.redisUrl, maxRetriesPerRequest: null };
-  const consumer: DeliveryConsumer = createDeliveryConsumer({
-    pool,
-    logger: log,
-    metrics,
-    retentionMs: config.webhookRetentionMs,
-    failedRetentionMs: config.webhookFailedRetentionMs,
+  const queues = config.accounts.map(({ name }) => {
+    const syncQueue = createSyncQueue({ url: config.redisUrl, maxRetriesPerRequest: 1 }, accountConfig(config, name).redisPrefix);
+    syncQueue.on('error', (error) => log.debug({ err: describeConnectionError(error) }, 'sync queue error'));
+    return { account: name, syncQueue };
   });
-  const polling = await startReads(config, pool, redis, workerConnection, log, metrics);
-  // Without polling the admin pages still show (and backfills still queue to) the sync queue.
-  const syncQueue = polling?.queue ?? createSyncQueue({ url: config.redisUrl, maxRetriesPerRequest: 1 }, config.redisPrefix);
-  if (!polling) syncQueue.on('error', (error) => log.debug({ err: describeConnectionError(error) }, 'sync queue error'));
-  const erasure = startErasure(config, pool, log);
   return {
     redis,
-    polling,
-    syncQueue,
-    async stop(timeoutMs) {
-      erasure.stop();
-      await Promise.all([polling?.stop(timeoutMs), consumer.close(timeoutMs)]);
-      historyPurger?.stop();
-      if (!polling) await syncQueue.close();
+    queues,
+    async stop() {
+      await Promise.all(queues.map((q) => q.syncQueue.close()));
       redis.disconnect();
     },
   };
@@ -334,47 +324,9 @@ function boundPort(app: { server: { address(): unknown } }, fallback: number): n
 }
 
 /**
- * The erasure chores of the worker (docs/security.md, "Personal data and erasure"): forgotten subscribers' data redacted
- * in stored deliveries, and subscribers out of every configured group past the period erased.
- */
-function startErasure(config: Config, pool: pg.Pool, log: Logger): Repeating {
-  return repeat(
-    async () => {
-      const result = await runErasure(pool, {
-        groups: config.sync.groups,
-        types: config.sync.types,
-        outOfGroupsAfterMs: config.eraseOutOfGroupsAfterMs,
-      });
-      if (result.erased > 0 || result.redactedDeliveries > 0) log.info(result, 'erased personal data');
-    },
-    {
-      firstDelayMs: 60_000,
-      nextDelayMs: () => ERASURE_EVERY_MS,
-      onError: (error) => log.warn({ err: describeConnectionError(error) }, 'erasure run failed; retrying at the next tick'),
-    },
-  );
-}
-
-/** HISTORY_RETENTION: every worker replica purges closed history hourly; concurrent deletes are harmless. */
-function startHistoryPurge(pool: pg.Pool, retentionMs: number | undefined, log: Logger): Repeating | null {
-  if (retentionMs === undefined) return null;
-  return repeat(
-    async () => {
-      const deleted = await purgeHistory(pool, retentionMs);
-      if (deleted > 0)
-        log.info({ deleted, olderThan: new Date(Date.now() - retentionMs).toISOString() }, 'purged history past HISTORY_RETENTION');
-    },
-    {
-      firstDelayMs: 60_000,
-      nextDelayMs: () => 3_600_000,
-      onError: (error) => log.warn({ err: error }, 'purging history failed; trying again later'),
-    },
-  );
-}
-
-/**
  * The receiver alone needs only Postgres: its inbox is there, and the workers learn of what it
- * stores from Postgres too (invariant 1). Workers need Redis as well.
+ * stores from Postgres too (invariant 1). Workers need Redis as well, and at least one account
+ * whose polling is not paused by a rejected credential (worker.ts, `checkPolling`).
  */
 function readinessChecks(pool: pg.Pool, worker: WorkerParts | null): ReadinessCheck[] {
   const checks: ReadinessCheck[] = [
@@ -397,18 +349,7 @@ function readinessChecks(pool: pg.Pool, worker: WorkerParts | null): ReadinessCh
       },
     });
   }
-  if (worker?.polling) {
-    const { redis, polling } = worker;
-    checks.push({
-      name: 'upstream-auth',
-      check: async () => {
-        const pause = await readAuthPause(redis, polling.pauseKey);
-        if (isPaused(pause)) {
-          throw new Error(`polling paused until ${new Date(pause.until).toISOString()}: ${pause.message}`);
-        }
-      },
-    });
-  }
+  if (worker?.accounts.some((a) => a.polling !== null)) checks.push({ name: 'upstream-auth', check: () => checkPolling(worker) });
   return checks;
 }
 

@@ -37,12 +37,27 @@ import { SESSION_MS, type SessionStore } from './sessions.js';
 import { renderLoginPage, renderStatusPage } from './status-page.js';
 import { createLoginThrottle, type Attempt, type LoginThrottle } from './throttle.js';
 import type { AuditSchedule } from '../audit/core.js';
+import { UsageError } from '../ground/usage-error.js';
+
+/** One account's sync queue and what it mirrors (SYNC_GROUPS and SYNC_TYPES: its backfills accept nothing else). */
+export interface AdminAccount {
+  name: string;
+  syncQueue: Queue<PassJobData, PassJobResult>;
+  configured: { groups: readonly string[]; types: readonly SubscriberType[] };
+}
 
 export interface AdminDeps {
   token: string;
+  /** A pool serving the account the status page shows. */
   pool: pg.Pool;
-  syncQueue: Queue<PassJobData, PassJobResult>;
-  /** SYNC_GROUPS and SYNC_TYPES: backfill accepts nothing else. */
+  /** Every declared account, in order: backfills and jobs are of one of them, the dashboard shows each one's queue. */
+  accounts: readonly AdminAccount[];
+  /**
+   * The account a request names (`account`), or the only one: its name. Throws a UsageError, answered
+   * 400 with its message, for a name not declared or for none among several (`findAccount`'s rule).
+   */
+  chooseAccount(name: string | undefined): string;
+  /** What the status page shows: the SYNC_GROUPS and SYNC_TYPES of its account, and its audit schedule. */
   configured: { groups: readonly string[]; types: readonly SubscriberType[]; auditSchedule?: AuditSchedule | null };
   /** The API-key pause of the poll path (null when not polling or not paused). */
   authPause?: () => Promise<AuthPause | null>;
@@ -144,9 +159,25 @@ const FORM_PATHS = new Set(['/admin/login', '/admin/logout']);
 
 const EXTERNAL_STYLESHEET = /<link\s+href="https:\/\/fonts\.googleapis\.com\/[^"]*"\s+rel="stylesheet">/g;
 
-function parseBackfillBody(body: unknown, configured: AdminDeps['configured']): { groupId: string; types: SubscriberType[] } | string {
-  if (!body || typeof body !== 'object' || Array.isArray(body)) return 'body must be a JSON object {group, type?}';
+/** The account a request names (a body's `account`, a query's), or the only one; a message (400) otherwise. */
+function chosenAccount(deps: AdminDeps, name: unknown): AdminAccount | string {
+  if (name !== undefined && name !== null && typeof name !== 'string') return 'account must be an account name';
+  let chosen: string;
+  try {
+    chosen = deps.chooseAccount(name ?? undefined);
+  } catch (error) {
+    if (error instanceof UsageError) return error.message;
+    throw error;
+  }
+  return deps.accounts.find((a) => a.name === chosen) ?? `account ${chosen} is not served here`;
+}
+
+function parseBackfillBody(body: unknown, deps: AdminDeps): { account: AdminAccount; groupId: string; types: SubscriberType[] } | string {
+  if (!body || typeof body !== 'object' || Array.isArray(body)) return 'body must be a JSON object {group, type?, account?}';
   const { group, type } = body as { group?: unknown; type?: unknown };
+  const account = chosenAccount(deps, (body as { account?: unknown }).account);
+  if (typeof account === 'string') return account;
+  const configured = account.configured;
   const groupId = typeof group === 'number' && Number.isSafeInteger(group) ? String(group) : group;
   if (typeof groupId !== 'string' || !/^\d{1,30}$/.test(groupId)) return 'group must be a numeric group id';
   if (type !== undefined && type !== null && (typeof type !== 'string' || !(SUBSCRIBER_TYPES as readonly string[]).includes(type))) {
@@ -156,11 +187,11 @@ function parseBackfillBody(body: unknown, configured: AdminDeps['configured']): 
   if (!configured.groups.includes(groupId)) {
     return `group ${groupId} is not configured; configured groups (SYNC_GROUPS): ${configured.groups.join(', ') || 'none'}`;
   }
-  if (type === undefined || type === null) return { groupId, types: [...configured.types] };
+  if (type === undefined || type === null) return { account, groupId, types: [...configured.types] };
   if (!(configured.types as readonly string[]).includes(type)) {
     return `type ${String(type)} is not configured; configured types (SYNC_TYPES): ${configured.types.join(', ')}`;
   }
-  return { groupId, types: [type as SubscriberType] };
+  return { account, groupId, types: [type as SubscriberType] };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -425,23 +456,27 @@ function registerStatusRoutes(admin: FastifyInstance, g: Guard): void {
   });
 
   admin.post('/admin/backfill', async (request, reply) => {
-    const parsed = parseBackfillBody(request.body, g.deps.configured);
+    const parsed = parseBackfillBody(request.body, g.deps);
     if (typeof parsed === 'string') return reply.code(400).send({ error: parsed });
-    note(g, request, { detail: { group: parsed.groupId, types: parsed.types } });
+    note(g, request, { detail: { account: parsed.account.name, group: parsed.groupId, types: parsed.types } });
     const jobs = await enqueueBackfills(
-      g.deps.syncQueue,
+      parsed.account.syncQueue,
       parsed.types.map((type) => ({ groupId: parsed.groupId, type })),
     );
-    return reply.code(202).send({ jobs, jobId: jobs[0]?.jobId });
+    return reply.code(202).send({ account: parsed.account.name, jobs, jobId: jobs[0]?.jobId });
   });
 
-  admin.get<{ Params: { id: string } }>('/admin/jobs/:id', async (request, reply) => {
+  // A job id is its account's: `?account=NAME` (needed when several accounts are declared).
+  admin.get<{ Params: { id: string }; Querystring: { account?: string } }>('/admin/jobs/:id', async (request, reply) => {
+    const account = chosenAccount(g.deps, request.query.account);
+    if (typeof account === 'string') return reply.code(400).send({ error: account });
     // State first, then the job: a job read while active and found completed a moment later would
     // carry no result (the same race as backfill --wait, src/sync/backfill.ts).
-    const state = await g.deps.syncQueue.getJobState(request.params.id);
-    const job = await g.deps.syncQueue.getJob(request.params.id);
+    const state = await account.syncQueue.getJobState(request.params.id);
+    const job = await account.syncQueue.getJob(request.params.id);
     if (!job || state === 'unknown') return reply.code(404).send({ error: `job ${request.params.id} not found` });
     return {
+      account: account.name,
       id: job.id,
       name: job.name,
       data: job.data,
@@ -476,8 +511,10 @@ async function registerDashboard(admin: FastifyInstance, deps: AdminDeps): Promi
   board.setBasePath(DASHBOARD_PATH);
   // Read-only also hides the buttons; the guard refuses the writes whatever the dashboard does.
   const readOnlyMode = !deps.dashboardWrite;
+  // Every account's queue is named `sync`: with several, each is shown as `<account>-sync`.
+  const several = deps.accounts.length > 1;
   createBullBoard({
-    queues: [deps.syncQueue].map((q) => new BullMQAdapter(q, { readOnlyMode })),
+    queues: deps.accounts.map((a) => new BullMQAdapter(a.syncQueue, { readOnlyMode, ...(several ? { prefix: `${a.name}-` } : {}) })),
     serverAdapter: board,
   });
   await admin.register(board.registerPlugin(), { prefix: DASHBOARD_PATH });

@@ -111,6 +111,11 @@ export interface Simulator {
   setCurrentPageCap(cap: number | null): void;
   /** Turns the moved-account mode of the legacy API on or off. */
   setMovedAccount(moved: boolean): void;
+  /**
+   * The legacy API accepts `key` from now on (null: `apiKey` again); any other key, `apiKey` too, is
+   * refused with code 302 as a revoked key is. `apiKey` stays the key it started with.
+   */
+  setApiKey(key: string | null): void;
   /** The current API's rate limit, or null when disabled. */
   readonly currentRateLimit: { limit: number; windowMs: number } | null;
   /** The effective rate limit, or null when disabled. */
@@ -239,6 +244,7 @@ function rateLimits(options: SimulatorOptions, timeScale: number): RateLimits {
 function simulatorHandle(parts: Parts, running: Running): Simulator {
   const { world, requests, serverConfig: config } = parts;
   const { limiter, currentLimiter, rateLimitScope } = config;
+  const startedWith = config.apiKey;
   let closing: Promise<void> | undefined;
   return {
     url: running.url,
@@ -266,6 +272,9 @@ function simulatorHandle(parts: Parts, running: Running): Simulator {
     },
     setMovedAccount(moved: boolean): void {
       config.movedAccount = moved;
+    },
+    setApiKey(key: string | null): void {
+      config.apiKey = key ?? startedWith;
     },
     currentRateLimit: currentLimiter ? { limit: currentLimiter.limit, windowMs: currentLimiter.windowMs } : null,
     rateLimit: limiter ? { limit: limiter.limit, windowMs: limiter.windowMs, mode: limiter.mode, scope: rateLimitScope } : null,

@@ -58,6 +58,11 @@ export interface SyncWorkerDeps {
   confirmLockWaitMs?: number;
   /** PASS_HISTORY_RETENTION: how long the pass history keeps rows the removal rule no longer reads. */
   historyRetentionMs?: number;
+  /**
+   * Room for list pages in memory: one gate per process, shared by the workers of every account
+   * (the process's memory stays that of one account's passes); a gate of its own when not given.
+   */
+  pageGate?: PageGate;
 }
 
 export interface SyncWorker {
@@ -130,7 +135,7 @@ export function createSyncWorker(deps: SyncWorkerDeps): SyncWorker {
     log,
     pauseKey: authPauseKey(deps.prefix, deps.apiKey),
     closing: () => closing,
-    pageGate: createPageGate(PAGES_IN_MEMORY),
+    pageGate: deps.pageGate ?? createPageGate(PAGES_IN_MEMORY),
   };
 
   /** Runs `decide` (decide.ts): gathers each fact it asks for, then does what it decided. */

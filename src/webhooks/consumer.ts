@@ -44,7 +44,10 @@ export interface DeliveryConsumerDeps {
    * and 40 ms, delivery → row p50 14, 14 and 25 ms, p99 far under 250 ms.
    */
   gatherMs?: number;
-  /** LISTEN for the inbox's notifications (default true; false: only the poll, `wake` and `drain` claim). */
+  /**
+   * LISTEN for the inbox's notifications (default true; false: only the poll, `wake` and `drain`
+   * claim, as when one {@link listenForInbox} of the process wakes every account's consumer).
+   */
   listen?: boolean;
   /** The safety net: claim what is due this often even without a notification (default 10 s; 0: never). */
   pollEveryMs?: number;
@@ -87,7 +90,7 @@ export function createDeliveryConsumer(deps: DeliveryConsumerDeps): DeliveryCons
     gatherMs: Math.max(0, deps.gatherMs ?? 40),
     log,
   });
-  const listener = deps.listen === false ? null : listenForDeliveries(deps.pool, loops.wake, log);
+  const listener = deps.listen === false ? null : listenForDeliveries(deps.pool, () => loops.wake(), log, 'pool');
   const safetyNet: Repeating | null =
     (deps.pollEveryMs ?? 10_000) > 0
       ? repeat(async () => loops.wake(), {
@@ -212,12 +215,29 @@ function createBatchLoops(runBatch: () => Promise<BatchResult>, o: LoopOptions) 
 /** How long a lost listening connection waits before it connects again (then claims what is due). */
 const RELISTEN_MS = 1_000;
 
+/** A held LISTEN: `ready` once it listens (its first wake made), `stop` to let the connection go. */
+export interface InboxListener {
+  ready: Promise<void>;
+  stop(): Promise<void>;
+}
+
 /**
- * LISTEN on one pooled connection, held for the consumer's life. Every notification of the pool's
- * account wakes the loops; so does every (re)connection, since notifications sent while nobody
- * listened are gone.
+ * LISTEN on one connection of `pool` (serving any account or none), held until stopped, for every
+ * account's deliveries: `notified` gets the account of each notification (its payload), and null at
+ * every (re)connection, since notifications sent while nobody listened are gone. A worker serving
+ * several accounts listens once for all of them and wakes the consumer of each (whose own `listen`
+ * is false), so that it holds one listening connection, not one per account.
  */
-function listenForDeliveries(pool: pg.Pool, wake: () => void, log: Logger): { ready: Promise<void>; stop(): Promise<void> } {
+export function listenForInbox(pool: pg.Pool, notified: (account: string | null) => void, log: Logger): InboxListener {
+  return listenForDeliveries(pool, notified, log, 'every');
+}
+
+/**
+ * LISTEN on one pooled connection, held for the consumer's life (`scope` pool: only notifications of
+ * the pool's account wake it) or the listener's (`every`: every account's). Every (re)connection
+ * wakes too, with null.
+ */
+function listenForDeliveries(pool: pg.Pool, wake: (account: string | null) => void, log: Logger, scope: 'pool' | 'every'): InboxListener {
   let client: pg.PoolClient | null = null;
   let stopped = false;
   let timer: NodeJS.Timeout | undefined;
@@ -239,12 +259,13 @@ function listenForDeliveries(pool: pg.Pool, wake: () => void, log: Logger): { re
         next = await pool.connect();
         const held = next;
         held.on('error', (error) => lost(held, error));
-        // Every account's inbox notifies one channel with its account as payload (migration 0029);
-        // this consumer claims only its pool's account, so another account's deliveries wake nobody here.
-        const { rows } = await held.query<{ account: string }>('select mirror_account() as account');
-        const account = rows[0]?.account;
+        // Every account's inbox notifies one channel with its account as payload (migration 0029); a
+        // consumer claims only its pool's account, so another account's deliveries wake nobody there.
+        const account =
+          scope === 'pool' ? (await held.query<{ account: string }>('select mirror_account() as account')).rows[0]?.account : null;
         held.on('notification', (message) => {
-          if (message.payload === account) wake();
+          const payload = message.payload ?? null;
+          if (scope === 'every' || payload === account) wake(payload);
         });
         await held.query(`listen ${INBOX_CHANNEL}`);
         if (stopped) {
@@ -252,7 +273,7 @@ function listenForDeliveries(pool: pg.Pool, wake: () => void, log: Logger): { re
           return;
         }
         client = held;
-        wake();
+        wake(null);
         return;
       } catch (error) {
         next?.release(true);

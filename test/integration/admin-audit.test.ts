@@ -45,7 +45,8 @@ describe('admin audit trail', () => {
     await registerAdminRoutes(app, {
       token: TOKEN,
       pool: database.pool,
-      syncQueue: queue,
+      accounts: [{ name: 'default', syncQueue: queue, configured: { groups: [GROUP], types: ['active'] } }],
+      chooseAccount: (name) => name ?? 'default',
       configured: { groups: [GROUP], types: ['active'] },
       syncEveryMs: 60_000,
       sessions: createSessionStore(redis, { prefix, token: TOKEN }),

@@ -43,7 +43,8 @@ describe('one scope for jobs, wherever they come from', () => {
     await registerAdminRoutes(app, {
       token: TOKEN,
       pool: database.pool,
-      syncQueue: queue,
+      accounts: [{ name: 'default', syncQueue: queue, configured: { groups: [GROUP], types: ['active'] } }],
+      chooseAccount: (name) => name ?? 'default',
       configured: { groups: [GROUP], types: ['active'] },
       syncEveryMs: 60_000,
       sessions: createSessionStore(redis, { prefix, token: TOKEN }),

@@ -253,7 +253,7 @@ describe('admin API and metrics', () => {
     expect((await admin('/admin/jobs/nope')).status).toBe(404);
   });
 
-  it('exposes every metric family, and they move when work happens', async () => {
+  it('exposes every metric family, and they move when work happens (labelled with the account where one account did the work)', async () => {
     const body = JSON.stringify({ event: 'subscriber.updated', account_id: 1, ...sim.world.renderWebhook(sim.world.members(groupId)[0]!) });
     const delivered = await fetch(`${base}/webhooks`, {
       method: 'POST',
@@ -275,7 +275,7 @@ describe('admin API and metrics', () => {
       'drift gauge refreshed',
       async () => {
         const scraped = await (await fetch(`${opsBase}/metrics`)).text();
-        return /subscriber_mirror_sync_drift\{group="\d+",type="active"\} 0\b/.test(scraped) ? scraped : null;
+        return /subscriber_mirror_sync_drift\{group="\d+",type="active",account="default"\} 0\b/.test(scraped) ? scraped : null;
       },
       20_000,
       200,
@@ -297,12 +297,12 @@ describe('admin API and metrics', () => {
     ]) {
       expect(text, family).toContain(`# TYPE ${family}`);
     }
-    expect(value(/subscriber_mirror_webhook_deliveries_total\{outcome="received"\} (\d+)/)).toBeGreaterThanOrEqual(1);
-    expect(value(/subscriber_mirror_webhook_deliveries_total\{outcome="applied"\} (\d+)/)).toBeGreaterThanOrEqual(1);
-    expect(value(/subscriber_mirror_rows_total\{via="poll",result="inserted"\} (\d+)/)).toBe(sim.world.memberCount(groupId, 'active'));
-    expect(value(/subscriber_mirror_upstream_requests_total\{api="legacy",outcome="200"\} (\d+)/)).toBeGreaterThan(10);
-    expect(value(/subscriber_mirror_sync_pass_duration_seconds_count\{mode="full",outcome="succeeded"\} (\d+)/)).toBeGreaterThanOrEqual(2);
-    expect(value(/subscriber_mirror_sync_drift\{group="\d+",type="active"\} (-?\d+)/)).toBe(0);
+    expect(value(/subscriber_mirror_webhook_deliveries_total\{outcome="received",account="default"\} (\d+)/)).toBeGreaterThanOrEqual(1);
+    expect(value(/subscriber_mirror_webhook_deliveries_total\{outcome="applied",account="default"\} (\d+)/)).toBeGreaterThanOrEqual(1);
+    expect(value(/subscriber_mirror_rows_total\{via="poll",result="inserted",account="default"\} (\d+)/)).toBe(sim.world.memberCount(groupId, 'active'));
+    expect(value(/subscriber_mirror_upstream_requests_total\{api="legacy",outcome="200",account="default"\} (\d+)/)).toBeGreaterThan(10);
+    expect(value(/subscriber_mirror_sync_pass_duration_seconds_count\{mode="full",outcome="succeeded",account="default"\} (\d+)/)).toBeGreaterThanOrEqual(2);
+    expect(value(/subscriber_mirror_sync_drift\{group="\d+",type="active",account="default"\} (-?\d+)/)).toBe(0);
     expect(value(/subscriber_mirror_http_requests_total\{method="POST",route="\/webhooks",status="200"\} (\d+)/)).toBe(1);
   });
 

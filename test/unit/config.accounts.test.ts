@@ -8,6 +8,7 @@ import {
   AccountChoiceError,
   accountConfig,
   accountPrefix,
+  accountRedisPrefix,
   type Config,
   ConfigError,
   configTable,
@@ -53,6 +54,7 @@ function deploymentWide(config: Config) {
     apiRateLimit: _r,
     apiRateLimitAuto: _ra,
     webhookSecrets: _s,
+    redisPrefix: _p,
     ...rest
   } = config;
   const { source: _so, reconciles: _re, groups: _g, types: _t, ...sync } = config.sync;
@@ -66,6 +68,7 @@ describe('the accounts of a deployment (ACCOUNTS)', () => {
     expect(config.accounts).toEqual([
       {
         name: 'default',
+        redisPrefix: 'subscriber-mirror',
         legacy: config.legacy,
         currentApi: config.currentApi,
         webhooksApi: config.webhooksApi,
@@ -89,6 +92,7 @@ describe('the accounts of a deployment (ACCOUNTS)', () => {
     const shop = findAccount(config, 'shop');
     expect(shop).toEqual({
       name: 'shop',
+      redisPrefix: 'subscriber-mirror:account:shop',
       legacy: { url: undefined, apiKey: undefined, apiKeyHeader: 'X-Service-ApiKey', sourceTimezone: 'UTC' },
       currentApi: { url: 'https://connect.example.com', token: 'tok-shop-0123' },
       webhooksApi: { url: 'https://connect.example.com', token: 'tok-shop-0123' },
@@ -102,6 +106,7 @@ describe('the accounts of a deployment (ACCOUNTS)', () => {
     expect(served).toMatchObject({ currentApi: shop.currentApi, webhooksApi: shop.webhooksApi, apiRateLimit: 120 });
     expect(served.sync).toMatchObject({ ...shop.sync, everyMs: 30_000 });
     expect(served.webhookSecrets).toEqual(['whsec-shop-0123456789']);
+    expect([config.redisPrefix, served.redisPrefix]).toEqual(['subscriber-mirror', 'subscriber-mirror:account:shop']);
     expect(deploymentWide(served)).toEqual(deploymentWide(config));
     expect(served.accounts).toBe(config.accounts);
     // Back to the first: the loaded Config again.
@@ -341,5 +346,25 @@ describe('findAccount', () => {
     expect((error as UsageError).printUsage).toBe(false);
     expect((error as Error).message).toBe('no account "Shop" is declared (ACCOUNTS: default, shop)');
     expect(() => accountConfig(two, 'blog')).toThrow(AccountChoiceError);
+  });
+});
+
+describe("each account's Redis namespace (accountRedisPrefix)", () => {
+  it('keeps REDIS_PREFIX for the first declared account and gives every other one of its own under it', () => {
+    expect(accountRedisPrefix('sm', ['default', 'shop', 'blog_eu'], 'default')).toBe('sm');
+    expect(accountRedisPrefix('sm', ['default', 'shop', 'blog_eu'], 'shop')).toBe('sm:account:shop');
+    expect(accountRedisPrefix('sm', ['default', 'shop', 'blog_eu'], 'blog_eu')).toBe('sm:account:blog_eu');
+    // The first is whichever is declared first, `default` or not.
+    expect(accountRedisPrefix('sm', ['shop', 'default'], 'shop')).toBe('sm');
+    expect(accountRedisPrefix('sm', ['shop', 'default'], 'default')).toBe('sm:account:default');
+  });
+
+  it('is what accountConfig serves each account with: a single-account install keeps its prefix, two accounts never share one', () => {
+    expect(loadConfig({ ...LEGACY, REDIS_PREFIX: 'mine' }).redisPrefix).toBe('mine');
+    const two = loadConfig({ ...TWO, ACCOUNTS: 'default,shop,news', REDIS_PREFIX: 'mine' });
+    const prefixes = two.accounts.map((a) => accountConfig(two, a.name).redisPrefix);
+    expect(prefixes).toEqual(['mine', 'mine:account:shop', 'mine:account:news']);
+    // Served from another account's config, the same: the namespace is the account's, not a suffix.
+    expect(accountConfig(accountConfig(two, 'shop'), 'news').redisPrefix).toBe('mine:account:news');
   });
 });

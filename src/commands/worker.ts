@@ -1,0 +1,289 @@
+/**
+ * The worker role's parts (docs/architecture.md, "Several accounts in one worker"): every declared
+ * account runs here with its own pool, consumer, poll path (limiter, read source, queue, schedules,
+ * sync worker, audit, field refresh) and erasure chores, and the deployment's parts run once: the
+ * accounts declared, the one listener of the inbox, the history and delivery purges.
+ *
+ * Fair by construction: each account has its own BullMQ queue and sync worker under its own Redis
+ * prefix (`accountConfig`, `accountRedisPrefix`), with the concurrency one account has always had,
+ * so a long pass of one account holds only that account's slots; replicas share every account's
+ * queues through Redis. What accounts share in a process is bounded per page, never per pass: the
+ * page gate (rooms handed out in arrival order) and the event loop.
+ */
+import type { ConnectionOptions } from 'bullmq';
+import { Redis } from 'ioredis';
+import type pg from 'pg';
+import { accountConfig, type Config } from '../config.js';
+import { declareAccounts } from '../db/accounts.js';
+import { openDatabase, type Database } from '../db/client.js';
+import type { Logger } from '../ground/log.js';
+import type { Metrics } from '../ground/metrics.js';
+import { repeat, type Repeating } from '../ground/repeat.js';
+import { purgeHistory } from '../mirror/history.js';
+import { isPaused, readAuthPause, type AuthPause } from '../sync/auth-pause.js';
+import { createSyncQueue } from '../sync/schedule.js';
+import { createPageGate, PAGES_IN_MEMORY, type PageGate } from '../upstream/page-gate.js';
+import { createDeliveryConsumer, listenForInbox, type InboxListener } from '../webhooks/consumer.js';
+import { ERASURE_EVERY_MS, runErasure } from '../webhooks/erasure-run.js';
+import { createPurger, type Timer } from '../webhooks/purger.js';
+import { describeConnectionError } from './connection-error.js';
+import { startReads, type Polling } from './polling.js';
+
+/** Connections a worker's account pools may hold together at most before each is held to the minimum. */
+const ACCOUNT_POOLS_TOTAL = 20;
+/** Connections of one account's pool at least: a batch of deliveries, a pass's page, a chore at once. */
+const ACCOUNT_POOL_MIN = 3;
+
+/**
+ * The size of each account's pool among `accounts`: one account keeps the 20 connections a worker
+ * always had, several share them, each with at least 3 (idle ones close after 10 s, node-postgres's
+ * default), so 20 accounts do not hold 20 × 20 connections. None of them listens: the worker's one
+ * listener does, for every account.
+ */
+export function accountPoolMax(accounts: number): number {
+  return Math.max(ACCOUNT_POOL_MIN, Math.floor(ACCOUNT_POOLS_TOTAL / Math.max(1, accounts)));
+}
+
+/** The HTTP path must fail fast when Redis is down (readiness), unlike BullMQ's blocking connections. */
+export function connectRedis(config: Config): Redis {
+  const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1, enableOfflineQueue: false, lazyConnect: true });
+  redis.on('error', () => {});
+  redis.connect().catch(() => {});
+  return redis;
+}
+
+/** One account as the worker serves it. */
+export interface ServedAccount {
+  /** Claims the account's due deliveries now (a notification of its inbox, a reconnection). */
+  wake(): void;
+  /** `accountConfig` of the account: its settings and its Redis prefix. */
+  config: Config;
+  /** A pool serving the account (its statements keep to it). */
+  pool: pg.Pool;
+  /** Null when the account reconciles nothing (webhook-only). */
+  polling: Polling | null;
+  /** Its sync queue (the admin pages queue backfills to it, the gauges count it), also without polling. */
+  syncQueue: Polling['queue'];
+  stop(timeoutMs: number): Promise<void>;
+}
+
+/** What a worker runs besides the HTTP listeners: Redis, every account's parts and the deployment's chores. */
+export interface WorkerParts {
+  redis: Redis;
+  /** In the declared order. */
+  accounts: readonly ServedAccount[];
+  stop(timeoutMs: number): Promise<void>;
+}
+
+/** What every account's parts share in one worker process. */
+interface Shared {
+  redis: Redis;
+  /** For BullMQ's blocking connections (maxRetriesPerRequest: null). */
+  connection: ConnectionOptions;
+  pageGate: PageGate;
+  log: Logger;
+  metrics: Metrics;
+  poolMax: number;
+}
+
+/**
+ * Declares every account, then starts each one's parts, then the deployment's chores. A failure to
+ * declare is a StartupError of the caller's kind (`toStartupError`).
+ */
+export async function startWorkerParts(
+  config: Config,
+  log: Logger,
+  metrics: Metrics,
+  toStartupError: (message: string) => Error,
+): Promise<WorkerParts> {
+  // Deployment-wide work names its accounts itself: a pool serving none (a statement that asks the
+  // session for its account fails there).
+  const deployment = openDatabase(config.databaseUrl, { applicationName: 'subscriber-mirror-worker', max: 2 });
+  try {
+    await declareAccounts(
+      deployment.pool,
+      config.accounts.map((a) => a.name),
+    );
+  } catch (error) {
+    await deployment.close();
+    throw toStartupError(`cannot declare the accounts: ${describeConnectionError(error)}`);
+  }
+  const shared: Shared = {
+    redis: connectRedis(config),
+    // BullMQ's blocking connections must retry forever (maxRetriesPerRequest: null, docs/architecture.md, "Traps we work around").
+    connection: { url: config.redisUrl, maxRetriesPerRequest: null },
+    pageGate: createPageGate(PAGES_IN_MEMORY),
+    log,
+    metrics,
+    poolMax: accountPoolMax(config.accounts.length),
+  };
+  const accounts: ServedAccount[] = [];
+  for (const { name } of config.accounts) accounts.push(await startAccount(accountConfig(config, name), shared));
+  const inbox = listenOnceForAll(deployment, accounts, log);
+  const chores = startDeploymentChores(config, deployment, accounts, log, metrics);
+  return {
+    redis: shared.redis,
+    accounts,
+    async stop(timeoutMs) {
+      await inbox.stop();
+      await Promise.all(accounts.map((account) => account.stop(timeoutMs)));
+      await chores.stop();
+      await deployment.close();
+      shared.redis.disconnect();
+    },
+  };
+}
+
+/** One account's parts: its consumer, its poll path when it reconciles, its erasure chores. */
+async function startAccount(config: Config, shared: Shared): Promise<ServedAccount> {
+  const log = shared.log.child({ account: config.account });
+  const metrics = shared.metrics.forAccount(config.account);
+  const database: Database = openDatabase(config.databaseUrl, {
+    applicationName: 'subscriber-mirror-worker',
+    max: shared.poolMax,
+    account: config.account,
+  });
+  const pool = database.pool;
+  // The worker's one listener wakes it (listenOnceForAll); the purge of old deliveries is the
+  // deployment's (startDeploymentChores): no retention here.
+  const consumer = createDeliveryConsumer({ pool, logger: log, metrics, listen: false });
+  const polling = await startReads(config, pool, shared.redis, shared.connection, log, metrics, shared.pageGate);
+  // Without polling the admin pages still show (and backfills still queue to) the account's sync queue.
+  const syncQueue = polling?.queue ?? createSyncQueue({ url: config.redisUrl, maxRetriesPerRequest: 1 }, config.redisPrefix);
+  if (!polling) syncQueue.on('error', (error) => log.debug({ err: describeConnectionError(error) }, 'sync queue error'));
+  const erasure = startErasure(config, pool, log);
+  return {
+    wake: () => consumer.wake(),
+    config,
+    pool,
+    polling,
+    syncQueue,
+    async stop(timeoutMs) {
+      erasure.stop();
+      await Promise.all([polling?.stop(timeoutMs), consumer.close(timeoutMs)]);
+      if (!polling) await syncQueue.close();
+      await database.close();
+    },
+  };
+}
+
+/**
+ * One LISTEN for every account's inbox, on the pool serving none: a notification wakes the consumer
+ * of its account, a (re)connection every consumer (notifications sent meanwhile are gone).
+ */
+function listenOnceForAll(deployment: Database, accounts: readonly ServedAccount[], log: Logger): InboxListener {
+  const byName = new Map(accounts.map((a) => [a.config.account, a]));
+  return listenForInbox(
+    deployment.pool,
+    (account) => {
+      if (account === null) for (const a of accounts) a.wake();
+      else byName.get(account)?.wake();
+    },
+    log.child({ component: 'webhook-consumer' }),
+  );
+}
+
+/** The deployment's chores, once per worker: deliveries and history past their retention. */
+function startDeploymentChores(
+  config: Config,
+  deployment: Database,
+  accounts: readonly ServedAccount[],
+  log: Logger,
+  metrics: Metrics,
+): { stop(): Promise<void> } {
+  // Deployment-wide: the purge goes over every account's deliveries (purger.ts).
+  const deliveries: Timer<number> = createPurger({
+    pool: deployment.pool,
+    logger: log.child({ component: 'webhook-consumer' }),
+    metrics,
+    timer: true,
+    retentionMs: config.webhookRetentionMs,
+    failedRetentionMs: config.webhookFailedRetentionMs,
+    everyMs: DELIVERY_PURGE_EVERY_MS,
+  });
+  const history = startHistoryPurge(accounts, config.history.retentionMs, log);
+  return {
+    async stop() {
+      history?.stop();
+      await deliveries.stop();
+    },
+  };
+}
+
+const DELIVERY_PURGE_EVERY_MS = 600_000;
+
+/**
+ * The erasure chores of one account (docs/security.md, "Personal data and erasure"): forgotten subscribers' data redacted
+ * in stored deliveries, and subscribers out of every configured group past the period erased.
+ */
+function startErasure(config: Config, pool: pg.Pool, log: Logger): Repeating {
+  return repeat(
+    async () => {
+      const result = await runErasure(pool, {
+        groups: config.sync.groups,
+        types: config.sync.types,
+        outOfGroupsAfterMs: config.eraseOutOfGroupsAfterMs,
+      });
+      if (result.erased > 0 || result.redactedDeliveries > 0) log.info(result, 'erased personal data');
+    },
+    {
+      firstDelayMs: 60_000,
+      nextDelayMs: () => ERASURE_EVERY_MS,
+      onError: (error) => log.warn({ err: describeConnectionError(error) }, 'erasure run failed; retrying at the next tick'),
+    },
+  );
+}
+
+/**
+ * HISTORY_RETENTION: every worker replica purges closed history hourly, one account after the other,
+ * each on its own pool (the purge keeps to the session's account); concurrent deletes are harmless.
+ */
+function startHistoryPurge(accounts: readonly ServedAccount[], retentionMs: number | undefined, log: Logger): Repeating | null {
+  if (retentionMs === undefined) return null;
+  return repeat(
+    async () => {
+      for (const { config, pool } of accounts) {
+        const deleted = await purgeHistory(pool, retentionMs);
+        if (deleted > 0)
+          log.info(
+            { account: config.account, deleted, olderThan: new Date(Date.now() - retentionMs).toISOString() },
+            'purged history past HISTORY_RETENTION',
+          );
+      }
+    },
+    {
+      firstDelayMs: 60_000,
+      nextDelayMs: () => 3_600_000,
+      onError: (error) => log.warn({ err: error }, 'purging history failed; trying again later'),
+    },
+  );
+}
+
+/** The accounts whose polling is paused by a rejected credential now, with their pauses. */
+export async function pausedAccounts(parts: WorkerParts): Promise<Array<{ account: string; pause: AuthPause }>> {
+  const paused: Array<{ account: string; pause: AuthPause }> = [];
+  for (const { config, polling } of parts.accounts) {
+    if (!polling) continue;
+    const pause = await readAuthPause(parts.redis, polling.pauseKey);
+    if (isPaused(pause)) paused.push({ account: config.account, pause });
+  }
+  return paused;
+}
+
+/**
+ * The readiness of polling: not ready when every account that polls is paused by a rejected
+ * credential (the worker then reads nothing). One account paused among others that read is that
+ * account's problem alone: it shows in `status`, the metrics and the alerts, and the replica stays
+ * ready for the others (and, in role `all`, for every account's deliveries).
+ */
+export async function checkPolling(parts: WorkerParts): Promise<void> {
+  const polling = parts.accounts.filter((a) => a.polling !== null).length;
+  const paused = await pausedAccounts(parts);
+  if (polling === 0 || paused.length < polling) return;
+  const several = parts.accounts.length > 1;
+  const reasons = paused.map(
+    ({ account, pause }) =>
+      `${several ? `account ${account}: ` : ''}polling paused until ${new Date(pause.until).toISOString()}: ${pause.message}`,
+  );
+  throw new Error(reasons.join('; '));
+}

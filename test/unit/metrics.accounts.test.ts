@@ -1,0 +1,88 @@
+/**
+ * The metrics of the parts serving one account carry its `account` label (docs/operations.md,
+ * "Several accounts"): `metrics.forAccount(name)` records them so, and leaves the deployment's alone.
+ */
+import { describe, expect, it } from 'vitest';
+import { createMetrics, initSeries } from '../../src/ground/metrics.js';
+
+const valuesOf = async (metric: { get(): Promise<{ values: Array<{ labels: object; value: number }> }> }) =>
+  (await metric.get()).values.map((v) => ({ labels: v.labels, value: v.value }));
+
+describe('metrics.forAccount', () => {
+  it('adds the account to every series a per-account metric records, whatever the call looks like', async () => {
+    const metrics = createMetrics({ defaultMetrics: false });
+    const shop = metrics.forAccount('shop');
+    shop.passDuration.observe({ mode: 'full', outcome: 'succeeded' }, 2);
+    shop.authPaused.set(1);
+    shop.auditRequests.inc();
+    shop.auditRequests.inc(2);
+    metrics.forAccount('blog').authPaused.set(0);
+    expect(await valuesOf(metrics.authPaused)).toEqual([
+      { labels: { account: 'shop' }, value: 1 },
+      { labels: { account: 'blog' }, value: 0 },
+    ]);
+    expect(await valuesOf(metrics.auditRequests)).toEqual([{ labels: { account: 'shop' }, value: 3 }]);
+    const count = (await metrics.passDuration.get()).values.find((v) => v.metricName?.endsWith('_count'));
+    expect(count?.labels).toEqual({ mode: 'full', outcome: 'succeeded', account: 'shop' });
+  });
+
+  it('leaves the deployment’s metrics without the label, and gives each account one view', async () => {
+    const metrics = createMetrics({ defaultMetrics: false });
+    const shop = metrics.forAccount('shop');
+    expect(metrics.forAccount('shop')).toBe(shop);
+    shop.redisMemoryUsed.set(5);
+    shop.adminActions.inc({ action: 'login', outcome: 'succeeded' });
+    expect(await valuesOf(metrics.redisMemoryUsed)).toEqual([{ labels: {}, value: 5 }]);
+    expect(await valuesOf(metrics.adminActions)).toEqual([{ labels: { action: 'login', outcome: 'succeeded' }, value: 1 }]);
+  });
+
+  it("resets only the series its account recorded (one account's audit leaves the other's webhook gauges)", async () => {
+    const metrics = createMetrics({ defaultMetrics: false });
+    const [shop, blog] = [metrics.forAccount('shop'), metrics.forAccount('blog')];
+    shop.webhookProblems.set({ webhook: '1', problem: 'disabled' }, 1);
+    blog.webhookProblems.set({ webhook: '1', problem: 'disabled' }, 0);
+    shop.webhookProblems.reset();
+    shop.webhookProblems.set({ webhook: '2', problem: 'missing' }, 1);
+    expect(await valuesOf(metrics.webhookProblems)).toEqual([
+      { labels: { webhook: '1', problem: 'disabled', account: 'blog' }, value: 0 },
+      { labels: { webhook: '2', problem: 'missing', account: 'shop' }, value: 1 },
+    ]);
+  });
+
+  it("shows each account's learned budgets under its name", async () => {
+    const metrics = createMetrics({ defaultMetrics: false });
+    metrics
+      .forAccount('shop')
+      .watchBudgets(['unknown', 'account'], () => ({ model: 'account', budgets: [{ budget: 'shared', perWindow: 54 }] }));
+    metrics
+      .forAccount('blog')
+      .watchBudgets(['unknown', 'account'], () => ({ model: 'unknown', budgets: [{ budget: 'shared', perWindow: 108 }] }));
+    expect(await valuesOf(metrics.rateBudget)).toEqual([
+      { labels: { budget: 'shared', account: 'shop' }, value: 54 },
+      { labels: { budget: 'shared', account: 'blog' }, value: 108 },
+    ]);
+    expect(await valuesOf(metrics.rateBudgetModel)).toEqual([
+      { labels: { model: 'unknown', account: 'shop' }, value: 0 },
+      { labels: { model: 'account', account: 'shop' }, value: 1 },
+      { labels: { model: 'unknown', account: 'blog' }, value: 1 },
+      { labels: { model: 'account', account: 'blog' }, value: 0 },
+    ]);
+  });
+
+  it('starts the series alerts read at 0 for every account', async () => {
+    const metrics = createMetrics({ defaultMetrics: false });
+    initSeries(metrics, ['pending', 'failed'], ['default', 'shop']);
+    const inbox = await valuesOf(metrics.inbox);
+    expect(inbox.map((v) => v.labels)).toEqual([
+      { status: 'pending', account: 'default' },
+      { status: 'failed', account: 'default' },
+      { status: 'pending', account: 'shop' },
+      { status: 'failed', account: 'shop' },
+    ]);
+    const applied = (await valuesOf(metrics.deliveries)).filter((v) => (v.labels as { outcome: string }).outcome === 'applied');
+    expect(applied.map((v) => v.labels)).toEqual([
+      { outcome: 'applied', account: 'default' },
+      { outcome: 'applied', account: 'shop' },
+    ]);
+  });
+});
