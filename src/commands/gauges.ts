@@ -1,16 +1,17 @@
 /**
  * The gauges the service refreshes every METRICS_REFRESH from its own tables and queues (no upstream
- * requests): queue depths, the inbox by status and, on a poll role, per group × type the cursor age,
- * drift, last success, members awaiting proof and the audit's accuracy.
+ * requests): queue depths, the inbox of every account by status and, on a poll role, per account and
+ * group × type the cursor age, drift, last success, members awaiting proof and the audit's accuracy.
+ * Every account is read by the same few statements (the deployment-wide status reader), never one
+ * round of statements per account.
  */
 import type pg from 'pg';
-import { accuracy } from '../audit/core.js';
-import { auditWindow } from '../audit/state.js';
-import type { Config } from '../config.js';
+import { accountConfig, type Config } from '../config.js';
+import { DELIVERY_STATUSES } from '../db/schema.js';
 import type { Metrics } from '../ground/metrics.js';
 import { repeat, type Repeating } from '../ground/repeat.js';
-import { collectStatus } from '../sync/status.js';
-import { countDeliveriesByStatus } from '../webhooks/inbox/report.js';
+import { collectAccountsStatus, type StatusScope } from '../sync/status.js';
+import { countDeliveriesOf } from '../webhooks/inbox/report.js';
 
 type CountedQueue = { name: string; getJobCounts(...types: string[]): Promise<Record<string, number>> };
 /** The one Redis command read here (the worker's user may run it; the receiver's may not). */
@@ -24,13 +25,24 @@ export function startGauges(
   metrics: Metrics,
   parts: { pool: pg.Pool; queues: CountedQueue[]; config: Config; polls: boolean; redis?: RedisInfo },
 ): Repeating {
+  const accounts = parts.config.accounts.map((a) => a.name);
+  zeroInbox(metrics, accounts);
   const refresh = async () => {
     await recordQueueDepths(metrics, parts.queues);
-    await recordInboxGauges(metrics, parts.pool);
+    await recordInboxGauges(metrics, parts.pool, accounts);
     if (parts.polls) await recordSyncGauges(metrics, parts.pool, parts.config);
     if (parts.redis) await recordRedisMemory(metrics, parts.redis);
   };
   return repeat(refresh, { firstDelayMs: 0, nextDelayMs: () => parts.config.metricsRefreshMs, onError: () => {} });
+}
+
+/**
+ * Every account's inbox series exist from the first scrape, at 0 (alerts and the dashboard's account
+ * list read them); the series without an account that `initSeries` made go, since no account owns them.
+ */
+function zeroInbox(metrics: Metrics, accounts: readonly string[]): void {
+  metrics.inbox.reset();
+  for (const account of accounts) for (const status of DELIVERY_STATUSES) metrics.inbox.set({ account, status }, 0);
 }
 
 async function recordQueueDepths(metrics: Metrics, queues: CountedQueue[]): Promise<void> {
@@ -49,38 +61,56 @@ export function passIntervalMs(config: Config): number {
   return config.sync.source === 'current' ? config.sync.reconcileEveryMs : config.sync.everyMs;
 }
 
-/** Cursor age and drift per group × type, from our own tables (no upstream requests). */
+/** An account's configured pairs, as the status reads them (the audit's schedule plays no part in a gauge). */
+function scopeOf(config: Config): StatusScope {
+  return { account: config.account, groups: config.sync.groups, types: config.sync.types };
+}
+
+/** Cursor age, drift, last success, awaiting proof and accuracy per account and group × type, from our own tables (no upstream requests). */
 async function recordSyncGauges(metrics: Metrics, pool: pg.Pool, config: Config): Promise<void> {
   try {
-    const rows = await collectStatus(pool, { groups: config.sync.groups, types: config.sync.types });
-    const audits = await auditWindow(pool);
+    const statuses = await collectAccountsStatus(
+      pool,
+      config.accounts.map(({ name }) => scopeOf(accountConfig(config, name))),
+    );
     const now = Date.now();
-    for (const r of rows) {
-      const labels = { group: r.groupId, type: r.type };
-      metrics.syncInterval.set(labels, passIntervalMs(config) / 1000);
-      metrics.mirrored.set(labels, r.mirrored);
-      if (r.cursor) metrics.cursorAge.set(labels, Math.max(0, (now - Date.parse(r.cursor)) / 1000));
-      if (r.lastSuccessAt) metrics.lastSuccess.set(labels, Date.parse(r.lastSuccessAt) / 1000);
-      if (r.upstreamCount !== null) metrics.upstreamCount.set(labels, r.upstreamCount);
-      if (r.drift !== null) metrics.drift.set(labels, r.drift);
-      metrics.membersAwaitingProof.set(labels, r.awaitingProof);
-      const window = audits.get(`${r.groupId}:${r.type}`);
-      const share = window ? accuracy(window.rowsChecked, window.content + window.missing + window.extra) : null;
-      if (share !== null) metrics.auditAccuracy.set(labels, share);
-      for (const kind of ['content', 'missing', 'extra', 'count']) metrics.auditMismatches.inc({ ...labels, kind }, 0);
-      metrics.auditRowsChecked.inc(labels, 0);
-      metrics.auditUnrepaired.inc(labels, 0);
-      // The series exists from the first scrape (dashboards and alerts read 0, not "no data").
-      metrics.passStepBacks.inc(labels, 0);
+    for (const { account, passes } of statuses) {
+      const intervalSeconds = passIntervalMs(accountConfig(config, account)) / 1000;
+      for (const r of passes) {
+        const labels = { account, group: r.groupId, type: r.type };
+        metrics.syncInterval.set(labels, intervalSeconds);
+        metrics.mirrored.set(labels, r.mirrored);
+        if (r.cursor) metrics.cursorAge.set(labels, Math.max(0, (now - Date.parse(r.cursor)) / 1000));
+        if (r.lastSuccessAt) metrics.lastSuccess.set(labels, Date.parse(r.lastSuccessAt) / 1000);
+        if (r.upstreamCount !== null) metrics.upstreamCount.set(labels, r.upstreamCount);
+        if (r.drift !== null) metrics.drift.set(labels, r.drift);
+        metrics.membersAwaitingProof.set(labels, r.awaitingProof);
+        if (r.audit.accuracy !== null) metrics.auditAccuracy.set(labels, r.audit.accuracy);
+        zeroPairCounters(metrics, { group: r.groupId, type: r.type });
+      }
     }
   } catch {
     // Postgres unavailable: readiness reports it.
   }
 }
 
-async function recordInboxGauges(metrics: Metrics, pool: pg.Pool): Promise<void> {
+/**
+ * The series of the audit's and the passes' counters exist from the first scrape (dashboards and
+ * alerts read 0, not "no data"). Those counters are recorded by the audit and the passes, under the
+ * labels they declare (src/ground/metrics.ts).
+ */
+function zeroPairCounters(metrics: Metrics, labels: { group: string; type: string }): void {
+  for (const kind of ['content', 'missing', 'extra', 'count']) metrics.auditMismatches.inc({ ...labels, kind }, 0);
+  metrics.auditRowsChecked.inc(labels, 0);
+  metrics.auditUnrepaired.inc(labels, 0);
+  metrics.passStepBacks.inc(labels, 0);
+}
+
+async function recordInboxGauges(metrics: Metrics, pool: pg.Pool, accounts: readonly string[]): Promise<void> {
   try {
-    for (const [status, n] of Object.entries(await countDeliveriesByStatus(pool))) metrics.inbox.set({ status }, n);
+    for (const [account, counts] of await countDeliveriesOf(pool, accounts)) {
+      for (const [status, n] of Object.entries(counts)) metrics.inbox.set({ account, status }, n);
+    }
   } catch {
     // Postgres unavailable: readiness reports it.
   }

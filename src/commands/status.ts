@@ -1,16 +1,19 @@
 /**
- * `subscriber-mirror status [--json]`: per group × type the cursor, last run, rows, drift and audit
- * accuracy; the auth pause, the learned rate budgets and the webhooks' health.
+ * `subscriber-mirror status [--json]`: every account's pairs (per group × type the cursor, last run,
+ * rows, drift and audit accuracy), its auth pause, learned rate budgets and webhooks' health. One
+ * account shows as a single-account install always did; several, each under a header of its own
+ * (`--json`: `accounts` and `passes`, each pair naming its account).
  */
-import { loadConfig, NOTHING_RECONCILES, readCredentialOf } from '../config.js';
-import { DEFAULT_ACCOUNT, openDatabase } from '../db/client.js';
-import { formatBudgetReport, readRateBudgets, type BudgetReport } from '../ratelimit/budget-limiter.js';
-import { authPauseKey, isPaused, readAuthPause } from '../sync/auth-pause.js';
-import { auditScheduleNotice, collectStatus, formatStatusTable, webhookHealth } from '../sync/status.js';
+import type { Redis } from 'ioredis';
+import { accountConfig, loadConfig, readCredentialOf, type Config } from '../config.js';
+import { openDatabase } from '../db/client.js';
+import { formatBudgetReport } from '../ratelimit/budget-limiter.js';
+import { auditScheduleNotice, formatStatusTable } from '../sync/status.js';
 import { printable } from '../ground/terminal.js';
+import { collectReports, statusJson, type AccountReport } from '../http/status-report.js';
 import { parseOptions, type Command } from './args.js';
-import { configuredAuditSchedule } from './audit-settings.js';
 import { describeConnectionError } from './connection-error.js';
+import { statusSources } from './status-sources.js';
 
 /** Pass errors and auth messages quote the service: shown, never executed by the terminal. */
 const out = (text: string) => process.stdout.write(printable(text));
@@ -18,45 +21,66 @@ const out = (text: string) => process.stdout.write(printable(text));
 export const statusCommand: Command = async (args) => {
   const { values } = parseOptions(args, { json: { type: 'boolean', default: false } });
   const config = loadConfig(process.env, ['database']);
-  const database = openDatabase(config.databaseUrl, { max: 1, account: DEFAULT_ACCOUNT });
+  // Deployment-wide: the reader names every account itself, so the pool serves none.
+  const database = openDatabase(config.databaseUrl, { max: 1 });
+  let redis: Redis | null = null;
   try {
-    const auditSchedule = configuredAuditSchedule(config);
-    const rows = await collectStatus(database.pool, { groups: config.sync.groups, types: config.sync.types, auditSchedule });
-    const webhooks = await webhookHealth(database.pool);
-    let pause = null;
-    let rateBudgets: BudgetReport | null = null;
-    const credential = readCredentialOf(config);
-    if (credential) {
-      const { Redis } = await import('ioredis');
-      const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1, lazyConnect: true });
-      try {
-        await redis.connect();
-        const p = await readAuthPause(redis, authPauseKey(config.redisPrefix, credential));
-        pause = isPaused(p) ? p : null;
-        rateBudgets = await readRateBudgets(redis, config.redisPrefix);
-      } finally {
-        redis.disconnect();
-      }
-    }
-    if (values.json) {
-      const reads = config.sync.reconciles ? { source: config.sync.source } : { source: null, notice: NOTHING_RECONCILES };
-      out(`${JSON.stringify({ ...reads, authPause: pause, rateBudgets, audit: auditSchedule, passes: rows, webhooks }, null, 2)}\n`);
-    } else {
-      if (!config.sync.reconciles) out(`${NOTHING_RECONCILES}\n\n`);
-      if (pause) {
-        out(`POLLING PAUSED until ${new Date(pause.until).toISOString()} after ${pause.failures} auth failure(s): ${pause.message}\n\n`);
-      }
-      out(rows.length > 0 ? `${formatStatusTable(rows)}\n` : 'no groups configured and no passes recorded yet\n');
-      if (auditSchedule && !auditSchedule.honoured) out(`\n${auditScheduleNotice(auditSchedule, config.audit.budgetShare)}\n`);
-      if (rateBudgets) out(`\n${formatBudgetReport(rateBudgets)}\n`);
-      for (const w of webhooks.filter((h) => h.problems.length > 0)) {
-        out(`WEBHOOK ${w.id}: ${w.problems.join(', ')}${w.missingEvents.length > 0 ? ` (missing ${w.missingEvents.join(', ')})` : ''}\n`);
-      }
-    }
+    if (pollsAnyAccount(config)) redis = await connectRedis(config);
+    const reports = await collectReports(database.pool, statusSources(config, redis));
+    out(values.json ? `${JSON.stringify(statusJson(reports), null, 2)}\n` : formatStatusText(reports, config.audit.budgetShare));
     return 0;
   } catch (error) {
     throw new Error(`cannot read status: ${describeConnectionError(error)}`);
   } finally {
+    redis?.disconnect();
     await database.close();
   }
 };
+
+/** Only an account that polls has anything in Redis for status (its auth pause, its rate budgets). */
+function pollsAnyAccount(config: Config): boolean {
+  return config.accounts.some(({ name }) => readCredentialOf(accountConfig(config, name)) !== undefined);
+}
+
+async function connectRedis(config: Config): Promise<Redis> {
+  const { Redis } = await import('ioredis');
+  const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1, lazyConnect: true });
+  try {
+    await redis.connect();
+    return redis;
+  } catch (error) {
+    redis.disconnect();
+    throw error;
+  }
+}
+
+/** `status`'s text: one account as a single-account install always showed it; several, each after a header naming it. */
+export function formatStatusText(reports: readonly AccountReport[], auditShare: number): string {
+  const [only, ...others] = reports;
+  if (only !== undefined && others.length === 0) return accountText(only, auditShare);
+  return reports.map((r) => `${accountHeader(r)}\n\n${accountText(r, auditShare)}`).join('\n');
+}
+
+/** `ACCOUNT shop (current)`; a webhook-only account says so. */
+export function accountHeader(r: AccountReport): string {
+  const reads = r.source === null ? 'webhooks only' : (r.source ?? '');
+  return `ACCOUNT ${r.account}${reads ? ` (${reads})` : ''}`;
+}
+
+function accountText(r: AccountReport, auditShare: number): string {
+  const lines: string[] = [];
+  if (r.notice) lines.push(`${r.notice}\n\n`);
+  if (r.authPause) {
+    const pause = r.authPause;
+    lines.push(`POLLING PAUSED until ${new Date(pause.until).toISOString()} after ${pause.failures} auth failure(s): ${pause.message}\n\n`);
+  }
+  lines.push(r.passes.length > 0 ? `${formatStatusTable(r.passes)}\n` : 'no groups configured and no passes recorded yet\n');
+  if (r.audit && !r.audit.honoured) lines.push(`\n${auditScheduleNotice(r.audit, auditShare)}\n`);
+  if (r.rateBudgets) lines.push(`\n${formatBudgetReport(r.rateBudgets)}\n`);
+  for (const w of r.webhooks.filter((h) => h.problems.length > 0)) {
+    lines.push(
+      `WEBHOOK ${w.id}: ${w.problems.join(', ')}${w.missingEvents.length > 0 ? ` (missing ${w.missingEvents.join(', ')})` : ''}\n`,
+    );
+  }
+  return lines.join('');
+}

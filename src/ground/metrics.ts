@@ -125,11 +125,16 @@ const METRICS = {
     [],
     [0.001, 0.01, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120],
   ),
-  cursorAge: gauge('subscriber_mirror_sync_cursor_age_seconds', 'Age of the newest upstream change mirrored, per group and type', [
+  cursorAge: gauge('subscriber_mirror_sync_cursor_age_seconds', 'Age of the newest upstream change mirrored, per account, group and type', [
+    'account',
     'group',
     'type',
   ]),
-  drift: gauge('subscriber_mirror_sync_drift', 'Upstream /count minus current mirrored members, per group and type', ['group', 'type']),
+  drift: gauge('subscriber_mirror_sync_drift', 'Upstream /count minus current mirrored members, per account, group and type', [
+    'account',
+    'group',
+    'type',
+  ]),
   authPaused: gauge('subscriber_mirror_upstream_auth_paused', '1 while polling is paused because the service rejected the API key'),
   deliveryLag: histogram(
     'subscriber_mirror_webhook_apply_lag_seconds',
@@ -155,7 +160,7 @@ const METRICS = {
   membersAwaitingProof: gauge(
     'subscriber_mirror_members_awaiting_proof',
     'Current members the last complete full pass did not list: ended only when a second pass confirms they left',
-    ['group', 'type'],
+    ['account', 'group', 'type'],
   ),
   membersRemoved: counter(
     'subscriber_mirror_members_removed_total',
@@ -164,26 +169,29 @@ const METRICS = {
   ),
   lastSuccess: gauge(
     'subscriber_mirror_sync_last_success_timestamp_seconds',
-    'Unix time of the last successful pass (incremental or full), per group and type',
-    ['group', 'type'],
+    'Unix time of the last successful pass (incremental or full), per account, group and type',
+    ['account', 'group', 'type'],
   ),
   syncInterval: gauge(
     'subscriber_mirror_sync_interval_seconds',
-    'Configured SYNC_EVERY per group and type (alerts compare pass age against it)',
-    ['group', 'type'],
+    "The account's pass interval (SYNC_EVERY; RECONCILE_EVERY on the current API) per account, group and type (alerts compare pass age against it)",
+    ['account', 'group', 'type'],
   ),
   upstreamCount: gauge(
     'subscriber_mirror_sync_upstream_count',
-    'Members the service reported (/count) at the last full pass, per group and type',
-    ['group', 'type'],
+    'Members the service reported (/count) at the last full pass, per account, group and type',
+    ['account', 'group', 'type'],
   ),
-  mirrored: gauge('subscriber_mirror_sync_mirrored_members', 'Current members in the mirror (removed_at is null), per group and type', [
-    'group',
-    'type',
-  ]),
-  inbox: gauge('subscriber_mirror_webhook_inbox_deliveries', 'Stored webhook deliveries by status (pending, applied, failed, ignored)', [
-    'status',
-  ]),
+  mirrored: gauge(
+    'subscriber_mirror_sync_mirrored_members',
+    'Current members in the mirror (removed_at is null), per account, group and type',
+    ['account', 'group', 'type'],
+  ),
+  inbox: gauge(
+    'subscriber_mirror_webhook_inbox_deliveries',
+    'Stored webhook deliveries per account by status (pending, applied, failed, ignored)',
+    ['account', 'status'],
+  ),
   adminActions: counter(
     'subscriber_mirror_admin_actions_total',
     'Admin requests that change something or present credentials: login, logout, backfill, queues (BullMQ dashboard actions), auth (credentials on any other request); outcome succeeded, failed (wrong credentials), refused (cross-site), throttled, rejected (bad request), error',
@@ -227,8 +235,8 @@ const METRICS = {
   ),
   auditAccuracy: gauge(
     'subscriber_mirror_audit_accuracy',
-    'Share of the rows the audit checked in the last 24 h that matched the service, per group and type',
-    ['group', 'type'],
+    'Share of the rows the audit checked in the last 24 h that matched the service, per account, group and type',
+    ['account', 'group', 'type'],
   ),
   webhookProblems: gauge(
     'subscriber_mirror_webhook_problems',

@@ -1,6 +1,6 @@
 import { formatBudgetReport } from '../../src/ratelimit/budget-limiter.js';
 import { describe, expect, it } from 'vitest';
-import { escapeHtml, formatAge, freshness, renderStatusPage, type StatusPageData } from '../../src/http/status-page.js';
+import { escapeHtml, formatAge, freshness, renderStatusPage, type AccountPage } from '../../src/http/status-page.js';
 import type { StatusRow } from '../../src/sync/status.js';
 
 const NOW = Date.parse('2026-11-26T12:00:00Z');
@@ -8,6 +8,7 @@ const EVERY = 300_000;
 
 function row(over: Partial<StatusRow> = {}): StatusRow {
   return {
+    account: 'default',
     groupId: '1',
     type: 'active',
     cursor: '2026-11-26T11:58:00.000000Z',
@@ -37,21 +38,23 @@ function row(over: Partial<StatusRow> = {}): StatusRow {
   };
 }
 
-function page(over: Partial<StatusPageData> = {}): string {
-  return renderStatusPage(
-    {
-      now: NOW,
-      everyMs: EVERY,
-      passes: [row()],
-      authPause: null,
-      inbox: { pending: 0, failed: 0 },
-      failed: [],
-      refreshSeconds: 15,
-      links: [],
-      ...over,
-    },
-    'n0nce',
-  );
+function account(over: Partial<AccountPage> = {}): AccountPage {
+  return {
+    account: 'default',
+    source: 'legacy',
+    notice: null,
+    passEveryMs: EVERY,
+    passes: [row()],
+    authPause: null,
+    inbox: { pending: 0, failed: 0 },
+    failed: [],
+    ...over,
+  };
+}
+
+/** The page of one account (a single-account install). */
+function page(over: Partial<AccountPage> = {}): string {
+  return renderStatusPage({ now: NOW, accounts: [account(over)], refreshSeconds: 15, links: [] }, 'n0nce');
 }
 
 describe('status page', () => {
