@@ -28,17 +28,7 @@ function accountSource(deployment: Config, name: string, redis: Redis | null): A
     ...reads,
     passEveryMs: passIntervalMs(config),
     ...(redis && credential ? { authPause: () => readAuthPause(redis, authPauseKey(config.redisPrefix, credential)) } : {}),
-    ...(redis && credential && publishesRateBudgets(deployment, name)
-      ? { rateBudgets: () => readRateBudgets(redis, config.redisPrefix) }
-      : {}),
+    // Each account's limiter publishes its budgets under the account's own Redis prefix.
+    ...(redis && credential ? { rateBudgets: () => readRateBudgets(redis, config.redisPrefix) } : {}),
   };
-}
-
-/**
- * Whether the rate budgets published under REDIS_PREFIX are this account's: the worker's one shared
- * limiter (src/commands/reads.ts) is built from the first account's settings, so only its budgets are
- * published there.
- */
-function publishesRateBudgets(config: Config, name: string): boolean {
-  return config.accounts[0]?.name === name;
 }

@@ -396,5 +396,8 @@ export function initSeries(metrics: Metrics, inboxStatuses: readonly string[], a
     }
     for (const status of inboxStatuses) m.inbox.set({ status }, 0);
     for (const reason of ['group', 'type']) m.syncJobsRefused.inc({ reason }, 0);
+    // An account's apply lag exists before its first delivery: the dashboard's p95 panel and its
+    // alert read the series, which a labelled histogram only has once observed or zeroed.
+    m.deliveryLag.zero({});
   }
 }

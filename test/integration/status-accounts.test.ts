@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { emptyTally, recordAuditResult, saveWebhookHealth } from '../../src/audit/state.js';
 import { statusSources } from '../../src/commands/status-sources.js';
 import { startGauges } from '../../src/commands/gauges.js';
-import { loadConfig } from '../../src/config.js';
+import { accountRedisPrefix, loadConfig } from '../../src/config.js';
 import { openDatabase, type Database } from '../../src/db/client.js';
 import { createLogger } from '../../src/ground/log.js';
 import { createMetrics } from '../../src/ground/metrics.js';
@@ -139,7 +139,19 @@ describe('status of two accounts in one database', () => {
     await storeDeliveries(database.pool, 'default', ['applied']);
     await storeDeliveries(shop.pool, SHOP, ['failed', 'failed', 'pending']);
     // The shop's read credential is rejected: its polling is paused, default's is not.
-    await recordAuthFailure(redis, authPauseKey(prefix, SHOP_TOKEN), 'Unauthenticated (shop)');
+    // Where shop's worker keeps its pause: under shop's own Redis prefix.
+    await recordAuthFailure(
+      redis,
+      authPauseKey(
+        accountRedisPrefix(
+          prefix,
+          loadConfig(env(), ['database']).accounts.map((a) => a.name),
+          'shop',
+        ),
+        SHOP_TOKEN,
+      ),
+      'Unauthenticated (shop)',
+    );
   });
 
   afterAll(async () => {
