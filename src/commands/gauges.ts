@@ -7,7 +7,6 @@
  */
 import type pg from 'pg';
 import { accountConfig, type Config } from '../config.js';
-import { DELIVERY_STATUSES } from '../db/schema.js';
 import type { Metrics } from '../ground/metrics.js';
 import { repeat, type Repeating } from '../ground/repeat.js';
 import { collectAccountsStatus, type StatusScope } from '../sync/status.js';
@@ -31,7 +30,6 @@ export function startGauges(
   parts: { pool: pg.Pool; queues: readonly AccountQueue[]; config: Config; polls: boolean; redis?: RedisInfo },
 ): Repeating {
   const accounts = parts.config.accounts.map((a) => a.name);
-  zeroInbox(metrics, accounts);
   const refresh = async () => {
     await recordQueueDepths(metrics, parts.queues);
     await recordInboxGauges(metrics, parts.pool, accounts);
@@ -39,15 +37,6 @@ export function startGauges(
     if (parts.redis) await recordRedisMemory(metrics, parts.redis);
   };
   return repeat(refresh, { firstDelayMs: 0, nextDelayMs: () => parts.config.metricsRefreshMs, onError: () => {} });
-}
-
-/**
- * Every account's inbox series exist from the first scrape, at 0 (alerts and the dashboard's account
- * list read them); the series without an account that `initSeries` made go, since no account owns them.
- */
-function zeroInbox(metrics: Metrics, accounts: readonly string[]): void {
-  metrics.inbox.reset();
-  for (const account of accounts) for (const status of DELIVERY_STATUSES) metrics.inbox.set({ account, status }, 0);
 }
 
 async function recordQueueDepths(metrics: Metrics, queues: readonly AccountQueue[]): Promise<void> {
@@ -91,7 +80,7 @@ async function recordSyncGauges(metrics: Metrics, pool: pg.Pool, config: Config)
         if (r.drift !== null) metrics.drift.set(labels, r.drift);
         metrics.membersAwaitingProof.set(labels, r.awaitingProof);
         if (r.audit.accuracy !== null) metrics.auditAccuracy.set(labels, r.audit.accuracy);
-        zeroPairCounters(metrics, { group: r.groupId, type: r.type });
+        zeroPairCounters(metrics, labels);
       }
     }
   } catch {
@@ -104,7 +93,7 @@ async function recordSyncGauges(metrics: Metrics, pool: pg.Pool, config: Config)
  * alerts read 0, not "no data"). Those counters are recorded by the audit and the passes, under the
  * labels they declare (src/ground/metrics.ts).
  */
-function zeroPairCounters(metrics: Metrics, labels: { group: string; type: string }): void {
+function zeroPairCounters(metrics: Metrics, labels: { account: string; group: string; type: string }): void {
   for (const kind of ['content', 'missing', 'extra', 'count']) metrics.auditMismatches.inc({ ...labels, kind }, 0);
   metrics.auditRowsChecked.inc(labels, 0);
   metrics.auditUnrepaired.inc(labels, 0);

@@ -16,6 +16,7 @@ export function statusSources(config: Config, redis: Redis | null, accounts: rea
   return accounts.map(({ name }) => accountSource(config, name, redis));
 }
 
+/** Each account's Redis keys are under its own prefix (`accountRedisPrefix`), where its worker parts keep them. */
 function accountSource(deployment: Config, name: string, redis: Redis | null): AccountSource {
   const config = accountConfig(deployment, name);
   const credential = readCredentialOf(config);
@@ -27,18 +28,11 @@ function accountSource(deployment: Config, name: string, redis: Redis | null): A
     auditSchedule: configuredAuditSchedule(config),
     ...reads,
     passEveryMs: passIntervalMs(config),
-    ...(redis && credential ? { authPause: () => readAuthPause(redis, authPauseKey(config.redisPrefix, credential)) } : {}),
-    ...(redis && credential && publishesRateBudgets(deployment, name)
-      ? { rateBudgets: () => readRateBudgets(redis, config.redisPrefix) }
+    ...(redis && credential
+      ? {
+          authPause: () => readAuthPause(redis, authPauseKey(config.redisPrefix, credential)),
+          rateBudgets: () => readRateBudgets(redis, config.redisPrefix),
+        }
       : {}),
   };
-}
-
-/**
- * Whether the rate budgets published under REDIS_PREFIX are this account's: the worker's one shared
- * limiter (src/commands/reads.ts) is built from the first account's settings, so only its budgets are
- * published there.
- */
-function publishesRateBudgets(config: Config, name: string): boolean {
-  return config.accounts[0]?.name === name;
 }
