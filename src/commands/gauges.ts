@@ -70,17 +70,18 @@ async function recordSyncGauges(metrics: Metrics, pool: pg.Pool, config: Config)
     const now = Date.now();
     for (const { account, passes } of statuses) {
       const intervalSeconds = passIntervalMs(accountConfig(config, account)) / 1000;
+      const m = metrics.forAccount(account);
       for (const r of passes) {
-        const labels = { account, group: r.groupId, type: r.type };
-        metrics.syncInterval.set(labels, intervalSeconds);
-        metrics.mirrored.set(labels, r.mirrored);
-        if (r.cursor) metrics.cursorAge.set(labels, Math.max(0, (now - Date.parse(r.cursor)) / 1000));
-        if (r.lastSuccessAt) metrics.lastSuccess.set(labels, Date.parse(r.lastSuccessAt) / 1000);
-        if (r.upstreamCount !== null) metrics.upstreamCount.set(labels, r.upstreamCount);
-        if (r.drift !== null) metrics.drift.set(labels, r.drift);
-        metrics.membersAwaitingProof.set(labels, r.awaitingProof);
-        if (r.audit.accuracy !== null) metrics.auditAccuracy.set(labels, r.audit.accuracy);
-        zeroPairCounters(metrics, labels);
+        const labels = { group: r.groupId, type: r.type };
+        m.syncInterval.set(labels, intervalSeconds);
+        m.mirrored.set(labels, r.mirrored);
+        if (r.cursor) m.cursorAge.set(labels, Math.max(0, (now - Date.parse(r.cursor)) / 1000));
+        if (r.lastSuccessAt) m.lastSuccess.set(labels, Date.parse(r.lastSuccessAt) / 1000);
+        if (r.upstreamCount !== null) m.upstreamCount.set(labels, r.upstreamCount);
+        if (r.drift !== null) m.drift.set(labels, r.drift);
+        m.membersAwaitingProof.set(labels, r.awaitingProof);
+        if (r.audit.accuracy !== null) m.auditAccuracy.set(labels, r.audit.accuracy);
+        zeroPairCounters(m, labels);
       }
     }
   } catch {
@@ -90,10 +91,10 @@ async function recordSyncGauges(metrics: Metrics, pool: pg.Pool, config: Config)
 
 /**
  * The series of the audit's and the passes' counters exist from the first scrape (dashboards and
- * alerts read 0, not "no data"). Those counters are recorded by the audit and the passes, under the
- * labels they declare (src/ground/metrics.ts).
+ * alerts read 0, not "no data"). Those counters are recorded by the audit and the passes of the
+ * account `metrics` is the view of (`Metrics.forAccount`).
  */
-function zeroPairCounters(metrics: Metrics, labels: { account: string; group: string; type: string }): void {
+function zeroPairCounters(metrics: Metrics, labels: { group: string; type: string }): void {
   for (const kind of ['content', 'missing', 'extra', 'count']) metrics.auditMismatches.inc({ ...labels, kind }, 0);
   metrics.auditRowsChecked.inc(labels, 0);
   metrics.auditUnrepaired.inc(labels, 0);
@@ -103,7 +104,8 @@ function zeroPairCounters(metrics: Metrics, labels: { account: string; group: st
 async function recordInboxGauges(metrics: Metrics, pool: pg.Pool, accounts: readonly string[]): Promise<void> {
   try {
     for (const [account, counts] of await countDeliveriesOf(pool, accounts)) {
-      for (const [status, n] of Object.entries(counts)) metrics.inbox.set({ account, status }, n);
+      const m = metrics.forAccount(account);
+      for (const [status, n] of Object.entries(counts)) m.inbox.set({ status }, n);
     }
   } catch {
     // Postgres unavailable: readiness reports it.

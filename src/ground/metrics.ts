@@ -391,6 +391,8 @@ export function initSeries(metrics: Metrics, inboxStatuses: readonly string[], a
   for (const account of accounts) {
     const m = metrics.forAccount(account);
     for (const outcome of DELIVERY_OUTCOMES) m.deliveries.inc({ outcome }, 0);
+    // Its buckets exist before a delivery is applied (the dashboard's apply lag reads them).
+    m.deliveryLag.zero({});
     for (const mode of ['incremental', 'full']) {
       for (const outcome of ['succeeded', 'failed']) m.passDuration.zero({ mode, outcome });
     }

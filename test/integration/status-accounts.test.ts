@@ -217,27 +217,27 @@ describe('status of two accounts in one database', () => {
         10_000,
       );
       const text = await metrics.registry.metrics();
-      expect(text).toContain(`subscriber_mirror_sync_drift{account="default",group="${GROUP}",type="active"} 0`);
-      expect(text).toContain(`subscriber_mirror_sync_drift{account="shop",group="${GROUP}",type="active"} 8`);
-      expect(text).toContain(`subscriber_mirror_sync_mirrored_members{account="shop",group="8",type="active"} 0`);
-      expect(text).toContain(`subscriber_mirror_members_awaiting_proof{account="shop",group="${GROUP}",type="active"} 1`);
-      expect(text).toContain(`subscriber_mirror_audit_accuracy{account="default",group="${GROUP}",type="active"} 0.99`);
-      expect(text).toContain(`subscriber_mirror_audit_accuracy{account="shop",group="${GROUP}",type="active"} 0.9`);
+      expect(text).toContain(`subscriber_mirror_sync_drift{group="${GROUP}",type="active",account="default"} 0`);
+      expect(text).toContain(`subscriber_mirror_sync_drift{group="${GROUP}",type="active",account="shop"} 8`);
+      expect(text).toContain(`subscriber_mirror_sync_mirrored_members{group="8",type="active",account="shop"} 0`);
+      expect(text).toContain(`subscriber_mirror_members_awaiting_proof{group="${GROUP}",type="active",account="shop"} 1`);
+      expect(text).toContain(`subscriber_mirror_audit_accuracy{group="${GROUP}",type="active",account="default"} 0.99`);
+      expect(text).toContain(`subscriber_mirror_audit_accuracy{group="${GROUP}",type="active",account="shop"} 0.9`);
       // Each account's own pass interval: SYNC_EVERY (5 min) on the legacy API, RECONCILE_EVERY (24 h) on the current one.
-      expect(text).toContain(`subscriber_mirror_sync_interval_seconds{account="default",group="${GROUP}",type="active"} 300`);
-      expect(text).toContain(`subscriber_mirror_sync_interval_seconds{account="shop",group="${GROUP}",type="active"} 86400`);
+      expect(text).toContain(`subscriber_mirror_sync_interval_seconds{group="${GROUP}",type="active",account="default"} 300`);
+      expect(text).toContain(`subscriber_mirror_sync_interval_seconds{group="${GROUP}",type="active",account="shop"} 86400`);
       await waitFor('the inbox counted', async () =>
-        (await metrics.registry.metrics()).includes('subscriber_mirror_webhook_inbox_deliveries{account="shop",status="failed"} 2'),
+        (await metrics.registry.metrics()).includes('subscriber_mirror_webhook_inbox_deliveries{status="failed",account="shop"} 2'),
       );
       const inbox = (await metrics.registry.metrics())
         .split('\n')
         .filter((l) => l.startsWith('subscriber_mirror_webhook_inbox_deliveries{'));
-      expect(inbox).toContain('subscriber_mirror_webhook_inbox_deliveries{account="default",status="applied"} 1');
-      expect(inbox).toContain('subscriber_mirror_webhook_inbox_deliveries{account="shop",status="pending"} 1');
-      expect(inbox).toContain('subscriber_mirror_webhook_inbox_deliveries{account="default",status="failed"} 0');
+      expect(inbox).toContain('subscriber_mirror_webhook_inbox_deliveries{status="applied",account="default"} 1');
+      expect(inbox).toContain('subscriber_mirror_webhook_inbox_deliveries{status="pending",account="shop"} 1');
+      expect(inbox).toContain('subscriber_mirror_webhook_inbox_deliveries{status="failed",account="default"} 0');
       // No series without an account, the counters the gauges start at 0 included.
       expect(inbox.filter((l) => !l.includes('account='))).toEqual([]);
-      expect(text).toContain(`subscriber_mirror_audit_unrepaired_total{account="shop",group="${GROUP}",type="active"} 0`);
+      expect(text).toContain(`subscriber_mirror_audit_unrepaired_total{group="${GROUP}",type="active",account="shop"} 0`);
       expect(
         text.split('\n').filter((l) => /^subscriber_mirror_(audit_|full_pass_step_backs)\w*\{/.test(l) && !l.includes('account=')),
       ).toEqual([]);
