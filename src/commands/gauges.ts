@@ -7,7 +7,6 @@
  */
 import type pg from 'pg';
 import { accountConfig, type Config } from '../config.js';
-import { DELIVERY_STATUSES } from '../db/schema.js';
 import type { Metrics } from '../ground/metrics.js';
 import { repeat, type Repeating } from '../ground/repeat.js';
 import { collectAccountsStatus, type StatusScope } from '../sync/status.js';
@@ -31,7 +30,6 @@ export function startGauges(
   parts: { pool: pg.Pool; queues: readonly AccountQueue[]; config: Config; polls: boolean; redis?: RedisInfo },
 ): Repeating {
   const accounts = parts.config.accounts.map((a) => a.name);
-  zeroInbox(metrics, accounts);
   const refresh = async () => {
     await recordQueueDepths(metrics, parts.queues);
     await recordInboxGauges(metrics, parts.pool, accounts);
@@ -39,15 +37,6 @@ export function startGauges(
     if (parts.redis) await recordRedisMemory(metrics, parts.redis);
   };
   return repeat(refresh, { firstDelayMs: 0, nextDelayMs: () => parts.config.metricsRefreshMs, onError: () => {} });
-}
-
-/**
- * Every account's inbox series exist from the first scrape, at 0 (alerts and the dashboard's account
- * list read them); the series without an account that `initSeries` made go, since no account owns them.
- */
-function zeroInbox(metrics: Metrics, accounts: readonly string[]): void {
-  metrics.inbox.reset();
-  for (const account of accounts) for (const status of DELIVERY_STATUSES) metrics.inbox.set({ account, status }, 0);
 }
 
 async function recordQueueDepths(metrics: Metrics, queues: readonly AccountQueue[]): Promise<void> {
@@ -81,17 +70,18 @@ async function recordSyncGauges(metrics: Metrics, pool: pg.Pool, config: Config)
     const now = Date.now();
     for (const { account, passes } of statuses) {
       const intervalSeconds = passIntervalMs(accountConfig(config, account)) / 1000;
+      const m = metrics.forAccount(account);
       for (const r of passes) {
-        const labels = { account, group: r.groupId, type: r.type };
-        metrics.syncInterval.set(labels, intervalSeconds);
-        metrics.mirrored.set(labels, r.mirrored);
-        if (r.cursor) metrics.cursorAge.set(labels, Math.max(0, (now - Date.parse(r.cursor)) / 1000));
-        if (r.lastSuccessAt) metrics.lastSuccess.set(labels, Date.parse(r.lastSuccessAt) / 1000);
-        if (r.upstreamCount !== null) metrics.upstreamCount.set(labels, r.upstreamCount);
-        if (r.drift !== null) metrics.drift.set(labels, r.drift);
-        metrics.membersAwaitingProof.set(labels, r.awaitingProof);
-        if (r.audit.accuracy !== null) metrics.auditAccuracy.set(labels, r.audit.accuracy);
-        zeroPairCounters(metrics, { group: r.groupId, type: r.type });
+        const labels = { group: r.groupId, type: r.type };
+        m.syncInterval.set(labels, intervalSeconds);
+        m.mirrored.set(labels, r.mirrored);
+        if (r.cursor) m.cursorAge.set(labels, Math.max(0, (now - Date.parse(r.cursor)) / 1000));
+        if (r.lastSuccessAt) m.lastSuccess.set(labels, Date.parse(r.lastSuccessAt) / 1000);
+        if (r.upstreamCount !== null) m.upstreamCount.set(labels, r.upstreamCount);
+        if (r.drift !== null) m.drift.set(labels, r.drift);
+        m.membersAwaitingProof.set(labels, r.awaitingProof);
+        if (r.audit.accuracy !== null) m.auditAccuracy.set(labels, r.audit.accuracy);
+        zeroPairCounters(m, labels);
       }
     }
   } catch {
@@ -101,8 +91,8 @@ async function recordSyncGauges(metrics: Metrics, pool: pg.Pool, config: Config)
 
 /**
  * The series of the audit's and the passes' counters exist from the first scrape (dashboards and
- * alerts read 0, not "no data"). Those counters are recorded by the audit and the passes, under the
- * labels they declare (src/ground/metrics.ts).
+ * alerts read 0, not "no data"). Those counters are recorded by the audit and the passes of the
+ * account `metrics` is the view of (`Metrics.forAccount`).
  */
 function zeroPairCounters(metrics: Metrics, labels: { group: string; type: string }): void {
   for (const kind of ['content', 'missing', 'extra', 'count']) metrics.auditMismatches.inc({ ...labels, kind }, 0);
@@ -114,7 +104,8 @@ function zeroPairCounters(metrics: Metrics, labels: { group: string; type: strin
 async function recordInboxGauges(metrics: Metrics, pool: pg.Pool, accounts: readonly string[]): Promise<void> {
   try {
     for (const [account, counts] of await countDeliveriesOf(pool, accounts)) {
-      for (const [status, n] of Object.entries(counts)) metrics.inbox.set({ account, status }, n);
+      const m = metrics.forAccount(account);
+      for (const [status, n] of Object.entries(counts)) m.inbox.set({ status }, n);
     }
   } catch {
     // Postgres unavailable: readiness reports it.

@@ -16,6 +16,7 @@ export function statusSources(config: Config, redis: Redis | null, accounts: rea
   return accounts.map(({ name }) => accountSource(config, name, redis));
 }
 
+/** Each account's Redis keys are under its own prefix (`accountRedisPrefix`), where its worker parts keep them. */
 function accountSource(deployment: Config, name: string, redis: Redis | null): AccountSource {
   const config = accountConfig(deployment, name);
   const credential = readCredentialOf(config);
@@ -27,8 +28,11 @@ function accountSource(deployment: Config, name: string, redis: Redis | null): A
     auditSchedule: configuredAuditSchedule(config),
     ...reads,
     passEveryMs: passIntervalMs(config),
-    ...(redis && credential ? { authPause: () => readAuthPause(redis, authPauseKey(config.redisPrefix, credential)) } : {}),
-    // Each account's limiter publishes its budgets under the account's own Redis prefix.
-    ...(redis && credential ? { rateBudgets: () => readRateBudgets(redis, config.redisPrefix) } : {}),
+    ...(redis && credential
+      ? {
+          authPause: () => readAuthPause(redis, authPauseKey(config.redisPrefix, credential)),
+          rateBudgets: () => readRateBudgets(redis, config.redisPrefix),
+        }
+      : {}),
   };
 }

@@ -391,13 +391,12 @@ export function initSeries(metrics: Metrics, inboxStatuses: readonly string[], a
   for (const account of accounts) {
     const m = metrics.forAccount(account);
     for (const outcome of DELIVERY_OUTCOMES) m.deliveries.inc({ outcome }, 0);
+    // Its buckets exist before a delivery is applied (the dashboard's apply lag reads them).
+    m.deliveryLag.zero({});
     for (const mode of ['incremental', 'full']) {
       for (const outcome of ['succeeded', 'failed']) m.passDuration.zero({ mode, outcome });
     }
     for (const status of inboxStatuses) m.inbox.set({ status }, 0);
     for (const reason of ['group', 'type']) m.syncJobsRefused.inc({ reason }, 0);
-    // An account's apply lag exists before its first delivery: the dashboard's p95 panel and its
-    // alert read the series, which a labelled histogram only has once observed or zeroed.
-    m.deliveryLag.zero({});
   }
 }

@@ -52,21 +52,6 @@ function grafanaVariables(expr: string): string {
     .replaceAll('$account', '.*');
 }
 
-/**
- * Metrics that belong to the deployment rather than to an account: Prometheus's `up`, the one sync
- * queue every account's passes share, Redis, the HTTP listeners and the process. Every other metric
- * of ours is per account (labelled `account`).
- */
-export const DEPLOYMENT_WIDE_METRICS: readonly RegExp[] = [
-  /^up$/,
-  /^subscriber_mirror_queue_depth$/,
-  /^subscriber_mirror_redis_memory_/,
-  /^subscriber_mirror_http_/,
-  /^subscriber_mirror_admin_/,
-  /^subscriber_mirror_process_/,
-  /^subscriber_mirror_nodejs_/,
-];
-
 /** The metric selectors of an expression: each metric name with its `{…}` (empty when it has none). */
 export function selectors(expr: string): Array<{ metric: string; matchers: string }> {
   const found: Array<{ metric: string; matchers: string }> = [];

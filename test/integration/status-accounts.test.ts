@@ -21,6 +21,7 @@ import { buildServer } from '../../src/http/server.js';
 import { createSessionStore } from '../../src/http/sessions.js';
 import { collectReports, statusJson } from '../../src/http/status-report.js';
 import { upsertMemberships } from '../../src/mirror/store/index.js';
+import { rateBudgetsKey } from '../../src/ratelimit/budget-limiter.js';
 import { authPauseKey, recordAuthFailure } from '../../src/sync/auth-pause.js';
 import { closeRow, openRow, saveUpstreamCount } from '../../src/sync/pass-history.js';
 import { createSyncQueue } from '../../src/sync/schedule.js';
@@ -35,6 +36,19 @@ const SHOP = 'shop';
 const GROUP = '7';
 const SHOP_TOKEN = 'shop-current-api-token-0123456789';
 const TOKEN = 'status-admin-token-0123456789';
+
+/** The rate budgets a limiter publishes, of model `model`. */
+function budgets(model: 'account' | 'endpoint') {
+  return {
+    model,
+    fallbackUntil: null,
+    windowMs: 60_000,
+    budgets: [{ budget: 'shared', perWindow: 60, announcedLimit: 60 }],
+    endpoints: [],
+    modelChanges: 1,
+    at: '2026-11-27T00:00:00.000Z',
+  };
+}
 
 /** A statement counter around a pool: the reader's statements must not grow with the accounts. */
 function counting(db: Queryable): { db: Queryable; statements: () => number } {
@@ -93,6 +107,7 @@ describe('status of two accounts in one database', () => {
     ACCOUNT_SHOP__SYNC_TYPES: 'active',
     AUDIT_EVERY: 'off',
   });
+  const shopPrefix = () => accountRedisPrefix(prefix, ['default', SHOP], SHOP);
   const scopes: StatusScope[] = [
     { account: 'default', groups: [GROUP], types: ['active', 'bounced'] },
     { account: SHOP, groups: [GROUP, '8'], types: ['active'] },
@@ -138,20 +153,11 @@ describe('status of two accounts in one database', () => {
     await saveWebhookHealth(shop.pool, [{ id: 'w-shop', enabled: false, problems: ['disabled'], missingEvents: [] }], []);
     await storeDeliveries(database.pool, 'default', ['applied']);
     await storeDeliveries(shop.pool, SHOP, ['failed', 'failed', 'pending']);
-    // The shop's read credential is rejected: its polling is paused, default's is not.
-    // Where shop's worker keeps its pause: under shop's own Redis prefix.
-    await recordAuthFailure(
-      redis,
-      authPauseKey(
-        accountRedisPrefix(
-          prefix,
-          loadConfig(env(), ['database']).accounts.map((a) => a.name),
-          'shop',
-        ),
-        SHOP_TOKEN,
-      ),
-      'Unauthenticated (shop)',
-    );
+    // The shop's read credential is rejected: its polling is paused, default's is not. Each account's
+    // worker keeps its pause and the budgets it learned under its own prefix.
+    await recordAuthFailure(redis, authPauseKey(shopPrefix(), SHOP_TOKEN), 'Unauthenticated (shop)');
+    await redis.set(rateBudgetsKey(prefix), JSON.stringify(budgets('endpoint')));
+    await redis.set(rateBudgetsKey(shopPrefix()), JSON.stringify(budgets('account')));
   });
 
   afterAll(async () => {
@@ -211,26 +217,30 @@ describe('status of two accounts in one database', () => {
         10_000,
       );
       const text = await metrics.registry.metrics();
-      expect(text).toContain(`subscriber_mirror_sync_drift{account="default",group="${GROUP}",type="active"} 0`);
-      expect(text).toContain(`subscriber_mirror_sync_drift{account="shop",group="${GROUP}",type="active"} 8`);
-      expect(text).toContain(`subscriber_mirror_sync_mirrored_members{account="shop",group="8",type="active"} 0`);
-      expect(text).toContain(`subscriber_mirror_members_awaiting_proof{account="shop",group="${GROUP}",type="active"} 1`);
-      expect(text).toContain(`subscriber_mirror_audit_accuracy{account="default",group="${GROUP}",type="active"} 0.99`);
-      expect(text).toContain(`subscriber_mirror_audit_accuracy{account="shop",group="${GROUP}",type="active"} 0.9`);
+      expect(text).toContain(`subscriber_mirror_sync_drift{group="${GROUP}",type="active",account="default"} 0`);
+      expect(text).toContain(`subscriber_mirror_sync_drift{group="${GROUP}",type="active",account="shop"} 8`);
+      expect(text).toContain(`subscriber_mirror_sync_mirrored_members{group="8",type="active",account="shop"} 0`);
+      expect(text).toContain(`subscriber_mirror_members_awaiting_proof{group="${GROUP}",type="active",account="shop"} 1`);
+      expect(text).toContain(`subscriber_mirror_audit_accuracy{group="${GROUP}",type="active",account="default"} 0.99`);
+      expect(text).toContain(`subscriber_mirror_audit_accuracy{group="${GROUP}",type="active",account="shop"} 0.9`);
       // Each account's own pass interval: SYNC_EVERY (5 min) on the legacy API, RECONCILE_EVERY (24 h) on the current one.
-      expect(text).toContain(`subscriber_mirror_sync_interval_seconds{account="default",group="${GROUP}",type="active"} 300`);
-      expect(text).toContain(`subscriber_mirror_sync_interval_seconds{account="shop",group="${GROUP}",type="active"} 86400`);
+      expect(text).toContain(`subscriber_mirror_sync_interval_seconds{group="${GROUP}",type="active",account="default"} 300`);
+      expect(text).toContain(`subscriber_mirror_sync_interval_seconds{group="${GROUP}",type="active",account="shop"} 86400`);
       await waitFor('the inbox counted', async () =>
-        (await metrics.registry.metrics()).includes('subscriber_mirror_webhook_inbox_deliveries{account="shop",status="failed"} 2'),
+        (await metrics.registry.metrics()).includes('subscriber_mirror_webhook_inbox_deliveries{status="failed",account="shop"} 2'),
       );
       const inbox = (await metrics.registry.metrics())
         .split('\n')
         .filter((l) => l.startsWith('subscriber_mirror_webhook_inbox_deliveries{'));
-      expect(inbox).toContain('subscriber_mirror_webhook_inbox_deliveries{account="default",status="applied"} 1');
-      expect(inbox).toContain('subscriber_mirror_webhook_inbox_deliveries{account="shop",status="pending"} 1');
-      expect(inbox).toContain('subscriber_mirror_webhook_inbox_deliveries{account="default",status="failed"} 0');
-      // No series without an account.
+      expect(inbox).toContain('subscriber_mirror_webhook_inbox_deliveries{status="applied",account="default"} 1');
+      expect(inbox).toContain('subscriber_mirror_webhook_inbox_deliveries{status="pending",account="shop"} 1');
+      expect(inbox).toContain('subscriber_mirror_webhook_inbox_deliveries{status="failed",account="default"} 0');
+      // No series without an account, the counters the gauges start at 0 included.
       expect(inbox.filter((l) => !l.includes('account='))).toEqual([]);
+      expect(text).toContain(`subscriber_mirror_audit_unrepaired_total{group="${GROUP}",type="active",account="shop"} 0`);
+      expect(
+        text.split('\n').filter((l) => /^subscriber_mirror_(audit_|full_pass_step_backs)\w*\{/.test(l) && !l.includes('account=')),
+      ).toEqual([]);
     } finally {
       gauges.stop();
     }
@@ -244,6 +254,8 @@ describe('status of two accounts in one database', () => {
     expect(mine).toMatch(/^ACCOUNT default \(legacy\)\n\ngroup\s+type\s+cursor/);
     expect(mine).toMatch(new RegExp(`^${GROUP}\\s+bounced\\s`, 'm'));
     expect(mine).not.toContain('PAUSED');
+    expect(mine).toContain('RATE BUDGETS (learned from the rate-limit headers, 2026-11-27T00:00:00.000Z): model endpoint');
+    expect(theirs).toContain('RATE BUDGETS (learned from the rate-limit headers, 2026-11-27T00:00:00.000Z): model account');
     expect(theirs).toMatch(/^ACCOUNT shop \(current\)\n\nPOLLING PAUSED until .* after 1 auth failure\(s\): Unauthenticated \(shop\)/);
     expect(theirs).toContain('HTTP 500 from the shop');
     expect(theirs).toMatch(/^8\s+active\s+-\s+never/m);
@@ -252,12 +264,12 @@ describe('status of two accounts in one database', () => {
     const json = await runCli(['status', '--json'], env());
     expect(json.code).toBe(0);
     const parsed = JSON.parse(json.stdout) as {
-      accounts: Array<{ account: string; source: string; authPause: { failures: number } | null }>;
+      accounts: Array<{ account: string; source: string; authPause: { failures: number } | null; rateBudgets: { model: string } | null }>;
       passes: Array<{ account: string; groupId: string; type: string; mirrored: number }>;
     };
-    expect(parsed.accounts.map((a) => [a.account, a.source, a.authPause?.failures ?? null])).toEqual([
-      ['default', 'legacy', null],
-      [SHOP, 'current', 1],
+    expect(parsed.accounts.map((a) => [a.account, a.source, a.authPause?.failures ?? null, a.rateBudgets?.model])).toEqual([
+      ['default', 'legacy', null, 'endpoint'],
+      [SHOP, 'current', 1, 'account'],
     ]);
     expect(parsed.passes.map((p) => [p.account, p.groupId, p.type, p.mirrored])).toEqual([
       ['default', GROUP, 'active', 3],
@@ -316,6 +328,8 @@ describe('status of two accounts in one database', () => {
     expect(page.body).toContain('<section id="account-shop" data-account="shop">');
     expect(page.body).toMatch(/id="shop-auth-pause"[\s\S]*Unauthenticated \(shop\)/);
     expect(page.body).not.toContain('id="default-auth-pause"');
+    expect(page.body).toContain('<p id="shop-rate-budgets">Model <strong data-field="model">account</strong>');
+    expect(page.body).toContain('<p id="default-rate-budgets">Model <strong data-field="model">endpoint</strong>');
     expect(page.body).toMatch(/<table id="shop-failed">[\s\S]*?cannot apply shop 1[\s\S]*?cannot apply shop 0/);
     expect(page.body).toContain('<td class="num" data-inbox="applied">1</td>');
     expect(page.body).toMatch(/<tr data-account="shop">[\s\S]*?data-field="pending">1<\/td><td class="num late" data-field="failed">2</);

@@ -338,7 +338,7 @@ describe('one worker, several accounts', () => {
     const metrics = await (await fetch(`http://127.0.0.1:${opsPort}/metrics`)).text();
     expect(metrics).toMatch(/^subscriber_mirror_upstream_auth_paused\{account="shop"\} 1$/m);
     expect(metrics).toMatch(/^subscriber_mirror_upstream_auth_paused\{account="default"\} 0$/m);
-    expect(metrics).toMatch(/^subscriber_mirror_sync_last_success_timestamp_seconds\{account="news",group="\d+",type="active"\} \d/m);
+    expect(metrics).toMatch(/^subscriber_mirror_sync_last_success_timestamp_seconds\{group="\d+",type="active",account="news"\} \d/m);
 
     const shop = await runCli(['status', '--account', 'shop'], env);
     expect(shop.code, shop.stderr).toBe(0);

@@ -12,7 +12,8 @@ import { describe, expect, it } from 'vitest';
 import { parseRedisMemory } from '../../src/commands/gauges.js';
 import { parse } from 'yaml';
 import { ROOT } from '../helpers/cli.js';
-import { alertRules, dashboard, DEPLOYMENT_WIDE_METRICS, groupings, MONITORING, selectors, withBool } from '../helpers/promql.js';
+import { createMetrics } from '../../src/ground/metrics.js';
+import { alertRules, dashboard, groupings, MONITORING, selectors, withBool } from '../helpers/promql.js';
 import { requirePath, systemTool } from '../helpers/tools.js';
 
 const promtool = systemTool('promtool', 'prometheus');
@@ -83,11 +84,26 @@ describe('alert rules', () => {
   });
 });
 
-/** Whether a metric is an account's (labelled `account`) rather than the deployment's. */
-const perAccount = (metric: string): boolean => !DEPLOYMENT_WIDE_METRICS.some((pattern) => pattern.test(metric));
+/** The metrics declared with an `account` label (src/ground/metrics.ts); a histogram's series by their suffixes too. */
+const ACCOUNT_METRICS = new Set(
+  createMetrics({ defaultMetrics: false })
+    .registry.getMetricsAsArray()
+    .filter((m) => (m as unknown as { labelNames: readonly string[] }).labelNames.includes('account'))
+    .flatMap((m) => [m.name, `${m.name}_sum`, `${m.name}_count`, `${m.name}_bucket`]),
+);
+
+/** Whether a metric is an account's (labelled `account`) rather than the deployment's (`up`, Redis, the HTTP listeners, the process). */
+const perAccount = (metric: string): boolean => ACCOUNT_METRICS.has(metric);
 
 describe('every account apart (docs/operations.md, "Several accounts")', () => {
   const rules = alertRules() as Array<{ alert: string; expr: string; annotations?: { summary?: string } }>;
+
+  it('knows which metrics are per account from their declarations', () => {
+    expect(perAccount('subscriber_mirror_sync_drift')).toBe(true);
+    expect(perAccount('subscriber_mirror_limiter_wait_seconds_sum')).toBe(true);
+    expect(perAccount('subscriber_mirror_redis_memory_used_bytes')).toBe(false);
+    expect(perAccount('up')).toBe(false);
+  });
 
   it.each(rules.map((r) => [r.alert, r] as const))('%s fires per account and names it, or is about the deployment', (_name, rule) => {
     const accountMetrics = selectors(rule.expr).filter((s) => perAccount(s.metric));
