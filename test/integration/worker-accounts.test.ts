@@ -309,7 +309,7 @@ describe('one worker, several accounts', () => {
     const table = await runCli(['status'], env);
     expect(table.code, table.stderr).toBe(0);
     for (const account of ['default', 'shop', 'news', 'hooks']) expect(table.stdout).toContain(`ACCOUNT ${account}`);
-  });
+  }, 240_000); // about fifteen CLI runs, each a process of its own: over a minute on 2 loaded cores
 
   it('a revoked key pauses its account alone: the others keep being read, the worker stays ready', async () => {
     sims.shop.setApiKey('key-shop-rotated-9876543210');
