@@ -16,7 +16,14 @@ import { SUBSCRIBER_TYPES, type SubscriberType } from '../db/schema.js';
 import { formatEpochMs, latestTimestamp } from '../ground/time.js';
 import { listedRow, normalizeCurrentSubscriber, type SubscriberRow } from '../mirror/normalize.js';
 import { versionTime } from '../mirror/version.js';
-import { removeMembersNotSeenSince, upsertGroups, upsertMemberships, upsertSubscribers, withTransaction } from '../mirror/store/index.js';
+import {
+  removeMembersNotSeenSince,
+  upsertGroups,
+  upsertMemberships,
+  upsertSubscribers,
+  withRetriedTransaction,
+  withTransaction,
+} from '../mirror/store/index.js';
 import type { CurrentClient, CurrentPage } from '../upstream/current/client.js';
 import { admissionOf } from '../upstream/page-gate.js';
 import { PassInterruptedError, recordPass, type PassContext, type PassResult, type PassTally } from './pass-recorder.js';
@@ -76,7 +83,7 @@ async function commitCursorPage(
   // The service's own objects are not needed past here (see commitOne in legacy-pass.ts).
   page.rows = [];
   const checkpoint = { nextCursor: page.nextCursor, pages: pass.pages };
-  const counts = await withTransaction(deps.pool, async (client) => {
+  const counts = await withRetriedTransaction(deps.pool, async (client) => {
     const written = await upsertSubscribers(client, rows);
     const members = rows.map((r) => ({ subscriberId: r.values.id, type, at: versionTime(r.values) }));
     await upsertMemberships(client, groupId, members, { via: 'current', seenAt: pass.seenAt });

@@ -21,7 +21,7 @@ import type { Logger } from '../ground/log.js';
 import { addDays, DAY_MS, dayInZone, formatEpochMs, latestTimestamp } from '../ground/time.js';
 import { listedRow, normalizeLegacySubscriber, type SubscriberRow } from '../mirror/normalize.js';
 import { versionTime } from '../mirror/version.js';
-import { upsertMemberships, upsertSubscribers, withTransaction, type UpsertCounts } from '../mirror/store/index.js';
+import { upsertMemberships, upsertSubscribers, withRetriedTransaction, type UpsertCounts } from '../mirror/store/index.js';
 import type { DateFilter, FilterKey, LegacyClient, LegacyPage, PageCapKnowledge, PageOptions } from '../upstream/legacy/client.js';
 import { admissionOf } from '../upstream/page-gate.js';
 import { PassInterruptedError, recordPass, type PassContext, type PassReading, type PassResult, type PassTally } from './pass-recorder.js';
@@ -146,7 +146,7 @@ async function commitPage(
   rows: SubscriberRow[],
   full: FullCheckpoint | null,
 ): Promise<UpsertCounts> {
-  return withTransaction(deps.pool, async (client) => {
+  return withRetriedTransaction(deps.pool, async (client) => {
     const counts = await upsertSubscribers(client, rows);
     await upsertMemberships(
       client,

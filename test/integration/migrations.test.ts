@@ -10,6 +10,7 @@ import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 /** The SQL contract (docs/sql.md, "Tables"), asserted from information_schema rather than from the ORM. */
 const CONTRACT: Record<string, Record<string, string>> = {
   accounts: { name: 'text' },
+  analyst_accounts: { role: 'text', account: 'text' },
   subscribers: {
     account: 'text',
     id: 'text',

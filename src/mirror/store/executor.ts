@@ -54,6 +54,27 @@ export async function withTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClie
   }
 }
 
+/** SQLSTATEs after which the whole transaction may simply run again: it was rolled back, nothing of it stayed. */
+const RETRYABLE_STATES = new Set(['40P01', '40001']); // deadlock_detected, serialization_failure
+
+/**
+ * {@link withTransaction}, run again (up to `attempts` times in all) when Postgres ends it as a
+ * deadlock victim or a serialization failure. Only for units of work that are safe to repeat, such
+ * as a pass's page (version-guarded upserts and its checkpoint): a page whose rows a webhook batch
+ * locks in another order would otherwise fail the whole pass (seen in the compose demo:
+ * `pass failed: deadlock detected`).
+ */
+export async function withRetriedTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>, attempts = 3): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await withTransaction(pool, fn);
+    } catch (error) {
+      const state = (error as { code?: unknown }).code;
+      if (attempt >= attempts || typeof state !== 'string' || !RETRYABLE_STATES.has(state)) throw error;
+    }
+  }
+}
+
 /**
  * Rolls back the open transaction of a failed unit of work; true when even that failed: the
  * connection is unusable, so release it destroyed (`release(true)`) instead of back to the pool.

@@ -24,7 +24,7 @@
  * - `ON CONFLICT DO UPDATE … WHERE` re-checks the guard against the latest committed version of the
  *   row under its lock, so concurrent writers (poll and consumer) cannot regress a row either.
  */
-export { rollbackOrBroken, withTransaction } from './executor.js';
+export { rollbackOrBroken, withRetriedTransaction, withTransaction } from './executor.js';
 export type { UpsertCounts } from './values.js';
 export { upsertSubscribers } from './subscribers.js';
 export {
