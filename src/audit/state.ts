@@ -162,3 +162,32 @@ export async function listWebhookHealth(db: Queryable): Promise<WebhookHealth[]>
   );
   return rows;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Deployment-wide reads: every account named, in one statement, on a pool of any account or of none
+// (the deployment's status and gauges, src/sync/status.ts)
+
+/** One pair's audit window (`auditWindow`), with the account and pair it is of. */
+export type AccountAuditWindowRow = AuditWindowRow & { account: string; groupId: string; type: string };
+
+/** `auditWindow` of every pair of the accounts named. */
+export async function auditWindowOf(db: Queryable, accounts: readonly string[], windowMs = 86_400_000): Promise<AccountAuditWindowRow[]> {
+  const { rows } = await db.query<AccountAuditWindowRow>(
+    `select account, group_id as "groupId", type, ${TALLY_KEYS.map((key) => `sum(${RESULT_COLUMNS[key]})::int as "${key}"`).join(', ')},
+            ${iso('max(at)')} as "lastAuditAt"
+       from audit_results
+      where account = any($1::text[]) and at >= now() - make_interval(secs => $2::double precision / 1000)
+      group by account, group_id, type`,
+    [accounts, windowMs],
+  );
+  return rows;
+}
+
+/** The webhooks of the accounts named as the audit last read them back, each with its account. */
+export async function listWebhookHealthOf(db: Queryable, accounts: readonly string[]): Promise<Array<RowOf<typeof auditWebhooks>>> {
+  const { rows } = await db.query<RowOf<typeof auditWebhooks>>(
+    `select ${rowSelectSql(auditWebhooks)} from audit_webhooks where account = any($1::text[]) order by account, id`,
+    [accounts],
+  );
+  return rows;
+}

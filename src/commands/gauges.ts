@@ -1,56 +1,63 @@
 /**
  * The gauges the service refreshes every METRICS_REFRESH from its own tables and queues (no upstream
- * requests): per account, its queue's depths, its inbox by status and, on a poll role, per group ×
- * type the cursor age, drift, last success, members awaiting proof and the audit's accuracy; once,
- * Redis's memory.
+ * requests): queue depths, the inbox of every account by status and, on a poll role, per account and
+ * group × type the cursor age, drift, last success, members awaiting proof and the audit's accuracy.
+ * Every account is read by the same few statements (the deployment-wide status reader), never one
+ * round of statements per account.
  */
 import type pg from 'pg';
-import { accuracy } from '../audit/core.js';
-import { auditWindow } from '../audit/state.js';
-import type { Config } from '../config.js';
+import { accountConfig, type Config } from '../config.js';
+import { DELIVERY_STATUSES } from '../db/schema.js';
 import type { Metrics } from '../ground/metrics.js';
 import { repeat, type Repeating } from '../ground/repeat.js';
-import { collectStatus } from '../sync/status.js';
-import { countDeliveriesByStatus } from '../webhooks/inbox/report.js';
+import { collectAccountsStatus, type StatusScope } from '../sync/status.js';
+import { countDeliveriesOf } from '../webhooks/inbox/report.js';
 
 type CountedQueue = { name: string; getJobCounts(...types: string[]): Promise<Record<string, number>> };
+/** Each account has a sync queue of its own (under its Redis prefix), all named alike: the account tells them apart. */
+export interface AccountQueue {
+  account: string;
+  queue: CountedQueue;
+}
 /** The one Redis command read here (the worker's user may run it; the receiver's may not). */
 type RedisInfo = { info(section: 'memory'): Promise<string> };
 
-/** One account's share of the gauges: a pool serving it, its config (`accountConfig`) and its sync queue (none on a receiver). */
-export interface GaugedAccount {
-  pool: pg.Pool;
-  config: Config;
-  queue?: CountedQueue;
-}
-
 /**
- * Refreshes the gauges at once and then every METRICS_REFRESH, each account's with its `account`
- * label; `polls`: the per-pair gauges too; `redis`: Redis's memory against its maxmemory (BullMQ
- * needs noeviction, so a full Redis refuses writes).
+ * Refreshes the gauges at once and then every METRICS_REFRESH; `polls`: the per-pair gauges too;
+ * `redis`: Redis's memory against its maxmemory (BullMQ needs noeviction, so a full Redis refuses writes).
  */
 export function startGauges(
   metrics: Metrics,
-  parts: { accounts: readonly GaugedAccount[]; polls: boolean; refreshMs: number; redis?: RedisInfo },
+  parts: { pool: pg.Pool; queues: readonly AccountQueue[]; config: Config; polls: boolean; redis?: RedisInfo },
 ): Repeating {
+  const accounts = parts.config.accounts.map((a) => a.name);
+  zeroInbox(metrics, accounts);
   const refresh = async () => {
-    for (const account of parts.accounts) {
-      const labelled = metrics.forAccount(account.config.account);
-      if (account.queue) await recordQueueDepths(labelled, account.queue);
-      await recordInboxGauges(labelled, account.pool);
-      if (parts.polls) await recordSyncGauges(labelled, account.pool, account.config);
-    }
+    await recordQueueDepths(metrics, parts.queues);
+    await recordInboxGauges(metrics, parts.pool, accounts);
+    if (parts.polls) await recordSyncGauges(metrics, parts.pool, parts.config);
     if (parts.redis) await recordRedisMemory(metrics, parts.redis);
   };
-  return repeat(refresh, { firstDelayMs: 0, nextDelayMs: () => parts.refreshMs, onError: () => {} });
+  return repeat(refresh, { firstDelayMs: 0, nextDelayMs: () => parts.config.metricsRefreshMs, onError: () => {} });
 }
 
-async function recordQueueDepths(metrics: Metrics, queue: CountedQueue): Promise<void> {
-  try {
-    const counts = await queue.getJobCounts('waiting', 'active', 'delayed', 'failed', 'prioritized');
-    for (const [state, n] of Object.entries(counts)) metrics.queueDepth.set({ queue: queue.name, state }, n);
-  } catch {
-    // Redis unavailable: readiness reports it; the gauge keeps its last value.
+/**
+ * Every account's inbox series exist from the first scrape, at 0 (alerts and the dashboard's account
+ * list read them); the series without an account that `initSeries` made go, since no account owns them.
+ */
+function zeroInbox(metrics: Metrics, accounts: readonly string[]): void {
+  metrics.inbox.reset();
+  for (const account of accounts) for (const status of DELIVERY_STATUSES) metrics.inbox.set({ account, status }, 0);
+}
+
+async function recordQueueDepths(metrics: Metrics, queues: readonly AccountQueue[]): Promise<void> {
+  for (const { account, queue } of queues) {
+    try {
+      const counts = await queue.getJobCounts('waiting', 'active', 'delayed', 'failed', 'prioritized');
+      for (const [state, n] of Object.entries(counts)) metrics.queueDepth.set({ account, queue: queue.name, state }, n);
+    } catch {
+      // Redis unavailable: readiness reports it; the gauge keeps its last value.
+    }
   }
 }
 
@@ -59,38 +66,56 @@ export function passIntervalMs(config: Config): number {
   return config.sync.source === 'current' ? config.sync.reconcileEveryMs : config.sync.everyMs;
 }
 
-/** Cursor age and drift per group × type, from our own tables (no upstream requests). */
+/** An account's configured pairs, as the status reads them (the audit's schedule plays no part in a gauge). */
+function scopeOf(config: Config): StatusScope {
+  return { account: config.account, groups: config.sync.groups, types: config.sync.types };
+}
+
+/** Cursor age, drift, last success, awaiting proof and accuracy per account and group × type, from our own tables (no upstream requests). */
 async function recordSyncGauges(metrics: Metrics, pool: pg.Pool, config: Config): Promise<void> {
   try {
-    const rows = await collectStatus(pool, { groups: config.sync.groups, types: config.sync.types });
-    const audits = await auditWindow(pool);
+    const statuses = await collectAccountsStatus(
+      pool,
+      config.accounts.map(({ name }) => scopeOf(accountConfig(config, name))),
+    );
     const now = Date.now();
-    for (const r of rows) {
-      const labels = { group: r.groupId, type: r.type };
-      metrics.syncInterval.set(labels, passIntervalMs(config) / 1000);
-      metrics.mirrored.set(labels, r.mirrored);
-      if (r.cursor) metrics.cursorAge.set(labels, Math.max(0, (now - Date.parse(r.cursor)) / 1000));
-      if (r.lastSuccessAt) metrics.lastSuccess.set(labels, Date.parse(r.lastSuccessAt) / 1000);
-      if (r.upstreamCount !== null) metrics.upstreamCount.set(labels, r.upstreamCount);
-      if (r.drift !== null) metrics.drift.set(labels, r.drift);
-      metrics.membersAwaitingProof.set(labels, r.awaitingProof);
-      const window = audits.get(`${r.groupId}:${r.type}`);
-      const share = window ? accuracy(window.rowsChecked, window.content + window.missing + window.extra) : null;
-      if (share !== null) metrics.auditAccuracy.set(labels, share);
-      for (const kind of ['content', 'missing', 'extra', 'count']) metrics.auditMismatches.inc({ ...labels, kind }, 0);
-      metrics.auditRowsChecked.inc(labels, 0);
-      metrics.auditUnrepaired.inc(labels, 0);
-      // The series exists from the first scrape (dashboards and alerts read 0, not "no data").
-      metrics.passStepBacks.inc(labels, 0);
+    for (const { account, passes } of statuses) {
+      const intervalSeconds = passIntervalMs(accountConfig(config, account)) / 1000;
+      for (const r of passes) {
+        const labels = { account, group: r.groupId, type: r.type };
+        metrics.syncInterval.set(labels, intervalSeconds);
+        metrics.mirrored.set(labels, r.mirrored);
+        if (r.cursor) metrics.cursorAge.set(labels, Math.max(0, (now - Date.parse(r.cursor)) / 1000));
+        if (r.lastSuccessAt) metrics.lastSuccess.set(labels, Date.parse(r.lastSuccessAt) / 1000);
+        if (r.upstreamCount !== null) metrics.upstreamCount.set(labels, r.upstreamCount);
+        if (r.drift !== null) metrics.drift.set(labels, r.drift);
+        metrics.membersAwaitingProof.set(labels, r.awaitingProof);
+        if (r.audit.accuracy !== null) metrics.auditAccuracy.set(labels, r.audit.accuracy);
+        zeroPairCounters(metrics, { group: r.groupId, type: r.type });
+      }
     }
   } catch {
     // Postgres unavailable: readiness reports it.
   }
 }
 
-async function recordInboxGauges(metrics: Metrics, pool: pg.Pool): Promise<void> {
+/**
+ * The series of the audit's and the passes' counters exist from the first scrape (dashboards and
+ * alerts read 0, not "no data"). Those counters are recorded by the audit and the passes, under the
+ * labels they declare (src/ground/metrics.ts).
+ */
+function zeroPairCounters(metrics: Metrics, labels: { group: string; type: string }): void {
+  for (const kind of ['content', 'missing', 'extra', 'count']) metrics.auditMismatches.inc({ ...labels, kind }, 0);
+  metrics.auditRowsChecked.inc(labels, 0);
+  metrics.auditUnrepaired.inc(labels, 0);
+  metrics.passStepBacks.inc(labels, 0);
+}
+
+async function recordInboxGauges(metrics: Metrics, pool: pg.Pool, accounts: readonly string[]): Promise<void> {
   try {
-    for (const [status, n] of Object.entries(await countDeliveriesByStatus(pool))) metrics.inbox.set({ status }, n);
+    for (const [account, counts] of await countDeliveriesOf(pool, accounts)) {
+      for (const [status, n] of Object.entries(counts)) metrics.inbox.set({ account, status }, n);
+    }
   } catch {
     // Postgres unavailable: readiness reports it.
   }

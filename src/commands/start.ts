@@ -43,6 +43,7 @@ import { registerAccountRoutes } from '../webhooks/account-routes.js';
 import type { ReceiverOutcome } from '../webhooks/receiver.js';
 import { parseOptions, type Command } from './args.js';
 import { describeConnectionError } from './connection-error.js';
+import { statusSources } from './status-sources.js';
 import { passIntervalMs, startGauges } from './gauges.js';
 import type { Polling } from './polling.js';
 import { checkPolling, connectRedis, startWorkerParts, type WorkerParts } from './worker.js';
@@ -163,6 +164,8 @@ async function registerAdmin(
     rateBudgets: () => readRateBudgets(deps.redis, config.redisPrefix),
     syncEveryMs: passIntervalMs(config),
     ...(config.sync.reconciles ? {} : { notice: NOTHING_RECONCILES }),
+    // Every account on the status page and /admin/status, each with its own pause and budgets.
+    statusSources: statusSources(config, deps.redis),
     sessions: createSessionStore(deps.redis, { prefix: config.redisPrefix, token }),
     logger: deps.log,
     metrics: deps.metrics,
@@ -217,13 +220,12 @@ export async function startService(config: Config, role: Role): Promise<RunningS
   // The receiver alone never connects to Redis: it holds no Redis credential (docs/security.md).
   const workerParts = polls ? await startWorkerParts(config, log, metrics, (message) => new StartupError(message)) : null;
 
+  // Every account read by the same few statements on the deployment-wide pool (the status reader).
   const gauges = startGauges(metrics, {
-    // A receiver alone counts the inbox of the account its pool serves.
-    accounts: workerParts
-      ? workerParts.accounts.map((a) => ({ pool: a.pool, config: a.config, queue: a.syncQueue }))
-      : [{ pool: database.pool, config }],
+    pool: database.pool,
+    queues: workerParts ? workerParts.accounts.map((a) => ({ account: a.config.account, queue: a.syncQueue })) : [],
+    config,
     polls,
-    refreshMs: config.metricsRefreshMs,
     ...(workerParts ? { redis: workerParts.redis } : {}),
   });
   const readiness = readinessChecks(database.pool, workerParts);

@@ -29,12 +29,13 @@ import type { Metrics } from '../ground/metrics.js';
 import { SUBSCRIBER_TYPES, type SubscriberType } from '../db/schema.js';
 import { enqueueBackfills } from '../sync/backfill.js';
 import type { PassJobData, PassJobResult } from '../sync/schedule.js';
-import { isPaused, type AuthPause } from '../sync/auth-pause.js';
-import { collectStatus, webhookHealth } from '../sync/status.js';
+import type { AuthPause } from '../sync/auth-pause.js';
 import type { BudgetReport } from '../ratelimit/budget-limiter.js';
-import { countDeliveriesByStatus, latestFailedDeliveries } from '../webhooks/inbox/report.js';
+import { DEFAULT_ACCOUNT } from '../db/client.js';
+import { countDeliveriesOf, latestFailedDeliveriesOf } from '../webhooks/inbox/report.js';
 import { SESSION_MS, type SessionStore } from './sessions.js';
 import { renderLoginPage, renderStatusPage } from './status-page.js';
+import { collectReports, statusJson, type AccountSource } from './status-report.js';
 import { createLoginThrottle, type Attempt, type LoginThrottle } from './throttle.js';
 import type { AuditSchedule } from '../audit/core.js';
 import { UsageError } from '../ground/usage-error.js';
@@ -67,6 +68,12 @@ export interface AdminDeps {
   notice?: string;
   /** SYNC_EVERY in ms: the status page colours freshness against it. */
   syncEveryMs: number;
+  /**
+   * Every account the status page and /admin/status show (docs/operations.md, "Several accounts").
+   * Absent: one, `default`, as `configured`, `authPause`, `rateBudgets`, `notice` and `syncEveryMs`
+   * describe it.
+   */
+  statusSources?: readonly AccountSource[];
   sessions: SessionStore;
   logger: Logger;
   metrics?: Metrics;
@@ -420,29 +427,40 @@ function registerSessionRoutes(admin: FastifyInstance, g: Guard): void {
   admin.get('/admin', async (_request, reply) => reply.redirect('/admin/', 303));
 }
 
+/** The accounts the status shows; a reader of Redis that fails shows nothing for its part (the tables' status still shows). */
+function statusSources(deps: AdminDeps): AccountSource[] {
+  const sources: readonly AccountSource[] = deps.statusSources ?? [
+    {
+      account: DEFAULT_ACCOUNT,
+      ...deps.configured,
+      ...(deps.notice ? { source: null, notice: deps.notice } : {}),
+      passEveryMs: deps.syncEveryMs,
+      authPause: deps.authPause,
+      rateBudgets: deps.rateBudgets,
+    },
+  ];
+  return sources.map(({ authPause, rateBudgets, ...source }) => ({
+    ...source,
+    ...(authPause ? { authPause: () => authPause().catch(() => null) } : {}),
+    ...(rateBudgets ? { rateBudgets: () => rateBudgets().catch(() => null) } : {}),
+  }));
+}
+
 function registerStatusRoutes(admin: FastifyInstance, g: Guard): void {
   admin.get('/admin/', async (_request, reply) => {
-    const [passes, authPause, inbox, failed, webhooks, rateBudgets] = await Promise.all([
-      collectStatus(g.deps.pool, g.deps.configured),
-      g.deps.authPause ? g.deps.authPause().catch(() => null) : null,
-      countDeliveriesByStatus(g.deps.pool),
-      latestFailedDeliveries(g.deps.pool, 10),
-      webhookHealth(g.deps.pool),
-      g.deps.rateBudgets ? g.deps.rateBudgets().catch(() => null) : null,
-    ]);
+    const sources = statusSources(g.deps);
+    const accounts = sources.map((s) => s.account);
     const now = Date.now();
+    const [reports, inbox, failed] = await Promise.all([
+      collectReports(g.deps.pool, sources, now),
+      countDeliveriesOf(g.deps.pool, accounts),
+      latestFailedDeliveriesOf(g.deps.pool, accounts, 10),
+    ]);
     return sendHtml(reply, 200, (nonce) =>
       renderStatusPage(
         {
           now,
-          everyMs: g.deps.syncEveryMs,
-          passes,
-          authPause: isPaused(authPause, now) ? authPause : null,
-          notice: g.deps.notice ?? null,
-          inbox,
-          failed,
-          webhooks,
-          rateBudgets,
+          accounts: reports.map((r) => ({ ...r, inbox: inbox.get(r.account) ?? {}, failed: failed.get(r.account) ?? [] })),
           refreshSeconds: REFRESH_SECONDS,
           links: [
             { href: '/admin/queues', label: 'Queues (BullMQ)' },
@@ -489,13 +507,7 @@ function registerStatusRoutes(admin: FastifyInstance, g: Guard): void {
     };
   });
 
-  admin.get('/admin/status', async () => ({
-    ...(g.deps.notice ? { notice: g.deps.notice } : {}),
-    authPause: g.deps.authPause ? await g.deps.authPause().catch(() => null) : null,
-    passes: await collectStatus(g.deps.pool, g.deps.configured),
-    webhooks: await webhookHealth(g.deps.pool),
-    rateBudgets: g.deps.rateBudgets ? await g.deps.rateBudgets().catch(() => null) : null,
-  }));
+  admin.get('/admin/status', async () => statusJson(await collectReports(g.deps.pool, statusSources(g.deps))));
 }
 
 async function registerDashboard(admin: FastifyInstance, deps: AdminDeps): Promise<void> {

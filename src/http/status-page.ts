@@ -6,26 +6,30 @@
  * Every value that reaches the HTML goes through `escapeHtml`: group ids, cursors and above all last
  * errors come from the network or from upstream messages.
  */
-import type { AuthPause } from '../sync/auth-pause.js';
+import { accountPrefix } from '../config.js';
+import { DEFAULT_ACCOUNT } from '../db/client.js';
 import type { WebhookHealth } from '../audit/state.js';
 import { formatAccuracy, formatAuditPeriod, type StatusRow } from '../sync/status.js';
 import type { BudgetReport } from '../ratelimit/budget-limiter.js';
 import type { FailedDelivery } from '../webhooks/inbox/report.js';
+import type { AccountReport } from './status-report.js';
 
-export interface StatusPageData {
-  now: number;
-  /** SYNC_EVERY in ms: freshness is coloured against it. */
-  everyMs: number;
-  passes: readonly StatusRow[];
-  authPause: AuthPause | null;
-  /** Said above everything when set: a webhook-only install, where nothing reconciles. */
-  notice?: string | null;
+/** One account's part of the page: its status (status-report.ts) and its webhook inbox. */
+export interface AccountPage extends Pick<AccountReport, 'account' | 'source' | 'notice' | 'passes' | 'authPause'> {
+  /** SYNC_EVERY (RECONCILE_EVERY on the current API) in ms: freshness is coloured against it. */
+  passEveryMs: number;
   inbox: Readonly<Record<string, number>>;
   failed: readonly FailedDelivery[];
   /** The managed webhooks as the audit last read them back. */
   webhooks?: readonly WebhookHealth[];
-  /** The rate budgets the poller learned from the service's headers; null before any answer. */
+  /** The rate budgets its limiter learned from the service's headers; null before any answer. */
   rateBudgets?: BudgetReport | null;
+}
+
+export interface StatusPageData {
+  now: number;
+  /** Every account, in the deployment's order: one is shown as a single-account install always was, several each under its name. */
+  accounts: readonly AccountPage[];
   refreshSeconds: number;
   /** Links shown in the header (relative to /admin/). */
   links: ReadonlyArray<{ href: string; label: string }>;
@@ -67,12 +71,12 @@ function driftText(row: StatusRow): { text: string; bad: boolean } {
   return { text: `${row.drift} (${pct.toFixed(2)} %)`, bad: Math.abs(pct) > 1 };
 }
 
-function passRow(row: StatusRow, data: StatusPageData): string {
-  const state = freshness(row.lastSuccessAt, data.everyMs, data.now);
-  const age = row.lastSuccessAt ? `${formatAge(data.now - Date.parse(row.lastSuccessAt))} ago` : 'never';
+function passRow(row: StatusRow, everyMs: number, now: number): string {
+  const state = freshness(row.lastSuccessAt, everyMs, now);
+  const age = row.lastSuccessAt ? `${formatAge(now - Date.parse(row.lastSuccessAt))} ago` : 'never';
   const drift = driftText(row);
   const last = row.lastStatus ? `${row.lastStatus} ${row.lastMode ?? ''}`.trim() : 'not run yet';
-  return `<tr data-group="${escapeHtml(row.groupId)}" data-type="${escapeHtml(row.type)}">
+  return `<tr data-account="${escapeHtml(row.account)}" data-group="${escapeHtml(row.groupId)}" data-type="${escapeHtml(row.type)}">
 <td>${escapeHtml(row.groupId)}</td><td>${escapeHtml(row.type)}</td>
 <td class="${state}" data-freshness="${state}" title="last success ${escapeHtml(row.lastSuccessAt ?? 'never')}">${escapeHtml(age)}</td>
 <td>${escapeHtml(last)}${row.fullPassOpenAt !== null ? ` <small>(full pass open at offset ${escapeHtml(row.fullPassOpenAt)})</small>` : ''}</td>
@@ -110,7 +114,7 @@ function auditPeriodCell(row: StatusRow): string {
   return `<td class="num${state}" data-field="audit-period" title="${escapeHtml(title)}">${escapeHtml(formatAuditPeriod(p))}</td>`;
 }
 
-function webhookRows(webhooks: readonly WebhookHealth[] | undefined): string {
+function webhookRows(webhooks: readonly WebhookHealth[] | undefined, id: Ids): string {
   if (!webhooks || webhooks.length === 0)
     return '<p class="muted">Not read back yet (the audit reads the webhooks each period when webhook management is configured).</p>';
   const rows = webhooks
@@ -121,11 +125,11 @@ function webhookRows(webhooks: readonly WebhookHealth[] | undefined): string {
       return `<tr><td>${escapeHtml(w.id)}</td><td class="${state}" data-webhook="${escapeHtml(w.id)}">${escapeHtml(problems)}</td><td>${escapeHtml(w.checkedAt ?? '')}</td><td>${escapeHtml(w.reenabledAt ?? '')}</td></tr>`;
     })
     .join('\n');
-  return `<table id="webhooks"><thead><tr><th>webhook</th><th>health</th><th>checked</th><th>re-enabled</th></tr></thead><tbody>${rows}</tbody></table>`;
+  return `<table id="${id('webhooks')}"><thead><tr><th>webhook</th><th>health</th><th>checked</th><th>re-enabled</th></tr></thead><tbody>${rows}</tbody></table>`;
 }
 
-function budgetRows(report: BudgetReport | null | undefined): string {
-  if (!report) return '<p class="muted" id="rate-budgets">No answer from the service read yet.</p>';
+function budgetRows(report: BudgetReport | null | undefined, id: Ids): string {
+  if (!report) return `<p class="muted" id="${id('rate-budgets')}">No answer from the service read yet.</p>`;
   const perMinute = (n: number): number => Math.round((n * 60_000) / report.windowMs);
   const rows = report.budgets
     .map(
@@ -134,20 +138,28 @@ function budgetRows(report: BudgetReport | null | undefined): string {
     )
     .join('');
   const fallback = report.fallbackUntil ? ` · on the shared budget after a 429 until ${escapeHtml(report.fallbackUntil)}` : '';
-  return `<p id="rate-budgets">Model <strong data-field="model">${escapeHtml(report.model)}</strong>${fallback} · as of ${escapeHtml(report.at)}</p>
-<table id="budgets"><thead><tr><th>budget</th><th>requests/min used</th><th>announced limit</th></tr></thead><tbody>${rows}</tbody></table>`;
+  return `<p id="${id('rate-budgets')}">Model <strong data-field="model">${escapeHtml(report.model)}</strong>${fallback} · as of ${escapeHtml(report.at)}</p>
+<table id="${id('budgets')}"><thead><tr><th>budget</th><th>requests/min used</th><th>announced limit</th></tr></thead><tbody>${rows}</tbody></table>`;
 }
 
-function pauseBanner(pause: AuthPause | null, now: number): string {
+function pauseBanner(account: AccountPage, now: number, id: Ids): string {
+  const pause = account.authPause;
   if (!pause || pause.until <= now) return '';
   // The message says what to fix: a rejected key or token, or a legacy key whose account has moved.
-  return `<div class="banner" role="alert" id="auth-pause"><strong>Polling is paused:</strong> the service rejected the read credential
+  return `<div class="banner" role="alert" id="${id('auth-pause')}"><strong>Polling is paused:</strong> the service rejected the read credential
 (${escapeHtml(pause.failures)} failure${pause.failures === 1 ? '' : 's'} since ${escapeHtml(new Date(pause.since).toISOString())}).
 Next try ${escapeHtml(new Date(pause.until).toISOString())}. <q>${escapeHtml(pause.message)}</q>
-Fix the read settings (<code>MAILER_API_KEY</code>, or <code>MAILER_API_TOKEN</code> with <code>SYNC_SOURCE=current</code>) and restart the workers.</div>`;
+Fix the read settings (${readSettings(account.account)}) and restart the workers.</div>`;
 }
 
-function failedRows(failed: readonly FailedDelivery[]): string {
+/** The variables an account's read credential is set by: unprefixed for `default`, `ACCOUNT_<NAME>__…` for any other. */
+function readSettings(account: string): string {
+  const prefix = account === DEFAULT_ACCOUNT ? '' : accountPrefix(account);
+  const code = (name: string) => `<code>${escapeHtml(prefix + name)}</code>`;
+  return `${code('MAILER_API_KEY')}, or ${code('MAILER_API_TOKEN')} with ${code('SYNC_SOURCE=current')}`;
+}
+
+function failedRows(failed: readonly FailedDelivery[], id: Ids): string {
   if (failed.length === 0) return '<p>No failed deliveries.</p>';
   const rows = failed
     .map(
@@ -155,7 +167,7 @@ function failedRows(failed: readonly FailedDelivery[]): string {
 <td class="num">${escapeHtml(d.attempts)}</td><td class="err">${escapeHtml(d.error ?? '')}</td></tr>`,
     )
     .join('\n');
-  return `<table id="failed"><thead><tr><th>id</th><th>received</th><th>kinds</th><th>attempts</th><th>error</th></tr></thead>
+  return `<table id="${id('failed')}"><thead><tr><th>id</th><th>received</th><th>kinds</th><th>attempts</th><th>error</th></tr></thead>
 <tbody>${rows}</tbody></table>`;
 }
 
@@ -168,14 +180,20 @@ th{background:#f0f3f6}.num{text-align:right;font-variant-numeric:tabular-nums}
 .fresh{background:#dafbe1}.late{background:#fff4c2}.stale,.never{background:#ffd8d3}
 .err{color:#a40e26;max-width:28rem;overflow-wrap:anywhere}code{font-size:12px}
 .banner{background:#a40e26;color:#fff;padding:.7rem 1rem;border-radius:4px;margin:1rem 0}
-.banner code{color:#fff}.muted{color:#57606a}form{display:inline}#inbox{width:auto}
+.banner code{color:#fff}.muted{color:#57606a}form{display:inline}.inbox{width:auto}
 `;
 
+/** An element id of one account's part: as it always was with one account, `NAME-` before it with several. */
+type Ids = (base: string) => string;
+
 export function renderStatusPage(data: StatusPageData, nonce: string): string {
-  const inbox = Object.entries(data.inbox)
-    .map(([status, n]) => `<tr><td>${escapeHtml(status)}</td><td class="num" data-inbox="${escapeHtml(status)}">${escapeHtml(n)}</td></tr>`)
-    .join('');
   const links = data.links.map((l) => `<a href="${escapeHtml(l.href)}">${escapeHtml(l.label)}</a>`).join('');
+  const [only, ...others] = data.accounts;
+  const single = only !== undefined && others.length === 0 ? only : null;
+  const intervals = single ? `passes every ${escapeHtml(formatAge(single.passEveryMs))}: ` : '';
+  const body = single
+    ? accountBody(single, data.now, (base) => base, 'h2')
+    : `${accountsOverview(data.accounts, data.now)}\n${data.accounts.map((a) => accountSection(a, data.now)).join('\n')}`;
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="refresh" content="${escapeHtml(data.refreshSeconds)}">
@@ -185,23 +203,70 @@ export function renderStatusPage(data: StatusPageData, nonce: string): string {
 <body>
 <h1>subscriber-mirror</h1>
 <p class="muted">As of ${escapeHtml(new Date(data.now).toISOString())} · refreshes every ${escapeHtml(data.refreshSeconds)} s ·
-passes every ${escapeHtml(formatAge(data.everyMs))}: green within 1.5 intervals, yellow up to 3, red beyond.</p>
+${intervals}green within 1.5 intervals, yellow up to 3, red beyond.</p>
 <nav>${links}<form method="post" action="logout"><button type="submit">Log out</button></form></nav>
-${data.notice ? `<div class="banner" role="status" id="notice">${escapeHtml(data.notice)}</div>` : ''}
-${pauseBanner(data.authPause, data.now)}
-<h2>Groups × types</h2>
-<table id="passes"><thead><tr><th>group</th><th>type</th><th>last success</th><th>last run</th><th>cursor</th>
-<th>mirrored</th><th>upstream</th><th>drift</th><th>awaiting proof</th><th>step backs</th><th title="the audit's last 24 h: rows that matched the service (mismatches/rows checked)">accuracy</th><th title="the period each pair is really audited at within AUDIT_BUDGET">audited every</th><th>last error</th></tr></thead>
-<tbody>${data.passes.map((row) => passRow(row, data)).join('\n')}</tbody></table>
-<h2>Rate budgets</h2>
-${budgetRows(data.rateBudgets)}
-<h2>Webhooks</h2>
-${webhookRows(data.webhooks)}
-<h2>Webhook inbox</h2>
-<table id="inbox"><thead><tr><th>status</th><th>deliveries</th></tr></thead><tbody>${inbox}</tbody></table>
-<h2>Latest failed deliveries</h2>
-${failedRows(data.failed)}
+${body}
 </body></html>`;
+}
+
+/** Several accounts: one line each, linking to its section (the worst freshness of its pairs, its pause, its inbox). */
+function accountsOverview(accounts: readonly AccountPage[], now: number): string {
+  const rows = accounts
+    .map((a) => {
+      const states = a.passes.map((p) => freshness(p.lastSuccessAt, a.passEveryMs, now));
+      const worst = WORST_FIRST.find((s) => states.includes(s)) ?? null;
+      const counts = WORST_FIRST.filter((s) => states.includes(s))
+        .map((s) => `${states.filter((x) => x === s).length} ${s}`)
+        .join(', ');
+      const paused = a.authPause !== null && a.authPause.until > now;
+      return `<tr data-account="${escapeHtml(a.account)}"><td><a href="#account-${escapeHtml(a.account)}">${escapeHtml(a.account)}</a></td>
+<td>${escapeHtml(sourceText(a))}</td><td${worst ? ` class="${worst}"` : ''} data-field="freshness">${escapeHtml(counts || 'no pairs')}</td>
+<td${paused ? ' class="stale"' : ''} data-field="polling">${paused ? 'paused' : a.source === null ? '–' : 'ok'}</td>
+<td class="num" data-field="pending">${escapeHtml(a.inbox.pending ?? 0)}</td><td class="num${(a.inbox.failed ?? 0) > 0 ? ' late' : ''}" data-field="failed">${escapeHtml(a.inbox.failed ?? 0)}</td></tr>`;
+    })
+    .join('\n');
+  return `<h2>Accounts</h2>
+<table id="accounts"><thead><tr><th>account</th><th>reads</th><th>pairs</th><th>polling</th><th>pending deliveries</th><th>failed deliveries</th></tr></thead>
+<tbody>${rows}</tbody></table>`;
+}
+
+const WORST_FIRST: readonly Freshness[] = ['stale', 'never', 'late', 'fresh'];
+
+function sourceText(a: AccountPage): string {
+  if (a.source === null) return 'webhooks only';
+  return a.source === undefined ? '–' : `${a.source} API`;
+}
+
+/** Several accounts: each under its name, its element ids prefixed with it. */
+function accountSection(a: AccountPage, now: number): string {
+  const id: Ids = (base) => escapeHtml(`${a.account}-${base}`);
+  return `<section id="account-${escapeHtml(a.account)}" data-account="${escapeHtml(a.account)}">
+<h2>Account ${escapeHtml(a.account)}</h2>
+<p class="muted">${escapeHtml(sourceText(a))} · passes every ${escapeHtml(formatAge(a.passEveryMs))}</p>
+${accountBody(a, now, id, 'h3')}
+</section>`;
+}
+
+/** One account's banners and tables: the whole page's body with one account. */
+function accountBody(a: AccountPage, now: number, id: Ids, heading: 'h2' | 'h3'): string {
+  const h = (text: string) => `<${heading}>${text}</${heading}>`;
+  const inbox = Object.entries(a.inbox)
+    .map(([status, n]) => `<tr><td>${escapeHtml(status)}</td><td class="num" data-inbox="${escapeHtml(status)}">${escapeHtml(n)}</td></tr>`)
+    .join('');
+  return `${a.notice ? `<div class="banner" role="status" id="${id('notice')}">${escapeHtml(a.notice)}</div>` : ''}
+${pauseBanner(a, now, id)}
+${h('Groups × types')}
+<table id="${id('passes')}"><thead><tr><th>group</th><th>type</th><th>last success</th><th>last run</th><th>cursor</th>
+<th>mirrored</th><th>upstream</th><th>drift</th><th>awaiting proof</th><th>step backs</th><th title="the audit's last 24 h: rows that matched the service (mismatches/rows checked)">accuracy</th><th title="the period each pair is really audited at within AUDIT_BUDGET">audited every</th><th>last error</th></tr></thead>
+<tbody>${a.passes.map((row) => passRow(row, a.passEveryMs, now)).join('\n')}</tbody></table>
+${h('Rate budgets')}
+${budgetRows(a.rateBudgets, id)}
+${h('Webhooks')}
+${webhookRows(a.webhooks, id)}
+${h('Webhook inbox')}
+<table id="${id('inbox')}" class="inbox"><thead><tr><th>status</th><th>deliveries</th></tr></thead><tbody>${inbox}</tbody></table>
+${h('Latest failed deliveries')}
+${failedRows(a.failed, id)}`;
 }
 
 export function renderLoginPage(nonce: string, message: string | null): string {

@@ -29,6 +29,21 @@ export async function listSyncStates(db: Queryable): Promise<SyncStateRow[]> {
   return (await db.query<SyncStateRow>(`${SELECT} order by s.group_id, s.type`)).rows;
 }
 
+/**
+ * Every pair of the accounts named, deployment-wide: the statement names its accounts, so a pool of
+ * any account, or of none, reads them all at once (the deployment's status, src/sync/status.ts).
+ */
+export async function listSyncStatesOf(db: Queryable, accounts: readonly string[]): Promise<SyncStateRow[]> {
+  const { rows } = await db.query<SyncStateRow>(
+    `select ${rowSelectSql(syncState, { qualifier: 's' })}, ${viewSelectSql(syncStatus, { qualifier: 'v', omit: ['account', 'groupId', 'type', 'cursor'] })}
+       from sync_state s join sync_status v on v.account = s.account and v.group_id = s.group_id and v.type = s.type
+      where s.account = any($1::text[])
+      order by s.account, s.group_id, s.type`,
+    [accounts],
+  );
+  return rows;
+}
+
 /** The pair's row, created with nothing to resume from when it has none. */
 export async function ensureSyncState(db: Queryable, groupId: string, type: string): Promise<void> {
   await db.query(`insert into sync_state (group_id, type) values ($1, $2) on conflict (account, group_id, type) do nothing`, [

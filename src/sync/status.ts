@@ -1,15 +1,22 @@
 /**
- * What `subscriber-mirror status` (and the admin API) shows: per group × type the cursor, last run,
- * last error, rows mirrored, upstream count, drift and rows dated in the future. Reads only our own tables: the upstream count
- * is the one the last full pass fetched, so `status` never spends the shared rate limit.
+ * What `subscriber-mirror status` (and the admin API) shows: per account and group × type the cursor,
+ * last run, last error, rows mirrored, upstream count, drift and rows dated in the future. Reads only
+ * our own tables: the upstream count is the one the last full pass fetched, so `status` never spends
+ * an account's rate limit.
+ *
+ * The reader is deployment-wide (docs/operations.md, "Several accounts"): each statement names the
+ * accounts it reads and reads them all at once, so one call, on a pool of any account or of none,
+ * shows every account, and the gauges refresh every account with the same few statements.
  */
 import type { Queryable } from '../ground/queryable.js';
 import type { SyncStateRow } from './state.js';
-import { listSyncStates } from './state.js';
+import { listSyncStatesOf } from './state.js';
 import { accuracy, formatPeriod, type AuditSchedule } from '../audit/core.js';
-import { auditWindow, listWebhookHealth, type AuditWindowRow, type WebhookHealth } from '../audit/state.js';
+import { auditWindowOf, listWebhookHealthOf, type AuditWindowRow, type WebhookHealth } from '../audit/state.js';
 
 export interface StatusRow {
+  /** The account the pair is of (docs/operations.md, "Several accounts"). */
+  account: string;
   groupId: string;
   type: string;
   cursor: string | null;
@@ -53,52 +60,134 @@ export interface AuditFigure {
   lastAuditAt: string | null;
 }
 
+/** What one account's status covers: its configured pairs (SYNC_GROUPS × SYNC_TYPES) and the audit's schedule for them. */
+export interface StatusScope {
+  account: string;
+  groups: readonly string[];
+  types: readonly string[];
+  auditSchedule?: AuditSchedule | null;
+}
+
+/** One account's pairs (configured ones, and any its tables hold) and its webhooks as the audit last read them back. */
+export interface AccountStatus {
+  account: string;
+  passes: StatusRow[];
+  webhooks: WebhookHealth[];
+}
+
+/** A pair's key within the deployment: account names, numeric group ids and types hold no `:`. */
+const pairKey = (account: string, groupId: string, type: string): string => `${account}:${groupId}:${type}`;
+
+/** What the deployment's tables say of the accounts named, each fact read for all of them in one statement. */
+interface DeploymentFacts {
+  states: Map<string, SyncStateRow>;
+  mirrored: Map<string, number>;
+  awaiting: Map<string, number>;
+  audits: Map<string, AuditWindowRow>;
+  webhooks: Map<string, WebhookHealth[]>;
+}
+
+/**
+ * The status of every account of `scopes`, in their order: per account its configured pairs and the
+ * pairs its tables hold, sorted by group and type, and its webhooks' health.
+ */
+export async function collectAccountsStatus(db: Queryable, scopes: readonly StatusScope[]): Promise<AccountStatus[]> {
+  const facts = await readDeploymentFacts(
+    db,
+    scopes.map((s) => s.account),
+  );
+  return scopes.map((scope) => ({
+    account: scope.account,
+    passes: accountRows(scope, facts),
+    webhooks: facts.webhooks.get(scope.account) ?? [],
+  }));
+}
+
+/**
+ * One account's rows, on that account's pool (`mirror_account()` names it): the deployment-wide
+ * reader for that account alone.
+ */
 export async function collectStatus(
   db: Queryable,
   configured: { groups: readonly string[]; types: readonly string[]; auditSchedule?: AuditSchedule | null },
 ): Promise<StatusRow[]> {
-  const schedule = configured.auditSchedule ?? null;
+  const { rows } = await db.query<{ account: string }>(`select mirror_account() as account`);
+  const account = rows[0]?.account ?? '';
+  const [status] = await collectAccountsStatus(db, [{ account, ...configured }]);
+  return status?.passes ?? [];
+}
+
+async function readDeploymentFacts(db: Queryable, accounts: readonly string[]): Promise<DeploymentFacts> {
+  const [states, mirrored, awaiting, audits, webhooks] = await Promise.all([
+    listSyncStatesOf(db, accounts),
+    countMirrored(db, accounts),
+    countAwaitingProof(db, accounts),
+    auditWindowOf(db, accounts),
+    listWebhookHealthOf(db, accounts),
+  ]);
+  const webhooksOf = new Map<string, WebhookHealth[]>();
+  for (const { account, ...health } of webhooks) webhooksOf.set(account, [...(webhooksOf.get(account) ?? []), health]);
+  return {
+    states: new Map(states.map((s) => [pairKey(s.account, s.groupId, s.type), s])),
+    mirrored,
+    awaiting,
+    audits: new Map(audits.map(({ account, groupId, type, ...window }) => [pairKey(account, groupId, type), window])),
+    webhooks: webhooksOf,
+  };
+}
+
+function accountRows(scope: StatusScope, facts: DeploymentFacts): StatusRow[] {
+  const schedule = scope.auditSchedule ?? null;
   const period: AuditPeriod | null = schedule
     ? { askedMs: schedule.askedMs, effectiveMs: schedule.effectiveMs, honoured: schedule.honoured }
     : null;
-  const states = new Map((await listSyncStates(db)).map((s) => [`${s.groupId}:${s.type}`, s]));
-  const { rows: counts } = await db.query<{ groupId: string; type: string; n: number }>(
-    `select group_id as "groupId", type, count(*)::int as n
-       from group_members where account = mirror_account() and removed_at is null group by group_id, type`,
+  const pairs = new Map<string, { groupId: string; type: string; configured: boolean }>();
+  for (const s of facts.states.values()) {
+    if (s.account === scope.account)
+      pairs.set(pairKey(s.account, s.groupId, s.type), { groupId: s.groupId, type: s.type, configured: false });
+  }
+  for (const groupId of scope.groups) {
+    for (const type of scope.types) pairs.set(pairKey(scope.account, groupId, type), { groupId, type, configured: true });
+  }
+  return [...pairs.entries()]
+    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+    .map(([key, { groupId, type, configured }]) => {
+      const s = facts.states.get(key);
+      const n = facts.mirrored.get(key) ?? 0;
+      const upstream = s?.upstreamCount ?? null;
+      return {
+        account: scope.account,
+        groupId,
+        type,
+        cursor: s?.cursor ?? null,
+        lastStatus: s?.lastStatus ?? null,
+        lastMode: s?.lastMode ?? null,
+        lastRunFinishedAt: s?.lastRunFinishedAt ?? null,
+        lastSuccessAt: s?.lastSuccessAt ?? null,
+        lastError: s?.lastError ?? null,
+        fullPassOpenAt: s?.fullPassOpen ? s.fullPassAt : null,
+        mirrored: n,
+        upstreamCount: upstream,
+        upstreamCountAt: s?.upstreamCountAt ?? null,
+        drift: upstream === null ? null : upstream - n,
+        futureRows: s?.futureRowsLastRun ?? 0,
+        awaitingProof: facts.awaiting.get(key) ?? 0,
+        stepBacks: s?.stepBacksLastFull ?? null,
+        audit: auditFigure(facts.audits.get(key)),
+        auditPeriod: configured ? period : null,
+      };
+    });
+}
+
+/** Current members per pair of the accounts named. */
+async function countMirrored(db: Queryable, accounts: readonly string[]): Promise<Map<string, number>> {
+  const { rows } = await db.query<{ account: string; groupId: string; type: string; n: number }>(
+    `select account, group_id as "groupId", type, count(*)::int as n
+       from group_members where account = any($1::text[]) and removed_at is null
+      group by account, group_id, type`,
+    [accounts],
   );
-  const mirrored = new Map(counts.map((c) => [`${c.groupId}:${c.type}`, c.n]));
-  const awaiting = await countAwaitingProof(db);
-  const audits = await auditWindow(db);
-  const keys = new Set<string>();
-  for (const g of configured.groups) for (const t of configured.types) keys.add(`${g}:${t}`);
-  const configuredKeys = new Set(keys);
-  for (const key of states.keys()) keys.add(key);
-  return [...keys].sort().map((key) => {
-    const [groupId = '', type = ''] = key.split(':');
-    const s = states.get(key);
-    const n = mirrored.get(key) ?? 0;
-    const upstream = s?.upstreamCount ?? null;
-    return {
-      groupId,
-      type,
-      cursor: s?.cursor ?? null,
-      lastStatus: s?.lastStatus ?? null,
-      lastMode: s?.lastMode ?? null,
-      lastRunFinishedAt: s?.lastRunFinishedAt ?? null,
-      lastSuccessAt: s?.lastSuccessAt ?? null,
-      lastError: s?.lastError ?? null,
-      fullPassOpenAt: s?.fullPassOpen ? s.fullPassAt : null,
-      mirrored: n,
-      upstreamCount: upstream,
-      upstreamCountAt: s?.upstreamCountAt ?? null,
-      drift: upstream === null ? null : upstream - n,
-      futureRows: s?.futureRowsLastRun ?? 0,
-      awaitingProof: awaiting.get(key) ?? 0,
-      stepBacks: s?.stepBacksLastFull ?? null,
-      audit: auditFigure(audits.get(key)),
-      auditPeriod: configuredKeys.has(key) ? period : null,
-    };
-  });
+  return new Map(rows.map((r) => [pairKey(r.account, r.groupId, r.type), r.n]));
 }
 
 function auditFigure(w: AuditWindowRow | undefined): AuditFigure {
@@ -121,11 +210,6 @@ function auditFigure(w: AuditWindowRow | undefined): AuditFigure {
   };
 }
 
-/** The webhooks as the audit last read them back (empty before the first read or without webhook management). */
-export function webhookHealth(db: Queryable): Promise<WebhookHealth[]> {
-  return listWebhookHealth(db);
-}
-
 /** `15s` when honoured, `2m45s (asked 15s)` when the budget stretches it, `never` when it pays for no audit, `-` when off. */
 export function formatAuditPeriod(p: AuditPeriod | null): string {
   if (!p) return '-';
@@ -141,26 +225,27 @@ export function formatAccuracy(a: AuditFigure): string {
 }
 
 /**
- * Per `group:type`, current members not listed since the start of that type's last gap-free full pass
- * (the poller's removal condition, one pass short). Counted per pair through the index of current
- * members: a join of the two lists, planned on tables not yet analyzed (a new install before
- * autovacuum's first analyze), re-read the pass list once per member, a minute for 55,000 members.
+ * Per pair of the accounts named, current members not listed since the start of that type's last
+ * gap-free full pass (the poller's removal condition, one pass short). Counted per pair through the
+ * index of current members: a join of the two lists, planned on tables not yet analyzed (a new
+ * install before autovacuum's first analyze), re-read the pass list once per member.
  */
-async function countAwaitingProof(db: Queryable): Promise<Map<string, number>> {
-  const { rows } = await db.query<{ groupId: string; type: string; n: number }>(
-    `select p.group_id as "groupId", p.type, a.n
-       from (select distinct on (group_id, type) group_id, type, listed_from
+async function countAwaitingProof(db: Queryable, accounts: readonly string[]): Promise<Map<string, number>> {
+  const { rows } = await db.query<{ account: string; groupId: string; type: string; n: number }>(
+    `select p.account, p.group_id as "groupId", p.type, a.n
+       from (select distinct on (account, group_id, type) account, group_id, type, listed_from
                from sync_passes
-              where account = mirror_account() and kind = 'full' and status = 'succeeded' and complete and gap_free
-              order by group_id, type, listed_from desc, id desc) p
+              where account = any($1::text[]) and kind = 'full' and status = 'succeeded' and complete and gap_free
+              order by account, group_id, type, listed_from desc, id desc) p
        cross join lateral (
          select count(*)::int as n
            from group_members m
-          where m.account = mirror_account() and m.group_id = p.group_id and m.type = p.type and m.removed_at is null
+          where m.account = p.account and m.group_id = p.group_id and m.type = p.type and m.removed_at is null
             and (m.last_seen_at is null or m.last_seen_at < p.listed_from)
             and (m.source_updated_at is null or m.source_updated_at < p.listed_from)) a`,
+    [accounts],
   );
-  return new Map(rows.map((r) => [`${r.groupId}:${r.type}`, r.n]));
+  return new Map(rows.map((r) => [pairKey(r.account, r.groupId, r.type), r.n]));
 }
 
 function short(ts: string | null): string {

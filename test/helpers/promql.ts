@@ -18,8 +18,18 @@ interface RuleFile {
   groups: Array<{ name: string; rules: Array<{ alert?: string; record?: string; expr: string }> }>;
 }
 
+export interface DashboardVariable {
+  name: string;
+  type: string;
+  multi?: boolean;
+  includeAll?: boolean;
+  allValue?: string;
+  definition?: string;
+}
+
 interface Dashboard {
   panels: Array<{ title: string; targets?: Array<{ refId: string; expr: string }> }>;
+  templating: { list: DashboardVariable[] };
 }
 
 export const MONITORING = path.join(ROOT, 'monitoring');
@@ -33,9 +43,47 @@ export function dashboard(): Dashboard {
   return JSON.parse(readFileSync(path.join(MONITORING, 'grafana/dashboards/subscriber-mirror.json'), 'utf8')) as Dashboard;
 }
 
-/** Grafana's variables, as Grafana would fill them for a short range. */
+/** Grafana's variables, as Grafana would fill them for a short range and every account (`All`: the variable's allValue). */
 function grafanaVariables(expr: string): string {
-  return expr.replaceAll('$__rate_interval', '1m').replaceAll('$__interval', '15s').replaceAll('$__range', '5m');
+  return expr
+    .replaceAll('$__rate_interval', '1m')
+    .replaceAll('$__interval', '15s')
+    .replaceAll('$__range', '5m')
+    .replaceAll('$account', '.*');
+}
+
+/**
+ * Metrics that belong to the deployment rather than to an account: Prometheus's `up`, the one sync
+ * queue every account's passes share, Redis, the HTTP listeners and the process. Every other metric
+ * of ours is per account (labelled `account`).
+ */
+export const DEPLOYMENT_WIDE_METRICS: readonly RegExp[] = [
+  /^up$/,
+  /^subscriber_mirror_queue_depth$/,
+  /^subscriber_mirror_redis_memory_/,
+  /^subscriber_mirror_http_/,
+  /^subscriber_mirror_admin_/,
+  /^subscriber_mirror_process_/,
+  /^subscriber_mirror_nodejs_/,
+];
+
+/** The metric selectors of an expression: each metric name with its `{…}` (empty when it has none). */
+export function selectors(expr: string): Array<{ metric: string; matchers: string }> {
+  const found: Array<{ metric: string; matchers: string }> = [];
+  for (const m of expr.matchAll(/\b(up|subscriber_mirror_\w+)\s*(\{[^}]*\})?/g))
+    found.push({ metric: m[1] as string, matchers: m[2] ?? '' });
+  return found;
+}
+
+/** The label lists of every `by (…)` and `without (…)` of an expression. */
+export function groupings(expr: string): Array<{ kind: 'by' | 'without'; labels: string[] }> {
+  return [...expr.matchAll(/\b(by|without)\s*\(([^)]*)\)/g)].map((m) => ({
+    kind: m[1] as 'by' | 'without',
+    labels: (m[2] ?? '')
+      .split(',')
+      .map((l) => l.trim())
+      .filter(Boolean),
+  }));
 }
 
 export function shippedExpressions(): ShippedExpression[] {

@@ -150,6 +150,19 @@ describe.skipIf(prometheusTool.skip)('a real Prometheus scraping subscriber-mirr
     expect(firing.data?.result.map((r) => r.metric.alertname)).toEqual([]);
   });
 
+  it('scrapes the gauges read from Postgres with their account (the only one here: default)', async () => {
+    for (const metric of [
+      'subscriber_mirror_sync_last_success_timestamp_seconds',
+      'subscriber_mirror_sync_drift',
+      'subscriber_mirror_sync_interval_seconds',
+      'subscriber_mirror_audit_accuracy',
+      'subscriber_mirror_webhook_inbox_deliveries',
+    ]) {
+      const accounts = new Set((await query(metric)).data?.result.map((r) => r.metric.account));
+      expect([...accounts], metric).toEqual(['default']);
+    }
+  });
+
   it.each(shippedExpressions().map((e) => [e.source, e.expr] as const))('%s returns series', async (_source, expr) => {
     const answer = await query(withBool(expr));
     expect(answer.error ?? '').toBe('');

@@ -340,7 +340,7 @@ describe('one worker, several accounts', () => {
     expect(fields.code, fields.stderr).toBe(0);
     const table = await runCli(['status'], env);
     expect(table.code, table.stderr).toBe(0);
-    for (const account of ['default', 'shop', 'news', 'hooks']) expect(table.stdout).toContain(`== account ${account} ==`);
+    for (const account of ['default', 'shop', 'news', 'hooks']) expect(table.stdout).toContain(`ACCOUNT ${account}`);
   }, 180_000);
 
   it('a revoked key pauses its account alone: the others keep being read, the worker stays ready', async () => {

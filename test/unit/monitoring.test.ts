@@ -12,7 +12,7 @@ import { describe, expect, it } from 'vitest';
 import { parseRedisMemory } from '../../src/commands/gauges.js';
 import { parse } from 'yaml';
 import { ROOT } from '../helpers/cli.js';
-import { alertRules, dashboard, MONITORING, withBool } from '../helpers/promql.js';
+import { alertRules, dashboard, DEPLOYMENT_WIDE_METRICS, groupings, MONITORING, selectors, withBool } from '../helpers/promql.js';
 import { requirePath, systemTool } from '../helpers/tools.js';
 
 const promtool = systemTool('promtool', 'prometheus');
@@ -80,6 +80,50 @@ describe('alert rules', () => {
     expect(start, 'docs/operations.md needs a "## Monitoring" section').toBeGreaterThanOrEqual(0);
     const section = operations.slice(start);
     expect(section).toMatch(new RegExp(`\\*\\*${name}\\*\\*`));
+  });
+});
+
+/** Whether a metric is an account's (labelled `account`) rather than the deployment's. */
+const perAccount = (metric: string): boolean => !DEPLOYMENT_WIDE_METRICS.some((pattern) => pattern.test(metric));
+
+describe('every account apart (docs/operations.md, "Several accounts")', () => {
+  const rules = alertRules() as Array<{ alert: string; expr: string; annotations?: { summary?: string } }>;
+
+  it.each(rules.map((r) => [r.alert, r] as const))('%s fires per account and names it, or is about the deployment', (_name, rule) => {
+    const accountMetrics = selectors(rule.expr).filter((s) => perAccount(s.metric));
+    if (accountMetrics.length === 0) {
+      expect(rule.annotations?.summary).not.toContain('$labels.account');
+      return;
+    }
+    // An aggregation without `by` drops the account: the alert would fire once for all of them.
+    expect(rule.expr).not.toMatch(/\b(sum|min|max|avg|count)\s*\(/);
+    for (const g of groupings(rule.expr)) {
+      if (g.kind === 'by') expect(g.labels, rule.expr).toContain('account');
+      else expect(g.labels, rule.expr).not.toContain('account');
+    }
+    expect(rule.annotations?.summary).toContain('{{ $labels.account }}');
+  });
+
+  it('the dashboard chooses accounts with a multi-select variable that includes All', () => {
+    const variable = dashboard().templating.list.find((v) => v.name === 'account');
+    expect(variable).toMatchObject({ type: 'query', multi: true, includeAll: true, allValue: '.*' });
+    // Listed from a series every declared account has from the first scrape (its inbox, at 0).
+    expect(variable?.definition).toBe('label_values(subscriber_mirror_webhook_inbox_deliveries, account)');
+  });
+
+  it("every panel reads the chosen accounts only, and keeps each account's series apart", () => {
+    const panels = dashboard().panels;
+    const perAccountTargets = panels.flatMap((p) =>
+      (p.targets ?? [])
+        .map((t) => ({ where: `${p.title} ${t.refId}`, expr: t.expr }))
+        .filter((t) => selectors(t.expr).some((s) => perAccount(s.metric))),
+    );
+    expect(perAccountTargets.length).toBeGreaterThan(10);
+    for (const { where, expr } of perAccountTargets) {
+      for (const s of selectors(expr).filter((x) => perAccount(x.metric)))
+        expect(s.matchers, `${where}: ${s.metric}`).toContain('account=~"$account"');
+      for (const g of groupings(expr)) if (g.kind === 'by') expect(g.labels, where).toContain('account');
+    }
   });
 });
 

@@ -1,6 +1,6 @@
 import { formatBudgetReport } from '../../src/ratelimit/budget-limiter.js';
 import { describe, expect, it } from 'vitest';
-import { escapeHtml, formatAge, freshness, renderStatusPage, type StatusPageData } from '../../src/http/status-page.js';
+import { escapeHtml, formatAge, freshness, renderStatusPage, type AccountPage } from '../../src/http/status-page.js';
 import type { StatusRow } from '../../src/sync/status.js';
 
 const NOW = Date.parse('2026-11-26T12:00:00Z');
@@ -8,6 +8,7 @@ const EVERY = 300_000;
 
 function row(over: Partial<StatusRow> = {}): StatusRow {
   return {
+    account: 'default',
     groupId: '1',
     type: 'active',
     cursor: '2026-11-26T11:58:00.000000Z',
@@ -37,21 +38,23 @@ function row(over: Partial<StatusRow> = {}): StatusRow {
   };
 }
 
-function page(over: Partial<StatusPageData> = {}): string {
-  return renderStatusPage(
-    {
-      now: NOW,
-      everyMs: EVERY,
-      passes: [row()],
-      authPause: null,
-      inbox: { pending: 0, failed: 0 },
-      failed: [],
-      refreshSeconds: 15,
-      links: [],
-      ...over,
-    },
-    'n0nce',
-  );
+function account(over: Partial<AccountPage> = {}): AccountPage {
+  return {
+    account: 'default',
+    source: 'legacy',
+    notice: null,
+    passEveryMs: EVERY,
+    passes: [row()],
+    authPause: null,
+    inbox: { pending: 0, failed: 0 },
+    failed: [],
+    ...over,
+  };
+}
+
+/** The page of one account (a single-account install). */
+function page(over: Partial<AccountPage> = {}): string {
+  return renderStatusPage({ now: NOW, accounts: [account(over)], refreshSeconds: 15, links: [] }, 'n0nce');
 }
 
 describe('status page', () => {
@@ -179,5 +182,83 @@ describe('status page: rate budgets', () => {
     expect(text).toContain('model endpoint');
     expect(text).toContain('  shared: 60/min');
     expect(text).toContain('  GET /api/v2/groups/1/subscribers/active: 60/min (announced 60)');
+  });
+});
+
+describe('status page: several accounts', () => {
+  const twoAccounts = (over: { shop?: Partial<AccountPage> } = {}) =>
+    renderStatusPage(
+      {
+        now: NOW,
+        accounts: [
+          account({ passes: [row()] }),
+          account({
+            account: 'shop',
+            source: 'current',
+            // Full passes only, once an hour: a pass 50 minutes old is fresh there.
+            passEveryMs: 3_600_000,
+            passes: [row({ account: 'shop', lastSuccessAt: new Date(NOW - 50 * 60_000).toISOString(), mirrored: 7 })],
+            inbox: { pending: 4, failed: 2 },
+            ...over.shop,
+          }),
+        ],
+        refreshSeconds: 15,
+        links: [],
+      },
+      'n0nce',
+    );
+
+  it('shows one account as a single-account install always did: no section, no account heading, the ids as they were', () => {
+    const html = page();
+    expect(html).not.toContain('<section');
+    expect(html).not.toContain('id="accounts"');
+    expect(html).toContain('<table id="passes">');
+    expect(html).toContain('<h2>Groups × types</h2>');
+    expect(html).toContain('passes every 5 min: green within 1.5 intervals');
+  });
+
+  it('gives each account a section under its name, its ids prefixed with it, and an overview linking to them', () => {
+    const html = twoAccounts();
+    expect(html).toContain('<section id="account-default" data-account="default">');
+    expect(html).toContain('<section id="account-shop" data-account="shop">');
+    expect(html).toContain('<h2>Account shop</h2>');
+    expect(html).toContain('<table id="shop-passes">');
+    expect(html).toContain('<table id="default-passes">');
+    expect(html).not.toContain('<table id="passes">');
+    expect(html.match(/<h3>Groups × types<\/h3>/g)).toHaveLength(2);
+    // Every id once: the two accounts' tables never share one.
+    const ids = [...html.matchAll(/ id="([^"]+)"/g)].map((m) => m[1]);
+    expect(new Set(ids).size).toBe(ids.length);
+    expect(html).toMatch(/<tr data-account="shop"><td><a href="#account-shop">shop<\/a><\/td>\n<td>current API<\/td>/);
+    expect(html).toMatch(/data-account="shop">[\s\S]*?data-field="pending">4<\/td><td class="num late" data-field="failed">2</);
+  });
+
+  it('colours each account against its own pass interval, and counts its pairs by freshness in the overview', () => {
+    const html = twoAccounts();
+    // 50 minutes after its last success: fresh for shop (hourly), the same age would be stale for default.
+    expect(html).toMatch(/<tr data-account="shop" data-group="1" data-type="active">\n<td>1<\/td><td>active<\/td>\n<td class="fresh"/);
+    expect(html).toContain('<p class="muted">current API · passes every 60 min</p>');
+    expect(html).toMatch(/<tr data-account="shop">[\s\S]*?<td class="fresh" data-field="freshness">1 fresh<\/td>/);
+    const stale = twoAccounts({ shop: { passEveryMs: 600_000 } });
+    expect(stale).toMatch(/<tr data-account="shop">[\s\S]*?<td class="stale" data-field="freshness">1 stale<\/td>/);
+  });
+
+  it("shows a paused account's banner in its own section, naming that account's variables", () => {
+    const pause = { until: NOW + 60_000, failures: 3, since: NOW - 60_000, message: 'Unauthenticated' };
+    const html = twoAccounts({ shop: { authPause: pause } });
+    expect(html).toContain('id="shop-auth-pause"');
+    expect(html).not.toContain('id="default-auth-pause"');
+    expect(html).toContain('<code>ACCOUNT_SHOP__MAILER_API_KEY</code>');
+    expect(html).toContain('<code>ACCOUNT_SHOP__SYNC_SOURCE=current</code>');
+    expect(html).toMatch(/<tr data-account="shop">[\s\S]*?<td class="stale" data-field="polling">paused</);
+    expect(html).toMatch(/<tr data-account="default">[\s\S]*?<td data-field="polling">ok</);
+    // The account `default` is set by the unprefixed variables.
+    expect(page({ authPause: pause })).toContain('<code>MAILER_API_KEY</code>');
+  });
+
+  it('says which account reads nothing (webhooks only)', () => {
+    const html = twoAccounts({ shop: { source: null, notice: 'webhook-only install', passes: [] } });
+    expect(html).toContain('id="shop-notice">webhook-only install</div>');
+    expect(html).toMatch(/<tr data-account="shop">[\s\S]*?<td>webhooks only<\/td><td data-field="freshness">no pairs<\/td>/);
   });
 });
