@@ -23,7 +23,7 @@
 import { cpus, loadavg, tmpdir } from 'node:os';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
-import { openDatabase } from '../../src/db/client.js';
+import { DEFAULT_ACCOUNT, openDatabase } from '../../src/db/client.js';
 import { buildServer, DEFAULT_LISTENER_LIMITS } from '../../src/http/server.js';
 import { createLogger } from '../../src/ground/log.js';
 import { createDeliveryConsumer } from '../../src/webhooks/consumer.js';
@@ -78,7 +78,7 @@ export async function benchFreshness(options: FreshnessOptions = {}): Promise<Fr
   const startedAt = new Date();
 
   const scratch = await createScratchDatabase(baseUrl, 'freshness');
-  const database = openDatabase(scratch.url, { max: options.poolSize ?? 10, applicationName: 'freshness-bench' });
+  const database = openDatabase(scratch.url, { max: options.poolSize ?? 10, applicationName: 'freshness-bench', account: DEFAULT_ACCOUNT });
   const { logger } = createLogger({ level: 'warn', secrets: [SECRET] });
   const consumer = createDeliveryConsumer({ pool: database.pool, logger, concurrency });
   const limits = { ...DEFAULT_LISTENER_LIMITS, ...(options.keepAliveMs === undefined ? {} : { idleTimeoutMs: options.keepAliveMs }) };

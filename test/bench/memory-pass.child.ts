@@ -10,6 +10,7 @@
  * mark (process.resourceUsage().maxRSS, kB), which also catches a peak between two samples.
  */
 import pg from 'pg';
+import { ACCOUNT_SETTING, DEFAULT_ACCOUNT } from '../../src/db/client.js';
 import type { SubscriberType } from '../../src/db/schema.js';
 import { createLogger } from '../../src/ground/log.js';
 import { runPass, type PassDeps } from '../../src/sync/legacy-pass.js';
@@ -55,7 +56,7 @@ function mb(bytes: number): number {
 
 async function main(): Promise<void> {
   const config = JSON.parse(process.argv[2] ?? '') as MemoryChildConfig;
-  const pool = new pg.Pool({ connectionString: config.databaseUrl, max: 2 });
+  const pool = new pg.Pool({ connectionString: config.databaseUrl, max: 2, options: `-c ${ACCOUNT_SETTING}=${DEFAULT_ACCOUNT}` });
   pool.on('error', () => {});
   const { logger } = createLogger({ level: 'silent' });
   const deps: PassDeps = {

@@ -19,7 +19,7 @@ import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import type pg from 'pg';
-import { openDatabase } from '../../src/db/client.js';
+import { DEFAULT_ACCOUNT, openDatabase } from '../../src/db/client.js';
 import { buildServer } from '../../src/http/server.js';
 import { createLogger } from '../../src/ground/log.js';
 import type { InboxWriterOptions, InboxWriterStats } from '../../src/webhooks/inbox/write.js';
@@ -113,7 +113,7 @@ export async function benchWebhooks(options: BenchOptions = {}): Promise<Webhook
   const loadBefore = round(loadavg()[0] ?? 0, 2);
   const startedAt = new Date();
   const scratch = await createScratchDatabase(baseUrl, 'webhooks');
-  const database = openDatabase(scratch.url, { max: 10, applicationName: 'webhooks-bench' });
+  const database = openDatabase(scratch.url, { max: 10, applicationName: 'webhooks-bench', account: DEFAULT_ACCOUNT });
   const { logger } = createLogger({ level: 'warn', secrets: [SECRET] });
   const app = buildServer({ logger, readiness: [] });
   try {

@@ -2,6 +2,7 @@
  * A throwaway migrated database for a benchmark run, dropped afterwards (also on failure).
  */
 import pg from 'pg';
+import { ACCOUNT_SETTING, DEFAULT_ACCOUNT } from '../../../src/db/client.js';
 import { runMigrations } from '../../../src/db/migrate.js';
 
 export interface ScratchDatabase {
@@ -37,7 +38,8 @@ export async function createScratchDatabase(baseUrl: string, label: string): Pro
     await admin(baseUrl, (c) => c.query(`drop database if exists "${name}" with (force)`));
     throw err;
   }
-  const pool = new pg.Pool({ connectionString: url, max: 2 });
+  // Scoped to the one account a single-account install has, as the service's pools are (src/db/client.ts).
+  const pool = new pg.Pool({ connectionString: url, max: 2, options: `-c ${ACCOUNT_SETTING}=${DEFAULT_ACCOUNT}` });
   pool.on('error', () => {});
   return {
     url,
