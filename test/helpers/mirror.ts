@@ -172,3 +172,37 @@ export async function compareWebhookEffects(pool: pg.Pool, world: World, options
 
   return { touched: lastCarried.size, activityRows: activity.length, problems };
 }
+
+export interface CrossWorldCheck {
+  /** (id, field) pairs on which the two worlds differ, over the ids both hold. */
+  differing: number;
+  /** Those of them the mirror holds as the other world has them, as `id.field` (at most `limit`). */
+  fromOther: string[];
+}
+
+/**
+ * How a mirror of one world compares with another world whose ids overlap it (two accounts of one
+ * deployment): wherever the two worlds differ, the mirror must not hold the other's value, which it
+ * would if a row of one account were written from, or read as, the other's.
+ */
+export function crossWorldCheck(
+  mirrored: Map<string, SubscriberValues>,
+  own: Map<string, SubscriberValues>,
+  other: Map<string, SubscriberValues>,
+  fields: readonly (keyof SubscriberValues)[],
+  limit = 10,
+): CrossWorldCheck {
+  const result: CrossWorldCheck = { differing: 0, fromOther: [] };
+  for (const [id, want] of own) {
+    const theirs = other.get(id);
+    const got = mirrored.get(id);
+    if (!theirs || !got) continue;
+    for (const f of fields) {
+      const their = stableJson(theirs[f]);
+      if (stableJson(want[f]) === their) continue;
+      result.differing++;
+      if (stableJson(got[f]) === their && result.fromOther.length < limit) result.fromOther.push(`${id}.${String(f)}`);
+    }
+  }
+  return result;
+}
