@@ -16,11 +16,12 @@ import { eraseSetSql, holdsAnySql, SUBSCRIBER_CONTENT, SUBSCRIBER_DATA_COLUMNS }
 import type { Queryable } from '../ground/queryable.js';
 
 /**
- * Whether the subscriber `idSql` was erased on request (`subscriber-mirror erase`): its personal data
- * stays erased whatever arrives later, whichever path brings it (the store's upsert, history's late
- * versions, an apply's redaction). The ids are read once per statement (an InitPlan) and each row
- * compared with that short list (operators erase by hand); `in (select …)` in a select list is
- * planned as a subplan that scans `erasures` again for every row written.
+ * Whether the subscriber `idSql` of the session's account was erased on request
+ * (`subscriber-mirror erase`): its personal data stays erased whatever arrives later, whichever path
+ * brings it (the store's upsert, history's late versions, an apply's redaction). The ids are read
+ * once per statement (an InitPlan) and each row compared with that short list (operators erase by
+ * hand); `in (select …)` in a select list is planned as a subplan that scans `erasures` again for
+ * every row written.
  */
 export function erasedOnRequestSql(idSql: string): string {
   return `(${idSql} = any(array(select e.subscriber_id from erasures e where e.account = mirror_account() and e.reason = 'request')))`;

@@ -22,7 +22,10 @@ export interface FieldChanges {
   rebuilt: boolean;
 }
 
-/** Two replicas refreshing at once take turns: the second sees the first's rows and changes nothing. */
+/**
+ * Two refreshes at once take turns: two replicas (the second sees the first's rows and changes
+ * nothing), and two accounts, whose definitions make the one view `subscriber_fields`.
+ */
 const FIELDS_LOCK = 0x5f1e1d5;
 
 function checkDefinitions(definitions: readonly FieldDefinitionRow[]): void {

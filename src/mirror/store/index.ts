@@ -23,6 +23,10 @@
  *   a page or a delivery is a no-op.
  * - `ON CONFLICT DO UPDATE … WHERE` re-checks the guard against the latest committed version of the
  *   row under its lock, so concurrent writers (poll and consumer) cannot regress a row either.
+ * - Within one account: rows take the account of the connection (the column default
+ *   `mirror_account()`), and every statement that reads, updates or deletes filters on it, so the
+ *   same ids in another account are never read, counted or changed, and lookups use the keys, which
+ *   lead with the account.
  */
 export { rollbackOrBroken, withRetriedTransaction, withTransaction } from './executor.js';
 export type { UpsertCounts } from './values.js';
