@@ -159,6 +159,8 @@ export async function runDemo(argv: string[]): Promise<void> {
   }
 
   const psql = `psql '${databaseUrl}'`;
+  // Every table holds the account (docs/sql.md); the examples name the demo's.
+  const account = `account = '${DEFAULT_ACCOUNT}'`;
   process.stdout.write(
     [
       '',
@@ -169,11 +171,11 @@ export async function runDemo(argv: string[]): Promise<void> {
       `  database:  ${databaseUrl}`,
       '',
       'Subscribers appear within a minute. Try:',
-      `  ${psql} -c "select status, count(*) from subscribers group by status"`,
-      `  ${psql} -c "select group_id, type, count(*) from group_members where removed_at is null group by 1, 2 order by 1, 2"`,
-      `  ${psql} -c "select id, email, status, updated_at, mirrored_via from subscribers order by mirrored_at desc limit 10"`,
-      `  ${psql} -c "select kind, count(*) from subscriber_activity group by kind order by 2 desc"`,
-      `  ${psql} -c "select id, score, birthday from subscriber_fields where score > 50 order by score desc limit 10"`,
+      `  ${psql} -c "select status, count(*) from subscribers where ${account} group by status"`,
+      `  ${psql} -c "select group_id, type, count(*) from group_members where ${account} and removed_at is null group by 1, 2 order by 1, 2"`,
+      `  ${psql} -c "select id, email, status, updated_at, mirrored_via from subscribers where ${account} order by mirrored_at desc limit 10"`,
+      `  ${psql} -c "select kind, count(*) from subscriber_activity where ${account} group by kind order by 2 desc"`,
+      `  ${psql} -c "select id, score, birthday from subscriber_fields where ${account} and score > 50 order by score desc limit 10"`,
       `  DATABASE_URL='${databaseUrl}' SYNC_GROUPS=${sim.world.groupIds().join(',')} npm run cli -- status`,
       '',
     ].join('\n'),
