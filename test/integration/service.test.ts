@@ -299,9 +299,13 @@ describe('admin API and metrics', () => {
     }
     expect(value(/subscriber_mirror_webhook_deliveries_total\{outcome="received",account="default"\} (\d+)/)).toBeGreaterThanOrEqual(1);
     expect(value(/subscriber_mirror_webhook_deliveries_total\{outcome="applied",account="default"\} (\d+)/)).toBeGreaterThanOrEqual(1);
-    expect(value(/subscriber_mirror_rows_total\{via="poll",result="inserted",account="default"\} (\d+)/)).toBe(sim.world.memberCount(groupId, 'active'));
+    expect(value(/subscriber_mirror_rows_total\{via="poll",result="inserted",account="default"\} (\d+)/)).toBe(
+      sim.world.memberCount(groupId, 'active'),
+    );
     expect(value(/subscriber_mirror_upstream_requests_total\{api="legacy",outcome="200",account="default"\} (\d+)/)).toBeGreaterThan(10);
-    expect(value(/subscriber_mirror_sync_pass_duration_seconds_count\{mode="full",outcome="succeeded",account="default"\} (\d+)/)).toBeGreaterThanOrEqual(2);
+    expect(
+      value(/subscriber_mirror_sync_pass_duration_seconds_count\{mode="full",outcome="succeeded",account="default"\} (\d+)/),
+    ).toBeGreaterThanOrEqual(2);
     expect(value(/subscriber_mirror_sync_drift\{group="\d+",type="active",account="default"\} (-?\d+)/)).toBe(0);
     expect(value(/subscriber_mirror_http_requests_total\{method="POST",route="\/webhooks",status="200"\} (\d+)/)).toBe(1);
   });

@@ -22,7 +22,9 @@ async function upsertReference<T extends ReferenceTable>(
   table: T,
   rows: readonly ReferenceRow<T>[],
 ): Promise<UpsertCounts> {
-  const columns = Object.entries(getTableColumns(table) as Record<string, Column>).filter(([key]) => key !== 'account' && key !== 'id' && key !== 'mirroredAt');
+  const columns = Object.entries(getTableColumns(table) as Record<string, Column>).filter(
+    ([key]) => key !== 'account' && key !== 'id' && key !== 'mirroredAt',
+  );
   const params: unknown[] = [rows.map((r) => r.id), ...columns.map(([key]) => rows.map((r) => r[key as keyof ReferenceRow<T>]))];
   const names = columns.map(([, c]) => c.name);
   const types = columns.map(([, c]) => paramTypeOf(c));
