@@ -2,41 +2,12 @@ import { formatBudgetReport } from '../../src/ratelimit/budget-limiter.js';
 import { describe, expect, it } from 'vitest';
 import { escapeHtml, formatAge, freshness, renderStatusPage, type AccountPage } from '../../src/http/status-page.js';
 import type { StatusRow } from '../../src/sync/status.js';
+import { statusRow } from '../helpers/status-row.js';
 
 const NOW = Date.parse('2026-11-26T12:00:00Z');
 const EVERY = 300_000;
 
-function row(over: Partial<StatusRow> = {}): StatusRow {
-  return {
-    account: 'default',
-    groupId: '1',
-    type: 'active',
-    cursor: '2026-11-26T11:58:00.000000Z',
-    lastStatus: 'succeeded',
-    lastMode: 'incremental',
-    lastRunFinishedAt: '2026-11-26T11:59:00Z',
-    lastSuccessAt: '2026-11-26T11:59:00Z',
-    lastError: null,
-    fullPassOpenAt: null,
-    mirrored: 990,
-    upstreamCount: 1000,
-    upstreamCountAt: '2026-11-26T00:00:00Z',
-    drift: 10,
-    futureRows: 0,
-    awaitingProof: 0,
-    stepBacks: 0,
-    audit: {
-      rowsChecked: 0,
-      mismatches: { content: 0, missing: 0, extra: 0, count: 0 },
-      accuracy: null,
-      unrepaired: 0,
-      missedDeliveries: 0,
-      lastAuditAt: null,
-    },
-    auditPeriod: null,
-    ...over,
-  };
-}
+const row = statusRow;
 
 function account(over: Partial<AccountPage> = {}): AccountPage {
   return {
