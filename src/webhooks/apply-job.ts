@@ -69,10 +69,11 @@ export interface ApplyOptions {
 export const ASYNC_COMMIT_SQL = 'set local synchronous_commit = off';
 
 /*
- * The store's statements are named prepared statements, but Postgres keeps planning its subscriber
- * upsert afresh on every run (plan_cache_mode auto picks custom plans for it): half of its cost for
- * a delivery's few rows (measured: ~365 → ~180 µs of Postgres CPU). A generic plan is as good for
- * these small `unnest` batches. Local to the apply's transaction; the poll's pages keep the default.
+ * The apply runs the store's statements as named prepared statements (`keepingPlans` in
+ * `applyPlan`), but Postgres would keep planning its subscriber upsert afresh on every run
+ * (plan_cache_mode auto picks custom plans for it): half of its cost for a delivery's few rows
+ * (measured: ~365 → ~180 µs of Postgres CPU). A generic plan is as good for these small `unnest`
+ * batches. Local to the apply's transaction; a pass's pages are planned on every run.
  */
 export const GENERIC_PLANS_SQL = 'set local plan_cache_mode = force_generic_plan';
 

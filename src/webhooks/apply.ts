@@ -35,6 +35,7 @@ import type { ActivityRow, AutomationRow, CampaignRow, GroupRow, SubscriberRow }
 import { automationRow, campaignRow, groupRow, webhookSubscriberRow } from '../mirror/schemas.js';
 import {
   endMemberships,
+  keepingPlans,
   recordActivity,
   removeMembership,
   upsertAutomations,
@@ -45,6 +46,7 @@ import {
   type UpsertCounts,
 } from '../mirror/store/index.js';
 import { versionTime } from '../mirror/version.js';
+import type { Queryable } from '../ground/queryable.js';
 import type { EventKind, EventOf, WebhookEvent, WebhookSubscriber } from './payloads.js';
 
 const VIA: MirrorSource = 'webhook';
@@ -240,16 +242,17 @@ export interface ApplyCounts {
  * not deadlock each other.
  */
 export async function applyPlan(client: pg.ClientBase, plan: EffectPlan): Promise<ApplyCounts> {
+  const exec = keepingPlans(client);
   const subscribers = await upsertSubscribers(
-    client,
+    exec,
     sortedBy(plan.subscribers, (r) => r.values.id),
   );
-  await upsertGroups(client, mergeById(plan.groups));
-  await upsertAutomations(client, mergeById(plan.automations));
-  await upsertCampaigns(client, mergeById(plan.campaigns));
+  await upsertGroups(exec, mergeById(plan.groups));
+  await upsertAutomations(exec, mergeById(plan.automations));
+  await upsertCampaigns(exec, mergeById(plan.campaigns));
 
   let memberships = 0;
-  for (const round of membershipRounds(plan.memberships)) memberships += await applyMembershipRound(client, round);
+  for (const round of membershipRounds(plan.memberships)) memberships += await applyMembershipRound(exec, round);
 
   // Deletions end memberships at their own time; adds older than a stored deletion end at its time.
   const ends = new Map<string, string>();
@@ -258,14 +261,14 @@ export async function applyPlan(client: pg.ClientBase, plan: EffectPlan): Promis
     if (known === undefined || at > known) ends.set(subscriberId, at);
   };
   for (const t of plan.tombstones) endAt(t.subscriberId, t.at);
-  for (const s of await supersededAdds(client, plan.memberships)) endAt(s.subscriberId, s.at);
+  for (const s of await supersededAdds(exec, plan.memberships)) endAt(s.subscriberId, s.at);
   let membershipsEnded = 0;
   for (const [subscriberId, at] of [...ends].sort(([a], [b]) => compare(a, b))) {
-    membershipsEnded += await endMemberships(client, subscriberId, at, VIA);
+    membershipsEnded += await endMemberships(exec, subscriberId, at, VIA);
   }
 
   // Keyed by (delivery, item): in item order, and no other delivery's rows share a key.
-  const activity = await recordActivity(client, plan.activity);
+  const activity = await recordActivity(exec, plan.activity);
   return { subscribers, memberships, membershipsEnded, activity };
 }
 
@@ -290,7 +293,7 @@ export function membershipRounds(facts: readonly MembershipFact[]): MembershipFa
   return rounds;
 }
 
-async function applyMembershipRound(client: pg.ClientBase, round: readonly MembershipFact[]): Promise<number> {
+async function applyMembershipRound(client: Queryable, round: readonly MembershipFact[]): Promise<number> {
   let written = 0;
   const addsByGroup = new Map<string, MembershipFact[]>();
   for (const fact of round) {
@@ -327,10 +330,7 @@ select t.subscriber_id as "subscriberId",
   join subscribers s on s.account = mirror_account() and s.id = t.subscriber_id
  where s.deleted_at is not null and s.version_at > t.at`;
 
-async function supersededAdds(
-  client: pg.ClientBase,
-  facts: readonly MembershipFact[],
-): Promise<Array<{ subscriberId: string; at: string }>> {
+async function supersededAdds(client: Queryable, facts: readonly MembershipFact[]): Promise<Array<{ subscriberId: string; at: string }>> {
   const adds = facts.filter((f) => f.op === 'add');
   if (adds.length === 0) return [];
   const { rows } = await client.query<{ subscriberId: string; at: string }>({

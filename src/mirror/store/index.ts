@@ -28,7 +28,7 @@
  *   same ids in another account are never read, counted or changed, and lookups use the keys, which
  *   lead with the account.
  */
-export { rollbackOrBroken, withRetriedTransaction, withTransaction } from './executor.js';
+export { keepingPlans, rollbackOrBroken, withRetriedTransaction, withTransaction } from './executor.js';
 export type { UpsertCounts } from './values.js';
 export { upsertSubscribers } from './subscribers.js';
 export {
