@@ -147,6 +147,12 @@ describe('docker-compose.yml', () => {
     expect(pg.volumes?.some((v) => v.includes('docker-entrypoint-initdb.d'))).toBe(false);
   });
 
+  it("takes Postgres's connection slots from .env (POSTGRES_MAX_CONNECTIONS, 100 by default), as operations.md says for many accounts", () => {
+    expect(compose.services.postgres?.command).toEqual(['postgres', '-c', 'max_connections=${POSTGRES_MAX_CONNECTIONS:-100}']);
+    expect(read('.env.example')).toContain('# POSTGRES_MAX_CONNECTIONS=100');
+    expect(read('docs/operations.md')).toContain('POSTGRES_MAX_CONNECTIONS=300');
+  });
+
   it('has a one-shot setup service, as the superuser over the socket, before everything that logs in', () => {
     const setup = compose.services.setup!;
     expect(setup.image).toBe(compose.services.postgres?.image);
@@ -452,12 +458,19 @@ describe('docker-compose.yml', () => {
     const limits = Object.values(compose.services).map((service) => memoryLimitOf(service).variable);
     // And what Compose itself reads for the https profile (docs/compose.md, "HTTPS").
     const https = ['COMPOSE_PROFILES', 'PUBLIC_DOMAIN', 'PROXY_TLS', 'ACME_EMAIL', 'RECEIVER_PUBLISH'];
+    // And Postgres's own connection slots (the postgres service's command).
+    const postgres = ['POSTGRES_MAX_CONNECTIONS'];
     // And the example account's own settings (docs/operations.md, "Several accounts").
     const account = PER_ACCOUNT_SETTINGS.map((setting) => `ACCOUNT_SHOP__${setting}`);
     expect(
       variables.filter(
         (v) =>
-          !SETTING_NAMES.includes(v) && !COMPOSE_PASSWORDS.includes(v) && !limits.includes(v) && !https.includes(v) && !account.includes(v),
+          !SETTING_NAMES.includes(v) &&
+          !COMPOSE_PASSWORDS.includes(v) &&
+          !limits.includes(v) &&
+          !https.includes(v) &&
+          !postgres.includes(v) &&
+          !account.includes(v),
       ),
     ).toEqual([]);
     expect(variables).toEqual(expect.arrayContaining(https));
