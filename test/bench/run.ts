@@ -799,7 +799,7 @@ function accountsBackfillRows(a: AccountsBenchFigures): SummaryRow[] {
   return [
     row({
       bench: 'accounts',
-      figure: `backfill of ${b.bigMembers.toLocaleString('en-US')} while ${b.others} accounts tick: delay of their scheduled passes, p99`,
+      figure: `backfill of ${b.bigMembers.toLocaleString('en-US')} while ${b.others === 1 ? '1 account ticks' : `${b.others} accounts tick`}: delay of their scheduled passes, p99`,
       // No gap measured is no figure (shown as not met), not a delay of zero.
       value: b.p99Ms === null ? null : s1(b.p99Ms),
       unit: 's',
