@@ -10,19 +10,21 @@
  * 2. Every account at once, with 1 and with 3 worker replicas (processes sharing the database and
  *    Redis): the time until every account is mirrored, set against that floor (goal: floor ÷ time
  *    ≥ 0.8 with 3 replicas), and the peak RSS of each replica (goal: ≤ 1.1 × the one-account peak).
- * 3. A backfill of a big account (`--big-members`, default 1,000,000) while the others, mirrored
- *    first, tick every `--sync-every` seconds: for `--window` seconds, the delay of the others'
- *    scheduled passes, each the gap between two starts of the same (account, group, type) less
- *    SYNC_EVERY (p99; goal: at most one SYNC_EVERY).
+ * 3. A backfill of a big account (`--big-members`, default 1,000,000) while the others tick every
+ *    `--sync-every` seconds: for `--window` seconds, the delay of the others' scheduled passes, each
+ *    the gap between two starts of the same (account, group, type) less SYNC_EVERY (p99; goal: at
+ *    most one SYNC_EVERY).
  *
+ *   npm run bench -- accounts [--accounts-n 20] [--accounts-members 20000] [--accounts-big-members 1000000]
+ *        [--accounts-sync-every 30] [--accounts-window 180] [--accounts-parts floor,1,3,backfill]
  *   npx tsx test/bench/accounts.bench.ts [--accounts 20] [--members 20000] [--big-members 1000000]
  *        [--sync-every 30] [--window 180] [--parts floor,1,3,backfill] [--json path]
  *
+ * Parts 1 and 3 measure the floor whether `floor` is named or not: it is their baseline.
  * Real time (the service's budget is per minute): the default run takes about fifteen minutes.
- * Builds dist/ first; uses DATABASE_URL and REDIS_URL.
+ * Builds dist/ first; uses DATABASE_URL and REDIS_URL. The replicas are spawned by lib/service-run.ts
+ * (spawnService), so BENCH_NODE_FLAGS, BENCH_ENV and BENCH_OUTPUT apply to them too.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
@@ -31,12 +33,15 @@ import { deleteKeysByPrefix } from '../helpers/redis-prefix.js';
 import { argNumber, argText, isMain } from './lib/cli.js';
 import { figure, printTable, writeJson, type BenchFigure, type BenchResult } from './lib/report.js';
 import { createScratchDatabase, type ScratchDatabase } from './lib/scratch-db.js';
-import { buildDist, describeProductionEnv, PRODUCTION_ENV, REPO_ROOT } from './lib/service-run.js';
+import { buildDist, describeProductionEnv, peakRssMb, REPO_ROOT, spawnService, type ServiceProcess } from './lib/service-run.js';
 
-const CLI = path.join(REPO_ROOT, 'dist/cli.js');
 const PAGE_SIZE = 1000;
 
-type Kind = 'legacy' | 'current';
+export type Kind = 'legacy' | 'current';
+
+/** What `parts` may name: the floor, every account with 1 and with 3 replicas, the big backfill. */
+export const ACCOUNTS_PARTS = ['floor', '1', '3', 'backfill'] as const;
+export type AccountsPart = (typeof ACCOUNTS_PARTS)[number];
 
 interface Account {
   name: string;
@@ -93,87 +98,27 @@ function accountsEnv(accounts: readonly Account[]): Record<string, string> {
   return env;
 }
 
-interface Replica {
-  child: ChildProcess;
-  peakMb: number;
-  stderr: string;
-  exited: string | null;
+type Urls = { databaseUrl: string; redisUrl: string };
+type Log = (line: string) => void;
+
+/**
+ * A deployment's scratch database, Redis prefix and environment; `dispose` drops what it made.
+ * Each run gets its own, so no run starts from another's mirror, schedules or budgets.
+ */
+interface Deployment {
+  env: Record<string, string>;
+  /** Reads across accounts (a pool with no account of its own). */
+  unscoped: pg.Pool;
+  dispose(): Promise<void>;
 }
 
-function rssMb(pid: number, field = 'VmRSS'): number {
-  try {
-    const match = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-    return match ? Number(match[1]) / 1024 : 0;
-  } catch {
-    return 0;
-  }
-}
-
-function spawnReplica(env: Record<string, string>): Replica {
-  const child = spawn(process.execPath, [CLI, 'start', '--role', 'worker'], {
-    cwd: REPO_ROOT,
-    env: { PATH: process.env.PATH ?? '', ...PRODUCTION_ENV, ...env },
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
-  const replica: Replica = { child, peakMb: 0, stderr: '', exited: null };
-  child.stderr?.on('data', (chunk: Buffer) => (replica.stderr = (replica.stderr + chunk.toString('utf8')).slice(-4000)));
-  child.on('exit', (code, signal) => (replica.exited = `exited with ${code ?? signal}`));
-  return replica;
-}
-
-async function stopReplicas(replicas: readonly Replica[]): Promise<void> {
-  await Promise.all(
-    replicas.map(async (r) => {
-      if (r.exited) return;
-      const gone = new Promise((resolve) => r.child.once('exit', resolve));
-      r.child.kill('SIGTERM');
-      const timer = setTimeout(() => r.child.kill('SIGKILL'), 15_000);
-      await gone;
-      clearTimeout(timer);
-    }),
-  );
-}
-
-/** Accounts whose every type has a complete full pass, read across accounts (a pool without one). */
-async function mirroredAccounts(pool: pg.Pool): Promise<Set<string>> {
-  const { rows } = await pool.query<{ account: string }>(
-    `select account from sync_status group by account having count(*) = 5 and count(last_full_completed_at) = 5`,
-  );
-  return new Set(rows.map((r) => r.account));
-}
-
-/** Waits until every one of `accounts` is mirrored, sampling the replicas' RSS meanwhile. */
-async function waitUntilMirrored(pool: pg.Pool, accounts: readonly Account[], replicas: readonly Replica[], label: string): Promise<void> {
-  const started = performance.now();
-  const want = new Set(accounts.map((a) => a.name));
-  for (;;) {
-    for (const r of replicas) {
-      if (r.exited) throw new Error(`${label}: a replica ${r.exited}: ${r.stderr}`);
-      r.peakMb = Math.max(r.peakMb, rssMb(r.child.pid ?? 0));
-    }
-    const done = await mirroredAccounts(pool).catch(() => new Set<string>());
-    if ([...want].every((a) => done.has(a))) return;
-    if (performance.now() - started > 30 * 60_000) throw new Error(`${label}: not mirrored within 30 minutes (${done.size}/${want.size})`);
-    await new Promise((resolve) => setTimeout(resolve, 200));
-  }
-}
-
-interface DeploymentRun {
-  elapsedMs: number;
-  /** Per replica: the higher of the sampled RSS peak and VmHWM, MB. */
-  peaksMb: number[];
-  /** Rows mirrored per account equal the simulator's members (checked). */
-  rows: number;
-}
-
-/** Runs `replicas` worker processes for `accounts` until every account is mirrored. */
-async function runDeployment(
+async function prepareDeployment(
   accounts: readonly Account[],
-  replicas: number,
-  urls: { databaseUrl: string; redisUrl: string },
+  urls: Urls,
   label: string,
-): Promise<DeploymentRun> {
-  const scratch = await createScratchDatabase(urls.databaseUrl, `accounts-${label}`);
+  extraEnv: Record<string, string> = {},
+): Promise<Deployment> {
+  const scratch: ScratchDatabase = await createScratchDatabase(urls.databaseUrl, `accounts-${label}`);
   const prefix = `bench-accounts-${label}-${process.pid}-${Date.now()}`;
   const env = {
     DATABASE_URL: scratch.url,
@@ -184,167 +129,275 @@ async function runDeployment(
     PORT: '0',
     HOST: '127.0.0.1',
     LOG_LEVEL: 'warn',
+    ...extraEnv,
     ...accountsEnv(accounts),
   };
   const unscoped = new pg.Pool({ connectionString: scratch.url, max: 1 });
-  const started = performance.now();
-  const running: Replica[] = [];
-  try {
-    for (let i = 0; i < replicas; i++) running.push(spawnReplica(env));
-    await waitUntilMirrored(unscoped, accounts, running, label);
-    const elapsedMs = performance.now() - started;
-    const peaksMb = running.map((r) => Math.round(Math.max(r.peakMb, rssMb(r.child.pid ?? 0, 'VmHWM')) * 10) / 10);
-    const { rows } = await unscoped.query<{ account: string; n: number }>(
-      `select account, count(*)::int as n from current_group_members group by account`,
-    );
-    const byAccount = new Map(rows.map((r) => [r.account, r.n]));
-    const wrong = accounts.filter((a) => (byAccount.get(a.name) ?? 0) === 0);
-    if (wrong.length > 0) throw new Error(`${label}: no members mirrored for ${wrong.map((a) => a.name).join(', ')}`);
-    return { elapsedMs, peaksMb, rows: rows.reduce((n, r) => n + r.n, 0) };
-  } finally {
-    await stopReplicas(running);
-    await unscoped.end();
-    for (const p of [prefix, `b_${prefix}`]) await deleteKeysByPrefix(urls.redisUrl, p).catch(() => 0);
-    await scratch.drop();
+  return {
+    env,
+    unscoped,
+    dispose: async () => {
+      await unscoped.end();
+      // The limiter's keys start with b_<prefix> (Bottleneck's naming).
+      for (const p of [prefix, `b_${prefix}`]) await deleteKeysByPrefix(urls.redisUrl, p).catch(() => 0);
+      await scratch.drop();
+    },
+  };
+}
+
+async function stopAll(replicas: readonly ServiceProcess[]): Promise<void> {
+  await Promise.all(replicas.map((r) => r.stop()));
+}
+
+/** Throws with the replica's stderr when one has died: the figures of a deployment short of a replica mean nothing. */
+function assertRunning(replicas: readonly ServiceProcess[], label: string): void {
+  for (const r of replicas) {
+    const exited = r.exited();
+    if (exited) throw new Error(`${label}: a replica ${exited}: ${r.stderrTail()}`);
   }
 }
 
-function percentile(values: readonly number[], p: number): number {
-  if (values.length === 0) return 0;
+/** Accounts whose every type has a complete full pass, read across accounts (a pool without one). */
+async function mirroredAccounts(pool: pg.Pool): Promise<Set<string>> {
+  const { rows } = await pool.query<{ account: string }>(
+    `select account from sync_status group by account having count(*) = 5 and count(last_full_completed_at) = 5`,
+  );
+  return new Set(rows.map((r) => r.account));
+}
+
+/** Memberships mirrored in all; throws when an account has none (its mirror is not what the run claims). */
+async function checkMemberships(pool: pg.Pool, accounts: readonly Account[], label: string): Promise<number> {
+  const { rows } = await pool.query<{ account: string; n: number }>(
+    `select account, count(*)::int as n from current_group_members group by account`,
+  );
+  const byAccount = new Map(rows.map((r) => [r.account, r.n]));
+  const wrong = accounts.filter((a) => (byAccount.get(a.name) ?? 0) === 0);
+  if (wrong.length > 0) throw new Error(`${label}: no members mirrored for ${wrong.map((a) => a.name).join(', ')}`);
+  return rows.reduce((n, r) => n + r.n, 0);
+}
+
+interface DeploymentRun {
+  elapsedMs: number;
+  /** Per replica: the higher of the sampled RSS peak and VmHWM, MB. */
+  peaksMb: number[];
+  /** Memberships mirrored, every account (each has some: checked). */
+  rows: number;
+}
+
+const MIRROR_TIMEOUT_MS = 30 * 60_000;
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Waits until every one of `accounts` is mirrored, sampling the replicas' RSS meanwhile. */
+async function waitUntilMirrored(
+  pool: pg.Pool,
+  accounts: readonly Account[],
+  replicas: readonly ServiceProcess[],
+  label: string,
+): Promise<void> {
+  const started = performance.now();
+  const want = new Set(accounts.map((a) => a.name));
+  for (;;) {
+    assertRunning(replicas, label);
+    for (const r of replicas) r.sampleRss();
+    const done = await mirroredAccounts(pool).catch(() => new Set<string>());
+    if ([...want].every((a) => done.has(a))) return;
+    if (performance.now() - started > MIRROR_TIMEOUT_MS)
+      throw new Error(`${label}: not mirrored within 30 minutes (${done.size}/${want.size})`);
+    await sleep(200);
+  }
+}
+
+/** Runs `replicas` worker processes for `accounts` until every account is mirrored. */
+async function runDeployment(accounts: readonly Account[], replicas: number, urls: Urls, label: string): Promise<DeploymentRun> {
+  const deployment = await prepareDeployment(accounts, urls, label);
+  const started = performance.now();
+  const running: ServiceProcess[] = [];
+  try {
+    for (let i = 0; i < replicas; i++) running.push(spawnService(deployment.env));
+    await waitUntilMirrored(deployment.unscoped, accounts, running, label);
+    const elapsedMs = performance.now() - started;
+    const peaksMb = running.map(peakRssMb);
+    return { elapsedMs, peaksMb, rows: await checkMemberships(deployment.unscoped, accounts, label) };
+  } finally {
+    await stopAll(running);
+    await deployment.dispose();
+  }
+}
+
+/** The p-th percentile (nearest rank); null when there is nothing to rank. */
+function percentile(values: readonly number[], p: number): number | null {
+  if (values.length === 0) return null;
   const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] ?? 0;
+  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] ?? null;
 }
 
 interface BackfillRun {
   /** Delays of the others' scheduled passes during the backfill, ms. */
   delaysMs: number[];
-  /** The same with the others alone, just before, ms. */
+  /** The same with the others ticking alone, just before, ms. */
   baselineDelaysMs: number[];
   bigRowsDuringWindow: number;
 }
 
-/** The gaps between consecutive scheduled starts of each (account, group, type) of `accounts` from `from` to `to`, less SYNC_EVERY. */
+/**
+ * The delays of the scheduled incremental passes of `accounts` from `from` to `to`: each gap between
+ * two starts of one (account, group, type) in the window, less SYNC_EVERY, and for each of them the
+ * time from its last start to the window's end, less SYNC_EVERY (a pass overdue and not started yet
+ * is a delay too, not a missing gap).
+ */
 async function scheduledDelays(pool: pg.Pool, accounts: readonly Account[], from: Date, to: Date, syncEveryMs: number): Promise<number[]> {
-  const { rows } = await pool.query<{ gap_ms: number | null }>(
+  const names = accounts.map((a) => a.name);
+  const gaps = await pool.query<{ gap_ms: number | null }>(
     `select extract(epoch from started_at - lag(started_at) over w) * 1000 as gap_ms
        from sync_passes
-      where account = any ($1::text[]) and trigger = 'schedule' and started_at >= $2 and started_at < $3
+      where account = any ($1::text[]) and trigger = 'schedule' and kind = 'incremental' and started_at >= $2 and started_at < $3
      window w as (partition by account, group_id, type order by started_at)`,
-    [accounts.map((a) => a.name), from, to],
+    [names, from, to],
   );
-  return rows
-    .map((r) => r.gap_ms)
-    .filter((g): g is number => g !== null)
-    .map((g) => Math.max(0, g - syncEveryMs));
+  const trailing = await pool.query<{ gap_ms: number }>(
+    `select extract(epoch from $2::timestamptz - max(started_at)) * 1000 as gap_ms
+       from sync_passes
+      where account = any ($1::text[]) and trigger = 'schedule' and kind = 'incremental' and started_at < $2
+      group by account, group_id, type`,
+    [names, to],
+  );
+  return [...gaps.rows.map((r) => r.gap_ms).filter((g): g is number => g !== null), ...trailing.rows.map((r) => r.gap_ms)].map((g) =>
+    Math.max(0, g - syncEveryMs),
+  );
 }
 
 /**
  * The big account's first full pass (a backfill: nothing of it mirrored yet) while the others tick.
- * A replica serving the others alone mirrors them, then they tick for `windowMs` (the baseline:
- * the delays their own budgets and passes make); then a replica serving every account (the others
+ * A replica serving the others alone mirrors them, then they tick for `windowMs` (the baseline: the
+ * delays their own budgets and passes make); then a replica serving every account (the others
  * first, so the first account keeps its Redis prefix) starts the backfill, and for another
- * `windowMs` their scheduled passes are timed again. A delay is a gap between two starts of one
- * (account, group, type), both in the window, less SYNC_EVERY. Full passes are left to their daily
- * schedule (RECONCILE_EVERY=24h): what ticks is the incremental passes.
+ * `windowMs` their scheduled passes are timed again. Full passes stay on a daily schedule
+ * (RECONCILE_EVERY=24h): what ticks is the incremental passes. A first run that started every
+ * account at once timed the others' own first mirror (a current account's takes 107 s of its
+ * budget) as delays the backfill caused.
  */
 async function runBackfill(
   big: Account,
   others: readonly Account[],
-  options: { syncEveryMs: number; windowMs: number; databaseUrl: string; redisUrl: string },
+  options: { syncEveryMs: number; windowMs: number } & Urls,
 ): Promise<BackfillRun> {
-  const scratch: ScratchDatabase = await createScratchDatabase(options.databaseUrl, 'accounts-backfill');
-  const prefix = `bench-accounts-backfill-${process.pid}-${Date.now()}`;
-  const base = {
-    DATABASE_URL: scratch.url,
-    REDIS_URL: options.redisUrl,
-    REDIS_PREFIX: prefix,
-    SYNC_PAGE_SIZE: String(PAGE_SIZE),
-    SYNC_EVERY: `${Math.round(options.syncEveryMs / 1000)}s`,
-    RECONCILE_EVERY: '24h',
-    AUDIT_EVERY: 'off',
-    PORT: '0',
-    HOST: '127.0.0.1',
-    LOG_LEVEL: 'warn',
-  };
-  const unscoped = new pg.Pool({ connectionString: scratch.url, max: 1 });
-  const running: Replica[] = [];
-  const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+  const every = `${Math.round(options.syncEveryMs / 1000)}s`;
+  const deployment = await prepareDeployment(others, options, 'backfill', { SYNC_EVERY: every, RECONCILE_EVERY: '24h' });
+  const pool = deployment.unscoped;
+  const running: ServiceProcess[] = [];
   try {
-    const alone = spawnReplica({ ...base, ...accountsEnv(others) });
+    const alone = spawnService(deployment.env);
     running.push(alone);
-    await waitUntilMirrored(unscoped, others, [alone], 'backfill (the others first)');
+    await waitUntilMirrored(pool, others, running, 'backfill (the others first)');
     const baselineStart = new Date();
     await sleep(options.windowMs);
-    if (alone.exited) throw new Error(`backfill: the replica ${alone.exited}: ${alone.stderr}`);
-    const baselineDelaysMs = await scheduledDelays(unscoped, others, baselineStart, new Date(), options.syncEveryMs);
-    await stopReplicas([alone]);
+    assertRunning(running, 'backfill (the others alone)');
+    const baselineDelaysMs = await scheduledDelays(pool, others, baselineStart, new Date(), options.syncEveryMs);
+    await alone.stop();
+    running.length = 0;
 
     const windowStart = new Date();
-    const replica = spawnReplica({ ...base, ...accountsEnv([...others, big]) });
-    running.push(replica);
+    running.push(spawnService({ ...deployment.env, ...accountsEnv([...others, big]) }));
     await sleep(options.windowMs);
-    if (replica.exited) throw new Error(`backfill: the replica ${replica.exited}: ${replica.stderr}`);
-    const delaysMs = await scheduledDelays(unscoped, others, windowStart, new Date(), options.syncEveryMs);
-    const bigRows = await unscoped.query<{ n: number }>(`select count(*)::int as n from group_members where account = $1`, [big.name]);
+    assertRunning(running, 'backfill');
+    const delaysMs = await scheduledDelays(pool, others, windowStart, new Date(), options.syncEveryMs);
+    const bigRows = await pool.query<{ n: number }>(`select count(*)::int as n from group_members where account = $1`, [big.name]);
     return { delaysMs, baselineDelaysMs, bigRowsDuringWindow: bigRows.rows[0]?.n ?? 0 };
   } finally {
-    await stopReplicas(running);
-    await unscoped.end();
-    for (const p of [prefix, `b_${prefix}`]) await deleteKeysByPrefix(options.redisUrl, p).catch(() => 0);
-    await scratch.drop();
+    await stopAll(running);
+    await deployment.dispose();
   }
 }
 
-type Urls = { databaseUrl: string; redisUrl: string };
-type Log = (line: string) => void;
+/** One kind of account alone, in a one-account deployment. */
+export interface AccountsAloneFigures {
+  kind: Kind;
+  members: number;
+  elapsedMs: number;
+  peakRssMb: number;
+}
+
+/** The baseline of every deployment: the slower kind's time and the higher one-account peak. */
+export interface AccountsFloorFigures {
+  floorMs: number;
+  /** The kind whose time is the floor. */
+  slowest: Kind;
+  peakRssMb: number;
+  alone: AccountsAloneFigures[];
+}
+
+/** Every account at once with `replicas` worker processes. */
+export interface AccountsDeploymentFigures {
+  replicas: number;
+  elapsedMs: number;
+  /** Per replica, MB. */
+  peaksMb: number[];
+  memberships: number;
+}
+
+/** The big account's backfill while the others tick. */
+export interface AccountsBackfillFigures {
+  bigMembers: number;
+  others: number;
+  syncEveryMs: number;
+  windowMs: number;
+  /** Delays measured: gaps between two scheduled starts of one (account, group, type) of the others, and each one's time since its last start. */
+  gaps: number;
+  /** Delay beyond SYNC_EVERY; null when no gap was measured. */
+  p50Ms: number | null;
+  p99Ms: number | null;
+  /** The same with the others ticking alone, just before the backfill (the baseline). */
+  baselineGaps: number;
+  baselineP99Ms: number | null;
+  bigRowsDuringWindow: number;
+}
 
 /** Each kind of account alone: the slower one's time is the floor, the higher peak RSS the one-account baseline. */
-async function measureFloor(
-  accounts: readonly Account[],
-  urls: Urls,
-  log: Log,
-  figures: BenchFigure[],
-): Promise<{ floorMs: number; peakMb: number }> {
-  let floorMs = 0;
-  let peakMb = 0;
+async function measureFloor(accounts: readonly Account[], urls: Urls, log: Log, figures: BenchFigure[]): Promise<AccountsFloorFigures> {
+  const alone: AccountsAloneFigures[] = [];
   for (const kind of ['legacy', 'current'] as const) {
-    const alone = accounts.find((a) => a.kind === kind);
-    if (!alone) continue;
-    const run = await runDeployment([alone], 1, urls, `floor-${kind}`);
-    log(`accounts: one ${kind} account alone: ${(run.elapsedMs / 1000).toFixed(1)} s, peak RSS ${run.peaksMb[0]} MB`);
+    const account = accounts.find((a) => a.kind === kind);
+    if (!account) continue;
+    const run = await runDeployment([account], 1, urls, `floor-${kind}`);
+    const peakRssMb = run.peaksMb[0] ?? 0;
+    alone.push({ kind, members: account.members, elapsedMs: Math.round(run.elapsedMs), peakRssMb });
+    log(`accounts: one ${kind} account alone: ${(run.elapsedMs / 1000).toFixed(1)} s, peak RSS ${peakRssMb} MB`);
     figures.push(
       figure(
         `one ${kind} account alone: time to mirror`,
         run.elapsedMs / 1000,
         's',
         null,
-        `${alone.members} members; peak RSS ${run.peaksMb[0]} MB`,
+        `${account.members} members; peak RSS ${peakRssMb} MB`,
       ),
     );
-    floorMs = Math.max(floorMs, run.elapsedMs);
-    peakMb = Math.max(peakMb, ...run.peaksMb);
   }
-  return { floorMs, peakMb };
+  if (alone.length === 0) throw new Error('floor: no account to measure');
+  const slowest = alone.reduce((a, b) => (b.elapsedMs > a.elapsedMs ? b : a));
+  return { floorMs: slowest.elapsedMs, slowest: slowest.kind, peakRssMb: Math.max(...alone.map((a) => a.peakRssMb)), alone };
 }
 
-/** Every account at once, with 1 and with 3 replicas. */
+/** Every account at once, with 1 and with 3 replicas (those of them `parts` names). */
 async function measureDeployments(
   accounts: readonly Account[],
-  floor: { floorMs: number; peakMb: number },
+  floor: AccountsFloorFigures,
   parts: ReadonlySet<string>,
   urls: Urls,
   log: Log,
   figures: BenchFigure[],
-): Promise<void> {
+): Promise<AccountsDeploymentFigures[]> {
   const n = accounts.length;
+  const deployments: AccountsDeploymentFigures[] = [];
   for (const replicas of [1, 3]) {
     if (!parts.has(String(replicas))) continue;
     const run = await runDeployment(accounts, replicas, urls, `r${replicas}`);
+    deployments.push({ replicas, elapsedMs: Math.round(run.elapsedMs), peaksMb: run.peaksMb, memberships: run.rows });
     const speed = floor.floorMs / run.elapsedMs;
     const peak = Math.max(...run.peaksMb);
     log(
       `accounts: ${n} accounts, ${replicas} replica(s): ${(run.elapsedMs / 1000).toFixed(1)} s (floor ${(floor.floorMs / 1000).toFixed(1)} s, speed ${speed.toFixed(2)}× the floor's); ` +
-        `peak RSS per replica ${run.peaksMb.join(', ')} MB (one account: ${floor.peakMb} MB); ${run.rows} memberships`,
+        `peak RSS per replica ${run.peaksMb.join(', ')} MB (one account: ${floor.peakRssMb} MB); ${run.rows} memberships`,
     );
     figures.push(
       figure(
@@ -358,12 +411,15 @@ async function measureDeployments(
         `${n} accounts, ${replicas} replica(s): peak RSS per replica`,
         peak,
         'MB',
-        floor.peakMb,
-        `${(peak / floor.peakMb).toFixed(2)}× one account's (goal ≤ 1.1); replicas: ${run.peaksMb.join(', ')} MB`,
+        floor.peakRssMb,
+        `${(peak / floor.peakRssMb).toFixed(2)}× one account's (goal ≤ 1.1); replicas: ${run.peaksMb.join(', ')} MB`,
       ),
     );
   }
+  return deployments;
 }
+
+const seconds = (ms: number | null) => (ms === null ? '—' : `${(ms / 1000).toFixed(1)} s`);
 
 /** A big account's backfill while the others tick. */
 async function measureBackfill(
@@ -371,36 +427,73 @@ async function measureBackfill(
   options: { bigMembers: number; syncEveryMs: number; windowMs: number } & Urls,
   log: Log,
   figures: BenchFigure[],
-): Promise<void> {
+): Promise<AccountsBackfillFigures> {
   const n = accounts.length;
   log(`accounts: the big account (${options.bigMembers.toLocaleString('en-US')} members) seeding…`);
   const big = await startAccount(n, 'legacy', options.bigMembers);
   try {
     const run = await runBackfill(big, accounts.slice(0, n - 1), options);
-    const p99 = percentile(run.delaysMs, 99);
-    const p50 = percentile(run.delaysMs, 50);
-    const baselineP99 = percentile(run.baselineDelaysMs, 99);
+    const backfill: AccountsBackfillFigures = {
+      bigMembers: big.members,
+      others: n - 1,
+      syncEveryMs: options.syncEveryMs,
+      windowMs: options.windowMs,
+      gaps: run.delaysMs.length,
+      p50Ms: percentile(run.delaysMs, 50),
+      p99Ms: percentile(run.delaysMs, 99),
+      baselineGaps: run.baselineDelaysMs.length,
+      baselineP99Ms: percentile(run.baselineDelaysMs, 99),
+      bigRowsDuringWindow: run.bigRowsDuringWindow,
+    };
     log(
-      `accounts: backfill of ${big.members.toLocaleString('en-US')} while ${n - 1} tick every ${options.syncEveryMs / 1000} s: ${run.delaysMs.length} gaps measured, ` +
-        `delay p50 ${(p50 / 1000).toFixed(1)} s, p99 ${(p99 / 1000).toFixed(1)} s (the others alone: ${run.baselineDelaysMs.length} gaps, p99 ${(baselineP99 / 1000).toFixed(1)} s); ` +
+      `accounts: backfill of ${big.members.toLocaleString('en-US')} while ${n - 1} tick every ${options.syncEveryMs / 1000} s: ${backfill.gaps} gaps measured, ` +
+        `delay p50 ${seconds(backfill.p50Ms)}, p99 ${seconds(backfill.p99Ms)} (the others alone just before: ${backfill.baselineGaps} measured, p99 ${seconds(backfill.baselineP99Ms)}); ` +
         `the big account mirrored ${run.bigRowsDuringWindow} members in the window`,
     );
-    figures.push(
-      figure(
-        `backfill of ${big.members} members: delay of the other accounts' scheduled passes, p99`,
-        p99 / 1000,
-        's',
-        baselineP99 / 1000,
-        `baseline: the same ${n - 1} accounts ticking alone just before; goal ≤ one SYNC_EVERY (${options.syncEveryMs / 1000} s); ${run.delaysMs.length} gaps over ${options.windowMs / 1000} s; p50 ${(p50 / 1000).toFixed(1)} s; ${run.bigRowsDuringWindow} of the big account's members mirrored in the window`,
-      ),
-    );
+    // No gap, no figure: a p99 of nothing would read as no delay at all.
+    if (backfill.p99Ms !== null)
+      figures.push(
+        figure(
+          `backfill of ${big.members} members: delay of the other accounts' scheduled passes, p99`,
+          backfill.p99Ms / 1000,
+          's',
+          options.syncEveryMs / 1000,
+          `goal ≤ one SYNC_EVERY (the baseline); ${backfill.gaps} delays over ${options.windowMs / 1000} s; p50 ${seconds(backfill.p50Ms)}; the others alone just before: p99 ${seconds(backfill.baselineP99Ms)}; ${run.bigRowsDuringWindow} of the big account's members mirrored in the window`,
+        ),
+      );
+    return backfill;
   } finally {
     await big.sim.close();
   }
 }
 
 export interface AccountsBenchFigures {
+  accounts: number;
+  members: number;
+  /** Null when no part needed it (only `backfill` asked for). */
+  floor: AccountsFloorFigures | null;
+  deployments: AccountsDeploymentFigures[];
+  backfill: AccountsBackfillFigures | null;
   result: BenchResult;
+}
+
+/** `parts` as a set, refusing a name the bench does not know (a typo would silently skip a part). */
+function partsOf(parts: readonly string[] | undefined): Set<AccountsPart> {
+  const given = parts ?? ACCOUNTS_PARTS;
+  const unknown = given.filter((p) => !(ACCOUNTS_PARTS as readonly string[]).includes(p));
+  if (unknown.length > 0) throw new Error(`unknown part(s) ${unknown.join(', ')} (choose from ${ACCOUNTS_PARTS.join(', ')})`);
+  return new Set(given as readonly AccountsPart[]);
+}
+
+function environmentOf(n: number, members: number): Record<string, string> {
+  return {
+    node: process.version,
+    cpus: String(os.cpus().length),
+    cpuModel: os.cpus()[0]?.model ?? 'unknown',
+    memoryGb: String(Math.round(os.totalmem() / 2 ** 30)),
+    accounts: `${n} (half legacy at 60 requests a minute per endpoint, half current at 120 a minute), ${members} members each, page ${PAGE_SIZE}`,
+    process: `node dist/cli.js start --role worker (${describeProductionEnv()}); simulators, Postgres and Redis on the same cores`,
+  };
 }
 
 export async function benchAccounts(options: AccountsBenchOptions = {}): Promise<AccountsBenchFigures> {
@@ -409,7 +502,7 @@ export async function benchAccounts(options: AccountsBenchOptions = {}): Promise
   const bigMembers = options.bigMembers ?? 1_000_000;
   const syncEveryMs = (options.syncEverySeconds ?? 30) * 1000;
   const windowMs = (options.windowSeconds ?? 180) * 1000;
-  const parts = new Set(options.parts ?? ['floor', '1', '3', 'backfill']);
+  const parts = partsOf(options.parts);
   const urls = {
     databaseUrl: options.databaseUrl ?? process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres',
     redisUrl: options.redisUrl ?? process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
@@ -420,13 +513,16 @@ export async function benchAccounts(options: AccountsBenchOptions = {}): Promise
   buildDist();
   const figures: BenchFigure[] = [];
   const accounts: Account[] = [];
+  let floor: AccountsFloorFigures | null = null;
+  let deployments: AccountsDeploymentFigures[] = [];
+  let backfill: AccountsBackfillFigures | null = null;
   try {
     for (let i = 0; i < n; i++) accounts.push(await startAccount(i, i % 2 === 0 ? 'legacy' : 'current', members));
     log(`accounts: ${n} simulators of ${members.toLocaleString('en-US')} members (half legacy, half current) up`);
 
-    const floor = parts.has('floor') || parts.has('1') || parts.has('3') ? await measureFloor(accounts, urls, log, figures) : null;
-    if (floor) await measureDeployments(accounts, floor, parts, urls, log, figures);
-    if (parts.has('backfill')) await measureBackfill(accounts, { bigMembers, syncEveryMs, windowMs, ...urls }, log, figures);
+    if (parts.has('floor') || parts.has('1') || parts.has('3')) floor = await measureFloor(accounts, urls, log, figures);
+    if (floor) deployments = await measureDeployments(accounts, floor, parts, urls, log, figures);
+    if (parts.has('backfill')) backfill = await measureBackfill(accounts, { bigMembers, syncEveryMs, windowMs, ...urls }, log, figures);
   } finally {
     for (const a of accounts) await a.sim.close();
   }
@@ -435,19 +531,12 @@ export async function benchAccounts(options: AccountsBenchOptions = {}): Promise
     rows: n * members,
     startedAt: startedAt.toISOString(),
     durationMs: Date.now() - startedAt.getTime(),
-    environment: {
-      node: process.version,
-      cpus: String(os.cpus().length),
-      cpuModel: os.cpus()[0]?.model ?? 'unknown',
-      memoryGb: String(Math.round(os.totalmem() / 2 ** 30)),
-      accounts: `${n} (half legacy at 60 requests a minute per endpoint, half current at 120 a minute), ${members} members each, page ${PAGE_SIZE}`,
-      process: `node dist/cli.js start --role worker (${describeProductionEnv()}); simulators, Postgres and Redis on the same cores`,
-    },
+    environment: environmentOf(n, members),
     figures,
   };
   if (options.json !== null) printTable(result);
   if (options.json) writeJson(options.json, result);
-  return { result };
+  return { accounts: n, members, floor, deployments, backfill, result };
 }
 
 if (isMain(import.meta.url)) {

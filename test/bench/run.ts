@@ -4,8 +4,8 @@
  * reported for context) with the baseline measured in the same run, the ratio, the goal and whether
  * it is met, plus the machine; writes everything to `bench-results.json` at the repo root.
  *
- * Names: store, poll, passes, current, proof, audit, webhooks (= webhooks + freshness), freshness, probe, memory. Default: all, in that
- * order, with a Postgres CHECKPOINT before each.
+ * Names: store, poll, passes, current, proof, audit, webhooks (= webhooks + freshness), freshness, probe, budget, accounts, memory.
+ * Default: all, in that order, with a Postgres CHECKPOINT before each.
  * Flags (defaults fit a few minutes on 2 cores):
  *   --store-rows 50000 --store-repeats 3
  *   --poll-subscribers 50000 --poll-repeats 2 --poll-types all|active,…
@@ -16,6 +16,9 @@
  *   --memory-sizes 100000,1000000     (--quick: 100000,300000)
  *   --memory-speeds budget,full       (the per-endpoint budget, real time: a 1M mirror takes about 12 minutes)
  *   --budget-subscribers 100000       (real time: about eight minutes; builds dist/ first)
+ *   --accounts-n 20 --accounts-members 20000 --accounts-big-members 1000000
+ *   --accounts-sync-every 30 --accounts-window 180 --accounts-parts floor,1,3,backfill
+ *                                     (issue 35, real time: about fifteen minutes; builds dist/ first)
  *   --webhooks-seconds 5 --webhooks-connections 64
  *   --freshness-seconds 10 --freshness-rate 500
  *   --probe-seconds 30 --probe-sockets 3000  (one greedy client against the public port, three phases)
@@ -54,6 +57,7 @@ import {
   type MemorySpeed,
 } from './memory.bench.js';
 import { benchBudget, type BudgetBenchFigures } from './budget.bench.js';
+import { ACCOUNTS_PARTS, benchAccounts, type AccountsBenchFigures, type AccountsPart } from './accounts.bench.js';
 import { benchPasses, type PassesBenchFigures } from './passes.bench.js';
 import { benchPoll, parseTypes, type PollBenchFigures } from './poll.bench.js';
 import { benchStore } from './store.bench.js';
@@ -62,8 +66,22 @@ import { benchWebhooks, type WebhookBenchFigures } from './webhooks.bench.js';
 /**
  * Run order. Memory goes last: its parent process (this one) holds the 1M-subscriber simulator world,
  * and the GC of that heap would otherwise land in the webhook benchmarks, whose receiver runs here too.
+ * Accounts (its big account's world is here too, 1M by default) comes after them for the same reason.
  */
-const BENCHES = ['store', 'poll', 'passes', 'current', 'proof', 'audit', 'webhooks', 'freshness', 'probe', 'budget', 'memory'] as const;
+const BENCHES = [
+  'store',
+  'poll',
+  'passes',
+  'current',
+  'proof',
+  'audit',
+  'webhooks',
+  'freshness',
+  'probe',
+  'budget',
+  'accounts',
+  'memory',
+] as const;
 type BenchName = (typeof BENCHES)[number];
 /** What each name on the command line selects. */
 const SELECTS: Record<BenchName, BenchName[]> = {
@@ -75,6 +93,7 @@ const SELECTS: Record<BenchName, BenchName[]> = {
   audit: ['audit'],
   memory: ['memory'],
   budget: ['budget'],
+  accounts: ['accounts'],
   webhooks: ['webhooks', 'freshness'],
   freshness: ['freshness'],
   probe: ['probe'],
@@ -101,6 +120,12 @@ const GOALS = {
   auditBudgetShare: 0.05,
   /** Time to a full mirror ÷ the floor of the budget model: at least 0.9 × the floor's speed (issue 30). */
   budgetRatioToFloor: 1 / 0.9,
+  /** Every account mirrored with 3 replicas ÷ the slowest account's floor: at least 0.8 × its speed (issue 35). */
+  accountsRatioToFloor: 1 / 0.8,
+  /** Peak RSS of each replica ÷ a one-account deployment's (issue 35). */
+  accountsRssRatio: 1.1,
+  /** p99 delay of the other accounts' scheduled passes during a backfill ÷ SYNC_EVERY (issue 35). */
+  accountsDelayRatioToSyncEvery: 1,
   /** A delivery while one client holds every socket it can open (issue 36). */
   probeP99Ms: PROBE_GOAL_P99_MS,
   probeLost: 0,
@@ -126,6 +151,12 @@ interface RunOptions {
   memorySizes: number[];
   memorySpeeds: MemorySpeed[];
   budgetSubscribers: number;
+  accountsN: number;
+  accountsMembers: number;
+  accountsBigMembers: number;
+  accountsSyncEvery: number;
+  accountsWindow: number;
+  accountsParts: AccountsPart[];
   webhooksSeconds: number;
   webhooksConnections: number;
   freshnessSeconds: number;
@@ -186,6 +217,13 @@ const SMOKE = {
   auditTicks: 4,
   memorySizes: [5_000, 10_000],
   budgetSubscribers: 3_000,
+  // One account of each kind, one page a type each, and a backfill window of four ticks: about a
+  // minute, mostly the starts of five deployments and the window.
+  accountsN: 2,
+  accountsMembers: 1_000,
+  accountsBigMembers: 5_000,
+  accountsSyncEvery: 5,
+  accountsWindow: 20,
   webhooksSeconds: 1,
   webhooksConnections: 8,
   freshnessSeconds: 2,
@@ -218,6 +256,12 @@ const KNOWN_FLAGS = new Set([
   'memory-sizes',
   'memory-speeds',
   'budget-subscribers',
+  'accounts-n',
+  'accounts-members',
+  'accounts-big-members',
+  'accounts-sync-every',
+  'accounts-window',
+  'accounts-parts',
   'webhooks-seconds',
   'webhooks-connections',
   'freshness-seconds',
@@ -263,6 +307,15 @@ function memorySpeedsOf({ flags }: ArgvParts): MemorySpeed[] {
   const unknown = speeds.filter((s) => !(MEMORY_SPEEDS as readonly string[]).includes(s));
   if (unknown.length > 0 || speeds.length === 0) throw new UsageError(`--memory-speeds takes ${MEMORY_SPEEDS.join(',')}, got ${text}`);
   return speeds as MemorySpeed[];
+}
+
+function accountsPartsOf({ flags }: ArgvParts): AccountsPart[] {
+  const text = flags.get('accounts-parts');
+  if (text === undefined) return [...ACCOUNTS_PARTS];
+  const parts = text.split(',');
+  const unknown = parts.filter((p) => !(ACCOUNTS_PARTS as readonly string[]).includes(p));
+  if (unknown.length > 0) throw new UsageError(`--accounts-parts takes ${ACCOUNTS_PARTS.join(',')}, got ${text}`);
+  return parts as AccountsPart[];
 }
 
 function pollTypesOf({ flags }: ArgvParts): SubscriberType[] | null {
@@ -313,6 +366,12 @@ function parseArgs(argv: readonly string[]): RunOptions {
     memorySizes,
     memorySpeeds: memorySpeedsOf(parts),
     budgetSubscribers: num('budget-subscribers', smoke ? SMOKE.budgetSubscribers : 100_000),
+    accountsN: num('accounts-n', smoke ? SMOKE.accountsN : 20),
+    accountsMembers: num('accounts-members', smoke ? SMOKE.accountsMembers : 20_000),
+    accountsBigMembers: num('accounts-big-members', smoke ? SMOKE.accountsBigMembers : 1_000_000),
+    accountsSyncEvery: num('accounts-sync-every', smoke ? SMOKE.accountsSyncEvery : 30),
+    accountsWindow: num('accounts-window', smoke ? SMOKE.accountsWindow : 180),
+    accountsParts: accountsPartsOf(parts),
     webhooksSeconds: num('webhooks-seconds', smoke ? SMOKE.webhooksSeconds : 5),
     webhooksConnections: num('webhooks-connections', smoke ? SMOKE.webhooksConnections : 64),
     freshnessSeconds: num('freshness-seconds', smoke ? SMOKE.freshnessSeconds : 10),
@@ -336,6 +395,9 @@ const USAGE = `usage: npm run bench [-- NAME…] [--quick | --smoke] [flags]
   --memory-sizes A,B (100000,1000000; --quick: 100000,300000)
   --memory-speeds budget,full (both: the per-endpoint budget, real time, and no limit)
   --budget-subscribers N (100000; the service's one-minute window: about eight minutes)
+  --accounts-n N (20)  --accounts-members N (20000)  --accounts-big-members N (1000000)
+  --accounts-sync-every S (30)  --accounts-window S (180)  --accounts-parts floor,1,3,backfill (all)
+      (issue 35: accounts half legacy, half current, with 1 and 3 replicas; real time, about fifteen minutes)
   --webhooks-seconds N (5)  --webhooks-connections N (64)
   --freshness-seconds N (10)  --freshness-rate N (500)
   --probe-seconds N (30)  --probe-sockets N (3000)
@@ -672,6 +734,83 @@ function budgetRows(b: BudgetBenchFigures): SummaryRow[] {
   });
 }
 
+const s1 = (ms: number) => Math.round(ms / 100) / 10;
+
+/**
+ * Issue 35: every account mirrored against the slowest account's own floor (the goal is for 3
+ * replicas; 1 replica is reported for context), peak RSS per replica against a one-account
+ * deployment's (both), and the delay of the others' scheduled passes during a big backfill.
+ */
+function accountsRows(a: AccountsBenchFigures): SummaryRow[] {
+  return [...accountsFloorRows(a), ...accountsDeploymentRows(a), ...accountsBackfillRows(a)];
+}
+
+/** Each kind alone, for context: the slower one is every deployment's floor. */
+function accountsFloorRows(a: AccountsBenchFigures): SummaryRow[] {
+  return (a.floor?.alone ?? []).map((alone) =>
+    row({
+      bench: 'accounts',
+      figure: `one ${alone.kind} account alone: time to mirror`,
+      value: s1(alone.elapsedMs),
+      unit: 's',
+      baselineLabel: null,
+      baseline: null,
+      goals: [],
+      note: `${alone.members.toLocaleString('en-US')} members, a one-account deployment from the spawn of dist/cli.js; peak RSS ${alone.peakRssMb} MB`,
+    }),
+  );
+}
+
+function accountsDeploymentRows(a: AccountsBenchFigures): SummaryRow[] {
+  const floor = a.floor;
+  if (!floor) return [];
+  const members = a.members.toLocaleString('en-US');
+  return a.deployments.flatMap((d) => {
+    const label = `${a.accounts} accounts of ${members}, ${d.replicas} replica${d.replicas === 1 ? '' : 's'}`;
+    const speed = floor.floorMs / d.elapsedMs;
+    return [
+      row({
+        bench: 'accounts',
+        figure: `time to mirror every account, ${label}`,
+        value: s1(d.elapsedMs),
+        unit: 's',
+        baselineLabel: `floor: the slowest account alone (${floor.slowest})`,
+        baseline: s1(floor.floorMs),
+        goals: d.replicas === 3 ? [{ on: 'ratio', op: '<=', target: GOALS.accountsRatioToFloor }] : [],
+        note: `speed ${speed.toFixed(2)}× the floor's (goal ≥ 0.8 with 3 replicas${d.replicas === 3 ? '' : '; none for 1'}); ${d.memberships.toLocaleString('en-US')} memberships`,
+      }),
+      row({
+        bench: 'accounts',
+        figure: `peak RSS per replica, ${label}`,
+        value: Math.max(...d.peaksMb),
+        unit: 'MB',
+        baselineLabel: 'a one-account deployment, the higher kind',
+        baseline: floor.peakRssMb,
+        goals: [{ on: 'ratio', op: '<=', target: GOALS.accountsRssRatio }],
+        note: `the highest replica; each: ${d.peaksMb.join(', ')} MB (sampled RSS or VmHWM, whichever is higher)`,
+      }),
+    ];
+  });
+}
+
+function accountsBackfillRows(a: AccountsBenchFigures): SummaryRow[] {
+  const b = a.backfill;
+  if (!b) return [];
+  return [
+    row({
+      bench: 'accounts',
+      figure: `backfill of ${b.bigMembers.toLocaleString('en-US')} while ${b.others === 1 ? '1 account ticks' : `${b.others} accounts tick`}: delay of their scheduled passes, p99`,
+      // No gap measured is no figure (shown as not met), not a delay of zero.
+      value: b.p99Ms === null ? null : s1(b.p99Ms),
+      unit: 's',
+      baselineLabel: 'SYNC_EVERY',
+      baseline: b.syncEveryMs / 1000,
+      goals: [{ on: 'ratio', op: '<=', target: GOALS.accountsDelayRatioToSyncEvery }],
+      note: `${b.gaps} delays over ${b.windowMs / 1000} s (p50 ${b.p50Ms === null ? '—' : `${s1(b.p50Ms)} s`}); the others ticking alone just before: p99 ${b.baselineP99Ms === null ? '—' : `${s1(b.baselineP99Ms)} s`}; ${b.bigRowsDuringWindow.toLocaleString('en-US')} of the big account's members mirrored in the window`,
+    }),
+  ];
+}
+
 function memoryRows(m: MemoryBenchFigures): SummaryRow[] {
   return m.runs.map((run) => {
     const smallest = m.runs.find((r) => r.speed === run.speed);
@@ -916,6 +1055,7 @@ interface Results {
   audit?: AuditBenchFigures;
   memory?: MemoryBenchFigures;
   budget?: BudgetBenchFigures;
+  accounts?: AccountsBenchFigures;
   webhooks?: WebhookBenchFigures;
   freshness?: FreshnessResult;
   probe?: ProbeBenchFigures;
@@ -970,6 +1110,22 @@ async function runOne(name: BenchName, o: RunOptions, results: Results, log: (li
       const r = await benchBudget({ subscribers: o.budgetSubscribers, databaseUrl: o.databaseUrl, redisUrl: o.redisUrl, log, json: null });
       results.budget = r;
       return budgetRows(r);
+    }
+    case 'accounts': {
+      const r = await benchAccounts({
+        accounts: o.accountsN,
+        members: o.accountsMembers,
+        bigMembers: o.accountsBigMembers,
+        syncEverySeconds: o.accountsSyncEvery,
+        windowSeconds: o.accountsWindow,
+        parts: o.accountsParts,
+        databaseUrl: o.databaseUrl,
+        redisUrl: o.redisUrl,
+        log,
+        json: null,
+      });
+      results.accounts = r;
+      return accountsRows(r);
     }
     case 'memory': {
       const r = await benchMemory({ sizes: o.memorySizes, speeds: o.memorySpeeds, databaseUrl: o.databaseUrl, log });

@@ -1,13 +1,15 @@
 /**
- * Runs the production process (`node dist/cli.js start --role worker`, built by `npm run build`)
- * against a simulator, a scratch database and its own Redis prefix, until every type of one group
- * has a successful full pass. Measures the time from the spawn, and the process's RSS (sampled from
- * /proc every `sampleMs`, and its kernel high-water mark VmHWM at the end).
+ * The production process of the benchmarks (`node dist/cli.js start --role worker`, built by
+ * `buildDist`): spawned as the image starts it (spawnService), its RSS read from /proc (sampled, and
+ * the kernel's high-water mark VmHWM), stopped with SIGTERM then SIGKILL. runServiceUntilMirrored
+ * runs one against a simulator, a scratch database and its own Redis prefix until every type of one
+ * group has a successful full pass; the accounts benchmark runs several replicas of it at once.
  */
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcessByStdio } from 'node:child_process';
 import { createWriteStream, existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import type { Readable } from 'node:stream';
 import type pg from 'pg';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -39,15 +41,125 @@ export function describeProductionEnv(env: Readonly<Record<string, string>> = PR
     .join(' ');
 }
 
-export interface ServiceRunOptions {
+/** A field of /proc/<pid>/status in MB (VmRSS: now; VmHWM: the peak of the process's life); 0 once it is gone. */
+export function procStatusMb(pid: number, field: 'VmRSS' | 'VmHWM'): number {
+  try {
+    const text = readFileSync(`/proc/${pid}/status`, 'utf8');
+    const match = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(text);
+    return match ? Number(match[1]) / 1024 : 0;
+  } catch {
+    return 0;
+  }
+}
+
+/** MB to one decimal, as the reports print them. */
+export const tenthMb = (mb: number): number => Math.round(mb * 10) / 10;
+
+export interface SpawnServiceOptions {
+  /** Start it as the image does (PRODUCTION_ENV); default true. False: plain `node`. */
+  productionFlags?: boolean;
+}
+
+/** One running `node dist/cli.js start --role worker`. */
+export interface ServiceProcess {
+  readonly pid: number;
+  /** How it ended (`exited with <code or signal>`), or null while it runs. */
+  exited(): string | null;
+  /** The end of its stderr, for the message when it dies. */
+  stderrTail(): string;
+  /** Reads VmRSS now (MB) and keeps the highest read in `peakSampledMb`. */
+  sampleRss(): number;
+  /** Highest VmRSS read by sampleRss, MB. */
+  peakSampledMb(): number;
+  /** VmHWM now, MB: the kernel's high-water mark, which catches a peak between two samples. */
+  vmHwmMb(): number;
+  /** SIGTERM, then SIGKILL if it is still there after 15 s; resolves once it has exited. */
+  stop(): Promise<void>;
+}
+
+/** Only so much of stderr is kept: the error it ends with, not a long run's warnings. */
+const STDERR_TAIL = 4000;
+const KILL_AFTER_MS = 15_000;
+
+/**
+ * For measuring variants by hand: BENCH_NODE_FLAGS adds node flags on the command line (flags that
+ * NODE_OPTIONS refuses too), BENCH_ENV adds NAME=VALUE pairs to the environment (after the image's).
+ */
+function handVariant(): { nodeFlags: string[]; env: Record<string, string> } {
+  const nodeFlags = (process.env.BENCH_NODE_FLAGS ?? '').split(' ').filter((f) => f !== '');
+  const env = Object.fromEntries(
+    (process.env.BENCH_ENV ?? '')
+      .split(' ')
+      .filter((pair) => pair.includes('='))
+      .map((pair) => [pair.slice(0, pair.indexOf('=')), pair.slice(pair.indexOf('=') + 1)]),
+  );
+  return { nodeFlags, env };
+}
+
+/** Spawns the production process with `env` (after PRODUCTION_ENV and the hand variant's). */
+export function spawnService(env: Record<string, string>, options: SpawnServiceOptions = {}): ServiceProcess {
+  if (!existsSync(CLI)) throw new Error('dist/cli.js is missing: run `npm run build` first');
+  const production = options.productionFlags !== false;
+  const variant = handVariant();
+  // BENCH_OUTPUT=<file>: the process's stdout and stderr appended there, after a line naming the run
+  // (e.g. with BENCH_NODE_FLAGS=--trace-gc).
+  const output = process.env.BENCH_OUTPUT ? createWriteStream(process.env.BENCH_OUTPUT, { flags: 'a' }) : null;
+  output?.write(
+    `=== ${new Date().toISOString()} ${JSON.stringify({ env, production, extra: variant.nodeFlags, extraEnv: variant.env })}\n`,
+  );
+  const child = spawn(process.execPath, [...variant.nodeFlags, CLI, 'start', '--role', 'worker'], {
+    cwd: REPO_ROOT,
+    env: { PATH: process.env.PATH ?? '', ...(production ? PRODUCTION_ENV : {}), ...variant.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  if (output) {
+    child.stdout.pipe(output);
+    child.stderr.pipe(output);
+  } else child.stdout.resume();
+  return watch(child);
+}
+
+/** The higher of the sampled peak and VmHWM, MB to one decimal: the process's peak RSS so far. */
+export function peakRssMb(service: ServiceProcess): number {
+  return tenthMb(Math.max(service.peakSampledMb(), service.vmHwmMb()));
+}
+
+function watch(child: ChildProcessByStdio<null, Readable, Readable>): ServiceProcess {
+  const pid = child.pid ?? 0;
+  let stderr = '';
+  let exited: string | null = null;
+  let peak = 0;
+  child.stderr.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString('utf8')).slice(-STDERR_TAIL)));
+  child.on('exit', (code, signal) => (exited = `exited with ${code ?? signal}`));
+  return {
+    pid,
+    exited: () => exited,
+    stderrTail: () => stderr,
+    sampleRss: () => {
+      const rss = procStatusMb(pid, 'VmRSS');
+      peak = Math.max(peak, rss);
+      return rss;
+    },
+    peakSampledMb: () => peak,
+    vmHwmMb: () => procStatusMb(pid, 'VmHWM'),
+    stop: async () => {
+      if (exited) return;
+      const gone = new Promise((resolve) => child.once('exit', resolve));
+      child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), KILL_AFTER_MS);
+      await gone;
+      clearTimeout(timer);
+    },
+  };
+}
+
+export interface ServiceRunOptions extends SpawnServiceOptions {
   env: Record<string, string>;
   pool: pg.Pool;
   groupId: string;
   types: readonly string[];
   timeoutMs: number;
   sampleMs?: number;
-  /** Start it as the image does (PRODUCTION_ENV); default true. False: plain `node`. */
-  productionFlags?: boolean;
 }
 
 export interface ServiceRun {
@@ -59,16 +171,6 @@ export interface ServiceRun {
   vmHwmMb: number;
   /** RSS once the service was up (first sample after the first pass started), MB. */
   rssStartMb: number;
-}
-
-function statusField(pid: number, field: string): number {
-  try {
-    const text = readFileSync(`/proc/${pid}/status`, 'utf8');
-    const match = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(text);
-    return match ? Number(match[1]) / 1024 : 0;
-  } catch {
-    return 0;
-  }
 }
 
 async function fullPassesDone(pool: pg.Pool, groupId: string, types: readonly string[]): Promise<{ done: number; started: number }> {
@@ -90,46 +192,17 @@ export function buildDist(): void {
 }
 
 export async function runServiceUntilMirrored(options: ServiceRunOptions): Promise<ServiceRun> {
-  if (!existsSync(CLI)) throw new Error('dist/cli.js is missing: run `npm run build` first');
   const sampleMs = options.sampleMs ?? 100;
   const started = performance.now();
-  const production = options.productionFlags !== false;
-  // For measuring variants by hand: BENCH_NODE_FLAGS adds node flags on the command line (flags that
-  // NODE_OPTIONS refuses too), BENCH_ENV adds NAME=VALUE pairs to the environment (after the image's).
-  const extra = (process.env.BENCH_NODE_FLAGS ?? '').split(' ').filter((f) => f !== '');
-  const extraEnv = Object.fromEntries(
-    (process.env.BENCH_ENV ?? '')
-      .split(' ')
-      .filter((pair) => pair.includes('='))
-      .map((pair) => [pair.slice(0, pair.indexOf('=')), pair.slice(pair.indexOf('=') + 1)]),
-  );
-  // BENCH_OUTPUT=<file>: the process's stdout and stderr appended there, after a line naming the run
-  // (e.g. with BENCH_NODE_FLAGS=--trace-gc).
-  const output = process.env.BENCH_OUTPUT ? createWriteStream(process.env.BENCH_OUTPUT, { flags: 'a' }) : null;
-  output?.write(`=== ${new Date().toISOString()} ${JSON.stringify({ env: options.env, production, extra, extraEnv })}\n`);
-  const child = spawn(process.execPath, [...extra, CLI, 'start', '--role', 'worker'], {
-    cwd: REPO_ROOT,
-    env: { PATH: process.env.PATH ?? '', ...(production ? PRODUCTION_ENV : {}), ...extraEnv, ...options.env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  if (output) {
-    child.stdout.pipe(output);
-    child.stderr.pipe(output);
-  } else child.stdout.resume();
-  let stderr = '';
-  child.stderr.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString('utf8')).slice(-4000)));
-  const state: { exited: string | null } = { exited: null };
-  child.on('exit', (code, signal) => (state.exited = `exited with ${code ?? signal}`));
-  const pid = child.pid ?? 0;
-  let peak = 0;
+  const service = spawnService(options.env, options);
   let atStart = 0;
   try {
     for (;;) {
-      if (state.exited) throw new Error(`service ${state.exited}: ${stderr}`);
-      const rss = statusField(pid, 'VmRSS');
-      peak = Math.max(peak, rss);
+      const exited = service.exited();
+      if (exited) throw new Error(`service ${exited}: ${service.stderrTail()}`);
+      const rss = service.sampleRss();
       if (performance.now() - started > options.timeoutMs)
-        throw new Error(`service did not mirror the group within ${options.timeoutMs} ms: ${stderr}`);
+        throw new Error(`service did not mirror the group within ${options.timeoutMs} ms: ${service.stderrTail()}`);
       const { done, started: passes } = await fullPassesDone(options.pool, options.groupId, options.types).catch(() => ({
         done: 0,
         started: 0,
@@ -139,20 +212,13 @@ export async function runServiceUntilMirrored(options: ServiceRunOptions): Promi
       await new Promise((resolve) => setTimeout(resolve, sampleMs));
     }
     const elapsedMs = performance.now() - started;
-    const vmHwmMb = statusField(pid, 'VmHWM');
     return {
       elapsedMs,
-      rssPeakSampledMb: Math.round(peak * 10) / 10,
-      vmHwmMb: Math.round(vmHwmMb * 10) / 10,
-      rssStartMb: Math.round(atStart * 10) / 10,
+      rssPeakSampledMb: tenthMb(service.peakSampledMb()),
+      vmHwmMb: tenthMb(service.vmHwmMb()),
+      rssStartMb: tenthMb(atStart),
     };
   } finally {
-    if (!state.exited) {
-      const gone = new Promise((resolve) => child.once('exit', resolve));
-      child.kill('SIGTERM');
-      const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
-      await gone;
-      clearTimeout(timer);
-    }
+    await service.stop();
   }
 }
