@@ -14,6 +14,8 @@ export interface LogLine {
   port?: number;
   groupId?: string;
   type?: string;
+  /** The account whose part logged it; none for the deployment's own lines. */
+  account?: string;
   [key: string]: unknown;
 }
 
@@ -59,6 +61,14 @@ export function startService(role: 'all' | 'worker' | 'receiver', env: Record<st
   // A child that dies before it starts must fail the test, not hang it.
   void exit.then(() => resolvePort(Number.NaN));
   return { child, label: source, lines, port, exit, stderr: () => stderr };
+}
+
+/**
+ * The lines a check of `account` reads: its own (an account's parts log with its name) and the
+ * deployment's, which name none. The accounts of one process log the same messages about their passes.
+ */
+export function linesOf(service: ServiceProcess, account: string): LogLine[] {
+  return service.lines.filter((l) => l.account === undefined || l.account === account);
 }
 
 /** Throws, with what the process printed to stderr, when it is no longer running. */
