@@ -5,6 +5,7 @@
 import type { ChildProcess } from 'node:child_process';
 import { spawnCli, type CliResult } from '../../helpers/cli.js';
 import { capture, record } from './collector.js';
+import { withSecondAccount } from './second-account.js';
 import { sleep, waitFor } from '../../helpers/wait.js';
 
 export interface LogLine {
@@ -33,8 +34,12 @@ export interface ServiceProcess {
 
 const live = new Set<ChildProcess>();
 
+/**
+ * Starts `start --role <role>` with `env` for the scenario's account (`default`) and the file's second
+ * account beside it (second-account.ts): every service process of the fault suite serves two.
+ */
 export function startService(role: 'all' | 'worker' | 'receiver', env: Record<string, string>, label: string): ServiceProcess {
-  const child = spawnCli(['start', '--role', role], env);
+  const child = spawnCli(['start', '--role', role], withSecondAccount(env));
   live.add(child);
   const lines: LogLine[] = [];
   let resolvePort: (port: number) => void = () => {};
