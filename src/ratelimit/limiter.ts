@@ -132,6 +132,27 @@ export class LimiterUnavailableError extends Error {
   }
 }
 
+/**
+ * Marks every command in flight on `redis` handled, so that closing the connection at once leaves no
+ * rejection unhandled (docs/architecture.md, "Traps we work around": ioredis). The re-subscription
+ * ioredis sends by itself when a subscriber's connection is back is a promise nobody holds: a limiter
+ * retired right then (rebuilt as Redis came back empty) ended the worker with an unhandled rejection
+ * ("Connection is closed."; found by the fault suite). The callers of every other command still get
+ * their rejection.
+ */
+export function catchInFlight(redis: Redis): void {
+  for (const { command } of redis.commandQueue.toArray()) {
+    // Typed as what the queue needs of it; each is an ioredis Command, whose promise its caller (if any) holds.
+    const { promise } = command as { promise?: Promise<unknown> };
+    promise?.catch(() => {});
+  }
+}
+
+/** The connection's subscriber: Bottleneck 2.19.5 subscribes on a duplicate of the client it keeps as `subscriber`. */
+function subscriberOf(connection: Bottleneck.IORedisConnection): Redis | undefined {
+  return (connection as unknown as { subscriber?: Redis }).subscriber;
+}
+
 /** The two errors Bottleneck's own recovery misses on Redis 7 (docs/architecture.md, "Traps we work around"). */
 export function isLostStateError(error: unknown): boolean {
   return error instanceof Error && /\b(SETTINGS_KEY_NOT_FOUND|UNKNOWN_CLIENT)\b/.test(error.message);
@@ -373,6 +394,7 @@ class SpacedLimiter {
       failed: false,
       ready: Promise.resolve(),
       dispose: async () => {
+        for (const redis of [client, subscriberOf(connection)]) if (redis) catchInFlight(redis);
         await connection.disconnect(false);
       },
     };

@@ -12,16 +12,19 @@
  * reports after that instant must be one of them, or a change lost while the webhooks were off.
  */
 import { afterAll, describe, expect, it } from 'vitest';
+import { DEFAULT_ACCOUNT } from '../../src/config.js';
 import { SUBSCRIBER_TYPES, startSimulator, type Simulator, type SubscriberType } from '../../src/simulator/index.js';
 import { BATCHED_KINDS, REALTIME_KINDS } from '../../src/webhooks/manage.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { startTcpProxy, type TcpProxy } from '../helpers/proxy.js';
 import { deleteInstallKeys, redisUrl, uniquePrefix } from '../helpers/redis.js';
+import { useSecondAccount } from './helpers/second-account.js';
 import { makeSecrets, withCredentials } from './helpers/secrets.js';
 import {
   assertRunning,
   freePort,
   killAll,
+  linesOf,
   printSummary,
   servicePort,
   sleep,
@@ -93,6 +96,8 @@ interface Figures {
 
 describe('fault: the audit against every blind spot at once under stamped churn', () => {
   const live: Array<{ sim: Simulator; database: TestDatabase; proxy: TcpProxy; prefix: string }> = [];
+  // Audited every AUDIT_EVERY too, by the same process; the scenario's worlds have small ids.
+  const second = useSecondAccount('audit-blind-spots', { largeIds: true });
 
   afterAll(async () => {
     killAll();
@@ -167,6 +172,8 @@ describe('fault: the audit against every blind spot at once under stamped churn'
     };
 
     const service: ServiceProcess = startService('all', env, `audit-blind-spots-${source}`);
+    // What the audit of the scenario's account logged: the second account's audit logs the same messages.
+    const own = () => linesOf(service, DEFAULT_ACCOUNT);
     await servicePort(service);
     const completeFullPasses = async () =>
       Number(
@@ -234,7 +241,7 @@ describe('fault: the audit against every blind spot at once under stamped churn'
         await proxy.restore();
         restored = true;
       }
-      const found = findings(service.lines).filter((f) => f.at >= t0);
+      const found = findings(own()).filter((f) => f.at >= t0);
       const has = (pick: (f: AuditFinding) => string[], ids: readonly string[]) =>
         ids.every((id) => found.some((f) => pick(f).includes(id)))
           ? Math.max(...ids.map((id) => Math.min(...found.filter((f) => pick(f).includes(id)).map((f) => f.at))))
@@ -245,9 +252,7 @@ describe('fault: the audit against every blind spot at once under stamped churn'
         (f) => f.type === 'junk' && ((f.countGap !== null && f.countGap < 0) || leavers.some((id) => f.extraIds.includes(id))),
       );
       detected['silent removals'] ??= gap?.at ?? null;
-      const reenabled = service.lines.find(
-        (l) => typeof l.msg === 'string' && l.msg.includes('re-enabled it') && typeof l.time === 'string',
-      );
+      const reenabled = own().find((l) => typeof l.msg === 'string' && l.msg.includes('re-enabled it') && typeof l.time === 'string');
       detected['webhook disabled'] ??= reenabled ? Date.parse(reenabled.time as string) : null;
 
       const now = Date.now();
@@ -287,7 +292,7 @@ describe('fault: the audit against every blind spot at once under stamped churn'
       `select at < $1::timestamptz as before, sum(rows_checked)::int as "rowsChecked", sum(content)::int as content,
               sum(missing)::int as missing, sum(extra)::int as extra, sum(count)::int as count,
               sum(missed_deliveries)::int as "missedDeliveries"
-         from audit_results where at >= $2::timestamptz group by 1`,
+         from audit_results where account = mirror_account() and at >= $2::timestamptz group by 1`,
       [new Date(t0).toISOString(), new Date(churnFrom).toISOString()],
     );
     const before = results.rows.find((r) => r.before);
@@ -297,12 +302,12 @@ describe('fault: the audit against every blind spot at once under stamped churn'
     // After t0, a mismatch names a blind spot's member, or one whose change was lost while the webhooks were off.
     const expected = new Set([...renamed, ...leavers, joiner, ...lostIds]);
     const unexplained: string[] = [];
-    for (const f of findings(service.lines).filter((x) => x.at >= t0)) {
+    for (const f of findings(own()).filter((x) => x.at >= t0)) {
       for (const id of [...f.contentIds, ...f.missingIds, ...f.extraIds]) if (!expected.has(id)) unexplained.push(`${f.type} ${id}`);
     }
     // A count gap at t0 or later is the leavers' (junk) or a departure the webhooks lost (its type).
     const lostTypes = new Set([...lostIds].map((id) => sim.world.subscriber(id)?.status));
-    for (const f of findings(service.lines).filter((x) => x.at >= t0 && x.countGap !== null)) {
+    for (const f of findings(own()).filter((x) => x.at >= t0 && x.countGap !== null)) {
       if (f.type !== 'junk' && !lostTypes.has(f.type as SubscriberType)) unexplained.push(`${f.type} count gap ${f.countGap}`);
     }
     const figures: Figures = {
@@ -323,9 +328,10 @@ describe('fault: the audit against every blind spot at once under stamped churn'
       // The webhook blind spot starts when the service disabled the first webhook; the others at t0.
       return b === 'webhook disabled' ? Math.min(...disabledAt.values()) : t0;
     }
+    const secondFigures = await second.expectMirrored(database.url, [sim.world]);
     expect(await stopGracefully(service)).toBe(0);
     // What the audit found after t0, ids only (the record docs/faults.md quotes).
-    for (const f of findings(service.lines).filter((x) => x.at >= churnFrom)) {
+    for (const f of findings(own()).filter((x) => x.at >= churnFrom)) {
       const what = [
         f.contentIds.length ? `content ${f.contentIds.join(' ')}` : '',
         f.missingIds.length ? `missing ${f.missingIds.join(' ')}` : '',
@@ -335,7 +341,7 @@ describe('fault: the audit against every blind spot at once under stamped churn'
       console.log(`[faults]   ${source} t0${f.at >= t0 ? '+' : '-'}${Math.abs(f.at - t0)} ms ${f.type}: ${what.join('; ')}`);
     }
     if (process.env.AUDIT_FAULT_LOG_LEVEL === 'debug')
-      for (const l of service.lines.filter((x) => x.msg === 'audit: pairs left for a later tick' && Date.parse(String(x.time)) >= t0))
+      for (const l of own().filter((x) => x.msg === 'audit: pairs left for a later tick' && Date.parse(String(x.time)) >= t0))
         console.log(`[faults]   t0+${Date.parse(String(l.time)) - t0} skipped ${JSON.stringify(l.skipped)}`);
     if (figures.unexplained.length > 0) console.log(`[faults]   unexplained: ${figures.unexplained.join(', ')}`);
     printSummary(`audit blind spots (${source})`, {
@@ -355,6 +361,7 @@ describe('fault: the audit against every blind spot at once under stamped churn'
       lostWhileWebhooksOff: lostIds.size,
       missedDeliveries: figures.missedDeliveries,
       unexplained: figures.unexplained.length,
+      ...secondFigures,
       seconds: Math.round((Date.now() - started) / 1000),
     });
     return figures;

@@ -17,6 +17,7 @@ import { secretScanFigures } from './helpers/collector.js';
 import { snapshotMirroredTables } from './helpers/compare.js';
 import { sendCase, type Answer } from './helpers/http-send.js';
 import { buildReceiverCorpus, deeplyNested, invalidUtf8Cases, realisticBodies, type ReceiverCase } from './helpers/receiver-corpus.js';
+import { useSecondAccount } from './helpers/second-account.js';
 import { makeSecrets, withCredentials } from './helpers/secrets.js';
 import {
   assertRunning,
@@ -48,6 +49,7 @@ function clearMessage(answer: Answer): boolean {
 
 describe('fault 5: bad input', () => {
   const secrets = makeSecrets('bad-input');
+  const second = useSecondAccount('bad-input', { largeIds: false });
   const prefix = uniquePrefix('fault-bad');
   const cliPrefix = uniquePrefix('fault-bad-cli');
   let database: TestDatabase;
@@ -105,6 +107,8 @@ describe('fault 5: bad input', () => {
       60_000,
       100,
     );
+    // The snapshots below cover every account's rows: the second account's first passes must be over too.
+    await second.expectMirrored(database.url, [sim.world]);
   });
 
   afterAll(async () => {
@@ -268,6 +272,11 @@ describe('fault 5: bad input', () => {
     expect((await fetch(`http://127.0.0.1:${port}/healthz`)).status).toBe(200);
     figures.cliCases = cases.length;
   }, 300_000);
+
+  it('leaves the second account, served by the same process, equal to its world', async () => {
+    assertRunning(service, 'before the second account is checked');
+    Object.assign(figures, await second.expectMirrored(database.url, [sim.world]));
+  });
 
   it('printed no secret in any log line or CLI output', async () => {
     expect(await stopGracefully(service)).toBe(0);

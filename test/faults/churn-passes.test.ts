@@ -10,15 +10,18 @@
  * the mirror equals the world.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DEFAULT_ACCOUNT } from '../../src/config.js';
 import { SUBSCRIBER_TYPES, startSimulator, type Simulator, type SubscriberType } from '../../src/simulator/index.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { readMembers } from '../helpers/mirror.js';
 import { deleteInstallKeys, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { compareGroupWithWorld } from './helpers/compare.js';
+import { useSecondAccount } from './helpers/second-account.js';
 import { makeSecrets, withCredentials } from './helpers/secrets.js';
 import {
   assertRunning,
   killAll,
+  linesOf,
   printSummary,
   sleep,
   startService,
@@ -105,6 +108,8 @@ function nextSecond(ms: number): number {
 
 describe('fault 6: churn during full passes', () => {
   const secrets = makeSecrets('churn-passes');
+  // Its full passes run on the same schedule in the same process, without churn.
+  const second = useSecondAccount('churn-passes', { largeIds: false });
   const prefix = uniquePrefix('fault-churn');
   let database: TestDatabase;
   let sim: Simulator;
@@ -216,12 +221,14 @@ describe('fault 6: churn during full passes', () => {
     // The first full pass of each type runs at start (no cursor yet); churn starts with it.
     sim.pageChurn.set({ groupId, leave: 3, join: 2, retype: 2 });
     const worker: ServiceProcess = startService('worker', env, 'churn-passes');
+    // The second account's passes log the same messages for the same types.
+    const own = () => linesOf(worker, DEFAULT_ACCOUNT);
     const until = async (what: string, done: (passes: Pass[]) => boolean, timeoutMs: number) => {
       const deadline = Date.now() + timeoutMs;
       for (;;) {
         assertRunning(worker, `while waiting for ${what}`);
-        const passes = fullPasses(worker.lines);
-        await check(passes, sweepStarts(worker.lines));
+        const passes = fullPasses(own());
+        await check(passes, sweepStarts(own()));
         if (done(passes)) return passes;
         if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
         await sleep(1_000);
@@ -246,7 +253,7 @@ describe('fault 6: churn during full passes', () => {
     const calm = nextSecond(Date.now());
     // Two more that start after the churn stopped: every leaver is then past its two passes.
     await until('2 full passes of every type after the churn', (p) => TYPES.every((t) => completeOf(p, t, calm) >= 2), 300_000);
-    const passes = fullPasses(worker.lines);
+    const passes = fullPasses(own());
 
     expect(churned.leave).toBeGreaterThan(100);
     expect(leftInBursts).toBeGreaterThan(200);
@@ -263,16 +270,15 @@ describe('fault 6: churn during full passes', () => {
     const leaversKnown = [...leftAt.keys()].filter((id) => endedAfter.has(id)).length;
     expect(leaversKnown).toBeGreaterThan(100);
     // The proof's sweeps ran (the check above holds each leaver to the first one after its two rounds).
-    expect(sweepStarts(worker.lines).length).toBeGreaterThan(0);
+    expect(sweepStarts(own()).length).toBeGreaterThan(0);
 
     const comparison = await compareGroupWithWorld(database.pool, sim.world, groupId, TYPES);
     expect(comparison.problems).toEqual([]);
-    const gapLines = worker.lines.filter(
-      (l) => typeof l.msg === 'string' && l.msg.includes('shifted by more than the page overlap'),
-    ).length;
+    const gapLines = own().filter((l) => typeof l.msg === 'string' && l.msg.includes('shifted by more than the page overlap')).length;
     // Members a pass missed are proven at once in this group of five types: confirming passes ran.
-    const proofs = worker.lines.filter((l) => l.msg === 'removal proof done');
+    const proofs = own().filter((l) => l.msg === 'removal proof done');
     expect(proofs.length).toBeGreaterThan(0);
+    const secondFigures = await second.expectMirrored(database.url, [sim.world]);
     expect(await stopGracefully(worker)).toBe(0);
 
     const histogram = [0, 1, 2, 3].map((n) => [...endedAfter.values()].filter((v) => (n < 3 ? v === n : v >= n)).length).join('/');
@@ -281,7 +287,7 @@ describe('fault 6: churn during full passes', () => {
       fullPasses: passes.filter((p) => p.endedAt !== null).length,
       leftDuringPasses: churned.leave,
       leftDuringBurstPasses: leftInBursts,
-      stepBacks: worker.lines.reduce((n, l) => n + (l.msg === 'pass succeeded' && typeof l.stepBacks === 'number' ? l.stepBacks : 0), 0),
+      stepBacks: own().reduce((n, l) => n + (l.msg === 'pass succeeded' && typeof l.stepBacks === 'number' ? l.stepBacks : 0), 0),
       joinedDuringPasses: churned.join,
       retypedDuringPasses: churned.retype,
       falseRemovals,
@@ -291,9 +297,10 @@ describe('fault 6: churn during full passes', () => {
       endedLate: late,
       passesWithGaps: gapLines,
       removalProofs: proofs.length,
-      proofSweeps: sweepStarts(worker.lines).length,
+      proofSweeps: sweepStarts(own()).length,
       confirmingPasses: proofs.reduce((n, l) => n + (typeof l.confirmingPasses === 'number' ? l.confirmingPasses : 0), 0),
       mirrored: comparison.currentMembers,
+      ...secondFigures,
       seconds: Math.round((Date.now() - started) / 1000),
     });
   }, 1_200_000);

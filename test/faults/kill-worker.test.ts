@@ -12,6 +12,7 @@ import { firstListOffset } from '../helpers/simulator.js';
 import { secretScanFigures } from './helpers/collector.js';
 import { compareGroupWithWorld } from './helpers/compare.js';
 import { expireDeadWorker } from './helpers/redis-keys.js';
+import { useSecondAccount } from './helpers/second-account.js';
 import { makeSecrets, withCredentials } from './helpers/secrets.js';
 import {
   assertRunning,
@@ -30,6 +31,8 @@ const KILLS = 10;
 
 describe('fault 1: kill -9 of the worker during a 200k full pass', () => {
   const secrets = makeSecrets('kill-worker');
+  // Each kill takes its passes down too, wherever they are.
+  const second = useSecondAccount('kill-worker', { largeIds: false });
   const prefix = uniquePrefix('fault-kill');
   let database: TestDatabase;
   let sim: Simulator;
@@ -79,7 +82,7 @@ describe('fault 1: kill -9 of the worker during a 200k full pass', () => {
     const points = Array.from({ length: KILLS }, (_, i) => Math.floor(((i + 0.1 + 0.8 * Math.random()) / (KILLS + 0.5)) * active));
     // Slow every legacy page a little so that a kill lands inside the pass, not after it.
     sim.faults.set({ delayMs: 20 });
-    const kills: Array<{ target: number; checkpoint: number; resumedFrom: number | null; staleJobs: number }> = [];
+    const kills: Array<{ target: number; checkpoint: number; resumedFrom: number | null; staleJobs: number; secondStaleJobs: number }> = [];
     let worker: ServiceProcess | undefined;
     let checkpoint = 0;
     for (const target of points) {
@@ -103,7 +106,14 @@ describe('fault 1: kill -9 of the worker during a 200k full pass', () => {
       // The dead worker's pass lock (TTL 20 s) and its BullMQ job lock (30 s, then a stalled check)
       // expire now rather than in up to a minute: exactly what their timeouts would do, sooner.
       const cleanup = await expireDeadWorker(prefix, groupId, 'active');
-      kills.push({ target, checkpoint, resumedFrom, staleJobs: cleanup.staleJobs.length });
+      const secondCleanups = await second.expireDeadWorker(prefix);
+      kills.push({
+        target,
+        checkpoint,
+        resumedFrom,
+        staleJobs: cleanup.staleJobs.length,
+        secondStaleJobs: new Set(secondCleanups.flatMap((c) => c.staleJobs)).size,
+      });
     }
 
     sim.faults.clear();
@@ -135,6 +145,7 @@ describe('fault 1: kill -9 of the worker during a 200k full pass', () => {
       [groupId],
     );
     expect(rows[0]).toEqual({ members: active, distinct: active, current: active });
+    const secondFigures = await second.expectMirrored(database.url, [sim.world]);
 
     expect(await stopGracefully(worker)).toBe(0);
     printSummary('kill -9 of the worker', {
@@ -142,6 +153,8 @@ describe('fault 1: kill -9 of the worker during a 200k full pass', () => {
       kills: kills.length,
       checkpoints: kills.map((k) => k.checkpoint).join('/'),
       staleJobsRequeued: kills.reduce((n, k) => n + k.staleJobs, 0),
+      secondStaleJobsRequeued: kills.reduce((n, k) => n + k.secondStaleJobs, 0),
+      ...secondFigures,
       mirrored: comparison.subscriberRows,
       members: comparison.currentMembers,
       lost: comparison.expected - comparison.subscriberRows,
@@ -155,6 +168,8 @@ describe('fault 1: kill -9 of the worker during a 200k full pass', () => {
     const slow = await startSimulator({
       subscribers: 100,
       groups: 1,
+      // The second account's world has small ids: no id of one may be the other's.
+      largeIds: true,
       rateLimit: false,
       seed: 76,
       apiKey: secrets.apiKey,
@@ -187,6 +202,7 @@ describe('fault 1: kill -9 of the worker during a 200k full pass', () => {
         await killHard(w);
         firstKillAt ||= Date.now();
         await expireDeadWorker(slowPrefix, slowGroup, 'active');
+        await second.expireDeadWorker(slowPrefix);
       }
       const before = slow.requests.length;
       const fifth = startService('worker', slowEnv, 'kill-slots');
@@ -196,9 +212,13 @@ describe('fault 1: kill -9 of the worker during a 200k full pass', () => {
       const waited = await waitFor('the fifth worker to get a request out', () => slow.requests.length > before && Date.now(), 60_000, 100)
         .then((at) => Math.round((at - firstKillAt) / 1000))
         .catch(() => Number.POSITIVE_INFINITY);
+      // The second account's limiter is its own: the slots the first account's dead requests hold
+      // cannot keep it from being mirrored.
+      const secondFigures = await second.expectMirrored(slowDb.url, [slow.world], 90_000);
       printSummary('kill -9 mid-request, limiter slots', {
         workersKilledMidRequest: 4,
         secondsUntilNextRequestAfterFirstKill: Number.isFinite(waited) ? waited : '>60',
+        ...secondFigures,
       });
       await killHard(fifth);
       // 35 s of expiration, plus up to one 5 s Bottleneck heartbeat (a dead client never announces a
@@ -212,7 +232,7 @@ describe('fault 1: kill -9 of the worker during a 200k full pass', () => {
       await slowDb.drop();
       await deleteInstallKeys(slowPrefix);
     }
-  }, 240_000);
+  }, 330_000);
 
   it('printed no secret in any log line', () => {
     const { leaks, ...figures } = secretScanFigures(KILLS * 3);

@@ -21,6 +21,7 @@ import { hostPort, startTcpProxy, type TcpProxy } from '../helpers/proxy.js';
 import { deleteInstallKeys, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { registerSecret, secretScanFigures } from './helpers/collector.js';
 import { compareWebhookEffects } from './helpers/compare.js';
+import { useSecondAccount } from './helpers/second-account.js';
 import { makeSecrets, withCredentials } from './helpers/secrets.js';
 import {
   assertRunning,
@@ -44,6 +45,8 @@ const sha256 = (text: string) => createHash('sha256').update(text).digest('hex')
 
 describe('fault 2: Postgres restarted for 10 s under webhook load', () => {
   const secrets = makeSecrets('postgres-outage');
+  // Polled through the same cut Postgres by the same process.
+  const second = useSecondAccount('postgres-outage', { largeIds: false });
   const prefix = uniquePrefix('fault-pg');
   let database: TestDatabase;
   let proxy: TcpProxy;
@@ -206,9 +209,11 @@ describe('fault 2: Postgres restarted for 10 s under webhook load', () => {
     const comparison = await compareWebhookEffects(database.pool, sim.world);
     expect(comparison.problems).toEqual([]);
     expect(comparison.touched).toBeGreaterThan(500);
+    const secondFigures = await second.expectMirrored(database.url, [sim.world]);
 
     expect(await stopGracefully(service)).toBe(0);
     printSummary('Postgres down 10 s under webhook load', {
+      ...secondFigures,
       events: sim.world.events.length,
       deliveries: deliveries.size,
       attempts: attempts.length,

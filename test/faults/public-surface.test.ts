@@ -6,16 +6,21 @@
  * process (helpers/attackers.ts).
  */
 import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DEFAULT_ACCOUNT } from '../../src/config.js';
+import { declareAccounts } from '../../src/db/accounts.js';
 import { signBody } from '../../src/webhooks/signature.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
+import { SECOND_ACCOUNT, useSecondAccount, type SecondAccount } from './helpers/second-account.js';
 import { killAll, printSummary, servicePort, sleep, startService, stopGracefully, type ServiceProcess } from './helpers/service.js';
 
 const SECRET = 'whsec-public-surface-0001';
+const WEBHOOK_PATH = '/webhooks';
 const MiB = 1024 * 1024;
 const BODY_MEMORY = 64 * MiB;
 const ATTACKERS = fileURLToPath(new URL('./helpers/attackers.ts', import.meta.url));
@@ -58,36 +63,67 @@ function sampleRss(pid: number): { stop(): number } {
 }
 
 interface Sent {
+  account: string;
+  sha256: string;
   status: number;
   ms: number;
 }
 
-/** Sends a real signed delivery every `everyMs` until `until` resolves; returns each answer and its latency. */
-async function deliverMeanwhile(port: number, until: Promise<unknown>, everyMs = 250): Promise<Sent[]> {
+interface RealDelivery {
+  account: string;
+  path: string;
+  body: string;
+  signature: string;
+}
+
+/**
+ * Real delivery `n`: every other one the second account's, at its own path with its own secret, so
+ * that the attacks on the one listener meet both accounts' deliveries.
+ */
+function realDelivery(n: number, second: SecondAccount): RealDelivery {
+  if (n % 2 === 0) return { account: SECOND_ACCOUNT, ...second.delivery(n / 2, WEBHOOK_PATH) };
+  const body = JSON.stringify({
+    event: 'subscriber.updated',
+    account_id: 1,
+    subscriber: { id: `${Date.now()}${n}`, email: `real${n}@example.com`, status: 'active' },
+  });
+  return { account: DEFAULT_ACCOUNT, path: WEBHOOK_PATH, body, signature: signBody(body, SECRET) };
+}
+
+const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
+
+/**
+ * Sends a real signed delivery every `everyMs` until `until` resolves, numbered on from `from` (each
+ * body new); returns each answer and its latency.
+ */
+async function deliverMeanwhile(
+  port: number,
+  second: SecondAccount,
+  until: Promise<unknown>,
+  from: number,
+  everyMs = 250,
+): Promise<Sent[]> {
   const sent: Array<Promise<Sent>> = [];
   let done = false;
   void until.finally(() => (done = true));
-  let n = 0;
+  let n = from;
   while (!done) {
     n += 1;
-    const body = JSON.stringify({
-      event: 'subscriber.updated',
-      account_id: 1,
-      subscriber: { id: `${Date.now()}${n}`, email: `real${n}@example.com`, status: 'active' },
-    });
+    const { account, path, body, signature } = realDelivery(n, second);
     const started = performance.now();
+    const answered = (status: number): Sent => ({ account, sha256: sha256(body), status, ms: performance.now() - started });
     sent.push(
-      fetch(`http://127.0.0.1:${port}/webhooks`, {
+      fetch(`http://127.0.0.1:${port}${path}`, {
         method: 'POST',
         body,
-        headers: { signature: signBody(body, SECRET), 'content-type': 'application/json' },
+        headers: { signature, 'content-type': 'application/json' },
         signal: AbortSignal.timeout(10_000),
       }).then(
         async (res) => {
           await res.arrayBuffer();
-          return { status: res.status, ms: performance.now() - started };
+          return answered(res.status);
         },
-        () => ({ status: 0, ms: performance.now() - started }),
+        () => answered(0),
       ),
     );
     await sleep(everyMs);
@@ -110,9 +146,15 @@ describe('public surface under attack', () => {
   let service: ServiceProcess;
   let port: number;
   const prefix = uniquePrefix('surface');
+  const second = useSecondAccount('public-surface', { largeIds: false });
+  /** Every real delivery sent during the attacks, both accounts'. */
+  const delivered: Sent[] = [];
 
   beforeAll(async () => {
     database = await createTestDatabase();
+    // What the deployment's workers do at start: a receiver alone declares no account, and stores a
+    // delivery only under a declared one.
+    await declareAccounts(database.pool, [SECOND_ACCOUNT]);
     service = startService(
       'receiver',
       {
@@ -161,7 +203,8 @@ describe('public surface under attack', () => {
       everyMs: 500,
       maxMs: 60_000,
     });
-    const sent = await deliverMeanwhile(port, attack);
+    const sent = await deliverMeanwhile(port, second, attack, delivered.length);
+    delivered.push(...sent);
     const result = await attack;
     const growth = rss.stop() - baseline;
     const figures = latencyFigures(sent);
@@ -207,7 +250,8 @@ describe('public surface under attack', () => {
       bodyBytes: 2_048,
       durationMs: 15_000,
     });
-    const sent = await deliverMeanwhile(port, attack);
+    const sent = await deliverMeanwhile(port, second, attack, delivered.length);
+    delivered.push(...sent);
     const result = await attack;
     const figures = latencyFigures(sent);
     printSummary('public forged flood', { forgedRequests: result.requests, ...result.byStatus, ...figures });
@@ -215,6 +259,25 @@ describe('public surface under attack', () => {
     expect(result.requests).toBeGreaterThan(1_000);
     expect(figures.ok).toBe(figures.delivered);
     expect(figures.maxMs).toBeLessThan(3_000);
+  });
+
+  it("stored every real delivery under the account of its path, the second account's under its own", async () => {
+    const { rows } = await database.pool.query<{ body_sha256: string; account: string }>(
+      'select body_sha256, account from webhook_deliveries',
+    );
+    const storedUnder = new Map(rows.map((r) => [r.body_sha256, r.account]));
+    const answered = delivered.filter((d) => d.status === 200);
+    const misplaced = answered.filter((d) => storedUnder.get(d.sha256) !== d.account);
+    printSummary('public surface, both accounts', {
+      delivered: answered.length,
+      secondAccount: answered.filter((d) => d.account === SECOND_ACCOUNT).length,
+      storedRows: rows.length,
+      misplaced: misplaced.length,
+    });
+    expect(answered.filter((d) => d.account === SECOND_ACCOUNT).length).toBeGreaterThan(50);
+    expect(misplaced.map((d) => `${d.account} ${d.sha256}: ${storedUnder.get(d.sha256) ?? 'not stored'}`)).toEqual([]);
+    // Nothing else was stored: the attackers' bodies never were, duplicates once.
+    expect(rows.length).toBe(new Set(answered.map((d) => d.sha256)).size);
   });
 
   it('stops cleanly afterwards', async () => {

@@ -2,21 +2,22 @@
  * Invariant 7 as users run it: two worker processes share one API_RATE_LIMIT through Redis, and the
  * service never sees more than that many requests in any 60 s window.
  */
-import type { ChildProcess } from 'node:child_process';
 import { afterAll, describe, expect, it } from 'vitest';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { deleteInstallKeys, redisUrl, uniquePrefix } from '../helpers/redis.js';
-import { spawnCli } from '../helpers/cli.js';
+import { useSecondAccount } from './helpers/second-account.js';
+import { killAll, startService } from './helpers/service.js';
 
 describe('shared rate limit across worker processes', () => {
   const prefix = uniquePrefix('ratelimit');
-  const children: ChildProcess[] = [];
+  // Its budget is its own: its requests go to its own simulator, never counted against this limit.
+  const second = useSecondAccount('ratelimit', { largeIds: true });
   let database: TestDatabase | undefined;
   let sim: Simulator | undefined;
 
   afterAll(async () => {
-    for (const c of children) c.kill('SIGKILL');
+    killAll();
     await sim?.close();
     await database?.drop();
     await deleteInstallKeys(prefix);
@@ -48,12 +49,7 @@ describe('shared rate limit across worker processes', () => {
       PORT: '0',
       LOG_LEVEL: 'warn',
     };
-    for (let i = 0; i < 2; i++) {
-      const child = spawnCli(['start', '--role', 'worker'], env);
-      child.stdout?.resume();
-      child.stderr?.resume();
-      children.push(child);
-    }
+    for (let i = 0; i < 2; i++) startService('worker', env, 'ratelimit');
     // A little over one window, so that the sliding count is checked across a full minute of load.
     await new Promise((r) => setTimeout(r, 90_000));
     const legacy = sim.requests.filter((r) => r.api === 'legacy');
@@ -61,5 +57,6 @@ describe('shared rate limit across worker processes', () => {
     expect(legacy.length).toBeGreaterThanOrEqual(limit);
     expect(sim.maxRequestsInAnyWindow(60_000)).toBeLessThanOrEqual(limit);
     expect(legacy.filter((r) => r.status === 429)).toHaveLength(0);
-  }, 180_000);
+    await second.expectMirrored(database.url, [sim.world]);
+  }, 240_000);
 });

@@ -11,6 +11,7 @@
  *   it) and the mirror equals the world.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DEFAULT_ACCOUNT } from '../../src/config.js';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { readSyncState, type SyncStateRow } from '../../src/sync/state.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
@@ -20,10 +21,12 @@ import { firstListOffset } from '../helpers/simulator.js';
 import { secretScanFigures } from './helpers/collector.js';
 import { compareGroupWithWorld } from './helpers/compare.js';
 import { wipeInstall } from './helpers/redis-keys.js';
+import { useSecondAccount } from './helpers/second-account.js';
 import { makeSecrets, withCredentials } from './helpers/secrets.js';
 import {
   assertRunning,
   killAll,
+  linesOf,
   printSummary,
   sleep,
   startService,
@@ -38,6 +41,8 @@ const SELF_RECOVERY_MS = 60_000;
 
 describe('fault 3: Redis restarted without persistence mid-pass', () => {
   const secrets = makeSecrets('redis-outage');
+  // Its keys are under REDIS_PREFIX too: the wipe takes them, and the cut is its Redis's as well.
+  const second = useSecondAccount('redis-outage', { largeIds: false });
   const prefix = uniquePrefix('fault-redis');
   let database: TestDatabase;
   let proxy: TcpProxy;
@@ -123,7 +128,7 @@ describe('fault 3: Redis restarted without persistence mid-pass', () => {
         `${(error as Error).message}; sync_state: status ${s?.lastStatus}, checkpoint ${s?.fullOffset}, ` +
           `error ${JSON.stringify(s?.lastError)}; worker log since the outage: ` +
           JSON.stringify(
-            (worker as ServiceProcess).lines
+            linesOf(worker as ServiceProcess, DEFAULT_ACCOUNT)
               .filter((l) => Date.parse(l.time ?? '') >= started)
               .map((l) => l.msg)
               .slice(-12),
@@ -141,7 +146,8 @@ describe('fault 3: Redis restarted without persistence mid-pass', () => {
     const w = worker as ServiceProcess;
     const newPass = () => {
       assertRunning(w, 'after the Redis outage');
-      return w.lines.filter((l) => l.msg === 'pass started' && Date.parse(l.time ?? '') > restoredAt).length;
+      // The first account's passes: the second's schedules are another account's to restore.
+      return linesOf(w, DEFAULT_ACCOUNT).filter((l) => l.msg === 'pass started' && Date.parse(l.time ?? '') > restoredAt).length;
     };
     const deadline = restoredAt + 75_000 - Date.now();
     const started = await waitFor('a pass started after Redis came back', newPass, Math.max(deadline, 1_000), 250).catch(() => 0);
@@ -166,9 +172,11 @@ describe('fault 3: Redis restarted without persistence mid-pass', () => {
     expect(comparison.problems).toEqual([]);
     expect(comparison.subscriberRows).toBe(active);
     expect(comparison.currentMembers).toBe(active);
+    const secondFigures = await second.expectMirrored(database.url, [sim.world]);
     expect(await stopGracefully(worker as ServiceProcess)).toBe(0);
     printSummary('Redis restarted empty mid-pass', {
       ...figures,
+      ...secondFigures,
       subscribers: active,
       mirrored: comparison.subscriberRows,
       lost: comparison.expected - comparison.subscriberRows,

@@ -4,58 +4,24 @@
  * requests in any minute, no (group, type) pass ever ran twice at once, and the mirror equals the
  * world.
  */
-import type { ChildProcess } from 'node:child_process';
 import { afterAll, describe, expect, it } from 'vitest';
+import { DEFAULT_ACCOUNT } from '../../src/config.js';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { BATCHED_KINDS, REALTIME_KINDS } from '../../src/webhooks/manage.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { readMembers } from '../helpers/mirror.js';
 import { deleteInstallKeys, redisUrl, uniquePrefix } from '../helpers/redis.js';
-import { spawnCli, runCli } from '../helpers/cli.js';
+import { runCli } from '../helpers/cli.js';
 import { waitFor } from '../helpers/wait.js';
+import { useSecondAccount } from './helpers/second-account.js';
+import { killAll, linesOf, servicePort, startService, stopGracefully, type ServiceProcess } from './helpers/service.js';
 
-interface LogLine {
-  msg?: string;
-  time?: string;
-  groupId?: string;
-  type?: string;
-  port?: number;
-}
-
-interface Proc {
-  child: ChildProcess;
-  lines: LogLine[];
-  exit: Promise<number | null>;
-}
-
-function spawnService(role: string, env: Record<string, string>): Proc {
-  const child = spawnCli(['start', '--role', role], env);
-  const lines: LogLine[] = [];
-  let buffer = '';
-  child.stdout?.on('data', (d: Buffer) => {
-    buffer += d.toString();
-    let nl: number;
-    while ((nl = buffer.indexOf('\n')) >= 0) {
-      const line = buffer.slice(0, nl);
-      buffer = buffer.slice(nl + 1);
-      try {
-        lines.push(JSON.parse(line) as LogLine);
-      } catch {
-        // not a log line
-      }
-    }
-  });
-  child.stderr?.resume();
-  const exit = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));
-  return { child, lines, exit };
-}
-
-/** Pass intervals per (group, type) from every process's log; overlapping ones ran concurrently. */
-function overlappingPasses(procs: Proc[]): string[] {
+/** Pass intervals per (group, type) of the first account from every process's log; overlapping ones ran concurrently. */
+function overlappingPasses(procs: readonly ServiceProcess[]): string[] {
   const intervals = new Map<string, Array<[number, number, number]>>();
   procs.forEach((p, index) => {
     const open = new Map<string, number>();
-    for (const l of p.lines) {
+    for (const l of linesOf(p, DEFAULT_ACCOUNT)) {
       if (!l.groupId || !l.type || !l.time) continue;
       const key = `${l.groupId}/${l.type}`;
       const t = Date.parse(l.time);
@@ -81,12 +47,14 @@ function overlappingPasses(procs: Proc[]): string[] {
 
 describe('three workers and a receiver under churn', () => {
   const prefix = uniquePrefix('soak');
-  const procs: Proc[] = [];
+  // Its own budget and simulator, in the same four processes; the scenario's world has small ids.
+  const second = useSecondAccount('soak', { largeIds: true });
+  const procs: ServiceProcess[] = [];
   let database: TestDatabase | undefined;
   let sim: Simulator | undefined;
 
   afterAll(async () => {
-    for (const p of procs) p.child.kill('SIGKILL');
+    killAll();
     await sim?.close();
     await database?.drop();
     await deleteInstallKeys(prefix);
@@ -113,10 +81,9 @@ describe('three workers and a receiver under churn', () => {
       PORT: '0',
       LOG_LEVEL: 'info',
     };
-    const receiver = spawnService('receiver', { ...base });
+    const receiver = startService('receiver', { ...base }, 'soak');
     procs.push(receiver);
-    await waitFor('receiver', () => receiver.lines.some((l) => l.msg === 'service started'), 30_000, 200);
-    const port = receiver.lines.find((l) => l.msg === 'service started')!.port!;
+    const port = await servicePort(receiver, 30_000);
     const url = `http://127.0.0.1:${port}/webhooks`;
     const realtime = sim.webhooks.register({ url, events: [...REALTIME_KINDS], batchable: false });
     const batched = sim.webhooks.register({ url, events: [...BATCHED_KINDS], batchable: true });
@@ -143,7 +110,7 @@ describe('three workers and a receiver under churn', () => {
       SYNC_PAGE_SIZE: '500',
       API_RATE_LIMIT: String(limit),
     };
-    for (let i = 0; i < 3; i++) procs.push(spawnService('worker', workerEnv));
+    for (let i = 0; i < 3; i++) procs.push(startService('worker', workerEnv, 'soak'));
 
     sim.churn.setRate(15);
     await new Promise((r) => setTimeout(r, 75_000));
@@ -168,13 +135,14 @@ describe('three workers and a receiver under churn', () => {
     expect(sim.maxRequestsInAnyWindow(60_000)).toBeLessThanOrEqual(limit);
     expect(sim.requests.filter((r) => r.api === 'legacy' && r.status === 429)).toHaveLength(0);
     // 2. No pass of a (group, type) overlapped another, in any process.
-    const started = procs.flatMap((p) => p.lines).filter((l) => l.msg === 'pass started').length;
+    const started = procs.flatMap((p) => linesOf(p, DEFAULT_ACCOUNT)).filter((l) => l.msg === 'pass started').length;
     expect(started).toBeGreaterThan(20);
     expect(overlappingPasses(procs)).toEqual([]);
     // 3. The mirror equals the world: every live subscriber's status, email and version, and memberships.
     expect(sim.churn.applied).toBeGreaterThan(500);
     const { rows } = await database.pool.query<{ id: string; email: string | null; status: string; updated: string; deleted: boolean }>(
-      `select id, email, status, to_char(updated_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS') as updated, deleted_at is not null as deleted from subscribers`,
+      `select id, email, status, to_char(updated_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS') as updated, deleted_at is not null as deleted
+         from subscribers where account = mirror_account()`,
     );
     const mirror = new Map(rows.map((r) => [r.id, r]));
     const problems: string[] = [];
@@ -198,8 +166,8 @@ describe('three workers and a receiver under churn', () => {
     const members = (await readMembers(database.pool)).filter((m) => m.removedAt === null).map((m) => `${m.groupId}/${m.subscriberId}`);
     const want = [...sim.world.memberships()].map((m) => `${m.groupId}/${m.subscriberId}`);
     expect(members.sort()).toEqual(want.sort());
+    await second.expectMirrored(database.url, [sim.world]);
 
-    for (const p of procs) p.child.kill('SIGTERM');
-    expect(await Promise.all(procs.map((p) => p.exit))).toEqual([0, 0, 0, 0]);
+    expect(await Promise.all(procs.map((p) => stopGracefully(p)))).toEqual([0, 0, 0, 0]);
   }, 420_000);
 });

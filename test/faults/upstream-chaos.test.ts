@@ -22,6 +22,7 @@ import { deleteInstallKeys, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { secretScanFigures } from './helpers/collector.js';
 import { compareGroupWithWorld } from './helpers/compare.js';
 import { cursorViolations, dumpCursorAudit, installCursorAudit, readPassRuns } from './helpers/cursor-audit.js';
+import { useSecondAccount } from './helpers/second-account.js';
 import { makeSecrets, withCredentials } from './helpers/secrets.js';
 import {
   assertRunning,
@@ -39,6 +40,8 @@ const CHAOS_MS = 60_000;
 
 describe('fault 4: upstream chaos during incremental passes', () => {
   const secrets = makeSecrets('upstream-chaos');
+  // Its simulator stays calm: the chaos is the first account's service's, the process both accounts'.
+  const second = useSecondAccount('upstream-chaos', { largeIds: false });
   const prefix = uniquePrefix('fault-chaos');
   let database: TestDatabase;
   let sim: Simulator;
@@ -205,9 +208,10 @@ describe('fault 4: upstream chaos during incremental passes', () => {
     expect(figures.injectedResets).toBeGreaterThan(0);
     expect(figures.answered429).toBeGreaterThan(10);
     expect(figures.htmlBodies).toBeGreaterThan(0);
+    const secondFigures = await second.expectMirrored(database.url, [sim.world]);
 
     expect(await stopGracefully(worker)).toBe(0);
-    printSummary('upstream chaos', figures);
+    printSummary('upstream chaos', { ...figures, ...secondFigures });
   }, 420_000);
 
   it('printed no secret in any log line', () => {

@@ -19,6 +19,7 @@ import { hostPort, startTcpProxy, type TcpProxy } from '../helpers/proxy.js';
 import { deleteInstallKeys, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { registerSecret, secretScanFigures } from './helpers/collector.js';
 import { compareWebhookEffects } from './helpers/compare.js';
+import { useSecondAccount } from './helpers/second-account.js';
 import { makeSecrets, withCredentials } from './helpers/secrets.js';
 import {
   assertRunning,
@@ -44,6 +45,8 @@ const sha256 = (text: string) => createHash('sha256').update(text).digest('hex')
 
 describe('fault 9: receiver and worker killed, Redis cut, under webhook load', () => {
   const secrets = makeSecrets('webhook-kills');
+  // Polled by the worker the scenario kills, through the Redis it cuts; the default account only receives.
+  const second = useSecondAccount('webhook-kills', { largeIds: false });
   const prefix = uniquePrefix('fault-wh');
   let database: TestDatabase;
   let redisProxy: TcpProxy;
@@ -177,6 +180,7 @@ describe('fault 9: receiver and worker killed, Redis cut, under webhook load', (
     const comparison = await compareWebhookEffects(database.pool, sim.world);
     expect(comparison.problems).toEqual([]);
     expect(comparison.touched).toBeGreaterThan(500);
+    const secondFigures = await second.expectMirrored(directUrl, [sim.world]);
 
     expect(await stopGracefully(receiver)).toBe(0);
     expect(await stopGracefully(worker)).toBe(0);
@@ -194,6 +198,7 @@ describe('fault 9: receiver and worker killed, Redis cut, under webhook load', (
       appliedTwice,
       subscribersTouched: comparison.touched,
       activityRows: comparison.activityRows,
+      ...secondFigures,
       seconds: Math.round((Date.now() - started) / 1000),
     });
   }, 600_000);

@@ -7,8 +7,11 @@ import type { AddressInfo } from 'node:net';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import Bottleneck from 'bottleneck';
 import { Redis } from 'ioredis';
+import { startTcpProxy } from '../helpers/proxy.js';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
+import { sleep } from '../helpers/wait.js';
 import {
+  catchInFlight,
   createLimiter,
   LimiterClosedError,
   LimiterUnavailableError,
@@ -302,6 +305,38 @@ describe('limiter lifecycle', () => {
     expect(stats.minTimeMs).toBeGreaterThanOrEqual(WINDOW_MS / PER_WINDOW);
     // Five starts spaced by minTime: at least 4 gaps were waited out by someone.
     expect(stats.waitMsTotal).toBeGreaterThanOrEqual(4 * (WINDOW_MS / PER_WINDOW));
+  });
+
+  it("retiring an instance the moment Redis is back leaves no rejection unhandled (ioredis's own re-subscription)", async () => {
+    const proxy = await startTcpProxy(parseRedis(redisUrl()));
+    const subscriber = new Redis(proxy.via(redisUrl()), { retryStrategy: () => 50 });
+    subscriber.on('error', () => {});
+    const unhandled: unknown[] = [];
+    const record = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', record);
+    try {
+      await subscriber.subscribe(`b_${newPrefix('resubscribe')}:channel`);
+      await proxy.cut();
+      // What a retired instance's connection goes through (limiter.ts, dispose) when Redis is just back.
+      const closedWithInFlight = new Promise<number>((resolve) =>
+        subscriber.once('ready', () => {
+          const inFlight = subscriber.commandQueue.length;
+          catchInFlight(subscriber);
+          subscriber.disconnect();
+          resolve(inFlight);
+        }),
+      );
+      await proxy.restore();
+      // The re-subscription ioredis sent by itself was in flight when the connection closed.
+      expect(await closedWithInFlight).toBeGreaterThan(0);
+      // Reported once the microtasks after the close have run.
+      await sleep(200);
+      expect(unhandled).toEqual([]);
+    } finally {
+      process.off('unhandledRejection', record);
+      subscriber.disconnect();
+      await proxy.close();
+    }
   });
 });
 

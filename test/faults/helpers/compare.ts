@@ -73,3 +73,84 @@ export async function snapshotMirroredTables(pool: pg.Pool): Promise<Record<stri
   }
   return out;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Several accounts: no row of one carries an id of another's world
+
+export type IdKind = 'subscriber' | 'group' | 'campaign' | 'automation';
+
+/** Every id a world has issued, by kind. */
+export type WorldIds = Record<IdKind, ReadonlySet<string>>;
+
+export function worldIds(world: World): WorldIds {
+  return {
+    subscriber: new Set(Array.from(world.subscribers({ includeDeleted: true }), (s) => s.id)),
+    group: new Set(world.groupIds()),
+    campaign: new Set(world.campaigns().map((c) => c.id)),
+    automation: new Set(world.automations().map((a) => a.id)),
+  };
+}
+
+/** Ids of `ids` that `other` has issued too: a check of which account holds them would be blind to those. */
+export function sharedIds(ids: WorldIds, other: World): string[] {
+  const theirs = worldIds(other);
+  return (Object.keys(ids) as IdKind[]).flatMap((kind) => [...ids[kind]].filter((id) => theirs[kind].has(id)).map((id) => `${kind} ${id}`));
+}
+
+/** Every column of the mirror that holds an id of the service's, with the kind of id it holds. */
+const ID_COLUMNS: ReadonlyArray<{ table: string; column: string; kind: IdKind }> = [
+  { table: 'subscribers', column: 'id', kind: 'subscriber' },
+  { table: 'subscriber_versions_past', column: 'subscriber_id', kind: 'subscriber' },
+  { table: 'group_members', column: 'subscriber_id', kind: 'subscriber' },
+  { table: 'group_members', column: 'group_id', kind: 'group' },
+  { table: 'group_membership_periods', column: 'subscriber_id', kind: 'subscriber' },
+  { table: 'group_membership_periods', column: 'group_id', kind: 'group' },
+  { table: 'groups', column: 'id', kind: 'group' },
+  { table: 'subscriber_activity', column: 'subscriber_id', kind: 'subscriber' },
+  { table: 'subscriber_activity', column: 'group_id', kind: 'group' },
+  { table: 'subscriber_activity', column: 'campaign_id', kind: 'campaign' },
+  { table: 'subscriber_activity', column: 'automation_id', kind: 'automation' },
+  { table: 'campaigns', column: 'id', kind: 'campaign' },
+  { table: 'automations', column: 'id', kind: 'automation' },
+  { table: 'erasures', column: 'subscriber_id', kind: 'subscriber' },
+  { table: 'sync_state', column: 'group_id', kind: 'group' },
+  { table: 'sync_passes', column: 'group_id', kind: 'group' },
+  { table: 'audit_state', column: 'group_id', kind: 'group' },
+  { table: 'audit_results', column: 'group_id', kind: 'group' },
+];
+
+export interface CrossAccountIds {
+  /** Id columns read. */
+  columns: number;
+  problems: string[];
+}
+
+/**
+ * Rows that cross accounts, for an account whose world is `ids`: its rows holding an id that world
+ * never issued, and other accounts' rows holding one it did. The statements name their accounts, so
+ * any pool reads them.
+ */
+export async function crossAccountIds(pool: pg.Pool, account: string, ids: WorldIds): Promise<CrossAccountIds> {
+  const problems: string[] = [];
+  for (const { table, column, kind } of ID_COLUMNS) {
+    const own = [...ids[kind]];
+    const alien = await pool.query<{ id: string }>(
+      `select distinct ${column} as id from ${table} where account = $1 and ${column} is not null and ${column} <> all($2::text[]) limit 5`,
+      [account, own],
+    );
+    if (alien.rows.length > 0)
+      problems.push(
+        `${table}.${column}: rows of account ${account} hold ids its world never issued, e.g. ${alien.rows.map((r) => r.id).join(', ')}`,
+      );
+    const taken = await pool.query<{ id: string; account: string }>(
+      `select distinct t.${column} as id, t.account from ${table} t join unnest($2::text[]) as own(id) on own.id = t.${column}
+        where t.account <> $1 limit 5`,
+      [account, own],
+    );
+    if (taken.rows.length > 0)
+      problems.push(
+        `${table}.${column}: rows of another account hold ids of account ${account}'s world, e.g. ${taken.rows.map((r) => `${r.id} (${r.account})`).join(', ')}`,
+      );
+  }
+  return { columns: ID_COLUMNS.length, problems };
+}

@@ -12,6 +12,7 @@ const INSTALL = `
 create schema if not exists fault_audit;
 create table if not exists fault_audit.sync_state_changes (
   seq bigserial primary key,
+  account text not null,
   group_id text not null,
   type text not null,
   old_status text,
@@ -27,18 +28,19 @@ declare
   pair_cursor timestamptz;
 begin
   if new.kind = 'check' then return new; end if;
-  select cursor into pair_cursor from public.sync_state where group_id = new.group_id and type = new.type;
+  select cursor into pair_cursor from public.sync_state
+   where account = new.account and group_id = new.group_id and type = new.type;
   insert into fault_audit.sync_state_changes
-    (group_id, type, old_status, new_status, mode, run_started_at, old_cursor, new_cursor, last_error)
-  values (new.group_id, new.type, case when tg_op = 'UPDATE' then old.status end, new.status,
+    (account, group_id, type, old_status, new_status, mode, run_started_at, old_cursor, new_cursor, last_error)
+  values (new.account, new.group_id, new.type, case when tg_op = 'UPDATE' then old.status end, new.status,
           new.kind, new.started_at, pair_cursor, pair_cursor, new.error);
   return new;
 end $$;
 create or replace function fault_audit.record_cursor() returns trigger language plpgsql as $$
 begin
   if tg_op = 'UPDATE' and old.cursor is not distinct from new.cursor then return new; end if;
-  insert into fault_audit.sync_state_changes (group_id, type, old_cursor, new_cursor)
-  values (new.group_id, new.type, case when tg_op = 'UPDATE' then old.cursor end, new.cursor);
+  insert into fault_audit.sync_state_changes (account, group_id, type, old_cursor, new_cursor)
+  values (new.account, new.group_id, new.type, case when tg_op = 'UPDATE' then old.cursor end, new.cursor);
   return new;
 end $$;
 drop trigger if exists fault_audit_sync_passes on public.sync_passes;
@@ -77,13 +79,16 @@ interface Change {
   last_error: string | null;
 }
 
-/** Every pass the audit saw, in order, per (group, type). Passes of one (group, type) never overlap (pass lock). */
+/**
+ * Every pass the audit saw of the pool's account, in order, per (group, type). Passes of one (group,
+ * type) never overlap (pass lock).
+ */
 export async function readPassRuns(pool: pg.Pool): Promise<PassRun[]> {
   const { rows } = await pool.query<Change>(
     // Ordered by the bigint column, not by the text rendering of it (which would put 1000 before 339).
     `select c.seq::text as seq, group_id, type, old_status, new_status, mode, ${iso('run_started_at')} as run_started_at,
             ${iso('old_cursor')} as old_cursor, ${iso('new_cursor')} as new_cursor, last_error
-       from fault_audit.sync_state_changes c order by c.seq`,
+       from fault_audit.sync_state_changes c where c.account = mirror_account() order by c.seq`,
   );
   const open = new Map<string, { run: PassRun; startedAt: string | null }>();
   const runs: PassRun[] = [];
@@ -140,7 +145,7 @@ export async function dumpCursorAudit(pool: pg.Pool, name: string): Promise<void
   const { mkdirSync, writeFileSync } = await import('node:fs');
   const path = await import('node:path');
   const { rows } = await pool.query(
-    `select seq, group_id, type, old_status, new_status, mode, ${iso('run_started_at')} as run_started_at,
+    `select seq, account, group_id, type, old_status, new_status, mode, ${iso('run_started_at')} as run_started_at,
             ${iso('old_cursor')} as old_cursor, ${iso('new_cursor')} as new_cursor, last_error
        from fault_audit.sync_state_changes order by seq`,
   );

@@ -38,6 +38,13 @@ export function makeSecrets(scenario: string): FaultSecrets {
   return secrets;
 }
 
+/** One more distinctive secret (`fault-<kind>-<random>`), registered under `label` as it is made. */
+export function makeSecret(label: string, kind: string): string {
+  const value = `fault-${kind}-${randomTail()}`;
+  registerSecret(label, value);
+  return value;
+}
+
 /** The URL with user and password set (for Postgres `postgres`, for Redis `default`). */
 export function withCredentials(url: string, user: string, password: string): string {
   const u = new URL(url);

@@ -5,6 +5,7 @@
 import type { ChildProcess } from 'node:child_process';
 import { spawnCli, type CliResult } from '../../helpers/cli.js';
 import { capture, record } from './collector.js';
+import { withSecondAccount } from './second-account.js';
 import { sleep, waitFor } from '../../helpers/wait.js';
 
 export interface LogLine {
@@ -14,6 +15,8 @@ export interface LogLine {
   port?: number;
   groupId?: string;
   type?: string;
+  /** The account whose part logged it; none for the deployment's own lines. */
+  account?: string;
   [key: string]: unknown;
 }
 
@@ -31,8 +34,12 @@ export interface ServiceProcess {
 
 const live = new Set<ChildProcess>();
 
+/**
+ * Starts `start --role <role>` with `env` for the scenario's account (`default`) and the file's second
+ * account beside it (second-account.ts): every service process of the fault suite serves two.
+ */
 export function startService(role: 'all' | 'worker' | 'receiver', env: Record<string, string>, label: string): ServiceProcess {
-  const child = spawnCli(['start', '--role', role], env);
+  const child = spawnCli(['start', '--role', role], withSecondAccount(env));
   live.add(child);
   const lines: LogLine[] = [];
   let resolvePort: (port: number) => void = () => {};
@@ -59,6 +66,14 @@ export function startService(role: 'all' | 'worker' | 'receiver', env: Record<st
   // A child that dies before it starts must fail the test, not hang it.
   void exit.then(() => resolvePort(Number.NaN));
   return { child, label: source, lines, port, exit, stderr: () => stderr };
+}
+
+/**
+ * The lines a check of `account` reads: its own (an account's parts log with its name) and the
+ * deployment's, which name none. The accounts of one process log the same messages about their passes.
+ */
+export function linesOf(service: ServiceProcess, account: string): LogLine[] {
+  return service.lines.filter((l) => l.account === undefined || l.account === account);
 }
 
 /** Throws, with what the process printed to stderr, when it is no longer running. */
