@@ -424,6 +424,8 @@ describe('each setting declared once (SETTINGS in src/config.ts)', () => {
       'PROXY_TLS',
       'ACME_EMAIL',
       'RECEIVER_PUBLISH',
+      // Postgres's connection slots, which Compose passes to the postgres service's command.
+      'POSTGRES_MAX_CONNECTIONS',
     ];
     const named = [...readFileSync(path.join(ROOT, '.env.example'), 'utf8').matchAll(/^#? ?([A-Z][A-Z0-9_]+)=/gm)].map((m) => m[1]!);
     expect(named.length).toBeGreaterThan(composeOwn.length);
