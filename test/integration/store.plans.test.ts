@@ -6,8 +6,8 @@
  * (a sequential scan is cheapest over a few rows; an index on `account` alone is as cheap as the
  * primary key), and a 10,000-member pass from empty took over a minute instead of 5 s.
  *
- * The webhook apply keeps its plans on purpose (`keepingPlans`: planning would be a quarter of its Postgres CPU);
- * what replans them is an ANALYZE of the table, which autovacuum runs as the table grows.
+ * The webhook apply keeps its plans on purpose (`keepingPlans`: planning would be a quarter of its
+ * Postgres CPU); what replans them is an ANALYZE of the table, which autovacuum runs as it grows.
  *
  * Postgres's own counters for the open transaction (`pg_stat_xact_user_tables`) say how many rows
  * each table gave the page's statements, by sequential and index scans. No timing is asserted.
