@@ -190,16 +190,20 @@ async function countMirrored(db: Queryable, accounts: readonly string[]): Promis
   return new Map(rows.map((r) => [pairKey(r.account, r.groupId, r.type), r.n]));
 }
 
+/** The figure of a pair the audit has not checked yet. */
+export function noAuditFigure(): AuditFigure {
+  return {
+    rowsChecked: 0,
+    mismatches: { content: 0, missing: 0, extra: 0, count: 0 },
+    accuracy: null,
+    unrepaired: 0,
+    missedDeliveries: 0,
+    lastAuditAt: null,
+  };
+}
+
 function auditFigure(w: AuditWindowRow | undefined): AuditFigure {
-  if (!w)
-    return {
-      rowsChecked: 0,
-      mismatches: { content: 0, missing: 0, extra: 0, count: 0 },
-      accuracy: null,
-      unrepaired: 0,
-      missedDeliveries: 0,
-      lastAuditAt: null,
-    };
+  if (!w) return noAuditFigure();
   return {
     rowsChecked: w.rowsChecked,
     mismatches: { content: w.content, missing: w.missing, extra: w.extra, count: w.count },

@@ -1,5 +1,5 @@
 /** A status row as the status reader returns it, healthy by default: the fixture of the status tests. */
-import type { StatusRow } from '../../src/sync/status.js';
+import { noAuditFigure, type StatusRow } from '../../src/sync/status.js';
 
 export function statusRow(over: Partial<StatusRow> = {}): StatusRow {
   return {
@@ -20,14 +20,7 @@ export function statusRow(over: Partial<StatusRow> = {}): StatusRow {
     futureRows: 0,
     awaitingProof: 0,
     stepBacks: 0,
-    audit: {
-      rowsChecked: 0,
-      mismatches: { content: 0, missing: 0, extra: 0, count: 0 },
-      accuracy: null,
-      unrepaired: 0,
-      missedDeliveries: 0,
-      lastAuditAt: null,
-    },
+    audit: noAuditFigure(),
     auditPeriod: null,
     ...over,
   };
