@@ -16,7 +16,7 @@ type CountedQueue = { name: string; getJobCounts(...types: string[]): Promise<Re
 /** Each account has a sync queue of its own (under its Redis prefix), all named alike: the account tells them apart. */
 export interface AccountQueue {
   account: string;
-  queue: CountedQueue;
+  syncQueue: CountedQueue;
 }
 /** The one Redis command read here (the worker's user may run it; the receiver's may not). */
 type RedisInfo = { info(section: 'memory'): Promise<string> };
@@ -40,10 +40,10 @@ export function startGauges(
 }
 
 async function recordQueueDepths(metrics: Metrics, queues: readonly AccountQueue[]): Promise<void> {
-  for (const { account, queue } of queues) {
+  for (const { account, syncQueue } of queues) {
     try {
-      const counts = await queue.getJobCounts('waiting', 'active', 'delayed', 'failed', 'prioritized');
-      for (const [state, n] of Object.entries(counts)) metrics.queueDepth.set({ account, queue: queue.name, state }, n);
+      const counts = await syncQueue.getJobCounts('waiting', 'active', 'delayed', 'failed', 'prioritized');
+      for (const [state, n] of Object.entries(counts)) metrics.queueDepth.set({ account, queue: syncQueue.name, state }, n);
     } catch {
       // Redis unavailable: readiness reports it; the gauge keeps its last value.
     }

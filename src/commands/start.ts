@@ -219,11 +219,12 @@ export async function startService(config: Config, role: Role): Promise<RunningS
   );
   // The receiver alone never connects to Redis: it holds no Redis credential (docs/security.md).
   const workerParts = polls ? await startWorkerParts(config, log, metrics, (message) => new StartupError(message)) : null;
+  const workerQueues = workerParts?.accounts.map((a) => ({ account: a.config.account, syncQueue: a.syncQueue })) ?? [];
 
   // Every account read by the same few statements on the deployment-wide pool (the status reader).
   const gauges = startGauges(metrics, {
     pool: database.pool,
-    queues: workerParts ? workerParts.accounts.map((a) => ({ account: a.config.account, queue: a.syncQueue })) : [],
+    queues: workerQueues,
     config,
     polls,
     ...(workerParts ? { redis: workerParts.redis } : {}),
@@ -244,9 +245,7 @@ export async function startService(config: Config, role: Role): Promise<RunningS
   // The admin pages keep their sessions in Redis: a receiver alone connects to it only for them, so
   // one without ADMIN_TOKEN (as compose runs it) never does.
   const receiverAdmin = config.adminToken && ops && !workerParts ? connectAdminRedis(config, log) : null;
-  const adminRedis = workerParts
-    ? { redis: workerParts.redis, queues: workerParts.accounts.map((a) => ({ account: a.config.account, syncQueue: a.syncQueue })) }
-    : receiverAdmin;
+  const adminRedis = workerParts ? { redis: workerParts.redis, queues: workerQueues } : receiverAdmin;
   if (config.adminToken && ops && adminRedis)
     await registerAdmin(ops, config, config.adminToken, {
       pool: database.pool,
