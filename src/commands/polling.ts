@@ -15,6 +15,7 @@ import type { Logger } from '../ground/log.js';
 import type { Metrics } from '../ground/metrics.js';
 import { repeat, type Repeating } from '../ground/repeat.js';
 import { BUDGET_MODELS } from '../ratelimit/budget-model.js';
+import type { LimiterConnections } from '../ratelimit/connections.js';
 import type { Limiter } from '../ratelimit/limiter.js';
 import { authPauseKey, isPaused, readAuthPause } from '../sync/auth-pause.js';
 import { createSyncQueue, restoreMissingSchedules, syncSchedules, type ScheduleConfig } from '../sync/schedule.js';
@@ -31,6 +32,17 @@ import { createReadSource, createSharedLimiter, fieldReader, upstreamHooks } fro
 const SCHEDULE_CHECK_MAX_MS = 30_000;
 const FIRST_SCHEDULE_CHECK_MS = 5_000;
 
+/** What the poll paths of a worker's accounts share: the process's Redis connections and page gate. */
+export interface ProcessParts {
+  /** Plain commands that must fail fast (maxRetriesPerRequest 1): pauses, locks, schedules. */
+  redis: Redis;
+  /** Every queue's and sync worker's connection (BullMQ opens each worker's blocking one beside it). */
+  connection: ConnectionOptions;
+  /** Every limiter's (connections.ts). */
+  limiterConnections: LimiterConnections;
+  pageGate?: PageGate;
+}
+
 export interface Polling {
   pauseKey: string;
   queue: ReturnType<typeof createSyncQueue>;
@@ -39,24 +51,17 @@ export interface Polling {
 
 /** The poll path when read settings are given; a webhook-only install says that nothing reconciles. */
 export async function startReads(...args: Parameters<typeof startPolling>): Promise<Polling | null> {
-  const [config, , , , log] = args;
+  const [config, , , log] = args;
   if (config.sync.reconciles) return startPolling(...args);
   log.warn(NOTHING_RECONCILES);
   return null;
 }
 
 /** Schedules passes for the configured groups, resumes open full passes, and runs the sync worker. */
-async function startPolling(
-  config: Config,
-  pool: pg.Pool,
-  redis: Redis,
-  connection: ConnectionOptions,
-  log: Logger,
-  metrics: Metrics,
-  pageGate?: PageGate,
-): Promise<Polling> {
+async function startPolling(config: Config, pool: pg.Pool, shared: ProcessParts, log: Logger, metrics: Metrics): Promise<Polling> {
+  const { redis, connection, pageGate } = shared;
   const credential = readCredentialOf(config) as string;
-  const limiter = createSharedLimiter(config, redis, log);
+  const limiter = createSharedLimiter(config, redis, log, shared.limiterConnections);
   metrics.watchBudgets(BUDGET_MODELS, () => limiter.report());
   const source = createReadSource(config, limiter, log, metrics);
   const queue = createSyncQueue(connection, config.redisPrefix);

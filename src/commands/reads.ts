@@ -8,6 +8,7 @@ import type { Config } from '../config.js';
 import type { Logger } from '../ground/log.js';
 import type { Metrics } from '../ground/metrics.js';
 import { createBudgetLimiter, rateBudgetsKey, type BudgetLimiter } from '../ratelimit/budget-limiter.js';
+import type { LimiterConnections } from '../ratelimit/connections.js';
 import { createLimiter, type Limiter } from '../ratelimit/limiter.js';
 import { currentSource } from '../sync/current-pass.js';
 import type { FieldReader } from '../sync/fields.js';
@@ -22,10 +23,10 @@ import { createWebhooksApi, type WebhooksApi } from '../upstream/webhooks-api.js
  * endpoint or one for the account (budget-limiter.ts), each used up to API_RATE_LIMIT (60 a minute
  * legacy, 120 current). What it learned is published for `status` and the status page.
  */
-export function createSharedLimiter(config: Config, redis: Redis, log: Logger): BudgetLimiter {
+export function createSharedLimiter(config: Config, redis: Redis, log: Logger, connections: LimiterConnections): BudgetLimiter {
   return createBudgetLimiter({
     mode: 'redis',
-    redisUrl: config.redisUrl,
+    connections,
     prefix: config.redisPrefix,
     perMinute: config.apiRateLimitAuto ? 'auto' : config.apiRateLimit,
     autoStart: config.apiRateLimit,

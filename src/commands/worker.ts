@@ -10,7 +10,6 @@
  * queues through Redis. What accounts share in a process is bounded per page, never per pass: the
  * page gate (rooms handed out in arrival order) and the event loop.
  */
-import type { ConnectionOptions } from 'bullmq';
 import { Redis } from 'ioredis';
 import type pg from 'pg';
 import { accountConfig, type Config } from '../config.js';
@@ -20,6 +19,7 @@ import type { Logger } from '../ground/log.js';
 import type { Metrics } from '../ground/metrics.js';
 import { repeat, type Repeating } from '../ground/repeat.js';
 import { purgeHistory } from '../mirror/history.js';
+import { createLimiterConnections } from '../ratelimit/connections.js';
 import { isPaused, readAuthPause, type AuthPause } from '../sync/auth-pause.js';
 import { createSyncQueue } from '../sync/schedule.js';
 import { createPageGate, PAGES_IN_MEMORY, type PageGate } from '../upstream/page-gate.js';
@@ -27,7 +27,7 @@ import { createDeliveryConsumer, listenForInbox, type InboxListener } from '../w
 import { ERASURE_EVERY_MS, runErasure } from '../webhooks/erasure-run.js';
 import { createPurger, type Timer } from '../webhooks/purger.js';
 import { describeConnectionError } from './connection-error.js';
-import { startReads, type Polling } from './polling.js';
+import { startReads, type Polling, type ProcessParts } from './polling.js';
 
 /** Connections a worker's account pools may hold together at most before each is held to the minimum. */
 const ACCOUNT_POOLS_TOTAL = 20;
@@ -50,6 +50,17 @@ export function connectRedis(config: Config): Redis {
   redis.on('error', () => {});
   redis.connect().catch(() => {});
   return redis;
+}
+
+/** Warns at most every 30 s: while Redis is away, every reconnection attempt errors. */
+function throttledWarn(log: Logger, message: string): (error: unknown) => void {
+  let lastAt = 0;
+  return (error) => {
+    const now = Date.now();
+    if (now - lastAt < 30_000) return;
+    lastAt = now;
+    log.warn({ err: describeConnectionError(error) }, message);
+  };
 }
 
 /** One account as the worker serves it. */
@@ -75,11 +86,12 @@ export interface WorkerParts {
   stop(timeoutMs: number): Promise<void>;
 }
 
-/** What every account's parts share in one worker process. */
-interface Shared {
-  redis: Redis;
-  /** For BullMQ's blocking connections (maxRetriesPerRequest: null). */
-  connection: ConnectionOptions;
+/**
+ * What every account's parts share in one worker process: its Redis connections (a few for the
+ * process, not a few per account: each costs about 0.2 MB) and its page gate.
+ */
+interface Shared extends ProcessParts {
+  connection: Redis;
   pageGate: PageGate;
   log: Logger;
   metrics: Metrics;
@@ -110,8 +122,11 @@ export async function startWorkerParts(
   }
   const shared: Shared = {
     redis: connectRedis(config),
-    // BullMQ's blocking connections must retry forever (maxRetriesPerRequest: null, docs/architecture.md, "Traps we work around").
-    connection: { url: config.redisUrl, maxRetriesPerRequest: null },
+    // BullMQ's connections must retry forever (maxRetriesPerRequest: null, docs/architecture.md, "Traps
+    // we work around"). One client for every queue and sync worker; each worker duplicates it for
+    // its blocking one.
+    connection: new Redis(config.redisUrl, { maxRetriesPerRequest: null }),
+    limiterConnections: createLimiterConnections({ redisUrl: config.redisUrl, onError: throttledWarn(log, 'limiter connection error') }),
     pageGate: createPageGate(PAGES_IN_MEMORY),
     log,
     metrics,
@@ -129,6 +144,8 @@ export async function startWorkerParts(
       await Promise.all(accounts.map((account) => account.stop(timeoutMs)));
       await chores.stop();
       await deployment.close();
+      await shared.limiterConnections.close();
+      shared.connection.disconnect();
       shared.redis.disconnect();
     },
   };
@@ -147,9 +164,9 @@ async function startAccount(config: Config, shared: Shared): Promise<ServedAccou
   // The worker's one listener wakes it (listenOnceForAll); the purge of old deliveries is the
   // deployment's (startDeploymentChores): no retention here.
   const consumer = createDeliveryConsumer({ pool, logger: log, metrics, listen: false });
-  const polling = await startReads(config, pool, shared.redis, shared.connection, log, metrics, shared.pageGate);
+  const polling = await startReads(config, pool, shared, log, metrics);
   // Without polling the admin pages still show (and backfills still queue to) the account's sync queue.
-  const syncQueue = polling?.queue ?? createSyncQueue({ url: config.redisUrl, maxRetriesPerRequest: 1 }, config.redisPrefix);
+  const syncQueue = polling?.queue ?? createSyncQueue(shared.connection, config.redisPrefix);
   if (!polling) syncQueue.on('error', (error) => log.debug({ err: describeConnectionError(error) }, 'sync queue error'));
   const erasure = startErasure(config, pool, log);
   return {

@@ -28,8 +28,9 @@
  */
 import { sleep, withTimeout } from '../ground/wait.js';
 import Bottleneck from 'bottleneck';
-import { Redis, type RedisOptions } from 'ioredis';
+import type { Redis, RedisOptions } from 'ioredis';
 import type { Logger } from '../ground/log.js';
+import { createLimiterConnections, type LimiterConnections } from './connections.js';
 import type { GateScheduleOptions, GateSlot, RequestGate } from '../upstream/http.js';
 import { localLedger, redisLedger, type SendLedger } from './send-ledger.js';
 
@@ -40,8 +41,13 @@ export interface LimiterOptions {
   mode?: LimiterMode;
   /** Required for `redis` mode. */
   redisUrl?: string;
-  /** Extra ioredis options for the limiter's connections. */
+  /** Extra ioredis options for the limiter's connections (when it opens its own). */
   redisOptions?: RedisOptions;
+  /**
+   * The process's limiter connections (connections.ts), shared with its other limiters; the caller
+   * closes them. Without them, the limiter opens its own and closes them with itself.
+   */
+  connections?: LimiterConnections;
   /** Per-install key prefix (e.g. the BullMQ prefix), so installs and test runs do not share a budget. */
   prefix?: string;
   /** Which budget inside the install; default `legacy`. Redis keys start with `b_<prefix>:<name>`. */
@@ -132,27 +138,6 @@ export class LimiterUnavailableError extends Error {
   }
 }
 
-/**
- * Marks every command in flight on `redis` handled, so that closing the connection at once leaves no
- * rejection unhandled (docs/architecture.md, "Traps we work around": ioredis). The re-subscription
- * ioredis sends by itself when a subscriber's connection is back is a promise nobody holds: a limiter
- * retired right then (rebuilt as Redis came back empty) ended the worker with an unhandled rejection
- * ("Connection is closed."; found by the fault suite). The callers of every other command still get
- * their rejection.
- */
-export function catchInFlight(redis: Redis): void {
-  for (const { command } of redis.commandQueue.toArray()) {
-    // Typed as what the queue needs of it; each is an ioredis Command, whose promise its caller (if any) holds.
-    const { promise } = command as { promise?: Promise<unknown> };
-    promise?.catch(() => {});
-  }
-}
-
-/** The connection's subscriber: Bottleneck 2.19.5 subscribes on a duplicate of the client it keeps as `subscriber`. */
-function subscriberOf(connection: Bottleneck.IORedisConnection): Redis | undefined {
-  return (connection as unknown as { subscriber?: Redis }).subscriber;
-}
-
 /** The two errors Bottleneck's own recovery misses on Redis 7 (docs/architecture.md, "Traps we work around"). */
 export function isLostStateError(error: unknown): boolean {
   return error instanceof Error && /\b(SETTINGS_KEY_NOT_FOUND|UNKNOWN_CLIENT)\b/.test(error.message);
@@ -181,7 +166,6 @@ export function maxInAnyWindow(timestamps: readonly number[], windowMs: number):
 interface PauseStore {
   remainingMs(): Promise<number>;
   pauseFor(ms: number): Promise<void>;
-  close(): Promise<void>;
 }
 
 function localPause(): PauseStore {
@@ -191,7 +175,6 @@ function localPause(): PauseStore {
     pauseFor: async (ms) => {
       until = Math.max(until, Date.now() + ms);
     },
-    close: async () => {},
   };
 }
 
@@ -212,9 +195,6 @@ function redisPause(client: Redis, key: string): PauseStore {
     },
     async pauseFor(ms) {
       await client.eval(EXTEND_PAUSE_LUA, 1, key, String(Math.ceil(ms)));
-    },
-    async close() {
-      await client.quit().catch(() => client.disconnect());
     },
   };
 }
@@ -302,8 +282,8 @@ interface SpacedSettings {
   writeSettings: boolean;
   /** Bottleneck id (`<prefix>:<name>`); empty in memory mode. */
   id: string;
-  redisUrl: string | undefined;
-  redisOptions: RedisOptions;
+  /** Redis mode: the connections given (shared), or how to open the limiter's own. */
+  redis: { shared: LimiterConnections } | { url: string; options: RedisOptions | undefined } | null;
   logger: Logger | undefined;
 }
 
@@ -312,12 +292,12 @@ function spacedSettings(options: LimiterOptions, mode: 'redis' | 'memory', windo
   const maxConcurrent = options.maxConcurrent ?? 4;
   validatePositiveInt('maxConcurrent', maxConcurrent);
   const minTime = spacingMs(options.perMinute, windowMs, safetyMs);
-  let redisUrl: string | undefined;
+  let redis: SpacedSettings['redis'] = null;
   let id = '';
   if (mode === 'redis') {
-    if (!options.redisUrl) throw new TypeError('limiter: redisUrl is required in redis mode');
+    if (!options.connections && !options.redisUrl) throw new TypeError('limiter: redisUrl is required in redis mode');
     if (!options.prefix) throw new TypeError('limiter: prefix is required in redis mode');
-    redisUrl = options.redisUrl;
+    redis = options.connections ? { shared: options.connections } : { url: options.redisUrl as string, options: options.redisOptions };
     id = `${options.prefix}:${options.name ?? 'legacy'}`;
   }
   return {
@@ -333,8 +313,7 @@ function spacedSettings(options: LimiterOptions, mode: 'redis' | 'memory', windo
     pushOnStart: options.pushOnStart ?? false,
     writeSettings: options.writeSettings ?? true,
     id,
-    redisUrl,
-    redisOptions: { maxRetriesPerRequest: 2, connectTimeout: 5_000, ...options.redisOptions },
+    redis,
     logger: options.logger,
   };
 }
@@ -346,23 +325,32 @@ class SpacedLimiter {
   private lastWarnAt = 0;
   private readonly pause: PauseStore;
   private readonly ledger: SendLedger;
-  private readonly ledgerClient: Redis | null;
+  /** Redis mode: the connections every instance, the pause and the ledger use. */
+  private readonly connections: LimiterConnections | null;
+  /** Whether `connections` are this limiter's own (closed with it) rather than the process's. */
+  private readonly ownsConnections: boolean;
   private current: Generation;
   private readonly settings: SpacedSettings;
 
   constructor(settings: SpacedSettings) {
     this.settings = settings;
-    this.pause = settings.mode === 'redis' ? redisPause(this.pauseClient(), `b_${settings.id}_pause`) : localPause();
+    const { redis } = settings;
+    this.ownsConnections = redis !== null && !('shared' in redis);
+    this.connections =
+      redis === null
+        ? null
+        : 'shared' in redis
+          ? redis.shared
+          : createLimiterConnections({ redisUrl: redis.url, redisOptions: redis.options, onError: (error) => this.warnThrottled(error) });
     const ledgerSettings = {
       perWindow: settings.perWindow,
       windowMs: settings.windowMs,
       inFlightMs: settings.expiration,
       recheckMs: settings.minTime,
     };
-    this.ledgerClient = settings.mode === 'redis' ? this.pauseClient() : null;
-    this.ledger = this.ledgerClient
-      ? redisLedger(this.ledgerClient, `b_${settings.id}_ledger`, ledgerSettings)
-      : localLedger(ledgerSettings);
+    const client = this.connections?.commands;
+    this.pause = client ? redisPause(client, `b_${settings.id}_pause`) : localPause();
+    this.ledger = client ? redisLedger(client, `b_${settings.id}_ledger`, ledgerSettings) : localLedger(ledgerSettings);
     this.current = this.createGeneration(settings.pushOnStart);
   }
 
@@ -373,20 +361,14 @@ class SpacedLimiter {
     this.settings.logger?.warn({ limiter: this.settings.id || 'memory', err: error }, 'rate limiter error');
   }
 
-  private pauseClient(): Redis {
-    const client = new Redis(this.settings.redisUrl as string, this.settings.redisOptions);
-    client.on('error', (error: unknown) => this.warnThrottled(error));
-    return client;
-  }
-
   private createGeneration(push = true): Generation {
     const { mode, minTime, maxConcurrent, id, writeSettings } = this.settings;
-    if (mode === 'memory') {
+    const connections = this.connections;
+    if (mode === 'memory' || !connections) {
       const bottleneck = new Bottleneck({ minTime, maxConcurrent });
       return { bottleneck, dispose: async () => {}, ready: Promise.resolve(), failed: false, retired: false };
     }
-    const client = new Redis(this.settings.redisUrl as string, this.settings.redisOptions);
-    const connection = new Bottleneck.IORedisConnection({ client, Redis });
+    const connection = connections.attach(id);
     const bottleneck = new Bottleneck({ id, datastore: 'ioredis', connection, minTime, maxConcurrent });
     const generation: Generation = {
       bottleneck,
@@ -394,11 +376,11 @@ class SpacedLimiter {
       failed: false,
       ready: Promise.resolve(),
       dispose: async () => {
-        for (const redis of [client, subscriberOf(connection)]) if (redis) catchInFlight(redis);
-        await connection.disconnect(false);
+        // An instance still starting subscribes and starts its heartbeat when it is ready: detach after that.
+        await withTimeout(generation.ready, this.settings.readyTimeoutMs, () => new LimiterUnavailableError('not ready')).catch(() => {});
+        await connections.detach(id, connection, bottleneck);
       },
     };
-    connection.on('error', (error: unknown) => this.warnThrottled(error));
     bottleneck.on('error', (error: unknown) => this.onBottleneckError(generation, error));
     generation.ready = bottleneck.ready().then(async () => {
       // Bottleneck writes its settings to Redis only when the id has none, so a new rate under an id
@@ -407,7 +389,7 @@ class SpacedLimiter {
       if (writeSettings) await Promise.resolve(bottleneck.updateSettings({ minTime, maxConcurrent }));
       // See header: a rebuilt state must not hand out a slot next to one the lost state issued.
       if (!push) return;
-      await client.eval(PUSH_NEXT_REQUEST_LUA, 1, `b_${id}_settings`, String(Date.now() + (maxConcurrent + 1) * minTime));
+      await connections.commands.eval(PUSH_NEXT_REQUEST_LUA, 1, `b_${id}_settings`, String(Date.now() + (maxConcurrent + 1) * minTime));
     });
     // Surfaced to callers by currentGeneration(), which replaces a failed instance.
     generation.ready.catch(() => {
@@ -565,8 +547,7 @@ class SpacedLimiter {
     this.closed = true;
     // Requests in flight have their own timeout; do not hold shutdown much longer for them.
     await this.retire(this.current, Math.min(this.settings.expiration, CLOSE_WAIT_MS));
-    await this.pause.close();
-    await this.ledgerClient?.quit().catch(() => this.ledgerClient?.disconnect());
+    if (this.ownsConnections) await this.connections?.close();
   }
 }
 

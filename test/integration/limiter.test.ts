@@ -10,8 +10,8 @@ import { Redis } from 'ioredis';
 import { startTcpProxy } from '../helpers/proxy.js';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { sleep } from '../helpers/wait.js';
+import { catchInFlight, createLimiterConnections, type LimiterConnections } from '../../src/ratelimit/connections.js';
 import {
-  catchInFlight,
   createLimiter,
   LimiterClosedError,
   LimiterUnavailableError,
@@ -271,6 +271,123 @@ describe('Bottleneck state lost in Redis (docs/architecture.md, "Traps we work a
   });
 });
 
+describe('limiters of one process share its connections (connections.ts)', () => {
+  const registries: LimiterConnections[] = [];
+
+  /** Connections named `name` (each test's own), as Redis lists them. */
+  async function namedConnections(name: string): Promise<number> {
+    const redis = new Redis(redisUrl());
+    try {
+      const list = (await redis.client('LIST')) as string;
+      return list.split('\n').filter((line) => line.includes(` name=${name} `)).length;
+    } finally {
+      redis.disconnect();
+    }
+  }
+
+  function sharedConnections(name: string): LimiterConnections {
+    const connections = createLimiterConnections({ redisUrl: redisUrl(), redisOptions: { connectionName: name } });
+    registries.push(connections);
+    return connections;
+  }
+
+  afterEach(async () => {
+    await Promise.all(open.splice(0).map((l) => l.close()));
+    await Promise.all(registries.splice(0).map((c) => c.close()));
+  });
+
+  it('twenty limiters hold two connections between them, each keeping its own spacing', async () => {
+    const prefix = newPrefix('shared');
+    const name = `lim-${prefix}`;
+    const connections = sharedConnections(name);
+    const limiters = Array.from({ length: 20 }, (_, i) => limiter(prefix, { name: `l${i}`, connections }));
+    const starts = limiters.map(() => [] as number[]);
+    const began = performance.now();
+    await Promise.all(
+      limiters.flatMap((l, i) => Array.from({ length: 3 }, () => l.schedule(async () => void starts[i]?.push(performance.now())))),
+    );
+    expect(await namedConnections(name)).toBe(2);
+    expect(connections.openConnections()).toBe(2);
+    const minTime = spacingMs(PER_WINDOW, WINDOW_MS, 250);
+    for (const s of starts) {
+      expect(s).toHaveLength(3);
+      // Slots are spaced exactly; a job starts a few ms after its slot (the pause and ledger checks).
+      expect((s[2] as number) - (s[0] as number)).toBeGreaterThanOrEqual(2 * minTime - 30);
+    }
+    // Side by side: one spacing for all of them would have taken 59 slots.
+    expect(performance.now() - began).toBeLessThan(20 * minTime);
+  });
+
+  it('two live instances of one id (a re-rate) are on two connections, and each hears the capacity the other frees', async () => {
+    const prefix = newPrefix('same-id');
+    const name = `lim-${prefix}`;
+    const connections = sharedConnections(name);
+    const options = { maxConcurrent: 1, connections };
+    const old = limiter(prefix, { ...options, perMinute: 20 });
+    const renewed = limiter(prefix, { ...options, perMinute: 10 });
+    await old.schedule(async () => undefined);
+    await renewed.schedule(async () => undefined);
+    expect(connections.openConnections()).toBe(4);
+    expect(await namedConnections(name)).toBe(4);
+    // One holds the one slot; the other's job can start only when it hears it freed. Both ways round.
+    for (const [holder, waiter] of [
+      [old, renewed],
+      [renewed, old],
+    ] as const) {
+      let release = (): void => {};
+      const holding = holder.schedule(() => new Promise<void>((resolve) => (release = resolve)));
+      await sleep(200);
+      let waited = false;
+      const waiting = waiter.schedule(async () => {
+        waited = true;
+      });
+      await sleep(300);
+      expect(waited).toBe(false);
+      release();
+      await holding;
+      await Promise.race([waiting, sleep(3000)]);
+      expect(waited).toBe(true);
+    }
+    // The connection opened for the second instance closes with it; the shared pair stays.
+    await old.close();
+    await renewed.schedule(async () => undefined);
+    expect(connections.openConnections()).toBe(4);
+    await renewed.close();
+    expect(connections.openConnections()).toBe(2);
+    expect(await namedConnections(name)).toBe(2);
+  });
+
+  it('a rebuild on the shared connections leaves the other limiters alone, and the process back at two connections', async () => {
+    const prefix = newPrefix('shared-wipe');
+    const name = `lim-${prefix}`;
+    const connections = sharedConnections(name);
+    const wiped = limiter(prefix, { name: 'wiped', connections });
+    const other = limiter(prefix, { name: 'other', connections });
+    const starts: number[] = [];
+    let done = false;
+    const job = (n: number) => async (): Promise<void> => {
+      starts.push(performance.now());
+      if (n === 4 && !done) {
+        done = true;
+        await deletePrefix(`b_${prefix}:wiped`);
+      }
+    };
+    const results = await Promise.allSettled([
+      ...Array.from({ length: 12 }, (_, n) => wiped.schedule(job(n))),
+      ...Array.from({ length: 6 }, () => other.schedule(async () => undefined)),
+    ]);
+    expect(results.filter((r) => r.status === 'rejected')).toEqual([]);
+    expect(wiped.stats().rebuilds).toBeGreaterThanOrEqual(1);
+    expect(other.stats().rebuilds).toBe(0);
+    expect(maxInAnyWindow(starts, WINDOW_MS)).toBeLessThanOrEqual(PER_WINDOW);
+    // The retired instance has left its connection, so the rebuilt one is back on the shared pair.
+    await sleep(200);
+    await wiped.schedule(async () => undefined);
+    expect(connections.openConnections()).toBeLessThanOrEqual(4);
+    expect(await namedConnections(name)).toBe(connections.openConnections());
+  });
+});
+
 describe('limiter lifecycle', () => {
   it('rejects work after close', async () => {
     const a = limiter(newPrefix('closed'));
@@ -317,7 +434,7 @@ describe('limiter lifecycle', () => {
     try {
       await subscriber.subscribe(`b_${newPrefix('resubscribe')}:channel`);
       await proxy.cut();
-      // What a retired instance's connection goes through (limiter.ts, dispose) when Redis is just back.
+      // What a connection of a retired instance goes through (connections.ts, dispose) when Redis is just back.
       const closedWithInFlight = new Promise<number>((resolve) =>
         subscriber.once('ready', () => {
           const inFlight = subscriber.commandQueue.length;
