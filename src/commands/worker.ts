@@ -52,6 +52,17 @@ export function connectRedis(config: Config): Redis {
   return redis;
 }
 
+/**
+ * BullMQ's client for every queue and sync worker of the process. Their own handlers log its errors
+ * (with the account); until the first of them is created, one here keeps ioredis from printing
+ * them raw to stderr.
+ */
+function queueConnection(config: Config): Redis {
+  const connection = new Redis(config.redisUrl, { maxRetriesPerRequest: null });
+  connection.on('error', () => {});
+  return connection;
+}
+
 /** Warns at most every 30 s: while Redis is away, every reconnection attempt errors. */
 function throttledWarn(log: Logger, message: string): (error: unknown) => void {
   let lastAt = 0;
@@ -125,7 +136,7 @@ export async function startWorkerParts(
     // BullMQ's connections must retry forever (maxRetriesPerRequest: null, docs/architecture.md, "Traps
     // we work around"). One client for every queue and sync worker; each worker duplicates it for
     // its blocking one.
-    connection: new Redis(config.redisUrl, { maxRetriesPerRequest: null }),
+    connection: queueConnection(config),
     limiterConnections: createLimiterConnections({ redisUrl: config.redisUrl, onError: throttledWarn(log, 'limiter connection error') }),
     pageGate: createPageGate(PAGES_IN_MEMORY),
     log,
