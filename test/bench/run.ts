@@ -992,7 +992,9 @@ function fmt(n: number | null, unit = ''): string {
 function goalText(r: SummaryRow): string {
   if (r.goals.length === 0) return '—';
   const op = (g: Goal) => (g.op === '>=' ? '≥' : g.op === '<=' ? '≤' : g.op);
-  return r.goals.map((g) => (g.on === 'value' ? `${op(g)} ${fmt(g.target)} ${r.unit}` : `ratio ${op(g)} ${Number(g.target.toFixed(3))}`)).join(', ');
+  return r.goals
+    .map((g) => (g.on === 'value' ? `${op(g)} ${fmt(g.target)} ${r.unit}` : `ratio ${op(g)} ${Number(g.target.toFixed(3))}`))
+    .join(', ');
 }
 
 function metText(r: SummaryRow): string {
