@@ -53,12 +53,12 @@ export function connectRedis(config: Config): Redis {
 }
 
 /**
- * BullMQ's client for every queue and sync worker of the process. Their own handlers log its errors
- * (with the account); until the first of them is created, one here keeps ioredis from printing
- * them raw to stderr.
+ * BullMQ's client for every queue and sync worker of the process, named for `CLIENT LIST` as BullMQ
+ * names the blocking ones (`<prefix>:<queue>`). Their own handlers log its errors (with the
+ * account); until the first of them is created, one here keeps ioredis from printing them raw.
  */
 function queueConnection(config: Config): Redis {
-  const connection = new Redis(config.redisUrl, { maxRetriesPerRequest: null });
+  const connection = new Redis(config.redisUrl, { maxRetriesPerRequest: null, connectionName: `${config.redisPrefix}:queues` });
   connection.on('error', () => {});
   return connection;
 }
@@ -137,7 +137,11 @@ export async function startWorkerParts(
     // we work around"). One client for every queue and sync worker; each worker duplicates it for
     // its blocking one.
     connection: queueConnection(config),
-    limiterConnections: createLimiterConnections({ redisUrl: config.redisUrl, onError: throttledWarn(log, 'limiter connection error') }),
+    limiterConnections: createLimiterConnections({
+      redisUrl: config.redisUrl,
+      redisOptions: { connectionName: `${config.redisPrefix}:limiters` },
+      onError: throttledWarn(log, 'limiter connection error'),
+    }),
     pageGate: createPageGate(PAGES_IN_MEMORY),
     log,
     metrics,

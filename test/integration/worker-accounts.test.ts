@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openDatabase, type Database } from '../../src/db/client.js';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { authPauseKey, isPaused, readAuthPause } from '../../src/sync/auth-pause.js';
-import { createSyncQueue } from '../../src/sync/schedule.js';
+import { createSyncQueue, SYNC_QUEUE } from '../../src/sync/schedule.js';
 import { readSyncState } from '../../src/sync/state.js';
 import { storeDelivery } from '../../src/webhooks/inbox/write.js';
 import { startChildCli, type ChildService } from '../helpers/child-service.js';
@@ -172,6 +172,22 @@ describe('one worker, several accounts', () => {
       shop: [`full-g${gid}-active`, `incremental-g${gid}-active`],
       news: [`full-g${gid}-active`],
       hooks: [],
+    });
+
+    // Redis connections per process, not per account: the limiters' two and the queues' one for
+    // every account, and a blocking one per sync worker (BullMQ names it <prefix>:<queue>).
+    const named = new Map<string, number>();
+    for (const line of ((await redis.client('LIST')) as string).split('\n')) {
+      const name = / name=(\S+) /.exec(line)?.[1];
+      if (name?.startsWith(`${prefix}:`)) named.set(name, (named.get(name) ?? 0) + 1);
+    }
+    const blocking = Buffer.from(SYNC_QUEUE).toString('base64');
+    expect(Object.fromEntries(named)).toEqual({
+      [`${prefix}:limiters`]: 2,
+      [`${prefix}:queues`]: 1,
+      [`${prefix}:${blocking}`]: 1,
+      [`${shopPrefix}:${blocking}`]: 1,
+      [`${prefix}:account:news:${blocking}`]: 1,
     });
 
     // The webhook-only account runs its consumer only, and says so once.
