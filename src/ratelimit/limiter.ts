@@ -25,6 +25,9 @@
  * handed out ((maxConcurrent + 1) * minTime ahead), so the spacing holds across the rebuild too.
  *
  * Jobs carry an `expiration` so a job stuck in a dead process does not hold concurrency forever.
+ *
+ * Its Redis connections (the pause's, the ledger's, Bottleneck's) are the process's, shared by every
+ * limiter in it (connections.ts), or its own when it is given none (a one-off command, a test).
  */
 import { sleep, withTimeout } from '../ground/wait.js';
 import Bottleneck from 'bottleneck';
