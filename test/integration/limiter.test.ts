@@ -226,9 +226,9 @@ describe('Bottleneck state lost in Redis (docs/architecture.md, "Traps we work a
       starts.push(performance.now());
       if (starts.length === 10 && !wiped) {
         wiped = true;
-        expect((await limiterKeys(prefix)).length).toBeGreaterThan(0);
-        await deletePrefix(`b_${prefix}`); // only this test's keys; never a flush
-        expect(await limiterKeys(prefix)).toEqual([]);
+        // Only this test's keys, never a flush. The other limiter's jobs may write some back at once,
+        // so what shows the state was lost is the rebuild below, not an empty prefix after this.
+        expect(await deletePrefix(`b_${prefix}`)).toBeGreaterThan(0);
       }
     };
     const results = await Promise.allSettled(Array.from({ length: 30 }, (_, i) => (i % 2 === 0 ? a : b).schedule(job)));
