@@ -8,7 +8,7 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import Bottleneck from 'bottleneck';
 import { Redis } from 'ioredis';
 import { startTcpProxy } from '../helpers/proxy.js';
-import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
+import { connectionsByName, deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { sleep } from '../helpers/wait.js';
 import { catchInFlight, createLimiterConnections, type LimiterConnections } from '../../src/ratelimit/connections.js';
 import {
@@ -275,15 +275,7 @@ describe('limiters of one process share its connections (connections.ts)', () =>
   const registries: LimiterConnections[] = [];
 
   /** Connections named `name` (each test's own), as Redis lists them. */
-  async function namedConnections(name: string): Promise<number> {
-    const redis = new Redis(redisUrl());
-    try {
-      const list = (await redis.client('LIST')) as string;
-      return list.split('\n').filter((line) => line.includes(` name=${name} `)).length;
-    } finally {
-      redis.disconnect();
-    }
-  }
+  const namedConnections = async (name: string): Promise<number> => (await connectionsByName(name))[name] ?? 0;
 
   function sharedConnections(name: string): LimiterConnections {
     const connections = createLimiterConnections({ redisUrl: redisUrl(), redisOptions: { connectionName: name } });

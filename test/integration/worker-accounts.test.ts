@@ -19,7 +19,7 @@ import { runCli } from '../helpers/cli.js';
 import { expectedFromWorldCurrent } from '../helpers/current.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { diffSubscribers, expectedFromWorld, readMirroredSubscribers } from '../helpers/mirror.js';
-import { deleteInstallKeys, redisUrl, uniquePrefix } from '../helpers/redis.js';
+import { connectionsByName, deleteInstallKeys, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait.js';
 
 const READING = ['default', 'shop', 'news'] as const;
@@ -176,13 +176,8 @@ describe('one worker, several accounts', () => {
 
     // Redis connections per process, not per account: the limiters' two and the queues' one for
     // every account, and a blocking one per sync worker (BullMQ names it <prefix>:<queue>).
-    const named = new Map<string, number>();
-    for (const line of ((await redis.client('LIST')) as string).split('\n')) {
-      const name = / name=(\S+) /.exec(line)?.[1];
-      if (name?.startsWith(`${prefix}:`)) named.set(name, (named.get(name) ?? 0) + 1);
-    }
     const blocking = Buffer.from(SYNC_QUEUE).toString('base64');
-    expect(Object.fromEntries(named)).toEqual({
+    expect(await connectionsByName(`${prefix}:`)).toEqual({
       [`${prefix}:limiters`]: 2,
       [`${prefix}:queues`]: 1,
       [`${prefix}:${blocking}`]: 1,
