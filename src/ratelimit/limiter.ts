@@ -365,9 +365,10 @@ class SpacedLimiter {
   }
 
   private createGeneration(push = true): Generation {
-    const { mode, minTime, maxConcurrent, id, writeSettings } = this.settings;
+    const { minTime, maxConcurrent, id, writeSettings } = this.settings;
     const connections = this.connections;
-    if (mode === 'memory' || !connections) {
+    // Memory mode: no connections.
+    if (!connections) {
       const bottleneck = new Bottleneck({ minTime, maxConcurrent });
       return { bottleneck, dispose: async () => {}, ready: Promise.resolve(), failed: false, retired: false };
     }
