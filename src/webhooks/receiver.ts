@@ -19,6 +19,7 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
 import type { Logger } from '../ground/log.js';
 import type { Queryable } from '../ground/queryable.js';
 import {
+  AccountNotDeclaredError,
   createInboxWriter,
   loadAccountSecrets,
   loadSecrets,
@@ -248,6 +249,9 @@ async function handleDelivery(
     const budget = (ctx.deps.storeTimeoutMs ?? 2_500) - (performance.now() - started);
     stored = await withDeadline(ctx.writer.store(record, route.account), Math.max(0, budget));
   } catch (error) {
+    // Not the inbox's fault: the account's row is missing until a worker starts (the service retries).
+    if (error instanceof AccountNotDeclaredError)
+      return reject(ctx, request, reply, started, 503, 'account not declared yet: start a worker, it declares the accounts');
     return reject(ctx, request, reply, started, 503, 'inbox unavailable', error);
   }
 

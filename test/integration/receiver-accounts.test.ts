@@ -26,10 +26,13 @@ const MAX_BODY = 64 * 1024;
 /** A third to twentieth account, each with a static secret of its own: 20 accounts in all. */
 const MORE = Array.from({ length: 18 }, (_, i) => ({ name: `acc${i + 3}`, webhookSecrets: [`account-${i + 3}-static-secret-0000`] }));
 
+/** Declared in the receiver's settings but not yet in `accounts`: no worker has started since it was added. */
+const LATE = { name: 'late', webhookSecrets: ['account-late-static-secret-77ab'] };
+
 const SETTINGS: AccountRouteSettings = {
   webhookPath: '/webhooks',
   webhookMaxBodyBytes: MAX_BODY,
-  accounts: [{ name: 'a', webhookSecrets: [SECRET_A] }, { name: 'b', webhookSecrets: [SECRET_B] }, ...MORE],
+  accounts: [{ name: 'a', webhookSecrets: [SECRET_A] }, { name: 'b', webhookSecrets: [SECRET_B] }, ...MORE, LATE],
 };
 
 let db: TestDatabase;
@@ -41,7 +44,8 @@ const lines: string[] = [];
 
 beforeAll(async () => {
   db = await createTestDatabase();
-  await db.pool.query(`insert into accounts (name) select unnest($1::text[])`, [SETTINGS.accounts.map((a) => a.name)]);
+  const declared = SETTINGS.accounts.filter((a) => a !== LATE).map((a) => a.name);
+  await db.pool.query(`insert into accounts (name) select unnest($1::text[])`, [declared]);
   await db.pool.query(
     `insert into webhook_endpoints (account, id, url, events, secret) values ('b', '900', 'https://x/webhooks/b', '{subscriber.updated}', $1)`,
     [ENDPOINT_SECRET_B],
@@ -53,7 +57,7 @@ beforeAll(async () => {
       cb();
     },
   });
-  const secrets = [SECRET_A, SECRET_B, ENDPOINT_SECRET_B, ...MORE.flatMap((a) => a.webhookSecrets)];
+  const secrets = [SECRET_A, SECRET_B, ENDPOINT_SECRET_B, ...MORE.flatMap((a) => a.webhookSecrets), ...LATE.webhookSecrets];
   const { logger } = createLogger({ level: 'info', destination: stream, secrets });
   app = buildServer({ logger, readiness: [] });
   route = registerAccountRoutes(app, SETTINGS, {
@@ -110,6 +114,7 @@ describe('routes', () => {
       '/webhooks/a → a',
       '/webhooks/b → b',
       ...MORE.map((a) => `/webhooks/${a.name} → ${a.name}`),
+      '/webhooks/late → late',
     ]);
     expect(accountRoutes({ webhookPath: '/', accounts: [{ name: 'a', webhookSecrets: [] }] }).map((r) => r.path)).toEqual(['/', '/a']);
   });
@@ -211,9 +216,10 @@ describe('deliveries routed per account', () => {
     const answers = await Promise.all(
       SETTINGS.accounts.map((account) => post(`/webhooks/${account.name}`, body(), account.webhookSecrets[0] ?? '')),
     );
-    expect(answers.map((a) => a.statusCode)).toEqual(SETTINGS.accounts.map(() => 200));
+    // LATE's row, in a statement with others, holds none of them back.
+    expect(answers.map((a) => a.statusCode)).toEqual(SETTINGS.accounts.map((a) => (a === LATE ? 503 : 200)));
     const after = route.writer.stats();
-    expect(after.rows - before.rows).toBe(20);
+    expect(after.rows - before.rows).toBe(21);
     expect(after.batches - before.batches, 'statements for 20 deliveries of 20 accounts').toBeLessThan(20);
     expect(deployment.pool.totalCount, 'connections of the receiver').toBeLessThanOrEqual(2);
     const { rows } = await db.pool.query<{ account: string; n: number }>(
@@ -221,9 +227,27 @@ describe('deliveries routed per account', () => {
     );
     expect(rows).toEqual(
       SETTINGS.accounts
+        .filter((a) => a !== LATE)
         .map((a) => a.name)
         .sort()
         .map((account) => ({ account, n: 1 })),
     );
+  });
+
+  test('a delivery for an account no worker has declared yet: 503 naming the cause, nothing stored; stored once declared', async () => {
+    const text = body();
+    expect((await post('/webhooks/late', text, LATE.webhookSecrets[0]!)).statusCode).toBe(503);
+    expect(await stored()).toEqual([]);
+    const notStored = lines.map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.msg === 'webhook delivery not stored');
+    expect(notStored).toEqual([
+      expect.objectContaining({
+        status: 503,
+        reason: 'account not declared yet: start a worker, it declares the accounts',
+        account: 'late',
+      }),
+    ]);
+    await db.pool.query(`insert into accounts (name) values ('late')`);
+    expect((await post('/webhooks/late', text, LATE.webhookSecrets[0]!)).statusCode, 'the service retrying it').toBe(200);
+    expect(await stored()).toEqual([{ account: 'late', endpoint: null }]);
   });
 });

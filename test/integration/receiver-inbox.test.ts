@@ -4,7 +4,14 @@
  */
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from 'vitest';
 import { purgeDeliveries } from '../../src/webhooks/inbox/lifecycle.js';
-import { bodySha256, createInboxWriter, loadSecrets, storeDelivery, type DeliveryRecord } from '../../src/webhooks/inbox/write.js';
+import {
+  AccountNotDeclaredError,
+  bodySha256,
+  createInboxWriter,
+  loadSecrets,
+  storeDelivery,
+  type DeliveryRecord,
+} from '../../src/webhooks/inbox/write.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 
 let db: TestDatabase;
@@ -81,6 +88,24 @@ describe('createInboxWriter', () => {
     const idBySha = new Map(rows.map((r) => [r.sha, r.id]));
     records.forEach((r, i) => expect(results[i]?.id).toBe(idBySha.get(bodySha256(r.raw))));
     expect(writer.stats().batches).toBeLessThan(50);
+    await writer.close();
+  });
+
+  test("a batch holding a row of an account not declared yet stores the other accounts' rows and refuses only that one", async () => {
+    await db.pool.query(`insert into accounts (name) values ('shop') on conflict do nothing`);
+    const writer = createInboxWriter(db.pool, { maxWaitMs: 20 });
+    const results = await Promise.allSettled([
+      writer.store(record('declared-1'), 'default'),
+      writer.store(record('undeclared'), 'brand_new'),
+      writer.store(record('declared-2'), 'shop'),
+    ]);
+    expect(writer.stats().batches, 'one statement was sent for the three').toBe(1);
+    expect(results.map((r) => r.status)).toEqual(['fulfilled', 'rejected', 'fulfilled']);
+    const refused = (results[1] as PromiseRejectedResult).reason as Error;
+    expect(refused).toBeInstanceOf(AccountNotDeclaredError);
+    expect(refused.message).toMatch(/^account brand_new is not declared/);
+    const { rows } = await db.pool.query<{ account: string }>('select account from webhook_deliveries order by account');
+    expect(rows.map((r) => r.account)).toEqual(['default', 'shop']);
     await writer.close();
   });
 

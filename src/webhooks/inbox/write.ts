@@ -152,6 +152,19 @@ export class InboxOverloadedError extends Error {
   }
 }
 
+/**
+ * Postgres refused a row because its account is not in `accounts` yet: the receiver serves the
+ * accounts its settings declare, but a worker writes them into the table at start, so a receiver
+ * restarted with a new account before any worker refuses that account's deliveries until one has
+ * (the service retries them). The other accounts' rows are not held back by it.
+ */
+export class AccountNotDeclaredError extends Error {
+  override name = 'AccountNotDeclaredError';
+  constructor(readonly account: string) {
+    super(`account ${account} is not declared in the database yet (a worker declares its accounts at start)`);
+  }
+}
+
 interface Pending {
   row: QueuedRow;
   resolve(result: StoredDelivery): void;
@@ -179,18 +192,43 @@ async function runBatch(pool: Queryable, batch: Pending[], stats: BatchStats, se
   stats.batches++;
   stats.rows += batch.length;
   stats.maxBatchSeen = Math.max(stats.maxBatchSeen, batch.length);
+  let rows: Row[] = [];
   try {
     const own = batch.some((p) => p.row.account === null) ? await session() : '';
-    const results = await writeRows(
-      pool,
-      batch.map((p) => ({ ...p.row, account: p.row.account ?? own })),
-    );
+    rows = batch.map((p) => ({ ...p.row, account: p.row.account ?? own }));
+    const results = await writeRows(pool, rows);
     batch.forEach((p, i) => p.resolve(results[i] as StoredDelivery));
   } catch (error) {
+    if (isUndeclaredAccount(error)) return runByAccount(pool, batch, rows, stats);
     stats.failedBatches++;
     // Durability first (invariant 1): no request of a statement that did not commit gets a 2xx.
     for (const p of batch) p.reject(error);
   }
+}
+
+/**
+ * A statement refused for an account not declared yet: each account's rows again in a statement of
+ * their own, so only the undeclared accounts' requests fail (`AccountNotDeclaredError`). Rare (a
+ * receiver ahead of every worker), so the extra statements cost nothing that matters.
+ */
+async function runByAccount(pool: Queryable, batch: Pending[], rows: Row[], stats: BatchStats): Promise<void> {
+  const accounts = [...new Set(rows.map((r) => r.account))];
+  await Promise.all(
+    accounts.map(async (account) => {
+      const picked = batch.filter((_, i) => rows[i]?.account === account);
+      try {
+        const results = await writeRows(
+          pool,
+          picked.map((p) => ({ ...p.row, account })),
+        );
+        picked.forEach((p, i) => p.resolve(results[i] as StoredDelivery));
+      } catch (error) {
+        stats.failedBatches++;
+        const reason = isUndeclaredAccount(error) ? new AccountNotDeclaredError(account) : error;
+        for (const p of picked) p.reject(reason);
+      }
+    }),
+  );
 }
 
 /**
@@ -431,6 +469,12 @@ async function insertStatement(pool: Queryable, rows: Row[]): Promise<ResultRow[
     ],
   });
   return result as ResultRow[];
+}
+
+/** The foreign key from `webhook_deliveries.account` to `accounts` refused a row (SQLSTATE 23503). */
+function isUndeclaredAccount(error: unknown): boolean {
+  const e = error as { code?: unknown; constraint?: unknown } | null;
+  return e?.code === '23503' && e.constraint === 'webhook_deliveries_account_accounts_name_fk';
 }
 
 function isDataError(error: unknown): boolean {
