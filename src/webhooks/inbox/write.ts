@@ -213,6 +213,13 @@ async function runBatch(pool: Queryable, batch: Pending[], stats: BatchStats, se
  */
 async function runByAccount(pool: Queryable, batch: Pending[], rows: Row[], stats: BatchStats): Promise<void> {
   const accounts = [...new Set(rows.map((r) => r.account))];
+  if (accounts.length === 1) {
+    // The statement held that account's rows only: nothing to write again.
+    stats.failedBatches++;
+    const refused = new AccountNotDeclaredError(accounts[0] as string);
+    for (const p of batch) p.reject(refused);
+    return;
+  }
   await Promise.all(
     accounts.map(async (account) => {
       const picked = batch.filter((_, i) => rows[i]?.account === account);
