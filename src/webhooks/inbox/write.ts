@@ -199,10 +199,12 @@ async function runBatch(pool: Queryable, batch: Pending[], stats: BatchStats, se
     const results = await writeRows(pool, rows);
     batch.forEach((p, i) => p.resolve(results[i] as StoredDelivery));
   } catch (error) {
-    if (isUndeclaredAccount(error)) return runByAccount(pool, batch, rows, stats);
+    const accounts = [...new Set(rows.map((r) => r.account))];
+    if (isUndeclaredAccount(error) && accounts.length > 1) return runByAccount(pool, batch, rows, accounts, stats);
     stats.failedBatches++;
     // Durability first (invariant 1): no request of a statement that did not commit gets a 2xx.
-    for (const p of batch) p.reject(error);
+    const reason = refusal(error, accounts[0]);
+    for (const p of batch) p.reject(reason);
   }
 }
 
@@ -211,15 +213,7 @@ async function runBatch(pool: Queryable, batch: Pending[], stats: BatchStats, se
  * their own, so only the undeclared accounts' requests fail (`AccountNotDeclaredError`). Rare (a
  * receiver ahead of every worker), so the extra statements cost nothing that matters.
  */
-async function runByAccount(pool: Queryable, batch: Pending[], rows: Row[], stats: BatchStats): Promise<void> {
-  const accounts = [...new Set(rows.map((r) => r.account))];
-  if (accounts.length === 1) {
-    // The statement held that account's rows only: nothing to write again.
-    stats.failedBatches++;
-    const refused = new AccountNotDeclaredError(accounts[0] as string);
-    for (const p of batch) p.reject(refused);
-    return;
-  }
+async function runByAccount(pool: Queryable, batch: Pending[], rows: Row[], accounts: string[], stats: BatchStats): Promise<void> {
   await Promise.all(
     accounts.map(async (account) => {
       const picked = batch.filter((_, i) => rows[i]?.account === account);
@@ -231,11 +225,16 @@ async function runByAccount(pool: Queryable, batch: Pending[], rows: Row[], stat
         picked.forEach((p, i) => p.resolve(results[i] as StoredDelivery));
       } catch (error) {
         stats.failedBatches++;
-        const reason = isUndeclaredAccount(error) ? new AccountNotDeclaredError(account) : error;
+        const reason = refusal(error, account);
         for (const p of picked) p.reject(reason);
       }
     }),
   );
+}
+
+/** What the requests of a failed statement that held `account`'s rows only are told. */
+function refusal(error: unknown, account: string | undefined): unknown {
+  return account !== undefined && isUndeclaredAccount(error) ? new AccountNotDeclaredError(account) : error;
 }
 
 /**
