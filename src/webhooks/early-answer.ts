@@ -1,24 +1,41 @@
 /**
- * Answers sent before the request body is read: a 401 to a delivery without a `Signature` header
- * (nothing it could send would verify, so its body is not worth a byte of memory), a 429 to a client
- * over its request rate (`src/http/client-limits.ts`).
+ * Answers sent before the request body is read (or while it is being read): a 401 to a delivery
+ * without a `Signature` header (nothing it could send would verify, so its body is not worth a byte
+ * of memory), a 429 to a client over its request rate (`src/http/client-limits.ts`), a 413 or 503
+ * from the body reader (`body.ts`).
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 
-/** Bodies up to this size are read and discarded after an early answer; larger ones close the connection. */
-export const DRAIN_LIMIT_BYTES = 64 * 1024;
+/**
+ * After an early answer, the rest of the body is read and discarded for at most this long; a
+ * connection whose body is still coming then is closed. Apache lingers 2 s too.
+ */
+export const LINGER_MS = 2_000;
 
 /**
- * Prepares an answer sent before the body is read. Node reads and discards what is left of a small
- * body after the answer and keeps the connection; a large or unannounced one is not worth
- * receiving, so the answer says `Connection: close` and the connection ends after it. Either way the
- * client gets the answer (it reads while it sends), and no byte of the body is buffered.
+ * Makes sure the client can read an answer sent before its body was read. Closing at once is not
+ * enough: a client still sending meets a connection closed with its bytes unread, its kernel gets a
+ * reset, and the reset can throw our answer away before the client reads it (RFC 9112 §9.6). So
+ * once the answer is out, what is left of the body is read and discarded, never buffered: a body
+ * that ends within `lingerMs` keeps its kept-alive connection, one still coming after it (a drip, a
+ * body of gigabytes) has its connection closed.
  */
-export function answerBeforeBody(request: FastifyRequest, reply: FastifyReply): void {
+export function answerBeforeBody(request: FastifyRequest, reply: FastifyReply, lingerMs = LINGER_MS): void {
   if (!hasBody(request)) return;
-  const announced = request.headers['content-length'];
-  const small = announced !== undefined && /^\d+$/.test(announced) && Number(announced) <= DRAIN_LIMIT_BYTES;
-  if (!small) reply.header('connection', 'close');
+  // Fastify asks for a close after a body parser's error; the rest is discarded here instead.
+  reply.removeHeader('connection');
+  const raw = request.raw;
+  reply.raw.once('finish', () => {
+    if (raw.complete) return;
+    const socket = raw.socket;
+    const timer = setTimeout(() => socket.destroy(), lingerMs);
+    timer.unref();
+    const stop = () => clearTimeout(timer);
+    raw.once('end', stop);
+    socket.once('close', stop);
+    // A body reader that gave up paused the stream; with no 'data' listener left, this discards.
+    raw.resume();
+  });
 }
 
 function hasBody(request: FastifyRequest): boolean {

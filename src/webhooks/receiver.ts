@@ -417,11 +417,11 @@ const PUBLIC_REASONS = {
 function onRouteError(ctx: HandlerContext, error: FastifyError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
   const started = performance.now();
   if (error instanceof BodyError) {
-    // The rest of the upload is not read: close the connection rather than drain it.
-    reply.header('connection', 'close');
+    answerBeforeBody(request, reply);
     return reject(ctx, request, reply, started, error.status, error.message);
   }
   if (error.statusCode === 413 || error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
+    answerBeforeBody(request, reply);
     return reject(ctx, request, reply, started, 413, 'body larger than the limit');
   }
   if (error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500) {

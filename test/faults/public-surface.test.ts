@@ -232,7 +232,7 @@ describe('public surface under attack', () => {
 
   it('300 connections announcing 10 MiB and sending 64 KiB/s each: buffered bodies stay within WEBHOOK_BODY_MEMORY', async () => {
     const { result, figures, growth } = await dripAttack('public heavy drip', 32 * 1024);
-    // Unbounded, 300 × 64 KiB/s × 10 s would be 190 MiB of bodies: past the budget they are refused (503, closed).
+    // Unbounded, 300 × 64 KiB/s × 10 s would be 190 MiB of bodies: past the budget they are refused (503, closed after the 2 s linger).
     expect(Object.keys(result.byStatus).every((s) => s === '408' || s === '503')).toBe(true);
     expect(result.byStatus['503'] ?? 0).toBeGreaterThan(0);
     expect(result.stillOpen).toBe(0);

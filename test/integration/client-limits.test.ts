@@ -12,6 +12,7 @@ import { createLogger } from '../../src/ground/log.js';
 import { createMetrics } from '../../src/ground/metrics.js';
 import { buildServer, DEFAULT_LISTENER_LIMITS, type ListenerLimits } from '../../src/http/server.js';
 import { registerWebhookRoute, type WebhookRoute } from '../../src/webhooks/receiver.js';
+import { LINGER_MS } from '../../src/webhooks/early-answer.js';
 import { signBody } from '../../src/webhooks/signature.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { waitFor } from '../helpers/wait.js';
@@ -79,7 +80,8 @@ interface Answer {
   headers: http.IncomingHttpHeaders;
 }
 
-function post(agent: http.Agent, body: string, headers: Record<string, string> = {}): Promise<Answer> {
+/** Posts `body` whole (Content-Length), or in 64 KiB chunks without announcing its length. */
+function post(agent: http.Agent, body: string, headers: Record<string, string> = {}, chunked = false): Promise<Answer> {
   return new Promise((resolve, reject) => {
     const req = http.request(
       { host: '127.0.0.1', port, path: PATH, method: 'POST', agent, headers: { 'content-type': 'application/json', ...headers } },
@@ -89,8 +91,17 @@ function post(agent: http.Agent, body: string, headers: Record<string, string> =
       },
     );
     req.on('error', reject);
-    req.end(body);
+    if (!chunked) return void req.end(body);
+    for (let i = 0; i < body.length; i += 64 * 1024) req.write(body.slice(i, i + 64 * 1024));
+    req.end();
   });
+}
+
+/** Counts the connections the server accepts from now on. */
+function countConnections(): { count: () => number } {
+  let accepted = 0;
+  app?.server.on('connection', () => (accepted += 1));
+  return { count: () => accepted };
 }
 
 const signedPost = (agent: http.Agent, body = delivery()) => post(agent, body, { signature: signBody(body, SECRET) });
@@ -166,7 +177,7 @@ describe('requests per client', () => {
 });
 
 describe('unsigned bodies', () => {
-  it('a delivery without a Signature header is answered 401 before its body is read, and its connection closed', async () => {
+  it('a delivery without a Signature header is answered 401 before its body is read, and its connection closed once the linger passes', async () => {
     await start({});
     const socket = await open(GOOD);
     let answer = '';
@@ -175,10 +186,15 @@ describe('unsigned bodies', () => {
     socket.write(`POST ${PATH} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${8 * 1024 * 1024}\r\n\r\n`);
     socket.write(Buffer.alloc(1024, 'a'));
     await waitFor('the answer headers', () => answer.includes('\r\n\r\n'), 10_000);
+    const answered = Date.now();
     expect(answer.split('\r\n')[0]).toBe('HTTP/1.1 401 Unauthorized');
-    expect(answer.toLowerCase()).toContain('connection: close');
     expect(route.bodies.used()).toBe(0);
+    // Still open while the rest of the body may come (discarded), then closed: the client never sends it.
+    socket.write(Buffer.alloc(64 * 1024, 'a'));
+    expect(socket.destroyed || socket.readableEnded).toBe(false);
     await waitFor('the server to close the connection', () => socket.destroyed || socket.readableEnded, 10_000);
+    expect(Date.now() - answered).toBeGreaterThanOrEqual(LINGER_MS - 100);
+    expect(route.bodies.used()).toBe(0);
   });
 
   it('a small unsigned body is drained after the 401 and the connection serves the next request', async () => {
@@ -190,9 +206,44 @@ describe('unsigned bodies', () => {
     expect((await signedPost(agent)).statusCode).toBe(200);
   });
 
-  it('a client sending the whole large body still reads the 401', async () => {
+  it('a client sending the whole large body still reads the 401, and its connection serves the next request', async () => {
     await start({});
-    const r = await post(client(GOOD), 'x'.repeat(5 * 1024 * 1024));
+    const connections = countConnections();
+    const agent = client(GOOD);
+    const r = await post(agent, 'x'.repeat(5 * 1024 * 1024));
     expect(r.statusCode).toBe(401);
+    expect((await signedPost(agent)).statusCode).toBe(200);
+    expect(connections.count()).toBe(1);
+  });
+});
+
+// A server that closes while the client still sends makes the client's kernel reset the connection,
+// which can discard the answer unread: the bad-input fault suite saw `write EPIPE` instead of a 413.
+describe('answers before the whole body is read', () => {
+  const tooLarge = 'x'.repeat(10 * 1024 * 1024 + 1);
+
+  it('a body announced over WEBHOOK_MAX_BODY and sent whole: 413, the rest discarded, the connection kept', async () => {
+    await start({});
+    const connections = countConnections();
+    const agent = client(GOOD);
+    for (let i = 0; i < 3; i++) {
+      const r = await post(agent, tooLarge, { signature: signBody(tooLarge, SECRET) });
+      expect(r.statusCode).toBe(413);
+      expect(r.headers.connection).not.toBe('close');
+    }
+    expect((await signedPost(agent)).statusCode).toBe(200);
+    expect(connections.count()).toBe(1);
+    expect(route.bodies.used()).toBe(0);
+  });
+
+  it('an unannounced body that grows past WEBHOOK_MAX_BODY while read: 413, the rest discarded, the connection kept', async () => {
+    await start({});
+    const connections = countConnections();
+    const agent = client(GOOD);
+    const r = await post(agent, tooLarge, { signature: signBody(tooLarge, SECRET) }, true);
+    expect(r.statusCode).toBe(413);
+    expect(route.bodies.used()).toBe(0);
+    expect((await signedPost(agent)).statusCode).toBe(200);
+    expect(connections.count()).toBe(1);
   });
 });
