@@ -438,7 +438,10 @@ export interface SecretCache {
   current(): Promise<readonly EndpointSecret[]>;
   /** What is cached now, without loading. */
   cached(): readonly EndpointSecret[];
-  /** Reloads after a signature matched nothing, at most once per `missRefreshMs`. */
+  /**
+   * Reloads after a signature matched nothing: at most once per `missRefreshMs`, unless the last
+   * load found a secret the one before it did not have.
+   */
   refreshAfterMiss(): Promise<'reloaded' | 'skipped' | 'failed'>;
   /** False while the last load attempt failed (the cached list may be incomplete). */
   healthy(): boolean;
@@ -455,6 +458,12 @@ export interface SecretCacheOptions {
  * Verification must not query the database per request, yet a newly registered endpoint must verify
  * within seconds: serve the cached list, reload it in the background after `ttlMs`, and reload at
  * once when a signature matches nothing, rate-limited so forged requests cannot hammer Postgres.
+ *
+ * The limit applies once a load found nothing new. Webhooks registered one after another (one per
+ * group) each send a first delivery that misses; had the first miss's load, finding the first
+ * secret, held back the second's, that delivery would be refused 401 until the service retried.
+ * Forged requests cannot add secrets, so they still get one load per `missRefreshMs`, plus one per
+ * secret actually added.
  */
 export function createSecretCache(options: SecretCacheOptions): SecretCache {
   const now = options.now ?? Date.now;
@@ -467,18 +476,22 @@ export function createSecretCache(options: SecretCacheOptions): SecretCache {
   // Only reloads caused by misses are rate-limited: a load at start or on TTL that ran a moment
   // before a webhook was registered must not hold back the reload its first delivery needs.
   let missAttemptAt = -Infinity;
+  let lastLoadGained = false;
 
   function reload(forMiss = false): Promise<boolean> {
     if (!inFlight) inFlightForMiss = forMiss;
     inFlight ??= (async () => {
       attemptedAt = now();
       try {
-        secrets = await options.load();
+        const loaded = await options.load();
+        lastLoadGained = gainsSecret(secrets, loaded);
+        secrets = loaded;
         loadedAt = now();
         lastFailed = false;
         return true;
       } catch {
         lastFailed = true;
+        lastLoadGained = false;
         return false;
       } finally {
         inFlight = undefined;
@@ -498,13 +511,19 @@ export function createSecretCache(options: SecretCacheOptions): SecretCache {
       // load again (within the miss budget). Concurrent misses share one miss-triggered load.
       while (inFlight && !inFlightForMiss) await inFlight;
       if (inFlight) return (await inFlight) ? 'reloaded' : 'failed';
-      if (now() - missAttemptAt < options.missRefreshMs) return lastFailed ? 'failed' : 'skipped';
+      if (now() - missAttemptAt < options.missRefreshMs && !lastLoadGained) return lastFailed ? 'failed' : 'skipped';
       missAttemptAt = now();
       return (await reload(true)) ? 'reloaded' : 'failed';
     },
     cached: () => secrets,
     healthy: () => !lastFailed,
   };
+}
+
+/** Whether `next` holds a secret `previous` did not (a removal verifies nothing new). */
+function gainsSecret(previous: readonly EndpointSecret[], next: readonly EndpointSecret[]): boolean {
+  const known = new Set(previous.map((e) => `${e.account ?? ''}\u0000${e.endpointId}\u0000${e.secret}`));
+  return next.some((e) => !known.has(`${e.account ?? ''}\u0000${e.endpointId}\u0000${e.secret}`));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -228,18 +228,40 @@ describe('createSecretCache', () => {
     expect(loads()).toBe(2);
   });
 
-  test('a miss reloads at once, but at most once per missRefreshMs', async () => {
-    const { cache, advance, loads } = setup([async () => v1, async () => v2]);
+  test('a miss reloads at once, but at most once per missRefreshMs once a load found nothing new', async () => {
+    const { cache, advance, loads } = setup([async () => v1]);
     await cache.current();
     advance(1_000);
     expect(await cache.refreshAfterMiss()).toBe('reloaded');
-    expect(await cache.current()).toEqual(v2);
     expect(await cache.refreshAfterMiss()).toBe('skipped');
     expect(await cache.refreshAfterMiss()).toBe('skipped');
     expect(loads()).toBe(2);
     advance(1_000);
     expect(await cache.refreshAfterMiss()).toBe('reloaded');
     expect(loads()).toBe(3);
+  });
+
+  test('after a load that found a new secret, the next miss reloads at once (webhooks registered one after another)', async () => {
+    const v3 = [...v2, { endpointId: 'c', secret: 's3' }];
+    const { cache, advance, loads } = setup([async () => v1, async () => v2, async () => v3, async () => v3]);
+    await cache.current();
+    advance(1_000);
+    expect(await cache.refreshAfterMiss()).toBe('reloaded'); // the first webhook's first delivery: v2
+    advance(100);
+    expect(await cache.refreshAfterMiss()).toBe('reloaded'); // the second's, 100 ms later: v3
+    expect(await cache.current()).toEqual(v3);
+    expect(await cache.refreshAfterMiss()).toBe('reloaded'); // found c: one more load is allowed, and finds nothing
+    expect(await cache.refreshAfterMiss()).toBe('skipped'); // forged: held back again
+    expect(loads()).toBe(4);
+  });
+
+  test('a load that lost a secret does not lift the limit', async () => {
+    const { cache, advance, loads } = setup([async () => v2, async () => v1]);
+    await cache.current();
+    advance(1_000);
+    expect(await cache.refreshAfterMiss()).toBe('reloaded');
+    expect(await cache.refreshAfterMiss()).toBe('skipped');
+    expect(loads()).toBe(2);
   });
 
   test('a load at start or on TTL does not hold back the reload of the first miss after it', async () => {
