@@ -217,16 +217,18 @@ export function extraCandidates(listedIds: readonly string[], mirrorIdsInRange: 
 
 /**
  * Pending extras checked again at least `settleMs` later: those still live in the mirror with no
- * newer fact are extra (a removal nothing stamped); the rest were changes on their way.
+ * newer fact are extra (a removal nothing stamped); the rest were changes on their way. So is a
+ * member moving out of the type: the mirror already holds its new status, which is why the page
+ * did not list it; its type follows at the type's next pass.
  */
 export function confirmExtras(
   pending: readonly PendingExtra[],
-  now: ReadonlyMap<string, { live: boolean; factAt: string | null }>,
+  now: ReadonlyMap<string, { live: boolean; factAt: string | null; moving: boolean }>,
 ): string[] {
   return pending
     .filter((p) => {
       const current = now.get(p.id);
-      return current !== undefined && current.live && (current.factAt ?? '') <= (p.factAt ?? '');
+      return current !== undefined && current.live && !current.moving && (current.factAt ?? '') <= (p.factAt ?? '');
     })
     .map((p) => p.id);
 }

@@ -66,18 +66,26 @@ function mirrorRowOf(r: StoredRow): MirrorRow {
 /**
  * The members of (group, type) as of `at` from the facts the mirror holds now: live members of the
  * type whose fact is not newer than `at` were members then; members of the group with a newer fact
- * may or may not have been.
+ * may or may not have been. So may a live member *moving* into or out of the type: its subscriber
+ * row holds another status than its membership's type (a status event updates the subscriber; the
+ * type follows at the type's next pass), and the service may count it under either.
  */
 export async function mirrorCountAt(db: Queryable, groupId: string, type: string, at: string): Promise<MirrorCountAt> {
   const { rows } = await db.query<MirrorCountAt>(
-    `select count(*) filter (where type = $2 and removed_at is null
-                               and (source_updated_at is null or source_updated_at <= $3::timestamptz))::int as certain,
-            count(*) filter (where source_updated_at > $3::timestamptz)::int as uncertain
-       from group_members where account = mirror_account() and group_id = $1`,
+    `select count(*) filter (where m.type = $2 and m.removed_at is null and not ${MOVING}
+                               and (m.source_updated_at is null or m.source_updated_at <= $3::timestamptz))::int as certain,
+            count(*) filter (where m.source_updated_at > $3::timestamptz
+                               or (m.removed_at is null and ${MOVING} and (m.type = $2 or s.status = $2)))::int as uncertain
+       from group_members m
+       left join subscribers s on s.account = m.account and s.id = m.subscriber_id
+      where m.account = mirror_account() and m.group_id = $1`,
     [groupId, type, at],
   );
   return rows[0] ?? { certain: 0, uncertain: 0 };
 }
+
+/** A membership (`m`) whose subscriber row (`s`) holds another status than its type: the type follows later. */
+const MOVING = `coalesce(s.status <> m.type, false)`;
 
 /** Live members of (group, type) whose id lies in `range` (ids of digits, compared as numbers), with their fact time. */
 export async function mirrorMembersInRange(
@@ -98,19 +106,25 @@ export async function mirrorMembersInRange(
   return rows;
 }
 
-/** Per id: whether it is a live member of (group, type) now, and its membership fact. */
+/**
+ * Per id: whether it is a live member of (group, type) now, its membership fact, and whether it is
+ * moving out of the type (its subscriber row holds another status; `mirrorCountAt`).
+ */
 export async function membershipNow(
   db: Queryable,
   groupId: string,
   type: string,
   ids: readonly string[],
-): Promise<Map<string, { live: boolean; factAt: string | null }>> {
-  const { rows } = await db.query<{ id: string; live: boolean; factAt: string | null }>(
-    `select subscriber_id as id, (removed_at is null and type = $2) as live, ${iso('source_updated_at')} as "factAt"
-       from group_members where account = mirror_account() and group_id = $1 and subscriber_id = any($3::text[])`,
+): Promise<Map<string, { live: boolean; factAt: string | null; moving: boolean }>> {
+  const { rows } = await db.query<{ id: string; live: boolean; factAt: string | null; moving: boolean }>(
+    `select m.subscriber_id as id, (m.removed_at is null and m.type = $2) as live, ${iso('m.source_updated_at')} as "factAt",
+            ${MOVING} as moving
+       from group_members m
+       left join subscribers s on s.account = m.account and s.id = m.subscriber_id
+      where m.account = mirror_account() and m.group_id = $1 and m.subscriber_id = any($3::text[])`,
     [groupId, type, ids],
   );
-  return new Map(rows.map((r) => [r.id, { live: r.live, factAt: r.factAt }]));
+  return new Map(rows.map((r) => [r.id, { live: r.live, factAt: r.factAt, moving: r.moving }]));
 }
 
 /** The webhooks this install manages (register's own and adopted ones), as stored: what the service should still have. */

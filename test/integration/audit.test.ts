@@ -14,6 +14,8 @@ import { createLogger } from '../../src/ground/log.js';
 import { formatEpochMs } from '../../src/ground/time.js';
 import { removeMembership } from '../../src/mirror/store/index.js';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
+import type { WorldEvent } from '../../src/simulator/kinds.js';
+import { directPayload } from '../../src/simulator/payloads.js';
 import { currentAuditReader, legacyAuditReader, type AuditReader } from '../../src/audit/pair.js';
 import { runAuditTick, type AuditLoopDeps, type TickOutcome } from '../../src/audit/loop.js';
 import { auditWindow } from '../../src/audit/state.js';
@@ -22,7 +24,9 @@ import { createCurrentClient } from '../../src/upstream/current/client.js';
 import { createLegacyClient } from '../../src/upstream/legacy/client.js';
 import { createWebhooksApi } from '../../src/upstream/webhooks-api.js';
 import { listWebhooks, readEndpoint, updateWebhook } from '../../src/webhooks/manage.js';
+import { applyPlan, planDelivery } from '../../src/webhooks/apply.js';
 import { loadSecrets } from '../../src/webhooks/inbox/write.js';
+import { parseDelivery } from '../../src/webhooks/payloads.js';
 import { currentTestSource, passContext } from '../helpers/current.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { ALL_TYPES, fullPassAllTypes, passAllTypes, passDeps } from '../helpers/poll.js';
@@ -128,6 +132,19 @@ async function mirroredName(id: string): Promise<string | null> {
   return rows[0]?.name ?? null;
 }
 
+/** What the consumer does with a delivery, in one transaction. */
+async function applyWebhook(payload: object): Promise<void> {
+  const plan = planDelivery(parseDelivery(payload).events);
+  const client = await database.pool.connect();
+  try {
+    await client.query('begin');
+    await applyPlan(client, plan);
+    await client.query('commit');
+  } finally {
+    client.release();
+  }
+}
+
 async function liveMember(groupId: string, id: string): Promise<string | null> {
   const { rows } = await database.pool.query<{ type: string }>(
     'select type from group_members where group_id = $1 and subscriber_id = $2 and removed_at is null',
@@ -183,6 +200,25 @@ describe.each<Source>(['legacy', 'current'])('the audit on the %s source', (sour
     expect(found(first, 'missing')).toEqual([joiner]);
     expect(await liveMember(g1, joiner)).toBe('active');
     expect(mismatches(await h.tick())).toBe(0);
+  });
+
+  it('a member whose status a webhook changed, its membership type not yet, is neither extra nor a count gap of its old type', async () => {
+    const { s, groupId } = await start(source);
+    const id = s.world.members(groupId, 'bounced')[0] as string;
+    expect(id).toBeDefined();
+    // The stamped change and its webhook: the subscriber row now says active, the membership still bounced.
+    const events: WorldEvent[] = [];
+    const stop = s.world.onEvent((e) => events.push(e));
+    s.world.activate(id);
+    stop();
+    for (const e of events) await applyWebhook(directPayload(e, 1));
+    expect(await liveMember(groupId, id)).toBe('bounced');
+
+    const h = harness(source, s, groupId, { types: ['bounced'] });
+    const ticks = [await h.tick(), await h.tick(), await h.tick()];
+    expect(ticks.map((t) => found(t, 'extra'))).toEqual([[], [], []]);
+    expect(ticks.map(mismatches)).toEqual([0, 0, 0]);
+    expect(h.asked).toEqual([]);
   });
 
   it('detects 3 members removed without a stamp by the second tick and has them ended by the full pass it asks for', async () => {

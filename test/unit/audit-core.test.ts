@@ -148,17 +148,20 @@ describe('audit core: extras of a cursor page', () => {
     expect(extraCandidates([], [])).toEqual([]);
   });
 
-  it('a candidate is confirmed only when still live with no newer fact', () => {
+  it('a candidate is confirmed only when still live with no newer fact, and not moving to another type', () => {
     const pending = [
       { id: 'a', factAt: OLD },
       { id: 'b', factAt: OLD },
       { id: 'c', factAt: OLD },
       { id: 'd', factAt: OLD },
+      { id: 'e', factAt: OLD },
     ];
     const now = new Map([
-      ['a', { live: true, factAt: OLD }],
-      ['b', { live: false, factAt: NEWER }],
-      ['c', { live: true, factAt: NEWER }],
+      ['a', { live: true, factAt: OLD, moving: false }],
+      ['b', { live: false, factAt: NEWER, moving: false }],
+      ['c', { live: true, factAt: NEWER, moving: false }],
+      // Its status changed (a webhook updated the subscriber); its membership's type follows at the type's next pass.
+      ['e', { live: true, factAt: OLD, moving: true }],
     ]);
     expect(confirmExtras(pending, now)).toEqual(['a']);
   });
