@@ -4,6 +4,7 @@
  * only: repairs go through the mirror store like any other read's rows.
  */
 import { canonicalTimestampSql as iso } from '../db/columns.js';
+import { SUBSCRIBER_TYPES } from '../db/schema.js';
 import type { Queryable } from '../ground/queryable.js';
 import type { AuditedValues, IdRange, MirrorCountAt, MirrorRow } from './core.js';
 
@@ -84,8 +85,12 @@ export async function mirrorCountAt(db: Queryable, groupId: string, type: string
   return rows[0] ?? { certain: 0, uncertain: 0 };
 }
 
-/** A membership (`m`) whose subscriber row (`s`) holds another status than its type: the type follows later. */
-const MOVING = `coalesce(s.status <> m.type, false)`;
+/**
+ * A membership (`m`) whose subscriber row (`s`) holds another of the types as its status: the type
+ * follows later. A status that is no type (one the service added) moves nothing: such a member would
+ * otherwise never be extra.
+ */
+const MOVING = `coalesce(s.status <> m.type and s.status in (${SUBSCRIBER_TYPES.map((t) => `'${t}'`).join(', ')}), false)`;
 
 /** Live members of (group, type) whose id lies in `range` (ids of digits, compared as numbers), with their fact time. */
 export async function mirrorMembersInRange(
