@@ -15,7 +15,7 @@ export const LINGER_MS = 2_000;
 /**
  * Makes sure the client can read an answer sent before its body was read. Closing at once is not
  * enough: a client still sending meets a connection closed with its bytes unread, its kernel gets a
- * reset, and the reset can throw our answer away before the client reads it (RFC 9112 §9.6). So
+ * reset, and the reset can throw our answer away before the client reads it (RFC 9112, "Tear-down"). So
  * once the answer is out, what is left of the body is read and discarded, never buffered: a body
  * that ends within `lingerMs` keeps its kept-alive connection, one still coming after it (a drip, a
  * body of gigabytes) has its connection closed.
