@@ -32,7 +32,8 @@ const KILLS = 10;
 describe('fault 1: kill -9 of the worker during a 200k full pass', () => {
   const secrets = makeSecrets('kill-worker');
   // Each kill takes its passes down too, wherever they are.
-  const second = useSecondAccount('kill-worker', { largeIds: false });
+  // Large enough for passes of several pages, which the first scenario slows to run across kills.
+  const second = useSecondAccount('kill-worker', { largeIds: false, subscribers: 12_000 });
   const prefix = uniquePrefix('fault-kill');
   let database: TestDatabase;
   let sim: Simulator;
@@ -82,7 +83,16 @@ describe('fault 1: kill -9 of the worker during a 200k full pass', () => {
     const points = Array.from({ length: KILLS }, (_, i) => Math.floor(((i + 0.1 + 0.8 * Math.random()) / (KILLS + 0.5)) * active));
     // Slow every legacy page a little so that a kill lands inside the pass, not after it.
     sim.faults.set({ delayMs: 20 });
-    const kills: Array<{ target: number; checkpoint: number; resumedFrom: number | null; staleJobs: number; secondStaleJobs: number }> = [];
+    // Every answer to the second account takes 1.5 s: its first full passes run across the kills.
+    second.sim.faults.set({ delayMs: 1_500 });
+    const kills: Array<{
+      target: number;
+      checkpoint: number;
+      resumedFrom: number | null;
+      staleJobs: number;
+      secondStaleJobs: number;
+      secondOpenPasses: string[];
+    }> = [];
     let worker: ServiceProcess | undefined;
     let checkpoint = 0;
     for (const target of points) {
@@ -101,6 +111,7 @@ describe('fault 1: kill -9 of the worker during a 200k full pass', () => {
       // Anywhere in the next page's fetch, parse or commit.
       await sleep(Math.floor(Math.random() * 150));
       await killHard(worker);
+      const secondOpenPasses = await second.openFullPasses(database.url);
       const resumedFrom = firstListOffset(sim, requestsBefore);
       checkpoint = (await state())?.fullOffset ?? 0;
       // The dead worker's pass lock (TTL 20 s) and its BullMQ job lock (30 s, then a stalled check)
@@ -113,10 +124,12 @@ describe('fault 1: kill -9 of the worker during a 200k full pass', () => {
         resumedFrom,
         staleJobs: cleanup.staleJobs.length,
         secondStaleJobs: new Set(secondCleanups.flatMap((c) => c.staleJobs)).size,
+        secondOpenPasses,
       });
     }
 
     sim.faults.clear();
+    second.sim.faults.clear();
     sim.clearRequests();
     const lastCheckpoint = kills.at(-1)?.checkpoint ?? 0;
     worker = startService('worker', env, 'kill-worker');
@@ -146,6 +159,10 @@ describe('fault 1: kill -9 of the worker during a 200k full pass', () => {
     );
     expect(rows[0]).toEqual({ members: active, distinct: active, current: active });
     const secondFigures = await second.expectMirrored(database.url, [sim.world]);
+    // The kills cut the second account's passes too (else its check above proves nothing about kills).
+    expect(kills.filter((k) => k.secondOpenPasses.length > 0).length).toBeGreaterThanOrEqual(2);
+    // At least one of them after a page of it was committed: a restart resumed it from its checkpoint.
+    expect(kills.some((k) => k.secondOpenPasses.some((p) => !p.endsWith('@0')))).toBe(true);
 
     expect(await stopGracefully(worker)).toBe(0);
     printSummary('kill -9 of the worker', {
@@ -154,6 +171,9 @@ describe('fault 1: kill -9 of the worker during a 200k full pass', () => {
       checkpoints: kills.map((k) => k.checkpoint).join('/'),
       staleJobsRequeued: kills.reduce((n, k) => n + k.staleJobs, 0),
       secondStaleJobsRequeued: kills.reduce((n, k) => n + k.secondStaleJobs, 0),
+      secondPassesCutByKills: kills.reduce((n, k) => n + k.secondOpenPasses.length, 0),
+      secondKillsMidPass: kills.filter((k) => k.secondOpenPasses.length > 0).length,
+      secondActiveOffsetsAtKills: kills.map((k) => k.secondOpenPasses.find((p) => p.startsWith('active@'))?.split('@')[1] ?? '-').join('/'),
       ...secondFigures,
       mirrored: comparison.subscriberRows,
       members: comparison.currentMembers,

@@ -36,6 +36,8 @@ export interface SecondAccountOptions {
    * of different scales, none (checked by `expectMirrored`).
    */
   largeIds: boolean;
+  /** Subscribers of the second world (400): more make its passes several pages long. */
+  subscribers?: number;
 }
 
 interface Running {
@@ -62,7 +64,7 @@ async function start(scenario: string, options: SecondAccountOptions): Promise<R
   const webhookSecret = makeSecret(`${scenario}:second account's webhook secret`, 'whsecret2');
   // Two groups, one mirrored: a member of the other group only must stay out of the mirror.
   const sim = await startSimulator({
-    subscribers: 400,
+    subscribers: options.subscribers ?? 400,
     groups: 2,
     seed: 35,
     accountId: 35_002,
@@ -116,6 +118,8 @@ export interface SecondAccount {
    * they must share no id with the second's, or the last check could not see a crossing.
    */
   expectMirrored(databaseUrl: string, firstWorlds: readonly World[], timeoutMs?: number): Promise<SecondAccountFigures>;
+  /** The second account's full passes under way in the database at `databaseUrl` (begun, not completed): `type@offset`. */
+  openFullPasses(databaseUrl: string): Promise<string[]>;
   /** What `expireDeadWorker` does for the first account, for every pair of the second (its keys are under its own prefix). */
   expireDeadWorker(redisPrefix: string): Promise<DeadWorkerCleanup[]>;
   /** Delivery `n`: member n of its group (in rotation) as a `subscriber.updated` event, signed with its secret. */
@@ -128,6 +132,17 @@ const handle: SecondAccount = {
     return current().sim;
   },
   expectMirrored,
+  async openFullPasses(databaseUrl) {
+    const database = openDatabase(databaseUrl, { account: SECOND_ACCOUNT, max: 1 });
+    try {
+      const states = await listSyncStates(database.pool);
+      return states
+        .filter((s) => s.groupId === current().groupId && (s.fullOffset !== null || s.fullCursor !== null))
+        .map((s) => `${s.type}@${s.fullOffset ?? s.fullCursor}`);
+    } finally {
+      await database.close();
+    }
+  },
   async expireDeadWorker(redisPrefix) {
     const second = current();
     const prefix = accountRedisPrefix(redisPrefix, DECLARED, SECOND_ACCOUNT);
