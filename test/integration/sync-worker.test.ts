@@ -328,9 +328,10 @@ describe('sync worker triggers', () => {
       // them) and misses these two: it waits for the proof lock, holding no pass lock meanwhile.
       const later = sim.world.members(groupId, 'active').slice(20, 22);
       for (const id of later) sim.world.removeFromGroup(id, groupId);
+      // Read before the job exists: a worker may start its pass before a read after the enqueue.
+      const started = (await readSyncState(database.pool, groupId, 'active'))?.lastRunStartedAt;
       const backfill = await enqueueBackfill(queue, groupId, 'active');
       const deadline = Date.now() + 20_000;
-      const started = (await readSyncState(database.pool, groupId, 'active'))?.lastRunStartedAt;
       for (;;) {
         const state = await readSyncState(database.pool, groupId, 'active');
         const passDone = state?.lastStatus === 'succeeded' && state.lastRunStartedAt !== started;
