@@ -12,7 +12,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { SubscriberType } from '../../src/db/schema.js';
 import { createLogger } from '../../src/ground/log.js';
 import { formatEpochMs } from '../../src/ground/time.js';
-import { removeMembership } from '../../src/mirror/store/index.js';
+import { removeMembership, withTransaction } from '../../src/mirror/store/index.js';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import type { WorldEvent } from '../../src/simulator/kinds.js';
 import { directPayload } from '../../src/simulator/payloads.js';
@@ -134,15 +134,7 @@ async function mirroredName(id: string): Promise<string | null> {
 
 /** What the consumer does with a delivery, in one transaction. */
 async function applyWebhook(payload: object): Promise<void> {
-  const plan = planDelivery(parseDelivery(payload).events);
-  const client = await database.pool.connect();
-  try {
-    await client.query('begin');
-    await applyPlan(client, plan);
-    await client.query('commit');
-  } finally {
-    client.release();
-  }
+  await withTransaction(database.pool, (client) => applyPlan(client, planDelivery(parseDelivery(payload).events)));
 }
 
 async function liveMember(groupId: string, id: string): Promise<string | null> {
