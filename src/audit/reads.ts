@@ -77,8 +77,7 @@ export async function mirrorCountAt(db: Queryable, groupId: string, type: string
                                and (m.source_updated_at is null or m.source_updated_at <= $3::timestamptz))::int as certain,
             count(*) filter (where m.source_updated_at > $3::timestamptz
                                or (m.removed_at is null and ${MOVING} and (m.type = $2 or s.status = $2)))::int as uncertain
-       from group_members m
-       left join subscribers s on s.account = m.account and s.id = m.subscriber_id
+       from ${MEMBERS_AND_STATUS}
       where m.account = mirror_account() and m.group_id = $1`,
     [groupId, type, at],
   );
@@ -91,6 +90,9 @@ export async function mirrorCountAt(db: Queryable, groupId: string, type: string
  * otherwise never be extra.
  */
 const MOVING = `coalesce(s.status <> m.type and s.status in (${SUBSCRIBER_TYPES.map((t) => `'${t}'`).join(', ')}), false)`;
+
+/** The memberships (`m`) beside their subscriber rows (`s`), as `MOVING` reads them. */
+const MEMBERS_AND_STATUS = `group_members m left join subscribers s on s.account = m.account and s.id = m.subscriber_id`;
 
 /** Live members of (group, type) whose id lies in `range` (ids of digits, compared as numbers), with their fact time. */
 export async function mirrorMembersInRange(
@@ -124,8 +126,7 @@ export async function membershipNow(
   const { rows } = await db.query<{ id: string; live: boolean; factAt: string | null; moving: boolean }>(
     `select m.subscriber_id as id, (m.removed_at is null and m.type = $2) as live, ${iso('m.source_updated_at')} as "factAt",
             ${MOVING} as moving
-       from group_members m
-       left join subscribers s on s.account = m.account and s.id = m.subscriber_id
+       from ${MEMBERS_AND_STATUS}
       where m.account = mirror_account() and m.group_id = $1 and m.subscriber_id = any($3::text[])`,
     [groupId, type, ids],
   );

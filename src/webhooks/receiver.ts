@@ -522,8 +522,9 @@ export function createSecretCache(options: SecretCacheOptions): SecretCache {
 
 /** Whether `next` holds a secret `previous` did not (a removal verifies nothing new). */
 function gainsSecret(previous: readonly EndpointSecret[], next: readonly EndpointSecret[]): boolean {
-  const known = new Set(previous.map((e) => `${e.account ?? ''}\u0000${e.endpointId}\u0000${e.secret}`));
-  return next.some((e) => !known.has(`${e.account ?? ''}\u0000${e.endpointId}\u0000${e.secret}`));
+  const keyOf = (e: EndpointSecret) => `${e.account ?? ''}\u0000${e.endpointId}\u0000${e.secret}`;
+  const known = new Set(previous.map(keyOf));
+  return next.some((e) => !known.has(keyOf(e)));
 }
 
 // ---------------------------------------------------------------------------------------------
