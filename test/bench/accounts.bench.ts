@@ -182,26 +182,50 @@ interface DeploymentRun {
   peaksMb: number[];
   /** Memberships mirrored, every account (each has some: checked). */
   rows: number;
+  /** Per kind, when its accounts were mirrored, ms from the spawn: the median and the last. */
+  byKind: KindTimes[];
+}
+
+/** When the accounts of one kind were mirrored in a deployment. */
+export interface KindTimes {
+  kind: Kind;
+  medianMs: number;
+  lastMs: number;
+}
+
+/** The median and the last of each kind's times: which kind sets the pace, and how far behind its floor. */
+function timesByKind(accounts: readonly Account[], mirroredAt: ReadonlyMap<string, number>): KindTimes[] {
+  const kinds: Kind[] = ['legacy', 'current'];
+  return kinds.flatMap((kind) => {
+    const times = accounts.filter((a) => a.kind === kind).map((a) => mirroredAt.get(a.name) ?? Number.NaN);
+    const median = percentile(times, 50);
+    return median === null ? [] : [{ kind, medianMs: Math.round(median), lastMs: Math.round(Math.max(...times)) }];
+  });
 }
 
 const MIRROR_TIMEOUT_MS = 30 * 60_000;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** Waits until every one of `accounts` is mirrored, sampling the replicas' RSS meanwhile. */
+/**
+ * Waits until every one of `accounts` is mirrored, sampling the replicas' RSS meanwhile; returns when
+ * each account was first seen mirrored, ms from the call (within the 200 ms of a poll).
+ */
 async function waitUntilMirrored(
   pool: pg.Pool,
   accounts: readonly Account[],
   replicas: readonly ServiceProcess[],
   label: string,
-): Promise<void> {
+): Promise<Map<string, number>> {
   const started = performance.now();
   const want = new Set(accounts.map((a) => a.name));
+  const mirroredAt = new Map<string, number>();
   for (;;) {
     assertRunning(replicas, label);
     for (const r of replicas) r.sampleRss();
     const done = await mirroredAccounts(pool).catch(() => new Set<string>());
-    if ([...want].every((a) => done.has(a))) return;
+    for (const name of done) if (want.has(name) && !mirroredAt.has(name)) mirroredAt.set(name, performance.now() - started);
+    if ([...want].every((a) => done.has(a))) return mirroredAt;
     if (performance.now() - started > MIRROR_TIMEOUT_MS)
       throw new Error(`${label}: not mirrored within 30 minutes (${done.size}/${want.size})`);
     await sleep(200);
@@ -215,10 +239,11 @@ async function runDeployment(accounts: readonly Account[], replicas: number, url
   const running: ServiceProcess[] = [];
   try {
     for (let i = 0; i < replicas; i++) running.push(spawnService(deployment.env));
-    await waitUntilMirrored(deployment.unscoped, accounts, running, label);
+    const mirroredAt = await waitUntilMirrored(deployment.unscoped, accounts, running, label);
     const elapsedMs = performance.now() - started;
     const peaksMb = running.map(peakRssMb);
-    return { elapsedMs, peaksMb, rows: await checkMemberships(deployment.unscoped, accounts, label) };
+    const byKind = timesByKind(accounts, mirroredAt);
+    return { elapsedMs, peaksMb, rows: await checkMemberships(deployment.unscoped, accounts, label), byKind };
   } finally {
     await stopAll(running);
     await deployment.dispose();
@@ -334,6 +359,7 @@ export interface AccountsDeploymentFigures {
   /** Per replica, MB. */
   peaksMb: number[];
   memberships: number;
+  byKind: KindTimes[];
 }
 
 /** The big account's backfill while the others tick. */
@@ -378,6 +404,8 @@ async function measureFloor(accounts: readonly Account[], urls: Urls, log: Log, 
   return { floorMs: slowest.elapsedMs, slowest: slowest.kind, peakRssMb: Math.max(...alone.map((a) => a.peakRssMb)), alone };
 }
 
+const seconds = (ms: number | null) => (ms === null ? '—' : `${(ms / 1000).toFixed(1)} s`);
+
 /** Every account at once, with 1 and with 3 replicas (those of them `parts` names). */
 async function measureDeployments(
   accounts: readonly Account[],
@@ -392,12 +420,13 @@ async function measureDeployments(
   for (const replicas of [1, 3]) {
     if (!parts.has(String(replicas))) continue;
     const run = await runDeployment(accounts, replicas, urls, `r${replicas}`);
-    deployments.push({ replicas, elapsedMs: Math.round(run.elapsedMs), peaksMb: run.peaksMb, memberships: run.rows });
+    deployments.push({ replicas, elapsedMs: Math.round(run.elapsedMs), peaksMb: run.peaksMb, memberships: run.rows, byKind: run.byKind });
     const speed = floor.floorMs / run.elapsedMs;
     const peak = Math.max(...run.peaksMb);
     log(
       `accounts: ${n} accounts, ${replicas} replica(s): ${(run.elapsedMs / 1000).toFixed(1)} s (floor ${(floor.floorMs / 1000).toFixed(1)} s, speed ${speed.toFixed(2)}× the floor's); ` +
-        `peak RSS per replica ${run.peaksMb.join(', ')} MB (one account: ${floor.peakRssMb} MB); ${run.rows} memberships`,
+        `peak RSS per replica ${run.peaksMb.join(', ')} MB (one account: ${floor.peakRssMb} MB); ${run.rows} memberships; ` +
+        run.byKind.map((k) => `${k.kind} accounts mirrored at ${seconds(k.medianMs)} (median), ${seconds(k.lastMs)} (last)`).join(', '),
     );
     figures.push(
       figure(
@@ -405,7 +434,8 @@ async function measureDeployments(
         run.elapsedMs / 1000,
         's',
         floor.floorMs / 1000,
-        `speed ${speed.toFixed(2)} of the slowest account's floor (goal ≥ 0.8 with 3 replicas)`,
+        `speed ${speed.toFixed(2)} of the slowest account's floor (goal ≥ 0.8 with 3 replicas); ` +
+          run.byKind.map((k) => `${k.kind} mirrored at ${seconds(k.medianMs)} median, ${seconds(k.lastMs)} last`).join('; '),
       ),
       figure(
         `${n} accounts, ${replicas} replica(s): peak RSS per replica`,
@@ -418,8 +448,6 @@ async function measureDeployments(
   }
   return deployments;
 }
-
-const seconds = (ms: number | null) => (ms === null ? '—' : `${(ms / 1000).toFixed(1)} s`);
 
 /** A big account's backfill while the others tick. */
 async function measureBackfill(
