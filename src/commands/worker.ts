@@ -8,7 +8,7 @@
  * prefix (`accountConfig`, `accountRedisPrefix`), with the concurrency one account has always had,
  * so a long pass of one account holds only that account's slots; replicas share every account's
  * queues through Redis. What accounts share in a process is bounded per page, never per pass: the
- * page gate (rooms handed out in arrival order) and the event loop. Their Redis connections are the
+ * page gate (rooms shared between accounts by the bytes of their pages) and the event loop. Their Redis connections are the
  * process's too (`Shared`): a connection costs about 0.2 MB, and four for each limiter made a worker
  * of twenty accounts hold some 500.
  */
@@ -24,7 +24,7 @@ import { purgeHistory } from '../mirror/history.js';
 import { createLimiterConnections } from '../ratelimit/connections.js';
 import { isPaused, readAuthPause, type AuthPause } from '../sync/auth-pause.js';
 import { createSyncQueue } from '../sync/schedule.js';
-import { createPageGate, PAGES_IN_MEMORY, type PageGate } from '../upstream/page-gate.js';
+import { createPageGate, PAGES_IN_MEMORY, type SharedPageGate } from '../upstream/page-gate.js';
 import { createDeliveryConsumer, listenForInbox, type InboxListener } from '../webhooks/consumer.js';
 import { ERASURE_EVERY_MS, runErasure } from '../webhooks/erasure-run.js';
 import { createPurger, type Timer } from '../webhooks/purger.js';
@@ -105,7 +105,7 @@ export interface WorkerParts {
  */
 interface Shared extends ProcessParts {
   connection: Redis;
-  pageGate: PageGate;
+  pageGate: SharedPageGate;
   log: Logger;
   metrics: Metrics;
   poolMax: number;
@@ -181,7 +181,8 @@ async function startAccount(config: Config, shared: Shared): Promise<ServedAccou
   // The worker's one listener wakes it (listenOnceForAll); the purge of old deliveries is the
   // deployment's (startDeploymentChores): no retention here.
   const consumer = createDeliveryConsumer({ pool, logger: log, metrics, listen: false });
-  const polling = await startReads(config, pool, shared, log, metrics);
+  // Its pages wait in a line of its own at the process's gate: rooms go to accounts by the bytes they brought.
+  const polling = await startReads(config, pool, { ...shared, pageGate: shared.pageGate.forAccount(config.account) }, log, metrics);
   // Without polling the admin pages still show (and backfills still queue to) the account's sync queue.
   const syncQueue = polling?.queue ?? createSyncQueue(shared.connection, config.redisPrefix);
   if (!polling) syncQueue.on('error', (error) => log.debug({ err: describeConnectionError(error) }, 'sync queue error'));

@@ -132,10 +132,11 @@ export interface HttpRequest {
    */
   idempotent?: boolean;
   /**
-   * Called once the headers are in, before the body is read: waits for room for it in memory
-   * (page-gate.ts). The room goes with the response (`release`); a failed attempt frees it.
+   * Called once the headers are in, before the body is read, with its `Content-Length` (null when
+   * the answer sent none): waits for room for it in memory (page-gate.ts). The room goes with the
+   * response (`release`); a failed attempt frees it.
    */
-  beforeBody?: () => Promise<Release>;
+  beforeBody?: (bytes: number | null) => Promise<Release>;
 }
 
 export interface HttpResponse {
@@ -335,7 +336,7 @@ async function attemptOnce(
     const response = await settings.doFetch(`${settings.baseUrl}${target.path}`, init);
     status = response.status;
     responseHeaders = response.headers;
-    release = await request.beforeBody?.();
+    release = await request.beforeBody?.(contentLength(responseHeaders));
     text = await response.text();
   } catch (error) {
     release?.();
@@ -351,6 +352,12 @@ async function attemptOnce(
     throw classified.error;
   }
   return { status, headers: responseHeaders, body: classified.body, release };
+}
+
+/** The body's announced size; null when absent or not a count of bytes. */
+function contentLength(headers: Headers): number | null {
+  const value = headers.get('content-length');
+  return value !== null && /^\d+$/.test(value) ? Number(value) : null;
 }
 
 /**

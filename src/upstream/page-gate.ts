@@ -11,8 +11,15 @@
  * A read waits for room after the service's headers arrived and before its body is read (the
  * request is sent, so the rate the service sees does not change, and a body waiting in the socket
  * costs the kernel's buffer, not the heap); the room is freed when the page is committed. The
- * requests themselves, and the waits for their budget slots, stay side by side. Rooms are handed
- * out in arrival order, so a pass whose pages come fast cannot starve the others.
+ * requests themselves, and the waits for their budget slots, stay side by side.
+ *
+ * Fair between accounts by the bytes they bring (start-time fair queuing): each account of a worker
+ * waits in its own line (`forAccount`), and a freed room goes to the page whose account has had the
+ * fewest bytes admitted since no page last waited. Within one account rooms go in arrival order,
+ * so a pass whose pages come fast cannot starve its account's others. In arrival order across
+ * accounts, ten legacy accounts' pages of a thousand rows (five passes each) held a current
+ * account's pages of a hundred, whose budget of two requests a second then went unspent
+ * (docs/benchmarks.md, "accounts").
  */
 
 /**
@@ -22,15 +29,27 @@
  */
 export const PAGES_IN_MEMORY = 2;
 
+/**
+ * What a body without a `Content-Length` (a chunked answer) counts for: the size of a page of a few
+ * hundred subscribers, so such pages share the gate about page for page.
+ */
+export const UNKNOWN_BODY_BYTES = 256 * 1024;
+
 /** Frees one room; calling it again does nothing. */
 export type Release = () => void;
 
 export interface PageGate {
-  /** Waits for a room (in arrival order) and takes it. */
-  admit(): Promise<Release>;
+  /** Waits for a room for a body of `bytes` (its `Content-Length`; null when unknown) and takes it. */
+  admit(bytes?: number | null): Promise<Release>;
   /** Takes a room without waiting, even past the capacity: for a read whose caller already holds a page and must not wait on itself. */
   take(): Release;
   stats(): PageGateStats;
+}
+
+/** The process's gate: one line per account, rooms shared between them by bytes. */
+export interface SharedPageGate extends PageGate {
+  /** The gate as one account's passes use it (`admit` waits in that account's line). */
+  forAccount(account: string): PageGate;
 }
 
 export interface PageGateStats {
@@ -40,10 +59,35 @@ export interface PageGateStats {
   waiting: number;
 }
 
-export function createPageGate(capacity: number): PageGate {
+/** A page waiting for a room: `tag` orders it among every account's (the fewest bytes first), `seq` breaks ties by arrival. */
+interface Waiter {
+  tag: number;
+  seq: number;
+  enter(): void;
+}
+
+/** The line the plain `admit` of a gate waits in (a worker of one account, tests). */
+const NO_ACCOUNT = '';
+
+export function createPageGate(capacity: number): SharedPageGate {
   if (!Number.isInteger(capacity) || capacity < 1) throw new RangeError(`page gate: capacity must be an integer >= 1, got ${capacity}`);
   let held = 0;
-  const waiting: Array<() => void> = [];
+  let seq = 0;
+  const waiting: Waiter[] = [];
+  // Start-time fair queuing: a page's tag is where its account's bytes end, or the tag of the page
+  // last let in when the account has been quiet (an account that waited for nothing banks no turns).
+  let lastTag = 0;
+  const accountEnds = new Map<string, number>();
+
+  const next = (): Waiter | undefined => {
+    let best = -1;
+    for (let i = 0; i < waiting.length; i++) {
+      const w = waiting[i] as Waiter;
+      const b = waiting[best];
+      if (!b || w.tag < b.tag || (w.tag === b.tag && w.seq < b.seq)) best = i;
+    }
+    return best < 0 ? undefined : waiting.splice(best, 1)[0];
+  };
 
   const room = (): Release => {
     let freed = false;
@@ -51,30 +95,55 @@ export function createPageGate(capacity: number): PageGate {
       if (freed) return;
       freed = true;
       held -= 1;
-      // Handed straight to the longest waiter (a newcomer cannot slip in between), unless a probe's
+      // Handed straight to the next waiter (a newcomer cannot slip in between), unless a probe's
       // `take` left the gate at or past its capacity.
-      if (held < capacity) waiting.shift()?.();
+      if (held < capacity) next()?.enter();
     };
   };
 
-  return {
-    admit() {
-      if (held < capacity && waiting.length === 0) {
-        held += 1;
-        return Promise.resolve(room());
-      }
-      return new Promise<Release>((resolve) => {
-        waiting.push(() => {
-          held += 1;
-          resolve(room());
-        });
-      });
-    },
-    take() {
+  const tagFor = (account: string, bytes: number | null | undefined): number => {
+    // Nobody waits: the turns counted so far decide nothing any more; restarting keeps the counts small.
+    if (waiting.length === 0) {
+      accountEnds.clear();
+      lastTag = 0;
+    }
+    const cost = bytes !== null && bytes !== undefined && Number.isFinite(bytes) && bytes >= 0 ? bytes : UNKNOWN_BODY_BYTES;
+    const tag = Math.max(lastTag, accountEnds.get(account) ?? 0);
+    accountEnds.set(account, tag + cost);
+    return tag;
+  };
+
+  const admit = (account: string, bytes?: number | null): Promise<Release> => {
+    const tag = tagFor(account, bytes);
+    if (held < capacity && waiting.length === 0) {
       held += 1;
-      return room();
-    },
-    stats: () => ({ capacity, held, waiting: waiting.length }),
+      lastTag = tag;
+      return Promise.resolve(room());
+    }
+    return new Promise<Release>((resolve) => {
+      waiting.push({
+        tag,
+        seq: seq++,
+        enter: () => {
+          held += 1;
+          lastTag = tag;
+          resolve(room());
+        },
+      });
+    });
+  };
+
+  const take = (): Release => {
+    held += 1;
+    return room();
+  };
+  const stats = (): PageGateStats => ({ capacity, held, waiting: waiting.length });
+
+  return {
+    admit: (bytes) => admit(NO_ACCOUNT, bytes),
+    take,
+    stats,
+    forAccount: (account) => ({ admit: (bytes) => admit(account, bytes), take, stats }),
   };
 }
 
@@ -83,7 +152,7 @@ export function createPageGate(capacity: number): PageGate {
  * error, a stop between a read-ahead and its commit), so a forgotten release cannot shrink the gate.
  */
 export interface PageAdmission {
-  admit(): Promise<Release>;
+  admit(bytes?: number | null): Promise<Release>;
   take(): Release;
   /** Frees every room still held. */
   close(): void;
@@ -99,7 +168,7 @@ export function admissionOf(gate: PageGate): PageAdmission {
     };
   };
   return {
-    admit: async () => tracked(await gate.admit()),
+    admit: async (bytes) => tracked(await gate.admit(bytes)),
     take: () => tracked(gate.take()),
     close() {
       for (const release of held) release();

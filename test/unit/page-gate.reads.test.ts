@@ -16,7 +16,9 @@ function legacy(total: number, broken: readonly string[] = []) {
     const offset = Number(url.searchParams.get('offset'));
     const rows = [];
     for (let i = offset; i < Math.min(total, offset + limit); i++) rows.push(`{"id":${1_000_000 + i},"email":"s${i}@x.test"}`);
-    return new Response(`[${rows.join(',')}]`, { status: 200 });
+    const body = `[${rows.join(',')}]`;
+    // Sized like a real answer: the gate weighs each account's pages by their Content-Length.
+    return new Response(body, { status: 200, headers: { 'content-length': String(Buffer.byteLength(body)) } });
   }) as typeof fetch;
   return createLegacyClient({
     baseUrl: 'http://legacy.test',
@@ -82,5 +84,17 @@ describe('page gate on legacy reads', () => {
     const pages = legacy(50, ['junk']).pages('7', { type: 'junk', limit: 10, mode: 'full', knownLength: 50, memory: admissionOf(gate) });
     await expect(pages.next()).rejects.toThrow(/junk/);
     expect(gate.stats()).toEqual({ capacity: 1, held: 0, waiting: 0 });
+  });
+
+  it("asks for each room with the body's Content-Length, before the body is read", async () => {
+    const gate = createPageGate(2);
+    const asked: Array<number | null | undefined> = [];
+    const weighing: PageGate = { ...gate, admit: (bytes) => (asked.push(bytes), gate.admit(bytes)) };
+    const pages = legacy(15).pages('7', { type: 'active', limit: 10, mode: 'full', knownLength: 15, memory: admissionOf(weighing) });
+    for await (const page of pages) page.release?.();
+    const tenRows = `[${Array.from({ length: 10 }, (_, i) => `{"id":${1_000_000 + i},"email":"s${i}@x.test"}`).join(',')}]`;
+    expect(asked[0]).toBe(Buffer.byteLength(tenRows));
+    expect(asked.length).toBeGreaterThanOrEqual(2);
+    expect(asked.every((bytes) => typeof bytes === 'number' && bytes > 0)).toBe(true);
   });
 });

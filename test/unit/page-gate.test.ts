@@ -1,8 +1,26 @@
 import { describe, expect, it } from 'vitest';
-import { admissionOf, createPageGate } from '../../src/upstream/page-gate.js';
+import { admissionOf, createPageGate, UNKNOWN_BODY_BYTES, type PageGate, type Release } from '../../src/upstream/page-gate.js';
 
 /** Lets every settled promise's callbacks run. */
 const settle = () => new Promise((resolve) => setImmediate(resolve));
+
+/** Queues a page of `bytes` at `gate`; once admitted, its name goes to `order` and its room to `rooms`. */
+function queue(gate: PageGate, name: string, bytes: number | null, order: string[], rooms: Release[]): void {
+  void gate.admit(bytes).then((release) => {
+    order.push(name);
+    rooms.push(release);
+  });
+}
+
+/** Frees the rooms taken so far, one at a time, letting each next page in before the following is freed. */
+async function drain(rooms: Release[]): Promise<void> {
+  for (;;) {
+    await settle();
+    const room = rooms.shift();
+    if (!room) return;
+    room();
+  }
+}
 
 describe('page gate', () => {
   it('refuses a capacity that is not a positive integer', () => {
@@ -94,6 +112,83 @@ describe('page gate', () => {
     expect(gate.stats().held).toBe(0);
     // Releases after the close change nothing.
     committed();
+    expect(gate.stats().held).toBe(0);
+  });
+});
+
+describe('page gate between accounts (fair by bytes)', () => {
+  it('a freed room goes to the account whose pages brought the fewest bytes, not to the longest waiter', async () => {
+    const gate = createPageGate(1);
+    const held = await gate.admit();
+    const order: string[] = [];
+    const rooms: Release[] = [];
+    const legacy = gate.forAccount('legacy');
+    const current = gate.forAccount('current');
+    for (const n of [1, 2, 3]) queue(legacy, `legacy${n}`, 1000, order, rooms);
+    for (const n of [1, 2, 3]) queue(current, `current${n}`, 100, order, rooms);
+    held();
+    await drain(rooms);
+    // Three small pages cost less than the big one admitted first: all go before the second big one.
+    expect(order).toEqual(['legacy1', 'current1', 'current2', 'current3', 'legacy2', 'legacy3']);
+    expect(gate.stats()).toEqual({ capacity: 1, held: 0, waiting: 0 });
+  });
+
+  it("keeps one account's pages in their arrival order, whatever their sizes", async () => {
+    const gate = createPageGate(1);
+    const held = await gate.admit();
+    const order: string[] = [];
+    const rooms: Release[] = [];
+    const one = gate.forAccount('one');
+    queue(one, 'big', 5000, order, rooms);
+    queue(one, 'small', 10, order, rooms);
+    queue(one, 'middle', 500, order, rooms);
+    held();
+    await drain(rooms);
+    expect(order).toEqual(['big', 'small', 'middle']);
+  });
+
+  it('an account that arrives late banks no turns for the time it waited for nothing', async () => {
+    const gate = createPageGate(1);
+    const held = await gate.admit();
+    const order: string[] = [];
+    const rooms: Release[] = [];
+    const early = gate.forAccount('early');
+    for (const n of [1, 2, 3, 4]) queue(early, `early${n}`, 100, order, rooms);
+    held();
+    await settle();
+    (rooms.shift() as Release)();
+    await settle();
+    expect(order).toEqual(['early1', 'early2']);
+    const late = gate.forAccount('late');
+    for (const n of [1, 2, 3, 4]) queue(late, `late${n}`, 100, order, rooms);
+    await drain(rooms);
+    // Taking turns from the page last let in on: not all four of its pages first.
+    expect(order).toEqual(['early1', 'early2', 'late1', 'early3', 'late2', 'early4', 'late3', 'late4']);
+  });
+
+  it(`counts a body of unknown size (no Content-Length) as ${UNKNOWN_BODY_BYTES} bytes`, async () => {
+    const gate = createPageGate(1);
+    const held = await gate.admit();
+    const order: string[] = [];
+    const rooms: Release[] = [];
+    const chunked = gate.forAccount('chunked');
+    const sized = gate.forAccount('sized');
+    queue(chunked, 'chunked1', null, order, rooms);
+    queue(chunked, 'chunked2', null, order, rooms);
+    for (const n of [1, 2, 3]) queue(sized, `sized${n}`, UNKNOWN_BODY_BYTES / 2, order, rooms);
+    held();
+    await drain(rooms);
+    expect(order).toEqual(['chunked1', 'sized1', 'sized2', 'chunked2', 'sized3']);
+  });
+
+  it('an account of its own still passes a probe through with take()', async () => {
+    const gate = createPageGate(1);
+    const one = gate.forAccount('one');
+    const page = await one.admit(1000);
+    const probe = one.take();
+    expect(gate.stats()).toEqual({ capacity: 1, held: 2, waiting: 0 });
+    probe();
+    page();
     expect(gate.stats().held).toBe(0);
   });
 });

@@ -250,6 +250,21 @@ async function readFields(http: HttpClient, opts?: { signal?: AbortSignal }): Pr
   );
 }
 
+/** A member page's query, its options checked first. */
+function memberPageQuery(list: CurrentListOptions): { query: Array<[string, string]>; cursor: string | null } {
+  assertStatus(list.status);
+  assertLimit(list.limit);
+  assertCursor(list.cursor);
+  const cursor = list.cursor ?? null;
+  // The status is always sent: without it the group endpoint lists active members only.
+  const query: Array<[string, string]> = [
+    ['filter[status]', list.status],
+    ['limit', String(list.limit)],
+  ];
+  if (cursor !== null) query.push(['cursor', cursor]);
+  return { query, cursor };
+}
+
 export function createCurrentClient(options: CurrentClientOptions): CurrentClient {
   if (!options.token) throw new TypeError('current API client: token is required');
   const http = createHttpClient({
@@ -264,19 +279,11 @@ export function createCurrentClient(options: CurrentClientOptions): CurrentClien
 
   async function listPage(groupId: GroupId, list: CurrentListOptions): Promise<CurrentPage> {
     const id = normalizeGroupId(groupId);
-    assertStatus(list.status);
-    assertLimit(list.limit);
-    assertCursor(list.cursor);
-    const cursor = list.cursor ?? null;
-    // The status is always sent: without it the group endpoint lists active members only.
-    const query: Array<[string, string]> = [
-      ['filter[status]', list.status],
-      ['limit', String(list.limit)],
-    ];
-    if (cursor !== null) query.push(['cursor', cursor]);
+    const { query, cursor } = memberPageQuery(list);
     const path = membersPath(id);
     const { memory } = list;
-    const response = await http.request({ method: 'GET', path, query, signal: list.signal, beforeBody: memory && (() => memory.admit()) });
+    const beforeBody = memory && ((bytes: number | null) => memory.admit(bytes));
+    const response = await http.request({ method: 'GET', path, query, signal: list.signal, beforeBody });
     let page: ReturnType<typeof validateMemberPage>;
     try {
       page = validateMemberPage(response.body, { label: CURRENT_LABEL, method: 'GET', path }, response.status);

@@ -347,9 +347,9 @@ interface ListAnswer {
 }
 
 /** How a read gets its room: a probe is read while its page is held, so it takes one without waiting (a pass must not wait on itself). */
-function roomFor(memory: PageOptions['memory'], probe: boolean | undefined): (() => Promise<Release>) | undefined {
+function roomFor(memory: PageOptions['memory'], probe: boolean | undefined): ((bytes: number | null) => Promise<Release>) | undefined {
   if (!memory) return undefined;
-  return probe ? () => Promise.resolve(memory.take()) : () => memory.admit();
+  return probe ? () => Promise.resolve(memory.take()) : (bytes) => memory.admit(bytes);
 }
 
 /** What a pass needs besides its steps: the requests, the knowledge, and the error for a service that ignores offset. */
@@ -432,7 +432,11 @@ export function createLegacyClient(options: LegacyClientOptions): LegacyClient {
     return (await fetchList(groupId, list)).rows;
   }
 
-  async function fetchList(groupId: GroupId, list: ListOptions, beforeBody?: () => Promise<Release>): Promise<ListAnswer> {
+  async function fetchList(
+    groupId: GroupId,
+    list: ListOptions,
+    beforeBody?: (bytes: number | null) => Promise<Release>,
+  ): Promise<ListAnswer> {
     const id = normalizeGroupId(groupId);
     if (list.type !== undefined) assertSubscriberType(list.type);
     assertCount('limit', list.limit, 1);
