@@ -8,9 +8,9 @@
  * prefix (`accountConfig`, `accountRedisPrefix`), with the concurrency one account has always had,
  * so a long pass of one account holds only that account's slots; replicas share every account's
  * queues through Redis. What accounts share in a process is bounded per page, never per pass: the
- * page gate (rooms shared between accounts by the bytes of their pages) and the event loop. Their Redis connections are the
- * process's too (`Shared`): a connection costs about 0.2 MB, and four for each limiter made a worker
- * of twenty accounts hold some 500.
+ * page gate (rooms shared between accounts by the bytes of their pages) and the event loop. Their
+ * Redis connections are the process's too (`Shared`): a connection costs about 0.2 MB, and four for
+ * each limiter made a worker of twenty accounts hold some 500.
  */
 import { Redis } from 'ioredis';
 import type pg from 'pg';
