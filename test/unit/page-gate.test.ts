@@ -12,6 +12,13 @@ function queue(gate: PageGate, name: string, bytes: number | null, order: string
   });
 }
 
+/** A gate of one room, held: every page queued next waits. `order` and `rooms` are for `queue`. */
+async function heldGate() {
+  const gate = createPageGate(1);
+  const held = await gate.admit();
+  return { gate, held, order: [] as string[], rooms: [] as Release[] };
+}
+
 /** Frees the rooms taken so far, one at a time, letting each next page in before the following is freed. */
 async function drain(rooms: Release[]): Promise<void> {
   for (;;) {
@@ -118,10 +125,7 @@ describe('page gate', () => {
 
 describe('page gate between accounts (fair by bytes)', () => {
   it('a freed room goes to the account whose pages brought the fewest bytes, not to the longest waiter', async () => {
-    const gate = createPageGate(1);
-    const held = await gate.admit();
-    const order: string[] = [];
-    const rooms: Release[] = [];
+    const { gate, held, order, rooms } = await heldGate();
     const legacy = gate.forAccount('legacy');
     const current = gate.forAccount('current');
     for (const n of [1, 2, 3]) queue(legacy, `legacy${n}`, 1000, order, rooms);
@@ -134,10 +138,7 @@ describe('page gate between accounts (fair by bytes)', () => {
   });
 
   it("keeps one account's pages in their arrival order, whatever their sizes", async () => {
-    const gate = createPageGate(1);
-    const held = await gate.admit();
-    const order: string[] = [];
-    const rooms: Release[] = [];
+    const { gate, held, order, rooms } = await heldGate();
     const one = gate.forAccount('one');
     queue(one, 'big', 5000, order, rooms);
     queue(one, 'small', 10, order, rooms);
@@ -148,10 +149,7 @@ describe('page gate between accounts (fair by bytes)', () => {
   });
 
   it('an account that arrives late banks no turns for the time it waited for nothing', async () => {
-    const gate = createPageGate(1);
-    const held = await gate.admit();
-    const order: string[] = [];
-    const rooms: Release[] = [];
+    const { gate, held, order, rooms } = await heldGate();
     const early = gate.forAccount('early');
     for (const n of [1, 2, 3, 4]) queue(early, `early${n}`, 100, order, rooms);
     held();
@@ -167,10 +165,7 @@ describe('page gate between accounts (fair by bytes)', () => {
   });
 
   it(`counts a body of unknown size (no Content-Length) as ${UNKNOWN_BODY_BYTES} bytes`, async () => {
-    const gate = createPageGate(1);
-    const held = await gate.admit();
-    const order: string[] = [];
-    const rooms: Release[] = [];
+    const { gate, held, order, rooms } = await heldGate();
     const chunked = gate.forAccount('chunked');
     const sized = gate.forAccount('sized');
     queue(chunked, 'chunked1', null, order, rooms);
