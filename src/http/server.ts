@@ -205,18 +205,30 @@ function registerReadiness(app: FastifyInstance, options: ServerOptions): void {
   });
 }
 
+/** How often a closing listener closes the kept-alive connections that went idle since the last look. */
+const REAP_IDLE_EVERY_MS = 50;
+
 /**
  * Stops accepting connections and waits for requests in flight, at most `graceMs`; then closes every
  * connection still open (a client dripping an upload would otherwise hold the exit until the
  * shutdown deadline, and the process would exit 1).
+ *
+ * Fastify closes the connections idle when the close begins, once. A kept-alive connection whose
+ * request was in flight then stays open after its answer, until the client's or the listener's idle
+ * timeout (75 s here): under webhook load every connection is busy at that moment, so the drain took
+ * the whole grace and a pass ran on past the SIGTERM it should have stopped at. Each one is closed
+ * as soon as it is idle instead.
  */
 export async function closeWithin(app: FastifyInstance, graceMs: number): Promise<'drained' | 'forced'> {
   const closing = app.close();
+  const reaper = setInterval(() => app.server.closeIdleConnections(), REAP_IDLE_EVERY_MS);
   const outcome = await withTimeout(
     closing.then(() => 'drained' as const),
     graceMs,
     () => new Error('close timed out'),
-  ).catch(() => 'forced' as const);
+  )
+    .catch(() => 'forced' as const)
+    .finally(() => clearInterval(reaper));
   if (outcome === 'forced') {
     app.server.closeAllConnections();
     await closing;
