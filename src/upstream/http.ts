@@ -13,6 +13,7 @@
  * replica and the retry waits at least what the service asked for, never less.
  */
 import pRetry from 'p-retry';
+import { parseContentLength } from '../ground/content-length.js';
 import { createScrubber, type SecretScrubber } from '../ground/log.js';
 import { sleep } from '../ground/wait.js';
 import { classifyResponse } from './classify.js';
@@ -336,7 +337,7 @@ async function attemptOnce(
     const response = await settings.doFetch(`${settings.baseUrl}${target.path}`, init);
     status = response.status;
     responseHeaders = response.headers;
-    release = await request.beforeBody?.(contentLength(responseHeaders));
+    release = await request.beforeBody?.(parseContentLength(responseHeaders.get('content-length')));
     text = await response.text();
   } catch (error) {
     release?.();
@@ -352,12 +353,6 @@ async function attemptOnce(
     throw classified.error;
   }
   return { status, headers: responseHeaders, body: classified.body, release };
-}
-
-/** The body's announced size; null when absent or not a count of bytes. */
-function contentLength(headers: Headers): number | null {
-  const value = headers.get('content-length');
-  return value !== null && /^\d+$/.test(value) ? Number(value) : null;
 }
 
 /**

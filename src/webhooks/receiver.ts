@@ -16,6 +16,7 @@
  */
 import { isUtf8 } from 'node:buffer';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { parseContentLength } from '../ground/content-length.js';
 import type { Logger } from '../ground/log.js';
 import type { Queryable } from '../ground/queryable.js';
 import {
@@ -191,8 +192,7 @@ async function loadEndpointSecrets(pool: Queryable, accounts: readonly string[])
 }
 
 function announcedLength(request: FastifyRequest): number | undefined {
-  const header = request.headers['content-length'];
-  return header !== undefined && /^\d+$/.test(header) ? Number(header) : undefined;
+  return parseContentLength(request.headers['content-length']) ?? undefined;
 }
 
 // ---------------------------------------------------------------------------------------------
