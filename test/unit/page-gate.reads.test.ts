@@ -7,6 +7,13 @@ import { createLegacyClient, type LegacyPage } from '../../src/upstream/legacy/c
 import { admissionOf, createPageGate, type PageGate } from '../../src/upstream/page-gate.js';
 import { readAhead } from '../../src/sync/legacy-pass.js';
 
+/** The body of a legacy list page holding rows `from` (included) to `to` (excluded). */
+function listBody(from: number, to: number): string {
+  const rows = [];
+  for (let i = from; i < to; i++) rows.push(`{"id":${1_000_000 + i},"email":"s${i}@x.test"}`);
+  return `[${rows.join(',')}]`;
+}
+
 /** A legacy list of `total` rows per type; `broken` types answer 200 with a body that is not a list. */
 function legacy(total: number, broken: readonly string[] = []) {
   const fetchImpl = (async (input: string | URL | Request) => {
@@ -14,9 +21,7 @@ function legacy(total: number, broken: readonly string[] = []) {
     if (broken.some((t) => url.pathname.endsWith(`/${t}`))) return new Response('{"oops":1}', { status: 200 });
     const limit = Number(url.searchParams.get('limit'));
     const offset = Number(url.searchParams.get('offset'));
-    const rows = [];
-    for (let i = offset; i < Math.min(total, offset + limit); i++) rows.push(`{"id":${1_000_000 + i},"email":"s${i}@x.test"}`);
-    const body = `[${rows.join(',')}]`;
+    const body = listBody(offset, Math.min(total, offset + limit));
     // Sized like a real answer: the gate weighs each account's pages by their Content-Length.
     return new Response(body, { status: 200, headers: { 'content-length': String(Buffer.byteLength(body)) } });
   }) as typeof fetch;
@@ -92,8 +97,7 @@ describe('page gate on legacy reads', () => {
     const weighing: PageGate = { ...gate, admit: (bytes) => (asked.push(bytes), gate.admit(bytes)) };
     const pages = legacy(15).pages('7', { type: 'active', limit: 10, mode: 'full', knownLength: 15, memory: admissionOf(weighing) });
     for await (const page of pages) page.release?.();
-    const tenRows = `[${Array.from({ length: 10 }, (_, i) => `{"id":${1_000_000 + i},"email":"s${i}@x.test"}`).join(',')}]`;
-    expect(asked[0]).toBe(Buffer.byteLength(tenRows));
+    expect(asked[0]).toBe(Buffer.byteLength(listBody(0, 10)));
     expect(asked.length).toBeGreaterThanOrEqual(2);
     expect(asked.every((bytes) => typeof bytes === 'number' && bytes > 0)).toBe(true);
   });
