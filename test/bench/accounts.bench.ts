@@ -10,17 +10,20 @@
  * 2. Every account at once, with 1 and with 3 worker replicas (processes sharing the database and
  *    Redis): the time until every account is mirrored, set against that floor (goal: floor ÷ time
  *    ≥ 0.8 with 3 replicas), and the peak RSS of each replica (goal: ≤ 1.1 × the one-account peak).
+ * 2b. (`kinds`) Each kind's accounts together, with 1 replica: the legacy half at once, then the
+ *    current half at once, each against the one-account peak. Which kind's reading at once the
+ *    memory over one account's comes from (docs/benchmarks.md, "accounts").
  * 3. A backfill of a big account (`--big-members`, default 1,000,000) while the others tick every
  *    `--sync-every` seconds: for `--window` seconds, the delay of the others' scheduled passes, each
  *    the gap between two starts of the same (account, group, type) less SYNC_EVERY (p99; goal: at
  *    most one SYNC_EVERY).
  *
  *   npm run bench -- accounts [--accounts-n 20] [--accounts-members 20000] [--accounts-big-members 1000000]
- *        [--accounts-sync-every 30] [--accounts-window 180] [--accounts-parts floor,1,3,backfill]
+ *        [--accounts-sync-every 30] [--accounts-window 180] [--accounts-parts floor,1,3,kinds,backfill]
  *   npx tsx test/bench/accounts.bench.ts [--accounts 20] [--members 20000] [--big-members 1000000]
- *        [--sync-every 30] [--window 180] [--parts floor,1,3,backfill] [--json path]
+ *        [--sync-every 30] [--window 180] [--parts floor,1,3,kinds,backfill] [--json path]
  *
- * Parts 1 and 3 measure the floor whether `floor` is named or not: it is their baseline.
+ * Parts 1, 3 and kinds measure the floor whether `floor` is named or not: it is their baseline.
  * Real time (the service's budget is per minute): the default run takes about fifteen minutes.
  * Builds dist/ first; uses DATABASE_URL and REDIS_URL. The replicas are spawned by lib/service-run.ts
  * (spawnService), so BENCH_NODE_FLAGS, BENCH_ENV and BENCH_OUTPUT apply to them too.
@@ -39,8 +42,8 @@ const PAGE_SIZE = 1000;
 
 export type Kind = 'legacy' | 'current';
 
-/** What `parts` may name: the floor, every account with 1 and with 3 replicas, the big backfill. */
-export const ACCOUNTS_PARTS = ['floor', '1', '3', 'backfill'] as const;
+/** What `parts` may name: the floor, every account with 1 and with 3 replicas, each kind's accounts together, the big backfill. */
+export const ACCOUNTS_PARTS = ['floor', '1', '3', 'kinds', 'backfill'] as const;
 export type AccountsPart = (typeof ACCOUNTS_PARTS)[number];
 
 interface Account {
@@ -362,6 +365,16 @@ export interface AccountsDeploymentFigures {
   byKind: KindTimes[];
 }
 
+/** One kind's accounts together, with 1 replica. */
+export interface AccountsKindFigures {
+  kind: Kind;
+  accounts: number;
+  elapsedMs: number;
+  /** That kind's one account alone, ms (the floor's figure for it). */
+  aloneMs: number;
+  peakRssMb: number;
+}
+
 /** The big account's backfill while the others tick. */
 export interface AccountsBackfillFigures {
   bigMembers: number;
@@ -449,6 +462,41 @@ async function measureDeployments(
   return deployments;
 }
 
+/**
+ * Each kind's accounts together with 1 replica, against the one-account peak: whether the memory a
+ * deployment of every account holds over one account's comes from one kind reading at once.
+ */
+async function measureKinds(
+  accounts: readonly Account[],
+  floor: AccountsFloorFigures,
+  urls: Urls,
+  log: Log,
+  figures: BenchFigure[],
+): Promise<AccountsKindFigures[]> {
+  const kinds: AccountsKindFigures[] = [];
+  for (const alone of floor.alone) {
+    const same = accounts.filter((a) => a.kind === alone.kind);
+    const run = await runDeployment(same, 1, urls, `kind-${alone.kind}`);
+    const peakRssMb = run.peaksMb[0] ?? 0;
+    kinds.push({ kind: alone.kind, accounts: same.length, elapsedMs: Math.round(run.elapsedMs), aloneMs: alone.elapsedMs, peakRssMb });
+    const ratio = (peakRssMb / floor.peakRssMb).toFixed(2);
+    log(
+      `accounts: the ${alone.kind} accounts together (${same.length}), 1 replica: ${(run.elapsedMs / 1000).toFixed(1)} s (one alone: ${(alone.elapsedMs / 1000).toFixed(1)} s); ` +
+        `peak RSS ${peakRssMb} MB, ${ratio}× one account's ${floor.peakRssMb} MB`,
+    );
+    figures.push(
+      figure(
+        `the ${alone.kind} accounts together (${same.length}), 1 replica: peak RSS`,
+        peakRssMb,
+        'MB',
+        floor.peakRssMb,
+        `${ratio}× one account's; mirrored in ${(run.elapsedMs / 1000).toFixed(1)} s (one ${alone.kind} account alone: ${(alone.elapsedMs / 1000).toFixed(1)} s)`,
+      ),
+    );
+  }
+  return kinds;
+}
+
 /** A big account's backfill while the others tick. */
 async function measureBackfill(
   accounts: readonly Account[],
@@ -501,6 +549,7 @@ export interface AccountsBenchFigures {
   /** Null when no part needed it (only `backfill` asked for). */
   floor: AccountsFloorFigures | null;
   deployments: AccountsDeploymentFigures[];
+  kinds: AccountsKindFigures[];
   backfill: AccountsBackfillFigures | null;
   result: BenchResult;
 }
@@ -524,6 +573,9 @@ function environmentOf(n: number, members: number): Record<string, string> {
   };
 }
 
+/** The parts whose baseline is the floor: it is measured when any of them is asked for. */
+const NEED_THE_FLOOR: readonly AccountsPart[] = ['floor', '1', '3', 'kinds'];
+
 export async function benchAccounts(options: AccountsBenchOptions = {}): Promise<AccountsBenchFigures> {
   const n = options.accounts ?? 20;
   const members = options.members ?? 20_000;
@@ -543,13 +595,15 @@ export async function benchAccounts(options: AccountsBenchOptions = {}): Promise
   const accounts: Account[] = [];
   let floor: AccountsFloorFigures | null = null;
   let deployments: AccountsDeploymentFigures[] = [];
+  let kinds: AccountsKindFigures[] = [];
   let backfill: AccountsBackfillFigures | null = null;
   try {
     for (let i = 0; i < n; i++) accounts.push(await startAccount(i, i % 2 === 0 ? 'legacy' : 'current', members));
     log(`accounts: ${n} simulators of ${members.toLocaleString('en-US')} members (half legacy, half current) up`);
 
-    if (parts.has('floor') || parts.has('1') || parts.has('3')) floor = await measureFloor(accounts, urls, log, figures);
+    if (NEED_THE_FLOOR.some((p) => parts.has(p))) floor = await measureFloor(accounts, urls, log, figures);
     if (floor) deployments = await measureDeployments(accounts, floor, parts, urls, log, figures);
+    if (floor && parts.has('kinds')) kinds = await measureKinds(accounts, floor, urls, log, figures);
     if (parts.has('backfill')) backfill = await measureBackfill(accounts, { bigMembers, syncEveryMs, windowMs, ...urls }, log, figures);
   } finally {
     for (const a of accounts) await a.sim.close();
@@ -564,7 +618,7 @@ export async function benchAccounts(options: AccountsBenchOptions = {}): Promise
   };
   if (options.json !== null) printTable(result);
   if (options.json) writeJson(options.json, result);
-  return { accounts: n, members, floor, deployments, backfill, result };
+  return { accounts: n, members, floor, deployments, kinds, backfill, result };
 }
 
 if (isMain(import.meta.url)) {

@@ -17,7 +17,7 @@
  *   --memory-speeds budget,full       (the per-endpoint budget, real time: a 1M mirror takes about 12 minutes)
  *   --budget-subscribers 100000       (real time: about eight minutes; builds dist/ first)
  *   --accounts-n 20 --accounts-members 20000 --accounts-big-members 1000000
- *   --accounts-sync-every 30 --accounts-window 180 --accounts-parts floor,1,3,backfill
+ *   --accounts-sync-every 30 --accounts-window 180 --accounts-parts floor,1,3,kinds,backfill
  *                                     (issue 35, real time: about fifteen minutes; builds dist/ first)
  *   --webhooks-seconds 5 --webhooks-connections 64
  *   --freshness-seconds 10 --freshness-rate 500
@@ -396,7 +396,7 @@ const USAGE = `usage: npm run bench [-- NAME…] [--quick | --smoke] [flags]
   --memory-speeds budget,full (both: the per-endpoint budget, real time, and no limit)
   --budget-subscribers N (100000; the service's one-minute window: about eight minutes)
   --accounts-n N (20)  --accounts-members N (20000)  --accounts-big-members N (1000000)
-  --accounts-sync-every S (30)  --accounts-window S (180)  --accounts-parts floor,1,3,backfill (all)
+  --accounts-sync-every S (30)  --accounts-window S (180)  --accounts-parts floor,1,3,kinds,backfill (all)
       (issue 35: accounts half legacy, half current, with 1 and 3 replicas; real time, about fifteen minutes)
   --webhooks-seconds N (5)  --webhooks-connections N (64)
   --freshness-seconds N (10)  --freshness-rate N (500)
@@ -742,7 +742,25 @@ const s1 = (ms: number) => Math.round(ms / 100) / 10;
  * deployment's (both), and the delay of the others' scheduled passes during a big backfill.
  */
 function accountsRows(a: AccountsBenchFigures): SummaryRow[] {
-  return [...accountsFloorRows(a), ...accountsDeploymentRows(a), ...accountsBackfillRows(a)];
+  return [...accountsFloorRows(a), ...accountsDeploymentRows(a), ...accountsKindRows(a), ...accountsBackfillRows(a)];
+}
+
+/** Each kind's accounts together, 1 replica: which kind's reading at once the memory over one account's comes from (no goal). */
+function accountsKindRows(a: AccountsBenchFigures): SummaryRow[] {
+  const floor = a.floor;
+  if (!floor) return [];
+  return a.kinds.map((k) =>
+    row({
+      bench: 'accounts',
+      figure: `peak RSS, the ${k.kind} accounts together (${k.accounts}), 1 replica`,
+      value: k.peakRssMb,
+      unit: 'MB',
+      baselineLabel: 'a one-account deployment, the higher kind',
+      baseline: floor.peakRssMb,
+      goals: [],
+      note: `mirrored in ${s1(k.elapsedMs)} s (one ${k.kind} account alone: ${s1(k.aloneMs)} s); for context: which kind's reading at once the memory over one account's comes from`,
+    }),
+  );
 }
 
 /** Each kind alone, for context: the slower one is every deployment's floor. */
