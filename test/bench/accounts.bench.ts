@@ -464,7 +464,9 @@ async function measureDeployments(
 
 /**
  * Each kind's accounts together with 1 replica, against the one-account peak: whether the memory a
- * deployment of every account holds over one account's comes from one kind reading at once.
+ * deployment of every account holds over one account's comes from one kind reading at once. The
+ * simulators keep each key's one-minute budget from run to run: after parts 1 and 3 the legacy
+ * accounts may start with some of theirs spent, so `--parts kinds` alone gives the cleaner figures.
  */
 async function measureKinds(
   accounts: readonly Account[],
