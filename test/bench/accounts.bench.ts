@@ -483,7 +483,7 @@ async function measureKinds(
     kinds.push({ kind: alone.kind, accounts: same.length, elapsedMs: Math.round(run.elapsedMs), aloneMs: alone.elapsedMs, peakRssMb });
     const ratio = (peakRssMb / floor.peakRssMb).toFixed(2);
     log(
-      `accounts: the ${alone.kind} accounts together (${same.length}), 1 replica: ${(run.elapsedMs / 1000).toFixed(1)} s (one alone: ${(alone.elapsedMs / 1000).toFixed(1)} s); ` +
+      `accounts: the ${alone.kind} accounts together (${same.length}), 1 replica: ${seconds(run.elapsedMs)} (one alone: ${seconds(alone.elapsedMs)}); ` +
         `peak RSS ${peakRssMb} MB, ${ratio}× one account's ${floor.peakRssMb} MB`,
     );
     figures.push(
@@ -492,7 +492,7 @@ async function measureKinds(
         peakRssMb,
         'MB',
         floor.peakRssMb,
-        `${ratio}× one account's; mirrored in ${(run.elapsedMs / 1000).toFixed(1)} s (one ${alone.kind} account alone: ${(alone.elapsedMs / 1000).toFixed(1)} s)`,
+        `${ratio}× one account's; mirrored in ${seconds(run.elapsedMs)} (one ${alone.kind} account alone: ${seconds(alone.elapsedMs)})`,
       ),
     );
   }
