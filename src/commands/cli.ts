@@ -30,6 +30,8 @@ commands:
                                        erase a person's personal data from the mirror now (not the service's)
   analysts list|limit ROLE --account A[,B]|unlimit ROLE
                                        which accounts an analyst's login may read
+  accounts list|remove NAME [--yes]    the accounts the database holds; remove one no longer declared,
+                                       with all its rows (without --yes: what it would remove)
   webhooks list|get|register|adopt|update|delete [--account NAME]
                                        manage the service-side webhooks (of one account)
   webhooks replay [--status failed|ignored] [--since DATE] [--account NAME]
@@ -67,6 +69,7 @@ const COMMANDS: Record<string, () => Promise<Command>> = {
   status: async () => (await import('./status.js')).statusCommand,
   erase: async () => (await import('./erase.js')).eraseCommand,
   analysts: async () => (await import('./analysts.js')).analystsCommand,
+  accounts: async () => (await import('./accounts.js')).accountsCommand,
   webhooks: async () => (await import('./webhooks.js')).webhooksCommand,
   simulator: async () => {
     const { runSimulatorCli } = await import('../simulator/cli.js');

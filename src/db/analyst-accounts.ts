@@ -4,6 +4,7 @@
  */
 import type pg from 'pg';
 import { UsageError } from '../ground/usage-error.js';
+import { inTransaction } from './client.js';
 
 /** The group role every analyst login is a member of (migration 0006). */
 export const ANALYST_GROUP = 'subscriber_mirror_analyst';
@@ -63,17 +64,27 @@ async function assertAnalyst(client: pg.PoolClient, role: string): Promise<void>
   }
 }
 
-async function inTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
-  const client = await pool.connect();
-  try {
-    await client.query('begin');
-    const result = await fn(client);
-    await client.query('commit');
-    return result;
-  } catch (error) {
-    await client.query('rollback').catch(() => {});
-    throw error;
-  } finally {
-    client.release();
+/**
+ * Drops the limits naming `account`, which is being removed, on `client`'s transaction. A login whose
+ * only limit it is would be left with none, and a login with none reads every account: that is
+ * refused (a UsageError naming the logins), and the caller's transaction changes nothing. A limit of
+ * a login that no longer exists is dropped with the rest.
+ */
+export async function dropLimitsOn(client: pg.PoolClient, account: string): Promise<void> {
+  const { rows } = await client.query<{ role: string }>(
+    `select a.role from analyst_accounts a
+      where a.account = $1 and exists (select 1 from pg_roles r where r.rolname = a.role)
+        and not exists (select 1 from analyst_accounts o where o.role = a.role and o.account <> $1)
+      order by a.role`,
+    [account],
+  );
+  if (rows.length > 0) {
+    const roles = rows.map((r) => r.role).join(', ');
+    throw new UsageError(
+      `analyst login(s) ${roles} may read account ${account} alone, and without a limit would read every account: ` +
+        `limit them to another account (\`analysts limit ROLE --account NAME\`) or drop the login first; nothing changed`,
+      { printUsage: false },
+    );
   }
+  await client.query(`delete from analyst_accounts where account = $1`, [account]);
 }

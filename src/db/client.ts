@@ -70,3 +70,19 @@ export function openDatabase(url: string, options: DatabaseOptions = {}): Databa
     close: () => pool.end(),
   };
 }
+
+/** Runs `fn` on one client of `pool` in a transaction: committed when it resolves, rolled back when it throws. */
+export async function inTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  const client = await pool.connect();
+  try {
+    await client.query('begin');
+    const result = await fn(client);
+    await client.query('commit');
+    return result;
+  } catch (error) {
+    await client.query('rollback').catch(() => {});
+    throw error;
+  } finally {
+    client.release();
+  }
+}

@@ -50,7 +50,9 @@ export const accounts = pgTable(
  * Which accounts an analyst's login may read (docs/sql.md, "Roles"): a login with rows here reads
  * rows of those accounts only, through every table, view and function (row-level security, migration
  * 0030); a login with none reads every account. Written by `subscriber-mirror analysts`
- * (`src/db/analyst-accounts.ts`) or by the database owner in SQL.
+ * (`src/db/analyst-accounts.ts`) or by the database owner in SQL. Its reference to the account does
+ * not cascade: a limit that vanished with its account would leave a login limited to that account
+ * alone reading every account, so the database refuses to remove an account someone is limited to.
  */
 export const analystAccounts = pgTable(
   'analyst_accounts',
@@ -68,13 +70,15 @@ export const analystAccounts = pgTable(
  * The account column of every mirrored table. Its default is the session's account
  * (`mirror_account()`, migration 0029): the service opens one connection pool per account, each
  * connection scoped to its account, so a write can only land in the account it serves, and a session
- * without an account fails loudly instead of guessing.
+ * without an account fails loudly instead of guessing. Removing an account removes its rows with it
+ * (`accounts remove`, docs/operations.md): a table added later is covered by being declared here,
+ * not by a list someone must remember to extend. Analysts' limits are not: see `analystAccounts`.
  */
 const accountColumn = () =>
   text('account')
     .notNull()
     .default(sql`mirror_account()`)
-    .references(() => accounts.name);
+    .references(() => accounts.name, { onDelete: 'cascade' });
 
 export const SUBSCRIBER_TYPES = ['active', 'unsubscribed', 'bounced', 'junk', 'unconfirmed'] as const;
 export type SubscriberType = (typeof SUBSCRIBER_TYPES)[number];

@@ -1,0 +1,216 @@
+/**
+ * Removing an account (docs/operations.md, "Removing an account"): `accounts remove NAME --yes`
+ * deletes an account the settings no longer declare with every row keyed by it, in every table,
+ * and its Redis keys; the other accounts keep every row and key. Refusals change nothing.
+ */
+import { Worker } from 'bullmq';
+import { Redis } from 'ioredis';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { accountRedisPrefix } from '../../src/config.js';
+import { accountRows, declareAccounts, listAccounts, removeAccount } from '../../src/db/accounts.js';
+import { limitAnalyst, listAnalystLimits, unlimitAnalyst } from '../../src/db/analyst-accounts.js';
+import { openDatabase, type Database } from '../../src/db/client.js';
+import { SYNC_QUEUE } from '../../src/sync/schedule.js';
+import { populateAccount } from '../helpers/account-rows.js';
+import { runCli } from '../helpers/cli.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+import { deleteInstallKeys, redisUrl, uniquePrefix } from '../helpers/redis.js';
+
+let db: TestDatabase;
+const pools: Database[] = [];
+const prefix = uniquePrefix('accounts-remove');
+const suffix = `${process.pid}_${Math.random().toString(36).slice(2, 8)}`;
+const ANALYST = `sm_rm_analyst_${suffix}`;
+
+/** Rows per table of every account (the tables whose reference to `accounts` cascades). */
+async function rowsByAccount(): Promise<Record<string, Record<string, number>>> {
+  const result: Record<string, Record<string, number>> = {};
+  for (const account of await listAccounts(db.pool)) {
+    result[account] = Object.fromEntries((await accountRows(db.pool, account)).map((t) => [t.table, t.rows]));
+  }
+  return result;
+}
+
+/** Declares `account` and fills every table with a row of it. */
+async function addAccount(account: string): Promise<void> {
+  await declareAccounts(db.pool, [account]);
+  const database = openDatabase(db.url, { max: 2, account });
+  pools.push(database);
+  await populateAccount(database.pool, account);
+}
+
+/** The accounts' keys as the worker writes them: its queue's and locks under its prefix, its budgets under `b_`. */
+async function writeKeys(redis: Redis, declared: string[], account: string): Promise<string[]> {
+  const at = accountRedisPrefix(prefix, declared, account);
+  const keys = [`${at}:${SYNC_QUEUE}:meta`, `${at}:pass-wanted:g10:active`, `b_${at}:legacy_settings`];
+  for (const key of keys) await redis.set(key, '1');
+  return keys;
+}
+
+const cli = (args: string[], accounts: string) =>
+  runCli(
+    ['accounts', ...args],
+    { DATABASE_URL: db.url, REDIS_URL: redisUrl(), REDIS_PREFIX: prefix, ACCOUNTS: accounts },
+    { timeoutMs: 60_000 },
+  );
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  await populateAccount(db.pool, 'default');
+  for (const account of ['shop', 'shop_eu', 'brand']) await addAccount(account);
+  await db.pool.query(`create role ${ANALYST} login in role subscriber_mirror_analyst`);
+}, 60_000);
+
+afterAll(async () => {
+  for (const database of pools) await database.close();
+  await deleteInstallKeys(prefix);
+  await db?.drop();
+  const admin = new pg.Client({ connectionString: db.url.replace(/\/[^/?]+(\?|$)/, '/postgres$1') });
+  await admin.connect();
+  await admin.query(`drop role if exists ${ANALYST}`).catch(() => {});
+  await admin.end();
+});
+
+describe('removeAccount', () => {
+  it('removes every row of the account in every table, and no row of another account', async () => {
+    const before = await rowsByAccount();
+    // Not vacuous: the account has a row in every table the removal covers.
+    expect(Object.entries(before['brand'] ?? {}).filter(([, n]) => n === 0)).toEqual([]);
+    expect(Object.keys(before['brand'] ?? {})).toEqual(
+      expect.arrayContaining(['subscribers', 'subscriber_versions_past', 'group_members', 'webhook_deliveries', 'sync_passes', 'erasures']),
+    );
+
+    const removed = await removeAccount(db.pool, 'brand');
+
+    expect(Object.fromEntries(removed.map((t) => [t.table, t.rows]))).toEqual(before['brand']);
+    const after = await rowsByAccount();
+    expect(after['brand']).toBeUndefined();
+    expect(await listAccounts(db.pool)).toEqual(['default', 'shop', 'shop_eu']);
+    for (const account of ['default', 'shop', 'shop_eu']) expect(after[account], account).toEqual(before[account]);
+    // Nothing of it is left in any table or view with an account column, however it was reached.
+    const { rows } = await db.pool.query<{ relation: string }>(
+      `select table_name as relation from information_schema.columns where table_schema = 'public' and column_name = 'account' order by 1`,
+    );
+    for (const { relation } of rows) {
+      const { rows: left } = await db.pool.query<{ n: number }>(`select count(*)::int as n from ${relation} where account = 'brand'`);
+      expect(left[0]?.n, relation).toBe(0);
+    }
+    await addAccount('brand');
+  });
+
+  it('refuses an account an analyst may read alone, and changes nothing; a wider limit only narrows', async () => {
+    await limitAnalyst(db.pool, ANALYST, ['brand']);
+    const before = await rowsByAccount();
+    await expect(removeAccount(db.pool, 'brand')).rejects.toThrow(
+      new RegExp(`analyst login\\(s\\) ${ANALYST} may read account brand alone`),
+    );
+    expect(await rowsByAccount()).toEqual(before);
+    // The database holds the same line itself: a limit never vanishes with its account.
+    await expect(db.pool.query(`delete from accounts where name = 'brand'`)).rejects.toThrow(/analyst_accounts/);
+
+    await limitAnalyst(db.pool, ANALYST, ['brand', 'shop']);
+    await removeAccount(db.pool, 'brand');
+    expect(await listAnalystLimits(db.pool)).toEqual([{ role: ANALYST, accounts: ['shop'] }]);
+    await unlimitAnalyst(db.pool, ANALYST);
+    await addAccount('brand');
+  });
+
+  it('refuses an account the database does not hold', async () => {
+    await expect(removeAccount(db.pool, 'nosuch')).rejects.toThrow(
+      /the database holds no account nosuch \(it holds: brand, default, shop, shop_eu\); nothing changed/,
+    );
+  });
+});
+
+describe('subscriber-mirror accounts', () => {
+  it('lists the accounts the database holds, and which the settings declare', async () => {
+    const run = await cli(['list'], 'default,shop,shop_eu,fresh');
+    expect(run.code, run.stderr).toBe(0);
+    expect(run.stdout).toBe(
+      [
+        'ACCOUNT  DECLARED                               SUBSCRIBERS',
+        'brand    no (accounts remove removes it)        1',
+        'default  yes                                    1',
+        'shop     yes                                    1',
+        'shop_eu  yes                                    1',
+        'fresh    yes (a worker adds it when it starts)  -',
+        '',
+      ].join('\n'),
+    );
+  }, 60_000);
+
+  it('refuses a declared account, an unknown one, a bad name and bad usage; nothing changes', async () => {
+    const before = await rowsByAccount();
+    const cases: Array<{ args: string[]; message: RegExp }> = [
+      {
+        args: ['remove', 'shop', '--yes'],
+        message: /account shop is still declared \(ACCOUNTS\): take it out of the settings and restart the workers first; nothing changed/,
+      },
+      {
+        args: ['remove', 'nosuch', '--yes'],
+        message: /the database holds no account nosuch \(it holds: brand, default, shop, shop_eu\); nothing changed/,
+      },
+      { args: ['remove', 'Shop!', '--yes'], message: /accounts remove: invalid account name "Shop!"/ },
+      { args: ['remove'], message: /usage: subscriber-mirror accounts list \| remove NAME \[--yes\]/ },
+      { args: ['list', '--yes'], message: /usage: subscriber-mirror accounts/ },
+      { args: ['drop', 'brand'], message: /usage: subscriber-mirror accounts/ },
+    ];
+    for (const { args, message } of cases) {
+      const run = await cli(args, 'default,shop');
+      expect(run.code, args.join(' ')).toBe(2);
+      expect(run.stderr, args.join(' ')).toMatch(message);
+    }
+    expect(await rowsByAccount()).toEqual(before);
+  }, 120_000);
+
+  it('refuses while a worker still serves the account (its settings not reloaded)', async () => {
+    const worker = new Worker(SYNC_QUEUE, async () => undefined, {
+      connection: { url: redisUrl() },
+      prefix: accountRedisPrefix(prefix, ['default'], 'brand'),
+    });
+    try {
+      await worker.waitUntilReady();
+      const before = await rowsByAccount();
+      const run = await cli(['remove', 'brand', '--yes'], 'default,shop,shop_eu');
+      expect(run.code).toBe(2);
+      expect(run.stderr).toMatch(
+        /a worker still serves account brand \(1 connected to its queue\): restart the workers with the new settings first; nothing changed/,
+      );
+      expect(await rowsByAccount()).toEqual(before);
+    } finally {
+      await worker.close();
+    }
+  }, 60_000);
+
+  it('says what it would remove without --yes, then removes the rows and the Redis keys of that account alone', async () => {
+    const redis = new Redis(redisUrl());
+    try {
+      const declared = ['default', 'shop', 'shop_eu'];
+      const gone = await writeKeys(redis, declared, 'shop');
+      // shop_eu's prefix starts like shop's; the first declared account's is the bare prefix.
+      const kept = [...(await writeKeys(redis, declared, 'shop_eu')), ...(await writeKeys(redis, declared, 'default'))];
+      const before = await rowsByAccount();
+
+      const dry = await cli(['remove', 'shop'], 'default,shop_eu');
+      expect(dry.code, dry.stderr).toBe(0);
+      expect(dry.stdout).toMatch(/^account shop holds:\n {2}audit_results +1\n/);
+      expect(dry.stdout).toMatch(
+        / {2}subscribers +1\n[\s\S]*nothing removed: run again with --yes to remove the account and these rows\n$/,
+      );
+      expect(await rowsByAccount()).toEqual(before);
+      expect(await redis.exists(...gone)).toBe(gone.length);
+
+      const run = await cli(['remove', 'shop', '--yes'], 'default,shop_eu');
+      expect(run.code, run.stderr).toBe(0);
+      expect(run.stdout).toMatch(/^removed account shop:\n[\s\S]* {2}subscribers +1\n[\s\S]* {2}Redis keys +3 \(under /);
+      const after = await rowsByAccount();
+      expect(after['shop']).toBeUndefined();
+      for (const account of ['default', 'shop_eu', 'brand']) expect(after[account], account).toEqual(before[account]);
+      expect(await redis.exists(...gone)).toBe(0);
+      expect(await redis.exists(...kept)).toBe(kept.length);
+    } finally {
+      redis.disconnect();
+    }
+  }, 120_000);
+});
