@@ -12,7 +12,7 @@
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { accountRedisPrefix, loadConfig, type Config } from '../config.js';
-import { accountRows, accountSubscribers, listAccounts, removeAccount, type TableRows } from '../db/accounts.js';
+import { accountRows, accountSubscribers, listAccounts, noSuchAccount, removeAccount, type TableRows } from '../db/accounts.js';
 import { checkedAccountName, openDatabase } from '../db/client.js';
 import { printable } from '../ground/terminal.js';
 import { UsageError } from '../ground/usage-error.js';
@@ -82,11 +82,7 @@ async function removeCommand(pool: Pool, config: Config, account: string, yes: b
     );
   }
   const held = await listAccounts(pool);
-  if (!held.includes(account)) {
-    throw new UsageError(`the database holds no account ${account} (it holds: ${held.join(', ') || 'none'}); nothing changed`, {
-      printUsage: false,
-    });
-  }
+  if (!held.includes(account)) throw noSuchAccount(account, held);
   const prefix = accountRedisPrefix(
     config.redisPrefix,
     config.accounts.map((a) => a.name),
@@ -111,14 +107,17 @@ async function removeCommand(pool: Pool, config: Config, account: string, yes: b
           `${prefix}: and b_${prefix}: (${String(error)}); nothing serves them, and redis-cli --scan --pattern '${prefix}:*' lists them`,
       );
     });
-    out(`  Redis keys            ${keys} (under ${prefix}: and b_${prefix}:)\n`);
+    out(`and ${keys} Redis keys (under ${prefix}: and b_${prefix}:)\n`);
     return 0;
   } finally {
     redis.disconnect();
   }
 }
 
-/** A worker with the old settings still runs the account's sync worker: it would write again. */
+/**
+ * A worker with the old settings still runs the account's sync worker: it would write again. An
+ * account that only took webhooks has no sync worker, so this cannot see its worker (docs say so).
+ */
 async function refuseWhileServed(config: Config, prefix: string, account: string): Promise<void> {
   const queue = createSyncQueue({ url: config.redisUrl, maxRetriesPerRequest: 1 }, prefix);
   try {

@@ -25,6 +25,13 @@ export async function listAccounts(db: Queryable): Promise<string[]> {
   return rows.map((r) => r.name);
 }
 
+/** The refusal of an account the table does not hold, naming those it holds (exit 2: nothing changes). */
+export function noSuchAccount(account: string, held: readonly string[]): UsageError {
+  return new UsageError(`the database holds no account ${account} (it holds: ${held.join(', ') || 'none'}); nothing changed`, {
+    printUsage: false,
+  });
+}
+
 /** The accounts the table holds, each with its subscribers (deleted ones included: they are rows it holds). */
 export async function accountSubscribers(db: Queryable): Promise<Array<{ name: string; subscribers: number }>> {
   const { rows } = await db.query<{ name: string; subscribers: string }>(
@@ -69,12 +76,7 @@ export async function removeAccount(pool: pg.Pool, account: string): Promise<Tab
   checkedAccountName(account);
   return inTransaction(pool, async (client) => {
     const { rowCount } = await client.query(`select 1 from accounts where name = $1 for update`, [account]);
-    if (!rowCount) {
-      const names = await listAccounts(client);
-      throw new UsageError(`the database holds no account ${account} (it holds: ${names.join(', ') || 'none'}); nothing changed`, {
-        printUsage: false,
-      });
-    }
+    if (!rowCount) throw noSuchAccount(account, await listAccounts(client));
     const removed = await accountRows(client, account);
     await dropLimitsOn(client, account);
     await client.query(`delete from accounts where name = $1`, [account]);

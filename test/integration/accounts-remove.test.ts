@@ -203,7 +203,7 @@ describe('subscriber-mirror accounts', () => {
 
       const run = await cli(['remove', 'shop', '--yes'], 'default,shop_eu');
       expect(run.code, run.stderr).toBe(0);
-      expect(run.stdout).toMatch(/^removed account shop:\n[\s\S]* {2}subscribers +1\n[\s\S]* {2}Redis keys +3 \(under /);
+      expect(run.stdout).toMatch(/^removed account shop:\n[\s\S]* {2}subscribers +1\n[\s\S]*\nand 3 Redis keys \(under /);
       const after = await rowsByAccount();
       expect(after['shop']).toBeUndefined();
       for (const account of ['default', 'shop_eu', 'brand']) expect(after[account], account).toEqual(before[account]);
