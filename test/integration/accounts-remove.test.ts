@@ -116,6 +116,40 @@ describe('removeAccount', () => {
     await addAccount('brand');
   });
 
+  it('a write of the account waits for the removal, then fails; one committed before it is removed with the rest', async () => {
+    await addAccount('late');
+    const late = openDatabase(db.url, { max: 2, account: 'late' });
+    try {
+      // Committed while the removal waits for the account's row: counted and removed.
+      const early = await late.pool.connect();
+      await early.query('begin');
+      await early.query(`insert into groups (id, name) values ('11', 'written before')`);
+      const removing = removeAccount(db.pool, 'late');
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      await early.query('commit');
+      early.release();
+      const removed = await removing;
+      expect(removed.find((t) => t.table === 'groups')?.rows).toBe(2);
+
+      // Started while the removal holds the row: waits, then fails; nothing of the account is left.
+      // removeAccount's own statements, by hand, to hold its transaction open at that point.
+      await addAccount('late');
+      const holder = await db.pool.connect();
+      await holder.query('begin');
+      await holder.query(`select 1 from accounts where name = 'late' for update`);
+      const writing = late.pool.query(`insert into groups (id, name) values ('12', 'written during')`);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      await holder.query(`delete from accounts where name = 'late'`);
+      await holder.query('commit');
+      holder.release();
+      await expect(writing).rejects.toThrow(/violates foreign key constraint/);
+      const { rows } = await db.pool.query<{ n: number }>(`select count(*)::int as n from groups where account = 'late'`);
+      expect(rows[0]?.n).toBe(0);
+    } finally {
+      await late.close();
+    }
+  });
+
   it('refuses an account the database does not hold', async () => {
     await expect(removeAccount(db.pool, 'nosuch')).rejects.toThrow(
       /the database holds no account nosuch \(it holds: brand, default, shop, shop_eu\); nothing changed/,
