@@ -11,6 +11,7 @@
  */
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
+import type pg from 'pg';
 import { accountRedisPrefix, loadConfig, type Config } from '../config.js';
 import { accountRows, accountSubscribers, listAccounts, noSuchAccount, removeAccount, type TableRows } from '../db/accounts.js';
 import { checkedAccountName, openDatabase } from '../db/client.js';
@@ -57,9 +58,7 @@ export const accountsCommand: Command = async (args) => {
   }
 };
 
-type Pool = ReturnType<typeof openDatabase>['pool'];
-
-async function listCommand(pool: Pool, config: Config): Promise<number> {
+async function listCommand(pool: pg.Pool, config: Config): Promise<number> {
   const declared = config.accounts.map((a) => a.name);
   const held = await accountSubscribers(pool);
   const rows = [
@@ -74,7 +73,7 @@ async function listCommand(pool: Pool, config: Config): Promise<number> {
   return 0;
 }
 
-async function removeCommand(pool: Pool, config: Config, account: string, yes: boolean): Promise<number> {
+async function removeCommand(pool: pg.Pool, config: Config, account: string, yes: boolean): Promise<number> {
   if (config.accounts.some((a) => a.name === account)) {
     throw new UsageError(
       `account ${account} is still declared (ACCOUNTS): take it out of the settings and restart the workers first; nothing changed`,
