@@ -10,6 +10,7 @@
  * one an analyst may read alone.
  */
 import { parseArgs } from 'node:util';
+import { QueueGetters, type KeyPrefixOptions, type QueueBaseOptions } from 'bullmq';
 import { Redis } from 'ioredis';
 import type pg from 'pg';
 import { accountRedisPrefix, loadConfig, type Config } from '../config.js';
@@ -17,7 +18,7 @@ import { accountRows, accountSubscribers, listAccounts, noSuchAccount, removeAcc
 import { checkedAccountName, openDatabase } from '../db/client.js';
 import { printable } from '../ground/terminal.js';
 import { UsageError } from '../ground/usage-error.js';
-import { createSyncQueue } from '../sync/schedule.js';
+import { SYNC_QUEUE } from '../sync/schedule.js';
 import type { Command } from './args.js';
 
 const USAGE = 'usage: subscriber-mirror accounts list | remove NAME [--yes]';
@@ -118,7 +119,10 @@ async function removeCommand(pool: pg.Pool, config: Config, account: string, yes
  * account that only took webhooks has no sync worker, so this cannot see its worker (docs say so).
  */
 async function refuseWhileServed(config: Config, prefix: string, account: string): Promise<void> {
-  const queue = createSyncQueue({ url: config.redisUrl, maxRetriesPerRequest: 1 }, prefix);
+  // The getters, not a Queue: a Queue writes its meta key when it opens, and a dry run or a refusal changes nothing.
+  // QueueGetters' options type leaves out the prefix its base class reads, as a Queue's has it.
+  const options: QueueBaseOptions & KeyPrefixOptions = { connection: { url: config.redisUrl, maxRetriesPerRequest: 1 }, prefix };
+  const queue = new QueueGetters(SYNC_QUEUE, options);
   try {
     const workers = await queue.getWorkersCount();
     if (workers > 0) {

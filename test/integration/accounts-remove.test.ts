@@ -43,7 +43,7 @@ async function addAccount(account: string): Promise<void> {
 /** The accounts' keys as the worker writes them: its queue's and locks under its prefix, its budgets under `b_`. */
 async function writeKeys(redis: Redis, declared: string[], account: string): Promise<string[]> {
   const at = accountRedisPrefix(prefix, declared, account);
-  const keys = [`${at}:${SYNC_QUEUE}:meta`, `${at}:pass-wanted:g10:active`, `b_${at}:legacy_settings`];
+  const keys = [`${at}:${SYNC_QUEUE}:id`, `${at}:pass-wanted:g10:active`, `b_${at}:legacy_settings`];
   for (const key of keys) await redis.set(key, '1');
   return keys;
 }
@@ -226,8 +226,11 @@ describe('subscriber-mirror accounts', () => {
       const kept = [...(await writeKeys(redis, declared, 'shop_eu')), ...(await writeKeys(redis, declared, 'default'))];
       const before = await rowsByAccount();
 
+      const keysBefore = (await redis.keys(`*${prefix}*`)).sort();
       const dry = await cli(['remove', 'shop'], 'default,shop_eu');
       expect(dry.code, dry.stderr).toBe(0);
+      // Not a key written either (a BullMQ Queue would write its meta key when it opens).
+      expect((await redis.keys(`*${prefix}*`)).sort()).toEqual(keysBefore);
       expect(dry.stdout).toMatch(/^account shop holds:\n {2}audit_results +1\n/);
       expect(dry.stdout).toMatch(
         / {2}subscribers +1\n[\s\S]*nothing removed: run again with --yes to remove the account and these rows\n$/,
