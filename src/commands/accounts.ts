@@ -88,16 +88,16 @@ async function removeCommand(pool: pg.Pool, config: Config, account: string, yes
     config.accounts.map((a) => a.name),
     account,
   );
+  await refuseWhileServed(config, prefix, account);
+  if (!yes) {
+    const rows = await accountRows(pool, account);
+    out(`account ${account} holds:\n${tableLines(rows)}nothing removed: run again with --yes to remove the account and these rows\n`);
+    return 0;
+  }
   const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1, lazyConnect: true });
   // Its failures reach the caller through the commands that meet them; unhandled, ioredis prints them raw.
   redis.on('error', () => {});
   try {
-    await refuseWhileServed(config, prefix, account);
-    if (!yes) {
-      const rows = await accountRows(pool, account);
-      out(`account ${account} holds:\n${tableLines(rows)}nothing removed: run again with --yes to remove the account and these rows\n`);
-      return 0;
-    }
     const removed = await removeAccount(pool, account);
     out(`removed account ${account}:\n${tableLines(removed)}`);
     const keys = await removeAccountKeys(redis, prefix).catch((error: unknown) => {
