@@ -683,6 +683,11 @@ export interface AccountConfig extends AccountParts {
  * loaded, any other through {@link accountConfig}. `accounts` holds every declared account, in order.
  */
 export type Config = Omit<Settled, 'accounts'> & {
+  /**
+   * REDIS_PREFIX itself: the deployment's own keys (admin sessions) and connection names. An
+   * account's keys are under its `redisPrefix` ({@link accountRedisPrefix}).
+   */
+  redisNamespace: string;
   /** The account the per-account fields are of. */
   account: string;
   /** Every declared account, in ACCOUNTS' order; at least one. */
@@ -691,20 +696,21 @@ export type Config = Omit<Settled, 'accounts'> & {
 
 /**
  * The namespace of account `account`'s Redis keys (its queue, schedulers, locks, rate budgets, auth
- * pause), so that no two accounts share one: the first declared account keeps REDIS_PREFIX itself,
- * so that an install upgraded from one account keeps its schedulers, learned budgets and locks; any
- * other's is `<REDIS_PREFIX>:account:<name>`. No key of the first account starts with `account:`
- * after the prefix, so the namespaces cannot overlap.
+ * pause), so that no two accounts share one. Account `default` keeps REDIS_PREFIX itself, so that an
+ * install upgraded from one account keeps its schedulers, learned budgets and locks; any other's is
+ * `<REDIS_PREFIX>:account:<name>`. By name, not by place in ACCOUNTS: reordering the accounts hands
+ * no account another's queue or budgets. No key of `default` starts with `account:` after the prefix,
+ * so the namespaces cannot overlap.
  */
-export function accountRedisPrefix(redisPrefix: string, declared: readonly string[], account: string): string {
-  return declared[0] === account ? redisPrefix : `${redisPrefix}:account:${account}`;
+export function accountRedisPrefix(redisPrefix: string, account: string): string {
+  return account === DEFAULT_ACCOUNT ? redisPrefix : `${redisPrefix}:account:${account}`;
 }
 
-function accountOf(name: string, c: Settled, declared: readonly string[]): AccountConfig {
+function accountOf(name: string, c: Settled): AccountConfig {
   const { source, reconciles, groups, types } = c.sync;
   return {
     name,
-    redisPrefix: accountRedisPrefix(c.redisPrefix, declared, name),
+    redisPrefix: accountRedisPrefix(c.redisPrefix, name),
     legacy: c.legacy,
     currentApi: c.currentApi,
     webhooksApi: c.webhooksApi,
@@ -752,7 +758,14 @@ function parseEnvironment(env: NodeJS.ProcessEnv, report: Report): Config | unde
   );
   if (reported.size > 0) return undefined;
   const { accounts: _names, ...settings } = first.values;
-  return { ...settings, account: first.account, accounts: settled.map((p) => accountOf(p.account, p.values, names)) };
+  // The per-account fields are the first account's, its Redis prefix too; REDIS_PREFIX itself stays as the deployment's.
+  return {
+    ...settings,
+    redisPrefix: accountRedisPrefix(settings.redisPrefix, first.account),
+    redisNamespace: settings.redisPrefix,
+    account: first.account,
+    accounts: settled.map((p) => accountOf(p.account, p.values)),
+  };
 }
 
 /**

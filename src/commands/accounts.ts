@@ -83,23 +83,29 @@ async function removeCommand(pool: pg.Pool, config: Config, account: string, yes
   }
   const held = await listAccounts(pool);
   if (!held.includes(account)) throw noSuchAccount(account, held);
-  const prefix = accountRedisPrefix(
-    config.redisPrefix,
-    config.accounts.map((a) => a.name),
-    account,
-  );
+  const prefix = accountRedisPrefix(config.redisNamespace, account);
   await refuseWhileServed(config, prefix, account);
   if (!yes) {
     const rows = await accountRows(pool, account);
     out(`account ${account} holds:\n${tableLines(rows)}nothing removed: run again with --yes to remove the account and these rows\n`);
     return 0;
   }
+  const removed = await removeAccount(pool, account);
+  out(`removed account ${account}:\n${tableLines(removed)}`);
+  out(await removeKeysOf(config, account, prefix));
+  return 0;
+}
+
+/** Removes the Redis keys of a removed account; what it did, as a line. */
+async function removeKeysOf(config: Config, account: string, prefix: string): Promise<string> {
+  // Account `default`'s are under REDIS_PREFIX itself, beside the deployment's own keys and every other account's namespace.
+  if (prefix === config.redisNamespace) {
+    return `its Redis keys (its queue and budgets, no personal data) are under ${prefix}: beside the deployment's own, so they stay; nothing serves them\n`;
+  }
   const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1, lazyConnect: true });
   // Its failures reach the caller through the commands that meet them; unhandled, ioredis prints them raw.
   redis.on('error', () => {});
   try {
-    const removed = await removeAccount(pool, account);
-    out(`removed account ${account}:\n${tableLines(removed)}`);
     const keys = await removeAccountKeys(redis, prefix).catch((error: unknown) => {
       // The rows are gone, so running the command again would find no account: say what is left.
       throw new Error(
@@ -107,8 +113,7 @@ async function removeCommand(pool: pg.Pool, config: Config, account: string, yes
           `${prefix}: and b_${prefix}: (${String(error)}); nothing serves them, and redis-cli --scan --pattern '${prefix}:*' lists them`,
       );
     });
-    out(`and ${keys} Redis keys (under ${prefix}: and b_${prefix}:)\n`);
-    return 0;
+    return `and ${keys} Redis keys (under ${prefix}: and b_${prefix}:)\n`;
   } finally {
     redis.disconnect();
   }

@@ -166,7 +166,7 @@ async function registerAdmin(
     ...(config.sync.reconciles ? {} : { notice: NOTHING_RECONCILES }),
     // Every account on the status page and /admin/status, each with its own pause and budgets.
     statusSources: statusSources(config, deps.redis),
-    sessions: createSessionStore(deps.redis, { prefix: config.redisPrefix, token }),
+    sessions: createSessionStore(deps.redis, { prefix: config.redisNamespace, token }),
     logger: deps.log,
     metrics: deps.metrics,
     cookieInsecure: config.adminCookieInsecure,

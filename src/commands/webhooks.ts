@@ -62,7 +62,7 @@ export const WEBHOOKS_USAGE = `usage: subscriber-mirror webhooks <subcommand> [o
   delete ID                          delete a webhook upstream and forget its secret
 
 --account NAME: the account to manage (needed when ACCOUNTS declares several). register gives the
-service --url for the first account, --url followed by /NAME for any other (where the receiver
+service --url for account default, --url followed by /NAME for any other (where the receiver
 takes NAME's deliveries).
 needs MAILER_WEBHOOKS_URL and MAILER_WEBHOOKS_TOKEN (the account's, ACCOUNT_<NAME>__MAILER_WEBHOOKS_…).`;
 

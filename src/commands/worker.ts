@@ -60,7 +60,7 @@ export function connectRedis(config: Config): Redis {
  * account); until the first of them is created, one here keeps ioredis from printing them raw.
  */
 function queueConnection(config: Config): Redis {
-  const connection = new Redis(config.redisUrl, { maxRetriesPerRequest: null, connectionName: `${config.redisPrefix}:queues` });
+  const connection = new Redis(config.redisUrl, { maxRetriesPerRequest: null, connectionName: `${config.redisNamespace}:queues` });
   connection.on('error', () => {});
   return connection;
 }
@@ -141,7 +141,7 @@ export async function startWorkerParts(
     connection: queueConnection(config),
     limiterConnections: createLimiterConnections({
       redisUrl: config.redisUrl,
-      redisOptions: { connectionName: `${config.redisPrefix}:limiters` },
+      redisOptions: { connectionName: `${config.redisNamespace}:limiters` },
       onError: throttledWarn(log, 'limiter connection error'),
     }),
     pageGate: createPageGate(PAGES_IN_MEMORY),

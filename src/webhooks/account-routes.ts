@@ -1,10 +1,12 @@
 /**
  * Where each account's deliveries arrive (docs/operations.md, "Several accounts"): account `NAME` at
- * `WEBHOOK_PATH/NAME`, and the first declared account also at `WEBHOOK_PATH` itself, the URL every
- * install registered before it had accounts. One receiver serves them all (receiver.ts): one pool,
- * one inbox writer, one secret cache, whatever the number of accounts.
+ * `WEBHOOK_PATH/NAME`, and account `default` also at `WEBHOOK_PATH` itself, the URL every install
+ * registered before it had accounts. By name, not by place in ACCOUNTS: reordering the accounts
+ * sends no account's deliveries to another's secrets. One receiver serves them all (receiver.ts):
+ * one pool, one inbox writer, one secret cache, whatever the number of accounts.
  */
 import type { FastifyInstance } from 'fastify';
+import { DEFAULT_ACCOUNT } from '../config.js';
 import { registerWebhookRoutes, type ReceiverOptions, type ReceiverRoute, type WebhookRoute } from './receiver.js';
 
 /** What the routes are built from: Config has these fields (the commands pass it). */
@@ -20,17 +22,17 @@ export function accountWebhookPath(webhookPath: string, account: string): string
   return `${webhookPath.replace(/\/+$/, '')}/${account}`;
 }
 
-/** Every route of the declared accounts, the first account's bare `WEBHOOK_PATH` first. */
+/** Every route of the declared accounts, account `default`'s bare `WEBHOOK_PATH` first when it is declared. */
 export function accountRoutes(settings: Pick<AccountRouteSettings, 'webhookPath' | 'accounts'>): ReceiverRoute[] {
-  const [first] = settings.accounts;
-  if (first === undefined) throw new TypeError('no account is declared');
+  if (settings.accounts.length === 0) throw new TypeError('no account is declared');
   const routeOf = (account: AccountRouteSettings['accounts'][number], path: string): ReceiverRoute => ({
     path,
     account: account.name,
     secrets: () => account.webhookSecrets,
   });
+  const bare = settings.accounts.find((account) => account.name === DEFAULT_ACCOUNT);
   return [
-    routeOf(first, settings.webhookPath),
+    ...(bare ? [routeOf(bare, settings.webhookPath)] : []),
     ...settings.accounts.map((account) => routeOf(account, accountWebhookPath(settings.webhookPath, account.name))),
   ];
 }
@@ -57,11 +59,11 @@ export function registerAccountRoutes(
 
 /**
  * The URL `webhooks register` gives the service for account `account`: `url` is the receiver's (public
- * URL + WEBHOOK_PATH, as a single-account install registers it), kept as it is for the first account
+ * URL + WEBHOOK_PATH, as a single-account install registers it), kept as it is for account `default`
  * and followed by `/<account>` for any other, unless it already ends with that account's path.
  */
-export function accountWebhookUrl(url: string, account: string, settings: Pick<AccountRouteSettings, 'webhookPath' | 'accounts'>): string {
-  if (settings.accounts[0]?.name === account) return url;
+export function accountWebhookUrl(url: string, account: string, settings: Pick<AccountRouteSettings, 'webhookPath'>): string {
+  if (account === DEFAULT_ACCOUNT) return url;
   const parsed = new URL(url);
   const path = parsed.pathname.replace(/\/+$/, '');
   if (path.endsWith(accountWebhookPath(settings.webhookPath, account))) return url;

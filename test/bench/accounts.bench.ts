@@ -298,9 +298,9 @@ async function scheduledDelays(pool: pg.Pool, accounts: readonly Account[], from
 /**
  * The big account's first full pass (a backfill: nothing of it mirrored yet) while the others tick.
  * A replica serving the others alone mirrors them, then they tick for `windowMs` (the baseline: the
- * delays their own budgets and passes make); then a replica serving every account (the others
- * first, so the first account keeps its Redis prefix) starts the backfill, and for another
- * `windowMs` their scheduled passes are timed again. Full passes stay on a daily schedule
+ * delays their own budgets and passes make); then a replica serving every account starts the
+ * backfill (an account's Redis prefix follows its name: adding one changes no other's), and for
+ * another `windowMs` their scheduled passes are timed again. Full passes stay on a daily schedule
  * (RECONCILE_EVERY=24h): what ticks is the incremental passes. A first run that started every
  * account at once timed the others' own first mirror (a current account's takes 107 s of its
  * budget) as delays the backfill caused.

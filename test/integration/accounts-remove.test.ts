@@ -41,8 +41,8 @@ async function addAccount(account: string): Promise<void> {
 }
 
 /** The accounts' keys as the worker writes them: its queue's and locks under its prefix, its budgets under `b_`. */
-async function writeKeys(redis: Redis, declared: string[], account: string): Promise<string[]> {
-  const at = accountRedisPrefix(prefix, declared, account);
+async function writeKeys(redis: Redis, account: string): Promise<string[]> {
+  const at = accountRedisPrefix(prefix, account);
   const keys = [`${at}:${SYNC_QUEUE}:id`, `${at}:pass-wanted:g10:active`, `b_${at}:legacy_settings`];
   for (const key of keys) await redis.set(key, '1');
   return keys;
@@ -206,7 +206,7 @@ describe('subscriber-mirror accounts', () => {
   it('refuses while a worker still serves the account (its settings not reloaded)', async () => {
     const worker = new Worker(SYNC_QUEUE, async () => undefined, {
       connection: { url: redisUrl() },
-      prefix: accountRedisPrefix(prefix, ['default'], 'brand'),
+      prefix: accountRedisPrefix(prefix, 'brand'),
     });
     try {
       await worker.waitUntilReady();
@@ -225,10 +225,9 @@ describe('subscriber-mirror accounts', () => {
   it('says what it would remove without --yes, then removes the rows and the Redis keys of that account alone', async () => {
     const redis = new Redis(redisUrl());
     try {
-      const declared = ['default', 'shop', 'shop_eu'];
-      const gone = await writeKeys(redis, declared, 'shop');
-      // shop_eu's prefix starts like shop's; the first declared account's is the bare prefix.
-      const kept = [...(await writeKeys(redis, declared, 'shop_eu')), ...(await writeKeys(redis, declared, 'default'))];
+      const gone = await writeKeys(redis, 'shop');
+      // shop_eu's prefix starts like shop's; account default's is the bare prefix.
+      const kept = [...(await writeKeys(redis, 'shop_eu')), ...(await writeKeys(redis, 'default'))];
       const before = await rowsByAccount();
 
       const keysBefore = (await redis.keys(`*${prefix}*`)).sort();
@@ -251,6 +250,30 @@ describe('subscriber-mirror accounts', () => {
       for (const account of ['default', 'shop_eu', 'brand']) expect(after[account], account).toEqual(before[account]);
       expect(await redis.exists(...gone)).toBe(0);
       expect(await redis.exists(...kept)).toBe(kept.length);
+    } finally {
+      redis.disconnect();
+    }
+  }, 120_000);
+
+  it("removes account default's rows but leaves every key under REDIS_PREFIX itself, which the deployment and other accounts share", async () => {
+    const redis = new Redis(redisUrl());
+    try {
+      const own = await writeKeys(redis, 'default');
+      const others = await writeKeys(redis, 'shop_eu');
+      const before = await rowsByAccount();
+      const keysBefore = (await redis.keys(`*${prefix}*`)).sort();
+
+      const run = await cli(['remove', 'default', '--yes'], 'shop_eu');
+      expect(run.code, run.stderr).toBe(0);
+      expect(run.stdout).toMatch(/^removed account default:\n[\s\S]* {2}subscribers +1\n/);
+      expect(run.stdout).toMatch(
+        /its Redis keys \(its queue and budgets, no personal data\) are under \S+: beside the deployment's own, so they stay/,
+      );
+      const after = await rowsByAccount();
+      expect(after['default']).toBeUndefined();
+      expect(after['shop_eu']).toEqual(before['shop_eu']);
+      expect(await redis.exists(...own, ...others)).toBe(own.length + others.length);
+      expect((await redis.keys(`*${prefix}*`)).sort()).toEqual(keysBefore);
     } finally {
       redis.disconnect();
     }

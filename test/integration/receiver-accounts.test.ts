@@ -1,6 +1,7 @@
 /**
  * One receiver for every account (docs/operations.md, "Several accounts"): each account's deliveries
- * at `WEBHOOK_PATH/<account>`, the first account's also at `WEBHOOK_PATH`, each verified with its own
+ * at `WEBHOOK_PATH/<account>`, account `default`'s also at `WEBHOOK_PATH` (wherever ACCOUNTS puts it:
+ * here last), each verified with its own
  * account's secrets only (WEBHOOK_SECRETS and its rows of `webhook_endpoints`) and stored under it.
  * The receiver runs on a pool that serves no account: a statement asking the session for its account
  * would fail there, so every one of them names the route's.
@@ -22,9 +23,12 @@ import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 const SECRET_A = 'account-a-static-secret-1f9c';
 const SECRET_B = 'account-b-static-secret-83d2';
 const ENDPOINT_SECRET_B = 'account-b-endpoint-secret-5e';
+const SECRET_DEFAULT = 'account-default-static-secret-4a0e';
 const MAX_BODY = 64 * 1024;
-/** A third to twentieth account, each with a static secret of its own: 20 accounts in all. */
-const MORE = Array.from({ length: 18 }, (_, i) => ({ name: `acc${i + 3}`, webhookSecrets: [`account-${i + 3}-static-secret-0000`] }));
+/** A third to nineteenth account, each with a static secret of its own; with `default`, 20 accounts in all. */
+const MORE = Array.from({ length: 17 }, (_, i) => ({ name: `acc${i + 3}`, webhookSecrets: [`account-${i + 3}-static-secret-0000`] }));
+/** The account of a single-account install, declared last: the bare WEBHOOK_PATH is its by name, not by place. */
+const DEFAULT = { name: 'default', webhookSecrets: [SECRET_DEFAULT] };
 
 /** Declared in the receiver's settings but not yet in `accounts`: no worker has started since it was added. */
 const LATE = { name: 'late', webhookSecrets: ['account-late-static-secret-77ab'] };
@@ -32,7 +36,7 @@ const LATE = { name: 'late', webhookSecrets: ['account-late-static-secret-77ab']
 const SETTINGS: AccountRouteSettings = {
   webhookPath: '/webhooks',
   webhookMaxBodyBytes: MAX_BODY,
-  accounts: [{ name: 'a', webhookSecrets: [SECRET_A] }, { name: 'b', webhookSecrets: [SECRET_B] }, ...MORE, LATE],
+  accounts: [{ name: 'a', webhookSecrets: [SECRET_A] }, { name: 'b', webhookSecrets: [SECRET_B] }, ...MORE, DEFAULT, LATE],
 };
 
 let db: TestDatabase;
@@ -45,7 +49,8 @@ const lines: string[] = [];
 beforeAll(async () => {
   db = await createTestDatabase();
   const declared = SETTINGS.accounts.filter((a) => a !== LATE).map((a) => a.name);
-  await db.pool.query(`insert into accounts (name) select unnest($1::text[])`, [declared]);
+  // The test database holds account default already (an upgraded install's rows are its).
+  await db.pool.query(`insert into accounts (name) select unnest($1::text[]) on conflict do nothing`, [declared]);
   await db.pool.query(
     `insert into webhook_endpoints (account, id, url, events, secret) values ('b', '900', 'https://x/webhooks/b', '{subscriber.updated}', $1)`,
     [ENDPOINT_SECRET_B],
@@ -57,7 +62,7 @@ beforeAll(async () => {
       cb();
     },
   });
-  const secrets = [SECRET_A, SECRET_B, ENDPOINT_SECRET_B, ...MORE.flatMap((a) => a.webhookSecrets), ...LATE.webhookSecrets];
+  const secrets = [SECRET_A, SECRET_B, ENDPOINT_SECRET_B, SECRET_DEFAULT, ...MORE.flatMap((a) => a.webhookSecrets), ...LATE.webhookSecrets];
   const { logger } = createLogger({ level: 'info', destination: stream, secrets });
   app = buildServer({ logger, readiness: [] });
   route = registerAccountRoutes(app, SETTINGS, {
@@ -108,20 +113,24 @@ function rejectionLines(): Array<Record<string, unknown>> {
 }
 
 describe('routes', () => {
-  test('every account at WEBHOOK_PATH/<account>, the first also at WEBHOOK_PATH', () => {
+  test('every account at WEBHOOK_PATH/<account>, account default also at WEBHOOK_PATH wherever it is declared', () => {
     expect(accountRoutes(SETTINGS).map((r) => `${r.path} → ${r.account}`)).toEqual([
-      '/webhooks → a',
+      '/webhooks → default',
       '/webhooks/a → a',
       '/webhooks/b → b',
       ...MORE.map((a) => `/webhooks/${a.name} → ${a.name}`),
+      '/webhooks/default → default',
       '/webhooks/late → late',
     ]);
-    expect(accountRoutes({ webhookPath: '/', accounts: [{ name: 'a', webhookSecrets: [] }] }).map((r) => r.path)).toEqual(['/', '/a']);
+    const paths = (name: string) => accountRoutes({ webhookPath: '/', accounts: [{ name, webhookSecrets: [] }] }).map((r) => r.path);
+    expect(paths('default')).toEqual(['/', '/default']);
+    expect(paths('a'), 'an account not named default, even alone, has its own path only').toEqual(['/a']);
   });
 
-  test('register gives the service the account path: the first account the URL as given, any other /<account> after it', () => {
+  test('register gives the service the account path: account default the URL as given, any other /<account> after it', () => {
     const url = 'https://hooks.example.com/webhooks';
-    expect(accountWebhookUrl(url, 'a', SETTINGS)).toBe(url);
+    expect(accountWebhookUrl(url, 'default', SETTINGS)).toBe(url);
+    expect(accountWebhookUrl(url, 'a', SETTINGS), 'the first declared, not named default').toBe('https://hooks.example.com/webhooks/a');
     expect(accountWebhookUrl(url, 'b', SETTINGS)).toBe('https://hooks.example.com/webhooks/b');
     expect(accountWebhookUrl(`${url}/`, 'b', SETTINGS)).toBe('https://hooks.example.com/webhooks/b');
     expect(accountWebhookUrl(`${url}/b`, 'b', SETTINGS)).toBe('https://hooks.example.com/webhooks/b');
@@ -141,10 +150,10 @@ describe('deliveries routed per account', () => {
     ]);
   });
 
-  test("the first account's bare WEBHOOK_PATH is the first account's: its deliveries stored under it, B's refused", async () => {
-    expect((await post('/webhooks', body(), SECRET_A)).statusCode, "A's delivery at the bare path").toBe(200);
-    expect((await post('/webhooks', body(), SECRET_B)).statusCode, "B's delivery at the bare path").toBe(401);
-    expect(await stored()).toEqual([{ account: 'a', endpoint: null }]);
+  test("the bare WEBHOOK_PATH is account default's, declared last: its deliveries stored under it, the first account's refused", async () => {
+    expect((await post('/webhooks', body(), SECRET_DEFAULT)).statusCode, "default's delivery at the bare path").toBe(200);
+    expect((await post('/webhooks', body(), SECRET_A)).statusCode, "A's (the first declared) delivery at the bare path").toBe(401);
+    expect(await stored()).toEqual([{ account: 'default', endpoint: null }]);
   });
 
   test("probe: a delivery signed for account A posted to B's path → 401, nothing stored, logged with account, path and reason only", async () => {
@@ -178,7 +187,7 @@ describe('deliveries routed per account', () => {
     expect((await post('/webhooks', body(), ENDPOINT_SECRET_B)).statusCode, "B's endpoint secret at the bare path").toBe(401);
     expect(rejectionLines().map((l) => [l.account, l.path, l.signedFor])).toEqual([
       ['a', '/webhooks/a', 'b'],
-      ['a', '/webhooks', 'b'],
+      ['default', '/webhooks', 'b'],
     ]);
     expect((await post('/webhooks/b', body(), ENDPOINT_SECRET_B)).statusCode, "B's endpoint secret at B's path").toBe(200);
     expect(await stored()).toEqual([{ account: 'b', endpoint: '900' }]);
@@ -199,7 +208,7 @@ describe('deliveries routed per account', () => {
   });
 
   test('every path answers before reading the body: 401 without a signature, 413 over the limit', async () => {
-    for (const path of ['/webhooks', '/webhooks/a', '/webhooks/b', '/webhooks/acc20']) {
+    for (const path of ['/webhooks', '/webhooks/a', '/webhooks/b', '/webhooks/default']) {
       expect((await post(path, body(), null)).statusCode, `${path} without a signature`).toBe(401);
       expect((await post(path, 'x'.repeat(MAX_BODY + 1), SECRET_A)).statusCode, `${path} over WEBHOOK_MAX_BODY`).toBe(413);
     }
@@ -207,7 +216,7 @@ describe('deliveries routed per account', () => {
       rejectionLines()
         .filter((l) => l.status === 401)
         .map((l) => l.path),
-    ).toEqual(['/webhooks', '/webhooks/a', '/webhooks/b', '/webhooks/acc20']);
+    ).toEqual(['/webhooks', '/webhooks/a', '/webhooks/b', '/webhooks/default']);
     expect(await stored()).toEqual([]);
   });
 

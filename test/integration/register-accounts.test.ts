@@ -110,11 +110,11 @@ describe('webhooks --account with two accounts declared', () => {
     ]);
   }, 60_000);
 
-  it('register --account a, the first account, registers the URL as given: WEBHOOK_PATH itself, as before accounts', async () => {
+  it('register --account a, the first declared, registers its own path too: only account default has WEBHOOK_PATH itself', async () => {
     const run = await runCli(['webhooks', 'register', '--account', 'a', '--url', base], env);
     expect(run.code, run.stderr).toBe(0);
-    expect(simA.webhooks.list().map((w) => w.url)).toEqual([base, base]);
-    expect((await endpoints()).map((e) => `${e.account} ${e.url}`)).toEqual([`a ${base}`, `a ${base}`, `b ${base}/b`, `b ${base}/b`]);
+    expect(simA.webhooks.list().map((w) => w.url)).toEqual([`${base}/a`, `${base}/a`]);
+    expect((await endpoints()).map((e) => `${e.account} ${e.url}`)).toEqual([`a ${base}/a`, `a ${base}/a`, `b ${base}/b`, `b ${base}/b`]);
     const listed = await runCli(['webhooks', 'list', '--account', 'b', '--json'], env);
     expect(listed.code, listed.stderr).toBe(0);
     const json = JSON.parse(listed.stdout) as { webhooks: Array<{ url: string; managed: boolean }> };
@@ -179,7 +179,8 @@ describe('webhooks --account with two accounts declared', () => {
     expect((await send('/b')).status, "a-signed delivery at b's path").toBe(401);
     expect((await send('/zzz')).status, "a-signed delivery at an undeclared account's path").toBe(404);
     expect(await count(), "a's delivery refused at b's path is not stored").toBe(0);
-    expect((await send('')).status, "the same delivery at a's path").toBe(200);
+    expect((await send('')).status, 'the same delivery at the bare path: account default is not declared').toBe(404);
+    expect((await send('/a')).status, "the same delivery at a's path").toBe(200);
     const { rows: stored } = await database.pool.query<{ account: string }>(
       `select account from webhook_deliveries where body->>'id' = '424242'`,
     );

@@ -107,7 +107,7 @@ describe('status of two accounts in one database', () => {
     ACCOUNT_SHOP__SYNC_TYPES: 'active',
     AUDIT_EVERY: 'off',
   });
-  const shopPrefix = () => accountRedisPrefix(prefix, ['default', SHOP], SHOP);
+  const shopPrefix = () => accountRedisPrefix(prefix, SHOP);
   const scopes: StatusScope[] = [
     { account: 'default', groups: [GROUP], types: ['active', 'bounced'] },
     { account: SHOP, groups: [GROUP, '8'], types: ['active'] },

@@ -350,13 +350,10 @@ describe('findAccount', () => {
 });
 
 describe("each account's Redis namespace (accountRedisPrefix)", () => {
-  it('keeps REDIS_PREFIX for the first declared account and gives every other one of its own under it', () => {
-    expect(accountRedisPrefix('sm', ['default', 'shop', 'blog_eu'], 'default')).toBe('sm');
-    expect(accountRedisPrefix('sm', ['default', 'shop', 'blog_eu'], 'shop')).toBe('sm:account:shop');
-    expect(accountRedisPrefix('sm', ['default', 'shop', 'blog_eu'], 'blog_eu')).toBe('sm:account:blog_eu');
-    // The first is whichever is declared first, `default` or not.
-    expect(accountRedisPrefix('sm', ['shop', 'default'], 'shop')).toBe('sm');
-    expect(accountRedisPrefix('sm', ['shop', 'default'], 'default')).toBe('sm:account:default');
+  it('keeps REDIS_PREFIX for account default and gives every other one of its own under it, by name and not by place', () => {
+    expect(accountRedisPrefix('sm', 'default')).toBe('sm');
+    expect(accountRedisPrefix('sm', 'shop')).toBe('sm:account:shop');
+    expect(accountRedisPrefix('sm', 'blog_eu')).toBe('sm:account:blog_eu');
   });
 
   it('is what accountConfig serves each account with: a single-account install keeps its prefix, two accounts never share one', () => {
@@ -366,5 +363,18 @@ describe("each account's Redis namespace (accountRedisPrefix)", () => {
     expect(prefixes).toEqual(['mine', 'mine:account:shop', 'mine:account:news']);
     // Served from another account's config, the same: the namespace is the account's, not a suffix.
     expect(accountConfig(accountConfig(two, 'shop'), 'news').redisPrefix).toBe('mine:account:news');
+  });
+
+  it("keeps each account's prefix when ACCOUNTS is reordered; the deployment's own keys stay under REDIS_PREFIX", () => {
+    const reordered = loadConfig({ ...TWO, ACCOUNTS: 'shop,news,default', REDIS_PREFIX: 'mine' });
+    const prefixes = reordered.accounts.map((a) => [a.name, accountConfig(reordered, a.name).redisPrefix]);
+    expect(prefixes).toEqual([
+      ['shop', 'mine:account:shop'],
+      ['news', 'mine:account:news'],
+      ['default', 'mine'],
+    ]);
+    // The settings as loaded are the first account's: its prefix too, not REDIS_PREFIX.
+    expect(reordered.redisPrefix).toBe('mine:account:shop');
+    expect(reordered.redisNamespace).toBe('mine');
   });
 });

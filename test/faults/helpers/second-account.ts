@@ -145,7 +145,7 @@ const handle: SecondAccount = {
   },
   async expireDeadWorker(redisPrefix) {
     const second = current();
-    const prefix = accountRedisPrefix(redisPrefix, DECLARED, SECOND_ACCOUNT);
+    const prefix = accountRedisPrefix(redisPrefix, SECOND_ACCOUNT);
     const cleanups: DeadWorkerCleanup[] = [];
     for (const type of SUBSCRIBER_TYPES) cleanups.push(await expireDeadWorker(prefix, second.groupId, type));
     return cleanups;
