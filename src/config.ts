@@ -22,6 +22,7 @@
  */
 import { isIP } from 'node:net';
 import { z } from 'zod';
+import { DEFAULT_ACCOUNT } from './db/client.js';
 import { SUBSCRIBER_TYPES, type SubscriberType } from './db/schema.js';
 import {
   anyText,
@@ -179,8 +180,8 @@ const durationOrOff: Kind<number | null> = {
   values: 'duration, at least `1s`, or `off`',
 };
 
-/** The account the unprefixed per-account settings belong to: the only one when ACCOUNTS is unset. */
-export const DEFAULT_ACCOUNT = 'default';
+// The account the unprefixed per-account settings belong to: the only one when ACCOUNTS is unset.
+export { DEFAULT_ACCOUNT };
 
 const ACCOUNT_NAME_RULE = 'a lowercase letter, then up to 30 lowercase letters, digits or `_`, never `__`';
 

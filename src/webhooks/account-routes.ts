@@ -6,7 +6,7 @@
  * one pool, one inbox writer, one secret cache, whatever the number of accounts.
  */
 import type { FastifyInstance } from 'fastify';
-import { DEFAULT_ACCOUNT } from '../config.js';
+import { DEFAULT_ACCOUNT } from '../db/client.js';
 import { registerWebhookRoutes, type ReceiverOptions, type ReceiverRoute, type WebhookRoute } from './receiver.js';
 
 /** What the routes are built from: Config has these fields (the commands pass it). */
