@@ -17,11 +17,17 @@
  *    `--sync-every` seconds: for `--window` seconds, the delay of the others' scheduled passes, each
  *    the gap between two starts of the same (account, group, type) less SYNC_EVERY (p99; goal: at
  *    most one SYNC_EVERY).
+ * 4. (`idle`) What the accounts' own parts hold, with nothing to read: every account of a group of
+ *    no members (their passes read one empty page a type), with 1 replica, against each kind alone:
+ *    the RSS each process settles at (the median of the second half of its `--idle` seconds, by
+ *    default 20, sampled every 500 ms) and its VmHWM. The part of a replica's memory that no bound on reading reaches
+ *    (docs/benchmarks.md, "accounts").
  *
  *   npm run bench -- accounts [--accounts-n 20] [--accounts-members 20000] [--accounts-big-members 1000000]
- *        [--accounts-sync-every 30] [--accounts-window 180] [--accounts-parts floor,1,3,kinds,backfill]
+ *        [--accounts-sync-every 30] [--accounts-window 180] [--accounts-idle 20]
+ *        [--accounts-parts floor,1,3,kinds,backfill,idle]
  *   npx tsx test/bench/accounts.bench.ts [--accounts 20] [--members 20000] [--big-members 1000000]
- *        [--sync-every 30] [--window 180] [--parts floor,1,3,kinds,backfill] [--json path]
+ *        [--sync-every 30] [--window 180] [--idle 20] [--parts floor,1,3,kinds,backfill,idle] [--json path]
  *
  * Parts 1, 3 and kinds measure the floor whether `floor` is named or not: it is their baseline.
  * Real time (the service's budget is per minute): the default run takes about fifteen minutes.
@@ -42,8 +48,8 @@ const PAGE_SIZE = 1000;
 
 export type Kind = 'legacy' | 'current';
 
-/** What `parts` may name: the floor, every account with 1 and with 3 replicas, each kind's accounts together, the big backfill. */
-export const ACCOUNTS_PARTS = ['floor', '1', '3', 'kinds', 'backfill'] as const;
+/** What `parts` may name: the floor, every account with 1 and with 3 replicas, each kind's accounts together, the big backfill, the accounts' parts alone. */
+export const ACCOUNTS_PARTS = ['floor', '1', '3', 'kinds', 'backfill', 'idle'] as const;
 export type AccountsPart = (typeof ACCOUNTS_PARTS)[number];
 
 interface Account {
@@ -60,6 +66,8 @@ export interface AccountsBenchOptions {
   bigMembers?: number;
   syncEverySeconds?: number;
   windowSeconds?: number;
+  /** How long each idle deployment runs (`idle`); the last half of its samples give its settled RSS. */
+  idleSeconds?: number;
   parts?: readonly string[];
   databaseUrl?: string;
   redisUrl?: string;
@@ -545,6 +553,81 @@ async function measureBackfill(
   }
 }
 
+/** One deployment of accounts with nothing to read. */
+export interface AccountsIdleRun {
+  /** `legacy` or `current` alone, or `all` (every account, half of each kind). */
+  who: Kind | 'all';
+  accounts: number;
+  /** The median RSS of the second half of the run, MB. */
+  settledMb: number;
+  /** VmHWM at the end, MB: the start's peak included. */
+  peakMb: number;
+}
+
+/** The accounts' parts alone: each kind alone, then every account, each with nothing to read. */
+export interface AccountsIdleFigures {
+  seconds: number;
+  runs: AccountsIdleRun[];
+  /** Every account's settled RSS less the higher one-account figure, per account beyond the first, MB. */
+  perAccountMb: number;
+}
+
+/** One deployment of `accounts` (1 replica) for `seconds`, sampled every 500 ms. */
+async function runIdle(accounts: readonly Account[], who: AccountsIdleRun['who'], seconds: number, urls: Urls): Promise<AccountsIdleRun> {
+  const deployment = await prepareDeployment(accounts, urls, `idle-${who}`);
+  const replica = spawnService(deployment.env);
+  try {
+    const samples: number[] = [];
+    const until = performance.now() + seconds * 1000;
+    while (performance.now() < until) {
+      await sleep(500);
+      assertRunning([replica], `idle-${who}`);
+      samples.push(replica.sampleRss());
+    }
+    const settled = percentile(samples.slice(Math.floor(samples.length / 2)), 50) ?? 0;
+    return { who, accounts: accounts.length, settledMb: Math.round(settled * 10) / 10, peakMb: peakRssMb(replica) };
+  } finally {
+    await replica.stop();
+    await deployment.dispose();
+  }
+}
+
+/**
+ * What a replica holds for its accounts before it reads a page: `n` accounts of a group of no
+ * members against one of each kind alone. Their passes still run (one empty page a type), so the
+ * figure is the accounts' parts and their first passes, not the members.
+ */
+async function measureIdle(n: number, seconds: number, urls: Urls, log: Log, figures: BenchFigure[]): Promise<AccountsIdleFigures> {
+  const empty: Account[] = [];
+  try {
+    for (let i = 0; i < n; i++) empty.push(await startAccount(i, i % 2 === 0 ? 'legacy' : 'current', 0));
+    const runs: AccountsIdleRun[] = [];
+    for (const kind of ['legacy', 'current'] as const) {
+      const one = empty.find((a) => a.kind === kind);
+      if (one) runs.push(await runIdle([one], kind, seconds, urls));
+    }
+    const all = await runIdle(empty, 'all', seconds, urls);
+    const one = Math.max(...runs.map((r) => r.settledMb));
+    const perAccountMb = n > 1 ? Math.round(((all.settledMb - one) / (n - 1)) * 100) / 100 : 0;
+    for (const r of [...runs, all])
+      log(
+        `accounts: idle, ${r.who === 'all' ? `${r.accounts} accounts` : `one ${r.who} account`}: settled at ${r.settledMb} MB, peak ${r.peakMb} MB`,
+      );
+    figures.push(
+      figure(
+        `${n} accounts with nothing to read, 1 replica: settled RSS`,
+        all.settledMb,
+        'MB',
+        one,
+        `one account alone (the higher kind) settles at ${one} MB: ${perAccountMb} MB an account beyond it; peaks ${[...runs, all].map((r) => r.peakMb).join(', ')} MB; after ${seconds} s`,
+      ),
+    );
+    return { seconds, runs: [...runs, all], perAccountMb };
+  } finally {
+    for (const a of empty) await a.sim.close();
+  }
+}
+
 export interface AccountsBenchFigures {
   accounts: number;
   members: number;
@@ -553,6 +636,8 @@ export interface AccountsBenchFigures {
   deployments: AccountsDeploymentFigures[];
   kinds: AccountsKindFigures[];
   backfill: AccountsBackfillFigures | null;
+  /** Null unless `idle` was asked for. */
+  idle: AccountsIdleFigures | null;
   result: BenchResult;
 }
 
@@ -584,6 +669,7 @@ export async function benchAccounts(options: AccountsBenchOptions = {}): Promise
   const bigMembers = options.bigMembers ?? 1_000_000;
   const syncEveryMs = (options.syncEverySeconds ?? 30) * 1000;
   const windowMs = (options.windowSeconds ?? 180) * 1000;
+  const idleSeconds = options.idleSeconds ?? 20;
   const parts = partsOf(options.parts);
   const urls = {
     databaseUrl: options.databaseUrl ?? process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres',
@@ -599,14 +685,19 @@ export async function benchAccounts(options: AccountsBenchOptions = {}): Promise
   let deployments: AccountsDeploymentFigures[] = [];
   let kinds: AccountsKindFigures[] = [];
   let backfill: AccountsBackfillFigures | null = null;
+  let idle: AccountsIdleFigures | null = null;
   try {
-    for (let i = 0; i < n; i++) accounts.push(await startAccount(i, i % 2 === 0 ? 'legacy' : 'current', members));
-    log(`accounts: ${n} simulators of ${members.toLocaleString('en-US')} members (half legacy, half current) up`);
+    // `idle` starts accounts of its own, with no members.
+    if ([...parts].some((p) => p !== 'idle')) {
+      for (let i = 0; i < n; i++) accounts.push(await startAccount(i, i % 2 === 0 ? 'legacy' : 'current', members));
+      log(`accounts: ${n} simulators of ${members.toLocaleString('en-US')} members (half legacy, half current) up`);
+    }
 
     if (NEED_THE_FLOOR.some((p) => parts.has(p))) floor = await measureFloor(accounts, urls, log, figures);
     if (floor) deployments = await measureDeployments(accounts, floor, parts, urls, log, figures);
     if (floor && parts.has('kinds')) kinds = await measureKinds(accounts, floor, urls, log, figures);
     if (parts.has('backfill')) backfill = await measureBackfill(accounts, { bigMembers, syncEveryMs, windowMs, ...urls }, log, figures);
+    if (parts.has('idle')) idle = await measureIdle(n, idleSeconds, urls, log, figures);
   } finally {
     for (const a of accounts) await a.sim.close();
   }
@@ -620,7 +711,7 @@ export async function benchAccounts(options: AccountsBenchOptions = {}): Promise
   };
   if (options.json !== null) printTable(result);
   if (options.json) writeJson(options.json, result);
-  return { accounts: n, members, floor, deployments, kinds, backfill, result };
+  return { accounts: n, members, floor, deployments, kinds, backfill, idle, result };
 }
 
 if (isMain(import.meta.url)) {
@@ -631,6 +722,7 @@ if (isMain(import.meta.url)) {
     bigMembers: argNumber('big-members'),
     syncEverySeconds: argNumber('sync-every'),
     windowSeconds: argNumber('window'),
+    idleSeconds: argNumber('idle'),
     ...(parts ? { parts: parts.split(',') } : {}),
     log: (line) => console.log(line),
     json: argText('--json') ?? path.join(REPO_ROOT, 'bench-accounts.json'),

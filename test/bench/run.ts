@@ -17,7 +17,8 @@
  *   --memory-speeds budget,full       (the per-endpoint budget, real time: a 1M mirror takes about 12 minutes)
  *   --budget-subscribers 100000       (real time: about eight minutes; builds dist/ first)
  *   --accounts-n 20 --accounts-members 20000 --accounts-big-members 1000000
- *   --accounts-sync-every 30 --accounts-window 180 --accounts-parts floor,1,3,kinds,backfill
+ *   --accounts-sync-every 30 --accounts-window 180 --accounts-idle 20
+ *   --accounts-parts floor,1,3,kinds,backfill,idle
  *                                     (issue 35, real time: about fifteen minutes; builds dist/ first)
  *   --webhooks-seconds 5 --webhooks-connections 64
  *   --freshness-seconds 10 --freshness-rate 500
@@ -156,6 +157,7 @@ interface RunOptions {
   accountsBigMembers: number;
   accountsSyncEvery: number;
   accountsWindow: number;
+  accountsIdle: number;
   accountsParts: AccountsPart[];
   webhooksSeconds: number;
   webhooksConnections: number;
@@ -224,6 +226,7 @@ const SMOKE = {
   accountsBigMembers: 5_000,
   accountsSyncEvery: 5,
   accountsWindow: 20,
+  accountsIdle: 4,
   webhooksSeconds: 1,
   webhooksConnections: 8,
   freshnessSeconds: 2,
@@ -261,6 +264,7 @@ const KNOWN_FLAGS = new Set([
   'accounts-big-members',
   'accounts-sync-every',
   'accounts-window',
+  'accounts-idle',
   'accounts-parts',
   'webhooks-seconds',
   'webhooks-connections',
@@ -371,6 +375,7 @@ function parseArgs(argv: readonly string[]): RunOptions {
     accountsBigMembers: num('accounts-big-members', smoke ? SMOKE.accountsBigMembers : 1_000_000),
     accountsSyncEvery: num('accounts-sync-every', smoke ? SMOKE.accountsSyncEvery : 30),
     accountsWindow: num('accounts-window', smoke ? SMOKE.accountsWindow : 180),
+    accountsIdle: num('accounts-idle', smoke ? SMOKE.accountsIdle : 20),
     accountsParts: accountsPartsOf(parts),
     webhooksSeconds: num('webhooks-seconds', smoke ? SMOKE.webhooksSeconds : 5),
     webhooksConnections: num('webhooks-connections', smoke ? SMOKE.webhooksConnections : 64),
@@ -396,7 +401,8 @@ const USAGE = `usage: npm run bench [-- NAME…] [--quick | --smoke] [flags]
   --memory-speeds budget,full (both: the per-endpoint budget, real time, and no limit)
   --budget-subscribers N (100000; the service's one-minute window: about eight minutes)
   --accounts-n N (20)  --accounts-members N (20000)  --accounts-big-members N (1000000)
-  --accounts-sync-every S (30)  --accounts-window S (180)  --accounts-parts floor,1,3,kinds,backfill (all)
+  --accounts-sync-every S (30)  --accounts-window S (180)  --accounts-idle S (20)
+  --accounts-parts floor,1,3,kinds,backfill,idle (all)
       (issue 35: accounts half legacy, half current, with 1 and 3 replicas; real time, about fifteen minutes)
   --webhooks-seconds N (5)  --webhooks-connections N (64)
   --freshness-seconds N (10)  --freshness-rate N (500)
@@ -742,7 +748,33 @@ const s1 = (ms: number) => Math.round(ms / 100) / 10;
  * deployment's (both), and the delay of the others' scheduled passes during a big backfill.
  */
 function accountsRows(a: AccountsBenchFigures): SummaryRow[] {
-  return [...accountsFloorRows(a), ...accountsDeploymentRows(a), ...accountsKindRows(a), ...accountsBackfillRows(a)];
+  return [
+    ...accountsFloorRows(a),
+    ...accountsDeploymentRows(a),
+    ...accountsKindRows(a),
+    ...accountsBackfillRows(a),
+    ...accountsIdleRows(a),
+  ];
+}
+
+/** The accounts' parts with nothing to read, against one account's (no goal: what no bound on reading reaches). */
+function accountsIdleRows(a: AccountsBenchFigures): SummaryRow[] {
+  const idle = a.idle;
+  const all = idle?.runs.find((r) => r.who === 'all');
+  if (!idle || !all) return [];
+  const alone = idle.runs.filter((r) => r.who !== 'all');
+  return [
+    row({
+      bench: 'accounts',
+      figure: `settled RSS, ${all.accounts} accounts with nothing to read, 1 replica`,
+      value: all.settledMb,
+      unit: 'MB',
+      baselineLabel: 'one account with nothing to read, the higher kind',
+      baseline: Math.max(...alone.map((r) => r.settledMb)),
+      goals: [],
+      note: `${idle.perAccountMb} MB an account beyond the first; alone: ${alone.map((r) => `${r.who} ${r.settledMb} MB`).join(', ')}; peaks (VmHWM) ${idle.runs.map((r) => `${r.who} ${r.peakMb}`).join(', ')} MB; after ${idle.seconds} s`,
+    }),
+  ];
 }
 
 /** Each kind's accounts together, 1 replica: which kind's reading at once the memory over one account's comes from (no goal). */
@@ -1138,6 +1170,7 @@ async function runOne(name: BenchName, o: RunOptions, results: Results, log: (li
         bigMembers: o.accountsBigMembers,
         syncEverySeconds: o.accountsSyncEvery,
         windowSeconds: o.accountsWindow,
+        idleSeconds: o.accountsIdle,
         parts: o.accountsParts,
         databaseUrl: o.databaseUrl,
         redisUrl: o.redisUrl,
