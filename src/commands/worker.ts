@@ -178,9 +178,9 @@ async function startAccount(config: Config, shared: Shared): Promise<ServedAccou
     account: config.account,
   });
   const pool = database.pool;
-  // The worker's one listener wakes it (listenOnceForAll); the purge of old deliveries is the
-  // deployment's (startDeploymentChores): no retention here.
-  const consumer = createDeliveryConsumer({ pool, logger: log, metrics, listen: false });
+  // The worker's one listener wakes it and polls for it (listenOnceForAll); the purge of old
+  // deliveries is the deployment's (startDeploymentChores): no retention here.
+  const consumer = createDeliveryConsumer({ pool, logger: log, metrics, listen: false, pollEveryMs: 0 });
   // Its pages wait in a line of its own at the process's gate: rooms go to accounts by the bytes they brought.
   const polling = await startReads(config, pool, { ...shared, pageGate: shared.pageGate.forAccount(config.account) }, log, metrics);
   // Without polling the admin pages still show (and backfills still queue to) the account's sync queue.
@@ -204,7 +204,8 @@ async function startAccount(config: Config, shared: Shared): Promise<ServedAccou
 
 /**
  * One LISTEN for every account's inbox, on the pool serving none: a notification wakes the consumer
- * of its account, a (re)connection every consumer (notifications sent meanwhile are gone).
+ * of its account, a (re)connection every consumer (notifications sent meanwhile are gone). Its
+ * safety-net poll, one statement for every account, wakes those with deliveries due.
  */
 function listenOnceForAll(deployment: Database, accounts: readonly ServedAccount[], log: Logger): InboxListener {
   const byName = new Map(accounts.map((a) => [a.config.account, a]));
@@ -215,6 +216,7 @@ function listenOnceForAll(deployment: Database, accounts: readonly ServedAccount
       else byName.get(account)?.wake();
     },
     log.child({ component: 'webhook-consumer' }),
+    { accounts: [...byName.keys()] },
   );
 }
 

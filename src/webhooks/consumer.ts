@@ -21,11 +21,14 @@ import type { Metrics } from '../ground/metrics.js';
 import { repeat, type Repeating } from '../ground/repeat.js';
 import { sleep } from '../ground/wait.js';
 import { applyBatch, type BatchResult } from './apply-batch.js';
-import { DEFAULT_RETRY, type RetryPolicy } from './inbox/lifecycle.js';
+import { accountsWithDueDeliveries, DEFAULT_RETRY, type RetryPolicy } from './inbox/lifecycle.js';
 import { createPurger } from './purger.js';
 
 /** The channel the inbox's triggers notify (drizzle/0028_inbox_notify.sql). */
 export const INBOX_CHANNEL = 'subscriber_mirror_inbox';
+
+/** How often the safety net claims without a notification, by default. */
+export const POLL_EVERY_MS = 10_000;
 
 export interface DeliveryConsumerDeps {
   pool: pg.Pool;
@@ -49,7 +52,10 @@ export interface DeliveryConsumerDeps {
    * claim, as when one {@link listenForInbox} of the process wakes every account's consumer).
    */
   listen?: boolean;
-  /** The safety net: claim what is due this often even without a notification (default 10 s; 0: never). */
+  /**
+   * The safety net: claim what is due this often even without a notification (default 10 s; 0:
+   * never, as when one {@link listenForInbox} of the process polls for every account).
+   */
   pollEveryMs?: number;
   /** Applied and ignored deliveries of every account older than this are deleted (WEBHOOK_RETENTION); unset keeps them. */
   retentionMs?: number;
@@ -92,10 +98,10 @@ export function createDeliveryConsumer(deps: DeliveryConsumerDeps): DeliveryCons
   });
   const listener = deps.listen === false ? null : listenForDeliveries(deps.pool, () => loops.wake(), log, 'pool');
   const safetyNet: Repeating | null =
-    (deps.pollEveryMs ?? 10_000) > 0
+    (deps.pollEveryMs ?? POLL_EVERY_MS) > 0
       ? repeat(async () => loops.wake(), {
-          firstDelayMs: deps.pollEveryMs ?? 10_000,
-          nextDelayMs: () => deps.pollEveryMs ?? 10_000,
+          firstDelayMs: deps.pollEveryMs ?? POLL_EVERY_MS,
+          nextDelayMs: () => deps.pollEveryMs ?? POLL_EVERY_MS,
           onError: () => {},
         })
       : null;
@@ -221,15 +227,50 @@ export interface InboxListener {
   stop(): Promise<void>;
 }
 
+/** The safety net of a process's one listener: the accounts it polls for, and how often. */
+export interface InboxPoll {
+  accounts: readonly string[];
+  /** Default {@link POLL_EVERY_MS}. */
+  everyMs?: number;
+}
+
 /**
  * LISTEN on one connection of `pool` (serving any account or none), held until stopped, for every
  * account's deliveries: `notified` gets the account of each notification (its payload), and null at
  * every (re)connection, since notifications sent while nobody listened are gone. A worker serving
  * several accounts listens once for all of them and wakes the consumer of each (whose own `listen`
  * is false), so that it holds one listening connection, not one per account.
+ *
+ * With `poll`, it is their safety net too (each consumer's own poll is then off): every `everyMs`,
+ * one statement on `pool` names the accounts with deliveries due, and `notified` gets each of them.
+ * A consumer's own poll claimed on its account's pool every 10 s, as often as node-postgres closes
+ * an idle connection, so every account held a connection for ever (20 accounts, 20 idle sessions
+ * per worker replica); now an account's pool holds none between its passes and deliveries.
  */
-export function listenForInbox(pool: pg.Pool, notified: (account: string | null) => void, log: Logger): InboxListener {
-  return listenForDeliveries(pool, notified, log, 'every');
+export function listenForInbox(pool: pg.Pool, notified: (account: string | null) => void, log: Logger, poll?: InboxPoll): InboxListener {
+  const listener = listenForDeliveries(pool, notified, log, 'every');
+  const safetyNet = poll ? pollForDue(pool, poll, notified, log) : null;
+  return {
+    ready: listener.ready,
+    async stop() {
+      safetyNet?.stop();
+      await listener.stop();
+    },
+  };
+}
+
+function pollForDue(pool: pg.Pool, poll: InboxPoll, notified: (account: string) => void, log: Logger): Repeating {
+  const everyMs = poll.everyMs ?? POLL_EVERY_MS;
+  return repeat(
+    async () => {
+      for (const account of await accountsWithDueDeliveries(pool, poll.accounts)) notified(account);
+    },
+    {
+      firstDelayMs: everyMs,
+      nextDelayMs: () => everyMs,
+      onError: (error) => log.debug({ err: error }, 'the safety-net poll for deliveries failed; trying again at the next'),
+    },
+  );
 }
 
 /**

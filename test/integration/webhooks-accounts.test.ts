@@ -8,14 +8,20 @@ import { afterAll, beforeAll, beforeEach, describe, expect, test } from 'vitest'
 import { openDatabase, type Database } from '../../src/db/client.js';
 import { createLogger } from '../../src/ground/log.js';
 import { applyDelivery } from '../../src/webhooks/apply-job.js';
-import { createDeliveryConsumer, type DeliveryConsumer } from '../../src/webhooks/consumer.js';
+import { createDeliveryConsumer, listenForInbox, type DeliveryConsumer } from '../../src/webhooks/consumer.js';
 import {
   deliveryBody,
   emailsOfSubscribers,
   replaceDeliveryBody,
   subscribersWithEmailInDeliveries,
 } from '../../src/webhooks/inbox/erasure.js';
-import { deliveryStatus, nextRetryInMs, purgeDeliveries, recordFailedAttempt } from '../../src/webhooks/inbox/lifecycle.js';
+import {
+  accountsWithDueDeliveries,
+  deliveryStatus,
+  nextRetryInMs,
+  purgeDeliveries,
+  recordFailedAttempt,
+} from '../../src/webhooks/inbox/lifecycle.js';
 import { countDeliveriesByStatus, latestFailedDeliveries } from '../../src/webhooks/inbox/report.js';
 import { storeDelivery, type DeliveryRecord, type InboxStatus } from '../../src/webhooks/inbox/write.js';
 import { redactDeliveries, redactDeliveriesSince } from '../../src/webhooks/redact.js';
@@ -243,5 +249,46 @@ describe('what operators see', () => {
     const [mine] = await latestFailedDeliveries(db.pool);
     expect(await latestFailedDeliveries(db.pool)).toHaveLength(1);
     expect(await rowsOf(mine?.id ?? '')).toEqual([{ account: 'default', status: 'failed' }]);
+  });
+});
+
+describe('the safety net of a worker of several accounts', () => {
+  test('names the accounts with a pending delivery due now, and no other', async () => {
+    const accounts = ['default', OTHER];
+    expect(await accountsWithDueDeliveries(deployment.pool, accounts)).toEqual([]);
+    // Done rows, and a pending one waiting for its next try, are nothing to claim.
+    await store(db.pool, updated('7', 'mine@example.com'), 'ignored');
+    const waiting = await store(db.pool, updated('8', 'mine@example.com'));
+    await db.pool.query(`update webhook_deliveries set next_attempt_at = now() + interval '1 hour' where id = $1`, [waiting]);
+    await store(other.pool, updated('7', 'theirs@example.com'), 'failed');
+    expect(await accountsWithDueDeliveries(deployment.pool, accounts)).toEqual([]);
+    await store(other.pool, updated('9', 'theirs@example.com'));
+    expect(await accountsWithDueDeliveries(deployment.pool, accounts)).toEqual([OTHER]);
+    // Only the accounts asked about: a worker does not wake an account it does not serve.
+    expect(await accountsWithDueDeliveries(deployment.pool, ['default'])).toEqual([]);
+    await db.pool.query(`update webhook_deliveries set next_attempt_at = now() - interval '1 second' where id = $1`, [waiting]);
+    expect((await accountsWithDueDeliveries(deployment.pool, accounts)).sort()).toEqual(['default', OTHER]);
+  });
+
+  test("the process's one listener polls for its accounts: a delivery whose notification was lost wakes its account only", async () => {
+    // Stored while nobody listens: its notification is gone.
+    await store(other.pool, updated('9', 'theirs@example.com'));
+    const woken: string[] = [];
+    const listener = listenForInbox(
+      deployment.pool,
+      // Null is the (re)connection's wake of every account: only the poll names one.
+      (account) => {
+        if (account !== null) woken.push(account);
+      },
+      createLogger({ level: 'silent' }).logger,
+      { accounts: ['default', OTHER], everyMs: 50 },
+    );
+    try {
+      await listener.ready;
+      await waitFor('the poll to name the account', async () => woken.includes(OTHER) || undefined, 5_000, 20);
+      expect(woken.filter((a) => a !== OTHER)).toEqual([]);
+    } finally {
+      await listener.stop();
+    }
   });
 });

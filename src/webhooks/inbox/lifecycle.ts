@@ -211,6 +211,23 @@ update webhook_deliveries d
 returning d.id::text as id, (extract(epoch from (coalesce(d.applied_at, clock_timestamp()) - d.received_at)) * 1000)::float8 as "lagMs"`;
 }
 
+/**
+ * Which of `accounts` have a pending row due now: what a claim of each would find. Deployment-wide
+ * (it names the accounts, never the session's); one probe of the status index per account, so a
+ * large inbox of applied rows costs nothing here.
+ */
+export async function accountsWithDueDeliveries(db: Queryable, accounts: readonly string[]): Promise<string[]> {
+  if (accounts.length === 0) return [];
+  const { rows } = await db.query<{ account: string }>(
+    `select a.name as account from unnest($1::text[]) as a(name)
+      where exists (select 1 from webhook_deliveries d
+                     where d.account = a.name and d.status = 'pending'
+                       and (d.next_attempt_at is null or d.next_attempt_at <= clock_timestamp()))`,
+    [accounts],
+  );
+  return rows.map((r) => r.account);
+}
+
 /** Milliseconds until the earliest pending row that waits for its next try is due; null when none waits. */
 export async function nextRetryInMs(pool: Queryable): Promise<number | null> {
   const { rows } = await pool.query<{ ms: number | null }>(
