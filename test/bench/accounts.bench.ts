@@ -20,8 +20,8 @@
  * 4. (`idle`) What the accounts' own parts hold, with nothing to read: every account of a group of
  *    no members (their passes read one empty page a type), with 1 replica, against each kind alone:
  *    the RSS each process settles at (the median of the second half of its `--idle` seconds, by
- *    default 20, sampled every 500 ms) and its VmHWM. The part of a replica's memory that no bound on reading reaches
- *    (docs/benchmarks.md, "accounts").
+ *    default 20, sampled every 500 ms) and its VmHWM: the part of a replica's memory that no bound
+ *    on reading reaches (docs/benchmarks.md, "accounts").
  *
  *   npm run bench -- accounts [--accounts-n 20] [--accounts-members 20000] [--accounts-big-members 1000000]
  *        [--accounts-sync-every 30] [--accounts-window 180] [--accounts-idle 20]
@@ -30,7 +30,7 @@
  *        [--sync-every 30] [--window 180] [--idle 20] [--parts floor,1,3,kinds,backfill,idle] [--json path]
  *
  * Parts 1, 3 and kinds measure the floor whether `floor` is named or not: it is their baseline.
- * Real time (the service's budget is per minute): the default run takes about fifteen minutes.
+ * Real time (the service's budget is per minute): the default run takes about seventeen minutes.
  * Builds dist/ first; uses DATABASE_URL and REDIS_URL. The replicas are spawned by lib/service-run.ts
  * (spawnService), so BENCH_NODE_FLAGS, BENCH_ENV and BENCH_OUTPUT apply to them too.
  */

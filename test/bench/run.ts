@@ -19,7 +19,7 @@
  *   --accounts-n 20 --accounts-members 20000 --accounts-big-members 1000000
  *   --accounts-sync-every 30 --accounts-window 180 --accounts-idle 20
  *   --accounts-parts floor,1,3,kinds,backfill,idle
- *                                     (issue 35, real time: about fifteen minutes; builds dist/ first)
+ *                                     (issue 35, real time: about seventeen minutes; builds dist/ first)
  *   --webhooks-seconds 5 --webhooks-connections 64
  *   --freshness-seconds 10 --freshness-rate 500
  *   --probe-seconds 30 --probe-sockets 3000  (one greedy client against the public port, three phases)
@@ -403,7 +403,7 @@ const USAGE = `usage: npm run bench [-- NAME…] [--quick | --smoke] [flags]
   --accounts-n N (20)  --accounts-members N (20000)  --accounts-big-members N (1000000)
   --accounts-sync-every S (30)  --accounts-window S (180)  --accounts-idle S (20)
   --accounts-parts floor,1,3,kinds,backfill,idle (all)
-      (issue 35: accounts half legacy, half current, with 1 and 3 replicas; real time, about fifteen minutes)
+      (issue 35: accounts half legacy, half current, with 1 and 3 replicas; real time, about seventeen minutes)
   --webhooks-seconds N (5)  --webhooks-connections N (64)
   --freshness-seconds N (10)  --freshness-rate N (500)
   --probe-seconds N (30)  --probe-sockets N (3000)
