@@ -190,6 +190,9 @@ describe('replicas', () => {
     for (let i = 1; i <= 300; i++) await store(updated({ id: String(1000 + i), email: `r${i}@example.com` }));
     const logger = createLogger({ level: 'silent' }).logger;
     const replicas = [1, 2].map(() => createDeliveryConsumer({ pool: db.pool, logger, listen: false, pollEveryMs: 0, batchSize: 25 }));
+    // Two idle connections first, so that both drains claim at once: on a loaded machine, one
+    // drain opening a connection could otherwise find the other already done (a CI run saw 300 and 0).
+    await Promise.all([db.pool.query('select pg_sleep(0.01)'), db.pool.query('select pg_sleep(0.01)')]);
     try {
       const taken = await Promise.all(replicas.map((r) => r.drain()));
       expect(taken[0]! + taken[1]!).toBe(300);
