@@ -703,7 +703,7 @@ export async function benchAccounts(options: AccountsBenchOptions = {}): Promise
   }
   const result: BenchResult = {
     bench: 'accounts',
-    rows: n * members,
+    rows: accounts.length * members,
     startedAt: startedAt.toISOString(),
     durationMs: Date.now() - startedAt.getTime(),
     environment: environmentOf(n, members),
