@@ -144,6 +144,12 @@ export async function reopenIgnored(pool: Queryable, ids: readonly string[]): Pr
   return rows.map((r) => r.id);
 }
 
+/**
+ * A row (alias `d`) that a claim takes now: pending, and not waiting for its next try. The claim
+ * and the safety-net poll share it, so the poll never wakes an account for rows no claim would take.
+ */
+const DUE_SQL = `d.status = 'pending' and (d.next_attempt_at is null or d.next_attempt_at <= clock_timestamp())`;
+
 /*
  * The claim that opens a batch: the oldest due pending rows, locked until the batch commits;
  * rows another worker holds are skipped, not waited for (SKIP LOCKED), so replicas share the inbox
@@ -154,7 +160,7 @@ const CLAIM_SQL = (limit: number, inlineBytes: number) => `
 select d.id::text as id, ${canonicalTimestampSql('d.received_at')} as "receivedAt", pg_column_size(d.body) as size,
        case when pg_column_size(d.body) <= ${Math.trunc(inlineBytes)} then d.body end as body
   from webhook_deliveries d
- where d.account = mirror_account() and d.status = 'pending' and (d.next_attempt_at is null or d.next_attempt_at <= clock_timestamp())
+ where d.account = mirror_account() and ${DUE_SQL}
  order by d.received_at, d.id
  limit ${Math.trunc(limit)}
    for update skip locked`;
@@ -220,9 +226,7 @@ export async function accountsWithDueDeliveries(db: Queryable, accounts: readonl
   if (accounts.length === 0) return [];
   const { rows } = await db.query<{ account: string }>(
     `select a.name as account from unnest($1::text[]) as a(name)
-      where exists (select 1 from webhook_deliveries d
-                     where d.account = a.name and d.status = 'pending'
-                       and (d.next_attempt_at is null or d.next_attempt_at <= clock_timestamp()))`,
+      where exists (select 1 from webhook_deliveries d where d.account = a.name and ${DUE_SQL})`,
     [accounts],
   );
   return rows.map((r) => r.account);
