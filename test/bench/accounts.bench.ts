@@ -42,7 +42,7 @@ import { deleteKeysByPrefix } from '../helpers/redis-prefix.js';
 import { argNumber, argText, isMain } from './lib/cli.js';
 import { figure, printTable, writeJson, type BenchFigure, type BenchResult } from './lib/report.js';
 import { createScratchDatabase, type ScratchDatabase } from './lib/scratch-db.js';
-import { buildDist, describeProductionEnv, peakRssMb, REPO_ROOT, spawnService, type ServiceProcess } from './lib/service-run.js';
+import { buildDist, describeProductionEnv, peakRssMb, REPO_ROOT, spawnService, tenthMb, type ServiceProcess } from './lib/service-run.js';
 
 const PAGE_SIZE = 1000;
 
@@ -585,7 +585,7 @@ async function runIdle(accounts: readonly Account[], who: AccountsIdleRun['who']
       samples.push(replica.sampleRss());
     }
     const settled = percentile(samples.slice(Math.floor(samples.length / 2)), 50) ?? 0;
-    return { who, accounts: accounts.length, settledMb: Math.round(settled * 10) / 10, peakMb: peakRssMb(replica) };
+    return { who, accounts: accounts.length, settledMb: tenthMb(settled), peakMb: peakRssMb(replica) };
   } finally {
     await replica.stop();
     await deployment.dispose();
