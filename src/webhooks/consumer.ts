@@ -97,11 +97,12 @@ export function createDeliveryConsumer(deps: DeliveryConsumerDeps): DeliveryCons
     log,
   });
   const listener = deps.listen === false ? null : listenForDeliveries(deps.pool, () => loops.wake(), log, 'pool');
+  const pollEveryMs = deps.pollEveryMs ?? POLL_EVERY_MS;
   const safetyNet: Repeating | null =
-    (deps.pollEveryMs ?? POLL_EVERY_MS) > 0
+    pollEveryMs > 0
       ? repeat(async () => loops.wake(), {
-          firstDelayMs: deps.pollEveryMs ?? POLL_EVERY_MS,
-          nextDelayMs: () => deps.pollEveryMs ?? POLL_EVERY_MS,
+          firstDelayMs: pollEveryMs,
+          nextDelayMs: () => pollEveryMs,
           onError: () => {},
         })
       : null;
