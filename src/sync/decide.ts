@@ -32,6 +32,8 @@ export interface DecisionState {
   locked?: boolean;
   /** The "wanted" mark was removed after taking the lock. */
   wantedCleared?: boolean;
+  /** This job's own "wanted" mark was removed before it skipped (it no longer waits). */
+  ownMarkDropped?: boolean;
   /** The sync state says a full pass of this (group, type) is running. */
   fullPassRunning?: boolean;
   /** The sync state has an open full-pass checkpoint. */
@@ -41,7 +43,8 @@ export interface DecisionState {
 }
 
 /** A fact to read, or an effect to make, before deciding on. */
-export type Need = 'paused' | 'waiting' | 'lock' | 'clear-wanted' | 'full-pass-running' | 'open-full-pass' | 'last-full-completed';
+export type Need =
+  'paused' | 'waiting' | 'lock' | 'clear-wanted' | 'drop-own-mark' | 'full-pass-running' | 'open-full-pass' | 'last-full-completed';
 
 export type Action =
   | { kind: 'need'; need: Need }
@@ -69,7 +72,10 @@ export function decide(job: DecisionJob, state: DecisionState): Action {
     // Another full pass (backfill, resume or scheduled) waits for its turn; a waiting scheduled
     // full pass finds its own mark here and goes on.
     if (state.waiting !== null && state.waiting !== job.id)
-      return { kind: 'skip', reason: 'a backfill of this group and type is waiting for its turn' };
+      return {
+        kind: 'skip',
+        reason: 'a full pass of this group and type (a backfill, a resume or a scheduled one) is waiting for its turn',
+      };
   }
   if (state.locked === undefined) return need('lock');
   return state.locked ? decideLocked(job, state) : decideBusy(job, state);
@@ -89,7 +95,13 @@ function decideBusy(job: DecisionJob, state: DecisionState): Action {
     if (state.fullPassRunning === undefined) return need('full-pass-running');
     // What it meets is itself a full pass: the tick is served (the next one comes in
     // RECONCILE_EVERY), and queueing it would run full passes back to back when one takes longer.
-    if (state.fullPassRunning) return { kind: 'skip', reason: 'a full pass of this group and type is running' };
+    // A job that marked itself wanted earlier (it met that pass before the pass recorded itself as
+    // full: the first pass of a type with no cursor) takes its mark away first, or the scheduled
+    // ticks would skip until the mark expires, saying that something waits.
+    if (state.fullPassRunning) {
+      if (state.waiting === job.id && !state.ownMarkDropped) return need('drop-own-mark');
+      return { kind: 'skip', reason: 'a full pass of this group and type is running' };
+    }
   }
   // Try again shortly instead of dropping the request, and keep scheduled ticks from taking the lock first meanwhile.
   if (mustRun(job) && job.canWait) return { kind: 'wait' };

@@ -82,6 +82,8 @@ export function passWantedKey(prefix: string, groupId: string, type: string): st
   return `${prefix}:pass-wanted:g${groupId}:${type}`;
 }
 
+const DELETE_IF_OWN = `if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end`;
+
 function skipped(reason: string): PassJobResult {
   return { status: 'skipped', reason, rowsSeen: 0, rowsWritten: 0, requests: 0 };
 }
@@ -224,6 +226,11 @@ async function gather(
     case 'clear-wanted':
       await deps.redis.del(wantedKey).catch(() => 0);
       state.wantedCleared = true;
+      return;
+    case 'drop-own-mark':
+      // Only while the mark is still this job's: a backfill may have marked the key since.
+      await deps.redis.eval(DELETE_IF_OWN, 1, wantedKey, state.waiting ?? '').catch(() => 0);
+      state.ownMarkDropped = true;
       return;
     case 'full-pass-running': {
       const sync = await readSyncState(deps.pool, groupId, type).catch(() => null);

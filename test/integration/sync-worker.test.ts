@@ -153,7 +153,7 @@ describe('sync worker triggers', () => {
       const tick = await queue.add('incremental', { groupId, type: 'active', mode: 'incremental', trigger: 'schedule' }, PASS_JOB_OPTIONS);
       expect(await finished(tick.id as string)).toMatchObject({
         status: 'skipped',
-        reason: 'a backfill of this group and type is waiting for its turn',
+        reason: 'a full pass of this group and type (a backfill, a resume or a scheduled one) is waiting for its turn',
       });
     } finally {
       await lock?.release();
@@ -226,6 +226,41 @@ describe('sync worker triggers', () => {
       status: 'skipped',
       reason: 'a full pass of this group and type completed after this one was due',
     });
+    expect(listRequests()).toHaveLength(0);
+  });
+
+  it('a scheduled full pass that waited, then met the pass recorded as full, takes its mark away as it skips', async () => {
+    // At a start with no cursor the first scheduled tick runs a full pass, and the scheduled full job
+    // can meet its lock before that pass has recorded itself as full: it waits, marked as wanted.
+    const lock = await tryAcquirePassLock(redis, passLockKey(prefix, groupId, 'active'));
+    const wanted = passWantedKey(prefix, groupId, 'active');
+    const tick = await queue.add('full', { groupId, type: 'active', mode: 'full', trigger: 'schedule' }, PASS_JOB_OPTIONS);
+    let running: Awaited<ReturnType<typeof openRow>> | null = null;
+    try {
+      const deadline = Date.now() + 10_000;
+      while ((await redis.get(wanted)) !== tick.id && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      expect(await redis.get(wanted)).toBe(tick.id);
+      // The holder's pass now shows as a full pass that runs.
+      running = await openRow(database.pool, { groupId, type: 'active', kind: 'full', source: 'legacy', trigger: null });
+      expect(await finished(tick.id as string)).toMatchObject({
+        status: 'skipped',
+        reason: 'a full pass of this group and type is running',
+      });
+      // Nothing waits any more: a scheduled tick is skipped for the pass that runs, not for a wait.
+      expect(await redis.exists(wanted)).toBe(0);
+      const incremental = await queue.add(
+        'incremental',
+        { groupId, type: 'active', mode: 'incremental', trigger: 'schedule' },
+        PASS_JOB_OPTIONS,
+      );
+      expect(await finished(incremental.id as string)).toMatchObject({
+        status: 'skipped',
+        reason: 'another pass of this group and type is running',
+      });
+    } finally {
+      if (running) await closeRow(database.pool, running, { status: 'succeeded', rowsSeen: 0, rowsWritten: 0, requests: 0 });
+      await lock?.release();
+    }
     expect(listRequests()).toHaveLength(0);
   });
 

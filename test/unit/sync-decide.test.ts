@@ -55,7 +55,7 @@ const rows: Array<[string, DecisionJob, DecisionState, Action]> = [
     'scheduled tick while a backfill waits: skipped',
     job('schedule', 'incremental'),
     { paused: null, waiting: 'backfill-1' },
-    { kind: 'skip', reason: 'a backfill of this group and type is waiting for its turn' },
+    { kind: 'skip', reason: 'a full pass of this group and type (a backfill, a resume or a scheduled one) is waiting for its turn' },
   ],
   [
     'scheduled full pass finding its own mark: goes on to the lock',
@@ -72,6 +72,18 @@ const rows: Array<[string, DecisionJob, DecisionState, Action]> = [
     'scheduled full meets a running full pass: served by it',
     job('schedule', 'full'),
     { ...busy, fullPassRunning: true },
+    { kind: 'skip', reason: 'a full pass of this group and type is running' },
+  ],
+  [
+    'scheduled full that waited, then meets a running full pass: takes its own mark away first',
+    job('schedule', 'full'),
+    { paused: null, waiting: 'job-7', locked: false, fullPassRunning: true },
+    { kind: 'need', need: 'drop-own-mark' },
+  ],
+  [
+    'scheduled full that waited, its mark dropped: served by the running full pass',
+    job('schedule', 'full'),
+    { paused: null, waiting: 'job-7', locked: false, fullPassRunning: true, ownMarkDropped: true },
     { kind: 'skip', reason: 'a full pass of this group and type is running' },
   ],
   [
@@ -165,6 +177,7 @@ describe('decide', () => {
       waiting: 'waiting',
       lock: 'locked',
       'clear-wanted': 'wantedCleared',
+      'drop-own-mark': 'ownMarkDropped',
       'full-pass-running': 'fullPassRunning',
       'open-full-pass': 'openFullPass',
       'last-full-completed': 'lastFullCompletedAt',
@@ -184,6 +197,7 @@ describe('decide', () => {
     waiting: null,
     locked: true,
     wantedCleared: true,
+    ownMarkDropped: true,
     fullPassRunning: false,
     openFullPass: true,
     lastFullCompletedAt: null,
