@@ -43,30 +43,52 @@ export interface ProcessParts {
   pageGate?: PageGate;
 }
 
+export type SyncQueue = ReturnType<typeof createSyncQueue>;
+
+/** The account's poll path as one replica runs it; stopping it leaves the account's queue to the others. */
 export interface Polling {
-  pauseKey: string;
-  queue: ReturnType<typeof createSyncQueue>;
   stop(timeoutMs: number): Promise<void>;
 }
 
-/** The poll path when read settings are given; a webhook-only install says that nothing reconciles. */
-export async function startReads(...args: Parameters<typeof startPolling>): Promise<Polling | null> {
-  const [config, , , log] = args;
-  if (config.sync.reconciles) return startPolling(...args);
-  log.warn(NOTHING_RECONCILES);
-  return null;
+/**
+ * The account's queue, which the replicas that read it share and the admin pages and gauges use
+ * whether or not this replica reads it.
+ */
+export function openSyncQueue(config: Config, connection: ConnectionOptions, log: Logger, level: 'warn' | 'debug'): SyncQueue {
+  const queue = createSyncQueue(connection, config.redisPrefix);
+  // Without a listener, a Redis hiccup is printed raw to stderr instead of through the logger (an
+  // account that reads nothing only says so at debug: its queue is the admin pages').
+  queue.on('error', (error) => log[level]({ err: describeConnectionError(error) }, 'sync queue error'));
+  return queue;
 }
 
-/** Schedules passes for the configured groups, resumes open full passes, and runs the sync worker. */
-async function startPolling(config: Config, pool: pg.Pool, shared: ProcessParts, log: Logger, metrics: Metrics): Promise<Polling> {
+/** The key of the account's auth pause; null for a webhook-only account, which says once that nothing reconciles. */
+export function readsOf(config: Config, log: Logger): { pauseKey: string } | null {
+  const credential = readCredentialOf(config);
+  if (credential === undefined) {
+    log.warn(NOTHING_RECONCILES);
+    return null;
+  }
+  return { pauseKey: authPauseKey(config.redisPrefix, credential) };
+}
+
+/**
+ * Schedules passes for the configured groups, resumes open full passes, and runs the sync worker on
+ * the account's `queue`, which stays open when it stops.
+ */
+export async function startPolling(
+  config: Config,
+  pool: pg.Pool,
+  shared: ProcessParts,
+  log: Logger,
+  metrics: Metrics,
+  queue: SyncQueue,
+): Promise<Polling> {
   const { redis, connection, pageGate } = shared;
   const credential = readCredentialOf(config) as string;
   const limiter = createSharedLimiter(config, redis, log, shared.limiterConnections);
-  metrics.watchBudgets(BUDGET_MODELS, () => limiter.report());
+  const unwatchBudgets = metrics.watchBudgets(BUDGET_MODELS, () => limiter.report());
   const source = createReadSource(config, limiter, log, metrics);
-  const queue = createSyncQueue(connection, config.redisPrefix);
-  // Without a listener, a Redis hiccup is printed raw to stderr instead of through the logger.
-  queue.on('error', (error) => log.warn({ err: describeConnectionError(error) }, 'sync queue error'));
   const { groups, types } = config.sync;
   const scheduleConfig: ScheduleConfig = {
     groups,
@@ -117,14 +139,12 @@ async function startPolling(config: Config, pool: pg.Pool, shared: ProcessParts,
     everyMs: config.sync.reconcileEveryMs,
   });
   return {
-    pauseKey,
-    queue,
     async stop(timeoutMs: number) {
       scheduleWatch.stop();
       fieldRefresh.stop();
       audit?.stop();
       await worker.close(timeoutMs);
-      await queue.close();
+      unwatchBudgets();
       await limiter.close();
     },
   };

@@ -45,7 +45,7 @@ import { parseOptions, type Command } from './args.js';
 import { describeConnectionError } from './connection-error.js';
 import { statusSources } from './status-sources.js';
 import { passIntervalMs, startGauges } from './gauges.js';
-import type { Polling } from './polling.js';
+import type { SyncQueue } from './polling.js';
 import { checkPolling, connectRedis, startWorkerParts, type WorkerParts } from './worker.js';
 import { configuredAuditSchedule } from './audit-settings.js';
 
@@ -298,7 +298,7 @@ interface AdminRedis {
 /** One account's sync queue, for the admin pages. */
 interface AdminQueue {
   account: string;
-  syncQueue: Polling['queue'];
+  syncQueue: SyncQueue;
 }
 
 /** A receiver's Redis for its admin pages only (with ADMIN_TOKEN); its errors go through the logger. */
@@ -350,7 +350,7 @@ function readinessChecks(pool: pg.Pool, worker: WorkerParts | null): ReadinessCh
       },
     });
   }
-  if (worker?.accounts.some((a) => a.polling !== null)) checks.push({ name: 'upstream-auth', check: () => checkPolling(worker) });
+  if (worker?.accounts.some((a) => a.pauseKey !== null)) checks.push({ name: 'upstream-auth', check: () => checkPolling(worker) });
   return checks;
 }
 

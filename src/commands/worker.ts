@@ -1,17 +1,20 @@
 /**
  * The worker role's parts (docs/architecture.md, "Several accounts in one worker"): every declared
- * account runs here with its own pool, consumer, poll path (limiter, read source, queue, schedules,
- * sync worker, audit, field refresh) and erasure chores, and the deployment's parts run once: the
- * accounts declared, the one listener of the inbox, the history and delivery purges.
+ * account runs here with its own pool, consumer, queue and erasure chores; the poll path (limiter,
+ * read source, schedules, sync worker, audit, field refresh) of each account that reads runs on the
+ * replicas that read it (`spreadReads`, "Accounts spread over replicas"); and the deployment's parts
+ * run once: the accounts declared, the one listener of the inbox, the history and delivery purges.
  *
  * Fair by construction: each account has its own BullMQ queue and sync worker under its own Redis
  * prefix (`accountConfig`, `accountRedisPrefix`), with the concurrency one account has always had,
- * so a long pass of one account holds only that account's slots; replicas share every account's
- * queues through Redis. What accounts share in a process is bounded per page, never per pass: the
- * page gate (rooms shared between accounts by the bytes of their pages) and the event loop. Their
- * Redis connections are the process's too (`Shared`): a connection costs about 0.2 MB, and four for
- * each limiter made a worker of twenty accounts hold some 500.
+ * so a long pass of one account holds only that account's slots; the replicas that read an account
+ * share its queue through Redis. What accounts share in a process is bounded per page, never per
+ * pass: the page gate (rooms shared between accounts by the bytes of their pages) and the event
+ * loop. Their Redis connections are the process's too (`Shared`): a connection costs about 0.2 MB,
+ * and four for each limiter made a worker of twenty accounts hold some 500.
  */
+import { randomUUID } from 'node:crypto';
+import { hostname } from 'node:os';
 import { Redis } from 'ioredis';
 import type pg from 'pg';
 import { accountConfig, type Config } from '../config.js';
@@ -23,13 +26,13 @@ import { repeat, type Repeating } from '../ground/repeat.js';
 import { purgeHistory } from '../mirror/history.js';
 import { createLimiterConnections } from '../ratelimit/connections.js';
 import { isPaused, readAuthPause, type AuthPause } from '../sync/auth-pause.js';
-import { createSyncQueue } from '../sync/schedule.js';
+import { accountsToRead, joinReplicas, type ReplicaSpread } from '../sync/replicas.js';
 import { createPageGate, PAGES_IN_MEMORY, type SharedPageGate } from '../upstream/page-gate.js';
 import { createDeliveryConsumer, listenForInbox, type InboxListener } from '../webhooks/consumer.js';
 import { ERASURE_EVERY_MS, runErasure } from '../webhooks/erasure-run.js';
 import { createPurger, type Timer } from '../webhooks/purger.js';
 import { describeConnectionError } from './connection-error.js';
-import { startReads, type Polling, type ProcessParts } from './polling.js';
+import { openSyncQueue, readsOf, startPolling, type Polling, type ProcessParts, type SyncQueue } from './polling.js';
 
 /** Connections a worker's account pools may hold together at most before each is held to the minimum. */
 const ACCOUNT_POOLS_TOTAL = 20;
@@ -84,11 +87,18 @@ export interface ServedAccount {
   config: Config;
   /** A pool serving the account (its statements keep to it). */
   pool: pg.Pool;
-  /** Null when the account reconciles nothing (webhook-only). */
-  polling: Polling | null;
-  /** Its sync queue (the admin pages queue backfills to it, the gauges count it), also without polling. */
-  syncQueue: Polling['queue'];
+  /** The key of its auth pause; null when the account reconciles nothing (webhook-only). */
+  pauseKey: string | null;
+  /** Its sync queue (the admin pages queue backfills to it, the gauges count it), whoever reads it. */
+  syncQueue: SyncQueue;
   stop(timeoutMs: number): Promise<void>;
+}
+
+/** What the replicas' spread does with an account that reads: start or stop its poll path here. */
+interface ReadingAccount {
+  account: ServedAccount;
+  /** Starts the poll path (when `on` and not running) or stops it (when not `on` and running). */
+  read(on: boolean): Promise<void>;
 }
 
 /** What a worker runs besides the HTTP listeners: Redis, every account's parts and the deployment's chores. */
@@ -149,14 +159,17 @@ export async function startWorkerParts(
     metrics,
     poolMax: accountPoolMax(config.accounts.length),
   };
-  const accounts: ServedAccount[] = [];
-  for (const { name } of config.accounts) accounts.push(await startAccount(accountConfig(config, name), shared));
+  const started = config.accounts.map(({ name }) => startAccount(accountConfig(config, name), shared, config.shutdownTimeoutMs));
+  const accounts = started.map((s) => s.served);
   const inbox = listenOnceForAll(deployment, accounts, log);
   const chores = startDeploymentChores(config, deployment, accounts, log, metrics);
+  const reading = started.flatMap((s) => (s.reads ? [s.reads] : []));
+  const spread = await spreadReads(config, shared, reading);
   return {
     redis: shared.redis,
     accounts,
     async stop(timeoutMs) {
+      await spread.leave();
       await inbox.stop();
       await Promise.all(accounts.map((account) => account.stop(timeoutMs)));
       await chores.stop();
@@ -168,8 +181,11 @@ export async function startWorkerParts(
   };
 }
 
-/** One account's parts: its consumer, its poll path when it reconciles, its erasure chores. */
-async function startAccount(config: Config, shared: Shared): Promise<ServedAccount> {
+/**
+ * One account's parts: its consumer and its erasure chores; when it reconciles, the switch of its
+ * poll path, which the replicas' spread turns on where the account is read.
+ */
+function startAccount(config: Config, shared: Shared, handOverTimeoutMs: number): { served: ServedAccount; reads: ReadingAccount | null } {
   const log = shared.log.child({ account: config.account });
   const metrics = shared.metrics.forAccount(config.account);
   const database: Database = openDatabase(config.databaseUrl, {
@@ -181,25 +197,87 @@ async function startAccount(config: Config, shared: Shared): Promise<ServedAccou
   // The worker's one listener wakes it and polls for it (listenOnceForAll); the purge of old
   // deliveries is the deployment's (startDeploymentChores): no retention here.
   const consumer = createDeliveryConsumer({ pool, logger: log, metrics, listen: false, pollEveryMs: 0 });
-  // Its pages wait in a line of its own at the process's gate: rooms go to accounts by the bytes they brought.
-  const polling = await startReads(config, pool, { ...shared, pageGate: shared.pageGate.forAccount(config.account) }, log, metrics);
-  // Without polling the admin pages still show (and backfills still queue to) the account's sync queue.
-  const syncQueue = polling?.queue ?? createSyncQueue(shared.connection, config.redisPrefix);
-  if (!polling) syncQueue.on('error', (error) => log.debug({ err: describeConnectionError(error) }, 'sync queue error'));
+  const reads = readsOf(config, log);
+  // Open wherever the account is read: the admin pages show (and backfills queue to) its queue.
+  const syncQueue = openSyncQueue(config, shared.connection, log, reads ? 'warn' : 'debug');
   const erasure = startErasure(config, pool, log);
-  return {
+  let polling: Polling | null = null;
+  const served: ServedAccount = {
     wake: () => consumer.wake(),
     config,
     pool,
-    polling,
+    pauseKey: reads?.pauseKey ?? null,
     syncQueue,
     async stop(timeoutMs) {
       erasure.stop();
       await Promise.all([polling?.stop(timeoutMs), consumer.close(timeoutMs)]);
-      if (!polling) await syncQueue.close();
+      polling = null;
+      await syncQueue.close();
       await database.close();
     },
   };
+  if (!reads) return { served, reads: null };
+  // Its pages wait in a line of its own at the process's gate: rooms go to accounts by the bytes they brought.
+  const parts: ProcessParts = { ...shared, pageGate: shared.pageGate.forAccount(config.account) };
+  const read = async (on: boolean): Promise<void> => {
+    if (on && !polling) polling = await startPolling(config, pool, parts, log, metrics, syncQueue);
+    if (!on && polling) {
+      const running = polling;
+      polling = null;
+      // Its passes stop at their next checkpoint; the replica that reads it now resumes them.
+      await running.stop(handOverTimeoutMs);
+    }
+  };
+  return { served, reads: { account: served, read } };
+}
+
+/**
+ * The accounts that read, in the order every replica deals them out (`accountsToRead`): by source,
+ * then by name, so that each kind is spread over the replicas (a replica of three reading only
+ * legacy accounts at full speed would hold far more than one reading current ones on their budget).
+ */
+function inDealingOrder(reading: readonly ReadingAccount[]): ReadingAccount[] {
+  const key = (r: ReadingAccount) => `${r.account.config.sync.source ?? ''}\u0000${r.account.config.account}`;
+  return [...reading].sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0));
+}
+
+/** This process among the deployment's worker replicas: unique however many share a host. */
+function replicaId(): string {
+  return `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
+}
+
+/**
+ * Joins the deployment's worker replicas and runs the poll path of the accounts this replica reads
+ * (src/sync/replicas.ts), handing accounts over as replicas come and go: those it no longer reads
+ * stop first (their passes at a checkpoint), then those it reads now start.
+ */
+async function spreadReads(config: Config, shared: Shared, reading: readonly ReadingAccount[]): Promise<ReplicaSpread> {
+  const ordered = inDealingOrder(reading);
+  const id = replicaId();
+  const log = shared.log.child({ component: 'replicas' });
+  let before = 0;
+  return joinReplicas({
+    redis: shared.redis,
+    namespace: config.redisNamespace,
+    id,
+    logger: log,
+    // One account that reads is read by every replica, whoever else is there.
+    settle: ordered.length > 1,
+    async onReplicas(replicas) {
+      const mine = new Set(accountsToRead(ordered, replicas, id));
+      await Promise.all(ordered.filter((r) => !mine.has(r)).map((r) => r.read(false)));
+      for (const r of ordered) if (mine.has(r)) await r.read(true);
+      // One replica reading its one account has nothing to say.
+      if (replicas.length > 1 || before > 1) {
+        const names = ordered.filter((r) => mine.has(r)).map((r) => r.account.config.account);
+        log.info(
+          { replica: id, replicas: replicas.length, reads: names },
+          `this worker replica reads ${names.length} of ${ordered.length} accounts`,
+        );
+      }
+      before = replicas.length;
+    },
+  });
 }
 
 /**
@@ -299,9 +377,9 @@ function startHistoryPurge(accounts: readonly ServedAccount[], retentionMs: numb
 /** The accounts whose polling is paused by a rejected credential now, with their pauses. */
 export async function pausedAccounts(parts: WorkerParts): Promise<Array<{ account: string; pause: AuthPause }>> {
   const paused: Array<{ account: string; pause: AuthPause }> = [];
-  for (const { config, polling } of parts.accounts) {
-    if (!polling) continue;
-    const pause = await readAuthPause(parts.redis, polling.pauseKey);
+  for (const { config, pauseKey } of parts.accounts) {
+    if (pauseKey === null) continue;
+    const pause = await readAuthPause(parts.redis, pauseKey);
     if (isPaused(pause)) paused.push({ account: config.account, pause });
   }
   return paused;
@@ -314,7 +392,7 @@ export async function pausedAccounts(parts: WorkerParts): Promise<Array<{ accoun
  * ready for the others (and, in role `all`, for every account's deliveries).
  */
 export async function checkPolling(parts: WorkerParts): Promise<void> {
-  const polling = parts.accounts.filter((a) => a.polling !== null).length;
+  const polling = parts.accounts.filter((a) => a.pauseKey !== null).length;
   const paused = await pausedAccounts(parts);
   if (polling === 0 || paused.length < polling) return;
   const several = parts.accounts.length > 1;

@@ -294,8 +294,11 @@ const METRICS = {
 
 export type Metrics = { -readonly [K in keyof typeof METRICS]: (typeof METRICS)[K] extends Declared<infer M> ? M : never } & {
   registry: Registry;
-  /** Reads the limiter's learned budget model (one of `models`) when metrics are scraped. */
-  watchBudgets(models: readonly string[], read: () => BudgetSnapshot): void;
+  /**
+   * Reads the limiter's learned budget model (one of `models`) when metrics are scraped, until the
+   * returned function is called (the limiter closed: its account is read by another replica now).
+   */
+  watchBudgets(models: readonly string[], read: () => BudgetSnapshot): () => void;
   /**
    * The same metrics as recorded by a part serving account `account`: every metric with an
    * `account` label gets it (the part's code stays as it is), `watchBudgets` watches that account's
@@ -349,6 +352,13 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
   const made = Object.fromEntries(declared.map(([key, d]) => [key, d.create([registry], watched)]));
   type Made = Omit<Metrics, 'registry' | 'watchBudgets' | 'forAccount'>;
   const views = new Map<string, Metrics>();
+  // A later watch of the same account replaces the earlier one, whose unwatch then leaves it be.
+  const watchOne = (account: string | null, what: WatchedBudgets): (() => void) => {
+    watched.budgets.set(account, what);
+    return () => {
+      if (watched.budgets.get(account) === what) watched.budgets.delete(account);
+    };
+  };
   const forAccount = (account: string): Metrics => {
     const known = views.get(account);
     if (known) return known;
@@ -359,9 +369,7 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
     const view: Metrics = {
       ...(Object.fromEntries(labelled) as Made),
       registry,
-      watchBudgets(models, read) {
-        watched.budgets.set(account, { models, read });
-      },
+      watchBudgets: (models, read) => watchOne(account, { models, read }),
       forAccount,
     };
     views.set(account, view);
@@ -370,9 +378,7 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
   return {
     ...(made as Made),
     registry,
-    watchBudgets(models, read) {
-      watched.budgets.set(null, { models, read });
-    },
+    watchBudgets: (models, read) => watchOne(null, { models, read }),
     forAccount,
   };
 }

@@ -1,0 +1,185 @@
+/**
+ * Which worker replica reads which account (docs/architecture.md, "Accounts spread over replicas").
+ *
+ * Why: every replica ran every account's poll path (its limiter, sync worker, schedules, audit and
+ * field refresh), so a replica's memory grew with all of the deployment's accounts however many
+ * replicas there were, and which replica read whose pages was left to which one took the job first.
+ * Now each live replica announces itself in Redis, and every replica derives the same assignment
+ * from the same list of replicas: the accounts that read, in one fixed order, dealt out in turn.
+ * With fewer accounts than replicas each account is read by several, whose passes still spread
+ * between them through its queue, as one account's always did.
+ *
+ * Safe at every moment, not only once the replicas agree: while they disagree (one joined or left a
+ * heartbeat ago) an account may be read by two replicas, which its pass locks make harmless, or by
+ * none for at most a heartbeat, which its queue waits out.
+ */
+import type { Redis } from 'ioredis';
+import type { Logger } from '../ground/log.js';
+import { repeat, type Repeating } from '../ground/repeat.js';
+
+/** How often a replica announces itself (and learns who else is there). */
+export const HEARTBEAT_MS = 1_000;
+/** A replica not heard from for this long is gone: its accounts go to the others. */
+export const REPLICA_TTL_MS = 6_000;
+
+/** The deployment's list of live worker replicas (a sorted set: replica id → last heartbeat, Redis's clock). */
+export function replicasKey(namespace: string): string {
+  return `${namespace}:worker-replicas`;
+}
+
+// Redis's clock, not each replica's: replicas on hosts whose clocks differ still agree on who is live.
+const HEARTBEAT = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return redis.call('ZRANGE', KEYS[1], 0, -1)`;
+
+/** Announces `id` as live and returns every live replica's id (itself included), sorted. */
+export async function heartbeat(redis: Redis, key: string, id: string, ttlMs = REPLICA_TTL_MS): Promise<string[]> {
+  const live = (await redis.eval(HEARTBEAT, 1, key, id, String(ttlMs))) as string[];
+  return [...live].sort();
+}
+
+/**
+ * The accounts replica `self` reads, of `accounts` (every replica passes them in the same order) among
+ * the `replicas` live now. Account i goes to replica i mod R; with fewer accounts than replicas,
+ * replica j also reads account j mod A, so that every replica reads one and every account is read.
+ * A replica missing from the list (its heartbeat did not reach Redis) reads every account.
+ */
+export function accountsToRead<T>(accounts: readonly T[], replicas: readonly string[], self: string): T[] {
+  const live = [...new Set(replicas)].sort();
+  const j = live.indexOf(self);
+  if (j < 0) return [...accounts];
+  const r = live.length;
+  const a = accounts.length;
+  return accounts.filter((_, i) => i % r === j || (a > 0 && j % a === i));
+}
+
+/** How long a starting replica tries to announce itself before it reads every account instead. */
+const FIRST_HEARTBEAT_WITHIN_MS = 5_000;
+
+/** The first heartbeat, tried again for a few seconds: a client that fails fast may still be connecting. */
+async function firstHeartbeat(redis: Redis, key: string, id: string, ttlMs: number): Promise<string[]> {
+  const deadline = Date.now() + FIRST_HEARTBEAT_WITHIN_MS;
+  for (;;) {
+    try {
+      return await heartbeat(redis, key, id, ttlMs);
+    } catch (error) {
+      if (Date.now() >= deadline) throw error;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  }
+}
+
+export interface ReplicaSpread {
+  /** Stops announcing this replica and takes it off the list, so that the others take its accounts at their next heartbeat. */
+  leave(): Promise<void>;
+}
+
+export interface ReplicaSpreadOptions {
+  redis: Redis;
+  /** REDIS_PREFIX: one list per deployment. */
+  namespace: string;
+  /** This replica's id, unique among the deployment's processes. */
+  id: string;
+  logger: Logger;
+  /**
+   * Called with the live replicas (sorted, this one included) when the list changed, and with this
+   * replica alone when Redis cannot be reached at the first heartbeat. Calls never overlap; a list
+   * that changes during one is handed over once it ended (only the latest).
+   */
+  onReplicas(replicas: readonly string[]): Promise<void>;
+  everyMs?: number;
+  ttlMs?: number;
+  /**
+   * Whether to wait a heartbeat before the first list (default true). Pointless when every replica
+   * reads the same accounts whatever the list (a deployment with one account that reads).
+   */
+  settle?: boolean;
+}
+
+/**
+ * Announces this replica every heartbeat and hands each new list of live replicas to `onReplicas`.
+ * The heartbeat never waits for `onReplicas` (handing an account over waits for its passes to reach
+ * a checkpoint): a replica busy with that must not look gone to the others.
+ *
+ * Resolves once the first list was handed over. A replica that starts beside others (`docker
+ * compose up --scale worker=3`) waits one heartbeat first, so that replicas starting together see
+ * each other before any of them starts every account's passes, only to hand most of them over a
+ * second later.
+ */
+export async function joinReplicas(options: ReplicaSpreadOptions): Promise<ReplicaSpread> {
+  const { redis, id, logger } = options;
+  const key = replicasKey(options.namespace);
+  const everyMs = options.everyMs ?? HEARTBEAT_MS;
+  const ttlMs = options.ttlMs ?? REPLICA_TTL_MS;
+  let left = false;
+  let handed = '';
+  let latest: readonly string[] = [id];
+  let handing: Promise<void> | null = null;
+
+  // One handing-over at a time, always of the latest list; a failed one is tried again with the next list.
+  const runHandOver = async (): Promise<void> => {
+    try {
+      while (!left && latest.join('\n') !== handed) {
+        const list = latest;
+        handed = list.join('\n');
+        await options.onReplicas(list);
+      }
+    } catch (error) {
+      handed = '';
+      logger.warn({ err: error }, 'handing accounts between worker replicas failed; trying again at the next heartbeat');
+    }
+  };
+  const handOver = (): Promise<void> => {
+    // Set before the run starts: a run with nothing to do ends synchronously.
+    if (handing === null) handing = runHandOver().finally(() => (handing = null));
+    return handing;
+  };
+  let joined = false;
+  const announce = async (): Promise<void> => {
+    latest = await heartbeat(redis, key, id, ttlMs);
+    if (joined && !left) void handOver();
+  };
+
+  try {
+    latest = await firstHeartbeat(redis, key, id, ttlMs);
+    if (options.settle !== false) {
+      await new Promise((resolve) => setTimeout(resolve, everyMs));
+      latest = await heartbeat(redis, key, id, ttlMs);
+    }
+  } catch (error) {
+    // Redis away at start: read every account (the pass locks keep that safe) until it answers.
+    logger.warn({ err: error }, 'cannot announce this worker replica in Redis; it reads every account until Redis answers');
+  }
+  // Beating from here on, while the first accounts start (twenty of them take a few seconds).
+  const beat: Repeating = repeat(announce, {
+    firstDelayMs: everyMs,
+    nextDelayMs: () => everyMs,
+    // The last assignment stands while Redis is away: the others, no longer hearing from this
+    // replica, take its accounts too, and the pass locks keep two replicas reading one account safe.
+    onError: (error) => logger.debug({ err: error }, 'worker replica heartbeat failed; it keeps the accounts it reads'),
+  });
+  // The first list's failure is the start's (the caller reports it), not something to retry quietly.
+  const first = latest;
+  try {
+    await options.onReplicas(first);
+  } catch (error) {
+    beat.stop();
+    await redis.zrem(key, id).catch(() => 0);
+    throw error;
+  }
+  handed = first.join('\n');
+  joined = true;
+  void handOver();
+  return {
+    async leave() {
+      left = true;
+      beat.stop();
+      await handing;
+      await redis.zrem(key, id).catch(() => 0);
+    },
+  };
+}

@@ -1,0 +1,68 @@
+/**
+ * Which replica reads which account (src/sync/replicas.ts, `accountsToRead`): every replica derives
+ * the same assignment from the same list, so together they read every account, each exactly once
+ * when there are enough accounts, and none of them is left without one.
+ */
+import { describe, expect, it } from 'vitest';
+import { accountsToRead } from '../../src/sync/replicas.js';
+
+const accounts = (n: number) => Array.from({ length: n }, (_, i) => `a${String(i).padStart(2, '0')}`);
+const replicas = (n: number) => Array.from({ length: n }, (_, i) => `r${i}`);
+
+/** How many replicas read each account, given every replica's own answer. */
+function readers(all: readonly string[], live: readonly string[]): Map<string, number> {
+  const counts = new Map(all.map((a) => [a, 0]));
+  for (const self of live) for (const a of accountsToRead(all, live, self)) counts.set(a, (counts.get(a) ?? 0) + 1);
+  return counts;
+}
+
+describe('accountsToRead', () => {
+  it('deals twenty accounts over three replicas in turn: 7, 7 and 6, each read once', () => {
+    const all = accounts(20);
+    const live = replicas(3);
+    expect(live.map((r) => accountsToRead(all, live, r).length)).toEqual([7, 7, 6]);
+    expect([...readers(all, live).values()].every((n) => n === 1)).toBe(true);
+    expect(accountsToRead(all, live, 'r1').slice(0, 3)).toEqual(['a01', 'a04', 'a07']);
+  });
+
+  it('lets every replica read the one account of a deployment that has one', () => {
+    for (const r of replicas(4)) expect(accountsToRead(['default'], replicas(4), r)).toEqual(['default']);
+  });
+
+  it('with fewer accounts than replicas, reads each account on several and gives every replica one', () => {
+    const live = replicas(5);
+    expect(live.map((r) => accountsToRead(['x', 'y'], live, r))).toEqual([['x'], ['y'], ['x'], ['y'], ['x']]);
+  });
+
+  it('reads every account, and gives every replica one, for any number of either', () => {
+    for (let a = 1; a <= 12; a++) {
+      for (let r = 1; r <= 7; r++) {
+        const all = accounts(a);
+        const live = replicas(r);
+        const counts = readers(all, live);
+        expect(
+          [...counts.values()].every((n) => n >= 1),
+          `${a} accounts, ${r} replicas`,
+        ).toBe(true);
+        if (a >= r)
+          expect(
+            [...counts.values()].every((n) => n === 1),
+            `${a} accounts, ${r} replicas`,
+          ).toBe(true);
+        for (const self of live) expect(accountsToRead(all, live, self).length, `${a} accounts, ${r} replicas`).toBeGreaterThan(0);
+        // Balanced: no replica reads more than one account over another.
+        const sizes = live.map((self) => accountsToRead(all, live, self).length);
+        if (a >= r) expect(Math.max(...sizes) - Math.min(...sizes)).toBeLessThanOrEqual(1);
+      }
+    }
+  });
+
+  it('orders the replicas itself, so the order each one learned the list in does not matter', () => {
+    const all = accounts(6);
+    expect(accountsToRead(all, ['r2', 'r0', 'r1'], 'r1')).toEqual(accountsToRead(all, ['r0', 'r1', 'r2'], 'r1'));
+  });
+
+  it('reads every account when it is not on the list (its heartbeat did not reach Redis)', () => {
+    expect(accountsToRead(accounts(4), ['r0', 'r1'], 'r9')).toEqual(accounts(4));
+  });
+});
