@@ -1,23 +1,30 @@
 /**
  * What the status shows of each account besides its tables, from the configuration: its pairs, its
  * source, the audit's schedule for it, its pass interval, and readers of what the worker keeps of it
- * in Redis. For `status` and the admin pages (`AdminDeps.statusSources`).
+ * in Redis (its auth pause, its rate budgets, the replicas that read it). For `status` and the admin pages (`AdminDeps.statusSources`).
  */
 import type { Redis } from 'ioredis';
 import { accountConfig, NOTHING_RECONCILES, readCredentialOf, type AccountConfig, type Config } from '../config.js';
 import type { AccountSource } from '../http/status-report.js';
 import { readRateBudgets } from '../ratelimit/budget-limiter.js';
 import { authPauseKey, readAuthPause } from '../sync/auth-pause.js';
+import { liveReplicaReads } from '../sync/replicas.js';
 import { configuredAuditSchedule } from './audit-settings.js';
 import { passIntervalMs } from './gauges.js';
 
 /** Every account of `accounts` (all declared by default), in order; without Redis, nothing it keeps is read. */
 export function statusSources(config: Config, redis: Redis | null, accounts: readonly AccountConfig[] = config.accounts): AccountSource[] {
-  return accounts.map(({ name }) => accountSource(config, name, redis));
+  // One read of the replicas' list for every account shown.
+  let replicas: Promise<Map<string, string[] | null>> | undefined;
+  const readers = (name: string) => async (): Promise<string[]> => {
+    replicas ??= liveReplicaReads(redis as Redis, config.redisNamespace);
+    return [...(await replicas)].filter(([, reads]) => reads?.includes(name)).map(([id]) => id);
+  };
+  return accounts.map(({ name }) => accountSource(config, name, redis, readers(name)));
 }
 
 /** Each account's Redis keys are under its own prefix (`accountRedisPrefix`), where its worker parts keep them. */
-function accountSource(deployment: Config, name: string, redis: Redis | null): AccountSource {
+function accountSource(deployment: Config, name: string, redis: Redis | null, readBy: () => Promise<string[] | null>): AccountSource {
   const config = accountConfig(deployment, name);
   const credential = readCredentialOf(config);
   const reads = config.sync.reconciles ? { source: config.sync.source } : { source: null, notice: NOTHING_RECONCILES };
@@ -32,6 +39,7 @@ function accountSource(deployment: Config, name: string, redis: Redis | null): A
       ? {
           authPause: () => readAuthPause(redis, authPauseKey(config.redisPrefix, credential)),
           rateBudgets: () => readRateBudgets(redis, config.redisPrefix),
+          readBy,
         }
       : {}),
   };

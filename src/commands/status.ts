@@ -64,15 +64,22 @@ export function formatStatusText(reports: readonly AccountReport[], auditShare: 
   return reports.map((r) => `${accountHeader(r)}\n\n${accountText(r, auditShare)}`).join('\n');
 }
 
-/** `ACCOUNT shop (current)`; a webhook-only account says so. */
+/** `ACCOUNT shop (current, read by 1 worker replica)`; a webhook-only account says so. */
 export function accountHeader(r: AccountReport): string {
   const reads = r.source === null ? 'webhooks only' : (r.source ?? '');
-  return `ACCOUNT ${r.account}${reads ? ` (${reads})` : ''}`;
+  const replicas = r.readBy === null ? [] : [`read by ${r.readBy.length} worker replica${r.readBy.length === 1 ? '' : 's'}`];
+  const said = [...(reads ? [reads] : []), ...replicas].join(', ');
+  return `ACCOUNT ${r.account}${said ? ` (${said})` : ''}`;
 }
+
+/** Said of an account that reads while no live worker replica reads it: its passes do not run. */
+export const NOT_READ =
+  'NOT READ: no worker replica reads this account now (none running, or none heard from in the last 6 s): its passes do not run until one does';
 
 function accountText(r: AccountReport, auditShare: number): string {
   const lines: string[] = [];
   if (r.notice) lines.push(`${r.notice}\n\n`);
+  if (r.readBy !== null && r.readBy.length === 0) lines.push(`${NOT_READ}\n\n`);
   if (r.authPause) {
     const pause = r.authPause;
     lines.push(`POLLING PAUSED until ${new Date(pause.until).toISOString()} after ${pause.failures} auth failure(s): ${pause.message}\n\n`);

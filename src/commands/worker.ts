@@ -267,15 +267,16 @@ async function spreadReads(config: Config, shared: Shared, reading: readonly Rea
       const mine = new Set(accountsToRead(ordered, replicas, id));
       await Promise.all(ordered.filter((r) => !mine.has(r)).map((r) => r.read(false)));
       for (const r of ordered) if (mine.has(r)) await r.read(true);
+      const names = ordered.filter((r) => mine.has(r)).map((r) => r.account.config.account);
       // One replica reading its one account has nothing to say.
       if (replicas.length > 1 || before > 1) {
-        const names = ordered.filter((r) => mine.has(r)).map((r) => r.account.config.account);
         log.info(
           { replica: id, replicas: replicas.length, reads: names },
           `this worker replica reads ${names.length} of ${ordered.length} accounts`,
         );
       }
       before = replicas.length;
+      return names;
     },
   });
 }

@@ -439,10 +439,11 @@ function statusSources(deps: AdminDeps): AccountSource[] {
       rateBudgets: deps.rateBudgets,
     },
   ];
-  return sources.map(({ authPause, rateBudgets, ...source }) => ({
+  return sources.map(({ authPause, rateBudgets, readBy, ...source }) => ({
     ...source,
     ...(authPause ? { authPause: () => authPause().catch(() => null) } : {}),
     ...(rateBudgets ? { rateBudgets: () => rateBudgets().catch(() => null) } : {}),
+    ...(readBy ? { readBy: () => readBy().catch(() => null) } : {}),
   }));
 }
 

@@ -16,6 +16,8 @@ import type { AccountReport } from './status-report.js';
 
 /** One account's part of the page: its status (status-report.ts) and its webhook inbox. */
 export interface AccountPage extends Pick<AccountReport, 'account' | 'source' | 'notice' | 'passes' | 'authPause'> {
+  /** The live worker replicas that read it (empty: none does); absent or null when not known. */
+  readBy?: readonly string[] | null;
   /** SYNC_EVERY (RECONCILE_EVERY on the current API) in ms: freshness is coloured against it. */
   passEveryMs: number;
   inbox: Readonly<Record<string, number>>;
@@ -218,10 +220,10 @@ function accountsOverview(accounts: readonly AccountPage[], now: number): string
       const counts = WORST_FIRST.filter((s) => states.includes(s))
         .map((s) => `${states.filter((x) => x === s).length} ${s}`)
         .join(', ');
-      const paused = a.authPause !== null && a.authPause.until > now;
+      const polling = pollingState(a, now);
       return `<tr data-account="${escapeHtml(a.account)}"><td><a href="#account-${escapeHtml(a.account)}">${escapeHtml(a.account)}</a></td>
 <td>${escapeHtml(sourceText(a))}</td><td${worst ? ` class="${worst}"` : ''} data-field="freshness">${escapeHtml(counts || 'no pairs')}</td>
-<td${paused ? ' class="stale"' : ''} data-field="polling">${paused ? 'paused' : a.source === null ? '–' : 'ok'}</td>
+<td${polling === 'paused' || polling === 'not read' ? ' class="stale"' : ''} data-field="polling">${escapeHtml(polling)}</td>
 <td class="num" data-field="pending">${escapeHtml(a.inbox.pending ?? 0)}</td><td class="num${(a.inbox.failed ?? 0) > 0 ? ' late' : ''}" data-field="failed">${escapeHtml(a.inbox.failed ?? 0)}</td></tr>`;
     })
     .join('\n');
@@ -231,6 +233,15 @@ function accountsOverview(accounts: readonly AccountPage[], now: number): string
 }
 
 const WORST_FIRST: readonly Freshness[] = ['stale', 'never', 'late', 'fresh'];
+
+/** The overview's polling cell: paused, read by no live worker replica, or ok with how many read it. */
+function pollingState(a: AccountPage, now: number): string {
+  if (a.authPause !== null && a.authPause.until > now) return 'paused';
+  if (a.source === null) return '–';
+  if (a.readBy === undefined || a.readBy === null) return 'ok';
+  if (a.readBy.length === 0) return 'not read';
+  return `ok · ${a.readBy.length} replica${a.readBy.length === 1 ? '' : 's'}`;
+}
 
 function sourceText(a: AccountPage): string {
   if (a.source === null) return 'webhooks only';

@@ -1,7 +1,8 @@
 /**
  * The deployment's status as `status`, `status --json`, `/admin/status` and the status page show it:
  * per account its pairs (src/sync/status.ts, one deployment-wide read), what the worker keeps of it in
- * Redis (the auth pause, the rate budgets its limiter learned) and the audit's schedule for it. One
+ * Redis (the auth pause, the rate budgets its limiter learned, the replicas that read it) and the
+ * audit's schedule for it. One
  * account shows as a single-account install always did; several, each under its name
  * (docs/operations.md, "Several accounts").
  */
@@ -26,6 +27,8 @@ export interface AccountSource extends StatusScope {
   authPause?: () => Promise<AuthPause | null>;
   /** The rate budgets its limiter learned (absent or null: none published). */
   rateBudgets?: () => Promise<BudgetReport | null>;
+  /** The live worker replicas that read it now (absent: it polls nothing, or Redis is not read). */
+  readBy?: () => Promise<string[] | null>;
 }
 
 /** One account's status: its pairs and webhooks, its pause and budgets, its audit schedule. */
@@ -37,6 +40,8 @@ export interface AccountReport {
   /** Set only while polling is paused (the service rejected the account's read credential). */
   authPause: AuthPause | null;
   rateBudgets: BudgetReport | null;
+  /** The live worker replicas that read it now (empty: none does); null when not known. */
+  readBy: string[] | null;
   audit: AuditSchedule | null;
   passes: StatusRow[];
   webhooks: WebhookHealth[];
@@ -52,15 +57,22 @@ export async function collectReports(db: Queryable, sources: readonly AccountSou
     passEveryMs: source.passEveryMs,
     authPause: isPaused(kept[i]?.authPause ?? null, now) ? (kept[i]?.authPause ?? null) : null,
     rateBudgets: kept[i]?.rateBudgets ?? null,
+    readBy: kept[i]?.readBy ?? null,
     audit: source.auditSchedule ?? null,
     passes: statuses[i]?.passes ?? [],
     webhooks: statuses[i]?.webhooks ?? [],
   }));
 }
 
-async function readKept(source: AccountSource): Promise<{ authPause: AuthPause | null; rateBudgets: BudgetReport | null }> {
-  const [authPause, rateBudgets] = await Promise.all([source.authPause?.() ?? null, source.rateBudgets?.() ?? null]);
-  return { authPause, rateBudgets };
+async function readKept(
+  source: AccountSource,
+): Promise<{ authPause: AuthPause | null; rateBudgets: BudgetReport | null; readBy: string[] | null }> {
+  const [authPause, rateBudgets, readBy] = await Promise.all([
+    source.authPause?.() ?? null,
+    source.rateBudgets?.() ?? null,
+    source.readBy?.() ?? null,
+  ]);
+  return { authPause, rateBudgets, readBy };
 }
 
 /** One account's part of the JSON: what is per account besides its pairs. */
@@ -70,6 +82,7 @@ function accountJson(r: AccountReport) {
     ...(r.notice === null ? {} : { notice: r.notice }),
     authPause: r.authPause,
     rateBudgets: r.rateBudgets,
+    ...(r.readBy === null ? {} : { readBy: r.readBy }),
     audit: r.audit,
   };
 }

@@ -27,19 +27,63 @@ export function replicasKey(namespace: string): string {
   return `${namespace}:worker-replicas`;
 }
 
+/** What each live replica reads (a hash: replica id → its accounts, comma-separated), for `status`. */
+function readsKey(namespace: string): string {
+  return `${namespace}:worker-replicas:reads`;
+}
+
 // Redis's clock, not each replica's: replicas on hosts whose clocks differ still agree on who is live.
+// A gone replica's entry leaves the list and the hash together.
 const HEARTBEAT = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local cutoff = now - tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], now, ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
+for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', cutoff)) do redis.call('HDEL', KEYS[2], gone) end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', cutoff)
+if ARGV[3] ~= '-' then redis.call('HSET', KEYS[2], ARGV[1], ARGV[3]) end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return redis.call('ZRANGE', KEYS[1], 0, -1)`;
 
-/** Announces `id` as live and returns every live replica's id (itself included), sorted. */
-export async function heartbeat(redis: Redis, key: string, id: string, ttlMs = REPLICA_TTL_MS): Promise<string[]> {
-  const live = (await redis.eval(HEARTBEAT, 1, key, id, String(ttlMs))) as string[];
+/**
+ * Announces `id` as live (and, when given, the accounts it reads) and returns every live replica's
+ * id (itself included), sorted.
+ */
+export async function heartbeat(
+  redis: Redis,
+  namespace: string,
+  id: string,
+  options: { ttlMs?: number; reads?: readonly string[] } = {},
+): Promise<string[]> {
+  const ttlMs = options.ttlMs ?? REPLICA_TTL_MS;
+  const reads = options.reads === undefined ? '-' : options.reads.join(',');
+  const live = (await redis.eval(HEARTBEAT, 2, replicasKey(namespace), readsKey(namespace), id, String(ttlMs), reads)) as string[];
   return [...live].sort();
+}
+
+const LIVE_READS = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {}
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[1]), '+inf')) do
+  table.insert(out, id)
+  table.insert(out, redis.call('HGET', KEYS[2], id) or '-')
+end
+return out`;
+
+/**
+ * The live worker replicas and what each one said it reads (null: it has not said yet), by
+ * replica id: what `status` shows of who reads each account.
+ */
+export async function liveReplicaReads(redis: Redis, namespace: string, ttlMs = REPLICA_TTL_MS): Promise<Map<string, string[] | null>> {
+  const flat = (await redis.eval(LIVE_READS, 2, replicasKey(namespace), readsKey(namespace), String(ttlMs))) as string[];
+  const reads = new Map<string, string[] | null>();
+  for (let i = 0; i + 1 < flat.length; i += 2) {
+    const said = flat[i + 1] as string;
+    reads.set(flat[i] as string, said === '-' ? null : said === '' ? [] : said.split(','));
+  }
+  return reads;
 }
 
 /**
@@ -61,11 +105,11 @@ export function accountsToRead<T>(accounts: readonly T[], replicas: readonly str
 const FIRST_HEARTBEAT_WITHIN_MS = 5_000;
 
 /** The first heartbeat, tried again for a few seconds: a client that fails fast may still be connecting. */
-async function firstHeartbeat(redis: Redis, key: string, id: string, ttlMs: number): Promise<string[]> {
+async function firstHeartbeat(redis: Redis, namespace: string, id: string, ttlMs: number): Promise<string[]> {
   const deadline = Date.now() + FIRST_HEARTBEAT_WITHIN_MS;
   for (;;) {
     try {
-      return await heartbeat(redis, key, id, ttlMs);
+      return await heartbeat(redis, namespace, id, { ttlMs });
     } catch (error) {
       if (Date.now() >= deadline) throw error;
       await new Promise((resolve) => setTimeout(resolve, 100));
@@ -87,10 +131,11 @@ export interface ReplicaSpreadOptions {
   logger: Logger;
   /**
    * Called with the live replicas (sorted, this one included) when the list changed, and with this
-   * replica alone when Redis cannot be reached at the first heartbeat. Calls never overlap; a list
-   * that changes during one is handed over once it ended (only the latest).
+   * replica alone when Redis cannot be reached at the first heartbeat; answers with the accounts
+   * this replica reads now, which its heartbeats publish. Calls never overlap; a list that changes
+   * during one is handed over once it ended (only the latest).
    */
-  onReplicas(replicas: readonly string[]): Promise<void>;
+  onReplicas(replicas: readonly string[]): Promise<readonly string[]>;
   everyMs?: number;
   ttlMs?: number;
   /**
@@ -111,13 +156,14 @@ export interface ReplicaSpreadOptions {
  * second later.
  */
 export async function joinReplicas(options: ReplicaSpreadOptions): Promise<ReplicaSpread> {
-  const { redis, id, logger } = options;
-  const key = replicasKey(options.namespace);
+  const { redis, id, logger, namespace } = options;
   const everyMs = options.everyMs ?? HEARTBEAT_MS;
   const ttlMs = options.ttlMs ?? REPLICA_TTL_MS;
   let left = false;
   let handed = '';
   let latest: readonly string[] = [id];
+  // What this replica reads, as its heartbeats publish it (undefined until the first list is handed over).
+  let reads: readonly string[] | undefined;
   let handing: Promise<void> | null = null;
 
   // One handing-over at a time, always of the latest list; a failed one is tried again with the next list.
@@ -126,7 +172,9 @@ export async function joinReplicas(options: ReplicaSpreadOptions): Promise<Repli
       while (!left && latest.join('\n') !== handed) {
         const list = latest;
         handed = list.join('\n');
-        await options.onReplicas(list);
+        reads = await options.onReplicas(list);
+        // Published now rather than at the next heartbeat: `status` shows who reads what.
+        latest = await heartbeat(redis, namespace, id, { ttlMs, reads }).catch(() => latest);
       }
     } catch (error) {
       handed = '';
@@ -140,15 +188,15 @@ export async function joinReplicas(options: ReplicaSpreadOptions): Promise<Repli
   };
   let joined = false;
   const announce = async (): Promise<void> => {
-    latest = await heartbeat(redis, key, id, ttlMs);
+    latest = await heartbeat(redis, namespace, id, { ttlMs, ...(reads ? { reads } : {}) });
     if (joined && !left) void handOver();
   };
 
   try {
-    latest = await firstHeartbeat(redis, key, id, ttlMs);
+    latest = await firstHeartbeat(redis, namespace, id, ttlMs);
     if (options.settle !== false) {
       await new Promise((resolve) => setTimeout(resolve, everyMs));
-      latest = await heartbeat(redis, key, id, ttlMs);
+      latest = await heartbeat(redis, namespace, id, { ttlMs });
     }
   } catch (error) {
     // Redis away at start: read every account (the pass locks keep that safe) until it answers.
@@ -165,10 +213,10 @@ export async function joinReplicas(options: ReplicaSpreadOptions): Promise<Repli
   // The first list's failure is the start's (the caller reports it), not something to retry quietly.
   const first = latest;
   try {
-    await options.onReplicas(first);
+    reads = await options.onReplicas(first);
   } catch (error) {
     beat.stop();
-    await redis.zrem(key, id).catch(() => 0);
+    await leaveList(redis, namespace, id);
     throw error;
   }
   handed = first.join('\n');
@@ -179,7 +227,17 @@ export async function joinReplicas(options: ReplicaSpreadOptions): Promise<Repli
       left = true;
       beat.stop();
       await handing;
-      await redis.zrem(key, id).catch(() => 0);
+      await leaveList(redis, namespace, id);
     },
   };
+}
+
+/** Takes `id` off the list and its reads out of the hash (best effort: gone from both within the time to live anyway). */
+async function leaveList(redis: Redis, namespace: string, id: string): Promise<void> {
+  await redis
+    .multi()
+    .zrem(replicasKey(namespace), id)
+    .hdel(readsKey(namespace), id)
+    .exec()
+    .catch(() => null);
 }

@@ -18,10 +18,10 @@
  *    the gap between two starts of the same (account, group, type) less SYNC_EVERY (p99; goal: at
  *    most one SYNC_EVERY).
  * 4. (`idle`) What the accounts' own parts hold, with nothing to read: every account of a group of
- *    no members (their passes read one empty page a type), with 1 replica, against each kind alone:
- *    the RSS each process settles at (the median of the second half of its `--idle` seconds, by
- *    default 20, sampled every 500 ms) and its VmHWM: the part of a replica's memory that no bound
- *    on reading reaches (docs/benchmarks.md, "accounts").
+ *    no members (their passes read one empty page a type), with 1 and with 3 replicas (which deal
+ *    the accounts out), against each kind alone: the RSS each process settles at (the median of
+ *    the second half of its `--idle` seconds, by default 20, sampled every 500 ms) and its VmHWM:
+ *    the part of a replica's memory that no bound on reading reaches (docs/benchmarks.md, "accounts").
  *
  *   npm run bench -- accounts [--accounts-n 20] [--accounts-members 20000] [--accounts-big-members 1000000]
  *        [--accounts-sync-every 30] [--accounts-window 180] [--accounts-idle 20]
@@ -558,9 +558,13 @@ export interface AccountsIdleRun {
   /** `legacy` or `current` alone, or `all` (every account, half of each kind). */
   who: Kind | 'all';
   accounts: number;
-  /** The median RSS of the second half of the run, MB. */
+  /** Worker processes: 1, or 3 sharing the accounts out (`all` only). */
+  replicas: number;
+  /** The median RSS of the second half of the run, MB (the highest replica's). */
   settledMb: number;
-  /** VmHWM at the end, MB: the start's peak included. */
+  /** Each replica's settled RSS, MB. */
+  replicasSettledMb: number[];
+  /** VmHWM at the end, MB: the start's peak included (the highest replica's). */
   peakMb: number;
 }
 
@@ -572,22 +576,36 @@ export interface AccountsIdleFigures {
   perAccountMb: number;
 }
 
-/** One deployment of `accounts` (1 replica) for `seconds`, sampled every 500 ms. */
-async function runIdle(accounts: readonly Account[], who: AccountsIdleRun['who'], seconds: number, urls: Urls): Promise<AccountsIdleRun> {
-  const deployment = await prepareDeployment(accounts, urls, `idle-${who}`);
-  const replica = spawnService(deployment.env);
+/** One deployment of `accounts` with `replicas` worker processes for `seconds`, each sampled every 500 ms. */
+async function runIdle(
+  accounts: readonly Account[],
+  who: AccountsIdleRun['who'],
+  seconds: number,
+  urls: Urls,
+  replicas = 1,
+): Promise<AccountsIdleRun> {
+  const label = `idle-${who}-r${replicas}`;
+  const deployment = await prepareDeployment(accounts, urls, label);
+  const running = Array.from({ length: replicas }, () => spawnService(deployment.env));
   try {
-    const samples: number[] = [];
+    const samples: number[][] = running.map(() => []);
     const until = performance.now() + seconds * 1000;
     while (performance.now() < until) {
       await sleep(500);
-      assertRunning([replica], `idle-${who}`);
-      samples.push(replica.sampleRss());
+      assertRunning(running, label);
+      running.forEach((r, i) => samples[i]?.push(r.sampleRss()));
     }
-    const settled = percentile(samples.slice(Math.floor(samples.length / 2)), 50) ?? 0;
-    return { who, accounts: accounts.length, settledMb: tenthMb(settled), peakMb: peakRssMb(replica) };
+    const settled = samples.map((s) => tenthMb(percentile(s.slice(Math.floor(s.length / 2)), 50) ?? 0));
+    return {
+      who,
+      accounts: accounts.length,
+      replicas,
+      settledMb: Math.max(...settled),
+      replicasSettledMb: settled,
+      peakMb: Math.max(...running.map((r) => peakRssMb(r))),
+    };
   } finally {
-    await replica.stop();
+    await stopAll(running);
     await deployment.dispose();
   }
 }
@@ -607,11 +625,13 @@ async function measureIdle(n: number, seconds: number, urls: Urls, log: Log, fig
       if (one) runs.push(await runIdle([one], kind, seconds, urls));
     }
     const all = await runIdle(empty, 'all', seconds, urls);
+    // The replicas deal the accounts out: each holds the parts of its share only.
+    const shared = await runIdle(empty, 'all', seconds, urls, 3);
     const one = Math.max(...runs.map((r) => r.settledMb));
     const perAccountMb = n > 1 ? Math.round(((all.settledMb - one) / (n - 1)) * 100) / 100 : 0;
-    for (const r of [...runs, all])
+    for (const r of [...runs, all, shared])
       log(
-        `accounts: idle, ${r.who === 'all' ? `${r.accounts} accounts` : `one ${r.who} account`}: settled at ${r.settledMb} MB, peak ${r.peakMb} MB`,
+        `accounts: idle, ${r.who === 'all' ? `${r.accounts} accounts, ${r.replicas} replica(s)` : `one ${r.who} account`}: settled at ${r.replicasSettledMb.join(', ')} MB, peak ${r.peakMb} MB`,
       );
     figures.push(
       figure(
@@ -621,8 +641,15 @@ async function measureIdle(n: number, seconds: number, urls: Urls, log: Log, fig
         one,
         `one account alone (the higher kind) settles at ${one} MB: ${perAccountMb} MB an account beyond it; peaks ${[...runs, all].map((r) => r.peakMb).join(', ')} MB; after ${seconds} s`,
       ),
+      figure(
+        `${n} accounts with nothing to read, 3 replicas: settled RSS per replica (the highest)`,
+        shared.settledMb,
+        'MB',
+        one,
+        `one account alone (the higher kind) settles at ${one} MB; replicas ${shared.replicasSettledMb.join(', ')} MB (each reads its share of the accounts); after ${seconds} s`,
+      ),
     );
-    return { seconds, runs: [...runs, all], perAccountMb };
+    return { seconds, runs: [...runs, all, shared], perAccountMb };
   } finally {
     for (const a of empty) await a.sim.close();
   }

@@ -760,9 +760,11 @@ function accountsRows(a: AccountsBenchFigures): SummaryRow[] {
 /** The accounts' parts with nothing to read, against one account's (no goal: what no bound on reading reaches). */
 function accountsIdleRows(a: AccountsBenchFigures): SummaryRow[] {
   const idle = a.idle;
-  const all = idle?.runs.find((r) => r.who === 'all');
+  const all = idle?.runs.find((r) => r.who === 'all' && r.replicas === 1);
   if (!idle || !all) return [];
   const alone = idle.runs.filter((r) => r.who !== 'all');
+  const baseline = Math.max(...alone.map((r) => r.settledMb));
+  const shared = idle.runs.find((r) => r.who === 'all' && r.replicas > 1);
   return [
     row({
       bench: 'accounts',
@@ -770,10 +772,24 @@ function accountsIdleRows(a: AccountsBenchFigures): SummaryRow[] {
       value: all.settledMb,
       unit: 'MB',
       baselineLabel: 'one account with nothing to read, the higher kind',
-      baseline: Math.max(...alone.map((r) => r.settledMb)),
+      baseline,
       goals: [],
-      note: `${idle.perAccountMb} MB an account beyond the first; alone: ${alone.map((r) => `${r.who} ${r.settledMb} MB`).join(', ')}; peaks (VmHWM) ${idle.runs.map((r) => `${r.who} ${r.peakMb}`).join(', ')} MB; after ${idle.seconds} s`,
+      note: `${idle.perAccountMb} MB an account beyond the first; alone: ${alone.map((r) => `${r.who} ${r.settledMb} MB`).join(', ')}; peaks (VmHWM) ${idle.runs.map((r) => `${r.who}/${r.replicas} ${r.peakMb}`).join(', ')} MB; after ${idle.seconds} s`,
     }),
+    ...(shared
+      ? [
+          row({
+            bench: 'accounts',
+            figure: `settled RSS per replica (the highest), ${shared.accounts} accounts with nothing to read, ${shared.replicas} replicas`,
+            value: shared.settledMb,
+            unit: 'MB',
+            baselineLabel: 'one account with nothing to read, the higher kind',
+            baseline,
+            goals: [],
+            note: `each replica reads its share of the accounts: ${shared.replicasSettledMb.join(', ')} MB; after ${idle.seconds} s`,
+          }),
+        ]
+      : []),
   ];
 }
 

@@ -7,7 +7,7 @@
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../../src/ground/log.js';
-import { joinReplicas, replicasKey, type ReplicaSpread } from '../../src/sync/replicas.js';
+import { joinReplicas, liveReplicaReads, replicasKey, type ReplicaSpread } from '../../src/sync/replicas.js';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait.js';
 
@@ -37,6 +37,7 @@ describe('worker replicas in Redis', () => {
       async onReplicas(replicas) {
         lists.push([...replicas]);
         if (slow > 0 && lists.length > 1) await new Promise((r) => setTimeout(r, slow));
+        return [`${id}-reads-${replicas.length}`];
       },
     });
     joined.push(spread);
@@ -50,9 +51,20 @@ describe('worker replicas in Redis', () => {
     const b = await join(namespace, 'b');
     expect(b.last()).toEqual(['a', 'b']);
     await waitFor('a seeing b', async () => (a.last()?.length === 2 ? true : undefined), 5_000, 20);
+    // Each one's heartbeats publish what it said it reads.
+    await waitFor(
+      'both publishing what they read with two replicas',
+      async () => {
+        const reads = await liveReplicaReads(redis, namespace, TTL_MS);
+        return reads.get('a')?.[0] === 'a-reads-2' && reads.get('b')?.[0] === 'b-reads-2' ? true : undefined;
+      },
+      5_000,
+      20,
+    );
     await b.spread.leave();
     await waitFor('a alone again', async () => (a.last()?.length === 1 ? true : undefined), 5_000, 20);
     expect(await redis.zrange(replicasKey(namespace), 0, -1)).toEqual(['a']);
+    expect([...(await liveReplicaReads(redis, namespace, TTL_MS)).keys()]).toEqual(['a']);
     await deletePrefix(namespace);
   });
 
@@ -66,6 +78,7 @@ describe('worker replicas in Redis', () => {
     const seenAt = Date.now();
     await waitFor('a alone again', async () => (a.last()?.length === 1 ? true : undefined), 5_000, 20);
     expect(Date.now() - seenAt).toBeGreaterThan(TTL_MS / 3);
+    expect([...(await liveReplicaReads(redis, namespace, TTL_MS)).keys()]).toEqual(['a']);
     await deletePrefix(namespace);
   });
 

@@ -30,6 +30,7 @@ import { collectAccountsStatus, collectStatus, type StatusScope } from '../../sr
 import { runCli } from '../helpers/cli.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { deleteInstallKeys, redisUrl, uniquePrefix } from '../helpers/redis.js';
+import { heartbeat, replicasKey } from '../../src/sync/replicas.js';
 import { waitFor } from '../helpers/wait.js';
 
 const SHOP = 'shop';
@@ -246,30 +247,44 @@ describe('status of two accounts in one database', () => {
     }
   });
 
+  /** A live worker replica that says it reads `reads` (what a worker's heartbeat publishes, src/sync/replicas.ts). */
+  const replicaReading = (...reads: string[]) => heartbeat(redis, prefix, 'replica-a', { reads });
+
   it('status: a header per account with its own rows and pause; --json: accounts and passes naming theirs', async () => {
+    await replicaReading('default');
     const text = await runCli(['status'], env());
     expect(text.stderr).toBe('');
     expect(text.code).toBe(0);
     const [mine, theirs] = text.stdout.split(/^(?=ACCOUNT )/m);
-    expect(mine).toMatch(/^ACCOUNT default \(legacy\)\n\ngroup\s+type\s+cursor/);
+    expect(mine).toMatch(/^ACCOUNT default \(legacy, read by 1 worker replica\)\n\ngroup\s+type\s+cursor/);
     expect(mine).toMatch(new RegExp(`^${GROUP}\\s+bounced\\s`, 'm'));
     expect(mine).not.toContain('PAUSED');
     expect(mine).toContain('RATE BUDGETS (learned from the rate-limit headers, 2026-11-27T00:00:00.000Z): model endpoint');
     expect(theirs).toContain('RATE BUDGETS (learned from the rate-limit headers, 2026-11-27T00:00:00.000Z): model account');
-    expect(theirs).toMatch(/^ACCOUNT shop \(current\)\n\nPOLLING PAUSED until .* after 1 auth failure\(s\): Unauthenticated \(shop\)/);
+    // No live replica reads shop: its passes do not run, and status says so before anything else.
+    expect(theirs).toMatch(
+      /^ACCOUNT shop \(current, read by 0 worker replicas\)\n\nNOT READ: no worker replica reads this account now .*\n\nPOLLING PAUSED until .* after 1 auth failure\(s\): Unauthenticated \(shop\)/,
+    );
     expect(theirs).toContain('HTTP 500 from the shop');
     expect(theirs).toMatch(/^8\s+active\s+-\s+never/m);
     expect(theirs).toContain('WEBHOOK w-shop: disabled');
 
+    await replicaReading('default');
     const json = await runCli(['status', '--json'], env());
     expect(json.code).toBe(0);
     const parsed = JSON.parse(json.stdout) as {
-      accounts: Array<{ account: string; source: string; authPause: { failures: number } | null; rateBudgets: { model: string } | null }>;
+      accounts: Array<{
+        account: string;
+        source: string;
+        authPause: { failures: number } | null;
+        rateBudgets: { model: string } | null;
+        readBy: string[];
+      }>;
       passes: Array<{ account: string; groupId: string; type: string; mirrored: number }>;
     };
-    expect(parsed.accounts.map((a) => [a.account, a.source, a.authPause?.failures ?? null, a.rateBudgets?.model])).toEqual([
-      ['default', 'legacy', null, 'endpoint'],
-      [SHOP, 'current', 1, 'account'],
+    expect(parsed.accounts.map((a) => [a.account, a.source, a.authPause?.failures ?? null, a.rateBudgets?.model, a.readBy])).toEqual([
+      ['default', 'legacy', null, 'endpoint', ['replica-a']],
+      [SHOP, 'current', 1, 'account', []],
     ]);
     expect(parsed.passes.map((p) => [p.account, p.groupId, p.type, p.mirrored])).toEqual([
       ['default', GROUP, 'active', 3],
@@ -281,12 +296,19 @@ describe('status of two accounts in one database', () => {
 
   it('status of a single-account install: no header, the fields at the top, as before', async () => {
     const single = Object.fromEntries(Object.entries(env()).filter(([name]) => name !== 'ACCOUNTS' && !name.startsWith('ACCOUNT_')));
+    await replicaReading('default');
     const text = await runCli(['status'], single);
     expect(text.code).toBe(0);
     expect(text.stdout).not.toContain('ACCOUNT');
     expect(text.stdout).toMatch(/^group\s+type\s+cursor/);
+    await replicaReading('default');
     const json = JSON.parse((await runCli(['status', '--json'], single)).stdout) as Record<string, unknown>;
-    expect(Object.keys(json)).toEqual(['source', 'authPause', 'rateBudgets', 'audit', 'passes', 'webhooks']);
+    expect(Object.keys(json)).toEqual(['source', 'authPause', 'rateBudgets', 'readBy', 'audit', 'passes', 'webhooks']);
+    expect(json.readBy).toEqual(['replica-a']);
+    // With no worker replica heard from, it says that nothing reads the account, above the table.
+    await redis.del(replicasKey(prefix));
+    const unread = await runCli(['status'], single);
+    expect(unread.stdout).toMatch(/^NOT READ: no worker replica reads this account now[^\n]*\n\ngroup\s+type\s+cursor/);
     expect((json.passes as Array<{ account: string }>).map((p) => p.account)).toEqual(['default', 'default']);
   }, 60_000);
 
@@ -313,6 +335,7 @@ describe('status of two accounts in one database', () => {
     apps.push(app);
     const headers = { authorization: `Bearer ${TOKEN}` };
 
+    await replicaReading('default');
     const status = (await app.inject({ method: 'GET', url: '/admin/status', headers })).json<{
       accounts: Array<{ account: string; webhooks: unknown[] }>;
       passes: Array<{ account: string }>;
@@ -323,6 +346,7 @@ describe('status of two accounts in one database', () => {
     ]);
     expect(status).toEqual(await reportsJson(config));
 
+    await replicaReading('default');
     const page = await app.inject({ method: 'GET', url: '/admin/', headers: { ...headers, accept: 'text/html' } });
     expect(page.statusCode).toBe(200);
     expect(page.body).toContain('<section id="account-shop" data-account="shop">');
@@ -333,6 +357,8 @@ describe('status of two accounts in one database', () => {
     expect(page.body).toMatch(/<table id="shop-failed">[\s\S]*?cannot apply shop 1[\s\S]*?cannot apply shop 0/);
     expect(page.body).toContain('<td class="num" data-inbox="applied">1</td>');
     expect(page.body).toMatch(/<tr data-account="shop">[\s\S]*?data-field="pending">1<\/td><td class="num late" data-field="failed">2</);
+    // Who reads each account: shop is paused (which says more than that nobody reads it).
+    expect(page.body).toMatch(/<tr data-account="default">[\s\S]*?<td data-field="polling">ok · 1 replica</);
   });
 
   /** What `status --json` prints for the same sources. */

@@ -11,6 +11,7 @@ import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { replicasKey } from '../../src/sync/replicas.js';
 import { createSyncQueue } from '../../src/sync/schedule.js';
 import { startChildCli, type ChildService } from '../helpers/child-service.js';
+import { runCli } from '../helpers/cli.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { deleteInstallKeys, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait.js';
@@ -126,6 +127,21 @@ describe('accounts spread over worker replicas', () => {
     );
     expect(new Set([...(reads(first) ?? []), ...(reads(second) ?? [])])).toEqual(new Set(ACCOUNTS));
     expect(await redis.zcard(replicasKey(prefix))).toBe(2);
+    // `status` says which replica reads each account: one each, two replicas in all (each publishes
+    // what it reads right after it changed, so this holds within moments of the split).
+    const shown = await waitFor(
+      'status showing one replica per account, two in all',
+      async () => {
+        const status = await runCli(['status', '--json'], env);
+        expect(status.code, status.stderr).toBe(0);
+        const accounts = (JSON.parse(status.stdout) as { accounts: Array<{ account: string; readBy: string[] }> }).accounts;
+        const one = accounts.every((a) => a.readBy.length === 1);
+        return one && new Set(accounts.flatMap((a) => a.readBy)).size === 2 ? accounts : undefined;
+      },
+      10_000,
+      200,
+    );
+    expect(shown.map((a) => a.account)).toEqual([...ACCOUNTS]);
     for (const account of ACCOUNTS) {
       const members = sims[account].world.memberCount(group(account), 'active');
       await waitFor(`${account} mirrored`, async () => ((await mirrored(account)) === members ? true : undefined), 60_000, 200);

@@ -157,12 +157,12 @@ describe('status page: rate budgets', () => {
 });
 
 describe('status page: several accounts', () => {
-  const twoAccounts = (over: { shop?: Partial<AccountPage> } = {}) =>
+  const twoAccounts = (over: { default?: Partial<AccountPage>; shop?: Partial<AccountPage> } = {}) =>
     renderStatusPage(
       {
         now: NOW,
         accounts: [
-          account({ passes: [row()] }),
+          account({ passes: [row()], ...over.default }),
           account({
             account: 'shop',
             source: 'current',
@@ -225,6 +225,12 @@ describe('status page: several accounts', () => {
     expect(html).toMatch(/<tr data-account="default">[\s\S]*?<td data-field="polling">ok</);
     // The account `default` is set by the unprefixed variables.
     expect(page({ authPause: pause })).toContain('<code>MAILER_API_KEY</code>');
+  });
+
+  it('says in the overview how many live worker replicas read each account, and which one none reads', () => {
+    const html = twoAccounts({ default: { readBy: ['r1', 'r2'] }, shop: { readBy: [] } });
+    expect(html).toMatch(/<tr data-account="default">[\s\S]*?<td data-field="polling">ok · 2 replicas</);
+    expect(html).toMatch(/<tr data-account="shop">[\s\S]*?<td class="stale" data-field="polling">not read</);
   });
 
   it('says which account reads nothing (webhooks only)', () => {

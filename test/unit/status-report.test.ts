@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { AuditSchedule } from '../../src/audit/core.js';
-import { formatStatusText } from '../../src/commands/status.js';
+import { formatStatusText, NOT_READ } from '../../src/commands/status.js';
 import type { Queryable } from '../../src/ground/queryable.js';
 import { collectReports, statusJson, type AccountReport, type AccountSource } from '../../src/http/status-report.js';
 import type { StatusRow } from '../../src/sync/status.js';
@@ -24,6 +24,7 @@ function report(over: Partial<AccountReport> = {}): AccountReport {
     passEveryMs: 300_000,
     authPause: null,
     rateBudgets: null,
+    readBy: null,
     audit: null,
     passes: [row()],
     webhooks: [],
@@ -64,6 +65,17 @@ describe('status as text', () => {
     expect(theirs).toContain('WEBHOOK 11: disabled');
     // One blank line between the accounts.
     expect(text).toContain('\n\nACCOUNT shop (current)\n\n');
+  });
+
+  it('says how many live worker replicas read each account, and above everything when none does', () => {
+    const text = formatStatusText([report({ readBy: ['r1', 'r2'] }), { ...shop, readBy: [] }], 0.05);
+    const [mine, theirs] = text.split(/^(?=ACCOUNT )/m);
+    expect(mine?.split('\n')[0]).toBe('ACCOUNT default (legacy, read by 2 worker replicas)');
+    expect(mine).not.toContain('NOT READ');
+    expect(theirs?.split('\n').slice(0, 3)).toEqual(['ACCOUNT shop (current, read by 0 worker replicas)', '', NOT_READ]);
+    // One account: no header, the warning alone on top.
+    expect(formatStatusText([report({ readBy: [] })], 0.05).split('\n')[0]).toBe(NOT_READ);
+    expect(formatStatusText([report({ readBy: ['r1'] })], 0.05).split('\n')[0]).toMatch(/^group\s+type\s+cursor/);
   });
 
   it('says which account reads nothing', () => {
