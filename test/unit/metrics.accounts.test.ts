@@ -69,6 +69,19 @@ describe('metrics.forAccount', () => {
     ]);
   });
 
+  it("stops showing an account's budgets once its limiter is unwatched (another replica reads it now)", async () => {
+    const metrics = createMetrics({ defaultMetrics: false });
+    const shop = metrics.forAccount('shop');
+    const budgets = (perWindow: number) => () => ({ model: 'account', budgets: [{ budget: 'shared', perWindow }] });
+    const unwatchFirst = shop.watchBudgets(['account'], budgets(54));
+    // Read here again later: the new limiter's watch replaces the first, whose unwatch then leaves it be.
+    const unwatchSecond = shop.watchBudgets(['account'], budgets(60));
+    unwatchFirst();
+    expect(await valuesOf(metrics.rateBudget)).toEqual([{ labels: { budget: 'shared', account: 'shop' }, value: 60 }]);
+    unwatchSecond();
+    expect(await valuesOf(metrics.rateBudget)).toEqual([]);
+  });
+
   it('starts the series alerts read at 0 for every account', async () => {
     const metrics = createMetrics({ defaultMetrics: false });
     initSeries(metrics, ['pending', 'failed'], ['default', 'shop']);
