@@ -9,7 +9,12 @@
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 
-const RELEASE = `if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end`;
+const DELETE_IF_OWN = `if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end`;
+
+/** Deletes `key` only while it still holds `owner` (a lock's token, a waiting job's mark), so no one removes another's. */
+export async function deleteIfOwn(redis: Redis, key: string, owner: string): Promise<void> {
+  await redis.eval(DELETE_IF_OWN, 1, key, owner);
+}
 // Renewal also re-takes a lock whose key vanished (Redis restarted without persistence or was
 // flushed: found by the fault suite), so the holder finishes its pass instead of stopping at a
 // checkpoint that nothing resumes until the next start. Held by someone else → lost.
@@ -57,7 +62,7 @@ export async function tryAcquirePassLock(redis: Redis, key: string, options: Pas
     },
     async release() {
       clearInterval(timer);
-      await redis.eval(RELEASE, 1, key, token).catch(() => {});
+      await deleteIfOwn(redis, key, token).catch(() => {});
     },
   };
 }

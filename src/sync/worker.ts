@@ -13,7 +13,7 @@ import { UpstreamAuthError } from '../upstream/errors.js';
 import type { LegacyClient } from '../upstream/legacy/client.js';
 import { authPauseKey, clearAuthPause, isPaused, readAuthPause, recordAuthFailure } from './auth-pause.js';
 import { decide, type DecisionJob, type DecisionState, type Need } from './decide.js';
-import { tryAcquirePassLock, type HeldLock } from './lock.js';
+import { deleteIfOwn, tryAcquirePassLock, type HeldLock } from './lock.js';
 import { PassInterruptedError, type PassProgress, type PassResult } from './pass-recorder.js';
 import { confirmRemovals, passLockKey, type ProofContext } from './proof.js';
 import { legacySource, type ReadSource } from './source.js';
@@ -81,8 +81,6 @@ export { passLockKey, proofLockKey } from './proof.js';
 export function passWantedKey(prefix: string, groupId: string, type: string): string {
   return `${prefix}:pass-wanted:g${groupId}:${type}`;
 }
-
-const DELETE_IF_OWN = `if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end`;
 
 function skipped(reason: string): PassJobResult {
   return { status: 'skipped', reason, rowsSeen: 0, rowsWritten: 0, requests: 0 };
@@ -229,7 +227,7 @@ async function gather(
       return;
     case 'drop-own-mark':
       // Only while the mark is still this job's: a backfill may have marked the key since.
-      await deps.redis.eval(DELETE_IF_OWN, 1, wantedKey, state.waiting ?? '').catch(() => 0);
+      await deleteIfOwn(deps.redis, wantedKey, state.waiting ?? '').catch(() => {});
       state.ownMarkDropped = true;
       return;
     case 'full-pass-running': {
