@@ -264,10 +264,10 @@ async function spreadReads(config: Config, shared: Shared, reading: readonly Rea
     // One account that reads is read by every replica, whoever else is there.
     settle: ordered.length > 1,
     async onReplicas(replicas) {
-      const mine = new Set(accountsToRead(ordered, replicas, id));
-      await Promise.all(ordered.filter((r) => !mine.has(r)).map((r) => r.read(false)));
-      for (const r of ordered) if (mine.has(r)) await r.read(true);
-      const names = ordered.filter((r) => mine.has(r)).map((r) => r.account.config.account);
+      const mine = accountsToRead(ordered, replicas, id);
+      await Promise.all(ordered.filter((r) => !mine.includes(r)).map((r) => r.read(false)));
+      for (const r of mine) await r.read(true);
+      const names = mine.map((r) => r.account.config.account);
       // One replica reading its one account has nothing to say.
       if (replicas.length > 1 || before > 1) {
         log.info(

@@ -33,10 +33,12 @@ function readsKey(namespace: string): string {
 }
 
 // Redis's clock, not each replica's: replicas on hosts whose clocks differ still agree on who is live.
-// A gone replica's entry leaves the list and the hash together.
-const HEARTBEAT = `
+const REDIS_NOW_MS = `
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)`;
+
+// A gone replica's entry leaves the list and the hash together.
+const HEARTBEAT = `${REDIS_NOW_MS}
 local cutoff = now - tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], now, ARGV[1])
 for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', cutoff)) do redis.call('HDEL', KEYS[2], gone) end
@@ -62,9 +64,7 @@ export async function heartbeat(
   return [...live].sort();
 }
 
-const LIVE_READS = `
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+const LIVE_READS = `${REDIS_NOW_MS}
 local out = {}
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[1]), '+inf')) do
   table.insert(out, id)
