@@ -14,17 +14,26 @@ import { passIntervalMs } from './gauges.js';
 
 /** Every account of `accounts` (all declared by default), in order; without Redis, nothing it keeps is read. */
 export function statusSources(config: Config, redis: Redis | null, accounts: readonly AccountConfig[] = config.accounts): AccountSource[] {
-  // One read of the replicas' list for every account shown.
+  const readers = redis ? replicaReaders(redis, config.redisNamespace) : null;
+  return accounts.map(({ name }) => accountSource(config, name, redis, readers));
+}
+
+/** Who reads an account, from one read of the replicas' list for every account shown (made on the first ask). */
+function replicaReaders(redis: Redis, namespace: string): (account: string) => Promise<string[]> {
   let replicas: Promise<Map<string, string[] | null>> | undefined;
-  const readers = (name: string) => async (): Promise<string[]> => {
-    replicas ??= liveReplicaReads(redis as Redis, config.redisNamespace);
-    return [...(await replicas)].filter(([, reads]) => reads?.includes(name)).map(([id]) => id);
+  return async (account) => {
+    replicas ??= liveReplicaReads(redis, namespace);
+    return [...(await replicas)].filter(([, reads]) => reads?.includes(account)).map(([id]) => id);
   };
-  return accounts.map(({ name }) => accountSource(config, name, redis, readers(name)));
 }
 
 /** Each account's Redis keys are under its own prefix (`accountRedisPrefix`), where its worker parts keep them. */
-function accountSource(deployment: Config, name: string, redis: Redis | null, readBy: () => Promise<string[] | null>): AccountSource {
+function accountSource(
+  deployment: Config,
+  name: string,
+  redis: Redis | null,
+  readers: ((account: string) => Promise<string[]>) | null,
+): AccountSource {
   const config = accountConfig(deployment, name);
   const credential = readCredentialOf(config);
   const reads = config.sync.reconciles ? { source: config.sync.source } : { source: null, notice: NOTHING_RECONCILES };
@@ -39,7 +48,7 @@ function accountSource(deployment: Config, name: string, redis: Redis | null, re
       ? {
           authPause: () => readAuthPause(redis, authPauseKey(config.redisPrefix, credential)),
           rateBudgets: () => readRateBudgets(redis, config.redisPrefix),
-          readBy,
+          ...(readers ? { readBy: () => readers(name) } : {}),
         }
       : {}),
   };
