@@ -6,8 +6,8 @@
  *
  * Without `--yes`, `remove` only says what it would remove. It refuses (exit 2, nothing changed) an
  * account the settings still declare, one the database does not hold, one a worker still serves
- * (its sync queue has a worker connected: a worker not restarted since the settings changed), and
- * one an analyst may read alone.
+ * (a live worker replica declares it, or its sync queue has a worker connected: a worker not
+ * restarted since the settings changed), and one an analyst may read alone.
  */
 import { parseArgs } from 'node:util';
 import { QueueGetters, type KeyPrefixOptions, type QueueBaseOptions } from 'bullmq';
@@ -18,6 +18,7 @@ import { accountRows, accountSubscribers, listAccounts, noSuchAccount, removeAcc
 import { checkedAccountName, openDatabase } from '../db/client.js';
 import { printable } from '../ground/terminal.js';
 import { UsageError } from '../ground/usage-error.js';
+import { liveReplicaServes } from '../sync/replicas.js';
 import { SYNC_QUEUE } from '../sync/schedule.js';
 import type { Command } from './args.js';
 
@@ -120,10 +121,19 @@ async function removeKeysOf(config: Config, account: string, prefix: string): Pr
 }
 
 /**
- * A worker with the old settings still runs the account's sync worker: it would write again. An
- * account that only took webhooks has no sync worker, so this cannot see its worker (docs say so).
+ * A worker with the old settings still serves the account: its consumer or its passes would write
+ * again. Live worker replicas say which accounts they serve (a webhook-only one included) with each
+ * heartbeat; a sync worker on the account's queue is asked too, since a replica that is stopping has
+ * left the list before its passes have ended.
  */
 async function refuseWhileServed(config: Config, prefix: string, account: string): Promise<void> {
+  const serving = await replicasServing(config, account);
+  if (serving > 0) {
+    throw new UsageError(
+      `${serving} worker replica(s) still serve account ${account} (their ACCOUNTS declare it): restart the workers with the new settings first; nothing changed`,
+      { printUsage: false },
+    );
+  }
   // The getters, not a Queue: a Queue writes its meta key when it opens, and a dry run or a refusal changes nothing.
   // QueueGetters' options type leaves out the prefix its base class reads, as a Queue's has it.
   const options: QueueBaseOptions & KeyPrefixOptions = { connection: { url: config.redisUrl, maxRetriesPerRequest: 1 }, prefix };
@@ -138,6 +148,19 @@ async function refuseWhileServed(config: Config, prefix: string, account: string
     }
   } finally {
     await queue.close();
+  }
+}
+
+/** How many live worker replicas declare `account` (a replica that has not said what it serves counts: it may). */
+async function replicasServing(config: Config, account: string): Promise<number> {
+  const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1, lazyConnect: true });
+  // Its failures reach the caller through the command that meets them; unhandled, ioredis prints them raw.
+  redis.on('error', () => {});
+  try {
+    const serves = await liveReplicaServes(redis, config.redisNamespace);
+    return [...serves.values()].filter((accounts) => accounts === null || accounts.includes(account)).length;
+  } finally {
+    redis.disconnect();
   }
 }
 

@@ -260,6 +260,7 @@ async function spreadReads(config: Config, shared: Shared, reading: readonly Rea
     redis: shared.redis,
     namespace: config.redisNamespace,
     id,
+    serves: config.accounts.map((a) => a.name),
     logger: log,
     // One account that reads is read by every replica, whoever else is there.
     settle: ordered.length > 1,

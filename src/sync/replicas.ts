@@ -32,39 +32,55 @@ function readsKey(namespace: string): string {
   return `${namespace}:worker-replicas:reads`;
 }
 
+/**
+ * Every account each live replica serves, read or not (a hash like the reads'): its consumer applies
+ * the account's deliveries even where another replica reads it, so `accounts remove` asks this.
+ */
+function servesKey(namespace: string): string {
+  return `${namespace}:worker-replicas:serves`;
+}
+
 // Redis's clock, not each replica's: replicas on hosts whose clocks differ still agree on who is live.
 const REDIS_NOW_MS = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)`;
 
-// A gone replica's entry leaves the list and the hash together.
+// A gone replica's entry leaves the list and both hashes together. '-': nothing to say this time.
 const HEARTBEAT = `${REDIS_NOW_MS}
 local cutoff = now - tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], now, ARGV[1])
-for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', cutoff)) do redis.call('HDEL', KEYS[2], gone) end
+for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', cutoff)) do
+  redis.call('HDEL', KEYS[2], gone)
+  redis.call('HDEL', KEYS[3], gone)
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', cutoff)
 if ARGV[3] ~= '-' then redis.call('HSET', KEYS[2], ARGV[1], ARGV[3]) end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('PEXPIRE', KEYS[2], ARGV[2])
+if ARGV[4] ~= '-' then redis.call('HSET', KEYS[3], ARGV[1], ARGV[4]) end
+for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
 return redis.call('ZRANGE', KEYS[1], 0, -1)`;
 
+/** An account list as the hashes hold it; '-' when there is none to publish. */
+function listArg(accounts: readonly string[] | undefined): string {
+  return accounts === undefined ? '-' : accounts.join(',');
+}
+
 /**
- * Announces `id` as live (and, when given, the accounts it reads) and returns every live replica's
- * id (itself included), sorted.
+ * Announces `id` as live (and, when given, the accounts it reads and those it serves) and returns
+ * every live replica's id (itself included), sorted.
  */
 export async function heartbeat(
   redis: Redis,
   namespace: string,
   id: string,
-  options: { ttlMs?: number; reads?: readonly string[] } = {},
+  options: { ttlMs?: number; reads?: readonly string[]; serves?: readonly string[] } = {},
 ): Promise<string[]> {
   const ttlMs = options.ttlMs ?? REPLICA_TTL_MS;
-  const reads = options.reads === undefined ? '-' : options.reads.join(',');
-  const live = (await redis.eval(HEARTBEAT, 2, replicasKey(namespace), readsKey(namespace), id, String(ttlMs), reads)) as string[];
+  const keys = [replicasKey(namespace), readsKey(namespace), servesKey(namespace)];
+  const live = (await redis.eval(HEARTBEAT, 3, ...keys, id, String(ttlMs), listArg(options.reads), listArg(options.serves))) as string[];
   return [...live].sort();
 }
 
-const LIVE_READS = `${REDIS_NOW_MS}
+const LIVE_LISTS = `${REDIS_NOW_MS}
 local out = {}
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[1]), '+inf')) do
   table.insert(out, id)
@@ -72,18 +88,31 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[1])
 end
 return out`;
 
+/** The live replicas and the list each published in `hash` (null: it has not said yet), by replica id. */
+async function liveReplicaLists(redis: Redis, namespace: string, hash: string, ttlMs: number): Promise<Map<string, string[] | null>> {
+  const flat = (await redis.eval(LIVE_LISTS, 2, replicasKey(namespace), hash, String(ttlMs))) as string[];
+  const lists = new Map<string, string[] | null>();
+  for (let i = 0; i + 1 < flat.length; i += 2) {
+    const said = flat[i + 1] as string;
+    lists.set(flat[i] as string, said === '-' ? null : said === '' ? [] : said.split(','));
+  }
+  return lists;
+}
+
 /**
  * The live worker replicas and what each one said it reads (null: it has not said yet), by
  * replica id: what `status` shows of who reads each account.
  */
-export async function liveReplicaReads(redis: Redis, namespace: string, ttlMs = REPLICA_TTL_MS): Promise<Map<string, string[] | null>> {
-  const flat = (await redis.eval(LIVE_READS, 2, replicasKey(namespace), readsKey(namespace), String(ttlMs))) as string[];
-  const reads = new Map<string, string[] | null>();
-  for (let i = 0; i + 1 < flat.length; i += 2) {
-    const said = flat[i + 1] as string;
-    reads.set(flat[i] as string, said === '-' ? null : said === '' ? [] : said.split(','));
-  }
-  return reads;
+export function liveReplicaReads(redis: Redis, namespace: string, ttlMs = REPLICA_TTL_MS): Promise<Map<string, string[] | null>> {
+  return liveReplicaLists(redis, namespace, readsKey(namespace), ttlMs);
+}
+
+/**
+ * The live worker replicas and every account each one serves (null: it has not said yet; a replica
+ * says so with its first heartbeat), by replica id: what `accounts remove` waits to be empty of.
+ */
+export function liveReplicaServes(redis: Redis, namespace: string, ttlMs = REPLICA_TTL_MS): Promise<Map<string, string[] | null>> {
+  return liveReplicaLists(redis, namespace, servesKey(namespace), ttlMs);
 }
 
 /**
@@ -101,15 +130,18 @@ export function accountsToRead<T>(accounts: readonly T[], replicas: readonly str
   return accounts.filter((_, i) => i % r === j || (a > 0 && j % a === i));
 }
 
+/** What every heartbeat of a replica says besides that it is live. */
+type Said = { ttlMs: number; serves?: readonly string[] };
+
 /** How long a starting replica tries to announce itself before it reads every account instead. */
 const FIRST_HEARTBEAT_WITHIN_MS = 5_000;
 
 /** The first heartbeat, tried again for a few seconds: a client that fails fast may still be connecting. */
-async function firstHeartbeat(redis: Redis, namespace: string, id: string, ttlMs: number): Promise<string[]> {
+async function firstHeartbeat(redis: Redis, namespace: string, id: string, said: Said): Promise<string[]> {
   const deadline = Date.now() + FIRST_HEARTBEAT_WITHIN_MS;
   for (;;) {
     try {
-      return await heartbeat(redis, namespace, id, { ttlMs });
+      return await heartbeat(redis, namespace, id, said);
     } catch (error) {
       if (Date.now() >= deadline) throw error;
       await new Promise((resolve) => setTimeout(resolve, 100));
@@ -128,6 +160,8 @@ export interface ReplicaSpreadOptions {
   namespace: string;
   /** This replica's id, unique among the deployment's processes. */
   id: string;
+  /** Every account this replica serves (its declared ones, read here or not), published with each heartbeat. */
+  serves?: readonly string[];
   logger: Logger;
   /**
    * Called with the live replicas (sorted, this one included) when the list changed, and with this
@@ -159,6 +193,7 @@ export async function joinReplicas(options: ReplicaSpreadOptions): Promise<Repli
   const { redis, id, logger, namespace } = options;
   const everyMs = options.everyMs ?? HEARTBEAT_MS;
   const ttlMs = options.ttlMs ?? REPLICA_TTL_MS;
+  const said: Said = { ttlMs, ...(options.serves ? { serves: options.serves } : {}) };
   let left = false;
   let handed = '';
   let latest: readonly string[] = [id];
@@ -174,7 +209,7 @@ export async function joinReplicas(options: ReplicaSpreadOptions): Promise<Repli
         handed = list.join('\n');
         reads = await options.onReplicas(list);
         // Published now rather than at the next heartbeat: `status` shows who reads what.
-        latest = await heartbeat(redis, namespace, id, { ttlMs, reads }).catch(() => latest);
+        latest = await heartbeat(redis, namespace, id, { ...said, reads }).catch(() => latest);
       }
     } catch (error) {
       handed = '';
@@ -188,15 +223,15 @@ export async function joinReplicas(options: ReplicaSpreadOptions): Promise<Repli
   };
   let joined = false;
   const announce = async (): Promise<void> => {
-    latest = await heartbeat(redis, namespace, id, { ttlMs, ...(reads ? { reads } : {}) });
+    latest = await heartbeat(redis, namespace, id, { ...said, ...(reads ? { reads } : {}) });
     if (joined && !left) void handOver();
   };
 
   try {
-    latest = await firstHeartbeat(redis, namespace, id, ttlMs);
+    latest = await firstHeartbeat(redis, namespace, id, said);
     if (options.settle !== false) {
       await new Promise((resolve) => setTimeout(resolve, everyMs));
-      latest = await heartbeat(redis, namespace, id, { ttlMs });
+      latest = await heartbeat(redis, namespace, id, said);
     }
   } catch (error) {
     // Redis away at start: read every account (the pass locks keep that safe) until it answers.
@@ -232,12 +267,13 @@ export async function joinReplicas(options: ReplicaSpreadOptions): Promise<Repli
   };
 }
 
-/** Takes `id` off the list and its reads out of the hash (best effort: gone from both within the time to live anyway). */
+/** Takes `id` off the list and out of the hashes (best effort: gone from all within the time to live anyway). */
 async function leaveList(redis: Redis, namespace: string, id: string): Promise<void> {
   await redis
     .multi()
     .zrem(replicasKey(namespace), id)
     .hdel(readsKey(namespace), id)
+    .hdel(servesKey(namespace), id)
     .exec()
     .catch(() => null);
 }

@@ -1,13 +1,13 @@
 /**
  * The replicas' list in Redis (src/sync/replicas.ts, `joinReplicas`), in-process against the real
- * Redis: replicas see each other, one that leaves is gone from the others' list at their next
+ * Redis: replicas see each other and what each serves, one that leaves is gone from the others' list at their next
  * heartbeat, one that stops beating at the end of its time to live, and a replica busy handing
  * accounts over keeps beating meanwhile.
  */
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../../src/ground/log.js';
-import { joinReplicas, liveReplicaReads, replicasKey, type ReplicaSpread } from '../../src/sync/replicas.js';
+import { joinReplicas, liveReplicaReads, liveReplicaServes, replicasKey, type ReplicaSpread } from '../../src/sync/replicas.js';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait.js';
 
@@ -31,6 +31,7 @@ describe('worker replicas in Redis', () => {
       redis,
       namespace,
       id,
+      serves: [`${id}-declared`, 'shared'],
       logger,
       everyMs: EVERY_MS,
       ttlMs: TTL_MS,
@@ -50,6 +51,11 @@ describe('worker replicas in Redis', () => {
     expect(a.last()).toEqual(['a']);
     const b = await join(namespace, 'b');
     expect(b.last()).toEqual(['a', 'b']);
+    // What each serves is said from its first heartbeat on, before any hand-over.
+    expect(Object.fromEntries(await liveReplicaServes(redis, namespace, TTL_MS))).toEqual({
+      a: ['a-declared', 'shared'],
+      b: ['b-declared', 'shared'],
+    });
     await waitFor('a seeing b', async () => (a.last()?.length === 2 ? true : undefined), 5_000, 20);
     // Each one's heartbeats publish what it said it reads.
     await waitFor(
@@ -65,6 +71,7 @@ describe('worker replicas in Redis', () => {
     await waitFor('a alone again', async () => (a.last()?.length === 1 ? true : undefined), 5_000, 20);
     expect(await redis.zrange(replicasKey(namespace), 0, -1)).toEqual(['a']);
     expect([...(await liveReplicaReads(redis, namespace, TTL_MS)).keys()]).toEqual(['a']);
+    expect([...(await liveReplicaServes(redis, namespace, TTL_MS)).keys()]).toEqual(['a']);
     await deletePrefix(namespace);
   });
 

@@ -8,7 +8,7 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openDatabase, type Database } from '../../src/db/client.js';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
-import { replicasKey } from '../../src/sync/replicas.js';
+import { liveReplicaServes, replicasKey } from '../../src/sync/replicas.js';
 import { createSyncQueue } from '../../src/sync/schedule.js';
 import { startChildCli, type ChildService } from '../helpers/child-service.js';
 import { runCli } from '../helpers/cli.js';
@@ -127,6 +127,8 @@ describe('accounts spread over worker replicas', () => {
     );
     expect(new Set([...(reads(first) ?? []), ...(reads(second) ?? [])])).toEqual(new Set(ACCOUNTS));
     expect(await redis.zcard(replicasKey(prefix))).toBe(2);
+    // Each says it serves all three (its ACCOUNTS), read there or not: what `accounts remove` checks.
+    expect([...(await liveReplicaServes(redis, prefix)).values()]).toEqual([[...ACCOUNTS], [...ACCOUNTS]]);
     // `status` says which replica reads each account: one each, two replicas in all (each publishes
     // what it reads right after it changed, so this holds within moments of the split).
     const shown = await waitFor(
