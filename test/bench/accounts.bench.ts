@@ -36,8 +36,10 @@
  */
 import os from 'node:os';
 import path from 'node:path';
+import { Redis } from 'ioredis';
 import pg from 'pg';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
+import { liveReplicaReads } from '../../src/sync/replicas.js';
 import { deleteKeysByPrefix } from '../helpers/redis-prefix.js';
 import { argNumber, argText, isMain } from './lib/cli.js';
 import { figure, printTable, writeJson, type BenchFigure, type BenchResult } from './lib/report.js';
@@ -118,6 +120,8 @@ type Log = (line: string) => void;
  */
 interface Deployment {
   env: Record<string, string>;
+  /** Its REDIS_PREFIX: where its replicas announce themselves. */
+  prefix: string;
   /** Reads across accounts (a pool with no account of its own). */
   unscoped: pg.Pool;
   dispose(): Promise<void>;
@@ -146,6 +150,7 @@ async function prepareDeployment(
   const unscoped = new pg.Pool({ connectionString: scratch.url, max: 1 });
   return {
     env,
+    prefix,
     unscoped,
     dispose: async () => {
       await unscoped.end();
@@ -191,6 +196,8 @@ interface DeploymentRun {
   elapsedMs: number;
   /** Per replica: the higher of the sampled RSS peak and VmHWM, MB. */
   peaksMb: number[];
+  /** Per replica, in the order of `peaksMb`: what it last said it reads (its heartbeat), by kind. */
+  reads: ReplicaReads[];
   /** Memberships mirrored, every account (each has some: checked). */
   rows: number;
   /** Per kind, when its accounts were mirrored, ms from the spawn: the median and the last. */
@@ -216,6 +223,64 @@ function timesByKind(accounts: readonly Account[], mirroredAt: ReadonlyMap<strin
 
 const MIRROR_TIMEOUT_MS = 30 * 60_000;
 
+/** What one replica read while the accounts were mirrored: the accounts of each kind it last said it reads. */
+export interface ReplicaReads {
+  legacy: number;
+  current: number;
+  /** Whether its reads changed while it ran (a hand-over: replicas starting a heartbeat apart). */
+  changed: boolean;
+}
+
+/**
+ * Who reads what, from the replicas' own heartbeats (src/sync/replicas.ts): a replica's id carries
+ * its pid, the one the benchmark spawned and samples. Which replica reads how many legacy accounts
+ * is what its peak follows (docs/benchmarks.md, "accounts").
+ */
+class ReadsWatch {
+  private readonly redis: Redis;
+  private readonly said = new Map<number, string[]>();
+  private readonly changed = new Set<number>();
+
+  constructor(
+    redisUrl: string,
+    private readonly namespace: string,
+  ) {
+    this.redis = new Redis(redisUrl, { maxRetriesPerRequest: 1 });
+    this.redis.on('error', () => {});
+  }
+
+  async poll(): Promise<void> {
+    const reads = await liveReplicaReads(this.redis, this.namespace).catch(() => new Map<string, string[] | null>());
+    for (const [id, accounts] of reads) {
+      const pid = Number(id.split(':')[1]);
+      if (accounts === null || !Number.isInteger(pid)) continue;
+      const before = this.said.get(pid);
+      if (before && before.join(',') !== accounts.join(',')) this.changed.add(pid);
+      this.said.set(pid, accounts);
+    }
+  }
+
+  of(pid: number, accounts: readonly Account[]): ReplicaReads {
+    const names = new Set(this.said.get(pid) ?? []);
+    const count = (kind: Kind) => accounts.filter((a) => a.kind === kind && names.has(a.name)).length;
+    return { legacy: count('legacy'), current: count('current'), changed: this.changed.has(pid) };
+  }
+
+  close(): void {
+    this.redis.disconnect();
+  }
+}
+
+/** "182.8 MB (reads 4 legacy, 3 current)" for each replica. */
+export function peaksWithReads(run: Pick<DeploymentRun, 'peaksMb' | 'reads'>): string {
+  return run.peaksMb
+    .map((mb, i) => {
+      const r = run.reads[i];
+      return r ? `${mb} MB (reads ${r.legacy} legacy, ${r.current} current${r.changed ? ', after a hand-over' : ''})` : `${mb} MB`;
+    })
+    .join(', ');
+}
+
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
@@ -227,6 +292,7 @@ async function waitUntilMirrored(
   accounts: readonly Account[],
   replicas: readonly ServiceProcess[],
   label: string,
+  watch?: ReadsWatch,
 ): Promise<Map<string, number>> {
   const started = performance.now();
   const want = new Set(accounts.map((a) => a.name));
@@ -234,6 +300,7 @@ async function waitUntilMirrored(
   for (;;) {
     assertRunning(replicas, label);
     for (const r of replicas) r.sampleRss();
+    await watch?.poll();
     const done = await mirroredAccounts(pool).catch(() => new Set<string>());
     for (const name of done) if (want.has(name) && !mirroredAt.has(name)) mirroredAt.set(name, performance.now() - started);
     if ([...want].every((a) => done.has(a))) return mirroredAt;
@@ -246,16 +313,19 @@ async function waitUntilMirrored(
 /** Runs `replicas` worker processes for `accounts` until every account is mirrored. */
 async function runDeployment(accounts: readonly Account[], replicas: number, urls: Urls, label: string): Promise<DeploymentRun> {
   const deployment = await prepareDeployment(accounts, urls, label);
+  const watch = new ReadsWatch(urls.redisUrl, deployment.prefix);
   const started = performance.now();
   const running: ServiceProcess[] = [];
   try {
     for (let i = 0; i < replicas; i++) running.push(spawnService(deployment.env));
-    const mirroredAt = await waitUntilMirrored(deployment.unscoped, accounts, running, label);
+    const mirroredAt = await waitUntilMirrored(deployment.unscoped, accounts, running, label, watch);
     const elapsedMs = performance.now() - started;
     const peaksMb = running.map(peakRssMb);
+    const reads = running.map((r) => watch.of(r.pid, accounts));
     const byKind = timesByKind(accounts, mirroredAt);
-    return { elapsedMs, peaksMb, rows: await checkMemberships(deployment.unscoped, accounts, label), byKind };
+    return { elapsedMs, peaksMb, reads, rows: await checkMemberships(deployment.unscoped, accounts, label), byKind };
   } finally {
+    watch.close();
     await stopAll(running);
     await deployment.dispose();
   }
@@ -369,6 +439,8 @@ export interface AccountsDeploymentFigures {
   elapsedMs: number;
   /** Per replica, MB. */
   peaksMb: number[];
+  /** Per replica, in the order of `peaksMb`: the accounts of each kind it read. */
+  reads: ReplicaReads[];
   memberships: number;
   byKind: KindTimes[];
 }
@@ -441,12 +513,19 @@ async function measureDeployments(
   for (const replicas of [1, 3]) {
     if (!parts.has(String(replicas))) continue;
     const run = await runDeployment(accounts, replicas, urls, `r${replicas}`);
-    deployments.push({ replicas, elapsedMs: Math.round(run.elapsedMs), peaksMb: run.peaksMb, memberships: run.rows, byKind: run.byKind });
+    deployments.push({
+      replicas,
+      elapsedMs: Math.round(run.elapsedMs),
+      peaksMb: run.peaksMb,
+      reads: run.reads,
+      memberships: run.rows,
+      byKind: run.byKind,
+    });
     const speed = floor.floorMs / run.elapsedMs;
     const peak = Math.max(...run.peaksMb);
     log(
       `accounts: ${n} accounts, ${replicas} replica(s): ${(run.elapsedMs / 1000).toFixed(1)} s (floor ${(floor.floorMs / 1000).toFixed(1)} s, speed ${speed.toFixed(2)}× the floor's); ` +
-        `peak RSS per replica ${run.peaksMb.join(', ')} MB (one account: ${floor.peakRssMb} MB); ${run.rows} memberships; ` +
+        `peak RSS per replica ${peaksWithReads(run)} (one account: ${floor.peakRssMb} MB); ${run.rows} memberships; ` +
         run.byKind.map((k) => `${k.kind} accounts mirrored at ${seconds(k.medianMs)} (median), ${seconds(k.lastMs)} (last)`).join(', '),
     );
     figures.push(
@@ -463,7 +542,7 @@ async function measureDeployments(
         peak,
         'MB',
         floor.peakRssMb,
-        `${(peak / floor.peakRssMb).toFixed(2)}× one account's (goal ≤ 1.1); replicas: ${run.peaksMb.join(', ')} MB`,
+        `${(peak / floor.peakRssMb).toFixed(2)}× one account's (goal ≤ 1.1); replicas: ${peaksWithReads(run)}`,
       ),
     );
   }

@@ -58,7 +58,7 @@ import {
   type MemorySpeed,
 } from './memory.bench.js';
 import { benchBudget, type BudgetBenchFigures } from './budget.bench.js';
-import { ACCOUNTS_PARTS, benchAccounts, type AccountsBenchFigures, type AccountsPart } from './accounts.bench.js';
+import { ACCOUNTS_PARTS, benchAccounts, peaksWithReads, type AccountsBenchFigures, type AccountsPart } from './accounts.bench.js';
 import { benchPasses, type PassesBenchFigures } from './passes.bench.js';
 import { benchPoll, parseTypes, type PollBenchFigures } from './poll.bench.js';
 import { benchStore } from './store.bench.js';
@@ -853,7 +853,7 @@ function accountsDeploymentRows(a: AccountsBenchFigures): SummaryRow[] {
         baselineLabel: 'a one-account deployment, the higher kind',
         baseline: floor.peakRssMb,
         goals: [{ on: 'ratio', op: '<=', target: GOALS.accountsRssRatio }],
-        note: `the highest replica; each: ${d.peaksMb.join(', ')} MB (sampled RSS or VmHWM, whichever is higher)`,
+        note: `the highest replica; each: ${peaksWithReads(d)} (sampled RSS or VmHWM, whichever is higher)`,
       }),
     ];
   });
