@@ -26,7 +26,7 @@ import { repeat, type Repeating } from '../ground/repeat.js';
 import { purgeHistory } from '../mirror/history.js';
 import { createLimiterConnections } from '../ratelimit/connections.js';
 import { isPaused, readAuthPause, type AuthPause } from '../sync/auth-pause.js';
-import { accountsToRead, joinReplicas, type ReplicaSpread } from '../sync/replicas.js';
+import { accountsDeclaredApart, accountsToRead, joinReplicas, liveReplicaServes, type ReplicaSpread } from '../sync/replicas.js';
 import { createPageGate, PAGES_IN_MEMORY, type SharedPageGate } from '../upstream/page-gate.js';
 import { createDeliveryConsumer, listenForInbox, type InboxListener } from '../webhooks/consumer.js';
 import { ERASURE_EVERY_MS, runErasure } from '../webhooks/erasure-run.js';
@@ -256,6 +256,7 @@ async function spreadReads(config: Config, shared: Shared, reading: readonly Rea
   const id = replicaId();
   const log = shared.log.child({ component: 'replicas' });
   let before = 0;
+  const warned = { apart: '' };
   return joinReplicas({
     redis: shared.redis,
     namespace: config.redisNamespace,
@@ -277,9 +278,28 @@ async function spreadReads(config: Config, shared: Shared, reading: readonly Rea
         );
       }
       before = replicas.length;
+      await warnIfDeclaredApart(shared.redis, config.redisNamespace, log, warned);
       return names;
     },
   });
+}
+
+/**
+ * Says when the live replicas do not all declare the same accounts (a settings change that reached
+ * some replicas only), once per difference: they deal the accounts out over different lists.
+ */
+async function warnIfDeclaredApart(redis: Redis, namespace: string, log: Logger, warned: { apart: string }): Promise<void> {
+  const serves = await liveReplicaServes(redis, namespace).catch(() => null);
+  if (!serves) return;
+  const apart = accountsDeclaredApart(serves);
+  if (apart.join(',') === warned.apart) return;
+  warned.apart = apart.join(',');
+  if (apart.length === 0) return;
+  log.warn(
+    { accounts: apart, replicas: serves.size },
+    `the worker replicas do not all declare ${apart.join(', ')} (ACCOUNTS): restart every worker replica with the same settings; ` +
+      'until then such an account may be read by two replicas or by none (status says NOT READ)',
+  );
 }
 
 /**

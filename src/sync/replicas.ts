@@ -116,6 +116,17 @@ export function liveReplicaServes(redis: Redis, namespace: string, ttlMs = REPLI
 }
 
 /**
+ * The accounts some live replica serves and another does not (sorted), of those that said: replicas
+ * whose ACCOUNTS differ deal the accounts out over different lists, so until they are restarted with
+ * the same settings an account may be read by two replicas or by none.
+ */
+export function accountsDeclaredApart(serves: ReadonlyMap<string, readonly string[] | null>): string[] {
+  const said = [...serves.values()].filter((accounts): accounts is readonly string[] => accounts !== null);
+  const union = new Set(said.flat());
+  return [...union].filter((account) => said.some((accounts) => !accounts.includes(account))).sort();
+}
+
+/**
  * The accounts replica `self` reads, of `accounts` (every replica passes them in the same order) among
  * the `replicas` live now. Account i goes to replica i mod R; with fewer accounts than replicas,
  * replica j also reads account j mod A, so that every replica reads one and every account is read.

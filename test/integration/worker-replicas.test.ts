@@ -3,6 +3,7 @@
  * operators run them: `start --role worker` twice, in child processes, with three accounts that read.
  * Each account is read by exactly one replica (its queue has one sync worker connected), every
  * account is mirrored, and a replica that leaves (stopped, or killed) hands its accounts to the other.
+ * A replica whose settings declare other accounts makes every replica warn.
  */
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -83,8 +84,8 @@ describe('accounts spread over worker replicas', () => {
     await database?.drop();
   });
 
-  const startReplica = async (): Promise<ChildService> => {
-    const replica = startChildCli(['start', '--role', 'worker'], env, (line) =>
+  const startReplica = async (extra: Record<string, string> = {}): Promise<ChildService> => {
+    const replica = startChildCli(['start', '--role', 'worker'], { ...env, ...extra }, (line) =>
       line.msg === 'service started' ? Number(line.port) : null,
     );
     replicas.push(replica);
@@ -196,5 +197,15 @@ describe('accounts spread over worker replicas', () => {
       sims[account].world.createSubscriber({ groups: [group(account)] });
       await waitFor(`${account} read after the kill`, async () => ((await mirrored(account)) > before ? true : undefined), 60_000, 200);
     }
+  });
+
+  it('warns on every replica when one declares accounts the others do not', async () => {
+    const first = replicas[0] as ChildService;
+    // A settings change that reached one replica only: it also declares `blog` (webhook-only).
+    const other = await startReplica({ ACCOUNTS: [...ACCOUNTS, 'blog'].join(',') });
+    const warned = (replica: ChildService) =>
+      replica.lines.some((l) => typeof l === 'object' && l.level === 'warn' && String(l.msg).includes('do not all declare blog'));
+    await waitFor('both replicas warning', async () => (warned(first) && warned(other) ? true : undefined), 15_000, 100);
+    await other.stop();
   });
 });

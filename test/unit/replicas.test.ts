@@ -4,7 +4,7 @@
  * when there are enough accounts, and none of them is left without one.
  */
 import { describe, expect, it } from 'vitest';
-import { accountsToRead } from '../../src/sync/replicas.js';
+import { accountsDeclaredApart, accountsToRead } from '../../src/sync/replicas.js';
 
 const accounts = (n: number) => Array.from({ length: n }, (_, i) => `a${String(i).padStart(2, '0')}`);
 const replicas = (n: number) => Array.from({ length: n }, (_, i) => `r${i}`);
@@ -64,5 +64,39 @@ describe('accountsToRead', () => {
 
   it('reads every account when it is not on the list (its heartbeat did not reach Redis)', () => {
     expect(accountsToRead(accounts(4), ['r0', 'r1'], 'r9')).toEqual(accounts(4));
+  });
+});
+
+describe('accountsDeclaredApart', () => {
+  it('names the accounts some live replica serves and another does not', () => {
+    const serves = new Map([
+      ['r0', ['default', 'shop']],
+      ['r1', ['default', 'shop', 'news']],
+      ['r2', ['blog', 'default', 'shop']],
+    ]);
+    expect(accountsDeclaredApart(serves)).toEqual(['blog', 'news']);
+  });
+
+  it('finds nothing apart when every replica declares the same accounts, or only one said', () => {
+    expect(
+      accountsDeclaredApart(
+        new Map([
+          ['r0', ['a', 'b']],
+          ['r1', ['b', 'a']],
+        ]),
+      ),
+    ).toEqual([]);
+    expect(accountsDeclaredApart(new Map([['r0', ['a', 'b']]]))).toEqual([]);
+  });
+
+  it('leaves out a replica that has not said what it serves', () => {
+    expect(
+      accountsDeclaredApart(
+        new Map<string, string[] | null>([
+          ['r0', ['a']],
+          ['r1', null],
+        ]),
+      ),
+    ).toEqual([]);
   });
 });
