@@ -250,9 +250,22 @@ describe('status of two accounts in one database', () => {
   /** A live worker replica that says it reads `reads` (what a worker's heartbeat publishes, src/sync/replicas.ts). */
   const replicaReading = (...reads: string[]) => heartbeat(redis, prefix, 'replica-a', { reads });
 
+  /**
+   * `run` (a CLI run) while that replica beats every second, as a worker does: a run that starts a
+   * process can outlast one heartbeat's 6 s on a loaded machine, and the replica would be gone.
+   */
+  const whileReading = async <T>(reads: string[], run: () => Promise<T>): Promise<T> => {
+    await replicaReading(...reads);
+    const timer = setInterval(() => void replicaReading(...reads).catch(() => {}), 1_000);
+    try {
+      return await run();
+    } finally {
+      clearInterval(timer);
+    }
+  };
+
   it('status: a header per account with its own rows and pause; --json: accounts and passes naming theirs', async () => {
-    await replicaReading('default');
-    const text = await runCli(['status'], env());
+    const text = await whileReading(['default'], () => runCli(['status'], env()));
     expect(text.stderr).toBe('');
     expect(text.code).toBe(0);
     const [mine, theirs] = text.stdout.split(/^(?=ACCOUNT )/m);
@@ -269,8 +282,7 @@ describe('status of two accounts in one database', () => {
     expect(theirs).toMatch(/^8\s+active\s+-\s+never/m);
     expect(theirs).toContain('WEBHOOK w-shop: disabled');
 
-    await replicaReading('default');
-    const json = await runCli(['status', '--json'], env());
+    const json = await whileReading(['default'], () => runCli(['status', '--json'], env()));
     expect(json.code).toBe(0);
     const parsed = JSON.parse(json.stdout) as {
       accounts: Array<{
@@ -296,13 +308,14 @@ describe('status of two accounts in one database', () => {
 
   it('status of a single-account install: no header, the fields at the top, as before', async () => {
     const single = Object.fromEntries(Object.entries(env()).filter(([name]) => name !== 'ACCOUNTS' && !name.startsWith('ACCOUNT_')));
-    await replicaReading('default');
-    const text = await runCli(['status'], single);
+    const text = await whileReading(['default'], () => runCli(['status'], single));
     expect(text.code).toBe(0);
     expect(text.stdout).not.toContain('ACCOUNT');
     expect(text.stdout).toMatch(/^group\s+type\s+cursor/);
-    await replicaReading('default');
-    const json = JSON.parse((await runCli(['status', '--json'], single)).stdout) as Record<string, unknown>;
+    const json = JSON.parse((await whileReading(['default'], () => runCli(['status', '--json'], single))).stdout) as Record<
+      string,
+      unknown
+    >;
     expect(Object.keys(json)).toEqual(['source', 'authPause', 'rateBudgets', 'readBy', 'audit', 'passes', 'webhooks']);
     expect(json.readBy).toEqual(['replica-a']);
     // With no worker replica heard from, it says that nothing reads the account, above the table.
