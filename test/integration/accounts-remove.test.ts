@@ -11,10 +11,11 @@ import { accountRedisPrefix } from '../../src/config.js';
 import { accountRows, declareAccounts, listAccounts, removeAccount } from '../../src/db/accounts.js';
 import { limitAnalyst, listAnalystLimits, unlimitAnalyst } from '../../src/db/analyst-accounts.js';
 import { openDatabase, type Database } from '../../src/db/client.js';
-import { heartbeat, replicasKey } from '../../src/sync/replicas.js';
+import { replicasKey } from '../../src/sync/replicas.js';
 import { SYNC_QUEUE } from '../../src/sync/schedule.js';
 import { populateAccount } from '../helpers/account-rows.js';
 import { runCli } from '../helpers/cli.js';
+import { whileReplicaBeats } from '../helpers/replica-beat.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { deleteInstallKeys, redisUrl, uniquePrefix } from '../helpers/redis.js';
 
@@ -229,12 +230,14 @@ describe('subscriber-mirror accounts', () => {
     try {
       const before = await rowsByAccount();
       // A replica serving other accounts only does not hold the removal back (the dry run goes through).
-      await heartbeat(redis, prefix, replica, { serves: ['default', 'shop', 'shop_eu'] });
-      const other = await cli(['remove', 'brand'], 'default,shop,shop_eu');
+      const other = await whileReplicaBeats(redis, prefix, replica, { serves: ['default', 'shop', 'shop_eu'] }, () =>
+        cli(['remove', 'brand'], 'default,shop,shop_eu'),
+      );
       expect(other.code, other.stderr).toBe(0);
       // Declared there, even read by no replica (no queue, no sync worker: a webhook-only account).
-      await heartbeat(redis, prefix, replica, { serves: ['default', 'brand'] });
-      const run = await cli(['remove', 'brand', '--yes'], 'default,shop,shop_eu');
+      const run = await whileReplicaBeats(redis, prefix, replica, { serves: ['default', 'brand'] }, () =>
+        cli(['remove', 'brand', '--yes'], 'default,shop,shop_eu'),
+      );
       expect(run.code).toBe(2);
       expect(run.stderr).toMatch(
         /1 worker replica\(s\) still serve account brand \(their ACCOUNTS declare it\): restart the workers with the new settings first; nothing changed/,

@@ -28,6 +28,7 @@ import { createSyncQueue } from '../../src/sync/schedule.js';
 import { ensureSyncState } from '../../src/sync/state.js';
 import { collectAccountsStatus, collectStatus, type StatusScope } from '../../src/sync/status.js';
 import { runCli } from '../helpers/cli.js';
+import { whileReplicaBeats } from '../helpers/replica-beat.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { deleteInstallKeys, redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { heartbeat, replicasKey } from '../../src/sync/replicas.js';
@@ -250,19 +251,9 @@ describe('status of two accounts in one database', () => {
   /** A live worker replica that says it reads `reads` (what a worker's heartbeat publishes, src/sync/replicas.ts). */
   const replicaReading = (...reads: string[]) => heartbeat(redis, prefix, 'replica-a', { reads });
 
-  /**
-   * `run` (a CLI run) while that replica beats every second, as a worker does: a run that starts a
-   * process can outlast one heartbeat's 6 s on a loaded machine, and the replica would be gone.
-   */
-  const whileReading = async <T>(reads: string[], run: () => Promise<T>): Promise<T> => {
-    await replicaReading(...reads);
-    const timer = setInterval(() => void replicaReading(...reads).catch(() => {}), 1_000);
-    try {
-      return await run();
-    } finally {
-      clearInterval(timer);
-    }
-  };
+  /** `run` (a CLI run) while that replica says it reads `reads`, beating every second. */
+  const whileReading = <T>(reads: string[], run: () => Promise<T>): Promise<T> =>
+    whileReplicaBeats(redis, prefix, 'replica-a', { reads }, run);
 
   it('status: a header per account with its own rows and pause; --json: accounts and passes naming theirs', async () => {
     const text = await whileReading(['default'], () => runCli(['status'], env()));
