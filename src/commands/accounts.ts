@@ -103,18 +103,23 @@ async function removeKeysOf(config: Config, account: string, prefix: string): Pr
   if (prefix === config.redisNamespace) {
     return `its Redis keys (its queue and budgets, no personal data) are under ${prefix}: beside the deployment's own, so they stay; nothing serves them\n`;
   }
+  const keys = await withRedis(config, (redis) => removeAccountKeys(redis, prefix)).catch((error: unknown) => {
+    // The rows are gone, so running the command again would find no account: say what is left.
+    throw new Error(
+      `account ${account}'s rows are removed, but not its Redis keys (its queue and budgets, no personal data) under ` +
+        `${prefix}: and b_${prefix}: (${String(error)}); nothing serves them, and redis-cli --scan --pattern '${prefix}:*' lists them`,
+    );
+  });
+  return `and ${keys} Redis keys (under ${prefix}: and b_${prefix}:)\n`;
+}
+
+/** Runs `use` on a client of its own, disconnected after. */
+async function withRedis<T>(config: Config, use: (redis: Redis) => Promise<T>): Promise<T> {
   const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1, lazyConnect: true });
   // Its failures reach the caller through the commands that meet them; unhandled, ioredis prints them raw.
   redis.on('error', () => {});
   try {
-    const keys = await removeAccountKeys(redis, prefix).catch((error: unknown) => {
-      // The rows are gone, so running the command again would find no account: say what is left.
-      throw new Error(
-        `account ${account}'s rows are removed, but not its Redis keys (its queue and budgets, no personal data) under ` +
-          `${prefix}: and b_${prefix}: (${String(error)}); nothing serves them, and redis-cli --scan --pattern '${prefix}:*' lists them`,
-      );
-    });
-    return `and ${keys} Redis keys (under ${prefix}: and b_${prefix}:)\n`;
+    return await use(redis);
   } finally {
     redis.disconnect();
   }
@@ -153,15 +158,8 @@ async function refuseWhileServed(config: Config, prefix: string, account: string
 
 /** How many live worker replicas declare `account` (a replica that has not said what it serves counts: it may). */
 async function replicasServing(config: Config, account: string): Promise<number> {
-  const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 1, lazyConnect: true });
-  // Its failures reach the caller through the command that meets them; unhandled, ioredis prints them raw.
-  redis.on('error', () => {});
-  try {
-    const serves = await liveReplicaServes(redis, config.redisNamespace);
-    return [...serves.values()].filter((accounts) => accounts === null || accounts.includes(account)).length;
-  } finally {
-    redis.disconnect();
-  }
+  const serves = await withRedis(config, (redis) => liveReplicaServes(redis, config.redisNamespace));
+  return [...serves.values()].filter((accounts) => accounts === null || accounts.includes(account)).length;
 }
 
 function tableLines(rows: readonly TableRows[]): string {

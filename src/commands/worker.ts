@@ -292,8 +292,9 @@ async function warnIfDeclaredApart(redis: Redis, namespace: string, log: Logger,
   const serves = await liveReplicaServes(redis, namespace).catch(() => null);
   if (!serves) return;
   const apart = accountsDeclaredApart(serves);
-  if (apart.join(',') === warned.apart) return;
-  warned.apart = apart.join(',');
+  const key = apart.join(',');
+  if (key === warned.apart) return;
+  warned.apart = key;
   if (apart.length === 0) return;
   log.warn(
     { accounts: apart, replicas: serves.size },
