@@ -23,11 +23,16 @@
  */
 
 /**
- * Pages a worker holds at once. Two: one commits while the next is parsed. Under any budget the
- * service grants (a page a second per endpoint at most) a page is committed long before the next
- * arrives, so the rooms cost no speed; they only bound how much a fast service can pile up.
+ * Pages a worker holds at once: one, however many accounts and passes it runs. A pass still asks
+ * for its next page while this one commits (`readAhead` in sync/legacy-pass.ts), so the budget
+ * loses no slot: the answer's body waits in the socket until the room is free. Under the budgets
+ * the service grants (a page a second per endpoint at most) a page of a thousand members is parsed
+ * and committed long before the next one is due, so one room costs no speed where the budget paces
+ * the passes. A second room let a process reading several accounts at full speed hold two pages'
+ * parsed objects at all times, and V8 grew the heap to fit them: the replicas of the accounts
+ * benchmark peaked 15-30 MB higher with two (docs/benchmarks.md, "accounts").
  */
-export const PAGES_IN_MEMORY = 2;
+export const PAGES_IN_MEMORY = 1;
 
 /**
  * What a body without a `Content-Length` (a chunked answer) counts for: the size of a page of a few
