@@ -17,7 +17,7 @@
  *   --memory-speeds budget,full       (the per-endpoint budget, real time: a 1M mirror takes about 12 minutes)
  *   --budget-subscribers 100000       (real time: about eight minutes; builds dist/ first)
  *   --accounts-n 20 --accounts-members 20000 --accounts-big-members 1000000
- *   --accounts-sync-every 30 --accounts-window 180 --accounts-idle 20
+ *   --accounts-sync-every 30 --accounts-window 180 --accounts-idle 20 --accounts-baseline-runs 3
  *   --accounts-parts floor,1,3,kinds,backfill,idle
  *                                     (issue 35, real time: about seventeen minutes; builds dist/ first)
  *   --webhooks-seconds 5 --webhooks-connections 64
@@ -158,6 +158,7 @@ interface RunOptions {
   accountsSyncEvery: number;
   accountsWindow: number;
   accountsIdle: number;
+  accountsBaselineRuns: number;
   accountsParts: AccountsPart[];
   webhooksSeconds: number;
   webhooksConnections: number;
@@ -227,6 +228,7 @@ const SMOKE = {
   accountsSyncEvery: 5,
   accountsWindow: 20,
   accountsIdle: 4,
+  accountsBaselineRuns: 2,
   webhooksSeconds: 1,
   webhooksConnections: 8,
   freshnessSeconds: 2,
@@ -265,6 +267,7 @@ const KNOWN_FLAGS = new Set([
   'accounts-sync-every',
   'accounts-window',
   'accounts-idle',
+  'accounts-baseline-runs',
   'accounts-parts',
   'webhooks-seconds',
   'webhooks-connections',
@@ -376,6 +379,7 @@ function parseArgs(argv: readonly string[]): RunOptions {
     accountsSyncEvery: num('accounts-sync-every', smoke ? SMOKE.accountsSyncEvery : 30),
     accountsWindow: num('accounts-window', smoke ? SMOKE.accountsWindow : 180),
     accountsIdle: num('accounts-idle', smoke ? SMOKE.accountsIdle : 20),
+    accountsBaselineRuns: num('accounts-baseline-runs', smoke ? SMOKE.accountsBaselineRuns : 3),
     accountsParts: accountsPartsOf(parts),
     webhooksSeconds: num('webhooks-seconds', smoke ? SMOKE.webhooksSeconds : 5),
     webhooksConnections: num('webhooks-connections', smoke ? SMOKE.webhooksConnections : 64),
@@ -402,6 +406,7 @@ const USAGE = `usage: npm run bench [-- NAME…] [--quick | --smoke] [flags]
   --budget-subscribers N (100000; the service's one-minute window: about eight minutes)
   --accounts-n N (20)  --accounts-members N (20000)  --accounts-big-members N (1000000)
   --accounts-sync-every S (30)  --accounts-window S (180)  --accounts-idle S (20)
+  --accounts-baseline-runs N (3; the one-account peak is the median of N runs)
   --accounts-parts floor,1,3,kinds,backfill,idle (all)
       (issue 35: accounts half legacy, half current, with 1 and 3 replicas; real time, about seventeen minutes)
   --webhooks-seconds N (5)  --webhooks-connections N (64)
@@ -850,7 +855,7 @@ function accountsDeploymentRows(a: AccountsBenchFigures): SummaryRow[] {
         figure: `peak RSS per replica, ${label}`,
         value: Math.max(...d.peaksMb),
         unit: 'MB',
-        baselineLabel: 'a one-account deployment, the higher kind',
+        baselineLabel: `a one-account deployment, the higher kind (${floor.baselineKind}): the median of ${floor.baselinePeaksMb.length} runs`,
         baseline: floor.peakRssMb,
         goals: [{ on: 'ratio', op: '<=', target: GOALS.accountsRssRatio }],
         note: `the highest replica; each: ${peaksWithReads(d)} (sampled RSS or VmHWM, whichever is higher)`,
@@ -1187,6 +1192,7 @@ async function runOne(name: BenchName, o: RunOptions, results: Results, log: (li
         syncEverySeconds: o.accountsSyncEvery,
         windowSeconds: o.accountsWindow,
         idleSeconds: o.accountsIdle,
+        baselineRuns: o.accountsBaselineRuns,
         parts: o.accountsParts,
         databaseUrl: o.databaseUrl,
         redisUrl: o.redisUrl,

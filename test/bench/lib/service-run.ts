@@ -6,7 +6,7 @@
  * group has a successful full pass; the accounts benchmark runs several replicas of it at once.
  */
 import { execFileSync, spawn, type ChildProcessByStdio } from 'node:child_process';
-import { createWriteStream, existsSync, readFileSync } from 'node:fs';
+import { appendFileSync, createWriteStream, existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Readable } from 'node:stream';
@@ -137,6 +137,8 @@ function watch(child: ChildProcessByStdio<null, Readable, Readable>): ServicePro
     stderrTail: () => stderr,
     sampleRss: () => {
       const rss = procStatusMb(pid, 'VmRSS');
+      // BENCH_RSS_TRACE=<file>: every sample appended as `pid ms-since-epoch MB`, for the shape of a peak.
+      if (process.env.BENCH_RSS_TRACE) appendFileSync(process.env.BENCH_RSS_TRACE, `${pid} ${Date.now()} ${rss.toFixed(1)}\n`);
       peak = Math.max(peak, rss);
       return rss;
     },
