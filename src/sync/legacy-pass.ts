@@ -231,7 +231,8 @@ interface LegacyTotals {
  * The pages of `pages`, the next one already asked for while the caller commits this one: with a
  * budget per endpoint a pass's speed is its slots, and a commit that takes most of a slot would
  * otherwise delay every next request by that long. At most two pages are asked for at once, whatever
- * the list's length (with the worker's page gate, the second one's body waits for the first's room). A stop (break or error) waits for the page in flight and ends the read.
+ * the list's length (with the worker's page gate, the second one's body waits for the first's
+ * room). A stop (break or error) waits for the page in flight and ends the read.
  */
 export async function* readAhead<T>(pages: AsyncGenerator<T, void, undefined>): AsyncGenerator<T, void, undefined> {
   let next = pages.next();

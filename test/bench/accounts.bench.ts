@@ -514,7 +514,9 @@ async function measureFloor(
   const higher = alone.reduce((a, b) => (b.peakRssMb > a.peakRssMb ? b : a));
   const baselinePeaksMb = await baselinePeaks(accounts, higher, baselineRuns, urls);
   const peakRssMb = tenthMb(percentile(baselinePeaksMb, 50) ?? higher.peakRssMb);
-  log(`accounts: one-account baseline ${peakRssMb} MB: the median of ${baselinePeaksMb.join(', ')} MB (${baselinePeaksMb.length} runs of one ${higher.kind} account alone)`);
+  log(
+    `accounts: one-account baseline ${peakRssMb} MB: the median of ${baselinePeaksMb.join(', ')} MB (${baselinePeaksMb.length} runs of one ${higher.kind} account alone)`,
+  );
   return { floorMs: slowest.elapsedMs, slowest: slowest.kind, peakRssMb, baselineKind: higher.kind, baselinePeaksMb, alone };
 }
 
@@ -809,7 +811,8 @@ export async function benchAccounts(options: AccountsBenchOptions = {}): Promise
   const windowMs = (options.windowSeconds ?? 180) * 1000;
   const idleSeconds = options.idleSeconds ?? 20;
   const baselineRuns = options.baselineRuns ?? 3;
-  if (!Number.isInteger(baselineRuns) || baselineRuns < 1) throw new RangeError(`accounts: --baseline-runs must be an integer >= 1, got ${baselineRuns}`);
+  if (!Number.isInteger(baselineRuns) || baselineRuns < 1)
+    throw new RangeError(`accounts: --baseline-runs must be an integer >= 1, got ${baselineRuns}`);
   const parts = partsOf(options.parts);
   const urls = {
     databaseUrl: options.databaseUrl ?? process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres',
