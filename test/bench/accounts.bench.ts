@@ -34,7 +34,7 @@
  * Parts 1, 3 and kinds measure the floor whether `floor` is named or not: it is their baseline.
  * Real time (the service's budget is per minute): the default run takes about seventeen minutes.
  * Builds dist/ first; uses DATABASE_URL and REDIS_URL. The replicas are spawned by lib/service-run.ts
- * (spawnService), so BENCH_NODE_FLAGS, BENCH_ENV and BENCH_OUTPUT apply to them too.
+ * (spawnService), so BENCH_NODE_FLAGS, BENCH_ENV, BENCH_OUTPUT and BENCH_RSS_TRACE apply to them too.
  */
 import os from 'node:os';
 import path from 'node:path';

@@ -25,7 +25,7 @@
  *     [--process service|plain|child] [--json path]
  *
  * `--quick` measures 100k and 300k instead. Builds dist/ first; uses DATABASE_URL and REDIS_URL.
- * Variants by hand (lib/service-run.ts): BENCH_NODE_FLAGS, BENCH_ENV, BENCH_OUTPUT.
+ * Variants by hand (lib/service-run.ts): BENCH_NODE_FLAGS, BENCH_ENV, BENCH_OUTPUT, BENCH_RSS_TRACE.
  */
 import { spawn } from 'node:child_process';
 import os from 'node:os';
