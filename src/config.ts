@@ -309,9 +309,10 @@ export const SETTINGS = {
     perAccount: true,
     unset: `\`${DEFAULT_RATE_LIMIT.legacy}\` (legacy), \`${DEFAULT_RATE_LIMIT.current}\` (current)`,
   }),
-  // Per attempt (connect, headers and body); a hung request counts as a failure and is retried.
+  // Per attempt, twice: for the headers, then for the body once it has room (upstream/http.ts); a
+  // hung request counts as a failure and is retried.
   upstreamTimeoutMs: setting('MAILER_TIMEOUT', duration({ min: '1s' }), {
-    doc: 'per-attempt timeout of requests to the mailing service, both APIs (a request that hangs is retried)',
+    doc: 'per-attempt timeout of requests to the mailing service, both APIs: for its headers, then for its body once the worker has room for it (the wait for that room is not counted); a request that hangs is retried',
     default: '30s',
   }),
   webhookSecrets: setting('WEBHOOK_SECRETS', webhookSecrets, {

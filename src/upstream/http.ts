@@ -77,6 +77,7 @@ export interface RequestInfo {
 
 export interface ResponseInfo extends RequestInfo {
   readonly status: number;
+  /** The service's time: from the send to the headers, and reading the body; not the wait for its room. */
   readonly durationMs: number;
 }
 
@@ -103,7 +104,11 @@ export interface HttpClientOptions {
   headers?: Record<string, string>;
   /** Values scrubbed from any server text in messages; header values are added automatically. */
   secrets?: Iterable<string>;
-  /** Per-attempt timeout covering connect, headers and body. Default 30 s. */
+  /**
+   * How long the service may take, per attempt: to answer with its headers after the request is
+   * sent, and to send the body once it is read. Default 30 s. A body waiting for room
+   * (`beforeBody`) is not timed: that wait is ours, not the service's.
+   */
   timeoutMs?: number;
   retry?: Partial<RetryOptions>;
   /** Rate limiter each attempt passes through. */
@@ -135,7 +140,9 @@ export interface HttpRequest {
   /**
    * Called once the headers are in, before the body is read, with its `Content-Length` (null when
    * the answer sent none): waits for room for it in memory (page-gate.ts). The room goes with the
-   * response (`release`); a failed attempt frees it.
+   * response (`release`); a failed attempt frees it. The wait runs after the attempt's budget slot
+   * has ended and while no timeout runs, so a long line at the gate neither holds the limiter nor
+   * turns a page already answered into a timeout and a second request.
    */
   beforeBody?: (bytes: number | null) => Promise<Release>;
 }
@@ -287,10 +294,13 @@ async function sendWithRetry(client: ClientState, req: HttpRequest): Promise<Htt
   const { label, gate, retry } = client.settings;
   const target: RequestTarget = { label, method: req.method ?? 'GET', path: buildPath(req.path, req.query) };
   const endpoint = `${target.method} ${req.path}`;
-  const runAttempt = (attempt: number): Promise<HttpResponse> =>
-    gate
-      ? gate.schedule((slot) => attemptOnce(client, req, target, attempt, slot), { signal: req.signal, endpoint })
-      : attemptOnce(client, req, target, attempt);
+  // The budget slot covers the request and its headers only; the body is read after it (readBody).
+  const runAttempt = async (attempt: number): Promise<HttpResponse> => {
+    const answered = gate
+      ? await gate.schedule((slot) => sendOnce(client, req, target, attempt, slot), { signal: req.signal, endpoint })
+      : await sendOnce(client, req, target, attempt);
+    return readBody(client, req, target, answered);
+  };
   try {
     return await pRetry(runAttempt, {
       retries: retry.retries,
@@ -307,18 +317,54 @@ async function sendWithRetry(client: ClientState, req: HttpRequest): Promise<Htt
   }
 }
 
-async function attemptOnce(
+/**
+ * The deadline of one attempt, run in two stretches: from the send to the headers, and from the
+ * body's room to its last byte. Between them the body waits for room (`beforeBody`) untimed: with
+ * the deadline running across that wait, a page that waited longer than the timeout at a busy gate
+ * was aborted as it got its room and asked for again, at the back of the line.
+ */
+interface AttemptDeadline {
+  /** Aborts the attempt's fetch, and with it its body, when a stretch runs out. */
+  readonly signal: AbortSignal;
+  run(): void;
+  pause(): void;
+}
+
+function attemptDeadline(timeoutMs: number): AttemptDeadline {
+  const controller = new AbortController();
+  let timer: NodeJS.Timeout | undefined;
+  return {
+    signal: controller.signal,
+    run() {
+      clearTimeout(timer);
+      timer = setTimeout(() => controller.abort(new DOMException(`timed out after ${timeoutMs} ms`, 'TimeoutError')), timeoutMs);
+    },
+    pause: () => clearTimeout(timer),
+  };
+}
+
+/** An attempt whose headers are in and whose body is not read yet. */
+interface Answered {
+  response: Response;
+  deadline: AttemptDeadline;
+  attempt: number;
+  /** From the send to the headers. */
+  headersMs: number;
+}
+
+/** Sends one attempt and waits for its headers: the part of an attempt that runs in its budget slot. */
+async function sendOnce(
   client: ClientState,
   request: HttpRequest,
   target: RequestTarget,
   attempt: number,
   slot?: GateSlot,
-): Promise<HttpResponse> {
+): Promise<Answered> {
   const { settings, counters } = client;
   request.signal?.throwIfAborted();
-  // The timeout starts when the attempt is sent, not while it queues in the limiter.
-  const timeoutSignal = AbortSignal.timeout(settings.timeoutMs);
-  const signal = request.signal ? AbortSignal.any([timeoutSignal, request.signal]) : timeoutSignal;
+  // The deadline starts when the attempt is sent, not while it queues in the limiter.
+  const deadline = attemptDeadline(settings.timeoutMs);
+  const signal = request.signal ? AbortSignal.any([deadline.signal, request.signal]) : deadline.signal;
   const init: RequestInit = {
     method: target.method,
     headers: { accept: 'application/json', 'content-type': 'application/json', ...settings.headers },
@@ -329,30 +375,51 @@ async function attemptOnce(
   counters.requests += 1;
   settings.hooks.onRequest?.({ ...target, attempt });
   const started = performance.now();
-  let status: number;
-  let responseHeaders: Headers;
+  deadline.run();
+  let response: Response;
+  try {
+    response = await settings.doFetch(`${settings.baseUrl}${target.path}`, init);
+  } catch (error) {
+    throw fetchFailure(error, target, settings.timeoutMs, deadline.signal);
+  } finally {
+    deadline.pause();
+  }
+  slot?.answered(response.status, response.headers);
+  return { response, deadline, attempt, headersMs: performance.now() - started };
+}
+
+/** Reads and classifies the body of an attempt whose headers are in, once it has room (`beforeBody`). */
+async function readBody(client: ClientState, request: HttpRequest, target: RequestTarget, answered: Answered): Promise<HttpResponse> {
+  const { settings, counters } = client;
+  const { response, deadline, attempt, headersMs } = answered;
+  const { status, headers } = response;
   let text: string;
   let release: Release | undefined;
+  let bodyFrom: number;
   try {
-    const response = await settings.doFetch(`${settings.baseUrl}${target.path}`, init);
-    status = response.status;
-    responseHeaders = response.headers;
-    release = await request.beforeBody?.(parseContentLength(responseHeaders.get('content-length')));
+    release = await request.beforeBody?.(parseContentLength(headers.get('content-length')));
+    bodyFrom = performance.now();
+    deadline.run();
     text = await response.text();
   } catch (error) {
     release?.();
-    throw fetchFailure(error, target, settings.timeoutMs, timeoutSignal);
+    // A body left unread would keep its connection until the deadline or the collector.
+    response.body?.cancel().catch(() => {});
+    throw fetchFailure(error, target, settings.timeoutMs, deadline.signal);
+  } finally {
+    deadline.pause();
   }
-  slot?.answered(status, responseHeaders);
-  settings.hooks.onResponse?.({ ...target, attempt, status, durationMs: performance.now() - started });
+  // The service's time: its headers and its body, not the wait for room.
+  const durationMs = headersMs + (performance.now() - bodyFrom);
+  settings.hooks.onResponse?.({ ...target, attempt, status, durationMs });
   const { credentialName, scrub, defaultRetryAfterMs } = settings;
-  const classified = classifyResponse({ ...target, credentialName, scrub, defaultRetryAfterMs }, status, responseHeaders, text);
+  const classified = classifyResponse({ ...target, credentialName, scrub, defaultRetryAfterMs }, status, headers, text);
   if (!classified.ok) {
     release?.();
     if (classified.error instanceof UpstreamRateLimitError) counters.rateLimited += 1;
     throw classified.error;
   }
-  return { status, headers: responseHeaders, body: classified.body, release };
+  return { status, headers, body: classified.body, release };
 }
 
 /**

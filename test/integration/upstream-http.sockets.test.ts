@@ -11,7 +11,10 @@ import {
   UpstreamHttpError,
   UpstreamNetworkError,
   UpstreamRateLimitError,
+  UpstreamTimeoutError,
 } from '../../src/upstream/errors.js';
+import { createHttpClient } from '../../src/upstream/http.js';
+import type { Release } from '../../src/upstream/page-gate.js';
 import { createLegacyClient, overlapFor, type LegacyPage } from '../../src/upstream/legacy/client.js';
 import { createLimiter, type Limiter } from '../../src/ratelimit/limiter.js';
 import { deletePrefix, redisUrl, uniquePrefix } from '../helpers/redis.js';
@@ -174,6 +177,52 @@ describe('retries over real sockets', () => {
     await a;
     const bHit = server.hits.find((h) => h.url.includes('/groups/3/')) as Hit;
     expect(bHit.at).toBeGreaterThanOrEqual(limitedAt + 1000 - 15);
+  });
+});
+
+describe('a body waiting for room at the page gate', () => {
+  // Production's limiter, with a job expiration far shorter than the wait below: the slot must end
+  // with the headers, before the body waits.
+  function limiterExpiringAfter(ms: number): Limiter {
+    const prefix = uniquePrefix('http-gate-wait');
+    prefixes.push(prefix);
+    const l = createLimiter({ redisUrl: redisUrl(), prefix, perMinute: 6000, windowMs: 60_000, jobExpirationMs: ms });
+    limiters.push(l);
+    return l;
+  }
+
+  const waitFor = (ms: number) => async (): Promise<Release> => {
+    await new Promise((resolve) => setTimeout(resolve, ms));
+    return () => {};
+  };
+
+  it.each([
+    ['without a limiter: the wait is not timed', false],
+    ["with production's limiter: the wait is not inside the budget slot", true],
+  ])('is read once, however long it waits (%s)', async (_name, limited) => {
+    const server = await stub((_req, res) => json(res, 200, [{ id: 1 }]));
+    const http = createHttpClient({
+      baseUrl: server.url,
+      label: 'legacy API',
+      retry: fastRetry,
+      timeoutMs: 150,
+      ...(limited ? { gate: limiterExpiringAfter(100) } : {}),
+    });
+    const response = await http.request({ path: '/x', beforeBody: waitFor(600) });
+    expect(response.body).toEqual([{ id: 1 }]);
+    expect(server.hits).toHaveLength(1);
+    expect(http.stats()).toMatchObject({ requests: 1, retries: 0, failures: 0 });
+  });
+
+  it('still times out when the service stalls its body once the body has room', async () => {
+    const server = await stub((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.write('[{"id":');
+    });
+    const http = createHttpClient({ baseUrl: server.url, label: 'legacy API', retry: { ...fastRetry, retries: 1 }, timeoutMs: 150 });
+    const error = await http.request({ path: '/x', beforeBody: waitFor(20) }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(UpstreamTimeoutError);
+    expect(server.hits).toHaveLength(2);
   });
 });
 

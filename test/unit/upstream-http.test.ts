@@ -369,6 +369,35 @@ describe('http client retries', () => {
     expect(http.stats()).toMatchObject({ rateLimited: 1, retries: 1, retryAfterWaitMs: 200 });
   });
 
+  it('ends the budget slot with the headers: the body waits for its room outside it, and its wait is not the service time', async () => {
+    let slotsOpen = 0;
+    const openWhenBodyWaited: number[] = [];
+    const gate: RequestGate = {
+      schedule: async (fn) => {
+        slotsOpen += 1;
+        try {
+          return await fn();
+        } finally {
+          slotsOpen -= 1;
+        }
+      },
+    };
+    const durations: number[] = [];
+    const { http } = client([{ status: 200, body: '[1]' }], {
+      gate,
+      hooks: { onResponse: (info) => void durations.push(info.durationMs) },
+    });
+    const beforeBody = async () => {
+      openWhenBodyWaited.push(slotsOpen);
+      await new Promise((resolve) => setTimeout(resolve, 120));
+      return () => {};
+    };
+    await expect(http.request({ path: '/x', beforeBody })).resolves.toMatchObject({ body: [1] });
+    expect(openWhenBodyWaited).toEqual([0]);
+    expect(durations).toHaveLength(1);
+    expect(durations[0]).toBeLessThan(100);
+  });
+
   it('does not wait out a 429 longer than maxRetryAfterMs in-process', async () => {
     const paused: number[] = [];
     const gate: RequestGate = { schedule: (fn) => fn(), pauseFor: async (ms) => void paused.push(ms) };
