@@ -34,7 +34,9 @@
  * Parts 1, 3 and kinds measure the floor whether `floor` is named or not: it is their baseline.
  * Real time (the service's budget is per minute): the default run takes about seventeen minutes.
  * Builds dist/ first; uses DATABASE_URL and REDIS_URL. The replicas are spawned by lib/service-run.ts
- * (spawnService), so BENCH_NODE_FLAGS, BENCH_ENV, BENCH_OUTPUT and BENCH_RSS_TRACE apply to them too.
+ * (spawnService), so BENCH_NODE_FLAGS, BENCH_ENV, BENCH_OUTPUT and BENCH_RSS_TRACE apply to them too;
+ * BENCH_LOG_LEVEL sets their LOG_LEVEL (default warn: `info` with BENCH_OUTPUT shows, for one, which
+ * accounts each replica reads and when it takes them).
  */
 import os from 'node:os';
 import path from 'node:path';
@@ -147,7 +149,7 @@ async function prepareDeployment(
     AUDIT_EVERY: 'off',
     PORT: '0',
     HOST: '127.0.0.1',
-    LOG_LEVEL: 'warn',
+    LOG_LEVEL: process.env.BENCH_LOG_LEVEL ?? 'warn',
     ...extraEnv,
     ...accountsEnv(accounts),
   };
