@@ -1,15 +1,15 @@
 /**
- * Postgres pool and drizzle handle. Callers own the pool's lifetime (`close()`).
+ * Postgres pools. Callers own the pool's lifetime (`close()`).
+ *
+ * No drizzle handle comes with a pool: the service's statements are SQL built from the schema's
+ * column names (columns.ts), and a handle built with the schema holds a query builder and the
+ * relations' config for every table. A worker opens a pool for each account, so that was some tens
+ * of kilobytes of heap an account for nothing (docs/benchmarks.md, "accounts").
  */
-import { drizzle, type NodePgDatabase } from './orm.js';
 import pg from 'pg';
-import * as schema from './schema.js';
-
-export type Db = NodePgDatabase<typeof schema>;
 
 export interface Database {
   pool: pg.Pool;
-  db: Db;
   close(): Promise<void>;
 }
 
@@ -63,10 +63,8 @@ export function openDatabase(url: string, options: DatabaseOptions = {}): Databa
   pool.on('connect', (client) => {
     client.on('error', () => {});
   });
-  const db = drizzle(pool, { schema });
   return {
     pool,
-    db,
     close: () => pool.end(),
   };
 }

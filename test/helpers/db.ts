@@ -4,9 +4,13 @@
 import { inject } from 'vitest';
 import pg from 'pg';
 import { DEFAULT_ACCOUNT, openDatabase, type Database } from '../../src/db/client.js';
+import { drizzle, type NodePgDatabase } from '../../src/db/orm.js';
+import * as schema from '../../src/db/schema.js';
 import { withDatabase } from './global-setup.js';
 
 export interface TestDatabase extends Database {
+  /** Drizzle over `pool`, for tests that read the declared tables and views through the schema. */
+  db: NodePgDatabase<typeof schema>;
   url: string;
   name: string;
   /** Drops the database; call from afterAll. */
@@ -26,6 +30,7 @@ export async function createTestDatabase(options: { migrated?: boolean } = {}): 
   const database = openDatabase(url, { max: 5, account: DEFAULT_ACCOUNT });
   return {
     ...database,
+    db: drizzle(database.pool, { schema }),
     url,
     name,
     async drop() {
