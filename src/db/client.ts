@@ -3,8 +3,8 @@
  *
  * No drizzle handle comes with a pool: the service's statements are SQL built from the schema's
  * column names (columns.ts), and a handle built with the schema holds a query builder and the
- * relations' config for every table. A worker opens a pool for each account, so that was some tens
- * of kilobytes of heap an account for nothing (docs/benchmarks.md, "accounts").
+ * relations' config for every table. A worker opens a pool for each account, so that was about
+ * 19 KB of heap an account for nothing (docs/benchmarks.md, "accounts").
  */
 import pg from 'pg';
 
