@@ -160,6 +160,35 @@ async function firstHeartbeat(redis: Redis, namespace: string, id: string, said:
   }
 }
 
+/** A starting replica takes the list of live replicas once this many heartbeats in a row found it unchanged... */
+export const SETTLE_QUIET_HEARTBEATS = 3;
+/** ...or after this many heartbeats, when replicas keep coming and going. */
+export const SETTLE_HEARTBEATS_AT_MOST = 10;
+
+/**
+ * The list of live replicas once {@link SETTLE_QUIET_HEARTBEATS} heartbeats in a row found the list
+ * `first` or the heartbeat before found (at most {@link SETTLE_HEARTBEATS_AT_MOST} heartbeats).
+ *
+ * Why: replicas started together (`docker compose up --scale worker=3`) do not reach their first
+ * heartbeat together. Each migrates under a lock after the one before and then starts its accounts'
+ * parts on a shared CPU: of three replicas spawned together on two cores, each was through its
+ * migrations up to 0.6 s after the one before, and of three spawned 0.7 s apart, 2 s after. Waiting
+ * one fixed heartbeat, the first ones dealt the accounts out among themselves, started reading,
+ * and then handed accounts over to the last one, whose passes stop at a checkpoint and resume there
+ * seconds later (docs/benchmarks.md, "accounts").
+ */
+export async function settledList(first: readonly string[], beat: () => Promise<string[]>, everyMs: number): Promise<string[]> {
+  let list = [...first];
+  let quiet = 0;
+  for (let i = 0; i < SETTLE_HEARTBEATS_AT_MOST && quiet < SETTLE_QUIET_HEARTBEATS; i++) {
+    await new Promise((resolve) => setTimeout(resolve, everyMs));
+    const next = await beat();
+    quiet = next.join('\n') === list.join('\n') ? quiet + 1 : 0;
+    list = next;
+  }
+  return list;
+}
+
 export interface ReplicaSpread {
   /** Stops announcing this replica and takes it off the list, so that the others take its accounts at their next heartbeat. */
   leave(): Promise<void>;
@@ -184,8 +213,9 @@ export interface ReplicaSpreadOptions {
   everyMs?: number;
   ttlMs?: number;
   /**
-   * Whether to wait a heartbeat before the first list (default true). Pointless when every replica
-   * reads the same accounts whatever the list (a deployment with one account that reads).
+   * Whether to wait for the list to settle before the first hand-over (default true; see
+   * {@link settledList}). Pointless when every replica reads the same accounts whatever the list (a
+   * deployment with one account that reads).
    */
   settle?: boolean;
 }
@@ -195,10 +225,8 @@ export interface ReplicaSpreadOptions {
  * The heartbeat never waits for `onReplicas` (handing an account over waits for its passes to reach
  * a checkpoint): a replica busy with that must not look gone to the others.
  *
- * Resolves once the first list was handed over. A replica that starts beside others (`docker
- * compose up --scale worker=3`) waits one heartbeat first, so that replicas starting together see
- * each other before any of them starts every account's passes, only to hand most of them over a
- * second later.
+ * Resolves once the first list was handed over, which a replica that starts beside others waits
+ * to settle first ({@link settledList}).
  */
 export async function joinReplicas(options: ReplicaSpreadOptions): Promise<ReplicaSpread> {
   const { redis, id, logger, namespace } = options;
@@ -240,10 +268,7 @@ export async function joinReplicas(options: ReplicaSpreadOptions): Promise<Repli
 
   try {
     latest = await firstHeartbeat(redis, namespace, id, said);
-    if (options.settle !== false) {
-      await new Promise((resolve) => setTimeout(resolve, everyMs));
-      latest = await heartbeat(redis, namespace, id, said);
-    }
+    if (options.settle !== false) latest = await settledList(latest, () => heartbeat(redis, namespace, id, said), everyMs);
   } catch (error) {
     // Redis away at start: read every account (the pass locks keep that safe) until it answers.
     logger.warn({ err: error }, 'cannot announce this worker replica in Redis; it reads every account until Redis answers');

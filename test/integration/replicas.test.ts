@@ -1,8 +1,8 @@
 /**
  * The replicas' list in Redis (src/sync/replicas.ts, `joinReplicas`), in-process against the real
  * Redis: replicas see each other and what each serves, one that leaves is gone from the others' list at their next
- * heartbeat, one that stops beating at the end of its time to live, and a replica busy handing
- * accounts over keeps beating meanwhile.
+ * heartbeat, one that stops beating at the end of its time to live, a replica busy handing
+ * accounts over keeps beating meanwhile, and replicas that start one after the other deal once.
  */
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -72,6 +72,20 @@ describe('worker replicas in Redis', () => {
     expect(await redis.zrange(replicasKey(namespace), 0, -1)).toEqual(['a']);
     expect([...(await liveReplicaReads(redis, namespace, TTL_MS)).keys()]).toEqual(['a']);
     expect([...(await liveReplicaServes(redis, namespace, TTL_MS)).keys()]).toEqual(['a']);
+    await deletePrefix(namespace);
+  });
+
+  it('lets replicas that start one after the other, each within a few heartbeats of the one before, deal once', async () => {
+    const namespace = uniquePrefix('replicas');
+    // As replicas started together arrive on a busy host, each migrating under a lock after the one
+    // before: 1.5 heartbeats apart, so a single heartbeat's wait would not see the next one coming.
+    const gapMs = Math.round(1.5 * EVERY_MS);
+    const late = (ms: number, id: string) => new Promise((r) => setTimeout(r, ms)).then(() => join(namespace, id));
+    const [a, b, c] = await Promise.all([join(namespace, 'a'), late(gapMs, 'b'), late(2 * gapMs, 'c')]);
+    for (const replica of [a, b, c]) expect(replica.lists[0]).toEqual(['a', 'b', 'c']);
+    // No hand-over after: the first list was the one that stayed.
+    await new Promise((r) => setTimeout(r, 3 * EVERY_MS));
+    for (const replica of [a, b, c]) expect(replica.lists).toEqual([['a', 'b', 'c']]);
     await deletePrefix(namespace);
   });
 

@@ -1,10 +1,17 @@
 /**
  * Which replica reads which account (src/sync/replicas.ts, `accountsToRead`): every replica derives
  * the same assignment from the same list, so together they read every account, each exactly once
- * when there are enough accounts, and none of them is left without one.
+ * when there are enough accounts, and none of them is left without one; and a starting replica
+ * waits for the list of live replicas to settle before its first deal (`settledList`).
  */
 import { describe, expect, it } from 'vitest';
-import { accountsDeclaredApart, accountsToRead } from '../../src/sync/replicas.js';
+import {
+  accountsDeclaredApart,
+  accountsToRead,
+  SETTLE_HEARTBEATS_AT_MOST,
+  SETTLE_QUIET_HEARTBEATS,
+  settledList,
+} from '../../src/sync/replicas.js';
 
 const accounts = (n: number) => Array.from({ length: n }, (_, i) => `a${String(i).padStart(2, '0')}`);
 const replicas = (n: number) => Array.from({ length: n }, (_, i) => `r${i}`);
@@ -98,5 +105,42 @@ describe('accountsDeclaredApart', () => {
         ]),
       ),
     ).toEqual([]);
+  });
+});
+
+describe('settledList', () => {
+  /** Heartbeats that find these lists in turn (the last one from then on), and how many were made. */
+  const beats = (...lists: string[][]) => {
+    let made = 0;
+    const beat = async () => [...(lists[Math.min(made++, lists.length - 1)] ?? [])];
+    return { beat, made: () => made };
+  };
+
+  it('takes the list once it stayed the same for the quiet heartbeats', async () => {
+    const b = beats(['r0', 'r1']);
+    expect(await settledList(['r0', 'r1'], b.beat, 0)).toEqual(['r0', 'r1']);
+    expect(b.made()).toBe(SETTLE_QUIET_HEARTBEATS);
+  });
+
+  it('waits out replicas that arrive one after the other, and starts the quiet count again at each', async () => {
+    const b = beats(['r0'], ['r0', 'r1'], ['r0', 'r1'], ['r0', 'r1', 'r2']);
+    expect(await settledList(['r0'], b.beat, 0)).toEqual(['r0', 'r1', 'r2']);
+    // Four heartbeats to the last arrival (the first found no change yet), then the quiet ones.
+    expect(b.made()).toBe(4 + SETTLE_QUIET_HEARTBEATS);
+  });
+
+  it('sees one leave as a change too', async () => {
+    const b = beats(['r0']);
+    expect(await settledList(['r0', 'gone'], b.beat, 0)).toEqual(['r0']);
+    expect(b.made()).toBe(1 + SETTLE_QUIET_HEARTBEATS);
+  });
+
+  it('stops waiting after a bounded number of heartbeats when the list never settles', async () => {
+    let made = 0;
+    const flapping = async () => (made++ % 2 === 0 ? ['r0', 'r1'] : ['r0']);
+    const last = await settledList(['r0'], flapping, 0);
+    expect(made).toBe(SETTLE_HEARTBEATS_AT_MOST);
+    // The last heartbeat's list: replica r1 comes and goes, and was gone at the tenth.
+    expect(last).toEqual(['r0']);
   });
 });
