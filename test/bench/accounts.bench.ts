@@ -36,7 +36,9 @@
  * Builds dist/ first; uses DATABASE_URL and REDIS_URL. The replicas are spawned by lib/service-run.ts
  * (spawnService), so BENCH_NODE_FLAGS, BENCH_ENV, BENCH_OUTPUT and BENCH_RSS_TRACE apply to them too;
  * BENCH_LOG_LEVEL sets their LOG_LEVEL (default warn: `info` with BENCH_OUTPUT shows, for one, which
- * accounts each replica reads and when it takes them).
+ * accounts each replica reads and when it takes them). BENCH_REPLICA_STAGGER_MS spawns each replica
+ * that long after the one before (default 0: together), to measure replicas that reach their first
+ * heartbeat apart, as a busy host's do.
  */
 import os from 'node:os';
 import path from 'node:path';
@@ -316,14 +318,26 @@ async function waitUntilMirrored(
   }
 }
 
-/** Runs `replicas` worker processes for `accounts` until every account is mirrored. */
+/** BENCH_REPLICA_STAGGER_MS: the time between two replicas' spawns (a hand measurement's setting). */
+function replicaStaggerMs(): number {
+  const raw = process.env.BENCH_REPLICA_STAGGER_MS ?? '0';
+  const ms = Number(raw);
+  if (!Number.isInteger(ms) || ms < 0) throw new Error(`BENCH_REPLICA_STAGGER_MS must be a whole number of milliseconds, got ${raw}`);
+  return ms;
+}
+
+/** Runs `replicas` worker processes for `accounts` until every account is mirrored (timed from the first spawn). */
 async function runDeployment(accounts: readonly Account[], replicas: number, urls: Urls, label: string): Promise<DeploymentRun> {
   const deployment = await prepareDeployment(accounts, urls, label);
   const watch = new ReadsWatch(urls.redisUrl, deployment.prefix);
+  const staggerMs = replicaStaggerMs();
   const started = performance.now();
   const running: ServiceProcess[] = [];
   try {
-    for (let i = 0; i < replicas; i++) running.push(spawnService(deployment.env));
+    for (let i = 0; i < replicas; i++) {
+      if (i > 0 && staggerMs > 0) await sleep(staggerMs);
+      running.push(spawnService(deployment.env));
+    }
     const mirroredAt = await waitUntilMirrored(deployment.unscoped, accounts, running, label, watch);
     const elapsedMs = performance.now() - started;
     const peaksMb = running.map(peakRssMb);
