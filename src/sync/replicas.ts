@@ -16,6 +16,7 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from '../ground/log.js';
 import { repeat, type Repeating } from '../ground/repeat.js';
+import { sleep } from '../ground/wait.js';
 
 /** How often a replica announces itself (and learns who else is there). */
 export const HEARTBEAT_MS = 1_000;
@@ -181,7 +182,7 @@ export async function settledList(first: readonly string[], beat: () => Promise<
   let list = [...first];
   let quiet = 0;
   for (let i = 0; i < SETTLE_HEARTBEATS_AT_MOST && quiet < SETTLE_QUIET_HEARTBEATS; i++) {
-    await new Promise((resolve) => setTimeout(resolve, everyMs));
+    await sleep(everyMs);
     const next = await beat();
     quiet = next.join('\n') === list.join('\n') ? quiet + 1 : 0;
     list = next;
