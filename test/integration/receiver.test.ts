@@ -352,11 +352,12 @@ describe('secrets from webhook_endpoints', () => {
     expect(await rowFor(body)).toMatchObject({ status: 'pending', endpoint_id: '68074372004316503' });
   });
 
-  test('a disabled endpoint does not verify', async () => {
+  test('a disabled endpoint still verifies: the service sends the moment it enables one, before its row says so', async () => {
     await addEndpoint('68074372004316504', 'disabled-endpoint-secret', false);
     const body = uniqueBody();
-    expect((await signed(h.app, body, 'disabled-endpoint-secret')).statusCode).toBe(401);
-    expect(await count()).toBe(0);
+    expect((await signed(h.app, body, 'disabled-endpoint-secret')).statusCode).toBe(200);
+    expect(await rowFor(body)).toMatchObject({ status: 'pending', endpoint_id: '68074372004316504' });
+    expect((await signed(h.app, uniqueBody(), 'a-secret-no-endpoint-has')).statusCode).toBe(401);
   });
 });
 

@@ -103,6 +103,25 @@ function writes(): string[] {
   return sim.requests.filter((r) => r.api === 'webhooks' && r.method !== 'GET').map((r) => `${r.method} ${r.url}`);
 }
 
+/** The receiver as `start` runs it: no static secret, endpoint secrets reloaded from webhook_endpoints. */
+async function receiver() {
+  const { logger } = createLogger({ level: 'silent' });
+  const app = buildServer({ logger, readiness: [] });
+  registerWebhookRoute(app, {
+    path: '/webhooks',
+    maxBodyBytes: 64 * 1024,
+    secrets: () => [],
+    pool: database.pool,
+    logger,
+    inbox: { maxWaitMs: 2 },
+    secretsTtlMs: 60_000,
+    secretsMissRefreshMs: 0,
+    secretsLoadTimeoutMs: 2_000,
+  });
+  await app.ready();
+  return app;
+}
+
 function byBatchable(rows: StoredEndpoint[]): { realtime: StoredEndpoint; batched: StoredEndpoint } {
   const realtime = rows.find((r) => !r.batchable);
   const batched = rows.find((r) => r.batchable);
@@ -259,6 +278,36 @@ describe('registerWebhooks', () => {
     expect(rows.map((r) => r.id).sort()).toEqual([realtime?.id, recreated].sort());
     expect(rows.find((r) => r.id === recreated)?.secret).toBe(sim.webhooks.get(recreated)?.secret);
     expect(sim.webhooks.get(recreated)?.batchable).toBe(true);
+  });
+
+  it('a delivery the service sends the moment it enables a webhook verifies, before register stores the enabling', async () => {
+    const app = await receiver();
+    try {
+      const base = api();
+      const statuses: number[] = [];
+      // The service delivers to a webhook as soon as it is enabled; register stores that afterwards.
+      const deliverOnEnable: WebhooksApi = {
+        ...base,
+        update: async (id, body, options) => {
+          const updated = await base.update(id, body, options);
+          const secret = sim.webhooks.get(id)?.secret ?? '';
+          const payload = fixture('subscriber.created', 'flat').body;
+          const response = await app.inject({
+            method: 'POST',
+            url: '/webhooks',
+            payload,
+            headers: { 'content-type': 'application/json', signature: signBody(payload, secret) },
+          });
+          statuses.push(response.statusCode);
+          return updated;
+        },
+      };
+      const { actions } = await registerWebhooks(deliverOnEnable, database.pool, { url: RECEIVER });
+      expect(actions.map((a) => a.action)).toEqual(['created', 'created']);
+      expect(statuses).toEqual([200, 200]);
+    } finally {
+      await app.close();
+    }
   });
 
   it('works on a pool of one connection (the lock holder runs every statement)', async () => {
@@ -430,25 +479,6 @@ describe('webhooks adopt', () => {
       events: ['subscriber.created', 'subscriber.updated'],
       batchable: false,
     });
-  }
-
-  /** The receiver as `start` runs it: no static secret, endpoint secrets reloaded from webhook_endpoints. */
-  async function receiver() {
-    const { logger } = createLogger({ level: 'silent' });
-    const app = buildServer({ logger, readiness: [] });
-    registerWebhookRoute(app, {
-      path: '/webhooks',
-      maxBodyBytes: 64 * 1024,
-      secrets: () => [],
-      pool: database.pool,
-      logger,
-      inbox: { maxWaitMs: 2 },
-      secretsTtlMs: 60_000,
-      secretsMissRefreshMs: 0,
-      secretsLoadTimeoutMs: 2_000,
-    });
-    await app.ready();
-    return app;
   }
 
   it('stores the webhook with its secret, so a delivery signed with it is accepted; nothing sent upstream', async () => {

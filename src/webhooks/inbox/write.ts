@@ -74,10 +74,16 @@ export interface EndpointSecret {
   account?: string;
 }
 
-/** Secrets of the enabled webhooks this install manages (docs/upstream.md, "Webhook object" `secret`, and "Signature"). */
+/**
+ * Secrets of the webhooks this install manages (docs/upstream.md, "Webhook object" `secret`, and
+ * "Signature"), enabled or not. A signature made with one proves the service sent the delivery; and the
+ * service delivers to a webhook the moment it enables it, before the row saying so is stored (register,
+ * `--enable`, the audit's re-enable): had a disabled row's secret verified nothing, those first
+ * deliveries were refused until the service's retry.
+ */
 export async function loadSecrets(pool: Queryable): Promise<EndpointSecret[]> {
   const { rows } = await pool.query(
-    "select id, secret from webhook_endpoints where account = mirror_account() and enabled and secret <> '' order by created_at, id",
+    "select id, secret from webhook_endpoints where account = mirror_account() and secret <> '' order by created_at, id",
   );
   return (rows as Array<{ id: string; secret: string }>).map((r) => ({ endpointId: r.id, secret: r.secret }));
 }
@@ -89,7 +95,7 @@ export type AccountEndpointSecret = EndpointSecret & { account: string };
 export async function loadAccountSecrets(pool: Queryable, accounts: readonly string[]): Promise<AccountEndpointSecret[]> {
   const { rows } = await pool.query<{ account: string; id: string; secret: string }>(
     `select account, id, secret from webhook_endpoints
-      where account = any($1::text[]) and enabled and secret <> '' order by account, created_at, id`,
+      where account = any($1::text[]) and secret <> '' order by account, created_at, id`,
     [accounts],
   );
   return rows.map((r) => ({ account: r.account, endpointId: r.id, secret: r.secret }));
