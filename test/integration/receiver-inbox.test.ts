@@ -127,15 +127,17 @@ describe('createInboxWriter', () => {
 });
 
 describe('loadSecrets', () => {
-  test('returns the enabled endpoints only', async () => {
+  test('returns every endpoint with a secret, enabled or not (the service delivers the moment it enables one)', async () => {
     await db.pool.query(
       `insert into webhook_endpoints (id, url, events, secret, enabled) values
          ('1', 'https://example.com/a', '{subscriber.created}', 'secret-one', true),
          ('2', 'https://example.com/b', '{subscriber.created}', 'secret-two', false),
-         ('3', 'https://example.com/c', '{campaign.open}', 'secret-three', true)`,
+         ('3', 'https://example.com/c', '{campaign.open}', 'secret-three', true),
+         ('4', 'https://example.com/d', '{campaign.open}', '', true)`,
     );
     expect(await loadSecrets(db.pool)).toEqual([
       { endpointId: '1', secret: 'secret-one' },
+      { endpointId: '2', secret: 'secret-two' },
       { endpointId: '3', secret: 'secret-three' },
     ]);
   });
