@@ -122,6 +122,18 @@ async function receiver() {
   return app;
 }
 
+/** Posts a delivery of one created subscriber to `receiver()`'s route, signed with `secret`; its status. */
+async function deliver(app: Awaited<ReturnType<typeof receiver>>, secret: string): Promise<number> {
+  const body = fixture('subscriber.created', 'flat').body;
+  const response = await app.inject({
+    method: 'POST',
+    url: '/webhooks',
+    payload: body,
+    headers: { 'content-type': 'application/json', signature: signBody(body, secret) },
+  });
+  return response.statusCode;
+}
+
 function byBatchable(rows: StoredEndpoint[]): { realtime: StoredEndpoint; batched: StoredEndpoint } {
   const realtime = rows.find((r) => !r.batchable);
   const batched = rows.find((r) => r.batchable);
@@ -290,15 +302,7 @@ describe('registerWebhooks', () => {
         ...base,
         update: async (id, body, options) => {
           const updated = await base.update(id, body, options);
-          const secret = sim.webhooks.get(id)?.secret ?? '';
-          const payload = fixture('subscriber.created', 'flat').body;
-          const response = await app.inject({
-            method: 'POST',
-            url: '/webhooks',
-            payload,
-            headers: { 'content-type': 'application/json', signature: signBody(payload, secret) },
-          });
-          statuses.push(response.statusCode);
+          statuses.push(await deliver(app, sim.webhooks.get(id)?.secret ?? ''));
           return updated;
         },
       };
@@ -486,15 +490,8 @@ describe('webhooks adopt', () => {
     expect(hook.secret).toHaveLength(10);
     const app = await receiver();
     try {
-      const body = fixture('subscriber.created', 'flat').body;
-      const post = () =>
-        app.inject({
-          method: 'POST',
-          url: '/webhooks',
-          payload: body,
-          headers: { 'content-type': 'application/json', signature: signBody(body, hook.secret) },
-        });
-      expect((await post()).statusCode).toBe(401); // not ours yet
+      const post = () => deliver(app, hook.secret);
+      expect(await post()).toBe(401); // not ours yet
 
       sim.clearRequests();
       const run = await cli(['adopt', hook.id]);
@@ -510,8 +507,7 @@ describe('webhooks adopt', () => {
         { id: hook.id, name: 'dashboard', url: RECEIVER, events: ['subscriber.created', 'subscriber.updated'], secret: hook.secret },
       ]);
 
-      const accepted = await post();
-      expect(accepted.statusCode).toBe(200);
+      expect(await post()).toBe(200);
       const { rows: stored } = await database.pool.query<{ endpoint_id: string | null }>('select endpoint_id from webhook_deliveries');
       expect(stored).toEqual([{ endpoint_id: hook.id }]);
 
