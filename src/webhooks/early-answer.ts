@@ -30,7 +30,13 @@ export function answerBeforeBody(request: FastifyRequest, reply: FastifyReply, l
     const socket = raw.socket;
     const timer = setTimeout(() => socket.destroy(), lingerMs);
     timer.unref();
-    const stop = () => clearTimeout(timer);
+    // Both listeners go with the first of the two: a kept-alive connection serves many requests, and
+    // a 'close' listener left on it per early answer would pile up for as long as it lives.
+    const stop = () => {
+      clearTimeout(timer);
+      raw.off('end', stop);
+      socket.off('close', stop);
+    };
     raw.once('end', stop);
     socket.once('close', stop);
     // A body reader that gave up paused the stream; with no 'data' listener left, this discards.

@@ -206,6 +206,19 @@ describe('unsigned bodies', () => {
     expect((await signedPost(agent)).statusCode).toBe(200);
   });
 
+  it('a kept-alive connection answered early again and again holds no listener per answer', async () => {
+    await start({});
+    const accepted: net.Socket[] = [];
+    app?.server.on('connection', (s: net.Socket) => accepted.push(s));
+    const agent = client(GOOD);
+    // Each 401 goes out before its body is read; the body then ends within the linger.
+    for (let i = 0; i < 30; i++) expect((await post(agent, delivery())).statusCode).toBe(401);
+    expect(accepted).toHaveLength(1);
+    // Node's own listeners only: before, each early answer left one for good (31 here).
+    expect(accepted[0]!.listenerCount('close')).toBeLessThan(5);
+    expect((await signedPost(agent)).statusCode).toBe(200);
+  });
+
   it('a client sending the whole large body still reads the 401, and its connection serves the next request', async () => {
     await start({});
     const connections = countConnections();
