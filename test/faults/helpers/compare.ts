@@ -41,15 +41,18 @@ export async function compareGroupWithWorld(
   }
   const members = await readMembers(pool, groupId);
   const current = members.filter((m) => m.removedAt === null);
+  // Every row is read (a count after an early stop would be wrong); only the first are named.
   const seen = new Set<string>();
+  const wrong: string[] = [];
   for (const m of current) {
-    if (seen.has(m.subscriberId)) problems.push(`membership ${groupId}/${m.subscriberId} twice`);
+    if (seen.has(m.subscriberId)) wrong.push(`membership ${groupId}/${m.subscriberId} twice`);
     seen.add(m.subscriberId);
     const want = listed.get(m.subscriberId);
-    if (!want) problems.push(`membership ${groupId}/${m.subscriberId} is current, the world does not list it`);
-    else if (m.type !== want) problems.push(`membership ${groupId}/${m.subscriberId} has type ${m.type}, the world lists ${want}`);
-    if (problems.length >= limit * 2) break;
+    if (!want) wrong.push(`membership ${groupId}/${m.subscriberId} is current, the world does not list it`);
+    else if (m.type !== want) wrong.push(`membership ${groupId}/${m.subscriberId} has type ${m.type}, the world lists ${want}`);
   }
+  problems.push(...wrong.slice(0, limit * 2));
+  if (wrong.length > limit * 2) problems.push(`${wrong.length - limit * 2} more wrong memberships`);
   const missing = [...listed.keys()].filter((id) => !seen.has(id));
   if (missing.length > 0)
     problems.push(`${missing.length} listed members without a current membership, e.g. ${missing.slice(0, 5).join(', ')}`);
