@@ -254,8 +254,9 @@ describe('fault 6: churn during full passes', () => {
     const calm = nextSecond(Date.now());
     // Two more that start after the churn stopped: every leaver is then past its two passes.
     await until('2 full passes of every type after the churn', (p) => TYPES.every((t) => completeOf(p, t, calm) >= 2), 300_000);
-    // The last leavers are ended by the sweep after that round, which may not have started yet
-    // (CI once compared before it did); `check` keeps holding every leaver to its bound meanwhile.
+    // The last leavers are bound only to the sweep after that round, which may not have run yet (on
+    // CI a comparison right at the round's end once found stale memberships while no leaver was past
+    // its bound); `check` keeps holding every leaver to its bound meanwhile.
     const roundEnded = Date.now();
     // The differences the first comparison found (-1 until it ran).
     const atRoundEnd = { problems: -1 };
