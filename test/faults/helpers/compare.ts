@@ -14,6 +14,8 @@ export interface GroupComparison {
   subscriberRows: number;
   /** Current `group_members` rows of the group (removed_at null). */
   currentMembers: number;
+  /** Subscribers with a current membership that the world does not list (stale). */
+  unlisted: string[];
   problems: string[];
 }
 
@@ -44,19 +46,22 @@ export async function compareGroupWithWorld(
   // Every row is read (a count after an early stop would be wrong); only the first are named.
   const seen = new Set<string>();
   const wrong: string[] = [];
+  const unlisted: string[] = [];
   for (const m of current) {
     if (seen.has(m.subscriberId)) wrong.push(`membership ${groupId}/${m.subscriberId} twice`);
     seen.add(m.subscriberId);
     const want = listed.get(m.subscriberId);
-    if (!want) wrong.push(`membership ${groupId}/${m.subscriberId} is current, the world does not list it`);
-    else if (m.type !== want) wrong.push(`membership ${groupId}/${m.subscriberId} has type ${m.type}, the world lists ${want}`);
+    if (!want) {
+      unlisted.push(m.subscriberId);
+      wrong.push(`membership ${groupId}/${m.subscriberId} is current, the world does not list it`);
+    } else if (m.type !== want) wrong.push(`membership ${groupId}/${m.subscriberId} has type ${m.type}, the world lists ${want}`);
   }
   problems.push(...wrong.slice(0, limit * 2));
   if (wrong.length > limit * 2) problems.push(`${wrong.length - limit * 2} more wrong memberships`);
   const missing = [...listed.keys()].filter((id) => !seen.has(id));
   if (missing.length > 0)
     problems.push(`${missing.length} listed members without a current membership, e.g. ${missing.slice(0, 5).join(', ')}`);
-  return { expected: listed.size, subscriberRows: actual.size, currentMembers: current.length, problems };
+  return { expected: listed.size, subscriberRows: actual.size, currentMembers: current.length, unlisted, problems };
 }
 
 // ---------------------------------------------------------------------------------------------
