@@ -119,7 +119,7 @@ function sqlStateOf(error: unknown): string | undefined {
 async function openMigratedDatabase(config: Config, role: Role, log: Logger): Promise<Database> {
   await migrateOrWait(config.databaseUrl, role, log);
   // The first account's pool: the receiver stores under it, the admin pages show it. A worker's
-  // accounts have pools of their own (worker.ts); a worker alone needs few connections here.
+  // accounts have pools of their own, on connections they share (worker.ts); a worker needs few here.
   const database = openDatabase(config.databaseUrl, {
     applicationName: `subscriber-mirror-${role}`,
     max: role === 'worker' ? 4 : 20,

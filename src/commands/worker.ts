@@ -1,9 +1,10 @@
 /**
  * The worker role's parts (docs/architecture.md, "Several accounts in one worker"): every declared
- * account runs here with its own pool, consumer, queue and erasure chores; the poll path (limiter,
- * read source, schedules, sync worker, audit, field refresh) of each account that reads runs on the
- * replicas that read it (`spreadReads`, "Accounts spread over replicas"); and the deployment's parts
- * run once: the accounts declared, the one listener of the inbox, the history and delivery purges.
+ * account runs here with its own pool (on the process's connections), consumer, queue and erasure
+ * chores; the poll path (limiter, read source, schedules, sync worker, audit, field refresh) of each
+ * account that reads runs on the replicas that read it (`spreadReads`, "Accounts spread over
+ * replicas"); and the deployment's parts run once: the accounts declared, the one listener of the
+ * inbox, the history and delivery purges.
  *
  * Fair by construction: each account has its own BullMQ queue and sync worker under its own Redis
  * prefix (`accountConfig`, `accountRedisPrefix`), with the concurrency one account has always had,
@@ -11,7 +12,9 @@
  * share its queue through Redis. What accounts share in a process is bounded per page, never per
  * pass: the page gate (rooms shared between accounts by the bytes of their pages) and the event
  * loop. Their Redis connections are the process's too (`Shared`): a connection costs about 0.2 MB,
- * and four for each limiter made a worker of twenty accounts hold some 500.
+ * and four for each limiter made a worker of twenty accounts hold some 500. So are their Postgres
+ * connections (`openAccountPools`): a pool of its own for each account made twenty accounts on
+ * three replicas need some 200.
  */
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
@@ -19,7 +22,7 @@ import { Redis } from 'ioredis';
 import type pg from 'pg';
 import { accountConfig, type Config } from '../config.js';
 import { declareAccounts } from '../db/accounts.js';
-import { openDatabase, type Database } from '../db/client.js';
+import { openAccountPools, openDatabase, type AccountPools, type Database } from '../db/client.js';
 import type { Logger } from '../ground/log.js';
 import type { Metrics } from '../ground/metrics.js';
 import { repeat, type Repeating } from '../ground/repeat.js';
@@ -34,20 +37,12 @@ import { createPurger, type Timer } from '../webhooks/purger.js';
 import { describeConnectionError } from './connection-error.js';
 import { openSyncQueue, readsOf, startPolling, type Polling, type ProcessParts, type SyncQueue } from './polling.js';
 
-/** Connections a worker's account pools may hold together at most before each is held to the minimum. */
-const ACCOUNT_POOLS_TOTAL = 20;
-/** Connections of one account's pool at least: a batch of deliveries, a pass's page, a chore at once. */
-const ACCOUNT_POOL_MIN = 3;
-
 /**
- * The size of each account's pool among `accounts`: one account keeps the 20 connections a worker
- * always had, several share them, each with at least 3 (idle ones close after 10 s, node-postgres's
- * default), so 20 accounts do not hold 20 × 20 connections. None of them listens: the worker's one
- * listener does, for every account.
+ * Connections a worker's accounts hold together at most (`openAccountPools`): what one account's
+ * pool always had. When all are busy a checkout waits for one (twenty accounts reading at once on
+ * one replica kept all 20 busy and mirrored at 0.96 of the floor: docs/benchmarks.md, "accounts").
  */
-export function accountPoolMax(accounts: number): number {
-  return Math.max(ACCOUNT_POOL_MIN, Math.floor(ACCOUNT_POOLS_TOTAL / Math.max(1, accounts)));
-}
+export const WORKER_POOL_MAX = 20;
 
 /** The HTTP path must fail fast when Redis is down (readiness), unlike BullMQ's blocking connections. */
 export function connectRedis(config: Config): Redis {
@@ -118,7 +113,8 @@ interface Shared extends ProcessParts {
   pageGate: SharedPageGate;
   log: Logger;
   metrics: Metrics;
-  poolMax: number;
+  /** The process's connections, shared by its accounts. */
+  pools: AccountPools;
 }
 
 /**
@@ -157,7 +153,7 @@ export async function startWorkerParts(
     pageGate: createPageGate(PAGES_IN_MEMORY),
     log,
     metrics,
-    poolMax: accountPoolMax(config.accounts.length),
+    pools: openAccountPools(config.databaseUrl, { applicationName: 'subscriber-mirror-worker', max: WORKER_POOL_MAX }),
   };
   const started = config.accounts.map(({ name }) => startAccount(accountConfig(config, name), shared, config.shutdownTimeoutMs));
   const accounts = started.map((s) => s.served);
@@ -173,6 +169,7 @@ export async function startWorkerParts(
       await inbox.stop();
       await Promise.all(accounts.map((account) => account.stop(timeoutMs)));
       await chores.stop();
+      await shared.pools.close();
       await deployment.close();
       await shared.limiterConnections.close();
       shared.connection.disconnect();
@@ -188,12 +185,7 @@ export async function startWorkerParts(
 function startAccount(config: Config, shared: Shared, handOverTimeoutMs: number): { served: ServedAccount; reads: ReadingAccount | null } {
   const log = shared.log.child({ account: config.account });
   const metrics = shared.metrics.forAccount(config.account);
-  const database: Database = openDatabase(config.databaseUrl, {
-    applicationName: 'subscriber-mirror-worker',
-    max: shared.poolMax,
-    account: config.account,
-  });
-  const pool = database.pool;
+  const pool = shared.pools.forAccount(config.account);
   // The worker's one listener wakes it and polls for it (listenOnceForAll); the purge of old
   // deliveries is the deployment's (startDeploymentChores): no retention here.
   const consumer = createDeliveryConsumer({ pool, logger: log, metrics, listen: false, pollEveryMs: 0 });
@@ -213,7 +205,7 @@ function startAccount(config: Config, shared: Shared, handOverTimeoutMs: number)
       await Promise.all([polling?.stop(timeoutMs), consumer.close(timeoutMs)]);
       polling = null;
       await syncQueue.close();
-      await database.close();
+      await pool.end();
     },
   };
   if (!reads) return { served, reads: null };

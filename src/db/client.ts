@@ -47,12 +47,23 @@ export function checkedAccountName(name: string): string {
 }
 
 export function openDatabase(url: string, options: DatabaseOptions = {}): Database {
+  const pool = createPool(url, {
+    ...options,
+    ...(options.account === undefined ? {} : { options: `-c ${ACCOUNT_SETTING}=${checkedAccountName(options.account)}` }),
+  });
+  return {
+    pool,
+    close: () => pool.end(),
+  };
+}
+
+function createPool(url: string, options: Omit<DatabaseOptions, 'account'> & { options?: string }): pg.Pool {
   const pool = new pg.Pool({
     connectionString: url,
     max: options.max ?? 10,
     application_name: options.applicationName ?? 'subscriber-mirror',
     connectionTimeoutMillis: options.connectionTimeoutMillis ?? 10_000,
-    ...(options.account === undefined ? {} : { options: `-c ${ACCOUNT_SETTING}=${checkedAccountName(options.account)}` }),
+    ...(options.options === undefined ? {} : { options: options.options }),
   });
   // An idle client that loses its connection (Postgres restart) emits 'error' on the pool; without a
   // listener that would crash the process. The next checkout reconnects.
@@ -63,10 +74,117 @@ export function openDatabase(url: string, options: DatabaseOptions = {}): Databa
   pool.on('connect', (client) => {
     client.on('error', () => {});
   });
+  return pool;
+}
+
+/**
+ * One set of connections for every account of a process (the worker): `forAccount` gives each
+ * account a pool whose checkouts come from the shared connections, each naming the account on its
+ * connection first (`subscriber_mirror.account`, set for the session unless that connection last
+ * served the same account). So a process opens at most `max` connections however many accounts it
+ * serves: a pool of its own for each account held up to 3 each, and twenty accounts on three
+ * replicas needed `max_connections` raised to 300 (docs/operations.md, "Several accounts").
+ */
+export interface AccountPools {
+  /** The pool of `account`: its statements keep to it. Ending it ends only the account's use. */
+  forAccount(account: string): pg.Pool;
+  /** Ends the shared connections (after every account's pool has ended). */
+  close(): Promise<void>;
+}
+
+export function openAccountPools(url: string, options: Omit<DatabaseOptions, 'account'> = {}): AccountPools {
+  const shared = createPool(url, options);
+  // The account each connection's session names now. A client the pool replaced is a new key.
+  const named = new WeakMap<pg.PoolClient, string>();
   return {
-    pool,
-    close: () => pool.end(),
+    forAccount: (account) => new AccountPool(shared, checkedAccountName(account), named),
+    close: () => shared.end(),
   };
+}
+
+type ConnectCallback = (err: Error | undefined, client: pg.PoolClient | undefined, done: (release?: unknown) => void) => void;
+
+/**
+ * A `pg.Pool` as its users see it (`query`, `connect`, `end`), backed by the process's shared
+ * connections. pg-pool's own `query` checks out through `connect`, so overriding it covers both.
+ */
+class AccountPool extends pg.Pool {
+  private checkedOut = 0;
+  private stopped = false;
+  private drained: (() => void) | null = null;
+
+  constructor(
+    private readonly shared: pg.Pool,
+    private readonly account: string,
+    private readonly named: WeakMap<pg.PoolClient, string>,
+  ) {
+    // Its own connection settings are never used: it opens no connection of its own.
+    super({ max: 1 });
+  }
+
+  override connect(): Promise<pg.PoolClient>;
+  override connect(callback: ConnectCallback): void;
+  override connect(callback?: ConnectCallback): Promise<pg.PoolClient> | void {
+    const checkout = this.checkout();
+    if (!callback) return checkout;
+    checkout.then(
+      (client) => callback(undefined, client, (release?: unknown) => client.release(release instanceof Error ? release : release === true)),
+      (error: unknown) => callback(error instanceof Error ? error : new Error(String(error)), undefined, () => {}),
+    );
+  }
+
+  override end(): Promise<void>;
+  override end(callback: () => void): void;
+  override end(callback?: () => void): Promise<void> | void {
+    this.stopped = true;
+    const done = this.checkedOut === 0 ? Promise.resolve() : new Promise<void>((resolve) => (this.drained = resolve));
+    if (!callback) return done;
+    void done.then(callback);
+  }
+
+  private async checkout(): Promise<pg.PoolClient> {
+    if (this.stopped) throw new Error(`Cannot use a pool after calling end on the pool (account ${this.account})`);
+    const client = await this.idleClient();
+    if (this.named.get(client) !== this.account) {
+      try {
+        await client.query('select set_config($1, $2, false)', [ACCOUNT_SETTING, this.account]);
+      } catch (error) {
+        // A session whose account is in doubt is not handed out again.
+        this.named.delete(client);
+        client.release(true);
+        throw error;
+      }
+      this.named.set(client, this.account);
+    }
+    this.checkedOut += 1;
+    // pg-pool gives every checkout a release of its own; this one also counts the account's clients back.
+    const release = client.release.bind(client);
+    let released = false;
+    client.release = (err?: Error | boolean) => {
+      if (!released) {
+        released = true;
+        this.checkedOut -= 1;
+        if (this.checkedOut === 0) this.drained?.();
+      }
+      release(err);
+    };
+    return client;
+  }
+
+  /**
+   * A shared client outside any transaction. One released inside a transaction (a caller's bug)
+   * would carry it to the next account, and the account set in it could roll back with it: it is
+   * closed instead of reused, and the pool opens another.
+   */
+  private async idleClient(): Promise<pg.PoolClient> {
+    for (let tries = 1; ; tries++) {
+      const client = await this.shared.connect();
+      const status = client.getTransactionStatus();
+      if (status === 'I' || status === null) return client;
+      client.release(true);
+      if (tries >= 3) throw new Error(`no idle connection for account ${this.account}: ${tries} in a transaction in a row`);
+    }
+  }
 }
 
 /** Runs `fn` on one client of `pool` in a transaction: committed when it resolves, rolled back when it throws. */

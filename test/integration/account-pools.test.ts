@@ -1,0 +1,151 @@
+/**
+ * The worker's accounts on one set of connections (`openAccountPools`, src/db/client.ts): every
+ * checkout names its account on the connection before the caller sees it, so accounts taking turns
+ * on one connection each write and read only their own rows, and a process holds at most `max`
+ * connections however many accounts it serves.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { accountRows, declareAccounts } from '../../src/db/accounts.js';
+import { openAccountPools, type AccountPools } from '../../src/db/client.js';
+import { withTransaction } from '../../src/mirror/store/executor.js';
+import { populateAccount } from '../helpers/account-rows.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+
+let db: TestDatabase;
+let pools: AccountPools;
+
+/** The account the session serves and which connection served it. */
+async function whoAmI(pool: import('pg').Pool): Promise<{ account: string; pid: number }> {
+  const { rows } = await pool.query<{ account: string; pid: number }>('select mirror_account() as account, pg_backend_pid() as pid');
+  return rows[0] as { account: string; pid: number };
+}
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  await declareAccounts(db.pool, ['pool_a', 'pool_b', 'pool_c']);
+});
+
+afterAll(async () => {
+  await pools?.close();
+  await db?.drop();
+});
+
+describe('accounts sharing one connection', () => {
+  beforeAll(() => {
+    pools = openAccountPools(db.url, { max: 1 });
+  });
+
+  it('names the account of each checkout on the connection it takes', async () => {
+    const a = pools.forAccount('pool_a');
+    const b = pools.forAccount('pool_b');
+    const first = await whoAmI(a);
+    const second = await whoAmI(b);
+    const third = await whoAmI(a);
+    expect([first.account, second.account, third.account]).toEqual(['pool_a', 'pool_b', 'pool_a']);
+    // One connection served all three: the account moved with each checkout.
+    expect(new Set([first.pid, second.pid, third.pid]).size).toBe(1);
+  });
+
+  it('keeps each account to its rows in every table, turn by turn on the one connection', async () => {
+    const a = pools.forAccount('pool_a');
+    const b = pools.forAccount('pool_b');
+    // Side by side: with one connection, their statements alternate on it.
+    await Promise.all([populateAccount(a, 'pool_a'), populateAccount(b, 'pool_b')]);
+    const rowsOf = async (account: string) => (await accountRows(db.pool, account)).filter((t) => t.rows > 0).map((t) => t.table);
+    const ofA = await rowsOf('pool_a');
+    const ofB = await rowsOf('pool_b');
+    expect(ofA.length).toBeGreaterThan(5);
+    expect(ofB).toEqual(ofA);
+    // Reading through a pool sees its account's rows only (the statements filter on mirror_account()).
+    const { rows } = await b.query<{ n: string }>('select count(*) as n from subscribers where account = mirror_account()');
+    const { rows: all } = await db.pool.query<{ account: string; n: string }>(
+      `select account, count(*) as n from subscribers where account in ('pool_a', 'pool_b') group by account order by account`,
+    );
+    expect(all.map((r) => r.account)).toEqual(['pool_a', 'pool_b']);
+    expect(rows[0]?.n).toBe(all[1]?.n);
+  });
+
+  it('holds the account through a transaction, whatever the other accounts ask meanwhile', async () => {
+    const a = pools.forAccount('pool_a');
+    const c = pools.forAccount('pool_c');
+    const waitingForC = whoAmI(c);
+    const inside = await withTransaction(a, async (client) => {
+      const { rows } = await client.query<{ account: string }>('select mirror_account() as account');
+      return rows[0]?.account;
+    });
+    expect(inside).toBe('pool_a');
+    expect((await waitingForC).account).toBe('pool_c');
+  });
+
+  it("a statement kept with a generic plan (the webhook apply's) reads each execution's account", async () => {
+    const named = { name: 'account_pools_whoami', text: 'select mirror_account() as account, pg_backend_pid() as pid' };
+    const run = (pool: import('pg').Pool) =>
+      withTransaction(pool, async (client) => {
+        await client.query('set local plan_cache_mode = force_generic_plan');
+        return (await client.query<{ account: string; pid: number }>(named)).rows[0];
+      });
+    const seen = [];
+    for (const account of ['pool_a', 'pool_b', 'pool_a', 'pool_c', 'pool_b', 'pool_a']) seen.push(await run(pools.forAccount(account)));
+    expect(seen.map((s) => s?.account)).toEqual(['pool_a', 'pool_b', 'pool_a', 'pool_c', 'pool_b', 'pool_a']);
+    expect(new Set(seen.map((s) => s?.pid)).size).toBe(1);
+  });
+});
+
+describe('bounds and ends', () => {
+  it('opens at most max connections for any number of accounts', async () => {
+    const shared = openAccountPools(db.url, { max: 2 });
+    try {
+      const accounts = ['pool_a', 'pool_b', 'pool_c'].map((name) => shared.forAccount(name));
+      const seen = await Promise.all(Array.from({ length: 30 }, (_, i) => whoAmI(accounts[i % 3] as import('pg').Pool)));
+      expect(new Set(seen.map((s) => s.pid)).size).toBeLessThanOrEqual(2);
+      expect(seen.map((s) => s.account)).toEqual(Array.from({ length: 30 }, (_, i) => ['pool_a', 'pool_b', 'pool_c'][i % 3]));
+    } finally {
+      await shared.close();
+    }
+  });
+
+  it('an ended account pool waits for its clients, then refuses checkouts; the others go on', async () => {
+    const shared = openAccountPools(db.url, { max: 2 });
+    try {
+      const a = shared.forAccount('pool_a');
+      const b = shared.forAccount('pool_b');
+      const held = await a.connect();
+      let ended = false;
+      const ending = a.end().then(() => (ended = true));
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(ended).toBe(false);
+      held.release();
+      await ending;
+      expect(ended).toBe(true);
+      await expect(a.query('select 1')).rejects.toThrow(/after calling end on the pool \(account pool_a\)/);
+      expect((await whoAmI(b)).account).toBe('pool_b');
+    } finally {
+      await shared.close();
+    }
+  });
+
+  it('never hands another account a connection left inside a transaction', async () => {
+    const shared = openAccountPools(db.url, { max: 1 });
+    try {
+      const a = shared.forAccount('pool_a');
+      const b = shared.forAccount('pool_b');
+      const leaked = await a.connect();
+      const leakedPid = (await leaked.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0]?.pid;
+      await leaked.query('begin');
+      // A caller's bug: released with its transaction open. A set_config in it would roll back with it.
+      leaked.release();
+      const next = await whoAmI(b);
+      expect(next.account).toBe('pool_b');
+      expect(next.pid).not.toBe(leakedPid);
+      expect((await whoAmI(a)).account).toBe('pool_a');
+    } finally {
+      await shared.close();
+    }
+  });
+
+  it('refuses an account name that is not one', () => {
+    const shared = openAccountPools(db.url, { max: 1 });
+    expect(() => shared.forAccount('Pool-A')).toThrow(/invalid account name/);
+    return shared.close();
+  });
+});
