@@ -38,11 +38,13 @@ import { describeConnectionError } from './connection-error.js';
 import { openSyncQueue, readsOf, startPolling, type Polling, type ProcessParts, type SyncQueue } from './polling.js';
 
 /**
- * Connections a worker's accounts hold together at most (`openAccountPools`): what one account's
- * pool always had. When all are busy a checkout waits for one (twenty accounts reading at once on
- * one replica kept all 20 busy and mirrored at 0.96 of the floor: docs/benchmarks.md, "accounts").
+ * Connections a worker's accounts hold together at most (`openAccountPools`). When all are busy a
+ * checkout waits for one: twenty accounts reading at once on one replica kept all 16 busy and were
+ * mirrored as fast as with 20 shared or a pool for each account (docs/benchmarks.md, "accounts").
+ * With the worker's 6 others a replica opens at most 22, so three replicas and the receiver's 20
+ * fit in Postgres's default 100 slots (97 for roles that are not superusers).
  */
-export const WORKER_POOL_MAX = 20;
+export const WORKER_POOL_MAX = 16;
 
 /** The HTTP path must fail fast when Redis is down (readiness), unlike BullMQ's blocking connections. */
 export function connectRedis(config: Config): Redis {

@@ -147,10 +147,10 @@ describe('docker-compose.yml', () => {
     expect(pg.volumes?.some((v) => v.includes('docker-entrypoint-initdb.d'))).toBe(false);
   });
 
-  it("takes Postgres's connection slots from .env (POSTGRES_MAX_CONNECTIONS, 100 by default), as operations.md says for three replicas or more", () => {
+  it("takes Postgres's connection slots from .env (POSTGRES_MAX_CONNECTIONS, 100 by default), as operations.md says for four replicas or more", () => {
     expect(compose.services.postgres?.command).toEqual(['postgres', '-c', 'max_connections=${POSTGRES_MAX_CONNECTIONS:-100}']);
     expect(read('.env.example')).toContain('# POSTGRES_MAX_CONNECTIONS=100');
-    expect(read('docs/operations.md')).toContain('POSTGRES_MAX_CONNECTIONS=130');
+    expect(read('docs/operations.md')).toContain('POSTGRES_MAX_CONNECTIONS=140');
   });
 
   it('has a one-shot setup service, as the superuser over the socket, before everything that logs in', () => {
