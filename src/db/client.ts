@@ -82,8 +82,8 @@ function createPool(url: string, options: Omit<DatabaseOptions, 'account'> & { o
  * account a pool whose checkouts come from the shared connections, each naming the account on its
  * connection first (`subscriber_mirror.account`, set for the session unless that connection last
  * served the same account). So a process opens at most `max` connections however many accounts it
- * serves: a pool of its own for each account held up to 3 each, and twenty accounts on three
- * replicas needed `max_connections` raised to 300 (docs/operations.md, "Several accounts").
+ * serves: with a pool of its own for each account (at least 3 connections each) twenty accounts on
+ * three replicas needed `max_connections` raised to 300 (docs/operations.md, "Several accounts").
  */
 export interface AccountPools {
   /** The pool of `account`: its statements keep to it. Ending it ends only the account's use. */
@@ -112,6 +112,7 @@ class AccountPool extends pg.Pool {
   private checkedOut = 0;
   private stopped = false;
   private drained: (() => void) | null = null;
+  private drain: Promise<void> | null = null;
 
   constructor(
     private readonly shared: pg.Pool,
@@ -137,7 +138,8 @@ class AccountPool extends pg.Pool {
   override end(callback: () => void): void;
   override end(callback?: () => void): Promise<void> | void {
     this.stopped = true;
-    const done = this.checkedOut === 0 ? Promise.resolve() : new Promise<void>((resolve) => (this.drained = resolve));
+    this.drain ??= this.checkedOut === 0 ? Promise.resolve() : new Promise<void>((resolve) => (this.drained = resolve));
+    const done = this.drain;
     if (!callback) return done;
     void done.then(callback);
   }

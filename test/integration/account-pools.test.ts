@@ -112,10 +112,12 @@ describe('bounds and ends', () => {
       const held = await a.connect();
       let ended = false;
       const ending = a.end().then(() => (ended = true));
+      // A second stop (a shutdown racing a hand-over) waits for the same clients.
+      const again = a.end();
       await new Promise((resolve) => setTimeout(resolve, 50));
       expect(ended).toBe(false);
       held.release();
-      await ending;
+      await Promise.all([ending, again]);
       expect(ended).toBe(true);
       await expect(a.query('select 1')).rejects.toThrow(/after calling end on the pool \(account pool_a\)/);
       expect((await whoAmI(b)).account).toBe('pool_b');
