@@ -13,8 +13,8 @@
  * pass: the page gate (rooms shared between accounts by the bytes of their pages) and the event
  * loop. Their Redis connections are the process's too (`Shared`): a connection costs about 0.2 MB,
  * and four for each limiter made a worker of twenty accounts hold some 500. So are their Postgres
- * connections (`openAccountPools`): a pool of its own for each account made twenty accounts on
- * three replicas need some 200.
+ * connections (`openAccountPools`): with a pool of its own for each account, twenty accounts on
+ * three replicas could open some 200.
  */
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
