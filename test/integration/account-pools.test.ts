@@ -4,6 +4,7 @@
  * on one connection each write and read only their own rows, and a process holds at most `max`
  * connections however many accounts it serves.
  */
+import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { accountRows, declareAccounts } from '../../src/db/accounts.js';
 import { openAccountPools, type AccountPools } from '../../src/db/client.js';
@@ -15,9 +16,19 @@ let db: TestDatabase;
 let pools: AccountPools;
 
 /** The account the session serves and which connection served it. */
-async function whoAmI(pool: import('pg').Pool): Promise<{ account: string; pid: number }> {
+async function whoAmI(pool: pg.Pool): Promise<{ account: string; pid: number }> {
   const { rows } = await pool.query<{ account: string; pid: number }>('select mirror_account() as account, pg_backend_pid() as pid');
   return rows[0] as { account: string; pid: number };
+}
+
+/** Runs `fn` on account pools of their own (`max` shared connections), closed after it. */
+async function withAccountPools(max: number, fn: (shared: AccountPools) => Promise<void>): Promise<void> {
+  const shared = openAccountPools(db.url, { max });
+  try {
+    await fn(shared);
+  } finally {
+    await shared.close();
+  }
 }
 
 beforeAll(async () => {
@@ -79,7 +90,7 @@ describe('accounts sharing one connection', () => {
 
   it("a statement kept with a generic plan (the webhook apply's) reads each execution's account", async () => {
     const named = { name: 'account_pools_whoami', text: 'select mirror_account() as account, pg_backend_pid() as pid' };
-    const run = (pool: import('pg').Pool) =>
+    const run = (pool: pg.Pool) =>
       withTransaction(pool, async (client) => {
         await client.query('set local plan_cache_mode = force_generic_plan');
         return (await client.query<{ account: string; pid: number }>(named)).rows[0];
@@ -92,21 +103,16 @@ describe('accounts sharing one connection', () => {
 });
 
 describe('bounds and ends', () => {
-  it('opens at most max connections for any number of accounts', async () => {
-    const shared = openAccountPools(db.url, { max: 2 });
-    try {
+  it('opens at most max connections for any number of accounts', () =>
+    withAccountPools(2, async (shared) => {
       const accounts = ['pool_a', 'pool_b', 'pool_c'].map((name) => shared.forAccount(name));
-      const seen = await Promise.all(Array.from({ length: 30 }, (_, i) => whoAmI(accounts[i % 3] as import('pg').Pool)));
+      const seen = await Promise.all(Array.from({ length: 30 }, (_, i) => whoAmI(accounts[i % 3] as pg.Pool)));
       expect(new Set(seen.map((s) => s.pid)).size).toBeLessThanOrEqual(2);
       expect(seen.map((s) => s.account)).toEqual(Array.from({ length: 30 }, (_, i) => ['pool_a', 'pool_b', 'pool_c'][i % 3]));
-    } finally {
-      await shared.close();
-    }
-  });
+    }));
 
-  it('an ended account pool waits for its clients, then refuses checkouts; the others go on', async () => {
-    const shared = openAccountPools(db.url, { max: 2 });
-    try {
+  it('an ended account pool waits for its clients, then refuses checkouts; the others go on', () =>
+    withAccountPools(2, async (shared) => {
       const a = shared.forAccount('pool_a');
       const b = shared.forAccount('pool_b');
       const held = await a.connect();
@@ -121,14 +127,10 @@ describe('bounds and ends', () => {
       expect(ended).toBe(true);
       await expect(a.query('select 1')).rejects.toThrow(/after calling end on the pool \(account pool_a\)/);
       expect((await whoAmI(b)).account).toBe('pool_b');
-    } finally {
-      await shared.close();
-    }
-  });
+    }));
 
-  it('never hands another account a connection left inside a transaction', async () => {
-    const shared = openAccountPools(db.url, { max: 1 });
-    try {
+  it('never hands another account a connection left inside a transaction', () =>
+    withAccountPools(1, async (shared) => {
       const a = shared.forAccount('pool_a');
       const b = shared.forAccount('pool_b');
       const leaked = await a.connect();
@@ -140,14 +142,10 @@ describe('bounds and ends', () => {
       expect(next.account).toBe('pool_b');
       expect(next.pid).not.toBe(leakedPid);
       expect((await whoAmI(a)).account).toBe('pool_a');
-    } finally {
-      await shared.close();
-    }
-  });
+    }));
 
-  it('refuses an account name that is not one', () => {
-    const shared = openAccountPools(db.url, { max: 1 });
-    expect(() => shared.forAccount('Pool-A')).toThrow(/invalid account name/);
-    return shared.close();
-  });
+  it('refuses an account name that is not one', () =>
+    withAccountPools(1, async (shared) => {
+      expect(() => shared.forAccount('Pool-A')).toThrow(/invalid account name/);
+    }));
 });
