@@ -155,8 +155,16 @@ export async function startWorkerParts(
     pageGate: createPageGate(PAGES_IN_MEMORY),
     log,
     metrics,
-    pools: openAccountPools(config.databaseUrl, { applicationName: 'subscriber-mirror-worker', max: WORKER_POOL_MAX }),
+    pools: openAccountPools(config.databaseUrl, {
+      applicationName: 'subscriber-mirror-worker',
+      max: WORKER_POOL_MAX,
+      watch: {
+        waited: (account, seconds) => metrics.forAccount(account).dbCheckoutWait.observe(seconds),
+        failed: (account, reason) => metrics.forAccount(account).dbCheckoutFailures.inc({ reason }),
+      },
+    }),
   };
+  const unwatchConnections = metrics.watchConnections(() => shared.pools.stats());
   const started = config.accounts.map(({ name }) => startAccount(accountConfig(config, name), shared, config.shutdownTimeoutMs));
   const accounts = started.map((s) => s.served);
   const inbox = listenOnceForAll(deployment, accounts, log);
@@ -171,6 +179,7 @@ export async function startWorkerParts(
       await inbox.stop();
       await Promise.all(accounts.map((account) => account.stop(timeoutMs)));
       await chores.stop();
+      unwatchConnections();
       await shared.pools.close();
       await deployment.close();
       await shared.limiterConnections.close();

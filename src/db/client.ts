@@ -88,18 +88,55 @@ function createPool(url: string, options: Omit<DatabaseOptions, 'account'> & { o
 export interface AccountPools {
   /** The pool of `account`: its statements keep to it. Ending it ends only the account's use. */
   forAccount(account: string): pg.Pool;
+  /** The shared connections now (the worker's metrics read it when scraped). */
+  stats(): SharedPoolStats;
   /** Ends the shared connections (after every account's pool has ended). */
   close(): Promise<void>;
 }
 
-export function openAccountPools(url: string, options: Omit<DatabaseOptions, 'account'> = {}): AccountPools {
-  const shared = createPool(url, options);
+export interface SharedPoolStats {
+  /** Connections checked out. */
+  busy: number;
+  idle: number;
+  /** Checkouts waiting for a connection. */
+  waiting: number;
+}
+
+/**
+ * Why a checkout got no connection: `timeout` when every shared connection stayed busy for
+ * `connectionTimeoutMillis` (the accounts of the process need more than it holds), `error` when
+ * connecting failed (Postgres away, out of slots).
+ */
+export type CheckoutFailure = 'timeout' | 'error';
+
+/**
+ * What a process learns of its accounts' waits for the shared connections. Accounts wait for each
+ * other there, and a checkout that waits past `connectionTimeoutMillis` fails its pass or batch:
+ * without this, a worker holding too many accounts for its connections shows only those failures.
+ */
+export interface CheckoutWatch {
+  /** A checkout of `account` got a connection after waiting `seconds`. */
+  waited(account: string, seconds: number): void;
+  failed(account: string, why: CheckoutFailure): void;
+}
+
+export function openAccountPools(url: string, options: Omit<DatabaseOptions, 'account'> & { watch?: CheckoutWatch } = {}): AccountPools {
+  const { watch, ...poolOptions } = options;
+  const shared = createPool(url, poolOptions);
   // The account each connection's session names now. A client the pool replaced is a new key.
   const named = new WeakMap<pg.PoolClient, string>();
   return {
-    forAccount: (account) => new AccountPool(shared, checkedAccountName(account), named),
+    forAccount: (account) => new AccountPool(shared, checkedAccountName(account), named, watch),
+    stats: () => ({ busy: shared.totalCount - shared.idleCount, idle: shared.idleCount, waiting: shared.waitingCount }),
     close: () => shared.end(),
   };
+}
+
+/** pg-pool's error for a checkout that waited `connectionTimeoutMillis` for a connection in vain. */
+const POOL_TIMEOUT_MESSAGE = 'timeout exceeded when trying to connect';
+
+function checkoutFailure(error: unknown): CheckoutFailure {
+  return error instanceof Error && error.message === POOL_TIMEOUT_MESSAGE ? 'timeout' : 'error';
 }
 
 type ConnectCallback = (err: Error | undefined, client: pg.PoolClient | undefined, done: (release?: unknown) => void) => void;
@@ -118,6 +155,7 @@ class AccountPool extends pg.Pool {
     private readonly shared: pg.Pool,
     private readonly account: string,
     private readonly named: WeakMap<pg.PoolClient, string>,
+    private readonly watch: CheckoutWatch | undefined,
   ) {
     // Its own connection settings are never used: it opens no connection of its own.
     super({ max: 1 });
@@ -180,12 +218,26 @@ class AccountPool extends pg.Pool {
    */
   private async idleClient(): Promise<pg.PoolClient> {
     for (let tries = 1; ; tries++) {
-      const client = await this.shared.connect();
+      const client = await this.sharedClient();
       const status = client.getTransactionStatus();
       if (status === 'I' || status === null) return client;
       client.release(true);
       if (tries >= 3) throw new Error(`no idle connection for account ${this.account}: ${tries} in a transaction in a row`);
     }
+  }
+
+  /** One of the shared connections, its wait told to the watch. */
+  private async sharedClient(): Promise<pg.PoolClient> {
+    const startedAt = performance.now();
+    let client: pg.PoolClient;
+    try {
+      client = await this.shared.connect();
+    } catch (error) {
+      this.watch?.failed(this.account, checkoutFailure(error));
+      throw error;
+    }
+    this.watch?.waited(this.account, (performance.now() - startedAt) / 1000);
+    return client;
   }
 }
 

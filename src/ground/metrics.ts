@@ -13,9 +13,21 @@ export interface BudgetSnapshot {
   budgets: ReadonlyArray<{ budget: string; perWindow: number }>;
 }
 
-/** What gauges read when scraped, once the process hands it over: the limiter of each account (null: no account label). */
+/** What the worker's shared Postgres connections are doing (its `AccountPools`). */
+export interface ConnectionsSnapshot {
+  busy: number;
+  idle: number;
+  /** Checkouts waiting for a connection. */
+  waiting: number;
+}
+
+/**
+ * What gauges read when scraped, once the process hands it over: the limiter of each account (null:
+ * no account label), and the worker's connections (null: a receiver, or the worker stopped).
+ */
 interface Watched {
   budgets: Map<string | null, WatchedBudgets>;
+  connections: (() => ConnectionsSnapshot) | null;
 }
 
 interface WatchedBudgets {
@@ -144,6 +156,31 @@ const METRICS = {
     'Time a request waited for the shared rate limiter',
     perAccount(),
     [0.001, 0.01, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120],
+  ),
+  // The worker's accounts share its Postgres connections (db/client.ts, `openAccountPools`).
+  dbCheckoutWait: histogram(
+    'subscriber_mirror_db_checkout_wait_seconds',
+    "Time a statement of the account waited for one of the worker's shared Postgres connections",
+    perAccount(),
+    [0.001, 0.01, 0.1, 0.5, 1, 2, 5, 10],
+  ),
+  dbCheckoutFailures: counter(
+    'subscriber_mirror_db_checkout_failures_total',
+    "Checkouts of the account that got none of the worker's Postgres connections: timeout (all busy for 10 s) or error (connecting failed)",
+    perAccount('reason'),
+  ),
+  dbPool: gauge(
+    'subscriber_mirror_db_pool',
+    "The worker's shared Postgres connections: busy, idle, and the checkouts waiting for one (waiting)",
+    ['state'],
+    (g, { connections }) => {
+      g.reset();
+      if (!connections) return;
+      const now = connections();
+      g.set({ state: 'busy' }, now.busy);
+      g.set({ state: 'idle' }, now.idle);
+      g.set({ state: 'waiting' }, now.waiting);
+    },
   ),
   cursorAge: gauge(
     'subscriber_mirror_sync_cursor_age_seconds',
@@ -299,6 +336,8 @@ export type Metrics = { -readonly [K in keyof typeof METRICS]: (typeof METRICS)[
    * returned function is called (the limiter closed: its account is read by another replica now).
    */
   watchBudgets(models: readonly string[], read: () => BudgetSnapshot): () => void;
+  /** Reads the worker's shared connections when metrics are scraped, until the returned function is called. */
+  watchConnections(read: () => ConnectionsSnapshot): () => void;
   /**
    * The same metrics as recorded by a part serving account `account`: every metric with an
    * `account` label gets it (the part's code stays as it is), `watchBudgets` watches that account's
@@ -347,16 +386,22 @@ function withLabels<M extends object>(metric: M, fixed: Record<string, string>):
 export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metrics {
   const registry = new Registry();
   if (options.defaultMetrics !== false) collectDefaultMetrics({ register: registry, prefix: 'subscriber_mirror_' });
-  const watched: Watched = { budgets: new Map() };
+  const watched: Watched = { budgets: new Map(), connections: null };
   const declared = Object.entries(METRICS) as Array<[string, Declared<object>]>;
   const made = Object.fromEntries(declared.map(([key, d]) => [key, d.create([registry], watched)]));
-  type Made = Omit<Metrics, 'registry' | 'watchBudgets' | 'forAccount'>;
+  type Made = Omit<Metrics, 'registry' | 'watchBudgets' | 'watchConnections' | 'forAccount'>;
   const views = new Map<string, Metrics>();
   // A later watch of the same account replaces the earlier one, whose unwatch then leaves it be.
   const watchOne = (account: string | null, what: WatchedBudgets): (() => void) => {
     watched.budgets.set(account, what);
     return () => {
       if (watched.budgets.get(account) === what) watched.budgets.delete(account);
+    };
+  };
+  const watchConnections = (read: () => ConnectionsSnapshot): (() => void) => {
+    watched.connections = read;
+    return () => {
+      if (watched.connections === read) watched.connections = null;
     };
   };
   const forAccount = (account: string): Metrics => {
@@ -370,6 +415,7 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
       ...(Object.fromEntries(labelled) as Made),
       registry,
       watchBudgets: (models, read) => watchOne(account, { models, read }),
+      watchConnections,
       forAccount,
     };
     views.set(account, view);
@@ -379,6 +425,7 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
     ...(made as Made),
     registry,
     watchBudgets: (models, read) => watchOne(null, { models, read }),
+    watchConnections,
     forAccount,
   };
 }
@@ -406,6 +453,8 @@ export function initSeries(metrics: Metrics, inboxStatuses: readonly string[], a
     for (const reason of ['group', 'type']) m.syncJobsRefused.inc({ reason }, 0);
     // Metrics with no label but the account's: without a recorded series they would show nothing.
     m.limiterWait.zero({});
+    m.dbCheckoutWait.zero({});
+    for (const reason of ['timeout', 'error']) m.dbCheckoutFailures.inc({ reason }, 0);
     m.deliveryLag.zero({});
     m.authPaused.set(0);
     m.auditRequests.inc(0);

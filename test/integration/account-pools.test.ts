@@ -7,7 +7,7 @@
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { accountRows, declareAccounts } from '../../src/db/accounts.js';
-import { openAccountPools, type AccountPools } from '../../src/db/client.js';
+import { openAccountPools, type AccountPools, type CheckoutFailure } from '../../src/db/client.js';
 import { withTransaction } from '../../src/mirror/store/executor.js';
 import { populateAccount } from '../helpers/account-rows.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
@@ -21,9 +21,12 @@ async function whoAmI(pool: pg.Pool): Promise<{ account: string; pid: number }> 
   return rows[0] as { account: string; pid: number };
 }
 
-/** Runs `fn` on account pools of their own (`max` shared connections), closed after it. */
-async function withAccountPools(max: number, fn: (shared: AccountPools) => Promise<void>): Promise<void> {
-  const shared = openAccountPools(db.url, { max });
+/** Runs `fn` on account pools of their own (`options.max` shared connections), closed after it. */
+async function withAccountPools(
+  options: Parameters<typeof openAccountPools>[1],
+  fn: (shared: AccountPools) => Promise<void>,
+): Promise<void> {
+  const shared = openAccountPools(db.url, options);
   try {
     await fn(shared);
   } finally {
@@ -104,7 +107,7 @@ describe('accounts sharing one connection', () => {
 
 describe('bounds and ends', () => {
   it('opens at most max connections for any number of accounts', () =>
-    withAccountPools(2, async (shared) => {
+    withAccountPools({ max: 2 }, async (shared) => {
       const accounts = ['pool_a', 'pool_b', 'pool_c'].map((name) => shared.forAccount(name));
       const seen = await Promise.all(Array.from({ length: 30 }, (_, i) => whoAmI(accounts[i % 3] as pg.Pool)));
       expect(new Set(seen.map((s) => s.pid)).size).toBeLessThanOrEqual(2);
@@ -112,7 +115,7 @@ describe('bounds and ends', () => {
     }));
 
   it('an ended account pool waits for its clients, then refuses checkouts; the others go on', () =>
-    withAccountPools(2, async (shared) => {
+    withAccountPools({ max: 2 }, async (shared) => {
       const a = shared.forAccount('pool_a');
       const b = shared.forAccount('pool_b');
       const held = await a.connect();
@@ -130,7 +133,7 @@ describe('bounds and ends', () => {
     }));
 
   it('never hands another account a connection left inside a transaction', () =>
-    withAccountPools(1, async (shared) => {
+    withAccountPools({ max: 1 }, async (shared) => {
       const a = shared.forAccount('pool_a');
       const b = shared.forAccount('pool_b');
       const leaked = await a.connect();
@@ -144,8 +147,55 @@ describe('bounds and ends', () => {
       expect((await whoAmI(a)).account).toBe('pool_a');
     }));
 
+  it('tells its watch how long each account waited for a connection, and why a checkout got none', () => {
+    const waits: Array<[string, number]> = [];
+    const failures: Array<[string, CheckoutFailure]> = [];
+    const watch = {
+      waited: (account: string, s: number) => waits.push([account, s]),
+      failed: (account: string, why: CheckoutFailure) => failures.push([account, why]),
+    };
+    return withAccountPools({ max: 1, connectionTimeoutMillis: 300, watch }, async (shared) => {
+      const a = shared.forAccount('pool_a');
+      const b = shared.forAccount('pool_b');
+      const held = await a.connect();
+      expect(shared.stats()).toEqual({ busy: 1, idle: 0, waiting: 0 });
+      const waiting = whoAmI(b);
+      await new Promise((resolve) => setTimeout(resolve, 150));
+      expect(shared.stats()).toEqual({ busy: 1, idle: 0, waiting: 1 });
+      held.release();
+      expect((await waiting).account).toBe('pool_b');
+      expect(shared.stats()).toEqual({ busy: 0, idle: 1, waiting: 0 });
+      const waitedByB = waits.filter(([account]) => account === 'pool_b').map(([, s]) => s);
+      expect(waitedByB).toHaveLength(1);
+      expect(waitedByB[0]).toBeGreaterThanOrEqual(0.14);
+      expect(waits.filter(([account]) => account === 'pool_a').every(([, s]) => s < 0.14)).toBe(true);
+      expect(failures).toEqual([]);
+
+      // Every connection busy for longer than connectionTimeoutMillis: the checkout fails, and says why.
+      const busy = await a.connect();
+      await expect(b.query('select 1')).rejects.toThrow(/timeout exceeded when trying to connect/);
+      busy.release();
+      expect(failures).toEqual([['pool_b', 'timeout']]);
+    });
+  });
+
+  it('tells its watch of a checkout that could not connect', async () => {
+    const failures: Array<[string, CheckoutFailure]> = [];
+    // Nothing listens on port 1: connecting fails at once.
+    const shared = openAccountPools('postgres://postgres@127.0.0.1:1/none', {
+      max: 1,
+      watch: { waited: () => {}, failed: (account, why) => failures.push([account, why]) },
+    });
+    try {
+      await expect(shared.forAccount('pool_c').query('select 1')).rejects.toThrow();
+      expect(failures).toEqual([['pool_c', 'error']]);
+    } finally {
+      await shared.close();
+    }
+  });
+
   it('refuses an account name that is not one', () =>
-    withAccountPools(1, async (shared) => {
+    withAccountPools({ max: 1 }, async (shared) => {
       expect(() => shared.forAccount('Pool-A')).toThrow(/invalid account name/);
     }));
 });

@@ -290,6 +290,8 @@ describe('admin API and metrics', () => {
       'subscriber_mirror_upstream_requests_total',
       'subscriber_mirror_sync_errors_total',
       'subscriber_mirror_limiter_wait_seconds',
+      'subscriber_mirror_db_checkout_wait_seconds',
+      'subscriber_mirror_db_pool',
       'subscriber_mirror_sync_cursor_age_seconds',
       'subscriber_mirror_sync_drift',
       'subscriber_mirror_upstream_auth_paused',
@@ -307,6 +309,11 @@ describe('admin API and metrics', () => {
       value(/subscriber_mirror_sync_pass_duration_seconds_count\{mode="full",outcome="succeeded",account="default"\} (\d+)/),
     ).toBeGreaterThanOrEqual(2);
     expect(value(/subscriber_mirror_sync_drift\{group="\d+",type="active",account="default"\} (-?\d+)/)).toBe(0);
+    // The worker's statements went through its shared connections, each checkout's wait recorded.
+    expect(value(/subscriber_mirror_db_checkout_wait_seconds_count\{account="default"\} (\d+)/)).toBeGreaterThan(10);
+    const open = value(/subscriber_mirror_db_pool\{state="busy"\} (\d+)/) + value(/subscriber_mirror_db_pool\{state="idle"\} (\d+)/);
+    expect(open).toBeGreaterThanOrEqual(1);
+    expect(open).toBeLessThanOrEqual(16);
     expect(value(/subscriber_mirror_http_requests_total\{method="POST",route="\/webhooks",status="200"\} (\d+)/)).toBe(1);
   });
 

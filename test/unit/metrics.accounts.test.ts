@@ -104,5 +104,30 @@ describe('metrics.forAccount', () => {
       [{ account: 'default' }, 0],
       [{ account: 'shop' }, 0],
     ]);
+    // The waits for the worker's connections, and its checkouts that got none, by reason.
+    const waited = (await metrics.dbCheckoutWait.get()).values.filter((v) => v.metricName?.endsWith('_count'));
+    expect(waited.map((v) => v.labels)).toEqual([{ account: 'default' }, { account: 'shop' }]);
+    expect((await valuesOf(metrics.dbCheckoutFailures)).map((v) => v.labels)).toEqual([
+      { reason: 'timeout', account: 'default' },
+      { reason: 'error', account: 'default' },
+      { reason: 'timeout', account: 'shop' },
+      { reason: 'error', account: 'shop' },
+    ]);
+  });
+
+  it("shows the worker's shared connections when scraped, and nothing once they are closed", async () => {
+    const metrics = createMetrics({ defaultMetrics: false });
+    expect(await valuesOf(metrics.dbPool)).toEqual([]);
+    const now = { busy: 16, idle: 0, waiting: 3 };
+    const unwatch = metrics.forAccount('shop').watchConnections(() => now);
+    expect(await valuesOf(metrics.dbPool)).toEqual([
+      { labels: { state: 'busy' }, value: 16 },
+      { labels: { state: 'idle' }, value: 0 },
+      { labels: { state: 'waiting' }, value: 3 },
+    ]);
+    now.waiting = 0;
+    expect((await valuesOf(metrics.dbPool)).at(-1)).toEqual({ labels: { state: 'waiting' }, value: 0 });
+    unwatch();
+    expect(await valuesOf(metrics.dbPool)).toEqual([]);
   });
 });

@@ -57,6 +57,7 @@ describe('alert rules', () => {
       'WebhookInboxBacklogGrowing',
       'ScrapeTargetDown',
       'RateLimiterSaturated',
+      'DatabaseConnectionsShort',
       'FullPassesFailing',
       'MirrorInaccurate',
       'RedisMemoryNearlyFull',
