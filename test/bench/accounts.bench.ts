@@ -46,10 +46,12 @@ import { Redis } from 'ioredis';
 import pg from 'pg';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { liveReplicaReads } from '../../src/sync/replicas.js';
+import { freePort } from '../helpers/child-service.js';
 import { deleteKeysByPrefix } from '../helpers/redis-prefix.js';
 import { argNumber, argText, isMain } from './lib/cli.js';
 import { figure, printTable, writeJson, type BenchFigure, type BenchResult } from './lib/report.js';
 import { createScratchDatabase, type ScratchDatabase } from './lib/scratch-db.js';
+import { describeConnectionWaits, scrapeConnectionWaits, type ConnectionWaits } from './lib/connection-waits.js';
 import { buildDist, describeProductionEnv, peakRssMb, REPO_ROOT, spawnService, tenthMb, type ServiceProcess } from './lib/service-run.js';
 
 const PAGE_SIZE = 1000;
@@ -210,6 +212,8 @@ interface DeploymentRun {
   rows: number;
   /** Per kind, when its accounts were mirrored, ms from the spawn: the median and the last. */
   byKind: KindTimes[];
+  /** Per replica, in the order of `peaksMb`: its checkouts of a connection until every account was mirrored (null: no metrics). */
+  connectionWaits: Array<ConnectionWaits | null>;
 }
 
 /** When the accounts of one kind were mirrored in a deployment. */
@@ -334,16 +338,20 @@ async function runDeployment(accounts: readonly Account[], replicas: number, url
   const started = performance.now();
   const running: ServiceProcess[] = [];
   try {
+    const opsPorts: number[] = [];
     for (let i = 0; i < replicas; i++) {
       if (i > 0 && staggerMs > 0) await sleep(staggerMs);
-      running.push(spawnService(deployment.env));
+      // Its /metrics on a port of its own: how long its accounts waited for its connections.
+      opsPorts.push(await freePort());
+      running.push(spawnService({ ...deployment.env, OPS_PORT: String(opsPorts[i]) }));
     }
     const mirroredAt = await waitUntilMirrored(deployment.unscoped, accounts, running, label, watch);
     const elapsedMs = performance.now() - started;
     const peaksMb = running.map(peakRssMb);
     const reads = running.map((r) => watch.of(r.pid, accounts));
     const byKind = timesByKind(accounts, mirroredAt);
-    return { elapsedMs, peaksMb, reads, rows: await checkMemberships(deployment.unscoped, accounts, label), byKind };
+    const connectionWaits = await Promise.all(opsPorts.map(scrapeConnectionWaits));
+    return { elapsedMs, peaksMb, reads, rows: await checkMemberships(deployment.unscoped, accounts, label), byKind, connectionWaits };
   } finally {
     watch.close();
     await stopAll(running);
@@ -467,6 +475,8 @@ export interface AccountsDeploymentFigures {
   reads: ReplicaReads[];
   memberships: number;
   byKind: KindTimes[];
+  /** Per replica, in the order of `peaksMb`: its accounts' waits for its shared Postgres connections. */
+  connectionWaits: Array<ConnectionWaits | null>;
 }
 
 /** One kind's accounts together, with 1 replica. */
@@ -570,13 +580,15 @@ async function measureDeployments(
       reads: run.reads,
       memberships: run.rows,
       byKind: run.byKind,
+      connectionWaits: run.connectionWaits,
     });
     const speed = floor.floorMs / run.elapsedMs;
     const peak = Math.max(...run.peaksMb);
     log(
       `accounts: ${n} accounts, ${replicas} replica(s): ${(run.elapsedMs / 1000).toFixed(1)} s (floor ${(floor.floorMs / 1000).toFixed(1)} s, speed ${speed.toFixed(2)}× the floor's); ` +
         `peak RSS per replica ${peaksWithReads(run)} (one account: ${floor.peakRssMb} MB); ${run.rows} memberships; ` +
-        run.byKind.map((k) => `${k.kind} accounts mirrored at ${seconds(k.medianMs)} (median), ${seconds(k.lastMs)} (last)`).join(', '),
+        run.byKind.map((k) => `${k.kind} accounts mirrored at ${seconds(k.medianMs)} (median), ${seconds(k.lastMs)} (last)`).join(', ') +
+        `; waits for a database connection: ${run.connectionWaits.map(describeConnectionWaits).join('; ')}`,
     );
     figures.push(
       figure(
