@@ -524,7 +524,10 @@ async function measureFloor(
     const run = await runDeployment([account], 1, urls, `floor-${kind}`);
     const peakRssMb = run.peaksMb[0] ?? 0;
     alone.push({ kind, members: account.members, elapsedMs: Math.round(run.elapsedMs), peakRssMb });
-    log(`accounts: one ${kind} account alone: ${(run.elapsedMs / 1000).toFixed(1)} s, peak RSS ${peakRssMb} MB`);
+    log(
+      `accounts: one ${kind} account alone: ${(run.elapsedMs / 1000).toFixed(1)} s, peak RSS ${peakRssMb} MB; ` +
+        `waits for a database connection: ${describeConnectionWaits(run.connectionWaits[0] ?? null)}`,
+    );
     figures.push(
       figure(
         `one ${kind} account alone: time to mirror`,
