@@ -160,7 +160,7 @@ const METRICS = {
   // The worker's accounts share its Postgres connections (db/client.ts, `openAccountPools`).
   dbCheckoutWait: histogram(
     'subscriber_mirror_db_checkout_wait_seconds',
-    "Time a statement of the account waited for one of the worker's shared Postgres connections",
+    "Time a checkout of the account (a statement, or a transaction's statements) waited for one of the worker's shared Postgres connections",
     perAccount(),
     [0.001, 0.01, 0.1, 0.5, 1, 2, 5, 10],
   ),
@@ -451,10 +451,10 @@ export function initSeries(metrics: Metrics, inboxStatuses: readonly string[], a
     }
     for (const status of inboxStatuses) m.inbox.set({ status }, 0);
     for (const reason of ['group', 'type']) m.syncJobsRefused.inc({ reason }, 0);
+    for (const reason of ['timeout', 'error']) m.dbCheckoutFailures.inc({ reason }, 0);
     // Metrics with no label but the account's: without a recorded series they would show nothing.
     m.limiterWait.zero({});
     m.dbCheckoutWait.zero({});
-    for (const reason of ['timeout', 'error']) m.dbCheckoutFailures.inc({ reason }, 0);
     m.deliveryLag.zero({});
     m.authPaused.set(0);
     m.auditRequests.inc(0);
