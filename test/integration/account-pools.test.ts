@@ -154,7 +154,8 @@ describe('bounds and ends', () => {
       waited: (account: string, s: number) => waits.push([account, s]),
       failed: (account: string, why: CheckoutFailure) => failures.push([account, why]),
     };
-    return withAccountPools({ max: 1, connectionTimeoutMillis: 300, watch }, async (shared) => {
+    // B is held up for 150 ms, well within the timeout even on a busy machine.
+    return withAccountPools({ max: 1, connectionTimeoutMillis: 2_000, watch }, async (shared) => {
       const a = shared.forAccount('pool_a');
       const b = shared.forAccount('pool_b');
       const held = await a.connect();
@@ -168,7 +169,8 @@ describe('bounds and ends', () => {
       const waitedByB = waits.filter(([account]) => account === 'pool_b').map(([, s]) => s);
       expect(waitedByB).toHaveLength(1);
       expect(waitedByB[0]).toBeGreaterThanOrEqual(0.14);
-      expect(waits.filter(([account]) => account === 'pool_a').every(([, s]) => s < 0.14)).toBe(true);
+      // Every checkout is told, A's (the first opened the connection) as well.
+      expect(waits.filter(([account]) => account === 'pool_a')).toHaveLength(1);
       expect(failures).toEqual([]);
 
       // Every connection busy for longer than connectionTimeoutMillis: the checkout fails, and says why.
