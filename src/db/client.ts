@@ -7,6 +7,7 @@
  * 19 KB of heap an account for nothing (docs/benchmarks.md, "accounts").
  */
 import pg from 'pg';
+import type { ConnectionsSnapshot } from '../ground/metrics.js';
 
 export interface Database {
   pool: pg.Pool;
@@ -89,17 +90,9 @@ export interface AccountPools {
   /** The pool of `account`: its statements keep to it. Ending it ends only the account's use. */
   forAccount(account: string): pg.Pool;
   /** The shared connections now (the worker's metrics read it when scraped). */
-  stats(): SharedPoolStats;
+  stats(): ConnectionsSnapshot;
   /** Ends the shared connections (after every account's pool has ended). */
   close(): Promise<void>;
-}
-
-export interface SharedPoolStats {
-  /** Connections checked out. */
-  busy: number;
-  idle: number;
-  /** Checkouts waiting for a connection. */
-  waiting: number;
 }
 
 /**

@@ -13,7 +13,7 @@ export interface BudgetSnapshot {
   budgets: ReadonlyArray<{ budget: string; perWindow: number }>;
 }
 
-/** What the worker's shared Postgres connections are doing (its `AccountPools`). */
+/** What the worker's shared Postgres connections are doing (`AccountPools.stats`, db/client.ts). */
 export interface ConnectionsSnapshot {
   busy: number;
   idle: number;
