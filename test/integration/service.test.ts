@@ -5,6 +5,7 @@ import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.js';
 import { startService, type RunningService } from '../../src/commands/start.js';
+import { WORKER_POOL_MAX } from '../../src/commands/worker.js';
 import { startSimulator, type Simulator } from '../../src/simulator/index.js';
 import { createSyncQueue } from '../../src/sync/schedule.js';
 import { signBody } from '../../src/webhooks/signature.js';
@@ -313,7 +314,7 @@ describe('admin API and metrics', () => {
     expect(value(/subscriber_mirror_db_checkout_wait_seconds_count\{account="default"\} (\d+)/)).toBeGreaterThan(10);
     const open = value(/subscriber_mirror_db_pool\{state="busy"\} (\d+)/) + value(/subscriber_mirror_db_pool\{state="idle"\} (\d+)/);
     expect(open).toBeGreaterThanOrEqual(1);
-    expect(open).toBeLessThanOrEqual(16);
+    expect(open).toBeLessThanOrEqual(WORKER_POOL_MAX);
     expect(value(/subscriber_mirror_http_requests_total\{method="POST",route="\/webhooks",status="200"\} (\d+)/)).toBe(1);
   });
 
