@@ -15,6 +15,11 @@
  * 2b. (`kinds`) Each kind's accounts together, with 1 replica: the legacy half at once, then the
  *    current half at once, each against the one-account peak. Which kind's reading at once the
  *    memory over one account's comes from (docs/benchmarks.md, "accounts").
+ * 2c. (`sizes`) Fewer accounts on one replica: `--sizes` of them (default 4, 8, 12 and 16), each
+ *    half legacy and half current, each peak against the one-account peak. A line through those
+ *    peaks, the one-account baseline's and, when part 1 ran, every account's gives what a replica
+ *    adds for each account it reads and the most accounts it holds within the goal
+ *    (lib/accounts-per-replica.ts): steadier than any one run's ratio, which moves by about the goal's tenth.
  * 3. A backfill of a big account (`--big-members`, default 1,000,000) while the others tick every
  *    `--sync-every` seconds: for `--window` seconds, the delay of the others' scheduled passes, each
  *    the gap between two starts of the same (account, group, type) less SYNC_EVERY (p99; goal: at
@@ -27,12 +32,13 @@
  *
  *   npm run bench -- accounts [--accounts-n 20] [--accounts-members 20000] [--accounts-big-members 1000000]
  *        [--accounts-sync-every 30] [--accounts-window 180] [--accounts-idle 20] [--accounts-baseline-runs 3]
- *        [--accounts-parts floor,1,3,kinds,backfill,idle]
+ *        [--accounts-sizes 4,8,12,16] [--accounts-parts floor,1,3,kinds,sizes,backfill,idle]
  *   npx tsx test/bench/accounts.bench.ts [--accounts 20] [--members 20000] [--big-members 1000000]
- *        [--sync-every 30] [--window 180] [--idle 20] [--baseline-runs 3] [--parts floor,1,3,kinds,backfill,idle] [--json path]
+ *        [--sync-every 30] [--window 180] [--idle 20] [--baseline-runs 3] [--sizes 4,8,12,16]
+ *        [--parts floor,1,3,kinds,sizes,backfill,idle] [--json path]
  *
- * Parts 1, 3 and kinds measure the floor whether `floor` is named or not: it is their baseline.
- * Real time (the service's budget is per minute): the default run takes about seventeen minutes.
+ * Parts 1, 3, kinds and sizes measure the floor whether `floor` is named or not: it is their baseline.
+ * Real time (the service's budget is per minute): the default run takes about twenty-five minutes (sizes about eight of them).
  * Builds dist/ first; uses DATABASE_URL and REDIS_URL. The replicas are spawned by lib/service-run.ts
  * (spawnService), so BENCH_NODE_FLAGS, BENCH_ENV, BENCH_OUTPUT and BENCH_RSS_TRACE apply to them too;
  * BENCH_LOG_LEVEL sets their LOG_LEVEL (default warn: `info` with BENCH_OUTPUT shows, for one, which
@@ -51,6 +57,7 @@ import { deleteKeysByPrefix } from '../helpers/redis-prefix.js';
 import { argNumber, argText, isMain } from './lib/cli.js';
 import { figure, printTable, writeJson, type BenchFigure, type BenchResult } from './lib/report.js';
 import { createScratchDatabase, type ScratchDatabase } from './lib/scratch-db.js';
+import { accountsWithin, defaultSizes, fitPeaks, type PeakLine, type SizePeak } from './lib/accounts-per-replica.js';
 import { describeConnectionWaits, scrapeConnectionWaits, type ConnectionWaits } from './lib/connection-waits.js';
 import { buildDist, describeProductionEnv, peakRssMb, REPO_ROOT, spawnService, tenthMb, type ServiceProcess } from './lib/service-run.js';
 
@@ -58,8 +65,11 @@ const PAGE_SIZE = 1000;
 
 export type Kind = 'legacy' | 'current';
 
-/** What `parts` may name: the floor, every account with 1 and with 3 replicas, each kind's accounts together, the big backfill, the accounts' parts alone. */
-export const ACCOUNTS_PARTS = ['floor', '1', '3', 'kinds', 'backfill', 'idle'] as const;
+/**
+ * What `parts` may name: the floor, every account with 1 and with 3 replicas, each kind's accounts
+ * together, fewer accounts on one replica, the big backfill, the accounts' parts alone.
+ */
+export const ACCOUNTS_PARTS = ['floor', '1', '3', 'kinds', 'sizes', 'backfill', 'idle'] as const;
 export type AccountsPart = (typeof ACCOUNTS_PARTS)[number];
 
 interface Account {
@@ -80,6 +90,8 @@ export interface AccountsBenchOptions {
   idleSeconds?: number;
   /** Runs of the one-account deployment whose peak is the baseline (the median of them); default 3. */
   baselineRuns?: number;
+  /** `sizes`: the accounts of each one-replica deployment, half of each kind (default 4, 8, 12, 16 below `accounts`). */
+  sizes?: readonly number[];
   parts?: readonly string[];
   databaseUrl?: string;
   redisUrl?: string;
@@ -651,6 +663,75 @@ async function measureKinds(
   return kinds;
 }
 
+/** One replica reading `accounts` of them (half of each kind) until every one is mirrored. */
+export interface AccountsSizeRun {
+  accounts: number;
+  elapsedMs: number;
+  peakRssMb: number;
+}
+
+/** Fewer accounts on one replica: where its peak crosses the goal (lib/accounts-per-replica.ts). */
+export interface AccountsSizesFigures {
+  runs: AccountsSizeRun[];
+  /** Through the one-account baseline, every size and, when part `1` ran, every account on one replica; null: no line. */
+  line: PeakLine | null;
+  /** The most accounts one replica holds within 1.1× of one account's peak, on the line; null when none is over. */
+  within: number | null;
+}
+
+/** The memory goal of issue 35: a replica's peak within this many times a one-account deployment's. */
+export const RSS_GOAL_RATIO = 1.1;
+
+/**
+ * One replica with each of `sizes` accounts (the first of the list: half legacy, half current),
+ * against the one-account baseline; with the line through those peaks, how many accounts one
+ * replica holds within the goal (docs/operations.md, "How many accounts one worker holds").
+ */
+async function measureSizes(
+  accounts: readonly Account[],
+  sizes: readonly number[],
+  floor: AccountsFloorFigures,
+  everyAccount: AccountsDeploymentFigures | undefined,
+  urls: Urls,
+  log: Log,
+  figures: BenchFigure[],
+): Promise<AccountsSizesFigures> {
+  const runs: AccountsSizeRun[] = [];
+  for (const k of sizes) {
+    const run = await runDeployment(accounts.slice(0, k), 1, urls, `size-${k}`);
+    const peakRssMb = run.peaksMb[0] ?? 0;
+    runs.push({ accounts: k, elapsedMs: Math.round(run.elapsedMs), peakRssMb });
+    const ratio = (peakRssMb / floor.peakRssMb).toFixed(2);
+    log(`accounts: ${k} accounts, 1 replica: ${seconds(run.elapsedMs)}; peak RSS ${peakRssMb} MB, ${ratio}× one account's ${floor.peakRssMb} MB`);
+    figures.push(
+      figure(`${k} accounts, 1 replica: peak RSS`, peakRssMb, 'MB', floor.peakRssMb, `${ratio}× one account's; mirrored in ${seconds(run.elapsedMs)}`),
+    );
+  }
+  const points: SizePeak[] = [
+    { accounts: 1, peakMb: floor.peakRssMb },
+    ...runs.map((r) => ({ accounts: r.accounts, peakMb: r.peakRssMb })),
+    ...(everyAccount ? [{ accounts: accounts.length, peakMb: Math.max(...everyAccount.peaksMb) }] : []),
+  ];
+  const line = fitPeaks(points);
+  const within = line ? accountsWithin(line, floor.peakRssMb, RSS_GOAL_RATIO) : null;
+  if (line) {
+    const says = within === null ? 'no size over the goal' : `${within} accounts within ${RSS_GOAL_RATIO}× one account's peak`;
+    log(
+      `accounts: the line through ${points.length} peaks: ${line.perAccountMb.toFixed(2)} MB an account, ${line.interceptMb.toFixed(1)} MB at none: ${says}`,
+    );
+    figures.push(
+      figure(
+        'MB a replica adds for each account it reads (the line through the peaks)',
+        Math.round(line.perAccountMb * 100) / 100,
+        'MB',
+        null,
+        `${line.interceptMb.toFixed(1)} MB at none; ${says} (${points.map((p) => `${p.accounts}: ${p.peakMb}`).join(', ')} MB)`,
+      ),
+    );
+  }
+  return { runs, line, within };
+}
+
 /** A big account's backfill while the others tick. */
 async function measureBackfill(
   accounts: readonly Account[],
@@ -806,6 +887,8 @@ export interface AccountsBenchFigures {
   floor: AccountsFloorFigures | null;
   deployments: AccountsDeploymentFigures[];
   kinds: AccountsKindFigures[];
+  /** Null unless `sizes` was asked for. */
+  sizes: AccountsSizesFigures | null;
   backfill: AccountsBackfillFigures | null;
   /** Null unless `idle` was asked for. */
   idle: AccountsIdleFigures | null;
@@ -831,8 +914,16 @@ function environmentOf(n: number, members: number): Record<string, string> {
   };
 }
 
+/** The sizes asked for, each a whole number of accounts from 1 to `n`; the defaults below `n` when none. */
+function sizesOf(sizes: readonly number[] | undefined, n: number): number[] {
+  if (sizes === undefined || sizes.length === 0) return defaultSizes(n);
+  const wrong = sizes.filter((k) => !Number.isInteger(k) || k < 1 || k > n);
+  if (wrong.length > 0) throw new RangeError(`accounts: --sizes takes whole numbers of accounts from 1 to ${n}, got ${wrong.join(', ')}`);
+  return [...sizes];
+}
+
 /** The parts whose baseline is the floor: it is measured when any of them is asked for. */
-const NEED_THE_FLOOR: readonly AccountsPart[] = ['floor', '1', '3', 'kinds'];
+const NEED_THE_FLOOR: readonly AccountsPart[] = ['floor', '1', '3', 'kinds', 'sizes'];
 
 export async function benchAccounts(options: AccountsBenchOptions = {}): Promise<AccountsBenchFigures> {
   const n = options.accounts ?? 20;
@@ -858,6 +949,7 @@ export async function benchAccounts(options: AccountsBenchOptions = {}): Promise
   let floor: AccountsFloorFigures | null = null;
   let deployments: AccountsDeploymentFigures[] = [];
   let kinds: AccountsKindFigures[] = [];
+  let sizes: AccountsSizesFigures | null = null;
   let backfill: AccountsBackfillFigures | null = null;
   let idle: AccountsIdleFigures | null = null;
   try {
@@ -870,6 +962,10 @@ export async function benchAccounts(options: AccountsBenchOptions = {}): Promise
     if (NEED_THE_FLOOR.some((p) => parts.has(p))) floor = await measureFloor(accounts, baselineRuns, urls, log, figures);
     if (floor) deployments = await measureDeployments(accounts, floor, parts, urls, log, figures);
     if (floor && parts.has('kinds')) kinds = await measureKinds(accounts, floor, urls, log, figures);
+    if (floor && parts.has('sizes')) {
+      const oneReplica = deployments.find((d) => d.replicas === 1);
+      sizes = await measureSizes(accounts, sizesOf(options.sizes, n), floor, oneReplica, urls, log, figures);
+    }
     if (parts.has('backfill')) backfill = await measureBackfill(accounts, { bigMembers, syncEveryMs, windowMs, ...urls }, log, figures);
     if (parts.has('idle')) idle = await measureIdle(n, idleSeconds, urls, log, figures);
   } finally {
@@ -885,11 +981,12 @@ export async function benchAccounts(options: AccountsBenchOptions = {}): Promise
   };
   if (options.json !== null) printTable(result);
   if (options.json) writeJson(options.json, result);
-  return { accounts: n, members, floor, deployments, kinds, backfill, idle, result };
+  return { accounts: n, members, floor, deployments, kinds, sizes, backfill, idle, result };
 }
 
 if (isMain(import.meta.url)) {
   const parts = argText('--parts');
+  const sizesText = argText('--sizes');
   await benchAccounts({
     accounts: argNumber('accounts'),
     members: argNumber('members'),
@@ -898,6 +995,7 @@ if (isMain(import.meta.url)) {
     windowSeconds: argNumber('window'),
     idleSeconds: argNumber('idle'),
     baselineRuns: argNumber('baseline-runs'),
+    ...(sizesText ? { sizes: sizesText.split(',').map(Number) } : {}),
     ...(parts ? { parts: parts.split(',') } : {}),
     log: (line) => console.log(line),
     json: argText('--json') ?? path.join(REPO_ROOT, 'bench-accounts.json'),

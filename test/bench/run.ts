@@ -18,8 +18,8 @@
  *   --budget-subscribers 100000       (real time: about eight minutes; builds dist/ first)
  *   --accounts-n 20 --accounts-members 20000 --accounts-big-members 1000000
  *   --accounts-sync-every 30 --accounts-window 180 --accounts-idle 20 --accounts-baseline-runs 3
- *   --accounts-parts floor,1,3,kinds,backfill,idle
- *                                     (issue 35, real time: about seventeen minutes; builds dist/ first)
+ *   --accounts-sizes 4,8,12,16 --accounts-parts floor,1,3,kinds,sizes,backfill,idle
+ *                                     (issue 35, real time: about twenty-five minutes; builds dist/ first)
  *   --webhooks-seconds 5 --webhooks-connections 64
  *   --freshness-seconds 10 --freshness-rate 500
  *   --probe-seconds 30 --probe-sockets 3000  (one greedy client against the public port, three phases)
@@ -159,6 +159,8 @@ interface RunOptions {
   accountsWindow: number;
   accountsIdle: number;
   accountsBaselineRuns: number;
+  /** Undefined: the part's own defaults (4, 8, 12 and 16 below `accountsN`). */
+  accountsSizes: number[] | undefined;
   accountsParts: AccountsPart[];
   webhooksSeconds: number;
   webhooksConnections: number;
@@ -268,6 +270,7 @@ const KNOWN_FLAGS = new Set([
   'accounts-window',
   'accounts-idle',
   'accounts-baseline-runs',
+  'accounts-sizes',
   'accounts-parts',
   'webhooks-seconds',
   'webhooks-connections',
@@ -314,6 +317,14 @@ function memorySpeedsOf({ flags }: ArgvParts): MemorySpeed[] {
   const unknown = speeds.filter((s) => !(MEMORY_SPEEDS as readonly string[]).includes(s));
   if (unknown.length > 0 || speeds.length === 0) throw new UsageError(`--memory-speeds takes ${MEMORY_SPEEDS.join(',')}, got ${text}`);
   return speeds as MemorySpeed[];
+}
+
+function accountsSizesOf({ flags }: ArgvParts): number[] | undefined {
+  const text = flags.get('accounts-sizes');
+  if (text === undefined) return undefined;
+  const sizes = text.split(',').map(Number);
+  if (sizes.some((n) => !Number.isSafeInteger(n) || n <= 0)) throw new UsageError(`--accounts-sizes takes positive whole numbers, got ${text}`);
+  return sizes;
 }
 
 function accountsPartsOf({ flags }: ArgvParts): AccountsPart[] {
@@ -380,6 +391,7 @@ function parseArgs(argv: readonly string[]): RunOptions {
     accountsWindow: num('accounts-window', smoke ? SMOKE.accountsWindow : 180),
     accountsIdle: num('accounts-idle', smoke ? SMOKE.accountsIdle : 20),
     accountsBaselineRuns: num('accounts-baseline-runs', smoke ? SMOKE.accountsBaselineRuns : 3),
+    accountsSizes: accountsSizesOf(parts),
     accountsParts: accountsPartsOf(parts),
     webhooksSeconds: num('webhooks-seconds', smoke ? SMOKE.webhooksSeconds : 5),
     webhooksConnections: num('webhooks-connections', smoke ? SMOKE.webhooksConnections : 64),
@@ -407,8 +419,9 @@ const USAGE = `usage: npm run bench [-- NAME…] [--quick | --smoke] [flags]
   --accounts-n N (20)  --accounts-members N (20000)  --accounts-big-members N (1000000)
   --accounts-sync-every S (30)  --accounts-window S (180)  --accounts-idle S (20)
   --accounts-baseline-runs N (3; the one-account peak is the median of N runs)
-  --accounts-parts floor,1,3,kinds,backfill,idle (all)
-      (issue 35: accounts half legacy, half current, with 1 and 3 replicas; real time, about seventeen minutes)
+  --accounts-sizes K,K (4,8,12,16 below --accounts-n: the accounts of each one-replica deployment of part sizes)
+  --accounts-parts floor,1,3,kinds,sizes,backfill,idle (all)
+      (issue 35: accounts half legacy, half current, with 1 and 3 replicas; real time, about twenty-five minutes)
   --webhooks-seconds N (5)  --webhooks-connections N (64)
   --freshness-seconds N (10)  --freshness-rate N (500)
   --probe-seconds N (30)  --probe-sockets N (3000)
@@ -757,6 +770,7 @@ function accountsRows(a: AccountsBenchFigures): SummaryRow[] {
     ...accountsFloorRows(a),
     ...accountsDeploymentRows(a),
     ...accountsKindRows(a),
+    ...accountsSizeRows(a),
     ...accountsBackfillRows(a),
     ...accountsIdleRows(a),
   ];
@@ -814,6 +828,44 @@ function accountsKindRows(a: AccountsBenchFigures): SummaryRow[] {
       note: `mirrored in ${s1(k.elapsedMs)} s (one ${k.kind} account alone: ${s1(k.aloneMs)} s); for context: which kind's reading at once the memory over one account's comes from`,
     }),
   );
+}
+
+/**
+ * Fewer accounts on one replica, each against the one-account peak (the goal per replica), and the
+ * line through the peaks: what each account adds, and how many one replica holds within the goal.
+ */
+function accountsSizeRows(a: AccountsBenchFigures): SummaryRow[] {
+  const floor = a.floor;
+  const sizes = a.sizes;
+  if (!floor || !sizes) return [];
+  const baselineLabel = `a one-account deployment, the higher kind (${floor.baselineKind}): the median of ${floor.baselinePeaksMb.length} runs`;
+  const rows = sizes.runs.map((r) =>
+    row({
+      bench: 'accounts',
+      figure: `peak RSS, ${r.accounts} accounts (half of each kind), 1 replica`,
+      value: r.peakRssMb,
+      unit: 'MB',
+      baselineLabel,
+      baseline: floor.peakRssMb,
+      goals: [{ on: 'ratio', op: '<=', target: GOALS.accountsRssRatio }],
+      note: `mirrored in ${s1(r.elapsedMs)} s`,
+    }),
+  );
+  const line = sizes.line;
+  if (!line) return rows;
+  return [
+    ...rows,
+    row({
+      bench: 'accounts',
+      figure: "accounts one replica holds within 1.1× of one account's peak (the line through the peaks)",
+      value: sizes.within,
+      unit: 'accounts',
+      baselineLabel: null,
+      baseline: null,
+      goals: [],
+      note: `${round(line.perAccountMb, 2)} MB an account it reads, ${round(line.interceptMb, 1)} MB at none; null: no size over the goal`,
+    }),
+  ];
 }
 
 /** Each kind alone, for context: the slower one is every deployment's floor. */
@@ -1193,6 +1245,7 @@ async function runOne(name: BenchName, o: RunOptions, results: Results, log: (li
         windowSeconds: o.accountsWindow,
         idleSeconds: o.accountsIdle,
         baselineRuns: o.accountsBaselineRuns,
+        ...(o.accountsSizes ? { sizes: o.accountsSizes } : {}),
         parts: o.accountsParts,
         databaseUrl: o.databaseUrl,
         redisUrl: o.redisUrl,
