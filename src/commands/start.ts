@@ -216,6 +216,7 @@ export async function startService(config: Config, role: Role): Promise<RunningS
     metrics,
     DELIVERY_STATUSES,
     config.accounts.map((a) => a.name),
+    { receiver: receives, worker: polls },
   );
   // The receiver alone never connects to Redis: it holds no Redis credential (docs/security.md).
   const workerParts = polls ? await startWorkerParts(config, log, metrics, (message) => new StartupError(message)) : null;

@@ -430,34 +430,54 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
   };
 }
 
-/** The outcomes of a delivery: the receiver's, then the consumer's. */
-const DELIVERY_OUTCOMES = ['received', 'received_invalid', 'rejected', 'duplicate', 'applied', 'failed', 'ignored'];
+/** The outcomes of a delivery the receiver records. */
+const RECEIVER_OUTCOMES = ['received', 'received_invalid', 'rejected', 'duplicate'];
+/** The outcomes of a delivery the worker's consumer records. */
+const CONSUMER_OUTCOMES = ['applied', 'failed', 'ignored'];
+
+/** Which parts of the service a process runs (`start --role`): whose series it starts at 0. */
+export interface ProcessRoles {
+  receiver: boolean;
+  worker: boolean;
+}
 
 /**
  * Series that alerts and the dashboard select by label exist from the first scrape (at 0), so a
  * rule reads "nothing failed" rather than "no data", and a misspelled label shows up in tests. The
- * series of each part serving an account exist for each of `accounts`.
+ * series of each part serving an account exist for each of `accounts`, in the processes that run
+ * that part only: a receiver exporting a pass or a connection wait at 0 would show, per instance,
+ * a worker that is not there. The inbox gauges are every role's (each reads the inbox).
  */
-export function initSeries(metrics: Metrics, inboxStatuses: readonly string[], accounts: readonly string[]): void {
+export function initSeries(
+  metrics: Metrics,
+  inboxStatuses: readonly string[],
+  accounts: readonly string[],
+  roles: ProcessRoles = { receiver: true, worker: true },
+): void {
   // A request no account's route took is rejected without an account.
-  metrics.deliveries.inc({ outcome: 'rejected' }, 0);
+  if (roles.receiver) metrics.deliveries.inc({ outcome: 'rejected' }, 0);
   for (const account of accounts) {
     const m = metrics.forAccount(account);
-    for (const outcome of DELIVERY_OUTCOMES) m.deliveries.inc({ outcome }, 0);
-    // Its buckets exist before a delivery is applied (the dashboard's apply lag reads them).
-    m.deliveryLag.zero({});
-    for (const mode of ['incremental', 'full']) {
-      for (const outcome of ['succeeded', 'failed']) m.passDuration.zero({ mode, outcome });
-    }
     for (const status of inboxStatuses) m.inbox.set({ status }, 0);
-    for (const reason of ['group', 'type']) m.syncJobsRefused.inc({ reason }, 0);
-    for (const reason of ['timeout', 'error']) m.dbCheckoutFailures.inc({ reason }, 0);
-    // Metrics with no label but the account's: without a recorded series they would show nothing.
-    m.limiterWait.zero({});
-    m.dbCheckoutWait.zero({});
-    m.deliveryLag.zero({});
-    m.authPaused.set(0);
-    m.auditRequests.inc(0);
-    m.webhooksReenabled.inc(0);
+    if (roles.receiver) for (const outcome of RECEIVER_OUTCOMES) m.deliveries.inc({ outcome }, 0);
+    if (roles.worker) initWorkerSeries(m);
   }
+}
+
+/** One account's series of the worker's parts: its consumer, passes, limiter, connections and audit. */
+function initWorkerSeries(m: Metrics): void {
+  for (const outcome of CONSUMER_OUTCOMES) m.deliveries.inc({ outcome }, 0);
+  // Its buckets exist before a delivery is applied (the dashboard's apply lag reads them).
+  m.deliveryLag.zero({});
+  for (const mode of ['incremental', 'full']) {
+    for (const outcome of ['succeeded', 'failed']) m.passDuration.zero({ mode, outcome });
+  }
+  for (const reason of ['group', 'type']) m.syncJobsRefused.inc({ reason }, 0);
+  for (const reason of ['timeout', 'error']) m.dbCheckoutFailures.inc({ reason }, 0);
+  // Metrics with no label but the account's: without a recorded series they would show nothing.
+  m.limiterWait.zero({});
+  m.dbCheckoutWait.zero({});
+  m.authPaused.set(0);
+  m.auditRequests.inc(0);
+  m.webhooksReenabled.inc(0);
 }

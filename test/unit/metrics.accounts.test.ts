@@ -115,6 +115,31 @@ describe('metrics.forAccount', () => {
     ]);
   });
 
+  it("starts a receiver's own series only: no pass, limiter, connection wait or pause of a worker it is not", async () => {
+    const metrics = createMetrics({ defaultMetrics: false });
+    initSeries(metrics, ['pending'], ['shop'], { receiver: true, worker: false });
+    const outcomes = (await valuesOf(metrics.deliveries)).map((v) => v.labels as { outcome: string; account?: string });
+    expect(outcomes).toEqual([
+      { outcome: 'rejected' },
+      { outcome: 'received', account: 'shop' },
+      { outcome: 'received_invalid', account: 'shop' },
+      { outcome: 'rejected', account: 'shop' },
+      { outcome: 'duplicate', account: 'shop' },
+    ]);
+    expect((await valuesOf(metrics.inbox)).map((v) => v.labels)).toEqual([{ status: 'pending', account: 'shop' }]);
+    for (const workers of [metrics.authPaused, metrics.dbCheckoutFailures, metrics.syncJobsRefused, metrics.auditRequests])
+      expect(await valuesOf(workers)).toEqual([]);
+    for (const histogram of [metrics.dbCheckoutWait, metrics.limiterWait, metrics.passDuration, metrics.deliveryLag])
+      expect((await histogram.get()).values).toEqual([]);
+
+    // A worker alone: the consumer's outcomes and the rest, none of the receiver's.
+    const worker = createMetrics({ defaultMetrics: false });
+    initSeries(worker, ['pending'], ['shop'], { receiver: false, worker: true });
+    const workerOutcomes = (await valuesOf(worker.deliveries)).map((v) => (v.labels as { outcome: string }).outcome);
+    expect(workerOutcomes).toEqual(['applied', 'failed', 'ignored']);
+    expect((await valuesOf(worker.authPaused)).map((v) => v.labels)).toEqual([{ account: 'shop' }]);
+  });
+
   it("shows the worker's shared connections when scraped, and nothing once they are closed", async () => {
     const metrics = createMetrics({ defaultMetrics: false });
     expect(await valuesOf(metrics.dbPool)).toEqual([]);
