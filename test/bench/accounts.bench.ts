@@ -15,6 +15,8 @@
  * 2b. (`kinds`) Each kind's accounts together, with 1 replica: the legacy half at once, then the
  *    current half at once, each against the one-account peak. Which kind's reading at once the
  *    memory over one account's comes from (docs/benchmarks.md, "accounts").
+ * 2b'. (`4`, only when named) Every account with 4 worker replicas: 5 accounts each, the most one
+ *    replica holds within the goal by part `sizes`.
  * 2c. (`sizes`) Fewer accounts on one replica: `--sizes` of them (default 4, 8, 12 and 16), each
  *    half legacy and half current, each peak against the one-account peak. A line through those
  *    peaks, the one-account baseline's and, when part 1 ran, every account's gives what a replica
@@ -32,12 +34,12 @@
  *
  *   npm run bench -- accounts [--accounts-n 20] [--accounts-members 20000] [--accounts-big-members 1000000]
  *        [--accounts-sync-every 30] [--accounts-window 180] [--accounts-idle 20] [--accounts-baseline-runs 3]
- *        [--accounts-sizes 4,8,12,16] [--accounts-parts floor,1,3,kinds,sizes,backfill,idle]
+ *        [--accounts-sizes 4,8,12,16] [--accounts-parts floor,1,3,kinds,sizes,backfill,idle; also 4]
  *   npx tsx test/bench/accounts.bench.ts [--accounts 20] [--members 20000] [--big-members 1000000]
  *        [--sync-every 30] [--window 180] [--idle 20] [--baseline-runs 3] [--sizes 4,8,12,16]
- *        [--parts floor,1,3,kinds,sizes,backfill,idle] [--json path]
+ *        [--parts floor,1,3,kinds,sizes,backfill,idle; also 4] [--json path]
  *
- * Parts 1, 3, kinds and sizes measure the floor whether `floor` is named or not: it is their baseline.
+ * Parts 1, 3, 4, kinds and sizes measure the floor whether `floor` is named or not: it is their baseline.
  * Real time (the service's budget is per minute): the default run takes about twenty-five minutes (sizes about eight of them).
  * Builds dist/ first; uses DATABASE_URL and REDIS_URL. The replicas are spawned by lib/service-run.ts
  * (spawnService), so BENCH_NODE_FLAGS, BENCH_ENV, BENCH_OUTPUT and BENCH_RSS_TRACE apply to them too;
@@ -69,8 +71,10 @@ export type Kind = 'legacy' | 'current';
  * What `parts` may name: the floor, every account with 1 and with 3 replicas, each kind's accounts
  * together, fewer accounts on one replica, the big backfill, the accounts' parts alone.
  */
-export const ACCOUNTS_PARTS = ['floor', '1', '3', 'kinds', 'sizes', 'backfill', 'idle'] as const;
+export const ACCOUNTS_PARTS = ['floor', '1', '3', '4', 'kinds', 'sizes', 'backfill', 'idle'] as const;
 export type AccountsPart = (typeof ACCOUNTS_PARTS)[number];
+/** What runs when no part is named: all but `4`, a hand check of the rule `sizes` gives (docs/operations.md). */
+export const DEFAULT_ACCOUNTS_PARTS: readonly AccountsPart[] = ACCOUNTS_PARTS.filter((p) => p !== '4');
 
 interface Account {
   name: string;
@@ -574,7 +578,7 @@ async function baselinePeaks(accounts: readonly Account[], higher: AccountsAlone
 
 const seconds = (ms: number | null) => (ms === null ? '—' : `${(ms / 1000).toFixed(1)} s`);
 
-/** Every account at once, with 1 and with 3 replicas (those of them `parts` names). */
+/** Every account at once, with 1, 3 and 4 replicas (those of them `parts` names). */
 async function measureDeployments(
   accounts: readonly Account[],
   floor: AccountsFloorFigures,
@@ -585,7 +589,7 @@ async function measureDeployments(
 ): Promise<AccountsDeploymentFigures[]> {
   const n = accounts.length;
   const deployments: AccountsDeploymentFigures[] = [];
-  for (const replicas of [1, 3]) {
+  for (const replicas of [1, 3, 4]) {
     if (!parts.has(String(replicas))) continue;
     const run = await runDeployment(accounts, replicas, urls, `r${replicas}`);
     deployments.push({
@@ -702,9 +706,17 @@ async function measureSizes(
     const peakRssMb = run.peaksMb[0] ?? 0;
     runs.push({ accounts: k, elapsedMs: Math.round(run.elapsedMs), peakRssMb });
     const ratio = (peakRssMb / floor.peakRssMb).toFixed(2);
-    log(`accounts: ${k} accounts, 1 replica: ${seconds(run.elapsedMs)}; peak RSS ${peakRssMb} MB, ${ratio}× one account's ${floor.peakRssMb} MB`);
+    log(
+      `accounts: ${k} accounts, 1 replica: ${seconds(run.elapsedMs)}; peak RSS ${peakRssMb} MB, ${ratio}× one account's ${floor.peakRssMb} MB`,
+    );
     figures.push(
-      figure(`${k} accounts, 1 replica: peak RSS`, peakRssMb, 'MB', floor.peakRssMb, `${ratio}× one account's; mirrored in ${seconds(run.elapsedMs)}`),
+      figure(
+        `${k} accounts, 1 replica: peak RSS`,
+        peakRssMb,
+        'MB',
+        floor.peakRssMb,
+        `${ratio}× one account's; mirrored in ${seconds(run.elapsedMs)}`,
+      ),
     );
   }
   const points: SizePeak[] = [
@@ -897,7 +909,7 @@ export interface AccountsBenchFigures {
 
 /** `parts` as a set, refusing a name the bench does not know (a typo would silently skip a part). */
 function partsOf(parts: readonly string[] | undefined): Set<AccountsPart> {
-  const given = parts ?? ACCOUNTS_PARTS;
+  const given = parts ?? DEFAULT_ACCOUNTS_PARTS;
   const unknown = given.filter((p) => !(ACCOUNTS_PARTS as readonly string[]).includes(p));
   if (unknown.length > 0) throw new Error(`unknown part(s) ${unknown.join(', ')} (choose from ${ACCOUNTS_PARTS.join(', ')})`);
   return new Set(given as readonly AccountsPart[]);
@@ -923,7 +935,7 @@ function sizesOf(sizes: readonly number[] | undefined, n: number): number[] {
 }
 
 /** The parts whose baseline is the floor: it is measured when any of them is asked for. */
-const NEED_THE_FLOOR: readonly AccountsPart[] = ['floor', '1', '3', 'kinds', 'sizes'];
+const NEED_THE_FLOOR: readonly AccountsPart[] = ['floor', '1', '3', '4', 'kinds', 'sizes'];
 
 export async function benchAccounts(options: AccountsBenchOptions = {}): Promise<AccountsBenchFigures> {
   const n = options.accounts ?? 20;

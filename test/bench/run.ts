@@ -18,7 +18,7 @@
  *   --budget-subscribers 100000       (real time: about eight minutes; builds dist/ first)
  *   --accounts-n 20 --accounts-members 20000 --accounts-big-members 1000000
  *   --accounts-sync-every 30 --accounts-window 180 --accounts-idle 20 --accounts-baseline-runs 3
- *   --accounts-sizes 4,8,12,16 --accounts-parts floor,1,3,kinds,sizes,backfill,idle
+ *   --accounts-sizes 4,8,12,16 --accounts-parts floor,1,3,kinds,sizes,backfill,idle (4 only when named)
  *                                     (issue 35, real time: about twenty-five minutes; builds dist/ first)
  *   --webhooks-seconds 5 --webhooks-connections 64
  *   --freshness-seconds 10 --freshness-rate 500
@@ -58,7 +58,14 @@ import {
   type MemorySpeed,
 } from './memory.bench.js';
 import { benchBudget, type BudgetBenchFigures } from './budget.bench.js';
-import { ACCOUNTS_PARTS, benchAccounts, peaksWithReads, type AccountsBenchFigures, type AccountsPart } from './accounts.bench.js';
+import {
+  ACCOUNTS_PARTS,
+  benchAccounts,
+  DEFAULT_ACCOUNTS_PARTS,
+  peaksWithReads,
+  type AccountsBenchFigures,
+  type AccountsPart,
+} from './accounts.bench.js';
 import { benchPasses, type PassesBenchFigures } from './passes.bench.js';
 import { benchPoll, parseTypes, type PollBenchFigures } from './poll.bench.js';
 import { benchStore } from './store.bench.js';
@@ -323,13 +330,14 @@ function accountsSizesOf({ flags }: ArgvParts): number[] | undefined {
   const text = flags.get('accounts-sizes');
   if (text === undefined) return undefined;
   const sizes = text.split(',').map(Number);
-  if (sizes.some((n) => !Number.isSafeInteger(n) || n <= 0)) throw new UsageError(`--accounts-sizes takes positive whole numbers, got ${text}`);
+  if (sizes.some((n) => !Number.isSafeInteger(n) || n <= 0))
+    throw new UsageError(`--accounts-sizes takes positive whole numbers, got ${text}`);
   return sizes;
 }
 
 function accountsPartsOf({ flags }: ArgvParts): AccountsPart[] {
   const text = flags.get('accounts-parts');
-  if (text === undefined) return [...ACCOUNTS_PARTS];
+  if (text === undefined) return [...DEFAULT_ACCOUNTS_PARTS];
   const parts = text.split(',');
   const unknown = parts.filter((p) => !(ACCOUNTS_PARTS as readonly string[]).includes(p));
   if (unknown.length > 0) throw new UsageError(`--accounts-parts takes ${ACCOUNTS_PARTS.join(',')}, got ${text}`);
@@ -420,7 +428,7 @@ const USAGE = `usage: npm run bench [-- NAME…] [--quick | --smoke] [flags]
   --accounts-sync-every S (30)  --accounts-window S (180)  --accounts-idle S (20)
   --accounts-baseline-runs N (3; the one-account peak is the median of N runs)
   --accounts-sizes K,K (4,8,12,16 below --accounts-n: the accounts of each one-replica deployment of part sizes)
-  --accounts-parts floor,1,3,kinds,sizes,backfill,idle (all)
+  --accounts-parts floor,1,3,kinds,sizes,backfill,idle (all; 4, every account on 4 replicas, only when named)
       (issue 35: accounts half legacy, half current, with 1 and 3 replicas; real time, about twenty-five minutes)
   --webhooks-seconds N (5)  --webhooks-connections N (64)
   --freshness-seconds N (10)  --freshness-rate N (500)
@@ -900,7 +908,7 @@ function accountsDeploymentRows(a: AccountsBenchFigures): SummaryRow[] {
         baselineLabel: `floor: the slowest account alone (${floor.slowest})`,
         baseline: s1(floor.floorMs),
         goals: d.replicas === 3 ? [{ on: 'ratio', op: '<=', target: GOALS.accountsRatioToFloor }] : [],
-        note: `speed ${speed.toFixed(2)}× the floor's (goal ≥ 0.8 with 3 replicas${d.replicas === 3 ? '' : '; none for 1'}); ${d.memberships.toLocaleString('en-US')} memberships`,
+        note: `speed ${speed.toFixed(2)}× the floor's (goal ≥ 0.8 with 3 replicas${d.replicas === 3 ? '' : `; none for ${d.replicas}`}); ${d.memberships.toLocaleString('en-US')} memberships`,
       }),
       row({
         bench: 'accounts',
