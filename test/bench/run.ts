@@ -850,7 +850,7 @@ function accountsSizeRows(a: AccountsBenchFigures): SummaryRow[] {
   const rows = sizes.runs.map((r) =>
     row({
       bench: 'accounts',
-      figure: `peak RSS, ${r.accounts} accounts (half of each kind), 1 replica`,
+      figure: `peak RSS, ${r.accounts} account${r.accounts === 1 ? '' : 's'} (half of each kind), 1 replica`,
       value: r.peakRssMb,
       unit: 'MB',
       baselineLabel,
