@@ -68,7 +68,7 @@ const PAGE_SIZE = 1000;
 export type Kind = 'legacy' | 'current';
 
 /**
- * What `parts` may name: the floor, every account with 1 and with 3 replicas, each kind's accounts
+ * What `parts` may name: the floor, every account with 1, 3 and 4 replicas, each kind's accounts
  * together, fewer accounts on one replica, the big backfill, the accounts' parts alone.
  */
 export const ACCOUNTS_PARTS = ['floor', '1', '3', '4', 'kinds', 'sizes', 'backfill', 'idle'] as const;
@@ -679,7 +679,7 @@ export interface AccountsSizesFigures {
   runs: AccountsSizeRun[];
   /** Through the one-account baseline, every size and, when part `1` ran, every account on one replica; null: no line. */
   line: PeakLine | null;
-  /** The most accounts one replica holds within 1.1× of one account's peak, on the line; null when none is over. */
+  /** The most accounts one replica holds within 1.1× of one account's peak, on the line; null when the line does not rise. */
   within: number | null;
 }
 
