@@ -244,6 +244,17 @@ function inDealingOrder(reading: readonly ReadingAccount[]): ReadingAccount[] {
   return [...reading].sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0));
 }
 
+/**
+ * The gauge of the accounts this replica reads, per read source: each source of the deployment's
+ * reading accounts has its series, at 0 where this replica reads none of them.
+ */
+function countRead(metrics: Metrics, ordered: readonly ReadingAccount[], mine: readonly ReadingAccount[]): void {
+  const sourceOf = (r: ReadingAccount) => r.account.config.sync.source;
+  for (const source of new Set(ordered.map(sourceOf))) {
+    metrics.accountsRead.set({ source }, mine.filter((r) => sourceOf(r) === source).length);
+  }
+}
+
 /** This process among the deployment's worker replicas: unique however many share a host. */
 function replicaId(): string {
   return `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
@@ -272,6 +283,7 @@ async function spreadReads(config: Config, shared: Shared, reading: readonly Rea
       const mine = accountsToRead(ordered, replicas, id);
       await Promise.all(ordered.filter((r) => !mine.includes(r)).map((r) => r.read(false)));
       for (const r of mine) await r.read(true);
+      countRead(shared.metrics, ordered, mine);
       const names = mine.map((r) => r.account.config.account);
       // One replica reading its one account has nothing to say.
       if (replicas.length > 1 || before > 1) {

@@ -182,6 +182,12 @@ const METRICS = {
       g.set({ state: 'waiting' }, now.waiting);
     },
   ),
+  // No account label: what one replica's memory grows with (docs/operations.md, "Replicas for memory").
+  accountsRead: gauge(
+    'subscriber_mirror_worker_accounts_read',
+    "Accounts whose poll path this worker replica runs (it reads them from the service), by read source; 0 in a replica that reads none of that source's accounts",
+    ['source'],
+  ),
   cursorAge: gauge(
     'subscriber_mirror_sync_cursor_age_seconds',
     'Age of the newest upstream change mirrored, per group and type',

@@ -105,6 +105,15 @@ describe('accounts spread over worker replicas', () => {
     return said.at(-1)?.reads as string[] | undefined;
   };
 
+  /** What a replica's gauge of the accounts it reads says (all three accounts read the legacy API). */
+  const readGauge = async (replica: ChildService): Promise<number> => {
+    const started = replica.lines.find((l): l is Record<string, unknown> => typeof l === 'object' && l.msg === 'service started');
+    const text = await (await fetch(`http://127.0.0.1:${String(started?.opsPort)}/metrics`)).text();
+    const series = [...text.matchAll(/^subscriber_mirror_worker_accounts_read\{source="(\w+)"\} (\d+)$/gm)];
+    expect(series.map((m) => m[1])).toEqual(['legacy']);
+    return Number(series[0]?.[2]);
+  };
+
   const mirrored = async (account: Account): Promise<number> => {
     const { rows } = await deployment.pool.query<{ n: number }>(
       `select count(*)::int as n from current_group_members where account = $1 and group_id = $2`,
@@ -127,6 +136,8 @@ describe('accounts spread over worker replicas', () => {
       100,
     );
     expect(new Set([...(reads(first) ?? []), ...(reads(second) ?? [])])).toEqual(new Set(ACCOUNTS));
+    // Each replica's gauge counts what it reads (the dashboard's "Accounts read" panel).
+    expect([await readGauge(first), await readGauge(second)]).toEqual([reads(first)?.length, reads(second)?.length]);
     expect(await redis.zcard(replicasKey(prefix))).toBe(2);
     // Each says it serves all three (its ACCOUNTS), read there or not: what `accounts remove` checks.
     expect([...(await liveReplicaServes(redis, prefix)).values()]).toEqual([[...ACCOUNTS], [...ACCOUNTS]]);
@@ -164,6 +175,7 @@ describe('accounts spread over worker replicas', () => {
       100,
     );
     expect(await redis.zcard(replicasKey(prefix))).toBe(1);
+    expect(await readGauge(first)).toBe(3);
     // And the passes go on there: a new member of each world reaches the mirror.
     for (const account of ACCOUNTS) {
       const before = await mirrored(account);
