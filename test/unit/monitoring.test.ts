@@ -56,6 +56,7 @@ describe('alert rules', () => {
       'WebhookDeliveriesFailing',
       'WebhookInboxBacklogGrowing',
       'ScrapeTargetDown',
+      'ProcessRestarting',
       'RateLimiterSaturated',
       'DatabaseConnectionsShort',
       'FullPassesFailing',
